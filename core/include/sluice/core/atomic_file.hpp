@@ -1,0 +1,11 @@
+#pragma once
+#include <filesystem>
+#include <string_view>
+
+namespace sluice {
+
+// Writes `content` to a temporary file beside `target`, flushes it, then renames it over
+// `target`: readers see the old file or the whole new one, never a part.
+void write_file_atomically(const std::filesystem::path& target, std::string_view content);
+
+}  // namespace sluice

@@ -1,0 +1,64 @@
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "metrics.pb.h"
+#include "sluice/core/spec.hpp"
+
+namespace sluice {
+
+struct EngineOptions {
+  // How often snapshots are published to subscribers.
+  std::chrono::milliseconds snapshot_interval{200};
+  // Output buffer of a stage whose file and operator name none.
+  std::size_t default_buffer = 64;
+  // Skip reasons kept per stage for the report.
+  std::size_t kept_skip_reasons = 10;
+};
+
+enum class RunState { Created, Running, Finished, Stopped, Failed };
+const char* run_state_name(RunState state);
+
+struct RunResult {
+  RunState state = RunState::Created;
+  std::string error;  // when Failed: names the stage, the element and its origin
+};
+
+// Runs a validated graph: worker threads per stage, bounded channels between stages (a stage's
+// buffer), ordered parallel workers for stateless stages, epochs, per-stage error policy and
+// metrics. The engine never calls into a GUI: observers poll snapshot() or subscribe.
+class Engine {
+ public:
+  // Creates every stage's operator; throws Error naming the stage and plugin library on failure.
+  explicit Engine(Graph graph, EngineOptions options = {});
+  ~Engine();  // stops and joins
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts every operator (sinks open their files) and the workers. Throws Error naming the stage
+  // whose start failed; nothing is left running then.
+  void start();
+  // Asks every worker to stop; returns at once. Safe from any thread, repeatedly.
+  void stop();
+  // Waits until the run finished, failed or stopped, joins every thread, finishes the operators.
+  RunResult wait();
+  // True once the workers are done (wait() then returns at once).
+  bool wait_for(std::chrono::milliseconds timeout);
+  RunState state() const;
+
+  // A fresh snapshot of every stage's counters (thread-safe, any time).
+  metrics::MetricsSnapshot snapshot() const;
+  // Called on the engine's metrics thread every snapshot_interval, and once at the end.
+  // Register before start().
+  void subscribe(std::function<void(const metrics::MetricsSnapshot&)> callback);
+
+  const Graph& graph() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

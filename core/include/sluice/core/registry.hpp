@@ -1,0 +1,71 @@
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/operator.hpp"
+
+namespace sluice {
+
+class PluginLibrary;  // a loaded shared library (Boost.DLL); kept alive by what came from it
+
+struct PluginRecord {
+  std::string name;
+  std::string version;
+  std::string summary;
+  std::string path;
+};
+
+// An operator as the registry holds it. `library` is declared first so that it is destroyed
+// last: the operator's factory is code inside that library.
+struct RegisteredOperator {
+  std::shared_ptr<PluginLibrary> library;
+  OperatorInfo info;
+  std::string plugin_name;
+  std::string library_path;
+};
+
+struct RefusedLibrary {
+  std::string path;
+  std::string reason;
+};
+
+// Finds, checks and loads plugin libraries, and knows every operator they register.
+// A library is refused as a whole (with the reason kept) when it is not a shared library, lacks
+// the entry symbol, was built for another ABI, registers a name already taken, or an operator
+// fails to construct with its default parameters; the others still load.
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The bundled plugin folder next to the executable (../lib/sluice/plugins), then each folder of
+  // SLUICE_PLUGIN_PATH (colon-separated), then `extra_dirs` (--plugin-dir), in that order.
+  static std::vector<std::filesystem::path> search_path(const std::vector<std::filesystem::path>& extra_dirs);
+  static std::filesystem::path bundled_plugin_dir();
+
+  void load_search_path(const std::vector<std::filesystem::path>& extra_dirs = {});
+  // Loads every *.so in the folder (sorted by name). A missing folder is not an error.
+  void load_directory(const std::filesystem::path& dir);
+  // Returns false (and records why) if the library is refused.
+  bool load_library(const std::filesystem::path& file);
+
+  std::shared_ptr<const RegisteredOperator> find(std::string_view name) const;
+  // Up to `count` registered names closest to `name`, for "did you mean" messages.
+  std::vector<std::string> closest(std::string_view name, std::size_t count = 3) const;
+  // Sorted by name.
+  std::vector<std::shared_ptr<const RegisteredOperator>> operators() const;
+  const std::vector<PluginRecord>& plugins() const { return plugins_; }
+  const std::vector<RefusedLibrary>& refused() const { return refused_; }
+
+ private:
+  std::vector<std::shared_ptr<RegisteredOperator>> operators_;
+  std::vector<PluginRecord> plugins_;
+  std::vector<RefusedLibrary> refused_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,21 @@
+#pragma once
+#include <string>
+
+#include "metrics.pb.h"
+
+namespace sluice {
+
+struct Bottleneck {
+  int stage = -1;  // index into the snapshot's stages; -1 when there is nothing to say
+  std::string reason;
+};
+
+// The stage that limits throughput: busy while its input is full and its output empty.
+// Sources count as having a full input, sinks an empty output.
+Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot);
+
+// The end-of-run table: per stage elements, rates, busy/starved/blocked, buffer fill, skips,
+// then the bottleneck and the skip reasons.
+std::string format_report(const metrics::MetricsSnapshot& snapshot);
+
+}  // namespace sluice

@@ -1,0 +1,82 @@
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/core/registry.hpp"
+#include "sluice/error.hpp"
+#include "sluice/params.hpp"
+#include "pipeline.pb.h"
+
+namespace sluice {
+
+// One thing wrong with a pipeline, located as precisely as known.
+struct Problem {
+  std::string file;
+  int line = 0;  // 1-based; 0 when unknown
+  int column = 0;
+  std::string stage;  // stage id, when the problem is in a stage
+  std::string param;  // parameter name, when the problem is in a parameter
+  std::string message;
+
+  std::string to_string() const;
+};
+
+// Thrown when a pipeline cannot be read or is invalid; carries every problem found.
+class SpecError : public Error {
+ public:
+  explicit SpecError(std::vector<Problem> problems);
+  const std::vector<Problem>& problems() const { return problems_; }
+
+ private:
+  std::vector<Problem> problems_;
+};
+
+// A pipeline file as read: the message, where it came from, and where each stage starts in it.
+struct PipelineDocument {
+  spec::PipelineSpec spec;
+  std::string file;
+  std::vector<std::pair<int, int>> stage_locations;  // (line, column), 1-based, per stage
+};
+
+// Reads protobuf text format, or JSON when the file starts with '{'. Throws SpecError with the
+// line and column of a syntax error.
+PipelineDocument read_pipeline_file(const std::filesystem::path& file);
+PipelineDocument parse_pipeline(const std::string& text, const std::string& file_name);
+
+// The file's text form. Writing is atomic (temporary file, then rename).
+std::string pipeline_to_text(const spec::PipelineSpec& spec);
+void write_pipeline_file(const spec::PipelineSpec& spec, const std::filesystem::path& file);
+
+// Applies `STAGE.PARAM=VALUE` overrides (the same text a params entry holds). Throws SpecError
+// naming an unknown stage or a malformed override.
+void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& overrides);
+
+enum class ErrorPolicyKind { Fail, Skip };
+
+struct GraphStage {
+  std::string id;
+  std::shared_ptr<const RegisteredOperator> op;
+  Params params;
+  std::vector<int> inputs;  // indices into Graph::stages
+  int consumer = -1;        // the stage reading this one's output; -1 for sinks
+  int parallelism = 1;
+  int buffer_size = 0;  // 0: engine chooses
+  ErrorPolicyKind error_policy = ErrorPolicyKind::Fail;
+};
+
+// A validated pipeline: stages in topological order (inputs before consumers).
+struct Graph {
+  std::vector<GraphStage> stages;
+  std::uint64_t seed = 0;
+  bool deterministic = true;
+  std::string file;
+};
+
+// Every problem of the pipeline against the registry (empty when it can run).
+std::vector<Problem> validate_pipeline(const PipelineDocument& doc, const Registry& registry);
+// Validates and builds the graph; throws SpecError with every problem.
+Graph build_graph(const PipelineDocument& doc, const Registry& registry);
+
+}  // namespace sluice

@@ -1,0 +1,18 @@
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+// Edit distance between two strings, for "did you mean" suggestions.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidates close enough to `word` to be a plausible typo, closest first, at most `count`.
+std::vector<std::string> closest_names(std::string_view word, const std::vector<std::string>& candidates,
+                                       std::size_t count = 3);
+
+// " (did you mean 'a' or 'b'?)", or "" when nothing is close.
+std::string did_you_mean(const std::vector<std::string>& suggestions);
+
+}  // namespace sluice

@@ -1,0 +1,147 @@
+#pragma once
+// A bounded channel between two stages: the producing stage's output buffer. Items move in
+// chunks so that a hand-off costs one lock for many elements; waiting time is measured for the
+// starved/blocked metrics and the fill level is integrated over time for the mean occupancy.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "sluice/sample.hpp"
+
+namespace sluice::detail {
+
+inline std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+inline constexpr std::int64_t kAllIterations = std::numeric_limits<std::int64_t>::max();
+
+struct Item {
+  enum class Kind : std::uint8_t { Element, EndOfIteration, EndOfStream };
+  Kind kind = Kind::Element;
+  std::uint64_t iteration = 0;  // for EndOfIteration
+  Sample sample;
+
+  bool is_element() const { return kind == Kind::Element; }
+  static Item element(Sample s) { return {Kind::Element, 0, std::move(s)}; }
+  static Item end_of_iteration(std::uint64_t it) { return {Kind::EndOfIteration, it, {}}; }
+  static Item end_of_stream() { return {Kind::EndOfStream, 0, {}}; }
+};
+
+class Channel {
+ public:
+  Channel(std::size_t capacity, const std::atomic<bool>& stopping)
+      : ring_(capacity), stopping_(stopping), created_ns_(now_ns()), last_change_ns_(created_ns_) {}
+
+  // Moves every item in, waiting for room as needed; clears `items`. False if the run stops.
+  bool push(std::vector<Item>& items) {
+    std::size_t next = 0;
+    std::unique_lock lock(mutex_);
+    while (next < items.size()) {
+      while (count_ == ring_.size() && !stopping_.load(std::memory_order_relaxed)) {
+        ++producers_waiting_;
+        not_full_.wait(lock);
+        --producers_waiting_;
+      }
+      if (stopping_.load(std::memory_order_relaxed)) return false;
+      account(now_ns());
+      while (next < items.size() && count_ < ring_.size()) {
+        ring_[(head_ + count_) % ring_.size()] = std::move(items[next++]);
+        ++count_;
+      }
+      level_.store(count_, std::memory_order_relaxed);
+      if (consumers_waiting_ > 0) not_empty_.notify_one();
+    }
+    items.clear();
+    return true;
+  }
+
+  // Moves up to `max` items out, waiting for at least one. A control item (end of iteration or
+  // stream) always comes alone, so a consumer sees it between chunks. False if the run stops.
+  bool pop(std::vector<Item>& out, std::size_t max) {
+    out.clear();
+    std::unique_lock lock(mutex_);
+    while (count_ == 0 && !stopping_.load(std::memory_order_relaxed)) {
+      ++consumers_waiting_;
+      consumer_waiting_flag_.store(true, std::memory_order_relaxed);
+      not_empty_.wait(lock);
+      --consumers_waiting_;
+      consumer_waiting_flag_.store(consumers_waiting_ > 0, std::memory_order_relaxed);
+    }
+    if (stopping_.load(std::memory_order_relaxed)) return false;
+    account(now_ns());
+    if (!ring_[head_].is_element()) {
+      take_front(out);
+    } else {
+      while (count_ > 0 && out.size() < max && ring_[head_].is_element()) take_front(out);
+    }
+    level_.store(count_, std::memory_order_relaxed);
+    if (producers_waiting_ > 0) not_full_.notify_one();
+    return true;
+  }
+
+  std::size_t available() const { return level_.load(std::memory_order_relaxed); }
+
+  // Wakes every waiter (used when the run stops).
+  void wake_all() {
+    std::lock_guard lock(mutex_);
+    not_empty_.notify_all();
+    not_full_.notify_all();
+  }
+
+  // True while the consumer waits for data: a producer then hands over what it has at once.
+  bool consumer_waiting() const { return consumer_waiting_flag_.load(std::memory_order_relaxed); }
+
+  std::size_t level() const { return level_.load(std::memory_order_relaxed); }
+  std::size_t capacity() const { return ring_.size(); }
+
+  // Time-weighted mean of level / capacity since the channel was made.
+  double mean_fill() {
+    std::lock_guard lock(mutex_);
+    std::uint64_t now = now_ns();
+    account(now);
+    double elapsed = static_cast<double>(now - created_ns_);
+    return elapsed > 0 ? level_integral_ / (elapsed * static_cast<double>(ring_.size())) : 0.0;
+  }
+
+  // The consumer's request: nothing more of iterations <= this value is wanted.
+  std::atomic<std::int64_t> skip_through{-1};
+
+  bool skipped(std::uint64_t iteration) const {
+    return static_cast<std::int64_t>(iteration) <= skip_through.load(std::memory_order_relaxed);
+  }
+  void request_skip(std::int64_t iteration) {
+    std::int64_t cur = skip_through.load();
+    while (cur < iteration && !skip_through.compare_exchange_weak(cur, iteration)) {
+    }
+  }
+
+ private:
+  void take_front(std::vector<Item>& out) {
+    out.push_back(std::move(ring_[head_]));
+    head_ = (head_ + 1) % ring_.size();
+    --count_;
+  }
+  void account(std::uint64_t now) {
+    level_integral_ += static_cast<double>(count_) * static_cast<double>(now - last_change_ns_);
+    last_change_ns_ = now;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable not_empty_, not_full_;
+  std::vector<Item> ring_;
+  std::size_t head_ = 0, count_ = 0;
+  int consumers_waiting_ = 0, producers_waiting_ = 0;
+  std::atomic<bool> consumer_waiting_flag_{false};
+  std::atomic<std::size_t> level_{0};
+  const std::atomic<bool>& stopping_;
+  std::uint64_t created_ns_, last_change_ns_;
+  double level_integral_ = 0;
+};
+
+}  // namespace sluice::detail

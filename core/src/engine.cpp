@@ -1,0 +1,714 @@
+#include "sluice/core/engine.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "channel.hpp"
+#include "sluice/core/report.hpp"
+
+namespace sluice {
+
+using detail::Channel;
+using detail::Item;
+using detail::kAllIterations;
+using detail::now_ns;
+
+const char* run_state_name(RunState state) {
+  switch (state) {
+    case RunState::Created: return "created";
+    case RunState::Running: return "running";
+    case RunState::Finished: return "finished";
+    case RunState::Stopped: return "stopped";
+    case RunState::Failed: return "failed";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::size_t kChunk = 64;
+
+struct Counters {
+  std::atomic<std::uint64_t> elements_in{0}, elements_out{0}, bytes_in{0}, bytes_out{0};
+  std::atomic<std::uint64_t> busy_ns{0}, starved_ns{0}, blocked_ns{0};
+  std::atomic<std::uint64_t> errors_skipped{0}, epoch{0};
+};
+
+void add(std::atomic<std::uint64_t>& counter, std::uint64_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
+
+std::uint64_t bytes_of(const std::vector<Item>& items) {
+  std::uint64_t n = 0;
+  for (const auto& item : items) n += item.sample.nbytes();
+  return n;
+}
+
+}  // namespace
+
+struct StageRuntime {
+  const GraphStage* spec = nullptr;
+  // Declared before `op`: the operator's code lives in the library this keeps loaded.
+  std::shared_ptr<const RegisteredOperator> registered;
+  std::unique_ptr<Operator> op;
+  Source* source = nullptr;
+  Map* map = nullptr;
+  Filter* filter = nullptr;
+  Expand* expand = nullptr;
+  Aggregate* aggregate = nullptr;
+  Sink* sink = nullptr;
+
+  StageInfo info;
+  std::unique_ptr<Channel> output;  // null for sinks
+  Channel* input = nullptr;
+  int input_stage = -1;
+  int workers = 1;
+  std::int64_t demand = 1;                // output iterations wanted (kUnbounded: forever)
+  std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
+  bool keeps_reading = false;
+  bool started = false;
+
+  Counters counters;
+  std::mutex reasons_mutex;
+  std::vector<std::string> skip_reasons;
+
+  // Shared by the workers of one stage: input order, iteration bookkeeping and ordered commits.
+  std::mutex pop_mutex;
+  std::uint64_t next_seq = 0;
+  std::uint64_t in_iteration = 0, in_index = 0;
+  bool input_done = false;
+  std::mutex commit_mutex;
+  std::condition_variable commit_cv;
+  std::uint64_t next_commit = 0;
+  int in_flight = 0;
+
+  // For the recent rates of snapshots.
+  std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
+};
+
+struct Engine::Impl {
+  Graph graph;
+  EngineOptions options;
+  std::vector<std::unique_ptr<StageRuntime>> stages;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> state{static_cast<int>(RunState::Created)};
+  std::atomic<int> sinks_done{0};
+  int sink_count = 0;
+
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  int live_workers = 0;
+  std::once_flag finalized;
+  std::vector<std::thread> threads;
+
+  std::mutex error_mutex;
+  bool failed = false;
+  std::string error;
+
+  std::uint64_t start_ns = 0;
+  std::atomic<std::uint64_t> end_ns{0};
+
+  std::vector<std::function<void(const metrics::MetricsSnapshot&)>> subscribers;
+  std::thread publisher;
+  std::mutex publish_mutex;
+  std::condition_variable publish_cv;
+  bool publisher_quit = false;
+  mutable std::mutex snapshot_mutex;
+  mutable std::uint64_t sequence = 0;
+
+  // ---- control ----
+
+  void request_stop() {
+    stopping.store(true);
+    for (auto& st : stages) {
+      if (st->output) st->output->wake_all();
+      std::lock_guard lock(st->commit_mutex);
+      st->commit_cv.notify_all();
+    }
+  }
+
+  void fail(const std::string& message) {
+    {
+      std::lock_guard lock(error_mutex);
+      if (!failed) {
+        failed = true;
+        error = message;
+      }
+    }
+    request_stop();
+  }
+
+  std::string stage_label(const StageRuntime& st) const {
+    return fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name);
+  }
+
+  // Handles an exception thrown by an operator for one element. Returns true to go on.
+  bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index,
+                     const std::string& origin) {
+    std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
+    if (st.spec->error_policy == ErrorPolicyKind::Skip) {
+      add(st.counters.errors_skipped, 1);
+      std::lock_guard lock(st.reasons_mutex);
+      if (st.skip_reasons.size() < options.kept_skip_reasons) st.skip_reasons.push_back(where + ": " + what);
+      return true;
+    }
+    fail(fmt::format("{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)",
+                     stage_label(st), where, what));
+    return false;
+  }
+
+  // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
+  // upstream at once, so a source stops producing what would only be thrown away.
+  void skip_input(StageRuntime& st, std::int64_t iteration) {
+    if (!st.input || st.input->skip_through.load() >= iteration) return;
+    st.input->request_skip(iteration);
+    StageRuntime& producer = *stages[st.input_stage];
+    if (producer.source) return;  // a source watches its output channel
+    if (!producer.aggregate) {
+      skip_input(producer, iteration);
+      return;
+    }
+    if (producer.keeps_reading && iteration != kAllIterations) return;
+    const std::int64_t per = producer.passes_per_iteration;
+    if (per == 0) return;
+    std::int64_t upstream = kAllIterations;
+    if (per != kUnbounded && iteration != kAllIterations && iteration < kAllIterations / per - 1)
+      upstream = (iteration + 1) * per - 1;
+    skip_input(producer, upstream);
+  }
+
+  bool flush(StageRuntime& st, std::vector<Item>& out) {
+    if (out.empty()) return !stopping.load(std::memory_order_relaxed);
+    std::uint64_t t0 = now_ns();
+    bool ok = st.output->push(out);
+    add(st.counters.blocked_ns, now_ns() - t0);
+    return ok;
+  }
+
+  // ---- workers ----
+
+  class CollectingEmitter final : public Emitter {
+   public:
+    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out, bool may_flush)
+        : impl_(impl), st_(st), out_(out), may_flush_(may_flush) {}
+    std::uint64_t iteration = 0;
+    bool emit(Sample sample) override {
+      if (impl_.stopping.load(std::memory_order_relaxed) || st_.output->skipped(iteration)) return false;
+      add(st_.counters.elements_out, 1);
+      add(st_.counters.bytes_out, sample.nbytes());
+      out_.push_back(Item::element(std::move(sample)));
+      if (may_flush_ && out_.size() >= kChunk) return impl_.flush(st_, out_);
+      return true;
+    }
+
+   private:
+    Impl& impl_;
+    StageRuntime& st_;
+    std::vector<Item>& out_;
+    bool may_flush_;
+  };
+
+  void run_source(StageRuntime& st) {
+    std::vector<Item> out;
+    out.reserve(kChunk);
+    std::uint64_t mark = now_ns();
+    auto handover = [&]() {
+      std::uint64_t t = now_ns();
+      add(st.counters.busy_ns, t - mark);
+      bool ok = flush(st, out);
+      mark = now_ns();
+      return ok;
+    };
+    for (std::uint64_t pass = 0; st.demand == kUnbounded || pass < static_cast<std::uint64_t>(st.demand); ++pass) {
+      if (stopping.load() || st.output->skip_through.load() == kAllIterations) break;
+      if (!st.output->skipped(pass)) {
+        try {
+          st.source->begin_pass(pass);
+        } catch (const std::exception& e) {
+          fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), pass, e.what()));
+          return;
+        }
+        ElementContext ctx{&st.info, pass, 0};
+        while (!stopping.load(std::memory_order_relaxed) && !st.output->skipped(pass)) {
+          Sample sample;
+          try {
+            if (!st.source->next(sample, ctx)) break;
+          } catch (const std::exception& e) {
+            if (!element_error(st, e.what(), pass, ctx.index, sample.origin())) return;
+            ++ctx.index;
+            continue;
+          }
+          ++ctx.index;
+          add(st.counters.elements_out, 1);
+          add(st.counters.bytes_out, sample.nbytes());
+          out.push_back(Item::element(std::move(sample)));
+          if ((out.size() >= kChunk || st.output->consumer_waiting()) && !handover()) return;
+        }
+      }
+      out.push_back(Item::end_of_iteration(pass));
+      if (!handover()) return;
+      st.counters.epoch.store(pass + 1, std::memory_order_relaxed);
+    }
+    out.push_back(Item::end_of_stream());
+    handover();
+  }
+
+  // Map, filter, expand and sink stages: one or more workers take chunks of the input in order,
+  // process them concurrently and commit their outputs in input order (deterministic) or as they
+  // finish. Control items wait until every earlier chunk is committed.
+  void run_stateless(StageRuntime& st) {
+    const bool ordered = graph.deterministic && st.workers > 1;
+    const bool may_flush = st.workers == 1;
+    std::vector<Item> in, out;
+    in.reserve(kChunk);
+    for (;;) {
+      std::uint64_t seq = 0, epoch = 0, base_index = 0;
+      std::uint64_t t0 = now_ns();
+      {
+        std::lock_guard pop_lock(st.pop_mutex);
+        if (st.input_done) return;
+        const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.workers));
+        if (!st.input->pop(in, std::min(kChunk, share))) return;
+        add(st.counters.starved_ns, now_ns() - t0);
+        if (!in.front().is_element()) {
+          {
+            std::unique_lock lock(st.commit_mutex);
+            std::uint64_t w0 = now_ns();
+            st.commit_cv.wait(lock, [&] { return st.in_flight == 0 || stopping.load(); });
+            add(st.counters.blocked_ns, now_ns() - w0);
+          }
+          if (stopping.load()) return;
+          Item control = std::move(in.front());
+          if (control.kind == Item::Kind::EndOfStream) st.input_done = true;
+          if (control.kind == Item::Kind::EndOfIteration) {
+            if (st.sink) {
+              try {
+                st.sink->end_iteration(st.in_iteration);
+              } catch (const std::exception& e) {
+                fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.in_iteration, e.what()));
+                return;
+              }
+            }
+            ++st.in_iteration;
+            st.in_index = 0;
+            st.counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
+          }
+          if (st.output) {
+            out.push_back(std::move(control));
+            if (!flush(st, out)) return;
+          } else if (st.input_done) {
+            sinks_done.fetch_add(1);
+          }
+          if (st.input_done) return;
+          continue;
+        }
+        seq = st.next_seq++;
+        epoch = st.in_iteration;
+        base_index = st.in_index;
+        st.in_index += in.size();
+        std::lock_guard lock(st.commit_mutex);
+        ++st.in_flight;
+      }
+      add(st.counters.elements_in, in.size());
+      add(st.counters.bytes_in, bytes_of(in));
+
+      std::uint64_t t1 = now_ns();
+      bool ok = true;
+      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush);
+      in.clear();
+      std::uint64_t t2 = now_ns();
+      add(st.counters.busy_ns, t2 - t1);
+
+      if (ordered) {
+        std::unique_lock lock(st.commit_mutex);
+        st.commit_cv.wait(lock, [&] { return st.next_commit == seq || stopping.load(); });
+      }
+      if (ok && st.output && !out.empty()) ok = st.output->push(out);
+      out.clear();
+      {
+        std::lock_guard lock(st.commit_mutex);
+        if (ordered) ++st.next_commit;
+        --st.in_flight;
+        st.commit_cv.notify_all();
+      }
+      add(st.counters.blocked_ns, now_ns() - t2);
+      if (!ok || stopping.load()) return;
+    }
+  }
+
+  bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
+                     std::uint64_t base_index, bool may_flush) {
+    ElementContext ctx{&st.info, epoch, base_index};
+    CollectingEmitter emitter(*this, st, out, may_flush);
+    emitter.iteration = epoch;
+    for (auto& item : in) {
+      if (stopping.load(std::memory_order_relaxed)) return false;
+      std::string origin = item.sample.origin();
+      try {
+        if (st.map) {
+          Sample result = st.map->map(std::move(item.sample), ctx);
+          add(st.counters.elements_out, 1);
+          add(st.counters.bytes_out, result.nbytes());
+          out.push_back(Item::element(std::move(result)));
+        } else if (st.filter) {
+          if (st.filter->keep(item.sample, ctx)) {
+            add(st.counters.elements_out, 1);
+            add(st.counters.bytes_out, item.sample.nbytes());
+            out.push_back(std::move(item));
+          }
+        } else if (st.expand) {
+          st.expand->expand(std::move(item.sample), ctx, emitter);
+        } else if (st.sink) {
+          std::size_t bytes = item.sample.nbytes();
+          st.sink->consume(std::move(item.sample), ctx);
+          add(st.counters.elements_out, 1);
+          add(st.counters.bytes_out, bytes);
+        }
+      } catch (const std::exception& e) {
+        if (!element_error(st, e.what(), epoch, ctx.index, origin)) return false;
+      }
+      ++ctx.index;
+    }
+    return true;
+  }
+
+  // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
+  // and iterations the input does not provide are replayed (cache).
+  void run_aggregate(StageRuntime& st) {
+    Aggregate& op = *st.aggregate;
+    std::vector<Item> in, out;
+    CollectingEmitter emitter(*this, st, out, true);
+    std::uint64_t out_iteration = 0, in_iteration = 0, in_index = 0;
+    std::int64_t inputs_in_group = 0;
+    bool open = st.demand != 0;
+    auto guarded = [&](auto&& call, const char* what) {
+      try {
+        call();
+        return true;
+      } catch (const std::exception& e) {
+        fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, out_iteration, e.what()));
+        return false;
+      }
+    };
+    auto close_iteration = [&]() {
+      if (!guarded([&] { op.end_iteration(out_iteration, emitter); }, "at the end")) return false;
+      out.push_back(Item::end_of_iteration(out_iteration));
+      if (!flush(st, out)) return false;
+      ++out_iteration;
+      st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
+      open = st.demand == kUnbounded || out_iteration < static_cast<std::uint64_t>(st.demand);
+      emitter.iteration = out_iteration;
+      return !open || guarded([&] { op.begin_iteration(out_iteration); }, "at the start");
+    };
+    if (open && !guarded([&] { op.begin_iteration(0); }, "at the start")) return;
+
+    std::uint64_t mark = now_ns();
+    for (;;) {
+      std::uint64_t t0 = now_ns();
+      add(st.counters.busy_ns, t0 - mark);
+      if (!st.input->pop(in, kChunk)) return;
+      mark = now_ns();
+      add(st.counters.starved_ns, mark - t0);
+      if (in.front().kind == Item::Kind::EndOfStream) break;
+      if (in.front().kind == Item::Kind::EndOfIteration) {
+        ++in_iteration;
+        in_index = 0;
+        ++inputs_in_group;
+        if (open && st.passes_per_iteration > 0 && inputs_in_group == st.passes_per_iteration) {
+          inputs_in_group = 0;
+          if (!close_iteration()) return;
+        }
+        continue;
+      }
+      add(st.counters.elements_in, in.size());
+      add(st.counters.bytes_in, bytes_of(in));
+      for (auto& item : in) {
+        ElementContext ctx{&st.info, in_iteration, in_index++};
+        if (st.input->skipped(in_iteration) || !open) continue;
+        std::string origin = item.sample.origin();
+        try {
+          if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
+            skip_input(st, static_cast<std::int64_t>(in_iteration));
+        } catch (const std::exception& e) {
+          if (!element_error(st, e.what(), in_iteration, ctx.index, origin)) return;
+        }
+        if (stopping.load(std::memory_order_relaxed)) return;
+      }
+      if (!flush(st, out)) return;
+    }
+    // The input ended: close a partly received group (repeat whose input was cut short), then
+    // replay the iterations the input did not provide.
+    if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
+    while (open && !stopping.load() && st.output->skip_through.load() != kAllIterations) {
+      bool replayed = false;
+      if (!guarded([&] { replayed = op.replay(out_iteration, emitter); }, "replaying")) return;
+      if (!replayed || !close_iteration()) break;
+    }
+    add(st.counters.busy_ns, now_ns() - mark);
+    out.push_back(Item::end_of_stream());
+    flush(st, out);
+  }
+
+  void worker(StageRuntime& st) {
+    try {
+      if (st.source) run_source(st);
+      else if (st.aggregate) run_aggregate(st);
+      else run_stateless(st);
+    } catch (const std::exception& e) {
+      fail(fmt::format("{} stopped: {}", stage_label(st), e.what()));
+    } catch (...) {
+      fail(fmt::format("{} stopped on an unknown exception", stage_label(st)));
+    }
+    std::lock_guard lock(done_mutex);
+    if (--live_workers == 0) {
+      end_ns.store(now_ns());
+      done_cv.notify_all();
+    }
+  }
+
+  // After the last worker: join, finish every operator (sinks commit their files only when the
+  // run completed), settle the state, publish the final snapshot.
+  void finalize() {
+    for (auto& t : threads) t.join();
+    threads.clear();
+    bool complete = sinks_done.load() == sink_count && !failed;
+    for (auto& st : stages) {
+      if (!st->started) continue;
+      try {
+        st->op->finish(complete);
+      } catch (const std::exception& e) {
+        if (complete) fail(fmt::format("{} could not finish: {}", stage_label(*st), e.what()));
+        complete = false;
+      }
+      st->started = false;
+    }
+    state.store(static_cast<int>(failed ? RunState::Failed : complete ? RunState::Finished : RunState::Stopped));
+    {
+      std::lock_guard lock(publish_mutex);
+      publisher_quit = true;
+      publish_cv.notify_all();
+    }
+    if (publisher.joinable()) publisher.join();
+    publish(make_snapshot());
+  }
+
+  // ---- metrics ----
+
+  metrics::MetricsSnapshot make_snapshot() const {
+    std::lock_guard lock(snapshot_mutex);
+    metrics::MetricsSnapshot snap;
+    const std::uint64_t now = end_ns.load() ? end_ns.load() : now_ns();
+    const double elapsed_ns = start_ns ? static_cast<double>(now - start_ns) : 0.0;
+    snap.set_sequence(++sequence);
+    snap.set_elapsed_s(elapsed_ns / 1e9);
+    snap.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    snap.set_state(run_state_name(static_cast<RunState>(state.load())));
+    for (const auto& st_ptr : stages) {
+      auto& st = *st_ptr;
+      auto* m = snap.add_stage();
+      m->set_id(st.spec->id);
+      m->set_op(st.spec->op->info.name);
+      m->set_kind(operator_kind_name(st.spec->op->info.kind));
+      m->set_workers(static_cast<std::uint32_t>(st.workers));
+      for (int in : st.spec->inputs) m->add_inputs(graph.stages[in].id);
+      const auto& c = st.counters;
+      std::uint64_t el_out = c.elements_out.load(), by_out = c.bytes_out.load(), el_in = c.elements_in.load();
+      m->set_elements_in(el_in);
+      m->set_elements_out(el_out);
+      m->set_bytes_in(c.bytes_in.load());
+      m->set_bytes_out(by_out);
+      const double capacity_ns = elapsed_ns * st.workers;
+      if (capacity_ns > 0) {
+        m->set_busy_fraction(std::min(1.0, c.busy_ns.load() / capacity_ns));
+        m->set_starved_fraction(std::min(1.0, c.starved_ns.load() / capacity_ns));
+        m->set_blocked_fraction(std::min(1.0, c.blocked_ns.load() / capacity_ns));
+        m->set_elements_per_s(el_out / (elapsed_ns / 1e9));
+        m->set_bytes_per_s(by_out / (elapsed_ns / 1e9));
+      }
+      std::uint64_t counted = st.source ? el_out : el_in;
+      if (counted) m->set_mean_element_us(c.busy_ns.load() / 1e3 / static_cast<double>(counted));
+      if (st.output) {
+        m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
+        m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
+        m->set_mean_buffer_fill(st.output->mean_fill());
+      }
+      m->set_errors_skipped(c.errors_skipped.load());
+      {
+        std::lock_guard rl(st.reasons_mutex);
+        for (const auto& r : st.skip_reasons) m->add_skip_reasons(r);
+      }
+      m->set_epoch(c.epoch.load());
+      if (st.previous_ns && now > st.previous_ns) {
+        double dt = (now - st.previous_ns) / 1e9;
+        m->set_recent_elements_per_s((el_out - st.previous_elements) / dt);
+        m->set_recent_bytes_per_s((by_out - st.previous_bytes) / dt);
+      } else {
+        m->set_recent_elements_per_s(m->elements_per_s());
+        m->set_recent_bytes_per_s(m->bytes_per_s());
+      }
+      st.previous_ns = now;
+      st.previous_elements = el_out;
+      st.previous_bytes = by_out;
+    }
+    Bottleneck b = find_bottleneck(snap);
+    if (b.stage >= 0) {
+      snap.set_bottleneck(snap.stage(b.stage).id());
+      snap.set_bottleneck_reason(b.reason);
+    }
+    return snap;
+  }
+
+  void publish(const metrics::MetricsSnapshot& snap) {
+    for (auto& subscriber : subscribers) {
+      try {
+        subscriber(snap);
+      } catch (...) {
+        // An observer's failure must never disturb the run.
+      }
+    }
+  }
+
+  void run_publisher() {
+    std::unique_lock lock(publish_mutex);
+    while (!publisher_quit) {
+      publish_cv.wait_for(lock, options.snapshot_interval, [&] { return publisher_quit; });
+      if (publisher_quit) break;
+      lock.unlock();
+      publish(make_snapshot());
+      lock.lock();
+    }
+  }
+};
+
+Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->graph = std::move(graph);
+  impl_->options = options;
+  auto& g = impl_->graph;
+  for (std::size_t i = 0; i < g.stages.size(); ++i) {
+    const GraphStage& spec = g.stages[i];
+    auto st = std::make_unique<StageRuntime>();
+    st->spec = &spec;
+    st->registered = spec.op;
+    const auto& info = spec.op->info;
+    try {
+      st->op = info.create(spec.params);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("stage '{}': operator '{}' (from {}) could not be created: {}", spec.id, info.name,
+                              spec.op->library_path, e.what()));
+    }
+    if (!st->op) throw Error(fmt::format("stage '{}': operator '{}' (from {}) created nothing", spec.id, info.name, spec.op->library_path));
+    Operator* op = st->op.get();
+    switch (info.kind) {
+      case OperatorKind::Source: st->source = dynamic_cast<Source*>(op); break;
+      case OperatorKind::Map: st->map = dynamic_cast<Map*>(op); break;
+      case OperatorKind::Filter: st->filter = dynamic_cast<Filter*>(op); break;
+      case OperatorKind::Expand: st->expand = dynamic_cast<Expand*>(op); break;
+      case OperatorKind::Aggregate: st->aggregate = dynamic_cast<Aggregate*>(op); break;
+      case OperatorKind::Sink: st->sink = dynamic_cast<Sink*>(op); break;
+    }
+    if (!st->source && !st->map && !st->filter && !st->expand && !st->aggregate && !st->sink)
+      throw Error(fmt::format("stage '{}': operator '{}' (from {}) declares kind {} but does not implement it", spec.id,
+                              info.name, spec.op->library_path, operator_kind_name(info.kind)));
+    st->info.id = spec.id;
+    st->info.seed = g.seed;
+    st->info.stage_hash = stable_hash(spec.id);
+    st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;
+    if (st->sink) ++impl_->sink_count;
+    impl_->stages.push_back(std::move(st));
+  }
+}
+
+Engine::~Engine() {
+  stop();
+  if (impl_->state.load() != static_cast<int>(RunState::Created)) wait();
+}
+
+void Engine::subscribe(std::function<void(const metrics::MetricsSnapshot&)> callback) {
+  impl_->subscribers.push_back(std::move(callback));
+}
+
+const Graph& Engine::graph() const { return impl_->graph; }
+
+void Engine::start() {
+  auto& I = *impl_;
+  if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
+  for (auto& st : I.stages) {
+    try {
+      st->op->start(st->info);
+      st->started = true;
+    } catch (const std::exception& e) {
+      for (auto& other : I.stages)
+        if (other->started) {
+          try {
+            other->op->finish(false);
+          } catch (...) {
+          }
+          other->started = false;
+        }
+      throw Error(fmt::format("stage '{}' ({}) could not start: {}", st->spec->id, st->spec->op->info.name, e.what()));
+    }
+  }
+  // Iterations: each sink reads one iteration of its input; going upstream, a repeat multiplies
+  // the passes it needs and a filled cache needs none.
+  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
+    auto& st = *I.stages[i];
+    const int consumer = st.spec->consumer;
+    if (consumer >= 0) {
+      auto& c = *I.stages[consumer];
+      st.demand = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
+    }
+    if (st.aggregate) {
+      st.passes_per_iteration = st.aggregate->input_passes(1);
+      st.keeps_reading = st.aggregate->keeps_reading_when_skipped();
+    }
+    if (!st.sink) {
+      std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
+      if (capacity == 0) capacity = I.options.default_buffer;
+      st.output = std::make_unique<Channel>(capacity, I.stopping);
+    }
+  }
+  for (auto& st : I.stages) {
+    if (!st->spec->inputs.empty()) {
+      st->input_stage = st->spec->inputs[0];
+      st->input = I.stages[st->input_stage]->output.get();
+    }
+  }
+  I.start_ns = now_ns();
+  I.state.store(static_cast<int>(RunState::Running));
+  {
+    std::lock_guard lock(I.done_mutex);
+    for (auto& st : I.stages) I.live_workers += st->workers;
+  }
+  for (auto& st : I.stages)
+    for (int w = 0; w < st->workers; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
+  I.publisher = std::thread([&I] { I.run_publisher(); });
+}
+
+void Engine::stop() { impl_->request_stop(); }
+
+bool Engine::wait_for(std::chrono::milliseconds timeout) {
+  auto& I = *impl_;
+  if (I.state.load() == static_cast<int>(RunState::Created)) return true;
+  std::unique_lock lock(I.done_mutex);
+  return I.done_cv.wait_for(lock, timeout, [&] { return I.live_workers == 0; });
+}
+
+RunResult Engine::wait() {
+  auto& I = *impl_;
+  if (I.state.load() == static_cast<int>(RunState::Created)) return {RunState::Created, ""};
+  {
+    std::unique_lock lock(I.done_mutex);
+    I.done_cv.wait(lock, [&] { return I.live_workers == 0; });
+  }
+  std::call_once(I.finalized, [&I] { I.finalize(); });
+  std::lock_guard lock(I.error_mutex);
+  return {static_cast<RunState>(I.state.load()), I.error};
+}
+
+RunState Engine::state() const { return static_cast<RunState>(impl_->state.load()); }
+
+metrics::MetricsSnapshot Engine::snapshot() const { return impl_->make_snapshot(); }
+
+}  // namespace sluice

@@ -1,0 +1,209 @@
+#include "sluice/core/registry.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <fmt/format.h>
+
+#include "sluice/core/param_parse.hpp"
+#include "sluice/core/text.hpp"
+#include "sluice/plugin.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice {
+
+class PluginLibrary {
+ public:
+  boost::dll::shared_library library;
+};
+
+namespace {
+
+class CollectingRegistrar final : public Registrar {
+ public:
+  void add_operator(OperatorInfo info) override { operators.push_back(std::move(info)); }
+  std::vector<OperatorInfo> operators;
+};
+
+bool has_elf_header(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+}
+
+// Boost.DLL discards dlerror()'s text; a second dlopen of a library that failed to load has no
+// side effect and gives the loader's own explanation (missing dependency, wrong architecture).
+std::string loader_error(const fs::path& file) {
+  void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle) {
+    ::dlclose(handle);
+    return "the dynamic loader refused it";
+  }
+  const char* text = ::dlerror();
+  return text ? text : "the dynamic loader refused it";
+}
+
+}  // namespace
+
+Registry::Registry() = default;
+
+Registry::~Registry() {
+  // Operators (whose factories live in the libraries) go before the libraries they came from;
+  // RegisteredOperator's member order already guarantees it for each one.
+  operators_.clear();
+}
+
+fs::path Registry::bundled_plugin_dir() {
+  std::error_code ec;
+  fs::path exe = boost::dll::program_location(ec);
+  if (ec || exe.empty()) return {};
+  return (exe.parent_path() / ".." / "lib" / "sluice" / "plugins").lexically_normal();
+}
+
+std::vector<fs::path> Registry::search_path(const std::vector<fs::path>& extra_dirs) {
+  std::vector<fs::path> dirs;
+  if (auto bundled = bundled_plugin_dir(); !bundled.empty()) dirs.push_back(bundled);
+  if (const char* env = std::getenv("SLUICE_PLUGIN_PATH")) {
+    std::string_view rest = env;
+    while (!rest.empty()) {
+      auto colon = rest.find(':');
+      auto part = rest.substr(0, colon);
+      if (!part.empty()) dirs.emplace_back(std::string(part));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  dirs.insert(dirs.end(), extra_dirs.begin(), extra_dirs.end());
+  return dirs;
+}
+
+void Registry::load_search_path(const std::vector<fs::path>& extra_dirs) {
+  std::set<fs::path> seen;
+  for (const auto& dir : search_path(extra_dirs)) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(dir, ec);
+    if (!seen.insert(ec ? dir : canonical).second) continue;
+    load_directory(dir);
+  }
+}
+
+void Registry::load_directory(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".so" && !entry.is_directory()) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) load_library(f);
+}
+
+bool Registry::load_library(const fs::path& file) {
+  const std::string path = file.string();
+  auto refuse = [&](std::string reason) {
+    refused_.push_back({path, std::move(reason)});
+    return false;
+  };
+  for (const auto& p : plugins_)
+    if (p.path == path) return true;
+
+  if (!has_elf_header(file)) return refuse("not a shared library (no ELF header)");
+
+  auto lib = std::make_shared<PluginLibrary>();
+  boost::dll::fs::error_code ec;
+  lib->library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+  if (ec) return refuse("cannot be loaded: " + loader_error(file));
+  if (!lib->library.has(SLUICE_PLUGIN_ENTRY_SYMBOL))
+    return refuse("has no entry symbol '" SLUICE_PLUGIN_ENTRY_SYMBOL "' (was it declared with SLUICE_PLUGIN?)");
+
+  const PluginDescriptor* descriptor = nullptr;
+  try {
+    descriptor = lib->library.get<const PluginDescriptor*()>(SLUICE_PLUGIN_ENTRY_SYMBOL)();
+  } catch (const std::exception& e) {
+    return refuse(fmt::format("its entry function threw: {}", e.what()));
+  }
+  if (!descriptor) return refuse("its entry function returned no descriptor");
+  if (descriptor->abi_major != kAbiMajor)
+    return refuse(fmt::format("built for plugin ABI {}.{}, this host has ABI {}.{} (major versions differ: rebuild the "
+                              "plugin against this SDK)",
+                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
+  if (descriptor->abi_minor > kAbiMinor)
+    return refuse(fmt::format("built for plugin ABI {}.{}, newer than this host's {}.{} (upgrade Sluice or rebuild the "
+                              "plugin against this SDK)",
+                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
+  const std::string plugin_name = descriptor->name ? descriptor->name : "";
+  if (plugin_name.empty()) return refuse("its descriptor has no plugin name");
+  if (!descriptor->register_operators) return refuse("its descriptor has no registration function");
+
+  CollectingRegistrar registrar;
+  try {
+    descriptor->register_operators(registrar);
+  } catch (const std::exception& e) {
+    return refuse(fmt::format("registering its operators threw: {}", e.what()));
+  } catch (...) {
+    return refuse("registering its operators threw a non-standard exception");
+  }
+
+  std::set<std::string> names_in_library;
+  for (const auto& info : registrar.operators) {
+    if (info.name.empty()) return refuse("registers an operator with no name");
+    if (!info.create) return refuse(fmt::format("operator '{}' has no factory", info.name));
+    if (!names_in_library.insert(info.name).second)
+      return refuse(fmt::format("registers operator '{}' twice", info.name));
+    if (auto existing = find(info.name))
+      return refuse(fmt::format("registers operator '{}', already registered by plugin '{}' ({})", info.name,
+                                existing->plugin_name, existing->library_path));
+    // Build one with default parameters where every parameter has one: a plugin whose operators
+    // cannot even be constructed is refused now, not in the middle of someone's run.
+    bool all_defaults = std::all_of(info.params.begin(), info.params.end(), [](const auto& p) { return !p.required(); });
+    if (all_defaults) {
+      try {
+        Params defaults = parse_params(info.params, {});
+        auto probe = info.create(defaults);
+        if (!probe) return refuse(fmt::format("operator '{}' factory returned nothing", info.name));
+      } catch (const std::exception& e) {
+        return refuse(fmt::format("operator '{}' failed to construct with default parameters: {}", info.name, e.what()));
+      } catch (...) {
+        return refuse(fmt::format("operator '{}' failed to construct with default parameters", info.name));
+      }
+    }
+  }
+
+  for (auto& info : registrar.operators) {
+    auto op = std::make_shared<RegisteredOperator>();
+    op->library = lib;
+    op->info = std::move(info);
+    op->plugin_name = plugin_name;
+    op->library_path = path;
+    operators_.push_back(std::move(op));
+  }
+  plugins_.push_back({plugin_name, descriptor->version ? descriptor->version : "", descriptor->summary ? descriptor->summary : "", path});
+  return true;
+}
+
+std::shared_ptr<const RegisteredOperator> Registry::find(std::string_view name) const {
+  for (const auto& op : operators_)
+    if (op->info.name == name) return op;
+  return nullptr;
+}
+
+std::vector<std::string> Registry::closest(std::string_view name, std::size_t count) const {
+  std::vector<std::string> names;
+  for (const auto& op : operators_) names.push_back(op->info.name);
+  return closest_names(name, names, count);
+}
+
+std::vector<std::shared_ptr<const RegisteredOperator>> Registry::operators() const {
+  std::vector<std::shared_ptr<const RegisteredOperator>> out(operators_.begin(), operators_.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->info.name < b->info.name; });
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,352 @@
+#include "sluice/core/spec.hpp"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sluice/core/atomic_file.hpp"
+#include "sluice/core/param_parse.hpp"
+#include "sluice/core/text.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice {
+
+std::string Problem::to_string() const {
+  std::string s;
+  if (!file.empty()) {
+    s += file;
+    if (line > 0) s += fmt::format(":{}:{}", line, column);
+    s += ": ";
+  }
+  if (!stage.empty()) s += fmt::format("stage '{}': ", stage);
+  if (!param.empty()) s += fmt::format("parameter '{}': ", param);
+  return s + message;
+}
+
+namespace {
+std::string join_problems(const std::vector<Problem>& problems) {
+  std::string s;
+  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + p.to_string();
+  return s;
+}
+
+class CollectErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit CollectErrors(std::string file) : file_(std::move(file)) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    problems.push_back({file_, line + 1, column + 1, "", "", "syntax error: " + message});
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  std::vector<Problem> problems;
+
+ private:
+  std::string file_;
+};
+}  // namespace
+
+SpecError::SpecError(std::vector<Problem> problems) : Error(join_problems(problems)), problems_(std::move(problems)) {}
+
+PipelineDocument parse_pipeline(const std::string& text, const std::string& file_name) {
+  PipelineDocument doc;
+  doc.file = file_name;
+  auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    auto status = google::protobuf::util::JsonStringToMessage(text, &doc.spec);
+    if (!status.ok())
+      throw SpecError({{file_name, 0, 0, "", "", "invalid JSON pipeline: " + std::string(status.message())}});
+    doc.stage_locations.assign(doc.spec.stage_size(), {0, 0});
+    return doc;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors(file_name);
+  google::protobuf::TextFormat::ParseInfoTree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(text, &doc.spec)) {
+    if (errors.problems.empty()) errors.problems.push_back({file_name, 0, 0, "", "", "cannot parse the pipeline"});
+    throw SpecError(errors.problems);
+  }
+  const auto* stage_field = spec::PipelineSpec::descriptor()->FindFieldByName("stage");
+  for (int i = 0; i < doc.spec.stage_size(); ++i) {
+    auto loc = tree.GetLocation(stage_field, i);
+    doc.stage_locations.emplace_back(loc.line + 1, loc.column + 1);
+  }
+  return doc;
+}
+
+PipelineDocument read_pipeline_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw SpecError({{file.string(), 0, 0, "", "", "cannot open the pipeline file (does it exist and is it readable?)"}});
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_pipeline(text.str(), file.string());
+}
+
+std::string pipeline_to_text(const spec::PipelineSpec& spec) {
+  std::string out;
+  google::protobuf::TextFormat::Printer printer;
+  if (!printer.PrintToString(spec, &out)) throw Error("cannot print the pipeline");
+  return out;
+}
+
+void write_pipeline_file(const spec::PipelineSpec& spec, const fs::path& file) {
+  write_file_atomically(file, pipeline_to_text(spec));
+}
+
+void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& overrides) {
+  std::vector<Problem> problems;
+  std::vector<std::string> ids;
+  for (const auto& st : doc.spec.stage()) ids.push_back(st.id());
+  for (const auto& text : overrides) {
+    auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      problems.push_back({"--set", 0, 0, "", "", fmt::format("'{}' is not STAGE.PARAM=VALUE", text)});
+      continue;
+    }
+    std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+    spec::Stage* target = nullptr;
+    std::size_t best = 0;
+    for (auto& st : *doc.spec.mutable_stage()) {
+      const auto& id = st.id();
+      if (key.size() > id.size() + 1 && key.compare(0, id.size(), id) == 0 && key[id.size()] == '.' && id.size() >= best) {
+        target = &st;
+        best = id.size();
+      }
+    }
+    if (!target) {
+      auto dot = key.find('.');
+      std::string stage = key.substr(0, dot);
+      problems.push_back({"--set", 0, 0, "", "",
+                          dot == std::string::npos
+                              ? fmt::format("'{}' is not STAGE.PARAM=VALUE", text)
+                              : fmt::format("'{}' names no stage '{}'{}", text, stage, did_you_mean(closest_names(stage, ids)))});
+      continue;
+    }
+    (*target->mutable_params())[key.substr(best + 1)] = value;
+  }
+  if (!problems.empty()) throw SpecError(problems);
+}
+
+namespace {
+
+struct Validation {
+  const PipelineDocument& doc;
+  const Registry& registry;
+  std::vector<Problem> problems;
+  Graph graph;
+
+  void problem(int stage_index, std::string param, std::string message) {
+    Problem p;
+    p.file = doc.file;
+    if (stage_index >= 0) {
+      p.stage = doc.spec.stage(stage_index).id();
+      if (stage_index < static_cast<int>(doc.stage_locations.size()))
+        std::tie(p.line, p.column) = doc.stage_locations[stage_index];
+    }
+    p.param = std::move(param);
+    p.message = std::move(message);
+    problems.push_back(std::move(p));
+  }
+
+  ErrorPolicyKind policy(spec::ErrorPolicy stage_policy) const {
+    auto p = stage_policy != spec::ERROR_POLICY_UNSET ? stage_policy : doc.spec.options().error_policy();
+    return p == spec::skip ? ErrorPolicyKind::Skip : ErrorPolicyKind::Fail;
+  }
+
+  void run() {
+    const auto& stages = doc.spec.stage();
+    const int n = stages.size();
+    if (n == 0) {
+      problems.push_back({doc.file, 0, 0, "", "", "the pipeline has no stages; add at least a source and a sink"});
+      return;
+    }
+    std::map<std::string, int> index_of;
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      const auto& id = stages[i].id();
+      if (id.empty()) {
+        problem(i, "", fmt::format("stage #{} has no id; give it `id: \"...\"`", i + 1));
+        continue;
+      }
+      if (!index_of.emplace(id, i).second) problem(i, "", "another stage already has this id; ids must be unique");
+      ids.push_back(id);
+    }
+
+    std::vector<GraphStage> built(n);
+    std::vector<bool> usable(n, false);
+    for (int i = 0; i < n; ++i) usable[i] = check_stage(i, built[i], index_of, ids);
+
+    // Wiring: inputs exist, fan-in counts, one consumer per stage.
+    std::vector<std::vector<int>> consumers(n);
+    for (int i = 0; i < n; ++i)
+      for (int input : built[i].inputs) consumers[input].push_back(i);
+    for (int i = 0; i < n; ++i) {
+      if (consumers[i].size() > 1) {
+        std::vector<std::string> names;
+        for (int c : consumers[i]) names.push_back("'" + stages[c].id() + "'");
+        problem(i, "", fmt::format("its output is read by {} stages ({}); one stage may read each output (fan-out is not "
+                                   "supported yet)",
+                                   consumers[i].size(), fmt::join(names, ", ")));
+      }
+      if (consumers[i].size() == 1) built[i].consumer = consumers[i][0];
+      if (usable[i] && built[i].op->info.kind == OperatorKind::Sink && !consumers[i].empty())
+        problem(consumers[i][0], "", fmt::format("its input '{}' is a sink, which has no output", stages[i].id()));
+    }
+
+    // Cycles (Kahn's algorithm): what is left after removing every stage whose inputs are done.
+    std::vector<int> pending(n), order;
+    for (int i = 0; i < n; ++i) pending[i] = static_cast<int>(built[i].inputs.size());
+    std::vector<int> ready;
+    for (int i = 0; i < n; ++i)
+      if (pending[i] == 0) ready.push_back(i);
+    while (!ready.empty()) {
+      int s = ready.back();
+      ready.pop_back();
+      order.push_back(s);
+      for (int c : consumers[s])
+        if (--pending[c] == 0) ready.push_back(c);
+    }
+    if (static_cast<int>(order.size()) < n) {
+      std::vector<std::string> names;
+      int first = -1;
+      for (int i = 0; i < n; ++i)
+        if (pending[i] > 0) {
+          names.push_back("'" + stages[i].id() + "'");
+          if (first < 0) first = i;
+        }
+      problem(first, "", fmt::format("stages {} form a cycle; a pipeline must flow one way from sources to sinks",
+                                     fmt::join(names, ", ")));
+      return;
+    }
+
+    // Every stage must reach a sink.
+    for (int i = 0; i < n; ++i) {
+      if (!usable[i]) continue;
+      int s = i;
+      while (built[s].consumer >= 0) s = built[s].consumer;
+      if (!usable[s]) continue;
+      if (built[s].op->info.kind != OperatorKind::Sink) {
+        problem(i, "", s == i ? "no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) "
+                                "with `input: \"" + stages[i].id() + "\"`"
+                              : fmt::format("no path to a sink: its output ends at stage '{}', which is not a sink",
+                                            stages[s].id()));
+      }
+    }
+    if (!problems.empty()) return;
+
+    // Renumber into topological order.
+    std::vector<int> position(n);
+    for (int k = 0; k < n; ++k) position[order[k]] = k;
+    for (int k = 0; k < n; ++k) {
+      GraphStage st = std::move(built[order[k]]);
+      for (auto& in : st.inputs) in = position[in];
+      if (st.consumer >= 0) st.consumer = position[st.consumer];
+      graph.stages.push_back(std::move(st));
+    }
+    graph.seed = doc.spec.options().seed();
+    graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
+    graph.file = doc.file;
+  }
+
+  bool check_stage(int i, GraphStage& out, const std::map<std::string, int>& index_of, const std::vector<std::string>& ids) {
+    const auto& st = doc.spec.stage(i);
+    out.id = st.id();
+    bool ok = true;
+    for (const auto& in : st.input()) {
+      auto it = index_of.find(in);
+      if (it == index_of.end()) {
+        problem(i, "", fmt::format("input '{}' names no stage{}", in, did_you_mean(closest_names(in, ids))));
+        ok = false;
+      } else if (it->second == i) {
+        problem(i, "", "a stage cannot read its own output (cycle)");
+        ok = false;
+      } else {
+        out.inputs.push_back(it->second);
+      }
+    }
+    if (st.parallelism() < 0) problem(i, "", fmt::format("parallelism {} is negative; use 1 or more", st.parallelism()));
+    if (st.buffer_size() < 0) problem(i, "", fmt::format("buffer_size {} is negative; use 0 (automatic) or more", st.buffer_size()));
+    out.parallelism = std::max(1, st.parallelism());
+    out.buffer_size = std::max(0, st.buffer_size());
+    out.error_policy = policy(st.error_policy());
+
+    if (st.op().empty()) {
+      problem(i, "", "has no operator; set `op: \"...\"` (see `sluice plugins`)");
+      return false;
+    }
+    out.op = registry.find(st.op());
+    if (!out.op) {
+      problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators", st.op(),
+                                 did_you_mean(registry.closest(st.op()))));
+      return false;
+    }
+    const auto& info = out.op->info;
+    const bool is_source = info.kind == OperatorKind::Source;
+    if (is_source && st.input_size() > 0)
+      problem(i, "", fmt::format("'{}' is a source and takes no input; remove its `input`", info.name));
+    if (!is_source && st.input_size() != 1)
+      problem(i, "", st.input_size() == 0
+                         ? fmt::format("'{}' is a {} and needs an input; add `input: \"STAGE\"`", info.name,
+                                       operator_kind_name(info.kind))
+                         : fmt::format("'{}' takes one input, got {}", info.name, st.input_size()));
+    if (out.parallelism > 1 && !info.traits.stateless)
+      problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
+                                 info.name));
+
+    // Parameters: every given one known and valid, every required one given.
+    std::vector<std::string> names;
+    for (const auto& p : info.params) names.push_back(p.name);
+    for (const auto& [name, value] : st.params()) {
+      const ParamSpec* spec = nullptr;
+      for (const auto& p : info.params)
+        if (p.name == name) spec = &p;
+      if (!spec) {
+        problem(i, name, fmt::format("'{}' has no such parameter{}; it has: {}", info.name,
+                                     did_you_mean(closest_names(name, names)), names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+        ok = false;
+        continue;
+      }
+      try {
+        out.params.set(name, parse_param(*spec, value));
+      } catch (const ParamError& e) {
+        problem(i, name, e.what());
+        ok = false;
+      }
+    }
+    for (const auto& p : info.params) {
+      if (st.params().count(p.name)) continue;
+      if (p.required()) {
+        problem(i, p.name, fmt::format("is required by '{}': {} ({})", info.name, p.doc, describe_param_constraints(p)));
+        ok = false;
+      } else {
+        out.params.set(p.name, parse_param(p, *p.default_value));
+      }
+    }
+    return ok;
+  }
+};
+
+}  // namespace
+
+std::vector<Problem> validate_pipeline(const PipelineDocument& doc, const Registry& registry) {
+  Validation v{doc, registry, {}, {}};
+  v.run();
+  return v.problems;
+}
+
+Graph build_graph(const PipelineDocument& doc, const Registry& registry) {
+  Validation v{doc, registry, {}, {}};
+  v.run();
+  if (!v.problems.empty()) throw SpecError(v.problems);
+  return std::move(v.graph);
+}
+
+}  // namespace sluice

@@ -1,0 +1,115 @@
+#include <chrono>
+
+#include "std_plugin.hpp"
+
+namespace sluice::std_ops {
+namespace {
+
+class Identity final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"identity", OperatorKind::Map, "Passes every element through unchanged (for benchmarks and tests)", {},
+            {.stateless = true}, {}};
+  }
+  explicit Identity(const Params&) {}
+  Sample map(Sample in, const ElementContext&) override { return in; }
+};
+
+class Prefetch final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"prefetch",
+            OperatorKind::Map,
+            "Decouples producer and consumer with a buffer of buffer_size elements (put it last)",
+            {ParamSpec::make("buffer_size", ParamType::Int, "elements held ready for the consumer").def("8").range(1, 1e7)},
+            {.stateless = true},
+            {}};
+  }
+  explicit Prefetch(const Params& p) : buffer_(static_cast<std::size_t>(p.get_int("buffer_size"))) {}
+  Sample map(Sample in, const ElementContext&) override { return in; }
+  std::size_t preferred_buffer() const override { return buffer_; }
+
+ private:
+  std::size_t buffer_;
+};
+
+// Keeps elements index, index + n, ... of every iteration: a pure function of the element's
+// position, so it runs with any parallelism and gives disjoint, complete shards.
+class Shard final : public Filter {
+ public:
+  static OperatorInfo describe() {
+    return {"shard",
+            OperatorKind::Filter,
+            "Keeps every num_shards-th element starting at index (put it early, before shuffle)",
+            {ParamSpec::make("num_shards", ParamType::Int, "number of shards (workers)").def("1").range(1, std::nullopt),
+             ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards").def("0").range(0, std::nullopt)},
+            {.stateless = true},
+            {}};
+  }
+  explicit Shard(const Params& p) : shards_(p.get_int("num_shards")), index_(p.get_int("index")) {
+    if (index_ >= shards_)
+      throw ParamError("index " + std::to_string(index_) + " must be less than num_shards " + std::to_string(shards_));
+  }
+  bool keep(const Sample&, const ElementContext& ctx) override {
+    return static_cast<std::int64_t>(ctx.index % static_cast<std::uint64_t>(shards_)) == index_;
+  }
+
+ private:
+  std::int64_t shards_, index_;
+};
+
+class FilterRandom final : public Filter {
+ public:
+  static OperatorInfo describe() {
+    return {"filter_random",
+            OperatorKind::Filter,
+            "Keeps each element with probability p, decided by the per-element generator (deterministic)",
+            {ParamSpec::make("p", ParamType::Float, "probability of keeping an element").def("0.5").range(0, 1)},
+            {.stateless = true, .random = true},
+            {}};
+  }
+  explicit FilterRandom(const Params& p) : p_(p.get_float("p")) {}
+  bool keep(const Sample&, const ElementContext& ctx) override { return ctx.rng().bernoulli(p_); }
+
+ private:
+  double p_;
+};
+
+// Burns CPU rather than sleeping, so that it competes for cores the way real decoding does.
+class SimulateWork final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"simulate_work",
+            OperatorKind::Map,
+            "Burns us microseconds of CPU per element (plus a random 0..jitter_us), passing it through",
+            {ParamSpec::make("us", ParamType::Int, "CPU microseconds per element").def("100").range(0, 1e8),
+             ParamSpec::make("jitter_us", ParamType::Int, "extra random microseconds, drawn per element").def("0").range(0, 1e8)},
+            {.stateless = true, .random = true},
+            {}};
+  }
+  explicit SimulateWork(const Params& p) : us_(p.get_int("us")), jitter_us_(p.get_int("jitter_us")) {}
+  Sample map(Sample in, const ElementContext& ctx) override {
+    std::int64_t us = us_;
+    if (jitter_us_ > 0) us += static_cast<std::int64_t>(ctx.rng().below(static_cast<std::uint64_t>(jitter_us_) + 1));
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    volatile std::uint64_t sink = 0;
+    while (std::chrono::steady_clock::now() < until)
+      for (int i = 0; i < 64; ++i) sink = sink + static_cast<std::uint64_t>(i);
+    return in;
+  }
+
+ private:
+  std::int64_t us_, jitter_us_;
+};
+
+}  // namespace
+
+void register_elementwise(Registrar& registrar) {
+  registrar.add<Identity>();
+  registrar.add<Prefetch>();
+  registrar.add<Shard>();
+  registrar.add<FilterRandom>();
+  registrar.add<SimulateWork>();
+}
+
+}  // namespace sluice::std_ops

@@ -1,0 +1,12 @@
+#include "std_plugin.hpp"
+
+SLUICE_PLUGIN("std", "0.1.0", "Structural operators: sources, shuffle, batch, repeat, cache, sinks") {
+  using namespace sluice::std_ops;
+  register_sources(registrar);
+  register_elementwise(registrar);
+  register_iteration(registrar);
+  register_shuffle(registrar);
+  register_batching(registrar);
+  register_cache(registrar);
+  register_sinks(registrar);
+}

@@ -1,0 +1,99 @@
+#include <cmath>
+#include <cstdlib>
+
+#include "std_plugin.hpp"
+
+namespace sluice::std_ops {
+namespace {
+
+class Range final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"range",
+            OperatorKind::Source,
+            "Emits the integers start, start+step, ... (count of them) as an int64 field 'value'",
+            {ParamSpec::make("count", ParamType::Int, "how many integers to emit").def("10").range(0, std::nullopt),
+             ParamSpec::make("start", ParamType::Int, "first integer").def("0"),
+             ParamSpec::make("step", ParamType::Int, "difference between consecutive integers").def("1")},
+            {.stateless = false, .random = false},
+            {}};
+  }
+  explicit Range(const Params& p) : count_(p.get_int("count")), start_(p.get_int("start")), step_(p.get_int("step")) {}
+  void begin_pass(std::uint64_t) override { next_ = 0; }
+  bool next(Sample& out, const ElementContext&) override {
+    if (next_ >= count_) return false;
+    out.set("value", Tensor::scalar<std::int64_t>(start_ + step_ * next_++));
+    return true;
+  }
+
+ private:
+  std::int64_t count_, start_, step_, next_ = 0;
+};
+
+class FromList final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"from_list",
+            OperatorKind::Source,
+            "Emits the listed literal values, one element each, in a field (int64, float or bytes)",
+            {ParamSpec::make("values", ParamType::StringList, "comma-separated values"),
+             ParamSpec::make("dtype", ParamType::Choice, "type of the values; auto: int64 if all are integers, else float "
+                                                         "if all are numbers, else bytes")
+                 .def("auto")
+                 .one_of({"auto", "int64", "float", "bytes"}),
+             ParamSpec::make("field", ParamType::String, "name of the output field").def("value")},
+            {},
+            {}};
+  }
+  explicit FromList(const Params& p) : values_(p.get_string_list("values")), field_(p.get_string("field")) {
+    std::string dtype = p.get_string("dtype");
+    if (dtype == "auto") {
+      dtype = "int64";
+      for (const auto& v : values_)
+        if (!parses_int(v)) dtype = "float";
+      if (dtype == "float")
+        for (const auto& v : values_)
+          if (!parses_float(v)) dtype = "bytes";
+    }
+    for (const auto& v : values_) {
+      if (dtype == "int64" && !parses_int(v)) throw ParamError("value '" + v + "' is not an int64");
+      if (dtype == "float" && !parses_float(v)) throw ParamError("value '" + v + "' is not a number");
+    }
+    dtype_ = dtype;
+  }
+  void begin_pass(std::uint64_t) override { next_ = 0; }
+  bool next(Sample& out, const ElementContext&) override {
+    if (next_ >= values_.size()) return false;
+    const std::string& v = values_[next_++];
+    if (dtype_ == "int64") out.set(field_, Tensor::scalar<std::int64_t>(std::strtoll(v.c_str(), nullptr, 10)));
+    else if (dtype_ == "float") out.set(field_, Tensor::scalar<float>(std::strtof(v.c_str(), nullptr)));
+    else out.set(field_, Tensor::from_string(v));
+    return true;
+  }
+
+ private:
+  static bool parses_int(const std::string& s) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    std::strtoll(s.c_str(), &end, 10);
+    return end == s.c_str() + s.size();
+  }
+  static bool parses_float(const std::string& s) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    return end == s.c_str() + s.size();
+  }
+  std::vector<std::string> values_;
+  std::string field_, dtype_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace
+
+void register_sources(Registrar& registrar) {
+  registrar.add<Range>();
+  registrar.add<FromList>();
+}
+
+}  // namespace sluice::std_ops

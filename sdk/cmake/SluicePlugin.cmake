@@ -1,0 +1,11 @@
+# sluice_add_plugin(NAME source...): a plugin library, built as a module against the SDK only.
+# Within this tree it lands in the bundled plugin folder; elsewhere in the build's lib folder.
+function(sluice_add_plugin name)
+  add_library(${name} MODULE ${ARGN})
+  target_link_libraries(${name} PRIVATE Sluice::sdk)
+  # Only the entry symbol needs to be visible; the rest stays private to the plugin.
+  set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN OFF)
+  if(SLUICE_PLUGIN_OUTPUT_DIR)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${SLUICE_PLUGIN_OUTPUT_DIR})
+  endif()
+endfunction()

@@ -1,0 +1,144 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/buffer.hpp"
+#include "sluice/params.hpp"
+#include "sluice/rng.hpp"
+#include "sluice/sample.hpp"
+
+namespace sluice {
+
+// "Forever" for repeat counts and iteration demands.
+inline constexpr std::int64_t kUnbounded = -1;
+
+enum class OperatorKind { Source, Map, Filter, Expand, Aggregate, Sink };
+
+inline const char* operator_kind_name(OperatorKind k) {
+  switch (k) {
+    case OperatorKind::Source: return "source";
+    case OperatorKind::Map: return "map";
+    case OperatorKind::Filter: return "filter";
+    case OperatorKind::Expand: return "expand";
+    case OperatorKind::Aggregate: return "aggregate";
+    case OperatorKind::Sink: return "sink";
+  }
+  return "?";
+}
+
+struct OperatorTraits {
+  // Thread-safe and without state between elements: the engine may run several workers.
+  bool stateless = false;
+  // Draws random numbers: it gets a per-element generator keyed by (seed, stage, epoch, index).
+  bool random = false;
+};
+
+// What the engine tells a stage about itself when it starts.
+struct StageInfo {
+  std::string id;
+  std::uint64_t seed = 0;
+  std::uint64_t stage_hash = 0;
+  Allocator* allocator = &HostAllocator::instance();
+};
+
+// Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage
+// after a repeat sees a single long iteration), `index` its position within that iteration.
+struct ElementContext {
+  const StageInfo* stage = nullptr;
+  std::uint64_t epoch = 0;
+  std::uint64_t index = 0;
+
+  Rng rng() const { return Rng(stage->seed, stage->stage_hash, epoch, index); }
+  Allocator& allocator() const { return *stage->allocator; }
+};
+
+// Receives the outputs of an expand or aggregate operator. emit() returns false once nothing
+// more of the current iteration is wanted (a take downstream is satisfied, or the run stops):
+// the operator should return promptly.
+class Emitter {
+ public:
+  virtual ~Emitter() = default;
+  virtual bool emit(Sample sample) = 0;
+};
+
+// Constructors validate parameters only and must be cheap (the host builds one with default
+// parameters when it loads a plugin, to check it); resources are acquired in start().
+class Operator {
+ public:
+  virtual ~Operator() = default;
+  virtual void start(const StageInfo&) {}
+  // Called once after the last element; `complete` is false when the run stopped early or failed
+  // (a sink then leaves no output that looks complete).
+  virtual void finish(bool /*complete*/) {}
+  // Output buffer (in elements) this stage wants when the pipeline file sets none; 0: the
+  // engine's default. prefetch uses it.
+  virtual std::size_t preferred_buffer() const { return 0; }
+};
+
+class Source : public Operator {
+ public:
+  // A pass is one iteration over the data; repeats downstream ask for several.
+  virtual void begin_pass(std::uint64_t pass) = 0;
+  // Fills `out` and returns true, or returns false at the end of the pass.
+  virtual bool next(Sample& out, const ElementContext& ctx) = 0;
+};
+
+// 1 -> 1
+class Map : public Operator {
+ public:
+  virtual Sample map(Sample in, const ElementContext& ctx) = 0;
+};
+
+// 1 -> 0 or 1
+class Filter : public Operator {
+ public:
+  virtual bool keep(const Sample& in, const ElementContext& ctx) = 0;
+};
+
+// 1 -> N (a file path into its records)
+class Expand : public Operator {
+ public:
+  virtual void expand(Sample in, const ElementContext& ctx, Emitter& out) = 0;
+};
+
+// N -> M with state across elements (batch, shuffle, take, repeat, cache). Always one worker.
+class Aggregate : public Operator {
+ public:
+  enum class Flow { Continue, SkipRestOfIteration };
+
+  // Passes over its input needed to produce `iterations` output iterations (kUnbounded allowed).
+  // repeat(k) needs k per iteration; a cache that holds the data already needs none.
+  virtual std::int64_t input_passes(std::int64_t iterations) const { return iterations; }
+  // True for a cache: when downstream wants no more of the first iteration, keep reading the
+  // input anyway (without emitting) so that the next iterations can be replayed.
+  virtual bool keeps_reading_when_skipped() const { return false; }
+
+  virtual void begin_iteration(std::uint64_t /*epoch*/) {}
+  virtual Flow push(Sample in, const ElementContext& ctx, Emitter& out) = 0;
+  // The input iteration(s) making up this output iteration ended: flush what is held.
+  virtual void end_iteration(std::uint64_t /*epoch*/, Emitter& /*out*/) {}
+  // Produce an output iteration the input did not provide (input_passes asked for fewer passes
+  // than iterations). Return false if it cannot.
+  virtual bool replay(std::uint64_t /*epoch*/, Emitter& /*out*/) { return false; }
+};
+
+class Sink : public Operator {
+ public:
+  virtual void consume(Sample in, const ElementContext& ctx) = 0;
+  virtual void end_iteration(std::uint64_t /*epoch*/) {}
+};
+
+// Everything the host knows about an operator without running it.
+struct OperatorInfo {
+  std::string name;
+  OperatorKind kind = OperatorKind::Map;
+  std::string summary;
+  std::vector<ParamSpec> params;
+  OperatorTraits traits;
+  std::function<std::unique_ptr<Operator>(const Params&)> create;
+};
+
+}  // namespace sluice

@@ -1,0 +1,71 @@
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/tensor.hpp"
+
+namespace sluice {
+
+struct Field {
+  std::string name;
+  Tensor tensor;
+};
+
+// One element flowing through a pipeline: a small ordered set of named tensors, plus where it
+// came from (file, record index, byte offset) so that errors and skip reports can name it.
+// A batch is a Sample whose tensors carry a leading batch dimension.
+class Sample {
+ public:
+  Tensor& set(std::string name, Tensor tensor) {
+    for (auto& f : fields_)
+      if (f.name == name) return f.tensor = std::move(tensor);
+    fields_.push_back({std::move(name), std::move(tensor)});
+    return fields_.back().tensor;
+  }
+  const Tensor* find(std::string_view name) const {
+    for (const auto& f : fields_)
+      if (f.name == name) return &f.tensor;
+    return nullptr;
+  }
+  Tensor* find(std::string_view name) {
+    for (auto& f : fields_)
+      if (f.name == name) return &f.tensor;
+    return nullptr;
+  }
+  const Tensor& at(std::string_view name) const {
+    if (const Tensor* t = find(name)) return *t;
+    std::string have;
+    for (const auto& f : fields_) have += (have.empty() ? "" : ", ") + f.name;
+    throw DataError("element has no field '" + std::string(name) + "' (fields: " + (have.empty() ? "none" : have) + ")");
+  }
+  bool erase(std::string_view name) {
+    for (auto it = fields_.begin(); it != fields_.end(); ++it)
+      if (it->name == name) {
+        fields_.erase(it);
+        return true;
+      }
+    return false;
+  }
+
+  std::vector<Field>& fields() { return fields_; }
+  const std::vector<Field>& fields() const { return fields_; }
+  std::size_t size() const { return fields_.size(); }
+  bool empty() const { return fields_.empty(); }
+
+  std::size_t nbytes() const {
+    std::size_t n = 0;
+    for (const auto& f : fields_) n += f.tensor.nbytes();
+    return n;
+  }
+
+  const std::string& origin() const { return origin_; }
+  void set_origin(std::string origin) { origin_ = std::move(origin); }
+
+ private:
+  std::vector<Field> fields_;
+  std::string origin_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,11 @@
+#pragma once
+// Everything a plugin author needs.
+#include "sluice/abi.hpp"
+#include "sluice/buffer.hpp"
+#include "sluice/error.hpp"
+#include "sluice/operator.hpp"
+#include "sluice/params.hpp"
+#include "sluice/plugin.hpp"
+#include "sluice/rng.hpp"
+#include "sluice/sample.hpp"
+#include "sluice/tensor.hpp"

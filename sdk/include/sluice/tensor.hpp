@@ -1,0 +1,226 @@
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/buffer.hpp"
+#include "sluice/error.hpp"
+
+namespace sluice {
+
+enum class DType : std::uint8_t { U8, I16, I32, I64, F16, BF16, F32, F64, Bytes };
+
+inline std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::U8: return 1;
+    case DType::I16: case DType::F16: case DType::BF16: return 2;
+    case DType::I32: case DType::F32: return 4;
+    case DType::I64: case DType::F64: return 8;
+    case DType::Bytes: return 0;
+  }
+  return 0;
+}
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::U8: return "u8";
+    case DType::I16: return "i16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::Bytes: return "bytes";
+  }
+  return "?";
+}
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
+template <> constexpr DType dtype_of<std::int16_t>() { return DType::I16; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
+template <> constexpr DType dtype_of<float>() { return DType::F32; }
+template <> constexpr DType dtype_of<double>() { return DType::F64; }
+
+using Shape = std::vector<std::int64_t>;
+
+inline std::int64_t shape_elements(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+inline std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A typed n-dimensional view of a reference-counted buffer. Fixed-size dtypes are dense row-major.
+// Bytes tensors hold variable-length strings: element i spans [offsets[i], offsets[i+1]) past the
+// tensor's byte offset, so a record view of a large read buffer costs no copy.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(DType dtype, Shape shape, Allocator& allocator = HostAllocator::instance()) {
+    if (dtype == DType::Bytes) throw Error("Tensor::empty cannot make a bytes tensor; use from_strings");
+    Tensor t;
+    t.dtype_ = dtype;
+    t.shape_ = std::move(shape);
+    t.nbytes_ = static_cast<std::size_t>(shape_elements(t.shape_)) * dtype_size(dtype);
+    t.buffer_ = allocator.allocate(t.nbytes_);
+    return t;
+  }
+
+  template <class T> static Tensor scalar(T value, Allocator& allocator = HostAllocator::instance()) {
+    Tensor t = empty(dtype_of<T>(), {}, allocator);
+    *t.data<T>() = value;
+    return t;
+  }
+
+  template <class T> static Tensor from_vector(const std::vector<T>& values, Shape shape = {}) {
+    if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
+    if (shape_elements(shape) != static_cast<std::int64_t>(values.size()))
+      throw Error("Tensor::from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                  shape_string(shape));
+    Tensor t = empty(dtype_of<T>(), std::move(shape));
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), t.nbytes_);
+    return t;
+  }
+
+  // Bytes tensor of the given strings (shape defaults to [n], or a scalar when `scalar` and n == 1).
+  static Tensor from_strings(const std::vector<std::string_view>& values, Shape shape) {
+    if (shape_elements(shape) != static_cast<std::int64_t>(values.size()))
+      throw Error("Tensor::from_strings: " + std::to_string(values.size()) + " strings do not fill shape " +
+                  shape_string(shape));
+    std::size_t total = 0;
+    for (auto v : values) total += v.size();
+    Tensor t;
+    t.dtype_ = DType::Bytes;
+    t.shape_ = std::move(shape);
+    t.buffer_ = HostAllocator::instance().allocate(total);
+    auto offsets = std::make_shared<std::vector<std::uint64_t>>();
+    offsets->reserve(values.size() + 1);
+    std::uint64_t at = 0;
+    offsets->push_back(0);
+    for (auto v : values) {
+      if (!v.empty()) std::memcpy(t.buffer_->data() + at, v.data(), v.size());
+      at += v.size();
+      offsets->push_back(at);
+    }
+    t.offsets_ = std::move(offsets);
+    t.nbytes_ = total;
+    return t;
+  }
+  static Tensor from_string(std::string_view value) { return from_strings({value}, {}); }
+
+  // A scalar bytes tensor viewing [offset, offset + size) of an existing buffer, without a copy.
+  static Tensor bytes_view(std::shared_ptr<Buffer> buffer, std::size_t offset, std::size_t size) {
+    if (!buffer || offset + size > buffer->size()) throw Error("Tensor::bytes_view: range outside the buffer");
+    Tensor t;
+    t.dtype_ = DType::Bytes;
+    t.buffer_ = std::move(buffer);
+    t.offset_ = offset;
+    t.nbytes_ = size;
+    t.offsets_ = std::make_shared<std::vector<std::uint64_t>>(std::vector<std::uint64_t>{0, size});
+    return t;
+  }
+
+  // A dense tensor over an existing buffer (used by operators that assemble into their own memory).
+  static Tensor view(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, std::size_t offset = 0) {
+    if (dtype == DType::Bytes) throw Error("Tensor::view: use bytes_view for bytes");
+    Tensor t;
+    t.dtype_ = dtype;
+    t.shape_ = std::move(shape);
+    t.nbytes_ = static_cast<std::size_t>(shape_elements(t.shape_)) * dtype_size(dtype);
+    if (!buffer || offset + t.nbytes_ > buffer->size()) throw Error("Tensor::view: shape does not fit the buffer");
+    t.buffer_ = std::move(buffer);
+    t.offset_ = offset;
+    return t;
+  }
+
+  bool valid() const { return static_cast<bool>(buffer_); }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  std::size_t rank() const { return shape_.size(); }
+  std::int64_t num_elements() const { return shape_elements(shape_); }
+  std::size_t nbytes() const { return nbytes_; }
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+  std::size_t byte_offset() const { return offset_; }
+
+  std::byte* raw_data() { return buffer_->data() + offset_; }
+  const std::byte* raw_data() const { return buffer_->data() + offset_; }
+  template <class T> T* data() {
+    check_type<T>();
+    return reinterpret_cast<T*>(raw_data());
+  }
+  template <class T> const T* data() const {
+    check_type<T>();
+    return reinterpret_cast<const T*>(raw_data());
+  }
+  template <class T> T item() const {
+    if (num_elements() != 1) throw Error("Tensor::item: tensor of shape " + shape_string(shape_) + " is not a single value");
+    return *data<T>();
+  }
+
+  // Element i of a bytes tensor (row-major over the shape).
+  std::string_view string_at(std::int64_t i) const {
+    if (dtype_ != DType::Bytes) throw Error(std::string("Tensor::string_at on a ") + dtype_name(dtype_) + " tensor");
+    const auto& off = *offsets_;
+    return {reinterpret_cast<const char*>(raw_data()) + off[i], static_cast<std::size_t>(off[i + 1] - off[i])};
+  }
+  const std::vector<std::uint64_t>& string_offsets() const { return *offsets_; }
+
+  // Rows [begin, end) along the first dimension, sharing the buffer.
+  Tensor slice(std::int64_t begin, std::int64_t end) const {
+    if (shape_.empty() || begin < 0 || end > shape_[0] || begin > end)
+      throw Error("Tensor::slice [" + std::to_string(begin) + "," + std::to_string(end) + ") outside shape " +
+                  shape_string(shape_));
+    std::int64_t row = 1;
+    for (std::size_t d = 1; d < shape_.size(); ++d) row *= shape_[d];
+    Tensor t = *this;
+    t.shape_[0] = end - begin;
+    if (dtype_ == DType::Bytes) {
+      const auto& off = *offsets_;
+      auto first = off[begin * row];
+      auto sub = std::make_shared<std::vector<std::uint64_t>>();
+      sub->reserve((end - begin) * row + 1);
+      for (std::int64_t i = begin * row; i <= end * row; ++i) sub->push_back(off[i] - first);
+      t.offset_ = offset_ + first;
+      t.nbytes_ = sub->back();
+      t.offsets_ = std::move(sub);
+    } else {
+      t.offset_ = offset_ + static_cast<std::size_t>(begin * row) * dtype_size(dtype_);
+      t.nbytes_ = static_cast<std::size_t>((end - begin) * row) * dtype_size(dtype_);
+    }
+    return t;
+  }
+
+  // Row i along the first dimension, with that dimension removed.
+  Tensor row(std::int64_t i) const {
+    Tensor t = slice(i, i + 1);
+    t.shape_.erase(t.shape_.begin());
+    return t;
+  }
+
+ private:
+  template <class T> void check_type() const {
+    if (dtype_of<T>() != dtype_)
+      throw Error(std::string("tensor holds ") + dtype_name(dtype_) + ", read as " + dtype_name(dtype_of<T>()));
+  }
+
+  DType dtype_ = DType::U8;
+  Shape shape_;
+  std::shared_ptr<Buffer> buffer_;
+  std::size_t offset_ = 0;
+  std::size_t nbytes_ = 0;
+  std::shared_ptr<const std::vector<std::uint64_t>> offsets_;
+};
+
+}  // namespace sluice
