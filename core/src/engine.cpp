@@ -194,7 +194,7 @@ struct Engine::Impl {
     CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out, bool may_flush)
         : impl_(impl), st_(st), out_(out), may_flush_(may_flush) {}
     std::uint64_t iteration = 0;
-    bool emit(Sample sample) override {
+    bool push(Sample sample) override {
       if (impl_.stopping.load(std::memory_order_relaxed) || st_.output->skipped(iteration)) return false;
       add(st_.counters.elements_out, 1);
       add(st_.counters.bytes_out, sample.nbytes());
@@ -404,10 +404,17 @@ struct Engine::Impl {
     };
     if (open && !guarded([&] { op.begin_iteration(0); }, "at the start")) return;
 
-    std::uint64_t mark = now_ns();
+    // Busy time is the time between two pops, less what flushing spent waiting downstream.
+    std::uint64_t mark = now_ns(), blocked_at_mark = st.counters.blocked_ns.load();
+    auto account_busy = [&](std::uint64_t now) {
+      std::uint64_t blocked = st.counters.blocked_ns.load();
+      std::uint64_t spent = now - mark, waited = blocked - blocked_at_mark;
+      add(st.counters.busy_ns, spent > waited ? spent - waited : 0);
+      blocked_at_mark = blocked;
+    };
     for (;;) {
       std::uint64_t t0 = now_ns();
-      add(st.counters.busy_ns, t0 - mark);
+      account_busy(t0);
       if (!st.input->pop(in, kChunk)) return;
       mark = now_ns();
       add(st.counters.starved_ns, mark - t0);
@@ -446,7 +453,7 @@ struct Engine::Impl {
       if (!guarded([&] { replayed = op.replay(out_iteration, emitter); }, "replaying")) return;
       if (!replayed || !close_iteration()) break;
     }
-    add(st.counters.busy_ns, now_ns() - mark);
+    account_busy(now_ns());
     out.push_back(Item::end_of_stream());
     flush(st, out);
   }

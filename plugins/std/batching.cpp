@@ -73,7 +73,7 @@ class Batch final : public Aggregate {
     for (std::size_t f = 0; f < samples[0].fields().size(); ++f)
       batch.set(samples[0].fields()[f].name, stack_field(samples, f, *allocator_));
     batch.set_origin(samples.front().origin());
-    out.emit(std::move(batch));
+    out.push(std::move(batch));
     pending_.reserve(batch_size_);
   }
 
@@ -104,7 +104,7 @@ class Unbatch final : public Expand {
       Sample s;
       for (const auto& f : in.fields()) s.set(f.name, f.tensor.row(r));
       s.set_origin(in.origin());
-      if (!out.emit(std::move(s))) return;
+      if (!out.push(std::move(s))) return;
     }
   }
 };

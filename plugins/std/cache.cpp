@@ -54,7 +54,7 @@ class Cache final : public Aggregate {
       if (file_) write_sample(file_, in);
       else memory_.push_back(in);  // shares the tensors' buffers
     }
-    out.emit(std::move(in));
+    out.push(std::move(in));
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t epoch, Emitter&) override {
@@ -75,7 +75,7 @@ class Cache final : public Aggregate {
     if (ready_from_file_ || (complete_ && !path_.empty())) return replay_file(out);
     if (!complete_) return false;
     for (const auto& s : memory_)
-      if (!out.emit(s)) break;
+      if (!out.push(s)) break;
     return true;
   }
   void finish(bool) override {
@@ -100,7 +100,7 @@ class Cache final : public Aggregate {
       if (!ok) throw DataError("cache file " + path_ + " is not a Sluice cache; delete it and " + marker());
       Sample s;
       while (read_sample(f, s, path_))
-        if (!out.emit(std::move(s))) break;
+        if (!out.push(std::move(s))) break;
     } catch (...) {
       std::fclose(f);
       throw;

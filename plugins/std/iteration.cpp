@@ -22,7 +22,7 @@ class Repeat final : public Aggregate {
     return iterations * count_;
   }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    out.emit(std::move(in));
+    out.push(std::move(in));
     return Flow::Continue;
   }
 
@@ -45,7 +45,7 @@ class Take final : public Aggregate {
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
     if (count_ >= 0 && taken_ >= count_) return Flow::SkipRestOfIteration;
     ++taken_;
-    out.emit(std::move(in));
+    out.push(std::move(in));
     return (count_ >= 0 && taken_ >= count_) ? Flow::SkipRestOfIteration : Flow::Continue;
   }
 
@@ -66,7 +66,7 @@ class Skip final : public Aggregate {
   explicit Skip(const Params& p) : count_(p.get_int("count")) {}
   void begin_iteration(std::uint64_t) override { seen_ = 0; }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    if (seen_++ >= count_) out.emit(std::move(in));
+    if (seen_++ >= count_) out.push(std::move(in));
     return Flow::Continue;
   }
 

@@ -47,7 +47,7 @@ class Shuffle final : public Aggregate {
     Sample chosen = std::move(buffer_[pick]);
     buffer_[pick] = std::move(buffer_.back());
     buffer_.pop_back();
-    return out.emit(std::move(chosen));
+    return out.push(std::move(chosen));
   }
 
   std::size_t buffer_size_;

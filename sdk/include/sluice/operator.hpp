@@ -55,13 +55,13 @@ struct ElementContext {
   Allocator& allocator() const { return *stage->allocator; }
 };
 
-// Receives the outputs of an expand or aggregate operator. emit() returns false once nothing
+// Receives the outputs of an expand or aggregate operator. push() returns false once nothing
 // more of the current iteration is wanted (a take downstream is satisfied, or the run stops):
 // the operator should return promptly.
 class Emitter {
  public:
   virtual ~Emitter() = default;
-  virtual bool emit(Sample sample) = 0;
+  virtual bool push(Sample sample) = 0;
 };
 
 // Constructors validate parameters only and must be cheap (the host builds one with default

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Sluice builds and tests with; the one list shared by the README,
+# scripts/test.sh, scripts/demo.sh and CI. Skips what is already installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  qt6-base-dev                 # Qt 6 Widgets and Test (app and test suites)
+  libboost-dev                 # Boost.DLL, header-only
+  libprotobuf-dev protobuf-compiler
+  libcli11-dev libfmt-dev
+)
+if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
+  packages+=(gstreamer1.0-tools gstreamer1.0-plugins-base)  # the GStreamer baseline of bench/
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "Installing Debian packages: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

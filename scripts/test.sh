@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: installs what it needs, builds into $BUILD_DIR (default build/), runs every
+# ctest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+export BUILD_DIR
+bash scripts/build.sh
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-2}" --timeout 600

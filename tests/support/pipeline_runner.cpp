@@ -1,0 +1,72 @@
+#include "pipeline_runner.hpp"
+
+#include <fstream>
+#include <sstream>
+
+namespace sluice::test {
+
+const Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    reg->load_search_path({std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/good"});
+    return reg;
+  }();
+  return *r;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Graph graph_of(const std::string& text) { return build_graph(parse_pipeline(text, "test.txtpb"), registry()); }
+
+RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides) {
+  RunOutput out;
+  QTemporaryDir dir;
+  std::string path = dir.path().toStdString() + "/out.jsonl";
+  std::string resolved = text;
+  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
+  try {
+    auto doc = parse_pipeline(resolved, "test.txtpb");
+    apply_overrides(doc, overrides);
+    Engine engine(build_graph(doc, registry()));
+    engine.start();
+    out.result = engine.wait();
+    out.snapshot = engine.snapshot();
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    return out;
+  }
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
+  return out;
+}
+
+std::vector<long long> integers(const std::string& line) {
+  std::vector<long long> values;
+  auto colon = line.find(':');
+  for (std::size_t i = colon == std::string::npos ? 0 : colon + 1; i < line.size();) {
+    if (line[i] == '-' || std::isdigit(static_cast<unsigned char>(line[i]))) {
+      std::size_t used = 0;
+      values.push_back(std::stoll(line.substr(i), &used));
+      i += used;
+    } else {
+      ++i;
+    }
+  }
+  return values;
+}
+
+std::vector<long long> all_integers(const std::vector<std::string>& lines) {
+  std::vector<long long> values;
+  for (const auto& l : lines) {
+    auto v = integers(l);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  return values;
+}
+
+}  // namespace sluice::test

@@ -1,0 +1,119 @@
+// The `sluice` command as a user runs it: exit codes, messages, reports, Ctrl-C.
+#include <QtTest>
+
+#include <csignal>
+
+#include "pipeline_runner.hpp"
+
+using namespace sluice::test;
+
+namespace {
+struct Result {
+  int code = -1;
+  QString out, err;
+};
+
+Result sluice_cli(const QStringList& args, int timeout_ms = 60000) {
+  QProcess p;
+  p.start(SLUICE_CLI, args);
+  p.waitForFinished(timeout_ms);
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+          QString::fromUtf8(p.readAllStandardError())};
+}
+
+QString write(const QTemporaryDir& dir, const QString& name, const std::string& text) {
+  QString path = dir.filePath(name);
+  QFile f(path);
+  f.open(QIODevice::WriteOnly);
+  f.write(text.data(), static_cast<qint64>(text.size()));
+  return path;
+}
+}  // namespace
+
+class TestCli : public QObject {
+  Q_OBJECT
+ private slots:
+  void run_prints_report_and_writes_output() {
+    QTemporaryDir dir;
+    auto out_path = dir.filePath("o.jsonl").toStdString();
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "100"}}) + stage("out", "jsonl_sink", "src", {{"path", out_path}}));
+    auto r = sluice_cli({"run", file, "--set", "src.count=7"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("elements/s") && r.out.contains("busy%") && r.out.contains("starved%") && r.out.contains("blocked%"));
+    QVERIFY(r.out.contains("fill%") && r.out.contains("skipped") && r.out.contains("Bottleneck: stage"));
+    QCOMPARE(QString::fromStdString(read_file(out_path)).count('\n'), 7);
+  }
+
+  void validate_reports_every_problem_and_exits_2() {
+    QTemporaryDir dir;
+    auto file = write(dir, "bad.txtpb", stage("src", "rnage", "") + stage("b", "batch", "src"));
+    auto r = sluice_cli({"validate", file});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("bad.txtpb:1:1: stage 'src': unknown operator 'rnage' (did you mean 'range'?)"));
+    QVERIFY(r.err.contains("stage 'b': parameter 'batch_size': is required"));
+    auto good = write(dir, "good.txtpb", stage("src", "range", "") + stage("o", "null_sink", "src"));
+    auto ok = sluice_cli({"validate", good});
+    QCOMPARE(ok.code, 0);
+    QVERIFY(ok.out.contains("valid, 2 stages"));
+    auto missing = sluice_cli({"run", dir.filePath("nope.txtpb")});
+    QCOMPARE(missing.code, 2);
+    QVERIFY(missing.err.contains("nope.txtpb: cannot open the pipeline file"));
+  }
+
+  void run_failure_exits_1_with_the_reason() {
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "") + stage("f", "fail_when", "src") + stage("o", "null_sink", "f"));
+    auto r = sluice_cli({"run", file, "--plugin-dir", QString(SLUICE_FIXTURE_PLUGIN_DIR) + "/good"});
+    QCOMPARE(r.code, 1);
+    QVERIFY(r.err.contains("stage 'f' (fail_when) failed on element 0"));
+  }
+
+  void plugins_lists_describes_and_explains_refusals() {
+    auto list = sluice_cli({"plugins"});
+    QCOMPARE(list.code, 0);
+    QVERIFY(list.out.contains("shuffle") && list.out.contains("aggregate"));
+    auto one = sluice_cli({"plugins", "shuffle"});
+    QVERIFY(one.out.contains("buffer_size") && one.out.contains("int, required, range [1, 1000000000]"));
+    auto typo = sluice_cli({"plugins", "shufle"});
+    QCOMPARE(typo.code, 2);
+    QVERIFY(typo.err.contains("did you mean 'shuffle'?"));
+    auto verbose = sluice_cli({"plugins", "--verbose", "--plugin-dir", QString(SLUICE_FIXTURE_PLUGIN_DIR) + "/broken"});
+    QCOMPARE(verbose.code, 0);
+    QVERIFY(verbose.out.contains("libfixture_abi_major.so") && verbose.out.contains("major versions differ"));
+    auto json = sluice_cli({"plugins", "--json"});
+    auto doc = QJsonDocument::fromJson(json.out.toUtf8());
+    QVERIFY(doc.isObject());
+    auto ops = doc.object()["operators"].toArray();
+    QVERIFY(ops.size() >= 16);
+    bool found = false;
+    for (const auto& op : ops)
+      if (op.toObject()["name"] == "batch") {
+        found = true;
+        QCOMPARE(op.toObject()["params"].toArray()[0].toObject()["name"].toString(), QString("batch_size"));
+      }
+    QVERIFY(found);
+  }
+
+  void ctrl_c_stops_within_a_second_with_a_partial_report() {
+    QTemporaryDir dir;
+    auto file = write(dir, "endless.txtpb",
+                      stage("src", "range", "", {{"count", "100"}}) + stage("rep", "repeat", "src") +
+                          stage("w", "simulate_work", "rep", {{"us", "50"}}) + stage("out", "null_sink", "w"));
+    QProcess p;
+    p.start(SLUICE_CLI, {"run", file});
+    QVERIFY(p.waitForStarted());
+    QTest::qWait(700);
+    QCOMPARE(p.state(), QProcess::Running);
+    QElapsedTimer timer;
+    timer.start();
+    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(5000));
+    QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("took %1 ms").arg(timer.elapsed())));
+    QCOMPARE(p.exitCode(), 130);
+    auto out = QString::fromUtf8(p.readAllStandardOutput());
+    QVERIFY(out.contains("Run stopped") && out.contains("simulate_work"));
+  }
+};
+
+QTEST_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,141 @@
+// Engine behaviour users rely on: error policies, stop, bottleneck detection, metrics.
+#include <QtTest>
+
+#include <atomic>
+#include <thread>
+
+#include "pipeline_runner.hpp"
+#include "sluice/core/report.hpp"
+
+using namespace sluice::test;
+
+class TestEngine : public QObject {
+  Q_OBJECT
+ private slots:
+  void fail_policy_stops_with_stage_element_and_origin() {
+    auto out = run_text(stage("src", "range", "", {{"count", "100"}}) + stage("tag", "tag_origin", "src") +
+                        stage("f", "fail_when", "tag", {{"divisor", "30"}}, "parallelism: 2") + stage("s", "skip", "f", {{"count", "1"}}) +
+                        sink_after("s"));
+    QCOMPARE(out.result.state, sluice::RunState::Failed);
+    const auto& e = out.result.error;
+    QVERIFY2(e.find("stage 'f' (fail_when) failed on element 0 of epoch 0 from file.rec:record 0: value 0 is planted as corrupt") !=
+                 std::string::npos,
+             e.c_str());
+    QVERIFY(e.find("error_policy: skip") != std::string::npos);
+  }
+
+  void skip_policy_drops_counts_and_keeps_reasons() {
+    auto out = run_text(stage("src", "range", "", {{"count", "100"}}) + stage("tag", "tag_origin", "src") +
+                        stage("f", "fail_when", "tag", {{"divisor", "10"}}, "parallelism: 3 error_policy: skip") + sink_after("f"));
+    QCOMPARE(out.result.state, sluice::RunState::Finished);
+    QCOMPARE(out.lines.size(), std::size_t(90));
+    const auto& m = out.snapshot.stage(2);
+    QCOMPARE(m.errors_skipped(), std::uint64_t(10));
+    QCOMPARE(m.skip_reasons_size(), 10);
+    QVERIFY(m.skip_reasons(1).find("element 10 of epoch 0 from file.rec:record 10: value 10 is planted as corrupt") != std::string::npos);
+    auto report = sluice::format_report(out.snapshot);
+    QVERIFY(report.find("Skipped in stage 'f': 10 elements") != std::string::npos);
+  }
+
+  void pipeline_wide_skip_policy_applies_to_stages() {
+    auto out = run_text("options { error_policy: skip }\n" + stage("src", "range", "", {{"count", "20"}}) +
+                        stage("f", "fail_when", "src", {{"divisor", "5"}}) + sink_after("f"));
+    QCOMPARE(out.result.state, sluice::RunState::Finished);
+    QCOMPARE(out.lines.size(), std::size_t(16));
+  }
+
+  void start_stop_200_cycles_without_hang() {
+    // An endless pipeline with parallel, stateful and sink stages, stopped at random moments.
+    std::string text = stage("src", "range", "", {{"count", "1000000000"}}) + stage("rep", "repeat", "src") +
+                       stage("w", "simulate_work", "rep", {{"us", "1"}}, "parallelism: 3") +
+                       stage("sh", "shuffle", "w", {{"buffer_size", "100"}}) + stage("b", "batch", "sh", {{"batch_size", "8"}}) +
+                       stage("out", "null_sink", "b");
+    for (int cycle = 0; cycle < 200; ++cycle) {
+      sluice::Engine engine(graph_of(text));
+      engine.start();
+      std::this_thread::sleep_for(std::chrono::microseconds((cycle * 37) % 3000));
+      auto t0 = std::chrono::steady_clock::now();
+      engine.stop();
+      auto result = engine.wait();
+      auto took = std::chrono::steady_clock::now() - t0;
+      QCOMPARE(result.state, sluice::RunState::Stopped);
+      QVERIFY2(took < std::chrono::seconds(1), "stop took longer than a second");
+    }
+  }
+
+  void slow_stage_is_the_bottleneck_with_full_input() {
+    auto out = run_text(stage("src", "range", "", {{"count", "3000"}}) + stage("fast", "identity", "src") +
+                        stage("slow", "simulate_work", "fast", {{"us", "300"}}) + stage("after", "identity", "slow") +
+                        stage("out", "null_sink", "after"));
+    QCOMPARE(out.result.state, sluice::RunState::Finished);
+    QCOMPARE(out.snapshot.bottleneck(), std::string("slow"));
+    const auto& fast = out.snapshot.stage(1);
+    QVERIFY2(fast.mean_buffer_fill() > 0.8, "the slow stage's input buffer should be mostly full");
+    QVERIFY(out.snapshot.stage(2).busy_fraction() > 0.8);
+    QVERIFY(out.snapshot.stage(2).mean_buffer_fill() < 0.2);
+    QVERIFY(out.snapshot.bottleneck_reason().find("input buffer is") != std::string::npos);
+    auto report = sluice::format_report(out.snapshot);
+    QVERIFY(report.find("Bottleneck: stage 'slow'") != std::string::npos);
+  }
+
+  void snapshots_are_published_several_times_a_second() {
+    sluice::EngineOptions options;
+    options.snapshot_interval = std::chrono::milliseconds(100);
+    sluice::Engine engine(graph_of(stage("src", "range", "", {{"count", "1000000000"}}) +
+                                   stage("w", "simulate_work", "src", {{"us", "20"}}) + stage("out", "null_sink", "w")),
+                          options);
+    std::atomic<int> count{0};
+    std::atomic<std::uint64_t> last_elements{0};
+    bool monotonic = true;
+    engine.subscribe([&](const sluice::metrics::MetricsSnapshot& s) {
+      if (s.stage(2).elements_out() < last_elements.load()) monotonic = false;
+      last_elements = s.stage(2).elements_out();
+      ++count;
+    });
+    engine.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    int during = count.load();
+    auto live = engine.snapshot();
+    engine.stop();
+    engine.wait();
+    QVERIFY2(during >= 5, qPrintable(QString("only %1 snapshots in a second").arg(during)));
+    QVERIFY(monotonic);
+    QCOMPARE(live.state(), std::string("running"));
+    QVERIFY(live.stage(1).elements_out() > 0);
+    QCOMPARE(live.stage(0).buffer_capacity(), 64u);
+  }
+
+  void sink_start_failure_names_the_stage() {
+    auto out = run_text(stage("src", "range", "") + stage("out", "jsonl_sink", "src", {{"path", "/nonexistent-dir/x.jsonl"}}));
+    QVERIFY2(out.error.find("stage 'out' (jsonl_sink) could not start: cannot write /nonexistent-dir/x.jsonl.partial") !=
+                 std::string::npos,
+             out.error.c_str());
+  }
+
+  void pooled_allocator_reuses_blocks() {
+    sluice::PooledHostAllocator pool;
+    for (int i = 0; i < 100; ++i) {
+      auto t = sluice::Tensor::empty(sluice::DType::F32, {64, 224, 224, 3}, pool);
+      t.data<float>()[0] = 1.0f;
+    }
+    auto c = pool.counters();
+    QCOMPARE(c.fresh_allocations, std::uint64_t(1));
+    QCOMPARE(c.reused_allocations, std::uint64_t(99));
+  }
+
+  void rng_is_a_pure_function_of_its_key() {
+    sluice::Rng a(1, 2, 3, 4), b(1, 2, 3, 4), c(1, 2, 3, 5);
+    std::uint64_t x = a.next_u64();
+    QCOMPARE(x, b.next_u64());
+    QVERIFY(x != c.next_u64());
+    sluice::Rng u(9, 9, 9, 9);
+    for (int i = 0; i < 1000; ++i) {
+      double v = u.uniform();
+      QVERIFY(v >= 0.0 && v < 1.0);
+      QVERIFY(u.below(7) < 7);
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestEngine)
+#include "tst_engine.moc"

@@ -1,0 +1,144 @@
+// Pipeline files: every kind of mistake gets a message naming the place, the stage, the parameter.
+#include <QtTest>
+
+#include "pipeline_runner.hpp"
+
+using namespace sluice::test;
+
+namespace {
+// All problems of `text`, joined, or "" when valid.
+std::string problems(const std::string& text) {
+  try {
+    graph_of(text);
+    return "";
+  } catch (const sluice::SpecError& e) {
+    return e.what();
+  }
+}
+bool has(const std::string& haystack, const std::string& needle) {
+  if (haystack.find(needle) != std::string::npos) return true;
+  qWarning("missing '%s' in:\n%s", needle.c_str(), haystack.c_str());
+  return false;
+}
+const std::string kValid = stage("src", "range", "", {{"count", "5"}}) + sink_after("src");
+}  // namespace
+
+class TestSpec : public QObject {
+  Q_OBJECT
+ private slots:
+  void the_documented_example_is_valid() {
+    QCOMPARE(problems(R"(options { seed: 42 deterministic: true }
+stage { id: "src"  op: "range"      params { key: "count" value: "1000" } }
+stage { id: "shuf" op: "shuffle"    input: "src"  params { key: "buffer_size" value: "100" } }
+stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "out.jsonl" } }
+)"),
+             std::string());
+  }
+
+  void syntax_error_names_line_and_column() {
+    try {
+      sluice::parse_pipeline("stage { id: \"a\" op: \"range\" }\nstage { id: \"b\" op: }\n", "bad.txtpb");
+      QFAIL("no error");
+    } catch (const sluice::SpecError& e) {
+      QVERIFY(has(e.what(), "bad.txtpb:2:"));
+      QCOMPARE(e.problems().front().line, 2);
+    }
+  }
+
+  void json_is_accepted_and_bad_json_is_reported() {
+    auto doc = sluice::parse_pipeline(R"({"stage":[{"id":"src","op":"range","params":{"count":"3"}},
+      {"id":"out","op":"null_sink","input":["src"]}]})", "p.json");
+    QCOMPARE(doc.spec.stage_size(), 2);
+    QVERIFY(sluice::validate_pipeline(doc, registry()).empty());
+    QVERIFY_THROWS_EXCEPTION(sluice::SpecError, sluice::parse_pipeline("{\"stage\": [", "p.json"));
+  }
+
+  void unknown_operator_suggests_closest() {
+    auto p = problems(stage("src", "rnage", "") + sink_after("src"));
+    QVERIFY(has(p, "stage 'src': unknown operator 'rnage' (did you mean 'range'?)"));
+    QVERIFY(has(p, "test.txtpb:1:1"));
+  }
+
+  void parameter_errors() {
+    QVERIFY(has(problems(stage("src", "range", "", {{"cuont", "5"}}) + sink_after("src")),
+                "stage 'src': parameter 'cuont': 'range' has no such parameter (did you mean 'count'?)"));
+    QVERIFY(has(problems(stage("src", "range", "", {{"count", "five"}}) + sink_after("src")),
+                "parameter 'count': expects an integer, got 'five'"));
+    QVERIFY(has(problems(stage("src", "range", "", {{"count", "-4"}}) + sink_after("src")),
+                "parameter 'count': -4 is out of range"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("s", "shuffle", "src") + sink_after("s")),
+                "stage 's': parameter 'buffer_size': is required"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}, {"drop_remainder", "maybe"}}) +
+                         sink_after("b")),
+                "parameter 'drop_remainder': expects true or false, got 'maybe'"));
+    QVERIFY(has(problems(stage("src", "from_list", "", {{"values", "1"}, {"dtype", "int46"}}) + sink_after("src")),
+                "'int46' is not one of auto, int64, float, bytes (did you mean 'int64'?)"));
+  }
+
+  void wiring_errors() {
+    QVERIFY(has(problems(stage("src", "range", "") + sink_after("scr")), "stage 'out': input 'scr' names no stage (did you mean 'src'?)"));
+    QVERIFY(has(problems(stage("a", "range", "", {}, "input: \"b\"") + stage("b", "identity", "a") + sink_after("b")),
+                "'range' is a source and takes no input"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("x", "identity", "") + sink_after("src")), "needs an input"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "src") + sink_after("a")),
+                "its output is read by 2 stages"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src")), "stage 'a': no path to a sink"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "a")),
+                "stage 'a': no path to a sink: its output ends at stage 'b', which is not a sink"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("src", "null_sink", "src")), "another stage already has this id"));
+    QVERIFY(has(problems(""), "the pipeline has no stages"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("o1", "null_sink", "src") + stage("o2", "null_sink", "o1")),
+                "its input 'o1' is a sink"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "parallelism: 3") + sink_after("b")),
+                "keeps state between elements and runs on one worker"));
+  }
+
+  void cycle_is_reported() {
+    auto p = problems(stage("src", "range", "") + stage("a", "identity", "b") + stage("b", "identity", "a") + sink_after("src"));
+    QVERIFY(has(p, "stages 'a', 'b' form a cycle"));
+  }
+
+  void overrides_are_parsed_like_params() {
+    auto doc = sluice::parse_pipeline(kValid, "p.txtpb");
+    sluice::apply_overrides(doc, {"src.count=12"});
+    auto graph = sluice::build_graph(doc, registry());
+    QCOMPARE(graph.stages[0].params.get_int("count"), std::int64_t(12));
+    auto bad = sluice::parse_pipeline(kValid, "p.txtpb");
+    sluice::apply_overrides(bad, {"src.count=twelve"});
+    try {
+      sluice::build_graph(bad, registry());
+      QFAIL("no error");
+    } catch (const sluice::SpecError& e) {
+      QVERIFY(has(e.what(), "parameter 'count': expects an integer, got 'twelve'"));
+    }
+    try {
+      sluice::apply_overrides(bad, {"sr.count=1"});
+      QFAIL("no error");
+    } catch (const sluice::SpecError& e) {
+      QVERIFY(has(e.what(), "names no stage 'sr' (did you mean 'src'?)"));
+    }
+    QVERIFY_THROWS_EXCEPTION(sluice::SpecError, sluice::apply_overrides(bad, {"no-equals-sign"}));
+  }
+
+  void text_round_trip_changes_nothing() {
+    auto doc = sluice::parse_pipeline("options { seed: 3 }\n" + kValid + "", "p.txtpb");
+    std::string once = sluice::pipeline_to_text(doc.spec);
+    auto again = sluice::parse_pipeline(once, "p2.txtpb");
+    QCOMPARE(sluice::pipeline_to_text(again.spec), once);
+    QVERIFY(again.spec.SerializeAsString() == doc.spec.SerializeAsString());
+  }
+
+  void pipeline_file_written_atomically_reads_back() {
+    QTemporaryDir dir;
+    auto path = dir.path().toStdString() + "/p.txtpb";
+    auto doc = sluice::parse_pipeline(kValid, "p.txtpb");
+    sluice::write_pipeline_file(doc.spec, path);
+    auto back = sluice::read_pipeline_file(path);
+    QVERIFY(back.spec.SerializeAsString() == doc.spec.SerializeAsString());
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 1);  // no temporary left behind
+    QVERIFY_THROWS_EXCEPTION(sluice::SpecError, sluice::read_pipeline_file(dir.path().toStdString() + "/missing.txtpb"));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestSpec)
+#include "tst_spec.moc"
