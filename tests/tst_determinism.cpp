@@ -48,6 +48,18 @@ class TestDeterminism : public QObject {
     QCOMPARE(joined(a), joined(b));
   }
 
+  void fused_and_separate_stages_give_the_same_bytes() {
+    std::string body = stage("src", "range", "", {{"count", "2000"}}) +
+                       stage("work", "simulate_work", "src", {{"us", "0"}, {"jitter_us", "10"}}, "parallelism: 4") +
+                       stage("drop", "filter_random", "work", {{"p", "0.5"}}, "parallelism: 4") + sink_after("drop");
+    auto fused = run_text("options { seed: 11 fuse_stages: true }\n" + body);
+    auto separate = run_text("options { seed: 11 fuse_stages: false }\n" + body);
+    QCOMPARE(fused.snapshot.stage(2).fused_with(), std::string("work"));
+    QVERIFY(separate.snapshot.stage(2).fused_with().empty());
+    QVERIFY(fused.lines.size() > 800);
+    QCOMPARE(joined(fused), joined(separate));
+  }
+
   void non_deterministic_mode_keeps_every_element() {
     // Completion order may differ, but the elements kept are the same: the decision is per element.
     std::string text = "options { seed: 9 deterministic: false }\n" + stage("src", "range", "", {{"count", "2000"}}) +

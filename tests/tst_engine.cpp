@@ -63,16 +63,25 @@ class TestEngine : public QObject {
     }
   }
 
+  void slow_stage_is_the_bottleneck_with_full_input_data() {
+    QTest::addColumn<bool>("fuse");
+    QTest::newRow("separate stages") << false;
+    QTest::newRow("fused stages") << true;
+  }
   void slow_stage_is_the_bottleneck_with_full_input() {
-    auto out = run_text(stage("src", "range", "", {{"count", "3000"}}) + stage("fast", "identity", "src") +
+    QFETCH(bool, fuse);
+    auto out = run_text(std::string("options { fuse_stages: ") + (fuse ? "true" : "false") + " }\n" +
+                        stage("src", "range", "", {{"count", "3000"}}) + stage("fast", "identity", "src") +
                         stage("slow", "simulate_work", "fast", {{"us", "300"}}) + stage("after", "identity", "slow") +
                         stage("out", "null_sink", "after"));
     QCOMPARE(out.result.state, sluice::RunState::Finished);
     QCOMPARE(out.snapshot.bottleneck(), std::string("slow"));
-    const auto& fast = out.snapshot.stage(1);
-    QVERIFY2(fast.mean_buffer_fill() > 0.8, "the slow stage's input buffer should be mostly full");
+    // The buffer in front of the slow stage: fast's output, or with fusion the group's input.
+    const auto& feeding = out.snapshot.stage(fuse ? 0 : 1);
+    QVERIFY2(feeding.mean_buffer_fill() > 0.8, "the slow stage's input buffer should be mostly full");
+    QCOMPARE(out.snapshot.stage(2).fused_with(), fuse ? std::string("fast") : std::string());
     QVERIFY(out.snapshot.stage(2).busy_fraction() > 0.8);
-    QVERIFY(out.snapshot.stage(2).mean_buffer_fill() < 0.2);
+    QVERIFY(out.snapshot.stage(3).mean_buffer_fill() < 0.2);
     QVERIFY(out.snapshot.bottleneck_reason().find("input buffer is") != std::string::npos);
     auto report = sluice::format_report(out.snapshot);
     QVERIFY(report.find("Bottleneck: stage 'slow'") != std::string::npos);

@@ -70,6 +70,12 @@ struct StageRuntime {
   bool keeps_reading = false;
   bool started = false;
 
+  // Fusion: adjacent stateless maps (and a last filter) with the same parallelism run in the
+  // workers of the first one, the head, without a channel between them. Each keeps its metrics.
+  std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
+  StageRuntime* fused_head = nullptr;  // on a member: the head running it
+  StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
+
   Counters counters;
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;
@@ -145,8 +151,11 @@ struct Engine::Impl {
   }
 
   // Handles an exception thrown by an operator for one element. Returns true to go on.
+  // With `deferred`, a failure is stored there instead of stopping the run at once: ordered
+  // workers report it on their commit turn, so the first failing element in input order is the
+  // one named, whichever worker met its error first.
   bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index,
-                     const std::string& origin) {
+                     const std::string& origin, std::string* deferred = nullptr) {
     std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
     if (st.spec->error_policy == ErrorPolicyKind::Skip) {
       add(st.counters.errors_skipped, 1);
@@ -154,14 +163,21 @@ struct Engine::Impl {
       if (st.skip_reasons.size() < options.kept_skip_reasons) st.skip_reasons.push_back(where + ": " + what);
       return true;
     }
-    fail(fmt::format("{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)",
-                     stage_label(st), where, what));
+    std::string message = fmt::format(
+        "{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)", stage_label(st),
+        where, what);
+    if (deferred) *deferred = std::move(message);
+    else fail(message);
     return false;
   }
 
   // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
   // upstream at once, so a source stops producing what would only be thrown away.
   void skip_input(StageRuntime& st, std::int64_t iteration) {
+    if (st.fused_head) {
+      skip_input(*st.fused_head, iteration);
+      return;
+    }
     if (!st.input || st.input->skip_through.load() >= iteration) return;
     st.input->request_skip(iteration);
     StageRuntime& producer = *stages[st.input_stage];
@@ -179,11 +195,13 @@ struct Engine::Impl {
     skip_input(producer, upstream);
   }
 
+  // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
   bool flush(StageRuntime& st, std::vector<Item>& out) {
     if (out.empty()) return !stopping.load(std::memory_order_relaxed);
+    StageRuntime& exit = st.exit();
     std::uint64_t t0 = now_ns();
-    bool ok = st.output->push(out);
-    add(st.counters.blocked_ns, now_ns() - t0);
+    bool ok = exit.output->push(out);
+    add(exit.counters.blocked_ns, now_ns() - t0);
     return ok;
   }
 
@@ -195,7 +213,7 @@ struct Engine::Impl {
         : impl_(impl), st_(st), out_(out), may_flush_(may_flush) {}
     std::uint64_t iteration = 0;
     bool push(Sample sample) override {
-      if (impl_.stopping.load(std::memory_order_relaxed) || st_.output->skipped(iteration)) return false;
+      if (impl_.stopping.load(std::memory_order_relaxed) || st_.exit().output->skipped(iteration)) return false;
       add(st_.counters.elements_out, 1);
       add(st_.counters.bytes_out, sample.nbytes());
       out_.push_back(Item::element(std::move(sample)));
@@ -294,8 +312,9 @@ struct Engine::Impl {
             ++st.in_iteration;
             st.in_index = 0;
             st.counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
+            for (auto* member : st.fused) member->counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
           }
-          if (st.output) {
+          if (!st.sink) {
             out.push_back(std::move(control));
             if (!flush(st, out)) return;
           } else if (st.input_done) {
@@ -314,18 +333,18 @@ struct Engine::Impl {
       add(st.counters.elements_in, in.size());
       add(st.counters.bytes_in, bytes_of(in));
 
-      std::uint64_t t1 = now_ns();
       bool ok = true;
-      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush);
+      std::string failure;
+      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush, ordered ? &failure : nullptr);
       in.clear();
       std::uint64_t t2 = now_ns();
-      add(st.counters.busy_ns, t2 - t1);
 
       if (ordered) {
         std::unique_lock lock(st.commit_mutex);
         st.commit_cv.wait(lock, [&] { return st.next_commit == seq || stopping.load(); });
       }
-      if (ok && st.output && !out.empty()) ok = st.output->push(out);
+      if (!failure.empty()) fail(failure);
+      if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
       out.clear();
       {
         std::lock_guard lock(st.commit_mutex);
@@ -333,18 +352,49 @@ struct Engine::Impl {
         --st.in_flight;
         st.commit_cv.notify_all();
       }
-      add(st.counters.blocked_ns, now_ns() - t2);
+      add(st.exit().counters.blocked_ns, now_ns() - t2);
       if (!ok || stopping.load()) return;
     }
   }
 
+  // Runs one chunk through the stage, or through every member of its fused group in turn (each
+  // member over the whole chunk, so that each one's busy time is measured). In a group, every
+  // member sees the element's index at the group's input: maps keep positions, and a filter can
+  // only be the last member.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
-                     std::uint64_t base_index, bool may_flush) {
+                     std::uint64_t base_index, bool may_flush, std::string* deferred_failure) {
+    if (st.expand || st.sink) return process_elements(st, in, out, epoch, base_index, may_flush, nullptr, deferred_failure);
+    std::vector<std::uint64_t> positions(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
+    if (!process_elements(st, in, out, epoch, base_index, may_flush, &positions, deferred_failure)) return false;
+    for (StageRuntime* member : st.fused) {
+      in.swap(out);
+      out.clear();
+      add(member->counters.elements_in, in.size());
+      add(member->counters.bytes_in, bytes_of(in));
+      if (!process_elements(*member, in, out, epoch, base_index, may_flush, &positions, deferred_failure)) return false;
+    }
+    return true;
+  }
+
+  // `positions`, when given, holds each element's index (and is compacted as elements drop out).
+  bool process_elements(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
+                        std::uint64_t base_index, bool may_flush, std::vector<std::uint64_t>* positions,
+                        std::string* deferred_failure) {
+    const std::uint64_t t0 = now_ns();
     ElementContext ctx{&st.info, epoch, base_index};
     CollectingEmitter emitter(*this, st, out, may_flush);
     emitter.iteration = epoch;
-    for (auto& item : in) {
-      if (stopping.load(std::memory_order_relaxed)) return false;
+    std::size_t kept = 0;
+    bool ok = true;
+    for (std::size_t i = 0; i < in.size() && ok; ++i) {
+      auto& item = in[i];
+      if (stopping.load(std::memory_order_relaxed)) {
+        ok = false;
+        break;
+      }
+      if (positions) ctx.index = (*positions)[i];
+      const std::size_t before = out.size();
       std::string origin = item.sample.origin();
       try {
         if (st.map) {
@@ -367,11 +417,14 @@ struct Engine::Impl {
           add(st.counters.bytes_out, bytes);
         }
       } catch (const std::exception& e) {
-        if (!element_error(st, e.what(), epoch, ctx.index, origin)) return false;
+        ok = element_error(st, e.what(), epoch, ctx.index, origin, deferred_failure);
       }
-      ++ctx.index;
+      if (positions && out.size() > before) (*positions)[kept++] = ctx.index;
+      if (!positions) ++ctx.index;
     }
-    return true;
+    if (positions) positions->resize(kept);
+    add(st.counters.busy_ns, now_ns() - t0);
+    return ok;
   }
 
   // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
@@ -536,6 +589,7 @@ struct Engine::Impl {
       }
       std::uint64_t counted = st.source ? el_out : el_in;
       if (counted) m->set_mean_element_us(c.busy_ns.load() / 1e3 / static_cast<double>(counted));
+      if (st.fused_head) m->set_fused_with(st.fused_head->spec->id);
       if (st.output) {
         m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
         m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
@@ -670,14 +724,33 @@ void Engine::start() {
       st.passes_per_iteration = st.aggregate->input_passes(1);
       st.keeps_reading = st.aggregate->keeps_reading_when_skipped();
     }
-    if (!st.sink) {
+  }
+  // Fuse a stateless map with the stateless map or filter that reads it, when they run on as many
+  // workers and the map asks for no buffer of its own (prefetch does, and an explicit buffer_size).
+  if (I.graph.fuse) {
+    for (auto& st_ptr : I.stages) {
+      auto& st = *st_ptr;
+      if (!st.map || st.spec->consumer < 0 || st.spec->buffer_size > 0 || st.op->preferred_buffer() > 0) continue;
+      if (!st.spec->op->info.traits.stateless) continue;
+      auto& next = *I.stages[st.spec->consumer];
+      if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers) continue;
+      StageRuntime& head = st.fused_head ? *st.fused_head : st;
+      head.fused.push_back(&next);
+      next.fused_head = &head;
+    }
+  }
+  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
+    auto& st = *I.stages[i];
+    const bool feeds_own_group = st.spec->consumer >= 0 && I.stages[st.spec->consumer]->fused_head &&
+                                 (I.stages[st.spec->consumer]->fused_head == &st || I.stages[st.spec->consumer]->fused_head == st.fused_head);
+    if (!st.sink && !feeds_own_group) {
       std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
       if (capacity == 0) capacity = I.options.default_buffer;
       st.output = std::make_unique<Channel>(capacity, I.stopping);
     }
   }
   for (auto& st : I.stages) {
-    if (!st->spec->inputs.empty()) {
+    if (!st->spec->inputs.empty() && !st->fused_head) {
       st->input_stage = st->spec->inputs[0];
       st->input = I.stages[st->input_stage]->output.get();
     }
@@ -686,10 +759,11 @@ void Engine::start() {
   I.state.store(static_cast<int>(RunState::Running));
   {
     std::lock_guard lock(I.done_mutex);
-    for (auto& st : I.stages) I.live_workers += st->workers;
+    for (auto& st : I.stages)
+      if (!st->fused_head) I.live_workers += st->workers;
   }
   for (auto& st : I.stages)
-    for (int w = 0; w < st->workers; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
+    for (int w = 0; w < st->workers && !st->fused_head; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
   I.publisher = std::thread([&I] { I.run_publisher(); });
 }
 

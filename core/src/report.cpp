@@ -1,5 +1,6 @@
 #include "sluice/core/report.hpp"
 
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -9,14 +10,23 @@ namespace sluice {
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   std::map<std::string, int> index_of;
   for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
-  auto input_fill = [&](const metrics::StageMetrics& m) {
+  // A fused stage has no buffer before it: its group's input buffer is the one that matters.
+  std::function<double(const metrics::StageMetrics&)> input_fill = [&](const metrics::StageMetrics& m) {
     if (m.inputs_size() == 0) return 1.0;  // a source is never short of input
+    if (!m.fused_with().empty()) return input_fill(snapshot.stage(index_of.at(m.inputs(0))));
     double fill = 0;
     for (const auto& in : m.inputs()) fill = std::max(fill, snapshot.stage(index_of.at(in)).mean_buffer_fill());
     return fill;
   };
-  auto output_fill = [](const metrics::StageMetrics& m) { return m.buffer_capacity() ? m.mean_buffer_fill() : 0.0; };
-
+  // A member of a fused group hands its output straight to the next member: the group's last
+  // buffer is the one it waits on.
+  std::function<double(const metrics::StageMetrics&)> output_fill = [&](const metrics::StageMetrics& m) -> double {
+    if (m.buffer_capacity()) return m.mean_buffer_fill();
+    const std::string& head = m.fused_with().empty() ? m.id() : m.fused_with();
+    for (const auto& next : snapshot.stage())
+      if (next.fused_with() == head && next.inputs_size() == 1 && next.inputs(0) == m.id()) return output_fill(next);
+    return 0.0;  // a sink
+  };
   // Among stages whose input is mostly full and output mostly empty, the busiest one limits the
   // pipeline; without such a stage, the busiest overall.
   int best = -1, busiest = -1;
@@ -43,7 +53,7 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", "wk",
                      "elements", "elements/s", "MB/s", "busy%", "starved%", "blocked%", "fill%", "skipped");
   for (const auto& m : snapshot.stage()) {
-    std::string fill = m.buffer_capacity() ? fmt::format("{:.0f}", 100 * m.mean_buffer_fill()) : "-";
+    std::string fill = m.buffer_capacity() ? fmt::format("{:.0f}", 100 * m.mean_buffer_fill()) : m.kind() == "sink" ? "-" : "fused";
     out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12.0f} {:>9.2f} {:>6.0f} {:>8.0f} {:>8.0f} {:>6} {:>8}\n", m.id(),
                        m.op(), m.workers(), m.elements_out(), m.elements_per_s(), m.bytes_per_s() / 1e6,
                        100 * m.busy_fraction(), 100 * m.starved_fraction(), 100 * m.blocked_fraction(), fill,

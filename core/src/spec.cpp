@@ -253,6 +253,7 @@ struct Validation {
     }
     graph.seed = doc.spec.options().seed();
     graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
+    graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     graph.file = doc.file;
   }
 

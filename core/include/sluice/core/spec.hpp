@@ -71,6 +71,7 @@ struct Graph {
   std::vector<GraphStage> stages;
   std::uint64_t seed = 0;
   bool deterministic = true;
+  bool fuse = true;
   std::string file;
 };
 
