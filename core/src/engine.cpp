@@ -232,9 +232,13 @@ struct Engine::Impl {
     std::vector<Item> out;
     out.reserve(kChunk);
     std::uint64_t mark = now_ns();
+    std::uint64_t produced = 0, produced_bytes = 0;
     auto handover = [&]() {
       std::uint64_t t = now_ns();
       add(st.counters.busy_ns, t - mark);
+      add(st.counters.elements_out, produced);
+      add(st.counters.bytes_out, produced_bytes);
+      produced = produced_bytes = 0;
       bool ok = flush(st, out);
       mark = now_ns();
       return ok;
@@ -259,10 +263,14 @@ struct Engine::Impl {
             continue;
           }
           ++ctx.index;
-          add(st.counters.elements_out, 1);
-          add(st.counters.bytes_out, sample.nbytes());
+          ++produced;
+          produced_bytes += sample.nbytes();
           out.push_back(Item::element(std::move(sample)));
-          if ((out.size() >= kChunk || st.output->consumer_waiting()) && !handover()) return;
+          // Hand over full chunks; to a waiting consumer, hand over sooner, but not element by
+          // element from a fast source (each hand-off may wake a thread).
+          bool due = out.size() >= kChunk ||
+                     (st.output->consumer_waiting() && (out.size() >= kChunk / 4 || now_ns() - mark >= 50'000));
+          if (due && !handover()) return;
         }
       }
       out.push_back(Item::end_of_iteration(pass));
@@ -386,6 +394,7 @@ struct Engine::Impl {
     CollectingEmitter emitter(*this, st, out, may_flush);
     emitter.iteration = epoch;
     std::size_t kept = 0;
+    std::uint64_t produced = 0, produced_bytes = 0;  // added to the shared counters once per chunk
     bool ok = true;
     for (std::size_t i = 0; i < in.size() && ok; ++i) {
       auto& item = in[i];
@@ -399,13 +408,13 @@ struct Engine::Impl {
       try {
         if (st.map) {
           Sample result = st.map->map(std::move(item.sample), ctx);
-          add(st.counters.elements_out, 1);
-          add(st.counters.bytes_out, result.nbytes());
+          ++produced;
+          produced_bytes += result.nbytes();
           out.push_back(Item::element(std::move(result)));
         } else if (st.filter) {
           if (st.filter->keep(item.sample, ctx)) {
-            add(st.counters.elements_out, 1);
-            add(st.counters.bytes_out, item.sample.nbytes());
+            ++produced;
+            produced_bytes += item.sample.nbytes();
             out.push_back(std::move(item));
           }
         } else if (st.expand) {
@@ -413,8 +422,8 @@ struct Engine::Impl {
         } else if (st.sink) {
           std::size_t bytes = item.sample.nbytes();
           st.sink->consume(std::move(item.sample), ctx);
-          add(st.counters.elements_out, 1);
-          add(st.counters.bytes_out, bytes);
+          ++produced;
+          produced_bytes += bytes;
         }
       } catch (const std::exception& e) {
         ok = element_error(st, e.what(), epoch, ctx.index, origin, deferred_failure);
@@ -423,6 +432,8 @@ struct Engine::Impl {
       if (!positions) ++ctx.index;
     }
     if (positions) positions->resize(kept);
+    add(st.counters.elements_out, produced);
+    add(st.counters.bytes_out, produced_bytes);
     add(st.counters.busy_ns, now_ns() - t0);
     return ok;
   }
