@@ -19,8 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string chain_text(long long elements, int stages) {
-  std::string text = fmt::format("stage {{ id: \"src\" op: \"range\" params {{ key: \"count\" value: \"{}\" }} }}\n", elements);
+std::string chain_text(long long elements, int stages, bool fuse) {
+  std::string text = fmt::format("options {{ fuse_stages: {} }}\n", fuse ? "true" : "false");
+  text += fmt::format("stage {{ id: \"src\" op: \"range\" params {{ key: \"count\" value: \"{}\" }} }}\n", elements);
   std::string previous = "src";
   for (int i = 0; i < stages; ++i) {
     std::string id = fmt::format("pass{}", i);
@@ -30,8 +31,8 @@ std::string chain_text(long long elements, int stages) {
   return text + fmt::format("stage {{ id: \"out\" op: \"null_sink\" input: \"{}\" }}\n", previous);
 }
 
-double sluice_rate(const sluice::Registry& registry, long long elements, int stages) {
-  auto graph = sluice::build_graph(sluice::parse_pipeline(chain_text(elements, stages), "bench"), registry);
+double sluice_rate(const sluice::Registry& registry, long long elements, int stages, bool fuse) {
+  auto graph = sluice::build_graph(sluice::parse_pipeline(chain_text(elements, stages, fuse), "bench"), registry);
   sluice::Engine engine(std::move(graph));
   auto t0 = Clock::now();
   engine.start();
@@ -95,16 +96,17 @@ int main(int argc, char** argv) {
   bool have_gst = std::system("command -v gst-launch-1.0 > /dev/null 2>&1") == 0;
 
   fmt::print("elements per run: {} (GStreamer: {}); each figure is the best of 3 runs\n\n", elements, gst_elements);
-  fmt::print("{:>6} {:>16} {:>18} {:>18} {:>12} {:>12}\n", "stages", "sluice elem/s", "plain loop elem/s", "GStreamer elem/s",
-             "vs loop", "vs GStreamer");
+  fmt::print("{:>6} {:>14} {:>16} {:>16} {:>16} {:>8} {:>12}\n", "stages", "sluice elem/s", "unfused elem/s",
+             "plain loop", "GStreamer", "vs loop", "vs GStreamer");
   for (int stages : {1, 5, 10}) {
-    double ours = 0, loop = 0, gst = -1;
+    double ours = 0, unfused = 0, loop = 0, gst = -1;
     for (int rep = 0; rep < 3; ++rep) {
-      ours = std::max(ours, sluice_rate(registry, elements, stages));
+      ours = std::max(ours, sluice_rate(registry, elements, stages, true));
+      unfused = std::max(unfused, sluice_rate(registry, elements, stages, false));
       loop = std::max(loop, plain_loop_rate(registry, elements, stages));
       if (have_gst) gst = std::max(gst, gstreamer_rate(gst_elements, stages));
     }
-    fmt::print("{:>6} {:>16.0f} {:>18.0f} {:>18} {:>11.2f}x {:>12}\n", stages, ours, loop,
+    fmt::print("{:>6} {:>14.0f} {:>16.0f} {:>16.0f} {:>16} {:>7.2f}x {:>12}\n", stages, ours, unfused, loop,
                gst > 0 ? fmt::format("{:.0f}", gst) : "n/a", ours / loop, gst > 0 ? fmt::format("{:.1f}x", ours / gst) : "n/a");
   }
   if (!have_gst) fmt::print("\nGStreamer baseline skipped: install gstreamer1.0-tools (SLUICE_BENCH_DEPS=1 scripts/install-deps.sh)\n");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "sluice/sample.hpp"
@@ -41,21 +42,27 @@ class Channel {
   // Moves every item in, waiting for room as needed; clears `items`. False if the run stops.
   bool push(std::vector<Item>& items) {
     std::size_t next = 0;
-    std::unique_lock lock(mutex_);
     while (next < items.size()) {
-      while (count_ == ring_.size() && !stopping_.load(std::memory_order_relaxed)) {
-        ++producers_waiting_;
-        not_full_.wait(lock);
-        --producers_waiting_;
+      if (level_.load(std::memory_order_relaxed) == ring_.size()) spin_while([&] { return level_.load(std::memory_order_relaxed) == ring_.size(); });
+      bool wake = false;
+      {
+        std::unique_lock lock(mutex_);
+        while (count_ == ring_.size() && !stopping_.load(std::memory_order_relaxed)) {
+          ++producers_waiting_;
+          not_full_.wait(lock);
+          --producers_waiting_;
+        }
+        if (stopping_.load(std::memory_order_relaxed)) return false;
+        account(now_ns());
+        while (next < items.size() && count_ < ring_.size()) {
+          ring_[slot(count_)] = std::move(items[next++]);
+          ++count_;
+        }
+        level_.store(count_, std::memory_order_relaxed);
+        wake = consumers_waiting_ > 0;
       }
-      if (stopping_.load(std::memory_order_relaxed)) return false;
-      account(now_ns());
-      while (next < items.size() && count_ < ring_.size()) {
-        ring_[(head_ + count_) % ring_.size()] = std::move(items[next++]);
-        ++count_;
-      }
-      level_.store(count_, std::memory_order_relaxed);
-      if (consumers_waiting_ > 0) not_empty_.notify_one();
+      // Notified after unlocking, so the woken consumer does not block on the mutex at once.
+      if (wake) not_empty_.notify_one();
     }
     items.clear();
     return true;
@@ -65,23 +72,28 @@ class Channel {
   // stream) always comes alone, so a consumer sees it between chunks. False if the run stops.
   bool pop(std::vector<Item>& out, std::size_t max) {
     out.clear();
-    std::unique_lock lock(mutex_);
-    while (count_ == 0 && !stopping_.load(std::memory_order_relaxed)) {
-      ++consumers_waiting_;
-      consumer_waiting_flag_.store(true, std::memory_order_relaxed);
-      not_empty_.wait(lock);
-      --consumers_waiting_;
-      consumer_waiting_flag_.store(consumers_waiting_ > 0, std::memory_order_relaxed);
+    if (level_.load(std::memory_order_relaxed) == 0) spin_while([&] { return level_.load(std::memory_order_relaxed) == 0; });
+    bool wake = false;
+    {
+      std::unique_lock lock(mutex_);
+      while (count_ == 0 && !stopping_.load(std::memory_order_relaxed)) {
+        ++consumers_waiting_;
+        consumer_waiting_flag_.store(true, std::memory_order_relaxed);
+        not_empty_.wait(lock);
+        --consumers_waiting_;
+        consumer_waiting_flag_.store(consumers_waiting_ > 0, std::memory_order_relaxed);
+      }
+      if (stopping_.load(std::memory_order_relaxed)) return false;
+      account(now_ns());
+      if (!ring_[head_].is_element()) {
+        take_front(out);
+      } else {
+        while (count_ > 0 && out.size() < max && ring_[head_].is_element()) take_front(out);
+      }
+      level_.store(count_, std::memory_order_relaxed);
+      wake = producers_waiting_ > 0;
     }
-    if (stopping_.load(std::memory_order_relaxed)) return false;
-    account(now_ns());
-    if (!ring_[head_].is_element()) {
-      take_front(out);
-    } else {
-      while (count_ > 0 && out.size() < max && ring_[head_].is_element()) take_front(out);
-    }
-    level_.store(count_, std::memory_order_relaxed);
-    if (producers_waiting_ > 0) not_full_.notify_one();
+    if (wake) not_full_.notify_one();
     return true;
   }
 
@@ -122,10 +134,19 @@ class Channel {
   }
 
  private:
+  std::size_t slot(std::size_t offset) const {
+    std::size_t i = head_ + offset;
+    return i >= ring_.size() ? i - ring_.size() : i;
+  }
   void take_front(std::vector<Item>& out) {
     out.push_back(std::move(ring_[head_]));
-    head_ = (head_ + 1) % ring_.size();
+    head_ = slot(1);
     --count_;
+  }
+  // A short wait without sleeping: a hand-off that comes within a few scheduler slices costs no
+  // futex sleep and wake-up. Yielding leaves the core to the threads that do the work.
+  template <class Condition> void spin_while(Condition condition) const {
+    for (int i = 0; i < 16 && condition() && !stopping_.load(std::memory_order_relaxed); ++i) std::this_thread::yield();
   }
   void account(std::uint64_t now) {
     level_integral_ += static_cast<double>(count_) * static_cast<double>(now - last_change_ns_);
