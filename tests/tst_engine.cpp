@@ -25,10 +25,14 @@ class TestEngine : public QObject {
   }
 
   void skip_policy_drops_counts_and_keeps_reasons() {
-    auto out = run_text(stage("src", "range", "", {{"count", "100"}}) + stage("tag", "tag_origin", "src") +
+    // tag and f share their workers (fused); reasons must still land on f, in input order.
+    auto out = run_text(stage("src", "range", "", {{"count", "100"}}) + stage("tag", "tag_origin", "src", {}, "parallelism: 3") +
                         stage("f", "fail_when", "tag", {{"divisor", "10"}}, "parallelism: 3 error_policy: skip") + sink_after("f"));
     QCOMPARE(out.result.state, sluice::RunState::Finished);
     QCOMPARE(out.lines.size(), std::size_t(90));
+    QCOMPARE(out.snapshot.stage(2).fused_with(), std::string("tag"));
+    QCOMPARE(out.snapshot.stage(1).errors_skipped(), std::uint64_t(0));
+    QCOMPARE(out.snapshot.stage(1).skip_reasons_size(), 0);
     const auto& m = out.snapshot.stage(2);
     QCOMPARE(m.errors_skipped(), std::uint64_t(10));
     QCOMPARE(m.skip_reasons_size(), 10);

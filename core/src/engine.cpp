@@ -48,6 +48,14 @@ std::uint64_t bytes_of(const std::vector<Item>& items) {
 
 }  // namespace
 
+// What went wrong in one chunk of an ordered parallel stage, reported on the chunk's commit turn
+// so that reasons and failures come in input order whichever worker met them first.
+struct StageRuntime;
+struct ChunkIssues {
+  std::string failure;
+  std::vector<std::pair<StageRuntime*, std::string>> skip_reasons;  // a fused group's members too
+};
+
 struct StageRuntime {
   const GraphStage* spec = nullptr;
   // Declared before `op`: the operator's code lives in the library this keeps loaded.
@@ -151,24 +159,32 @@ struct Engine::Impl {
   }
 
   // Handles an exception thrown by an operator for one element. Returns true to go on.
-  // With `deferred`, a failure is stored there instead of stopping the run at once: ordered
-  // workers report it on their commit turn, so the first failing element in input order is the
-  // one named, whichever worker met its error first.
+  // With `deferred`, the reason or failure is stored there instead (see ChunkIssues).
   bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index,
-                     const std::string& origin, std::string* deferred = nullptr) {
+                     const std::string& origin, ChunkIssues* deferred = nullptr) {
     std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
     if (st.spec->error_policy == ErrorPolicyKind::Skip) {
       add(st.counters.errors_skipped, 1);
-      std::lock_guard lock(st.reasons_mutex);
-      if (st.skip_reasons.size() < options.kept_skip_reasons) st.skip_reasons.push_back(where + ": " + what);
+      if (deferred) deferred->skip_reasons.emplace_back(&st, where + ": " + what);
+      else keep_skip_reason(st, where + ": " + what);
       return true;
     }
     std::string message = fmt::format(
         "{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)", stage_label(st),
         where, what);
-    if (deferred) *deferred = std::move(message);
+    if (deferred) deferred->failure = std::move(message);
     else fail(message);
     return false;
+  }
+
+  void keep_skip_reason(StageRuntime& st, std::string reason) {
+    std::lock_guard lock(st.reasons_mutex);
+    if (st.skip_reasons.size() < options.kept_skip_reasons) st.skip_reasons.push_back(std::move(reason));
+  }
+
+  void report_issues(ChunkIssues& issues) {
+    for (auto& [stage, reason] : issues.skip_reasons) keep_skip_reason(*stage, std::move(reason));
+    if (!issues.failure.empty()) fail(issues.failure);
   }
 
   // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
@@ -342,8 +358,8 @@ struct Engine::Impl {
       add(st.counters.bytes_in, bytes_of(in));
 
       bool ok = true;
-      std::string failure;
-      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush, ordered ? &failure : nullptr);
+      ChunkIssues issues;
+      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush, ordered ? &issues : nullptr);
       in.clear();
       std::uint64_t t2 = now_ns();
 
@@ -351,7 +367,7 @@ struct Engine::Impl {
         std::unique_lock lock(st.commit_mutex);
         st.commit_cv.wait(lock, [&] { return st.next_commit == seq || stopping.load(); });
       }
-      if (!failure.empty()) fail(failure);
+      if (ordered) report_issues(issues);
       if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
       out.clear();
       {
@@ -370,7 +386,7 @@ struct Engine::Impl {
   // member sees the element's index at the group's input: maps keep positions, and a filter can
   // only be the last member.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
-                     std::uint64_t base_index, bool may_flush, std::string* deferred_failure) {
+                     std::uint64_t base_index, bool may_flush, ChunkIssues* deferred_failure) {
     if (st.expand || st.sink) return process_elements(st, in, out, epoch, base_index, may_flush, nullptr, deferred_failure);
     std::vector<std::uint64_t> positions(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
@@ -388,7 +404,7 @@ struct Engine::Impl {
   // `positions`, when given, holds each element's index (and is compacted as elements drop out).
   bool process_elements(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
                         std::uint64_t base_index, bool may_flush, std::vector<std::uint64_t>* positions,
-                        std::string* deferred_failure) {
+                        ChunkIssues* deferred_failure) {
     const std::uint64_t t0 = now_ns();
     ElementContext ctx{&st.info, epoch, base_index};
     CollectingEmitter emitter(*this, st, out, may_flush);
