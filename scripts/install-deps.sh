@@ -11,7 +11,7 @@ packages=(
   libcli11-dev libfmt-dev
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
-  packages+=(gstreamer1.0-tools gstreamer1.0-plugins-base)  # the GStreamer baseline of bench/
+  packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/
 fi
 
 missing=()

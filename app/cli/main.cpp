@@ -105,10 +105,10 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
     fmt::print("{} operators from {} plugin{}:\n", ops.size(), registry.plugins().size(), registry.plugins().size() == 1 ? "" : "s");
     for (const auto& op : ops) {
       fmt::print("  {:<18} {:<10} {}\n", op->info.name, sluice::operator_kind_name(op->info.kind), op->info.summary);
-      if (verbose)
-        for (const auto& p : op->info.params)
-          fmt::print("      {:<22} {}\n", p.name, sluice::describe_param_constraints(p));
+      for (const auto& p : op->info.params)
+        fmt::print("      {:<26} {}: {}\n", p.name, sluice::describe_param_constraints(p), p.doc);
     }
+    fmt::print("\n`sluice plugins NAME` describes one operator.\n");
   } else {
     const auto& op = *ops.front();
     const auto& info = op.info;

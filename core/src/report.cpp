@@ -36,6 +36,10 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
     if (input_fill(m) >= 0.5 && output_fill(m) <= 0.5 && (best < 0 || m.busy_fraction() > snapshot.stage(best).busy_fraction()))
       best = i;
   }
+  // A candidate that is far less busy than the busiest stage is not what limits the run (the
+  // hand-offs are): then name the busiest.
+  if (best >= 0 && busiest >= 0 && snapshot.stage(best).busy_fraction() < 0.5 * snapshot.stage(busiest).busy_fraction())
+    best = -1;
   Bottleneck b;
   b.stage = best >= 0 ? best : busiest;
   if (b.stage < 0 || snapshot.stage(b.stage).busy_fraction() <= 0) return {};
