@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A third party's view: install Sluice, build resources/plugin_template against the installed SDK
+# with find_package(Sluice), and run a pipeline that uses its operator with the installed CLI.
+set -euo pipefail
+build_dir=$1
+source_dir=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
+cmake -S "$source_dir/resources/plugin_template" -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
+cmake --build "$work/plugin" > "$work/build.log"
+mkdir "$work/plugins"
+cp "$work/plugin/libexample_plugin.so" "$work/plugins/"
+"$work/prefix/bin/sluice" plugins example_scale --plugin-dir "$work/plugins" | grep -q "multiplier"
+cat > "$work/p.txtpb" <<PIPE
+stage { id: "src" op: "range" params { key: "count" value: "4" } }
+stage { id: "x3" op: "example_scale" input: "src" params { key: "factor" value: "3" } }
+stage { id: "out" op: "jsonl_sink" input: "x3" params { key: "path" value: "$work/out.jsonl" } }
+PIPE
+SLUICE_PLUGIN_PATH="$work/plugins" "$work/prefix/bin/sluice" run "$work/p.txtpb" > /dev/null
+expected=$'{"value":0}\n{"value":3}\n{"value":6}\n{"value":9}'
+if [ "$(cat "$work/out.jsonl")" != "$expected" ]; then
+  echo "unexpected output:"; cat "$work/out.jsonl"; exit 1
+fi
+echo "external plugin built with find_package(Sluice) and run: ok"
