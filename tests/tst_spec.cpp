@@ -91,6 +91,9 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
                 "its input 'o1' is a sink"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "parallelism: 3") + sink_after("b")),
                 "keeps state between elements and runs on one worker"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "interleave { cycle_length: 2 }") +
+                         sink_after("b")),
+                "interleave applies to expand operators only"));
   }
 
   void cycle_is_reported() {

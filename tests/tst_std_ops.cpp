@@ -177,6 +177,31 @@ class TestStdOps : public QObject {
     QCOMPARE(out.lines.front(), std::string(R"({"value":0})"));
   }
 
+  void interleave_follows_tf_data_order_at_any_parallelism() {
+    // Three inputs of four rows each; two open at once.
+    auto run = [&](int cycle, int block, int parallelism, bool deterministic = true) {
+      std::string interleave = "interleave { cycle_length: " + std::to_string(cycle) + " block_length: " + std::to_string(block) +
+                               " deterministic: " + (deterministic ? "true" : "false") + " } parallelism: " + std::to_string(parallelism);
+      return all_integers(run_ok(range(12) + stage("b", "batch", "src", {{"batch_size", "4"}}) + stage("u", "unbatch", "b", {}, interleave) +
+                                 sink_after("u"))
+                              .lines);
+    };
+    for (int parallelism : {1, 3}) {
+      QCOMPARE(run(2, 1, parallelism), (Ints{0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10, 11}));
+      QCOMPARE(run(2, 2, parallelism), (Ints{0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11}));
+      QCOMPARE(run(1, 1, parallelism), iota(0, 12));
+      QCOMPARE(run(3, 1, parallelism), (Ints{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+    }
+    QCOMPARE(sorted(run(3, 1, 3, false)), iota(0, 12));
+  }
+
+  void interleave_drains_each_epoch_before_the_next() {
+    auto out = run_ok(range(6) + stage("b", "batch", "src", {{"batch_size", "3"}}) +
+                      stage("u", "unbatch", "b", {}, "interleave { cycle_length: 2 } parallelism: 2") +
+                      stage("rep", "repeat", "u", {{"count", "2"}}) + sink_after("rep"));
+    QCOMPARE(all_integers(out.lines), (Ints{0, 3, 1, 4, 2, 5, 0, 3, 1, 4, 2, 5}));
+  }
+
   void cache_in_memory_replays_the_first_iteration() {
     // filter_random after cache would differ per epoch; before the cache, the replay must be
     // identical to the first iteration, proving the input is not read again.

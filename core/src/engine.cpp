@@ -1,6 +1,8 @@
 #include "sluice/core/engine.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -83,6 +85,8 @@ struct StageRuntime {
   std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
   StageRuntime* fused_head = nullptr;  // on a member: the head running it
   StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
+  // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
+  int threads() const { return expand ? 1 : workers; }
 
   Counters counters;
   std::mutex reasons_mutex;
@@ -387,7 +391,7 @@ struct Engine::Impl {
   // only be the last member.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
                      std::uint64_t base_index, bool may_flush, ChunkIssues* deferred_failure) {
-    if (st.expand || st.sink) return process_elements(st, in, out, epoch, base_index, may_flush, nullptr, deferred_failure);
+    if (st.sink) return process_elements(st, in, out, epoch, base_index, may_flush, nullptr, deferred_failure);
     std::vector<std::uint64_t> positions(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
     if (!process_elements(st, in, out, epoch, base_index, may_flush, &positions, deferred_failure)) return false;
@@ -406,9 +410,8 @@ struct Engine::Impl {
                         std::uint64_t base_index, bool may_flush, std::vector<std::uint64_t>* positions,
                         ChunkIssues* deferred_failure) {
     const std::uint64_t t0 = now_ns();
+    (void)may_flush;
     ElementContext ctx{&st.info, epoch, base_index};
-    CollectingEmitter emitter(*this, st, out, may_flush);
-    emitter.iteration = epoch;
     std::size_t kept = 0;
     std::uint64_t produced = 0, produced_bytes = 0;  // added to the shared counters once per chunk
     bool ok = true;
@@ -433,8 +436,6 @@ struct Engine::Impl {
             produced_bytes += item.sample.nbytes();
             out.push_back(std::move(item));
           }
-        } else if (st.expand) {
-          st.expand->expand(std::move(item.sample), ctx, emitter);
         } else if (st.sink) {
           std::size_t bytes = item.sample.nbytes();
           st.sink->consume(std::move(item.sample), ctx);
@@ -452,6 +453,243 @@ struct Engine::Impl {
     add(st.counters.bytes_out, produced_bytes);
     add(st.counters.busy_ns, now_ns() - t0);
     return ok;
+  }
+
+  // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and
+  // block_length outputs are taken from each in turn; an exhausted input's slot takes the next
+  // input. With parallelism > 1, fetcher threads read ahead from the open inputs; the output order
+  // stays the sequential one unless the stage asks for completion order.
+  class StageDamage final : public DamageReport {
+   public:
+    StageDamage(Impl& impl, StageRuntime& st) : impl_(impl), st_(st) {}
+    bool skip_damaged(const std::string& reason) override {
+      if (st_.spec->error_policy != ErrorPolicyKind::Skip) return false;
+      add(st_.counters.errors_skipped, 1);
+      impl_.keep_skip_reason(st_, reason);
+      return true;
+    }
+
+   private:
+    Impl& impl_;
+    StageRuntime& st_;
+  };
+
+  struct ExpandSlot {
+    std::unique_ptr<ExpandCursor> cursor;
+    std::deque<Sample> ready;  // read ahead by fetchers
+    bool exhausted = false;
+    bool busy = false;  // a fetcher is inside cursor->next()
+    std::string origin;
+    std::uint64_t epoch = 0, index = 0;
+  };
+
+  void run_expand(StageRuntime& st) {
+    const std::size_t cycle = static_cast<std::size_t>(std::max(1, st.spec->cycle_length));
+    const int block = std::max(1, st.spec->block_length);
+    const bool ordered = st.spec->interleave_deterministic.value_or(graph.deterministic);
+    const int fetcher_count = st.workers > 1 ? std::min<int>(st.workers, static_cast<int>(cycle)) : 0;
+    const std::size_t read_ahead = static_cast<std::size_t>(std::max(2, block));
+    StageDamage damage(*this, st);
+    std::vector<ExpandSlot> slots(cycle);
+    std::mutex mutex;  // guards slots' ready/exhausted/busy/cursor when fetchers run
+    std::condition_variable changed;
+    bool quit = false;
+    std::vector<Item> inputs, out;
+    std::size_t next_input = 0;
+    std::uint64_t epoch = 0, index = 0;
+    bool iteration_closed = false, input_done = false;
+    std::uint64_t mark = now_ns();
+
+    auto stop_fetchers = [&](std::vector<std::thread>& fetchers) {
+      {
+        std::lock_guard lock(mutex);
+        quit = true;
+      }
+      changed.notify_all();
+      for (auto& t : fetchers) t.join();
+    };
+    auto input_failure = [&](ExpandSlot& slot, const char* what) {
+      return element_error(st, what, slot.epoch, slot.index, slot.origin);
+    };
+    // Opens the next input of the current iteration into `slot`; false if the run must stop.
+    auto fill = [&](ExpandSlot& slot) -> bool {
+      while (!iteration_closed) {
+        if (next_input == inputs.size()) {
+          if (!out.empty() && !flush(st, out)) return false;  // never hold outputs while waiting
+          std::uint64_t t0 = now_ns();
+          add(st.counters.busy_ns, t0 - mark);
+          if (!st.input->pop(inputs, kChunk)) return false;
+          mark = now_ns();
+          add(st.counters.starved_ns, mark - t0);
+          next_input = 0;
+          if (inputs.front().is_element()) {
+            add(st.counters.elements_in, inputs.size());
+            add(st.counters.bytes_in, bytes_of(inputs));
+          }
+        }
+        Item& item = inputs[next_input++];
+        if (!item.is_element()) {
+          iteration_closed = true;
+          input_done = item.kind == Item::Kind::EndOfStream;
+          return true;
+        }
+        const std::uint64_t my_index = index++;
+        if (st.input->skipped(epoch)) continue;
+        std::string origin = item.sample.origin();
+        try {
+          auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, epoch, my_index}, damage);
+          std::lock_guard lock(mutex);
+          slot = ExpandSlot{};
+          slot.cursor = std::move(cursor);
+          slot.exhausted = !slot.cursor;
+          slot.origin = std::move(origin);
+          slot.epoch = epoch;
+          slot.index = my_index;
+          changed.notify_all();
+          return true;
+        } catch (const std::exception& e) {
+          if (!element_error(st, e.what(), epoch, my_index, origin)) return false;
+        }
+      }
+      return true;
+    };
+    // The next output of `slot`: 1 produced, 0 exhausted, -1 the run must stop.
+    auto take = [&](ExpandSlot& slot, Sample& sample) -> int {
+      if (fetcher_count == 0) {
+        try {
+          return slot.cursor->next(sample) ? 1 : 0;
+        } catch (const std::exception& e) {
+          return input_failure(slot, e.what()) ? 0 : -1;
+        }
+      }
+      std::unique_lock lock(mutex);
+      if (slot.ready.empty() && !slot.exhausted && !out.empty()) {
+        lock.unlock();
+        if (!flush(st, out)) return -1;
+        lock.lock();
+      }
+      std::uint64_t t0 = now_ns();
+      while (!changed.wait_for(lock, std::chrono::milliseconds(50),
+                               [&] { return !slot.ready.empty() || slot.exhausted || stopping.load(); })) {
+      }
+      add(st.counters.starved_ns, now_ns() - t0);
+      if (stopping.load()) return -1;
+      if (slot.ready.empty()) return 0;
+      sample = std::move(slot.ready.front());
+      slot.ready.pop_front();
+      changed.notify_all();
+      return 1;
+    };
+    auto fetch_loop = [&]() {
+      std::unique_lock lock(mutex);
+      for (;;) {
+        ExpandSlot* work = nullptr;
+        auto pick = [&] {
+          if (quit || stopping.load()) return true;
+          for (auto& s : slots)
+            if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead) return (work = &s), true;
+          return false;
+        };
+        while (!changed.wait_for(lock, std::chrono::milliseconds(50), pick)) {
+        }
+        if (!work) return;
+        work->busy = true;
+        lock.unlock();
+        Sample sample;
+        int got = 0;
+        std::uint64_t t0 = now_ns();
+        try {
+          got = work->cursor->next(sample) ? 1 : 0;
+        } catch (const std::exception& e) {
+          got = input_failure(*work, e.what()) ? 0 : -1;
+        }
+        add(st.counters.busy_ns, now_ns() - t0);
+        lock.lock();
+        work->busy = false;
+        if (got == 1) work->ready.push_back(std::move(sample));
+        else work->exhausted = true;
+        changed.notify_all();
+      }
+    };
+    std::vector<std::thread> fetchers;
+    for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop);
+
+    auto emit = [&](Sample sample) {
+      add(st.counters.elements_out, 1);
+      add(st.counters.bytes_out, sample.nbytes());
+      out.push_back(Item::element(std::move(sample)));
+      return out.size() < kChunk || flush(st, out);
+    };
+    auto close = [&](ExpandSlot& slot) {
+      std::unique_lock lock(mutex);
+      while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
+      }
+      slot.cursor.reset();
+      slot.ready.clear();
+      slot.exhausted = false;
+    };
+    bool ok = true;
+    for (auto& slot : slots)
+      if (!(ok = fill(slot))) break;
+    std::size_t turn = 0;
+    while (ok && !stopping.load()) {
+      bool any_open = false;
+      for (auto& slot : slots) any_open |= static_cast<bool>(slot.cursor);
+      if (!any_open) {
+        if (!iteration_closed) {  // every input of this iteration failed to open, or was skipped
+          for (auto& slot : slots)
+            if (!(ok = fill(slot))) break;
+          continue;
+        }
+        out.push_back(input_done ? Item::end_of_stream() : Item::end_of_iteration(epoch));
+        if (!(ok = flush(st, out)) || input_done) break;
+        ++epoch;
+        index = 0;
+        st.counters.epoch.store(epoch, std::memory_order_relaxed);
+        iteration_closed = false;
+        for (auto& slot : slots)
+          if (!(ok = fill(slot))) break;
+        turn = 0;
+        continue;
+      }
+      if (!ordered && fetcher_count > 0) {
+        // Completion order: the next slot in turn that has something ready.
+        std::lock_guard lock(mutex);
+        for (std::size_t k = 0; k < cycle; ++k) {
+          auto& s = slots[(turn + k) % cycle];
+          if (s.cursor && (!s.ready.empty() || s.exhausted)) {
+            turn = (turn + k) % cycle;
+            break;
+          }
+        }
+      }
+      ExpandSlot& slot = slots[turn];
+      if (slot.cursor) {
+        for (int taken = 0; taken < block; ++taken) {
+          Sample sample;
+          int got = take(slot, sample);
+          if (got < 0) {
+            ok = false;
+            break;
+          }
+          if (got == 0) {
+            close(slot);
+            ok = fill(slot);
+            break;
+          }
+          if (st.exit().output->skipped(slot.epoch)) {  // downstream wants no more of this epoch
+            close(slot);
+            ok = fill(slot);
+            break;
+          }
+          if (!(ok = emit(std::move(sample)))) break;
+        }
+      }
+      turn = (turn + 1) % cycle;
+      if (ok && out.size() > 0 && st.output->consumer_waiting()) ok = flush(st, out);
+    }
+    add(st.counters.busy_ns, now_ns() - mark);
+    stop_fetchers(fetchers);
   }
 
   // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
@@ -542,6 +780,7 @@ struct Engine::Impl {
     try {
       if (st.source) run_source(st);
       else if (st.aggregate) run_aggregate(st);
+      else if (st.expand) run_expand(st);
       else run_stateless(st);
     } catch (const std::exception& e) {
       fail(fmt::format("{} stopped: {}", stage_label(st), e.what()));
@@ -787,10 +1026,10 @@ void Engine::start() {
   {
     std::lock_guard lock(I.done_mutex);
     for (auto& st : I.stages)
-      if (!st->fused_head) I.live_workers += st->workers;
+      if (!st->fused_head) I.live_workers += st->threads();
   }
   for (auto& st : I.stages)
-    for (int w = 0; w < st->workers && !st->fused_head; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
+    for (int w = 0; w < st->threads() && !st->fused_head; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
   I.publisher = std::thread([&I] { I.run_publisher(); });
 }
 

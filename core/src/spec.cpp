@@ -278,6 +278,14 @@ struct Validation {
     out.parallelism = std::max(1, st.parallelism());
     out.buffer_size = std::max(0, st.buffer_size());
     out.error_policy = policy(st.error_policy());
+    if (st.has_interleave()) {
+      const auto& il = st.interleave();
+      if (il.cycle_length() < 0) problem(i, "", fmt::format("interleave cycle_length {} is negative", il.cycle_length()));
+      if (il.block_length() < 0) problem(i, "", fmt::format("interleave block_length {} is negative", il.block_length()));
+      out.cycle_length = std::max(1, il.cycle_length());
+      out.block_length = std::max(1, il.block_length());
+      if (il.has_deterministic()) out.interleave_deterministic = il.deterministic();
+    }
 
     if (st.op().empty()) {
       problem(i, "", "has no operator; set `op: \"...\"` (see `sluice plugins`)");
@@ -298,6 +306,9 @@ struct Validation {
                          ? fmt::format("'{}' is a {} and needs an input; add `input: \"STAGE\"`", info.name,
                                        operator_kind_name(info.kind))
                          : fmt::format("'{}' takes one input, got {}", info.name, st.input_size()));
+    if (st.has_interleave() && info.kind != OperatorKind::Expand)
+      problem(i, "", fmt::format("'{}' is a {}; interleave applies to expand operators only", info.name,
+                                 operator_kind_name(info.kind)));
     if (out.parallelism > 1 && !info.traits.stateless)
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
                                  info.name));

@@ -90,22 +90,34 @@ class Unbatch final : public Expand {
             {.stateless = true}, {}};
   }
   explicit Unbatch(const Params&) {}
-  void expand(Sample in, const ElementContext&, Emitter& out) override {
-    if (in.empty()) return;
-    std::int64_t rows = -1;
-    for (const auto& f : in.fields()) {
-      if (f.tensor.rank() == 0) throw DataError("cannot unbatch field '" + f.name + "': it is a scalar");
-      if (rows >= 0 && f.tensor.shape()[0] != rows)
-        throw DataError("cannot unbatch: field '" + f.name + "' has " + std::to_string(f.tensor.shape()[0]) +
-                        " rows, others " + std::to_string(rows));
-      rows = f.tensor.shape()[0];
+
+  class Rows final : public ExpandCursor {
+   public:
+    explicit Rows(Sample batch) : batch_(std::move(batch)) {
+      for (const auto& f : batch_.fields()) {
+        if (f.tensor.rank() == 0) throw DataError("cannot unbatch field '" + f.name + "': it is a scalar");
+        if (rows_ >= 0 && f.tensor.shape()[0] != rows_)
+          throw DataError("cannot unbatch: field '" + f.name + "' has " + std::to_string(f.tensor.shape()[0]) +
+                          " rows, others " + std::to_string(rows_));
+        rows_ = f.tensor.shape()[0];
+      }
     }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      Sample s;
-      for (const auto& f : in.fields()) s.set(f.name, f.tensor.row(r));
-      s.set_origin(in.origin());
-      if (!out.push(std::move(s))) return;
+    bool next(Sample& out) override {
+      if (next_ >= rows_) return false;
+      out = Sample();
+      for (const auto& f : batch_.fields()) out.set(f.name, f.tensor.row(next_));
+      out.set_origin(batch_.origin());
+      ++next_;
+      return true;
     }
+
+   private:
+    Sample batch_;
+    std::int64_t rows_ = -1, next_ = 0;
+  };
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport&) override {
+    return std::make_unique<Rows>(std::move(in));
   }
 };
 

@@ -98,10 +98,31 @@ class Filter : public Operator {
   virtual bool keep(const Sample& in, const ElementContext& ctx) = 0;
 };
 
+// Reports damage inside one input that the operator can step over (a record whose CRC fails in a
+// file that is otherwise readable). Returns true under the stage's skip policy: the damage is
+// counted and its reason kept, and the operator goes on. Returns false under the fail policy:
+// the operator should then throw a DataError with the same reason. Thread-safe.
+class DamageReport {
+ public:
+  virtual ~DamageReport() = default;
+  virtual bool skip_damaged(const std::string& reason) = 0;
+};
+
+// The outputs of one input of an expand operator, produced one at a time so that the engine can
+// interleave several inputs (tf.data's interleave: cycle_length, block_length, parallelism).
+// One cursor is used by one thread at a time.
+class ExpandCursor {
+ public:
+  virtual ~ExpandCursor() = default;
+  // Fills `out` and returns true, or returns false once this input is exhausted.
+  virtual bool next(Sample& out) = 0;
+};
+
 // 1 -> N (a file path into its records)
 class Expand : public Operator {
  public:
-  virtual void expand(Sample in, const ElementContext& ctx, Emitter& out) = 0;
+  // `damage` outlives the cursor.
+  virtual std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) = 0;
 };
 
 // N -> M with state across elements (batch, shuffle, take, repeat, cache). Always one worker.

@@ -1,6 +1,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ struct GraphStage {
   int parallelism = 1;
   int buffer_size = 0;  // 0: engine chooses
   ErrorPolicyKind error_policy = ErrorPolicyKind::Fail;
+  int cycle_length = 1;  // expand stages: interleave
+  int block_length = 1;
+  std::optional<bool> interleave_deterministic;
 };
 
 // A validated pipeline: stages in topological order (inputs before consumers).
