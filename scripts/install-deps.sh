@@ -9,6 +9,7 @@ packages=(
   libboost-dev                 # Boost.DLL, header-only
   libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev
+  zlib1g-dev                   # gzip and zlib TFRecords
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/

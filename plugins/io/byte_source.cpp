@@ -1,0 +1,181 @@
+#include "byte_source.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "crc32c.hpp"
+#include "sluice/error.hpp"
+
+namespace sluice::io {
+
+Compression parse_compression(const std::string& name) {
+  if (name == "none") return Compression::None;
+  if (name == "gzip") return Compression::Gzip;
+  if (name == "zlib") return Compression::Zlib;
+  if (name == "auto") return Compression::Auto;
+  throw ParamError("unknown compression '" + name + "' (none, gzip, zlib or auto)");
+}
+
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::None: return "none";
+    case Compression::Gzip: return "gzip";
+    case Compression::Zlib: return "zlib";
+    case Compression::Auto: return "auto";
+  }
+  return "?";
+}
+
+namespace {
+
+class FileSource final : public ByteSource {
+ public:
+  explicit FileSource(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw DataError("cannot open " + path + ": " + std::strerror(errno));
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+  ~FileSource() override { ::close(fd_); }
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    for (;;) {
+      ssize_t got = ::read(fd_, dst, n);
+      if (got >= 0) return static_cast<std::size_t>(got);
+      if (errno != EINTR) throw DataError("reading " + path_ + " failed: " + std::strerror(errno));
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(const void* data, std::size_t size) : data_(static_cast<const std::byte*>(data)), size_(size) {}
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    std::size_t k = std::min(n, size_ - at_);
+    if (k) std::memcpy(dst, data_ + at_, k);
+    at_ += k;
+    return k;
+  }
+
+ private:
+  const std::byte* data_;
+  std::size_t size_, at_ = 0;
+};
+
+// Gives back bytes already read (for format detection), then the rest of the inner source.
+class PeekedSource final : public ByteSource {
+ public:
+  PeekedSource(std::vector<std::byte> head, std::unique_ptr<ByteSource> inner) : head_(std::move(head)), inner_(std::move(inner)) {}
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    if (at_ < head_.size()) {
+      std::size_t k = std::min(n, head_.size() - at_);
+      std::memcpy(dst, head_.data() + at_, k);
+      at_ += k;
+      return k;
+    }
+    return inner_->read(dst, n);
+  }
+
+ private:
+  std::vector<std::byte> head_;
+  std::size_t at_ = 0;
+  std::unique_ptr<ByteSource> inner_;
+};
+
+class InflateSource final : public ByteSource {
+ public:
+  InflateSource(std::unique_ptr<ByteSource> inner, Compression kind, std::string name)
+      : inner_(std::move(inner)), name_(std::move(name)), input_(1 << 20) {
+    window_bits_ = kind == Compression::Gzip ? 15 + 16 : 15;
+    if (inflateInit2(&z_, window_bits_) != Z_OK) throw Error("zlib initialisation failed");
+  }
+  ~InflateSource() override { inflateEnd(&z_); }
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    z_.next_out = reinterpret_cast<Bytef*>(dst);
+    z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    while (z_.avail_out == static_cast<uInt>(std::min<std::size_t>(n, 1u << 30))) {
+      if (z_.avail_in == 0 && !input_ended_) {
+        std::size_t got = inner_->read(input_.data(), input_.size());
+        if (got == 0) input_ended_ = true;
+        z_.next_in = reinterpret_cast<Bytef*>(input_.data());
+        z_.avail_in = static_cast<uInt>(got);
+        consumed_ += got;
+      }
+      if (z_.avail_in == 0 && input_ended_) {
+        if (!stream_ended_ && produced_any_)
+          throw DataError(name_ + ": compressed stream is truncated (ends inside a " + (window_bits_ > 15 ? "gzip" : "zlib") +
+                          " member)");
+        break;
+      }
+      if (stream_ended_) {
+        // Concatenated gzip members are one stream to a gzip reader.
+        if (inflateReset(&z_) != Z_OK) throw DataError(name_ + ": cannot continue after a gzip member");
+        stream_ended_ = false;
+      }
+      int rc = inflate(&z_, Z_NO_FLUSH);
+      produced_any_ = true;
+      if (rc == Z_STREAM_END) {
+        stream_ended_ = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw DataError(name_ + ": decompression failed near compressed byte " + std::to_string(consumed_ - z_.avail_in) + ": " +
+                        (z_.msg ? z_.msg : "corrupt data") + " (is the compression right?)");
+      }
+    }
+    return static_cast<std::size_t>(static_cast<std::byte*>(static_cast<void*>(z_.next_out)) - dst);
+  }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+  std::string name_;
+  std::vector<std::byte> input_;
+  z_stream z_{};
+  int window_bits_;
+  bool input_ended_ = false, stream_ended_ = false, produced_any_ = false;
+  std::uint64_t consumed_ = 0;
+};
+
+std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression compression, const std::string& name) {
+  if (compression == Compression::Auto) {
+    std::vector<std::byte> head(12);
+    std::size_t have = 0;
+    while (have < head.size()) {
+      std::size_t got = raw->read(head.data() + have, head.size() - have);
+      if (got == 0) break;
+      have += got;
+    }
+    head.resize(have);
+    auto b = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
+    compression = Compression::None;
+    if (have >= 2 && b(0) == 0x1f && b(1) == 0x8b) {
+      compression = Compression::Gzip;
+    } else if (have == 12) {
+      std::uint32_t stored;
+      std::memcpy(&stored, head.data() + 8, 4);
+      bool plain = mask_crc(crc32c(head.data(), 8)) == stored;
+      if (!plain && (b(0) & 0x0f) == 8 && ((b(0) << 8) | b(1)) % 31 == 0) compression = Compression::Zlib;
+    }
+    raw = std::make_unique<PeekedSource>(std::move(head), std::move(raw));
+  }
+  if (compression == Compression::None) return raw;
+  return std::make_unique<InflateSource>(std::move(raw), compression, name);
+}
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression) {
+  return wrap(std::make_unique<FileSource>(path), compression, path);
+}
+
+std::unique_ptr<ByteSource> memory_source(const void* data, std::size_t size, Compression compression,
+                                          const std::string& name) {
+  return wrap(std::make_unique<MemorySource>(data, size), compression, name);
+}
+
+}  // namespace sluice::io

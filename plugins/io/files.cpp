@@ -1,0 +1,196 @@
+// Files: list_files (glob with **), read_file, label_from_path.
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "io_plugin.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice::io {
+namespace {
+
+bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Expands one pattern: '*', '?', '[...]' within a path segment, '**' across any number of folders.
+void expand(const fs::path& base, const std::vector<std::string>& segments, std::size_t at, std::vector<std::string>& out) {
+  std::error_code ec;
+  if (at == segments.size()) {
+    if (fs::is_regular_file(base, ec)) out.push_back(base.string());
+    return;
+  }
+  const std::string& seg = segments[at];
+  if (seg == "**") {
+    expand(base, segments, at + 1, out);  // zero folders
+    for (auto it = fs::recursive_directory_iterator(base, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_directory(ec)) expand(it->path(), segments, at + 1, out);
+    return;
+  }
+  if (!has_wildcard(seg)) {
+    expand(base / seg, segments, at + 1, out);
+    return;
+  }
+  for (const auto& entry : fs::directory_iterator(base.empty() ? fs::path(".") : base, ec)) {
+    std::string name = entry.path().filename().string();
+    if (fnmatch(seg.c_str(), name.c_str(), FNM_PERIOD) == 0) expand(base.empty() ? fs::path(name) : base / name, segments, at + 1, out);
+  }
+}
+
+std::vector<std::string> glob(const std::string& pattern) {
+  std::vector<std::string> segments;
+  fs::path p(pattern);
+  fs::path base = p.is_absolute() ? p.root_path() : fs::path();
+  for (const auto& part : p.relative_path()) segments.push_back(part.string());
+  std::vector<std::string> out;
+  expand(base, segments, 0, out);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+class ListFiles final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"list_files",
+            OperatorKind::Source,
+            "Emits the paths matching glob patterns ('*', '?', '[ab]', '**' for any depth) as 'path', sorted or shuffled",
+            {ParamSpec::make("patterns", ParamType::StringList, "glob patterns, comma-separated"),
+             ParamSpec::make("shuffle", ParamType::Bool, "shuffle the list (the same order on every worker for a seed)").def("false"),
+             ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
+             ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "a different order in each epoch").def("true")},
+            {.stateless = false, .random = true},
+            {}};
+  }
+  explicit ListFiles(const Params& p)
+      : patterns_(p.get_string_list("patterns")),
+        shuffle_(p.get_bool("shuffle")),
+        seed_(p.get_int("seed")),
+        reshuffle_(p.get_bool("reshuffle_each_iteration")) {
+    if (patterns_.empty()) throw ParamError("patterns is empty; give at least one glob pattern");
+  }
+  void start(const StageInfo& info) override {
+    info_ = info;
+    for (const auto& pattern : patterns_) {
+      auto matched = glob(pattern);
+      if (matched.empty())
+        throw DataError("pattern '" + pattern + "' matches no file (relative patterns start from " +
+                        fs::current_path().string() + ")");
+      files_.insert(files_.end(), matched.begin(), matched.end());
+    }
+  }
+  void begin_pass(std::uint64_t pass) override {
+    order_.resize(files_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    if (shuffle_) {
+      // Fisher-Yates with the counter-based generator: the same seed, the same order everywhere.
+      Rng rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0);
+      for (std::size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+    }
+    next_ = 0;
+  }
+  bool next(Sample& out, const ElementContext&) override {
+    if (next_ >= order_.size()) return false;
+    const std::string& path = files_[order_[next_++]];
+    out.set("path", Tensor::from_string(path));
+    out.set_origin(path);
+    return true;
+  }
+
+ private:
+  std::vector<std::string> patterns_, files_;
+  bool shuffle_;
+  std::int64_t seed_;
+  bool reshuffle_;
+  StageInfo info_;
+  std::vector<std::size_t> order_;
+  std::size_t next_ = 0;
+};
+
+class ReadFile final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"read_file",
+            OperatorKind::Map,
+            "Reads the file named by a field into 'data' (bytes)",
+            {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
+             ParamSpec::make("output", ParamType::String, "field to write the contents to").def("data")},
+            {.stateless = true},
+            {}};
+  }
+  explicit ReadFile(const Params& p) : field_(p.get_string("field")), output_(p.get_string("output")) {}
+  Sample map(Sample in, const ElementContext&) override {
+    std::string path(in.at(field_).string_at(0));
+    std::ifstream file(path, std::ios::binary | std::ios::ate);
+    if (!file) throw DataError("cannot open " + path);
+    auto size = static_cast<std::size_t>(file.tellg());
+    auto buffer = HostAllocator::instance().allocate(size);
+    file.seekg(0);
+    if (size && !file.read(reinterpret_cast<char*>(buffer->data()), static_cast<std::streamsize>(size)))
+      throw DataError("reading " + path + " failed");
+    in.set(output_, Tensor::bytes_view(std::move(buffer), 0, size));
+    if (in.origin().empty()) in.set_origin(path);
+    return in;
+  }
+
+ private:
+  std::string field_, output_;
+};
+
+// The Places365 convention: a file's parent folder names its class.
+class LabelFromPath final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"label_from_path",
+            OperatorKind::Map,
+            "Labels a file by its parent folder: 'class_name' (bytes) and 'label' (its index among the classes)",
+            {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
+             ParamSpec::make("classes", ParamType::StringList, "class names in label order; empty: the sorted subfolders of root").def(""),
+             ParamSpec::make("root", ParamType::Path, "folder whose subfolders are the classes (when classes is empty)").def("")},
+            {.stateless = true},
+            {}};
+  }
+  explicit LabelFromPath(const Params& p)
+      : field_(p.get_string("field")), classes_(p.get_string_list("classes")), root_(p.get_string("root")) {}
+  void start(const StageInfo&) override {
+    if (classes_.empty()) {
+      if (root_.empty()) throw ParamError("give classes or root (a folder whose subfolders are the classes)");
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(root_, ec))
+        if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
+      if (ec) throw Error("cannot list " + root_ + ": " + ec.message());
+      std::sort(classes_.begin(), classes_.end());
+      if (classes_.empty()) throw Error(root_ + " has no subfolders to use as classes");
+    }
+    for (std::size_t i = 0; i < classes_.size(); ++i) index_[classes_[i]] = static_cast<std::int64_t>(i);
+  }
+  Sample map(Sample in, const ElementContext&) override {
+    fs::path path(std::string(in.at(field_).string_at(0)));
+    std::string name = path.parent_path().filename().string();
+    auto it = index_.find(name);
+    if (it == index_.end()) throw DataError("folder '" + name + "' of " + path.string() + " is not one of the " +
+                                            std::to_string(classes_.size()) + " classes");
+    in.set("class_name", Tensor::from_string(name));
+    in.set("label", Tensor::scalar<std::int64_t>(it->second));
+    return in;
+  }
+
+ private:
+  std::string field_;
+  std::vector<std::string> classes_;
+  std::string root_;
+  std::map<std::string, std::int64_t> index_;
+};
+
+}  // namespace
+
+void register_files(Registrar& registrar) {
+  registrar.add<ListFiles>();
+  registrar.add<ReadFile>();
+  registrar.add<LabelFromPath>();
+}
+
+}  // namespace sluice::io

@@ -1,0 +1,10 @@
+#pragma once
+#include "sluice/sdk.hpp"
+
+namespace sluice::io {
+
+void register_files(Registrar& registrar);     // list_files, read_file, label_from_path
+void register_tfrecord(Registrar& registrar);  // tfrecord_reader, parse_example, tfrecord_writer
+void register_csv(Registrar& registrar);       // csv_reader
+
+}  // namespace sluice::io

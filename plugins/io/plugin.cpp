@@ -1,0 +1,7 @@
+#include "io_plugin.hpp"
+
+SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV") {
+  sluice::io::register_files(registrar);
+  sluice::io::register_tfrecord(registrar);
+  sluice::io::register_csv(registrar);
+}

@@ -1,0 +1,133 @@
+#include "tfrecord.hpp"
+
+#include <cstring>
+
+#include "crc32c.hpp"
+
+namespace sluice::io {
+
+namespace {
+std::uint64_t load_u64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+std::uint32_t load_u32(const std::byte* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+}  // namespace
+
+RecordReader::RecordReader(std::unique_ptr<ByteSource> source, std::string name, RecordReaderOptions options)
+    : source_(std::move(source)), name_(std::move(name)), options_(options) {}
+
+bool RecordReader::ensure(std::size_t n) {
+  if (end_ - begin_ >= n) return true;
+  if (eof_) return false;
+  if (!chunk_ || chunk_->size() - begin_ < n) {
+    // A fresh buffer: records already handed out keep viewing the old one.
+    auto fresh = HostAllocator::instance().allocate(std::max(options_.chunk_bytes, n));
+    if (end_ > begin_) std::memcpy(fresh->data(), chunk_->data() + begin_, end_ - begin_);
+    chunk_offset_ += begin_;
+    end_ -= begin_;
+    begin_ = 0;
+    chunk_ = std::move(fresh);
+  }
+  while (end_ - begin_ < n) {
+    std::size_t got = source_->read(chunk_->data() + end_, chunk_->size() - end_);
+    if (got == 0) {
+      eof_ = true;
+      return false;
+    }
+    end_ += got;
+  }
+  return true;
+}
+
+void RecordReader::damaged(const std::string& what, DamageReport* damage) {
+  std::string reason = name_ + ": " + what;
+  if (!damage || !damage->skip_damaged(reason)) throw DataError(reason);
+}
+
+bool RecordReader::resynchronise() {
+  // Look for the next offset where 12 bytes form a header whose length CRC holds.
+  ++begin_;
+  while (ensure(12)) {
+    const std::byte* p = chunk_->data() + begin_;
+    if (mask_crc(crc32c(p, 8)) == load_u32(p + 8)) return true;
+    ++begin_;
+  }
+  return false;
+}
+
+bool RecordReader::next(Record& out, DamageReport* damage) {
+  for (;;) {
+    const std::uint64_t at = chunk_offset_ + begin_;
+    if (!ensure(12)) {
+      if (end_ > begin_) {
+        std::size_t have = end_ - begin_;
+        begin_ = end_;
+        damaged("record " + std::to_string(index_) + " at byte offset " + std::to_string(at) + ": truncated header (" +
+                    std::to_string(have) + " of 12 bytes before the end)",
+                damage);
+      }
+      return false;
+    }
+    const std::byte* header = chunk_->data() + begin_;
+    const std::uint64_t length = load_u64(header);
+    if (options_.verify_crc && mask_crc(crc32c(header, 8)) != load_u32(header + 8)) {
+      damaged("record " + std::to_string(index_) + " at byte offset " + std::to_string(at) +
+                  ": corrupt length (its CRC does not match); skipping to the next valid record header",
+              damage);
+      ++index_;
+      if (!resynchronise()) return false;
+      continue;
+    }
+    if (length > options_.max_record_bytes) {
+      damaged("record " + std::to_string(index_) + " at byte offset " + std::to_string(at) + ": length " +
+                  std::to_string(length) + " exceeds the limit of " + std::to_string(options_.max_record_bytes) + " bytes",
+              damage);
+      return false;
+    }
+    const std::size_t total = 12 + static_cast<std::size_t>(length) + 4;
+    if (!ensure(total)) {
+      std::size_t have = end_ - begin_;
+      begin_ = end_;
+      damaged("record " + std::to_string(index_) + " at byte offset " + std::to_string(at) + ": truncated (" +
+                  std::to_string(have) + " of " + std::to_string(total) + " bytes before the end)",
+              damage);
+      return false;
+    }
+    const std::byte* data = chunk_->data() + begin_ + 12;
+    const std::uint64_t record_index = index_++;
+    if (options_.verify_crc && mask_crc(crc32c(data, length)) != load_u32(data + length)) {
+      begin_ += total;  // the length was verified: the next record starts right after this one
+      damaged("record " + std::to_string(record_index) + " at byte offset " + std::to_string(at) +
+                  ": data CRC mismatch (" + std::to_string(length) + " bytes)",
+              damage);
+      continue;
+    }
+    out.buffer = chunk_;
+    out.offset = begin_ + 12;
+    out.length = static_cast<std::size_t>(length);
+    out.index = record_index;
+    out.file_offset = at;
+    begin_ += total;
+    return true;
+  }
+}
+
+void append_record(std::string& out, const void* data, std::size_t size) {
+  char header[12];
+  std::uint64_t length = size;
+  std::memcpy(header, &length, 8);
+  std::uint32_t length_crc = mask_crc(crc32c(header, 8));
+  std::memcpy(header + 8, &length_crc, 4);
+  out.append(header, 12);
+  out.append(static_cast<const char*>(data), size);
+  std::uint32_t data_crc = mask_crc(crc32c(data, size));
+  out.append(reinterpret_cast<const char*>(&data_crc), 4);
+}
+
+}  // namespace sluice::io

@@ -1,0 +1,256 @@
+// tfrecord_reader, parse_example, tfrecord_writer.
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "example_codec.hpp"
+#include "io_plugin.hpp"
+#include "tfrecord.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice::io {
+namespace {
+
+class TFRecordReader final : public Expand {
+ public:
+  static OperatorInfo describe() {
+    return {"tfrecord_reader",
+            OperatorKind::Expand,
+            "Reads the TFRecord file named by 'path' into records ('record' bytes, 'path', 'index', 'offset'), CRCs checked",
+            {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
+             ParamSpec::make("compression", ParamType::Choice, "auto detects gzip and zlib from the first bytes")
+                 .def("auto")
+                 .one_of({"auto", "none", "gzip", "zlib"}),
+             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30)},
+            {.stateless = true},
+            {}};
+  }
+  explicit TFRecordReader(const Params& p)
+      : field_(p.get_string("field")), compression_(parse_compression(p.get_string("compression"))) {
+    options_.verify_crc = p.get_bool("verify_crc");
+    options_.chunk_bytes = static_cast<std::size_t>(p.get_int("buffer_bytes"));
+  }
+
+  class Cursor final : public ExpandCursor {
+   public:
+    Cursor(std::string path, std::unique_ptr<ByteSource> source, RecordReaderOptions options, DamageReport& damage)
+        : path_(std::move(path)), path_tensor_(Tensor::from_string(path_)), reader_(std::move(source), path_, options), damage_(damage) {}
+    bool next(Sample& out) override {
+      Record r;
+      if (!reader_.next(r, &damage_)) return false;
+      out = Sample();
+      out.set("record", Tensor::bytes_view(r.buffer, r.offset, r.length));
+      out.set("path", path_tensor_);
+      out.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.index)));
+      out.set("offset", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.file_offset)));
+      out.set_origin(path_ + " record " + std::to_string(r.index) + " (byte offset " + std::to_string(r.file_offset) + ")");
+      return true;
+    }
+
+   private:
+    std::string path_;
+    Tensor path_tensor_;
+    RecordReader reader_;
+    DamageReport& damage_;
+  };
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+    std::string path(in.at(field_).string_at(0));
+    return std::make_unique<Cursor>(path, open_file(path, compression_), options_, damage);
+  }
+
+ private:
+  std::string field_;
+  Compression compression_;
+  RecordReaderOptions options_;
+};
+
+class ParseExample final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"parse_example",
+            OperatorKind::Map,
+            "Parses a tf.train.Example (or SequenceExample) into typed fields named after its features",
+            {ParamSpec::make("features", ParamType::String,
+                             "NAME:DTYPE[SHAPE]=DEFAULT entries, comma-separated; DTYPE bytes|int64|float; [] for variable length"),
+             ParamSpec::make("sequence_features", ParamType::String, "feature lists of a SequenceExample, same syntax (per frame)").def(""),
+             ParamSpec::make("field", ParamType::String, "field holding the serialized record").def("record"),
+             ParamSpec::make("keep", ParamType::StringList, "input fields to carry over (e.g. path)").def("")},
+            {.stateless = true},
+            {}};
+  }
+  explicit ParseExample(const Params& p)
+      : parser_(parse_feature_spec(p.get_string("features")), parse_feature_spec(p.get_string("sequence_features"))),
+        field_(p.get_string("field")),
+        keep_(p.get_string_list("keep")) {}
+  Sample map(Sample in, const ElementContext&) override {
+    const Tensor& record = in.at(field_);
+    if (record.dtype() != DType::Bytes || record.num_elements() != 1)
+      throw DataError("field '" + field_ + "' is not a single serialized record");
+    Sample out;
+    auto view = record.string_at(0);
+    parser_.parse(record.buffer(), record.byte_offset() + record.string_offsets()[0], view.size(), out);
+    for (const auto& name : keep_) out.set(name, in.at(name));
+    out.set_origin(in.origin());
+    return out;
+  }
+
+ private:
+  ExampleParser parser_;
+  std::string field_;
+  std::vector<std::string> keep_;
+};
+
+// One shard being written: plain, or through a deflate stream for gzip and zlib.
+class ShardFile {
+ public:
+  ShardFile(const std::string& path, Compression compression) : path_(path), compression_(compression) {
+    file_ = std::fopen(path.c_str(), "wb");
+    if (!file_) throw Error("cannot write " + path + ": " + std::strerror(errno));
+    if (compression_ != Compression::None) {
+      int bits = compression_ == Compression::Gzip ? 15 + 16 : 15;
+      if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw Error("zlib initialisation failed");
+      deflating_ = true;
+    }
+  }
+  ~ShardFile() {
+    if (deflating_) deflateEnd(&z_);
+    if (file_) std::fclose(file_);
+  }
+  void write(const std::string& bytes) {
+    if (!deflating_) {
+      put(bytes.data(), bytes.size());
+      return;
+    }
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+    z_.avail_in = static_cast<uInt>(bytes.size());
+    drain(Z_NO_FLUSH);
+  }
+  void close() {
+    if (deflating_) {
+      drain(Z_FINISH);
+      deflateEnd(&z_);
+      deflating_ = false;
+    }
+    bool ok = std::fflush(file_) == 0;
+    ok = (std::fclose(file_) == 0) && ok;
+    file_ = nullptr;
+    if (!ok) throw Error("writing " + path_ + " failed (disk full?)");
+  }
+
+ private:
+  void drain(int flush) {
+    char out[1 << 16];
+    do {
+      z_.next_out = reinterpret_cast<Bytef*>(out);
+      z_.avail_out = sizeof out;
+      int rc = deflate(&z_, flush);
+      if (rc == Z_STREAM_ERROR) throw Error("compressing " + path_ + " failed");
+      put(out, sizeof out - z_.avail_out);
+      if (flush == Z_FINISH && rc == Z_STREAM_END) break;
+    } while (z_.avail_out == 0 || (flush == Z_FINISH));
+  }
+  void put(const char* data, std::size_t n) {
+    if (n && std::fwrite(data, 1, n, file_) != n) throw Error("writing " + path_ + " failed: " + std::strerror(errno));
+  }
+  std::string path_;
+  Compression compression_;
+  std::FILE* file_ = nullptr;
+  z_stream z_{};
+  bool deflating_ = false;
+};
+
+// Writes tf.Examples into shards PREFIX-00000-of-000NN.tfrecord, rotated by size or count. Each
+// shard is written under a temporary name; all are renamed once the run completed (the total is
+// only known then).
+class TFRecordWriter final : public Sink {
+ public:
+  static OperatorInfo describe() {
+    return {"tfrecord_writer",
+            OperatorKind::Sink,
+            "Writes elements as tf.train.Example records into shards PREFIX-00000-of-000NN.tfrecord",
+            {ParamSpec::make("prefix", ParamType::Path, "path prefix of the shards (folder/name)"),
+             ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes (about 100 MB advised)")
+                 .def("100000000")
+                 .range(1, std::nullopt),
+             ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
+             ParamSpec::make("compression", ParamType::Choice, "shard compression").def("none").one_of({"none", "gzip", "zlib"})},
+            {},
+            {}};
+  }
+  explicit TFRecordWriter(const Params& p)
+      : prefix_(p.get_string("prefix")),
+        max_bytes_(static_cast<std::uint64_t>(p.get_int("max_bytes"))),
+        max_records_(static_cast<std::uint64_t>(p.get_int("max_records"))),
+        compression_(parse_compression(p.get_string("compression"))) {
+    if (prefix_.empty()) throw ParamError("prefix must not be empty");
+  }
+  void start(const StageInfo&) override {
+    auto folder = fs::path(prefix_).parent_path();
+    if (!folder.empty() && !fs::is_directory(folder))
+      throw Error("folder " + folder.string() + " of prefix " + prefix_ + " does not exist");
+  }
+  void consume(Sample in, const ElementContext&) override {
+    if (!shard_) open_shard();
+    framed_.clear();
+    std::string example = encode_example(in);
+    append_record(framed_, example.data(), example.size());
+    shard_->write(framed_);
+    shard_bytes_ += framed_.size();
+    ++shard_records_;
+    if (shard_bytes_ >= max_bytes_ || (max_records_ && shard_records_ >= max_records_)) {
+      shard_->close();
+      shard_.reset();
+    }
+  }
+  void finish(bool complete) override {
+    if (shard_) {
+      shard_->close();
+      shard_.reset();
+    }
+    if (!complete) return;  // the .partial shards stay, visibly incomplete
+    const std::size_t total = partials_.size();
+    for (std::size_t i = 0; i < total; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", i, total);
+      std::string final_name = prefix_ + name + suffix();
+      fs::rename(partials_[i], final_name);
+      written_.push_back(final_name);
+    }
+  }
+
+ private:
+  std::string suffix() const {
+    return compression_ == Compression::Gzip ? ".gz" : compression_ == Compression::Zlib ? ".zz" : "";
+  }
+  void open_shard() {
+    char name[32];
+    std::snprintf(name, sizeof name, "-%05zu.partial", partials_.size());
+    partials_.push_back(prefix_ + name);
+    shard_ = std::make_unique<ShardFile>(partials_.back(), compression_);
+    shard_bytes_ = shard_records_ = 0;
+  }
+
+  std::string prefix_;
+  std::uint64_t max_bytes_, max_records_;
+  Compression compression_;
+  std::unique_ptr<ShardFile> shard_;
+  std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
+  std::vector<std::string> partials_, written_;
+  std::string framed_;
+};
+
+}  // namespace
+
+void register_tfrecord(Registrar& registrar) {
+  registrar.add<TFRecordReader>();
+  registrar.add<ParseExample>();
+  registrar.add<TFRecordWriter>();
+}
+
+}  // namespace sluice::io
