@@ -22,7 +22,10 @@ class TestPluginLoading : public QObject {
     QVERIFY(registry.find("range"));
     QVERIFY(registry.find("jsonl_sink"));
     QVERIFY(registry.refused().empty());
-    QCOMPARE(registry.plugins().front().name, std::string("std"));
+    std::vector<std::string> names;
+    for (const auto& p : registry.plugins()) names.push_back(p.name);
+    QVERIFY(std::find(names.begin(), names.end(), "std") != names.end());
+    QVERIFY(std::find(names.begin(), names.end(), "io") != names.end());
   }
 
   void each_broken_library_is_refused_with_its_reason() {

@@ -70,3 +70,12 @@ std::vector<long long> all_integers(const std::vector<std::string>& lines) {
 }
 
 }  // namespace sluice::test
+
+namespace sluice::test {
+
+std::string testdata_dir() {
+  if (const char* env = std::getenv("SLUICE_TESTDATA")) return env;
+  return std::string(SLUICE_SOURCE_DIR) + "/../shared/testdata/real";
+}
+
+}  // namespace sluice::test

@@ -52,3 +52,10 @@ inline std::string stage(const std::string& id, const std::string& op, const std
 inline std::string sink_after(const std::string& input) { return stage("out", "jsonl_sink", input, {{"path", "$OUT"}}); }
 
 }  // namespace sluice::test
+
+namespace sluice::test {
+
+// ../shared/testdata/real beside the repository (SLUICE_TESTDATA overrides).
+std::string testdata_dir();
+
+}  // namespace sluice::test

@@ -1,0 +1,296 @@
+// The io plugin on files written by other projects (TensorFlow, TFX, PyTorch data), and round trips.
+#include <QtTest>
+
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "crc32c.hpp"
+#include "example.pb.h"
+#include "pipeline_runner.hpp"
+#include "tfrecord.hpp"
+
+using namespace sluice::test;
+using Ints = std::vector<long long>;
+namespace fs = std::filesystem;
+
+namespace sluice::io {
+std::uint32_t crc32c_portable_for_test(const void* data, std::size_t size);
+}
+
+namespace {
+std::string tf(const std::string& name) { return testdata_dir() + "/tfrecord/" + name; }
+
+std::string reader_chain(const std::string& pattern, const std::string& reader_extra = "") {
+  return stage("files", "list_files", "", {{"patterns", pattern}}) + stage("read", "tfrecord_reader", "files", {}, reader_extra);
+}
+RunOutput run_ok(const std::string& text) {
+  auto out = run_text(text);
+  if (!out.error.empty() || out.result.state != sluice::RunState::Finished)
+    qFatal("pipeline did not finish: %s %s", out.error.c_str(), out.result.error.c_str());
+  return out;
+}
+std::uint64_t count_records(const std::string& pattern) {
+  auto out = run_ok(reader_chain(pattern) + stage("out", "null_sink", "read"));
+  return out.snapshot.stage(2).elements_out();
+}
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+std::string read_all(const std::string& path) { return read_file(path); }
+}  // namespace
+
+class TestIo : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    QVERIFY2(fs::exists(tf("tfx_mnist.tfrecord")),
+             qPrintable(QString::fromStdString("test data not found under " + testdata_dir() + " (set SLUICE_TESTDATA)")));
+  }
+
+  void crc32c_paths_agree_and_match_the_standard_check_value() {
+    const char* check = "123456789";
+    QCOMPARE(sluice::io::crc32c(check, 9), 0xe3069283u);
+    std::string data(100003, '\0');
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+    QCOMPARE(sluice::io::crc32c(data.data(), data.size()), sluice::io::crc32c_portable_for_test(data.data(), data.size()));
+  }
+
+  void every_clean_file_has_its_record_count() {
+    QCOMPARE(count_records(tf("tfx_mnist.tfrecord")), std::uint64_t(1000));
+    QCOMPARE(count_records(tf("tfx_penguin_train.tfrecord.gz")), std::uint64_t(234));
+    QCOMPARE(count_records(tf("tfx_penguin_eval.tfrecord.gz")), std::uint64_t(100));
+    QCOMPARE(count_records(tf("tfx_sequence_eval.tfrecord.gz")), std::uint64_t(4500));
+    QCOMPARE(count_records(tf("torchdata_example.tfrecord")), std::uint64_t(4));
+    QCOMPARE(count_records(tf("torchdata_sequence_example.tfrecord")), std::uint64_t(4));
+    QCOMPARE(count_records(tf("pets_examples.record")), std::uint64_t(10));
+    // All clean files at once, interleaved across two readers at a time.
+    auto all = run_ok(stage("files", "list_files", "", {{"patterns", testdata_dir() + "/tfrecord/*.*"}}) +
+                      stage("read", "tfrecord_reader", "files", {}, "interleave { cycle_length: 3 } parallelism: 2") +
+                      stage("out", "null_sink", "read"));
+    QCOMPARE(all.snapshot.stage(2).elements_out(), std::uint64_t(1000 + 234 + 100 + 4500 + 4 + 4 + 10));
+  }
+
+  void torchdata_example_values() {
+    auto out = run_ok(reader_chain(tf("torchdata_example.tfrecord")) +
+                      stage("parse", "parse_example", "read", {{"features", "x_float:float[10], x_int:int64[10], x_byte:bytes"}}) +
+                      sink_after("parse"));
+    QCOMPARE(out.lines.size(), std::size_t(4));
+    // Record i: x_float holds i*10 ... i*10+9, x_int ten times those (checked against protobuf's
+    // own parser when the test was written), x_byte b"test str".
+    for (int i = 0; i < 4; ++i) {
+      Ints floats, ints;
+      for (int k = 0; k < 10; ++k) {
+        floats.push_back(i * 10 + k);
+        ints.push_back(10 * (i * 10 + k));
+      }
+      auto values = integers(out.lines[i]);  // x_float, then x_int: all integral
+      QCOMPARE(Ints(values.begin(), values.begin() + 10), floats);
+      QCOMPARE(Ints(values.begin() + 10, values.begin() + 20), ints);
+      QVERIFY(out.lines[i].find("\"x_byte\":\"dGVzdCBzdHI=\"") != std::string::npos);
+    }
+  }
+
+  void torchdata_sequence_example_frames() {
+    auto out = run_ok(reader_chain(tf("torchdata_sequence_example.tfrecord")) +
+                      stage("parse", "parse_example", "read",
+                            {{"features", "x_int:int64[10]"}, {"sequence_features", "x_int_seq:int64[10], x_float_seq:float[10]"}}) +
+                      sink_after("parse"));
+    QCOMPARE(out.lines.size(), std::size_t(4));
+    for (int i = 0; i < 4; ++i) {
+      auto& line = out.lines[i];
+      auto begin = line.find("\"x_int_seq\":");
+      auto seq = line.substr(begin, line.find("]]", begin) - begin);
+      int frames = 1;
+      for (std::size_t at = 0; (at = seq.find("],[", at)) != std::string::npos; ++at) ++frames;
+      QCOMPARE(frames, 3 + 2 * i);  // 3, 5, 7, 9 frames
+    }
+  }
+
+  void mnist_and_penguin_values() {
+    auto mnist = run_ok(reader_chain(tf("tfx_mnist.tfrecord")) +
+                        stage("parse", "parse_example", "read", {{"features", "image_floats:float[784], image_class:int64"}}) +
+                        stage("t", "take", "parse", {{"count", "3"}}) + sink_after("t"));
+    QCOMPARE(mnist.lines.size(), std::size_t(3));
+    for (const auto& l : mnist.lines) {
+      auto v = integers(l.substr(l.find("\"image_class\"")));
+      QVERIFY(v.size() == 1 && v[0] >= 0 && v[0] <= 9);
+    }
+    auto penguin = run_ok(reader_chain(tf("tfx_penguin_train.tfrecord.gz")) +
+                          stage("parse", "parse_example", "read",
+                                {{"features", "body_mass_g:float, culmen_depth_mm:float, culmen_length_mm:float, flipper_length_mm:float, species:int64"}}) +
+                          sink_after("parse"));
+    QCOMPARE(penguin.lines.size(), std::size_t(234));
+    for (const auto& l : penguin.lines) {
+      auto species = integers(l.substr(l.find("\"species\"")));
+      QVERIFY(species[0] >= 0 && species[0] <= 2);
+    }
+  }
+
+  void empty_features_count_as_missing() {
+    // 450 of the 4500 records carry context f and i as an empty Feature.
+    std::string chain = reader_chain(tf("tfx_sequence_eval.tfrecord.gz"));
+    auto with_default = run_ok(chain + stage("parse", "parse_example", "read", {{"features", "f:float=-1, i:int64=-7"}, {"sequence_features", "s:bytes[]"}}) +
+                               sink_after("parse"));
+    QCOMPARE(with_default.lines.size(), std::size_t(4500));
+    std::size_t defaulted = 0;
+    for (const auto& l : with_default.lines) defaulted += l.find("\"i\":-7") != std::string::npos;
+    QCOMPARE(defaulted, std::size_t(450));
+    auto var_len = run_ok(chain + stage("parse", "parse_example", "read", {{"features", "i:int64[]"}}) + sink_after("parse"));
+    std::size_t empty = 0;
+    for (const auto& l : var_len.lines) empty += l.find("\"i\":[]") != std::string::npos;
+    QCOMPARE(empty, std::size_t(450));
+    auto strict = run_text(chain + stage("parse", "parse_example", "read", {{"features", "i:int64"}}) + stage("out", "null_sink", "parse"));
+    QCOMPARE(strict.result.state, sluice::RunState::Failed);
+    QVERIFY2(strict.result.error.find("feature 'i' is empty and the spec gives no default") != std::string::npos, strict.result.error.c_str());
+    QVERIFY(strict.result.error.find("tfx_sequence_eval.tfrecord.gz record ") != std::string::npos);
+  }
+
+  void parse_errors_name_the_feature_and_record() {
+    auto missing = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
+                            stage("parse", "parse_example", "read", {{"features", "nope:int64"}}) + stage("out", "null_sink", "parse"));
+    QVERIFY2(missing.result.error.find("feature 'nope' is missing") != std::string::npos, missing.result.error.c_str());
+    QVERIFY(missing.result.error.find("torchdata_example.tfrecord record 0 (byte offset 0)") != std::string::npos);
+    auto type = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
+                         stage("parse", "parse_example", "read", {{"features", "x_int:float[10]"}}) + stage("out", "null_sink", "parse"));
+    QVERIFY(type.result.error.find("feature 'x_int' holds int64 values, the spec says float") != std::string::npos);
+    auto shape = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
+                          stage("parse", "parse_example", "read", {{"features", "x_int:int64[3]"}}) + stage("out", "null_sink", "parse"));
+    QVERIFY(shape.result.error.find("feature 'x_int' has 10 values, the spec's shape [3] needs 3") != std::string::npos);
+    auto spec = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
+                         stage("parse", "parse_example", "read", {{"features", "x_int:int32"}}) + stage("out", "null_sink", "parse"));
+    QVERIFY(spec.error.find("dtype 'int32' is not bytes, int64 or float") != std::string::npos);
+  }
+
+  void corrupt_file_fails_with_file_index_offset_or_skips() {
+    const std::string corrupt = tf("corrupt/pets_examples.crlf_damaged.record");
+    auto failed = run_text(reader_chain(corrupt) + stage("out", "null_sink", "read"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find(corrupt + ": record 0 at byte offset 0: data CRC mismatch") != std::string::npos,
+             failed.result.error.c_str());
+    auto skipped = run_ok(reader_chain(corrupt, "error_policy: skip") +
+                          stage("parse", "parse_example", "read", {{"features", "image/filename:bytes"}}) + sink_after("parse"));
+    QCOMPARE(skipped.lines.size(), std::size_t(4));
+    const auto& m = skipped.snapshot.stage(1);
+    QCOMPARE(m.errors_skipped(), std::uint64_t(6));
+    QVERIFY(m.skip_reasons(1).find("record 1 at byte offset 18446: corrupt length") != std::string::npos);
+  }
+
+  void zlib_is_detected() {
+    // No zlib TFRecord exists in the wild data: recompress a clean one.
+    std::string plain = read_all(tf("torchdata_example.tfrecord"));
+    uLongf size = compressBound(plain.size());
+    std::string packed(size, '\0');
+    QCOMPARE(compress2(reinterpret_cast<Bytef*>(packed.data()), &size, reinterpret_cast<const Bytef*>(plain.data()), plain.size(), 6), Z_OK);
+    packed.resize(size);
+    QTemporaryDir dir;
+    std::string path = dir.path().toStdString() + "/x.tfrecord.zz";
+    write_file(path, packed);
+    QCOMPARE(count_records(path), std::uint64_t(4));
+  }
+
+  void writer_round_trip_plain_and_gzip() {
+    for (std::string compression : {"none", "gzip"}) {
+      QTemporaryDir dir;
+      std::string prefix = dir.path().toStdString() + "/shard";
+      auto written = run_text(stage("src", "range", "", {{"count", "50"}}) + stage("b", "batch", "src", {{"batch_size", "5"}}) +
+                              stage("w", "tfrecord_writer", "b", {{"prefix", prefix}, {"max_records", "4"}, {"compression", compression}}));
+      QCOMPARE(written.result.state, sluice::RunState::Finished);
+      auto files = QDir(dir.path()).entryList(QDir::Files, QDir::Name);
+      QCOMPARE(files.size(), 3);  // 10 records, 4 per shard
+      QVERIFY(files[0].startsWith("shard-00000-of-00003.tfrecord"));
+      auto back = run_ok(stage("files", "list_files", "", {{"patterns", prefix + "-*"}}) + stage("read", "tfrecord_reader", "files") +
+                         stage("parse", "parse_example", "read", {{"features", "value:int64[5]"}}) + sink_after("parse"));
+      Ints expected(50);
+      std::iota(expected.begin(), expected.end(), 0);
+      QCOMPARE(all_integers(back.lines), expected);
+    }
+  }
+
+  void written_records_are_examples_to_protobuf() {
+    // What the writer produces must parse as tf.train.Example with TensorFlow's field numbers.
+    QTemporaryDir dir;
+    std::string prefix = dir.path().toStdString() + "/ex";
+    auto written = run_text(stage("src", "from_list", "", {{"values", "cat,dog"}, {"field", "name"}}) +
+                            stage("w", "tfrecord_writer", "src", {{"prefix", prefix}}));
+    QCOMPARE(written.result.state, sluice::RunState::Finished);
+    std::string bytes = read_all(prefix + "-00000-of-00001.tfrecord");
+    sluice::io::RecordReader reader(sluice::io::memory_source(bytes.data(), bytes.size(), sluice::io::Compression::None, "mem"), "mem");
+    sluice::io::Record record;
+    std::vector<std::string> names;
+    while (reader.next(record, nullptr)) {
+      sluice::tfexample::Example example;
+      QVERIFY(example.ParseFromArray(record.data(), static_cast<int>(record.length)));
+      names.push_back(example.features().feature().at("name").bytes_list().value(0));
+    }
+    QCOMPARE(names, (std::vector<std::string>{"cat", "dog"}));
+  }
+
+  void protobuf_written_examples_parse_packed_or_not() {
+    sluice::tfexample::Example example;
+    auto& features = *example.mutable_features()->mutable_feature();
+    for (int v : {4, 5, 6}) features["ints"].mutable_int64_list()->add_value(v);
+    features["floats"].mutable_float_list()->add_value(0.5f);
+    features["text"].mutable_bytes_list()->add_value("hello");
+    std::string serialized = example.SerializeAsString();
+    // The same values unpacked: int64 as separate varints (wire type 0).
+    std::string framed;
+    sluice::io::append_record(framed, serialized.data(), serialized.size());
+    QTemporaryDir dir;
+    std::string path = dir.path().toStdString() + "/pb.tfrecord";
+    write_file(path, framed);
+    auto out = run_ok(reader_chain(path) + stage("parse", "parse_example", "read", {{"features", "ints:int64[3], floats:float, text:bytes"}}) +
+                      sink_after("parse"));
+    QCOMPARE(out.lines.front(), std::string(R"({"ints":[4,5,6],"floats":0.5,"text":"aGVsbG8="})"));
+  }
+
+  void list_files_globs_and_errors() {
+    QTemporaryDir dir;
+    std::string root = dir.path().toStdString();
+    fs::create_directories(root + "/a/b");
+    for (auto p : {"/x.txt", "/a/y.txt", "/a/b/z.txt", "/a/b/skip.dat"}) write_file(root + p, "1");
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", root + "/**/*.txt"}}) + sink_after("files"));
+    QCOMPARE(out.lines.size(), std::size_t(3));
+    auto none = run_text(stage("files", "list_files", "", {{"patterns", root + "/**/*.png"}}) + stage("out", "null_sink", "files"));
+    QVERIFY2(none.error.find("pattern '" + root + "/**/*.png' matches no file") != std::string::npos, none.error.c_str());
+    auto shuffled = [&](int seed) {
+      return run_ok("options { seed: " + std::to_string(seed) + " }\n" +
+                    stage("files", "list_files", "", {{"patterns", root + "/**/*.*"}, {"shuffle", "true"}}) + sink_after("files"))
+          .lines;
+    };
+    QCOMPARE(shuffled(1), shuffled(1));
+  }
+
+  void csv_rows_types_quotes_and_errors() {
+    QTemporaryDir dir;
+    std::string path = dir.path().toStdString() + "/t.csv";
+    write_file(path, "id,score,name\n1,0.5,\"Smith, J\"\n2,1.25,\"say \"\"hi\"\"\"\n");
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", path}}) + stage("csv", "csv_reader", "files") + sink_after("csv"));
+    QCOMPARE(out.lines.size(), std::size_t(2));
+    QCOMPARE(out.lines[0], std::string(R"({"id":1,"score":0.5,"name":"U21pdGgsIEo="})"));
+    write_file(path, "id,score\n1,0.5\n2,oops\n3,1\n");
+    auto bad = run_text(stage("files", "list_files", "", {{"patterns", path}}) + stage("csv", "csv_reader", "files") + stage("out", "null_sink", "csv"));
+    QVERIFY2(bad.result.error.find(path + ":3: column 'score': 'oops' is not a number") != std::string::npos, bad.result.error.c_str());
+    auto skipped = run_ok(stage("files", "list_files", "", {{"patterns", path}}) + stage("csv", "csv_reader", "files", {}, "error_policy: skip") +
+                          sink_after("csv"));
+    QCOMPARE(skipped.lines.size(), std::size_t(2));
+  }
+
+  void label_from_path_uses_parent_folders() {
+    QTemporaryDir dir;
+    std::string root = dir.path().toStdString();
+    for (auto p : {"/cat/1.jpg", "/dog/2.jpg", "/dog/3.jpg"}) {
+      fs::create_directories(fs::path(root + p).parent_path());
+      write_file(root + p, "x");
+    }
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", root + "/*/*.jpg"}}) +
+                      stage("label", "label_from_path", "files", {{"root", root}}) + sink_after("label"));
+    QCOMPARE(out.lines.size(), std::size_t(3));
+    QVERIFY(out.lines[0].find("\"label\":0") != std::string::npos);
+    QVERIFY(out.lines[2].find("\"label\":1") != std::string::npos);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestIo)
+#include "tst_io.moc"
