@@ -10,6 +10,8 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev
   zlib1g-dev                   # gzip and zlib TFRecords
+  libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # resizing, other formats
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/
