@@ -1,5 +1,7 @@
 #include "pipeline_runner.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -50,9 +52,9 @@ std::vector<long long> integers(const std::string& line) {
   auto colon = line.find(':');
   for (std::size_t i = colon == std::string::npos ? 0 : colon + 1; i < line.size();) {
     if (line[i] == '-' || std::isdigit(static_cast<unsigned char>(line[i]))) {
-      std::size_t used = 0;
-      values.push_back(std::stoll(line.substr(i), &used));
-      i += used;
+      char* end = nullptr;
+      values.push_back(std::strtoll(line.c_str() + i, &end, 10));
+      i = std::max<std::size_t>(i + 1, static_cast<std::size_t>(end - line.c_str()));
     } else {
       ++i;
     }

@@ -1,0 +1,181 @@
+// The vision plugin on real JPEGs from other projects, and the image operators' semantics.
+#include <QtTest>
+
+#include <filesystem>
+#include <set>
+#include <opencv2/imgproc.hpp>
+
+#include "image_codec.hpp"
+#include "pipeline_runner.hpp"
+
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+std::string jpeg_dir() { return testdata_dir() + "/jpeg"; }
+std::string bytes_of(const std::string& path) { return read_file(path); }
+RunOutput run_ok(const std::string& text) {
+  auto out = run_text(text);
+  if (!out.error.empty() || out.result.state != sluice::RunState::Finished)
+    qFatal("pipeline did not finish: %s %s", out.error.c_str(), out.result.error.c_str());
+  return out;
+}
+// The shape of the image field of a jsonl line: rows, columns, channels.
+std::vector<int> image_shape(const std::string& line, const std::string& field = "image") {
+  auto at = line.find("\"" + field + "\":") + field.size() + 3;
+  int depth = 0;
+  std::vector<int> counts(3, 0);
+  std::vector<bool> first(3, true);
+  for (std::size_t i = at; i < line.size(); ++i) {
+    char c = line[i];
+    if (c == '[') {
+      ++depth;
+      if (depth <= 3 && first[depth - 1]) counts[depth - 1] = 1;
+    } else if (c == ']') {
+      if (depth <= 3) first[depth - 1] = false;
+      if (--depth == 0) break;
+    } else if (c == ',' && depth >= 1 && depth <= 3 && first[depth - 1]) {
+      ++counts[depth - 1];
+    }
+  }
+  return counts;
+}
+}  // namespace
+
+class TestVision : public QObject {
+  Q_OBJECT
+ private slots:
+  void every_real_jpeg_decodes_or_fails_clearly() {
+    const std::set<std::string> expected_failures = {"crashtest_empty.jpg", "jpeg_lossless_sel1.jpg", "monkey12.jpg"};
+    int decoded = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(jpeg_dir())) {
+      if (entry.path().extension() != ".jpg") continue;
+      std::string name = entry.path().filename().string();
+      sluice::vision::DecodeOptions options;
+      try {
+        cv::Mat img = sluice::vision::decode_image(bytes_of(entry.path().string()), options);
+        QVERIFY2(!expected_failures.count(name), name.c_str());
+        QVERIFY(img.rows > 0 && img.cols > 0 && img.channels() == 3 && img.depth() == CV_8U);
+        ++decoded;
+      } catch (const sluice::DataError& e) {
+        QVERIFY2(expected_failures.count(name), qPrintable(QString::fromStdString(name + ": " + e.what())));
+        std::string what = e.what();
+        QVERIFY(what.find("empty") != std::string::npos || what.find("precision 12") != std::string::npos ||
+                what.find("SOF type 0xc3") != std::string::npos);
+      }
+    }
+    QCOMPARE(decoded, 49);
+  }
+
+  void sizes_channels_and_orientation() {
+    auto decode = [](const std::string& rel, int channels = 3, bool orient = true) {
+      sluice::vision::DecodeOptions o;
+      o.channels = channels;
+      o.apply_orientation = orient;
+      return sluice::vision::decode_image(bytes_of(jpeg_dir() + "/" + rel), o);
+    };
+    cv::Mat tall = decode("jpeg-decoder/grayscale_long.jpg", 0);
+    QCOMPARE(tall.cols, 1);
+    QCOMPARE(tall.rows, 1000);
+    QCOMPARE(tall.channels(), 1);
+    QCOMPARE(decode("jpeg-decoder/tower.jpg").size(), cv::Size(512, 512));
+    QCOMPARE(decode("jpeg-decoder/ycck.jpg").size(), cv::Size(500, 333));  // YCCK through OpenCV
+    QCOMPARE(decode("libjpeg-turbo/testimgari.jpg").size(), cv::Size(227, 149));  // arithmetic coding
+    QCOMPARE(decode("pillow/truncated_jpeg.jpg").size(), cv::Size(100, 100));      // decodes with a warning
+    QCOMPARE(sluice::vision::exif_orientation(bytes_of(jpeg_dir() + "/pillow/hopper_orientation_6.jpg")), 6);
+    cv::Mat raw = decode("pillow/hopper_orientation_6.jpg", 3, false), oriented = decode("pillow/hopper_orientation_6.jpg");
+    cv::Mat rotated;
+    cv::rotate(raw, rotated, cv::ROTATE_90_CLOCKWISE);
+    QCOMPARE(cv::norm(oriented, rotated, cv::NORM_INF), 0.0);
+  }
+
+  void dct_scaling_decodes_just_large_enough() {
+    sluice::vision::DecodeOptions o;
+    o.target_height = o.target_width = 100;
+    cv::Mat small = sluice::vision::decode_image(bytes_of(jpeg_dir() + "/jpeg-decoder/tower.jpg"), o);
+    QCOMPARE(small.size(), cv::Size(128, 128));  // 1/4 scale: 1/8 would be 64, too small
+  }
+
+  void pixel_limit_refuses_bombs() {
+    std::string big = bytes_of(jpeg_dir() + "/jpeg-js/black-6000x6000.jpg");
+    sluice::vision::DecodeOptions strict;
+    strict.max_pixels = 10000000;
+    try {
+      sluice::vision::decode_image(big, strict);
+      QFAIL("not refused");
+    } catch (const sluice::DataError& e) {
+      QVERIFY(std::string(e.what()).find("6000x6000 = 36000000 pixels, over max_pixels 10000000") != std::string::npos);
+    }
+    cv::Mat img = sluice::vision::decode_image(big, sluice::vision::DecodeOptions{});
+    QCOMPARE(img.size(), cv::Size(6000, 6000));
+  }
+
+  void pets_images_match_their_stored_size() {
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", testdata_dir() + "/tfrecord/pets_examples.record"}}) +
+                      stage("read", "tfrecord_reader", "files") +
+                      stage("parse", "parse_example", "read", {{"features", "image/encoded:bytes, image/height:int64, image/width:int64"}}) +
+                      stage("dec", "decode_image", "parse", {{"field", "image/encoded"}}, "parallelism: 2") + sink_after("dec"));
+    QCOMPARE(out.lines.size(), std::size_t(10));
+    for (const auto& line : out.lines) {
+      auto height = std::strtoll(line.c_str() + line.find("\"image/height\":") + 15, nullptr, 10);
+      auto width = std::strtoll(line.c_str() + line.find("\"image/width\":") + 14, nullptr, 10);
+      auto shape = image_shape(line);
+      QCOMPARE(shape[0], static_cast<int>(height));
+      QCOMPARE(shape[1], static_cast<int>(width));
+      QCOMPARE(shape[2], 3);
+    }
+  }
+
+  void undecodable_image_names_its_origin() {
+    auto out = run_text(stage("files", "list_files", "", {{"patterns", jpeg_dir() + "/jpeg-decoder/crashtest_empty.jpg"}}) +
+                        stage("read", "read_file", "files") + stage("dec", "decode_image", "read", {{"field", "data"}}) +
+                        stage("out", "null_sink", "dec"));
+    QCOMPARE(out.result.state, sluice::RunState::Failed);
+    QVERIFY2(out.result.error.find("from " + jpeg_dir() + "/jpeg-decoder/crashtest_empty.jpg: the image is empty") != std::string::npos,
+             out.result.error.c_str());
+  }
+
+  void resize_modes_and_crops_give_the_requested_size() {
+    std::string src = stage("src", "synthetic_images", "", {{"count", "2"}, {"height", "60"}, {"width", "100"}});
+    for (std::string mode : {"stretch", "crop", "pad"}) {
+      auto out = run_ok(src + stage("r", "resize", "src", {{"height", "32"}, {"width", "48"}, {"mode", mode}}) + sink_after("r"));
+      QCOMPARE(image_shape(out.lines[0]), (std::vector<int>{32, 48, 3}));
+    }
+    auto crop = run_ok(src + stage("c", "random_resized_crop", "src", {{"height", "24"}, {"width", "24"}}) + sink_after("c"));
+    QCOMPARE(image_shape(crop.lines[1]), (std::vector<int>{24, 24, 3}));
+  }
+
+  void flips_normalize_transpose_cast() {
+    std::string src = stage("src", "synthetic_images", "", {{"count", "1"}, {"height", "4"}, {"width", "6"}});
+    auto plain = run_ok(src + sink_after("src"));
+    auto twice = run_ok(src + stage("f1", "random_flip", "src", {{"p", "1"}}) + stage("f2", "random_flip", "f1", {{"p", "1"}}) + sink_after("f2"));
+    QCOMPARE(twice.lines, plain.lines);
+    auto once = run_ok(src + stage("f1", "random_flip", "src", {{"p", "1"}}) + sink_after("f1"));
+    QVERIFY(once.lines != plain.lines);
+    auto chw = run_ok(src + stage("n", "normalize", "src", {{"mean", "0"}, {"std", "1"}, {"scale", "1"}}) +
+                      stage("t", "transpose", "n", {{"to", "chw"}}) + stage("c", "cast", "t", {{"dtype", "u8"}}) +
+                      stage("back", "transpose", "c", {{"to", "hwc"}}) + sink_after("back"));
+    QCOMPARE(chw.lines, plain.lines);  // a lossless round trip through f32 and CHW
+    auto shape = run_ok(src + stage("t", "transpose", "src") + sink_after("t"));
+    QCOMPARE(image_shape(shape.lines[0]), (std::vector<int>{3, 4, 6}));
+  }
+
+  void encode_decode_round_trip() {
+    std::string src = stage("src", "synthetic_images", "", {{"count", "2"}, {"height", "40"}, {"width", "50"}});
+    auto plain = run_ok(src + sink_after("src"));
+    auto png = run_ok(src + stage("e", "encode_image", "src", {{"format", "png"}}) + stage("d", "decode_image", "e") + sink_after("d"));
+    QCOMPARE(png.lines, plain.lines);  // PNG is lossless
+    auto jpeg = run_ok(src + stage("e", "encode_image", "src", {{"quality", "95"}}) + stage("d", "decode_image", "e") + sink_after("d"));
+    QCOMPARE(image_shape(jpeg.lines[0]), (std::vector<int>{40, 50, 3}));
+  }
+
+  void synthetic_images_are_deterministic() {
+    std::string text = stage("src", "synthetic_images", "", {{"count", "3"}, {"height", "8"}, {"width", "8"}}) + sink_after("src");
+    auto a = run_ok("options { seed: 5 }\n" + text), b = run_ok("options { seed: 5 }\n" + text), c = run_ok("options { seed: 6 }\n" + text);
+    QCOMPARE(a.lines, b.lines);
+    QVERIFY(a.lines != c.lines);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestVision)
+#include "tst_vision.moc"
