@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# The main job on built-in data: installs what it needs, builds, runs the demo pipeline headless
-# and prints its per-stage report.
+# The main job on built-in data: installs what it needs, builds, makes the sample data once
+# (2048 photo-like 320x240 JPEGs as 8 TFRecord shards and as a folder of class subfolders), then
+# runs the image training pipeline headless and prints its per-stage report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 export BUILD_DIR
 bash scripts/build.sh
-mkdir -p "$BUILD_DIR/demo"
-"$BUILD_DIR/bin/sluice" run resources/pipelines/demo.txtpb --set "out.path=$BUILD_DIR/demo/batches.jsonl" "$@"
-echo "Batches written to $BUILD_DIR/demo/batches.jsonl"
+sluice="$BUILD_DIR/bin/sluice"
+sample="$BUILD_DIR/sample_data"
+if [ ! -f "$sample/complete" ]; then
+  echo "Making the sample data in $sample (once)..."
+  rm -rf "$sample"
+  "$sluice" run resources/pipelines/sample_data_tfrecord.txtpb --set "shards.prefix=$sample/tfrecord/train" > /dev/null
+  "$sluice" run resources/pipelines/sample_data_jpeg.txtpb --set "files.folder=$sample/jpeg" > /dev/null
+  touch "$sample/complete"
+fi
+"$sluice" run resources/pipelines/train_tfrecord.txtpb --set "files.patterns=$sample/tfrecord/*.tfrecord" "$@"

@@ -45,7 +45,7 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   if (b.stage < 0 || snapshot.stage(b.stage).busy_fraction() <= 0) return {};
   const auto& m = snapshot.stage(b.stage);
   std::string input = m.inputs_size() == 0 ? "it is a source" : fmt::format("its input buffer is {:.0f}% full", 100 * input_fill(m));
-  std::string output = m.buffer_capacity() == 0 ? "it is the sink" : fmt::format("its output buffer {:.0f}% full", 100 * output_fill(m));
+  std::string output = m.kind() == "sink" ? "it is the sink" : fmt::format("its output buffer {:.0f}% full", 100 * output_fill(m));
   b.reason = fmt::format("busy {:.0f}% of the time on {} worker{}; {}, {}", 100 * m.busy_fraction(), m.workers(),
                          m.workers() == 1 ? "" : "s", input, output);
   if (best < 0) b.reason += " (no stage is clearly held up by it: the pipeline is balanced or limited by its consumers)";

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "io_plugin.hpp"
 
@@ -185,9 +186,68 @@ class LabelFromPath final : public Map {
   std::map<std::string, std::int64_t> index_;
 };
 
+// Writes one bytes field per element as a file, optionally in a subfolder per class: the
+// Places365-style folder layout. Each file is written under a temporary name and renamed.
+class WriteFiles final : public Sink {
+ public:
+  static OperatorInfo describe() {
+    return {"write_files",
+            OperatorKind::Sink,
+            "Writes a bytes field of each element to FOLDER/[class_LABEL/]NNNNNN.EXT",
+            {ParamSpec::make("folder", ParamType::Path, "output folder (created if missing)"),
+             ParamSpec::make("field", ParamType::String, "bytes field to write").def("image"),
+             ParamSpec::make("class_field", ParamType::String, "int64 field naming a subfolder class_NNN; empty: none").def("label"),
+             ParamSpec::make("extension", ParamType::String, "file name extension").def(".jpg")},
+            {},
+            {}};
+  }
+  explicit WriteFiles(const Params& p)
+      : folder_(p.get_string("folder")), field_(p.get_string("field")), class_field_(p.get_string("class_field")),
+        extension_(p.get_string("extension")) {
+    if (folder_.empty()) throw ParamError("folder must not be empty");
+  }
+  void start(const StageInfo&) override {
+    std::error_code ec;
+    fs::create_directories(folder_, ec);
+    if (ec) throw Error("cannot create " + folder_ + ": " + ec.message());
+  }
+  void consume(Sample in, const ElementContext&) override {
+    const Tensor& data = in.at(field_);
+    if (data.dtype() != DType::Bytes || data.num_elements() != 1) throw DataError("field '" + field_ + "' is not one bytes value");
+    fs::path dir = folder_;
+    if (!class_field_.empty()) {
+      char name[32];
+      std::snprintf(name, sizeof name, "class_%03lld", static_cast<long long>(in.at(class_field_).item<std::int64_t>()));
+      dir /= name;
+      if (!created_.count(dir.string())) {
+        fs::create_directories(dir);
+        created_.insert(dir.string());
+      }
+    }
+    char file[32];
+    std::snprintf(file, sizeof file, "%06llu", static_cast<unsigned long long>(written_++));
+    fs::path target = dir / (file + extension_);
+    fs::path temporary = target;
+    temporary += ".partial";
+    auto bytes = data.string_at(0);
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out.flush()) throw Error("writing " + temporary.string() + " failed");
+    }
+    fs::rename(temporary, target);
+  }
+
+ private:
+  std::string folder_, field_, class_field_, extension_;
+  std::set<std::string> created_;
+  std::uint64_t written_ = 0;
+};
+
 }  // namespace
 
 void register_files(Registrar& registrar) {
+  registrar.add<WriteFiles>();
   registrar.add<ListFiles>();
   registrar.add<ReadFile>();
   registrar.add<LabelFromPath>();

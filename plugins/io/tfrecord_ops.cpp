@@ -192,8 +192,9 @@ class TFRecordWriter final : public Sink {
   }
   void start(const StageInfo&) override {
     auto folder = fs::path(prefix_).parent_path();
-    if (!folder.empty() && !fs::is_directory(folder))
-      throw Error("folder " + folder.string() + " of prefix " + prefix_ + " does not exist");
+    std::error_code ec;
+    if (!folder.empty()) fs::create_directories(folder, ec);
+    if (ec) throw Error("cannot create folder " + folder.string() + " for prefix " + prefix_ + ": " + ec.message());
   }
   void consume(Sample in, const ElementContext&) override {
     if (!shard_) open_shard();

@@ -53,7 +53,11 @@ class Batch final : public Aggregate {
   }
   explicit Batch(const Params& p)
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  // Batches are large and made at a steady rate: reuse their memory (fresh pages cost far more
+  // than reused ones), unless a downstream stage offered its own allocator (pinned memory).
+  void start(const StageInfo& info) override {
+    allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
+  }
   void begin_iteration(std::uint64_t) override { pending_.clear(); }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
     pending_.push_back(std::move(in));
@@ -79,7 +83,8 @@ class Batch final : public Aggregate {
 
   std::size_t batch_size_;
   bool drop_remainder_;
-  Allocator* allocator_ = &HostAllocator::instance();
+  PooledHostAllocator pool_;
+  Allocator* allocator_ = &pool_;
   std::vector<Sample> pending_;
 };
 

@@ -1,0 +1,90 @@
+// The example pipelines of resources/pipelines run as shipped, on sample data made by the
+// sample-data pipelines (fewer images, so the test stays quick).
+#include <QtTest>
+
+#include <filesystem>
+
+#include "pipeline_runner.hpp"
+
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+RunOutput run_file(const std::string& name, const std::vector<std::string>& overrides) {
+  RunOutput out;
+  try {
+    auto doc = sluice::read_pipeline_file(std::string(SLUICE_SOURCE_DIR) + "/resources/pipelines/" + name);
+    sluice::apply_overrides(doc, overrides);
+    sluice::Engine engine(sluice::build_graph(doc, registry()));
+    engine.start();
+    out.result = engine.wait();
+    out.snapshot = engine.snapshot();
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+std::uint64_t out_of(const RunOutput& out, const std::string& stage) {
+  for (const auto& m : out.snapshot.stage())
+    if (m.id() == stage) return m.elements_out();
+  return ~0ull;
+}
+}  // namespace
+
+class TestPipelines : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+  std::string tfrecords_, jpegs_;
+
+ private slots:
+  void initTestCase() {
+    tfrecords_ = dir_.path().toStdString() + "/tfrecord";
+    jpegs_ = dir_.path().toStdString() + "/jpeg";
+    // 320 images: 5 shards of 64, and the same images as class folders.
+    auto tf = run_file("sample_data_tfrecord.txtpb", {"images.count=320", "shards.prefix=" + tfrecords_ + "/train", "shards.max_records=64"});
+    QVERIFY2(tf.error.empty() && tf.result.state == sluice::RunState::Finished, (tf.error + tf.result.error).c_str());
+    QVERIFY(fs::exists(tfrecords_ + "/train-00000-of-00005.tfrecord"));
+    auto jpeg = run_file("sample_data_jpeg.txtpb", {"images.count=320", "files.folder=" + jpegs_});
+    QVERIFY2(jpeg.error.empty() && jpeg.result.state == sluice::RunState::Finished, (jpeg.error + jpeg.result.error).c_str());
+    std::size_t files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(jpegs_)) files += e.is_regular_file();
+    QCOMPARE(files, std::size_t(320));
+  }
+
+  void main_training_pipeline() {
+    auto out = run_file("train_tfrecord.txtpb", {"files.patterns=" + tfrecords_ + "/*.tfrecord"});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "read"), std::uint64_t(320));
+    QCOMPARE(out_of(out, "batch"), std::uint64_t(5));  // 320 / 64, remainder dropped
+    QVERIFY(!out.snapshot.bottleneck().empty());
+  }
+
+  void places365_folder_chain_with_cache() {
+    auto out = run_file("places365_folder.txtpb", {"files.patterns=" + jpegs_ + "/**/*.jpg", "label.root=" + jpegs_});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "decode"), std::uint64_t(320));  // decoded once, then replayed by the cache
+    QCOMPARE(out_of(out, "cache"), std::uint64_t(960));   // three epochs
+    QCOMPARE(out_of(out, "batch"), std::uint64_t(15));
+  }
+
+  void single_tfrecord_chain() {
+    auto out = run_file("single_tfrecord.txtpb", {"files.patterns=" + tfrecords_ + "/train-00000-of-00005.tfrecord"});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "read"), std::uint64_t(192));  // 64 records, three epochs
+    QCOMPARE(out_of(out, "batch"), std::uint64_t(3));
+  }
+
+  void multi_tfrecord_interleave_chain_shards_disjointly() {
+    std::uint64_t total = 0;
+    for (int index = 0; index < 2; ++index) {
+      auto out = run_file("multi_tfrecord.txtpb", {"files.patterns=" + tfrecords_ + "/*.tfrecord", "shard.num_shards=2",
+                                                   "shard.index=" + std::to_string(index)});
+      QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+      total += out_of(out, "read");
+    }
+    QCOMPARE(total, std::uint64_t(3 * 320));  // the two workers' files together: every record, each epoch
+  }
+};
+
+QTEST_APPLESS_MAIN(TestPipelines)
+#include "tst_pipelines.moc"
