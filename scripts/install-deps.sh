@@ -9,6 +9,7 @@ packages=(
   libboost-dev                 # Boost.DLL, header-only
   libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev
+  clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # resizing, other formats

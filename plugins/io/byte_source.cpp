@@ -92,7 +92,7 @@ class PeekedSource final : public ByteSource {
 class InflateSource final : public ByteSource {
  public:
   InflateSource(std::unique_ptr<ByteSource> inner, Compression kind, std::string name)
-      : inner_(std::move(inner)), name_(std::move(name)), input_(1 << 20) {
+      : inner_(std::move(inner)), name_(std::move(name)), input_(256 << 10) {
     window_bits_ = kind == Compression::Gzip ? 15 + 16 : 15;
     if (inflateInit2(&z_, window_bits_) != Z_OK) throw Error("zlib initialisation failed");
   }

@@ -1,0 +1,143 @@
+// Data-plugin benchmarks, each against a baseline measured in the same run on the same files
+// (page cache warm):
+//  1. tfrecord_reader with CRC checks against `cat FILES > /dev/null` (bytes/s);
+//  2. the image pipeline list_files -> read_file -> decode -> resize 224 -> flip -> normalize ->
+//     batch 64 on all cores against the ideal: a plain single-thread loop doing the same work on
+//     the same files, times the number of cores.
+// Usage: bench_io TFRECORD_GLOB JPEG_GLOB
+#include <glob.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <opencv2/imgproc.hpp>
+
+#include "image_codec.hpp"
+#include "sluice/core/engine.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<std::string> expand(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  return out;
+}
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double run_pipeline(const sluice::Registry& registry, const std::string& text, std::uint64_t& elements) {
+  sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "bench"), registry));
+  auto t0 = Clock::now();
+  engine.start();
+  auto result = engine.wait();
+  double s = since(t0);
+  if (result.state != sluice::RunState::Finished) throw sluice::Error(result.error);
+  auto snap = engine.snapshot();
+  elements = snap.stage(snap.stage_size() - 1).elements_out();
+  return s;
+}
+
+// One image the way the pipeline treats it, on the calling thread.
+void ideal_one(const std::string& path, cv::Mat& out, std::uint64_t n) {
+  std::string bytes = slurp(path);
+  sluice::vision::DecodeOptions o;
+  o.target_height = o.target_width = 224;
+  cv::Mat img = sluice::vision::decode_image(bytes, o);
+  double s = std::max(224.0 / img.cols, 224.0 / img.rows);
+  cv::Mat scaled, cropped, flipped;
+  cv::resize(img, scaled, cv::Size(std::max(224, int(std::lround(img.cols * s))), std::max(224, int(std::lround(img.rows * s)))), 0, 0,
+             cv::INTER_LINEAR);
+  cropped = scaled(cv::Rect((scaled.cols - 224) / 2, (scaled.rows - 224) / 2, 224, 224));
+  if (n % 2) cv::flip(cropped, flipped, 1);
+  else flipped = cropped;
+  flipped.convertTo(out, CV_32F, 1.0 / 255);
+  cv::subtract(out, cv::Scalar(0.485, 0.456, 0.406), out);
+  cv::multiply(out, cv::Scalar(1 / 0.229, 1 / 0.224, 1 / 0.225), out);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr, "usage: bench_io TFRECORD_GLOB JPEG_GLOB (scripts/demo.sh makes build/sample_data)\n");
+    return 2;
+  }
+  const std::string tfrecords = argv[1], jpegs = argv[2];
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  sluice::Registry registry;
+  registry.load_search_path();
+
+  // 1. Reading TFRecords.
+  auto files = expand(tfrecords);
+  std::uint64_t bytes = 0;
+  for (auto& f : files) bytes += slurp(f).size();  // also warms the page cache
+  std::string cat = "cat";
+  for (auto& f : files) cat += " '" + f + "'";
+  double best_cat = 1e9, best_read = 1e9;
+  std::uint64_t records = 0;
+  std::string reader = fmt::format(
+      "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
+      "stage {{ id: \"read\" op: \"tfrecord_reader\" input: \"files\" }}\n"
+      "stage {{ id: \"out\" op: \"null_sink\" input: \"read\" }}\n",
+      tfrecords);
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    if (std::system((cat + " > /dev/null").c_str()) != 0) return 1;
+    best_cat = std::min(best_cat, since(t0));
+    best_read = std::min(best_read, run_pipeline(registry, reader, records));
+  }
+  fmt::print("TFRecord reading: {} files, {:.1f} MB, {} records (best of 5)\n", files.size(), bytes / 1e6, records);
+  fmt::print("  {:<34} {:>10.0f} MB/s\n", "cat FILES > /dev/null", bytes / 1e6 / best_cat);
+  fmt::print("  {:<34} {:>10.0f} MB/s  ({:.0f}% of cat)\n\n", "tfrecord_reader, CRC checked", bytes / 1e6 / best_read,
+             100 * best_cat / best_read);
+
+  // 2. The image pipeline against the ideal.
+  auto images = expand(jpegs);
+  std::string pipeline = fmt::format(
+      "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
+      "stage {{ id: \"read\" op: \"read_file\" input: \"files\" parallelism: {c} }}\n"
+      "stage {{ id: \"decode\" op: \"decode_image\" input: \"read\" parallelism: {c} params {{ key: \"field\" value: \"data\" }} "
+      "params {{ key: \"target_height\" value: \"224\" }} params {{ key: \"target_width\" value: \"224\" }} }}\n"
+      "stage {{ id: \"resize\" op: \"resize\" input: \"decode\" parallelism: {c} params {{ key: \"height\" value: \"224\" }} "
+      "params {{ key: \"width\" value: \"224\" }} params {{ key: \"mode\" value: \"crop\" }} }}\n"
+      "stage {{ id: \"flip\" op: \"random_flip\" input: \"resize\" parallelism: {c} }}\n"
+      "stage {{ id: \"norm\" op: \"normalize\" input: \"flip\" parallelism: {c} }}\n"
+      "stage {{ id: \"batch\" op: \"batch\" input: \"norm\" params {{ key: \"batch_size\" value: \"64\" }} }}\n"
+      "stage {{ id: \"out\" op: \"null_sink\" input: \"batch\" }}\n",
+      jpegs, fmt::arg("c", cores));
+  double best_ideal = 1e9, best_ours = 1e9;
+  std::uint64_t batches = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    cv::Mat img;
+    std::vector<float> batch(64 * 224 * 224 * 3);
+    std::uint64_t n = 0;
+    for (const auto& path : images) {
+      ideal_one(path, img, n);
+      std::memcpy(batch.data() + (n % 64) * img.total() * 3, img.data, img.total() * img.elemSize());
+      ++n;
+    }
+    best_ideal = std::min(best_ideal, since(t0));
+    best_ours = std::min(best_ours, run_pipeline(registry, pipeline, batches));
+  }
+  double ideal_rate = images.size() / best_ideal * cores, ours = images.size() / best_ours;
+  fmt::print("Image pipeline: {} JPEGs, decode -> resize 224 -> flip -> normalize -> batch 64, {} cores (best of 3)\n", images.size(), cores);
+  fmt::print("  {:<34} {:>10.0f} images/s\n", "ideal (1-thread loop x cores)", ideal_rate);
+  fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal)\n", "sluice pipeline", ours, 100 * ours / ideal_rate);
+  return 0;
+}

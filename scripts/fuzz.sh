@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time,
+# seeded from the real files in ../shared/testdata/real. A crash fails the run and leaves the
+# input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+seconds=${1:-60}
+testdata=${SLUICE_TESTDATA:-../shared/testdata/real}
+out=build-fuzz
+CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build "$out" -j "${JOBS:-2}"
+
+# Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
+corpus="$out/corpus"
+rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$out/crashes"
+for f in "$testdata"/tfrecord/*.tfrecord "$testdata"/tfrecord/*.gz "$testdata"/tfrecord/corrupt/*; do
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 1000000 ] && cp "$f" "$corpus/tfrecord/"
+done
+cp tests/fuzz/seeds/csv/* "$corpus/csv/"
+sluice=${BUILD_DIR:-build}/bin/sluice
+if [ -x "$sluice" ]; then
+  for f in torchdata_example.tfrecord torchdata_sequence_example.tfrecord tfx_penguin_eval.tfrecord.gz; do
+    cat > "$out/extract.txtpb" <<PIPE
+stage { id: "files" op: "list_files" params { key: "patterns" value: "$testdata/tfrecord/$f" } }
+stage { id: "read" op: "tfrecord_reader" input: "files" }
+stage { id: "take" op: "take" input: "read" params { key: "count" value: "8" } }
+stage { id: "out" op: "write_files" input: "take" params { key: "folder" value: "$corpus/example/${f%%.*}" } params { key: "field" value: "record" } params { key: "class_field" value: "" } params { key: "extension" value: ".pb" } }
+PIPE
+    "$sluice" run "$out/extract.txtpb" > /dev/null
+  done
+  # The fuzz target reads a spec selector byte, then the record.
+  find "$corpus/example" -name '*.pb' | while read -r f; do
+    for s in 0 1 2; do { printf "\\x0$s"; cat "$f"; } > "$corpus/example/$(basename "$f").$s"; done
+    rm "$f"
+  done
+fi
+
+status=0
+for target in fuzz_tfrecord fuzz_example fuzz_csv; do
+  dir="$corpus/${target#fuzz_}"
+  echo "== $target for ${seconds}s ($(find "$dir" -type f | wc -l) seeds)"
+  if ! "$out/$target" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=2048 -artifact_prefix="$out/crashes/$target-" \
+       -print_final_stats=1 "$dir" > "$out/$target.log" 2>&1; then
+    echo "$target found a crash:"; tail -40 "$out/$target.log"; status=1
+  else
+    grep -E "stat::number_of_executed_units|Done" "$out/$target.log" | tail -2
+  fi
+done
+exit $status
