@@ -8,6 +8,7 @@
 
 #include "sluice/core/engine.hpp"
 #include "sluice/core/param_parse.hpp"
+#include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
@@ -201,6 +202,7 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::tune_process_for_streaming();
   CLI::App app{"Sluice: machine-learning input pipelines, headless"};
   app.require_subcommand(1);
   CommonOptions common;

@@ -85,6 +85,7 @@ struct StageRuntime {
   std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
   StageRuntime* fused_head = nullptr;  // on a member: the head running it
   StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
+  std::atomic<bool> element_major{false};  // see process_chunk
   // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
   int threads() const { return expand ? 1 : workers; }
 
@@ -315,8 +316,11 @@ struct Engine::Impl {
       {
         std::lock_guard pop_lock(st.pop_mutex);
         if (st.input_done) return;
+        // Slow elements go one or two at a time, so that workers finish together and an ordered
+        // commit rarely waits behind a long chunk; cheap ones go in chunks to save hand-offs.
         const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.workers));
-        if (!st.input->pop(in, std::min(kChunk, share))) return;
+        const std::size_t limit = st.element_major.load(std::memory_order_relaxed) ? 2 : kChunk;
+        if (!st.input->pop(in, std::min(limit, share))) return;
         add(st.counters.starved_ns, now_ns() - t0);
         if (!in.front().is_element()) {
           {
@@ -385,73 +389,109 @@ struct Engine::Impl {
     }
   }
 
-  // Runs one chunk through the stage, or through every member of its fused group in turn (each
-  // member over the whole chunk, so that each one's busy time is measured). In a group, every
-  // member sees the element's index at the group's input: maps keep positions, and a filter can
-  // only be the last member.
-  bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
-                     std::uint64_t base_index, bool may_flush, ChunkIssues* deferred_failure) {
-    if (st.sink) return process_elements(st, in, out, epoch, base_index, may_flush, nullptr, deferred_failure);
-    std::vector<std::uint64_t> positions(in.size());
-    for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
-    if (!process_elements(st, in, out, epoch, base_index, may_flush, &positions, deferred_failure)) return false;
-    for (StageRuntime* member : st.fused) {
-      in.swap(out);
-      out.clear();
-      add(member->counters.elements_in, in.size());
-      add(member->counters.bytes_in, bytes_of(in));
-      if (!process_elements(*member, in, out, epoch, base_index, may_flush, &positions, deferred_failure)) return false;
+  // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
+  // false), a sink consumes it. False when the run must stop (fail policy).
+  bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure) {
+    std::string origin = item.sample.origin();
+    try {
+      if (st.map) {
+        item.sample = st.map->map(std::move(item.sample), ctx);
+      } else if (st.filter) {
+        kept = st.filter->keep(item.sample, ctx);
+      } else if (st.sink) {
+        st.sink->consume(std::move(item.sample), ctx);
+      }
+      return true;
+    } catch (const std::exception& e) {
+      kept = false;
+      return element_error(st, e.what(), ctx.epoch, ctx.index, origin, deferred_failure);
     }
-    return true;
   }
 
-  // `positions`, when given, holds each element's index (and is compacted as elements drop out).
-  bool process_elements(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
-                        std::uint64_t base_index, bool may_flush, std::vector<std::uint64_t>* positions,
-                        ChunkIssues* deferred_failure) {
-    const std::uint64_t t0 = now_ns();
-    (void)may_flush;
-    ElementContext ctx{&st.info, epoch, base_index};
-    std::size_t kept = 0;
-    std::uint64_t produced = 0, produced_bytes = 0;  // added to the shared counters once per chunk
+  // Runs one chunk through the stage, or through every member of its fused group. In a group,
+  // every member sees the element's index at the group's input: maps keep positions, and a filter
+  // can only be the last member. Cheap elements go stage by stage over the whole chunk (one clock
+  // reading per stage and chunk); expensive ones (decoded images) go element by element through
+  // all members, so that each stays in cache from one stage to the next.
+  bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
+                     std::uint64_t base_index, bool /*may_flush*/, ChunkIssues* deferred_failure) {
+    std::vector<StageRuntime*> members{&st};
+    members.insert(members.end(), st.fused.begin(), st.fused.end());
+    struct Tally {
+      std::uint64_t in = 0, in_bytes = 0, out = 0, out_bytes = 0, busy = 0;
+    };
+    std::vector<Tally> tally(members.size());
     bool ok = true;
-    for (std::size_t i = 0; i < in.size() && ok; ++i) {
-      auto& item = in[i];
-      if (stopping.load(std::memory_order_relaxed)) {
-        ok = false;
-        break;
-      }
-      if (positions) ctx.index = (*positions)[i];
-      const std::size_t before = out.size();
-      std::string origin = item.sample.origin();
-      try {
-        if (st.map) {
-          Sample result = st.map->map(std::move(item.sample), ctx);
-          ++produced;
-          produced_bytes += result.nbytes();
-          out.push_back(Item::element(std::move(result)));
-        } else if (st.filter) {
-          if (st.filter->keep(item.sample, ctx)) {
-            ++produced;
-            produced_bytes += item.sample.nbytes();
-            out.push_back(std::move(item));
+    const std::uint64_t start = now_ns();
+    if (members.size() > 1 && st.element_major.load(std::memory_order_relaxed)) {
+      for (std::size_t i = 0; i < in.size() && ok; ++i) {
+        Item& item = in[i];
+        ElementContext ctx{nullptr, epoch, base_index + i};
+        bool kept = true;
+        std::uint64_t t = now_ns();
+        for (std::size_t m = 0; m < members.size() && kept && ok; ++m) {
+          if (m > 0) {
+            ++tally[m].in;
+            tally[m].in_bytes += item.sample.nbytes();
           }
-        } else if (st.sink) {
-          std::size_t bytes = item.sample.nbytes();
-          st.sink->consume(std::move(item.sample), ctx);
-          ++produced;
-          produced_bytes += bytes;
+          ctx.stage = &members[m]->info;
+          ok = apply(*members[m], item, ctx, kept, deferred_failure);
+          if (kept) {
+            ++tally[m].out;
+            tally[m].out_bytes += item.sample.nbytes();
+          }
+          std::uint64_t t2 = now_ns();
+          tally[m].busy += t2 - t;
+          t = t2;
         }
-      } catch (const std::exception& e) {
-        ok = element_error(st, e.what(), epoch, ctx.index, origin, deferred_failure);
+        if (kept && ok) out.push_back(std::move(item));
+        if (stopping.load(std::memory_order_relaxed)) ok = false;
       }
-      if (positions && out.size() > before) (*positions)[kept++] = ctx.index;
-      if (!positions) ++ctx.index;
+    } else {
+      std::vector<std::uint64_t> positions(in.size());
+      for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
+      for (std::size_t m = 0; m < members.size() && ok; ++m) {
+        if (m > 0) {
+          in.swap(out);
+          out.clear();
+          tally[m].in = in.size();
+          tally[m].in_bytes = bytes_of(in);
+        }
+        const std::uint64_t t0 = now_ns();
+        ElementContext ctx{&members[m]->info, epoch, 0};
+        std::size_t kept_count = 0;
+        for (std::size_t i = 0; i < in.size() && ok; ++i) {
+          ctx.index = positions[i];
+          bool kept = true;
+          const std::size_t sink_bytes = members[m]->sink ? in[i].sample.nbytes() : 0;
+          ok = apply(*members[m], in[i], ctx, kept, deferred_failure);
+          if (kept && ok) {
+            ++tally[m].out;
+            tally[m].out_bytes += sink_bytes;
+            if (!members[m]->sink) {
+              tally[m].out_bytes += in[i].sample.nbytes();
+              positions[kept_count++] = positions[i];
+              out.push_back(std::move(in[i]));
+            }
+          }
+          if (stopping.load(std::memory_order_relaxed)) ok = false;
+        }
+        positions.resize(kept_count);
+        tally[m].busy = now_ns() - t0;
+      }
     }
-    if (positions) positions->resize(kept);
-    add(st.counters.elements_out, produced);
-    add(st.counters.bytes_out, produced_bytes);
-    add(st.counters.busy_ns, now_ns() - t0);
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      auto& c = members[m]->counters;
+      if (m > 0) {
+        add(c.elements_in, tally[m].in);
+        add(c.bytes_in, tally[m].in_bytes);
+      }
+      add(c.elements_out, tally[m].out);
+      add(c.bytes_out, tally[m].out_bytes);
+      add(c.busy_ns, tally[m].busy);
+    }
+    if (!in.empty()) st.element_major.store((now_ns() - start) / in.size() > 20'000, std::memory_order_relaxed);
+    // (single stages use it too: it sizes their chunks)
     return ok;
   }
 
