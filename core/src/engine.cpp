@@ -538,7 +538,15 @@ struct Engine::Impl {
     std::size_t next_input = 0;
     std::uint64_t epoch = 0, index = 0;
     bool iteration_closed = false, input_done = false;
-    std::uint64_t mark = now_ns();
+    // The coordinator's busy time: its time less what it spent waiting (fetchers add their own).
+    std::uint64_t mark = now_ns(), waited_at_mark = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
+    auto account_busy = [&]() {
+      std::uint64_t now = now_ns(), waited = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
+      std::uint64_t spent = now - mark, idle = waited - waited_at_mark;
+      add(st.counters.busy_ns, spent > idle ? spent - idle : 0);
+      mark = now;
+      waited_at_mark = waited;
+    };
 
     auto stop_fetchers = [&](std::vector<std::thread>& fetchers) {
       {
@@ -556,11 +564,10 @@ struct Engine::Impl {
       while (!iteration_closed) {
         if (next_input == inputs.size()) {
           if (!out.empty() && !flush(st, out)) return false;  // never hold outputs while waiting
+          account_busy();
           std::uint64_t t0 = now_ns();
-          add(st.counters.busy_ns, t0 - mark);
           if (!st.input->pop(inputs, kChunk)) return false;
-          mark = now_ns();
-          add(st.counters.starved_ns, mark - t0);
+          add(st.counters.starved_ns, now_ns() - t0);
           next_input = 0;
           if (inputs.front().is_element()) {
             add(st.counters.elements_in, inputs.size());
@@ -728,7 +735,7 @@ struct Engine::Impl {
       turn = (turn + 1) % cycle;
       if (ok && out.size() > 0 && st.output->consumer_waiting()) ok = flush(st, out);
     }
-    add(st.counters.busy_ns, now_ns() - mark);
+    account_busy();
     stop_fetchers(fetchers);
   }
 

@@ -1,6 +1,8 @@
 #include "byte_source.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -41,6 +43,22 @@ class FileSource final : public ByteSource {
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
   ~FileSource() override { ::close(fd_); }
+  // The first bytes, without moving the read position (for format detection).
+  std::size_t peek(std::byte* dst, std::size_t n) {
+    ssize_t got = ::pread(fd_, dst, n, 0);
+    return got > 0 ? static_cast<std::size_t>(got) : 0;
+  }
+  void allow_map() { may_map_ = true; }
+  std::shared_ptr<Buffer> map_all() override {
+    struct stat st {};
+    if (!may_map_ || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return nullptr;
+    auto size = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (p == MAP_FAILED) return nullptr;
+    ::madvise(p, size, MADV_SEQUENTIAL);
+    ::madvise(p, size, MADV_WILLNEED);
+    return std::make_shared<Buffer>(static_cast<std::byte*>(p), size, [](std::byte* data, std::size_t n) { ::munmap(data, n); });
+  }
   std::size_t read(std::byte* dst, std::size_t n) override {
     for (;;) {
       ssize_t got = ::read(fd_, dst, n);
@@ -52,6 +70,7 @@ class FileSource final : public ByteSource {
  private:
   std::string path_;
   int fd_ = -1;
+  bool may_map_ = false;
 };
 
 class MemorySource final : public ByteSource {
@@ -141,6 +160,19 @@ class InflateSource final : public ByteSource {
   std::uint64_t consumed_ = 0;
 };
 
+// gzip magic, else a valid TFRecord header (plain), else a zlib header, else plain.
+Compression detect(const std::byte* head, std::size_t have) {
+  auto b = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
+  if (have >= 2 && b(0) == 0x1f && b(1) == 0x8b) return Compression::Gzip;
+  if (have == 12) {
+    std::uint32_t stored;
+    std::memcpy(&stored, head + 8, 4);
+    bool plain = mask_crc(crc32c(head, 8)) == stored;
+    if (!plain && (b(0) & 0x0f) == 8 && ((b(0) << 8) | b(1)) % 31 == 0) return Compression::Zlib;
+  }
+  return Compression::None;
+}
+
 std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression compression, const std::string& name) {
   if (compression == Compression::Auto) {
     std::vector<std::byte> head(12);
@@ -151,16 +183,7 @@ std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression co
       have += got;
     }
     head.resize(have);
-    auto b = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
-    compression = Compression::None;
-    if (have >= 2 && b(0) == 0x1f && b(1) == 0x8b) {
-      compression = Compression::Gzip;
-    } else if (have == 12) {
-      std::uint32_t stored;
-      std::memcpy(&stored, head.data() + 8, 4);
-      bool plain = mask_crc(crc32c(head.data(), 8)) == stored;
-      if (!plain && (b(0) & 0x0f) == 8 && ((b(0) << 8) | b(1)) % 31 == 0) compression = Compression::Zlib;
-    }
+    compression = detect(head.data(), have);
     raw = std::make_unique<PeekedSource>(std::move(head), std::move(raw));
   }
   if (compression == Compression::None) return raw;
@@ -169,8 +192,15 @@ std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression co
 
 }  // namespace
 
-std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression) {
-  return wrap(std::make_unique<FileSource>(path), compression, path);
+std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, bool allow_map) {
+  auto file = std::make_unique<FileSource>(path);
+  if (compression == Compression::Auto) {
+    std::byte head[12];
+    compression = detect(head, file->peek(head, sizeof head));
+  }
+  if (compression != Compression::None) return wrap(std::move(file), compression, path);
+  if (allow_map) file->allow_map();
+  return file;
 }
 
 std::unique_ptr<ByteSource> memory_source(const void* data, std::size_t size, Compression compression,

@@ -20,14 +20,21 @@ std::uint32_t load_u32(const std::byte* p) {
 }  // namespace
 
 RecordReader::RecordReader(std::unique_ptr<ByteSource> source, std::string name, RecordReaderOptions options)
-    : source_(std::move(source)), name_(std::move(name)), options_(options) {}
+    : source_(std::move(source)), name_(std::move(name)), options_(options) {
+  // A mapped file is one buffer already: records are views of it, nothing is read or copied.
+  if ((chunk_ = source_->map_all())) {
+    end_ = chunk_->size();
+    eof_ = true;
+  }
+}
 
 bool RecordReader::ensure(std::size_t n) {
   if (end_ - begin_ >= n) return true;
   if (eof_) return false;
   if (!chunk_ || chunk_->size() - begin_ < n) {
     // A fresh buffer: records already handed out keep viewing the old one.
-    auto fresh = HostAllocator::instance().allocate(std::max(options_.chunk_bytes, n));
+    const std::size_t size = std::max(options_.chunk_bytes, n);
+    auto fresh = options_.allocator ? options_.allocator->allocate(size) : HostAllocator::instance().allocate(size);
     if (end_ > begin_) std::memcpy(fresh->data(), chunk_->data() + begin_, end_ - begin_);
     chunk_offset_ += begin_;
     end_ -= begin_;

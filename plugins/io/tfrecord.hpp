@@ -23,6 +23,7 @@ struct RecordReaderOptions {
   bool verify_crc = true;
   std::size_t chunk_bytes = 4u << 20;
   std::uint64_t max_record_bytes = 1ull << 30;
+  Allocator* allocator = nullptr;  // for read buffers; null: plain host memory
 };
 
 class RecordReader {

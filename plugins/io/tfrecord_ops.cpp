@@ -25,7 +25,11 @@ class TFRecordReader final : public Expand {
                  .def("auto")
                  .one_of({"auto", "none", "gzip", "zlib"}),
              ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
-             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30)},
+             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30),
+             ParamSpec::make("mmap", ParamType::Bool,
+                             "map uncompressed files into memory instead of reading them (no copy); turn off for files that "
+                             "may shrink while being read")
+                 .def("true")},
             {.stateless = true},
             {}};
   }
@@ -33,6 +37,8 @@ class TFRecordReader final : public Expand {
       : field_(p.get_string("field")), compression_(parse_compression(p.get_string("compression"))) {
     options_.verify_crc = p.get_bool("verify_crc");
     options_.chunk_bytes = static_cast<std::size_t>(p.get_int("buffer_bytes"));
+    options_.allocator = &pool_;  // read buffers are reused once their records are gone
+    map_ = p.get_bool("mmap");
   }
 
   class Cursor final : public ExpandCursor {
@@ -60,13 +66,15 @@ class TFRecordReader final : public Expand {
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Cursor>(path, open_file(path, compression_), options_, damage);
+    return std::make_unique<Cursor>(path, open_file(path, compression_, map_), options_, damage);
   }
 
  private:
   std::string field_;
   Compression compression_;
+  PooledHostAllocator pool_;
   RecordReaderOptions options_;
+  bool map_ = true;
 };
 
 class ParseExample final : public Map {
