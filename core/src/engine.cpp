@@ -316,11 +316,8 @@ struct Engine::Impl {
       {
         std::lock_guard pop_lock(st.pop_mutex);
         if (st.input_done) return;
-        // Slow elements go one or two at a time, so that workers finish together and an ordered
-        // commit rarely waits behind a long chunk; cheap ones go in chunks to save hand-offs.
         const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.workers));
-        const std::size_t limit = st.element_major.load(std::memory_order_relaxed) ? 2 : kChunk;
-        if (!st.input->pop(in, std::min(limit, share))) return;
+        if (!st.input->pop(in, std::min(kChunk, share))) return;
         add(st.counters.starved_ns, now_ns() - t0);
         if (!in.front().is_element()) {
           {
@@ -491,7 +488,6 @@ struct Engine::Impl {
       add(c.busy_ns, tally[m].busy);
     }
     if (!in.empty()) st.element_major.store((now_ns() - start) / in.size() > 20'000, std::memory_order_relaxed);
-    // (single stages use it too: it sizes their chunks)
     return ok;
   }
 
