@@ -11,18 +11,7 @@ namespace fs = std::filesystem;
 
 namespace {
 RunOutput run_file(const std::string& name, const std::vector<std::string>& overrides) {
-  RunOutput out;
-  try {
-    auto doc = sluice::read_pipeline_file(std::string(SLUICE_SOURCE_DIR) + "/resources/pipelines/" + name);
-    sluice::apply_overrides(doc, overrides);
-    sluice::Engine engine(sluice::build_graph(doc, registry()));
-    engine.start();
-    out.result = engine.wait();
-    out.snapshot = engine.snapshot();
-  } catch (const std::exception& e) {
-    out.error = e.what();
-  }
-  return out;
+  return run_document(sluice::read_pipeline_file(std::string(SLUICE_SOURCE_DIR) + "/resources/pipelines/" + name), overrides);
 }
 std::uint64_t out_of(const RunOutput& out, const std::string& stage) {
   for (const auto& m : out.snapshot.stage())

@@ -25,14 +25,9 @@ std::string read_file(const std::string& path) {
 
 Graph graph_of(const std::string& text) { return build_graph(parse_pipeline(text, "test.txtpb"), registry()); }
 
-RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides) {
+RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides) {
   RunOutput out;
-  QTemporaryDir dir;
-  std::string path = dir.path().toStdString() + "/out.jsonl";
-  std::string resolved = text;
-  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
   try {
-    auto doc = parse_pipeline(resolved, "test.txtpb");
     apply_overrides(doc, overrides);
     Engine engine(build_graph(doc, registry()));
     engine.start();
@@ -40,8 +35,22 @@ RunOutput run_text(const std::string& text, const std::vector<std::string>& over
     out.snapshot = engine.snapshot();
   } catch (const std::exception& e) {
     out.error = e.what();
-    return out;
   }
+  return out;
+}
+
+RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides) {
+  RunOutput out;
+  QTemporaryDir dir;
+  std::string path = dir.path().toStdString() + "/out.jsonl";
+  std::string resolved = text;
+  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
+  try {
+    out = run_document(parse_pipeline(resolved, "test.txtpb"), overrides);
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  if (!out.error.empty()) return out;
   std::istringstream lines(read_file(path));
   for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
   return out;

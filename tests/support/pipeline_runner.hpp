@@ -22,6 +22,9 @@ struct RunOutput {
   std::string error;  // a SpecError's or Error's text when the pipeline did not run
 };
 
+// Runs a pipeline document with overrides; no output is read back.
+RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides = {});
+
 // Runs `text` (protobuf text format; every "$OUT" is replaced by a file in a temporary folder).
 RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides = {});
 
