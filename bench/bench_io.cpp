@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -156,5 +158,22 @@ int main(int argc, char** argv) {
   fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal)\n", "plain loop on every core, no batch", images.size() / best_threads,
              100 * images.size() / best_threads / ideal_rate);
   fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal)\n", "sluice pipeline", ours, 100 * ours / ideal_rate);
+
+  // 3. PyTorch's DataLoader on the same files and operations, when Debian's torch is installed.
+  const std::string script = std::string(SLUICE_SOURCE_DIR) + "/bench/pytorch_loader.py";
+  if (std::system("/usr/bin/python3 -c 'import torch, torchvision, PIL' > /dev/null 2>&1") != 0) {
+    fmt::print("  PyTorch DataLoader: skipped (apt-get install python3-torch python3-torchvision python3-pil)\n");
+    return 0;
+  }
+  std::string command = "/usr/bin/python3 '" + script + "' '" + jpegs + "' " + std::to_string(cores);
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  char line[512] = {};
+  double torch_rate = 0;
+  while (pipe && std::fgets(line, sizeof line, pipe))
+    if (const char* colon = std::strstr(line, "): ")) torch_rate = std::atof(colon + 3);
+  if (pipe) ::pclose(pipe);
+  if (torch_rate > 0)
+    fmt::print("  {:<34} {:>10.0f} images/s  (sluice is {:.1f}x)\n", fmt::format("PyTorch DataLoader, {} workers", cores), torch_rate,
+               ours / torch_rate);
   return 0;
 }
