@@ -675,6 +675,7 @@ struct Engine::Impl {
     for (auto& slot : slots)
       if (!(ok = fill(slot))) break;
     std::size_t turn = 0;
+    std::uint64_t last_flush = now_ns();
     while (ok && !stopping.load()) {
       bool any_open = false;
       for (auto& slot : slots) any_open |= static_cast<bool>(slot.cursor);
@@ -729,7 +730,13 @@ struct Engine::Impl {
         }
       }
       turn = (turn + 1) % cycle;
-      if (ok && out.size() > 0 && st.output->consumer_waiting()) ok = flush(st, out);
+      // A waiting consumer gets what there is soon, but not record by record (each hand-off may
+      // wake a thread).
+      if (ok && !out.empty() && st.output->consumer_waiting() &&
+          (out.size() >= kChunk / 4 || now_ns() - last_flush >= 50'000)) {
+        ok = flush(st, out);
+        last_flush = now_ns();
+      }
     }
     account_busy();
     stop_fetchers(fetchers);
