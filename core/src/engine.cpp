@@ -230,15 +230,14 @@ struct Engine::Impl {
 
   class CollectingEmitter final : public Emitter {
    public:
-    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out, bool may_flush)
-        : impl_(impl), st_(st), out_(out), may_flush_(may_flush) {}
+    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out) : impl_(impl), st_(st), out_(out) {}
     std::uint64_t iteration = 0;
     bool push(Sample sample) override {
       if (impl_.stopping.load(std::memory_order_relaxed) || st_.exit().output->skipped(iteration)) return false;
       add(st_.counters.elements_out, 1);
       add(st_.counters.bytes_out, sample.nbytes());
       out_.push_back(Item::element(std::move(sample)));
-      if (may_flush_ && out_.size() >= kChunk) return impl_.flush(st_, out_);
+      if (out_.size() >= kChunk) return impl_.flush(st_, out_);
       return true;
     }
 
@@ -246,7 +245,6 @@ struct Engine::Impl {
     Impl& impl_;
     StageRuntime& st_;
     std::vector<Item>& out_;
-    bool may_flush_;
   };
 
   void run_source(StageRuntime& st) {
@@ -307,7 +305,6 @@ struct Engine::Impl {
   // finish. Control items wait until every earlier chunk is committed.
   void run_stateless(StageRuntime& st) {
     const bool ordered = graph.deterministic && st.workers > 1;
-    const bool may_flush = st.workers == 1;
     std::vector<Item> in, out;
     in.reserve(kChunk);
     for (;;) {
@@ -364,7 +361,7 @@ struct Engine::Impl {
 
       bool ok = true;
       ChunkIssues issues;
-      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, may_flush, ordered ? &issues : nullptr);
+      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, ordered ? &issues : nullptr);
       in.clear();
       std::uint64_t t2 = now_ns();
 
@@ -411,7 +408,7 @@ struct Engine::Impl {
   // reading per stage and chunk); expensive ones (decoded images) go element by element through
   // all members, so that each stays in cache from one stage to the next.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
-                     std::uint64_t base_index, bool /*may_flush*/, ChunkIssues* deferred_failure) {
+                     std::uint64_t base_index, ChunkIssues* deferred_failure) {
     std::vector<StageRuntime*> members{&st};
     members.insert(members.end(), st.fused.begin(), st.fused.end());
     struct Tally {
@@ -747,7 +744,7 @@ struct Engine::Impl {
   void run_aggregate(StageRuntime& st) {
     Aggregate& op = *st.aggregate;
     std::vector<Item> in, out;
-    CollectingEmitter emitter(*this, st, out, true);
+    CollectingEmitter emitter(*this, st, out);
     std::uint64_t out_iteration = 0, in_iteration = 0, in_index = 0;
     std::int64_t inputs_in_group = 0;
     bool open = st.demand != 0;
