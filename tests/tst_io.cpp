@@ -208,6 +208,26 @@ class TestIo : public QObject {
     }
   }
 
+  void writer_names_shards_by_worker() {
+    QTemporaryDir dir;
+    std::string prefix = dir.path().toStdString() + "/part";
+    for (int worker : {0, 3}) {
+      auto written = run_text(stage("src", "range", "", {{"count", "10"}}) +
+                              stage("w", "tfrecord_writer", "src",
+                                    {{"prefix", prefix}, {"max_records", "6"}, {"naming", "worker"}, {"worker", std::to_string(worker)}}));
+      QCOMPARE(written.result.state, sluice::RunState::Finished);
+    }
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files, QDir::Name),
+             (QStringList{"part-worker-0-00000.tfrecord", "part-worker-0-00001.tfrecord", "part-worker-3-00000.tfrecord",
+                          "part-worker-3-00001.tfrecord"}));
+    qputenv("SLURM_PROCID", "7");
+    auto from_env = run_text(stage("src", "range", "", {{"count", "2"}}) +
+                             stage("w", "tfrecord_writer", "src", {{"prefix", prefix + "env"}, {"naming", "worker"}}));
+    qunsetenv("SLURM_PROCID");
+    QCOMPARE(from_env.result.state, sluice::RunState::Finished);
+    QVERIFY(fs::exists(prefix + "env-worker-7-00000.tfrecord"));
+  }
+
   void written_records_are_examples_to_protobuf() {
     // What the writer produces must parse as tf.train.Example with TensorFlow's field numbers.
     QTemporaryDir dir;

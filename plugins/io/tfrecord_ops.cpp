@@ -1,6 +1,8 @@
 // tfrecord_reader, parse_example, tfrecord_writer.
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -187,7 +189,17 @@ class TFRecordWriter final : public Sink {
                  .def("100000000")
                  .range(1, std::nullopt),
              ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
-             ParamSpec::make("compression", ParamType::Choice, "shard compression").def("none").one_of({"none", "gzip", "zlib"})},
+             ParamSpec::make("compression", ParamType::Choice, "shard compression").def("none").one_of({"none", "gzip", "zlib"}),
+             ParamSpec::make("naming", ParamType::Choice,
+                             "of_total: PREFIX-00000-of-000NN; worker: PREFIX-worker-W-00000, for several processes writing "
+                             "beside each other")
+                 .def("of_total")
+                 .one_of({"of_total", "worker"}),
+             ParamSpec::make("worker", ParamType::Int,
+                             "worker index for naming=worker; -1 reads SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, RANK or "
+                             "JOB_COMPLETION_INDEX")
+                 .def("-1")
+                 .range(-1, std::nullopt)},
             {},
             {}};
   }
@@ -195,10 +207,13 @@ class TFRecordWriter final : public Sink {
       : prefix_(p.get_string("prefix")),
         max_bytes_(static_cast<std::uint64_t>(p.get_int("max_bytes"))),
         max_records_(static_cast<std::uint64_t>(p.get_int("max_records"))),
-        compression_(parse_compression(p.get_string("compression"))) {
+        compression_(parse_compression(p.get_string("compression"))),
+        by_worker_(p.get_string("naming") == "worker"),
+        worker_(p.get_int("worker")) {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
   }
   void start(const StageInfo&) override {
+    if (by_worker_ && worker_ < 0) worker_ = worker_from_environment();
     auto folder = fs::path(prefix_).parent_path();
     std::error_code ec;
     if (!folder.empty()) fs::create_directories(folder, ec);
@@ -226,7 +241,8 @@ class TFRecordWriter final : public Sink {
     const std::size_t total = partials_.size();
     for (std::size_t i = 0; i < total; ++i) {
       char name[64];
-      std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", i, total);
+      if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu.tfrecord", static_cast<long long>(worker_), i);
+      else std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", i, total);
       std::string final_name = prefix_ + name + suffix();
       fs::rename(partials_[i], final_name);
       written_.push_back(final_name);
@@ -234,12 +250,23 @@ class TFRecordWriter final : public Sink {
   }
 
  private:
+  // The process's index under Slurm, MPI, torchrun or a Kubernetes indexed job; 0 alone.
+  static std::int64_t worker_from_environment() {
+    for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "JOB_COMPLETION_INDEX"})
+      if (const char* value = std::getenv(name)) {
+        char* end = nullptr;
+        long long v = std::strtoll(value, &end, 10);
+        if (end != value && *end == '\0' && v >= 0) return v;
+        throw Error(std::string("environment variable ") + name + "='" + value + "' is not a worker index");
+      }
+    return 0;
+  }
   std::string suffix() const {
     return compression_ == Compression::Gzip ? ".gz" : compression_ == Compression::Zlib ? ".zz" : "";
   }
   void open_shard() {
     char name[32];
-    std::snprintf(name, sizeof name, "-%05zu.partial", partials_.size());
+    std::snprintf(name, sizeof name, "-%05zu.partial-%d", partials_.size(), static_cast<int>(::getpid()));
     partials_.push_back(prefix_ + name);
     shard_ = std::make_unique<ShardFile>(partials_.back(), compression_);
     shard_bytes_ = shard_records_ = 0;
@@ -248,6 +275,8 @@ class TFRecordWriter final : public Sink {
   std::string prefix_;
   std::uint64_t max_bytes_, max_records_;
   Compression compression_;
+  bool by_worker_;
+  std::int64_t worker_;
   std::unique_ptr<ShardFile> shard_;
   std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
   std::vector<std::string> partials_, written_;
