@@ -4,9 +4,7 @@
 # runs the image training pipeline headless and prints its per-stage report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-BUILD_DIR=${BUILD_DIR:-build}
-export BUILD_DIR
+export BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/build.sh
 sluice="$BUILD_DIR/bin/sluice"
 sample="$BUILD_DIR/sample_data"

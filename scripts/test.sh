@@ -3,8 +3,6 @@
 # ctest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-BUILD_DIR=${BUILD_DIR:-build}
-export BUILD_DIR
+export BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/build.sh
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-2}" --timeout 600

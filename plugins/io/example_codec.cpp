@@ -306,6 +306,9 @@ ExampleParser::ExampleParser(std::vector<FeatureSpec> features, std::vector<Feat
   for (const auto& s : sequence_)
     for (const auto& f : features_)
       if (s.name == f.name) throw ParamError("feature '" + s.name + "' is both a context and a sequence feature");
+  // Views of the names in features_ and sequence_, which no longer change.
+  for (std::size_t i = 0; i < features_.size(); ++i) feature_index_.emplace(features_[i].name, i);
+  for (std::size_t i = 0; i < sequence_.size(); ++i) sequence_index_.emplace(sequence_[i].name, i);
 }
 
 void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t offset, std::size_t length, Sample& out) const {
@@ -320,10 +323,8 @@ void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t off
       else if (f.number == 2 && f.type == 2) lists_msg = {f.data, f.size, true};
     }
   }
-  std::unordered_map<std::string_view, std::size_t> wanted;
-  for (std::size_t i = 0; i < features_.size(); ++i) wanted.emplace(features_[i].name, i);
   std::vector<Span> found(features_.size());
-  if (features_msg.data) collect_entries(features_msg, 1, wanted, found);
+  if (features_msg.data) collect_entries(features_msg, 1, feature_index_, found);
   for (std::size_t i = 0; i < features_.size(); ++i) {
     const FeatureSpec& spec = features_[i];
     FeatureValues values;
@@ -351,10 +352,8 @@ void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t off
   }
 
   if (sequence_.empty()) return;
-  std::unordered_map<std::string_view, std::size_t> wanted_lists;
-  for (std::size_t i = 0; i < sequence_.size(); ++i) wanted_lists.emplace(sequence_[i].name, i);
   std::vector<Span> lists(sequence_.size());
-  if (lists_msg.data) collect_entries(lists_msg, 1, wanted_lists, lists);
+  if (lists_msg.data) collect_entries(lists_msg, 1, sequence_index_, lists);
   for (std::size_t i = 0; i < sequence_.size(); ++i) {
     const FeatureSpec& spec = sequence_[i];
     std::vector<FeatureValues> frames;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sluice/sdk.hpp"
@@ -41,6 +42,8 @@ class ExampleParser {
 
  private:
   std::vector<FeatureSpec> features_, sequence_;
+  // Feature name -> position in the spec, built once rather than per record.
+  std::unordered_map<std::string_view, std::size_t> feature_index_, sequence_index_;
 };
 
 // Serialises a sample as a tf.train.Example: bytes fields as BytesList, integer fields as
