@@ -55,8 +55,9 @@ class FileSource final : public ByteSource {
     auto size = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd_, 0);
     if (p == MAP_FAILED) return nullptr;
+    // Read-ahead on faults; no MADV_WILLNEED: on cached files it walks the whole page cache range
+    // for nothing, and readers populate mappings from a thread of their own (PagePrefetcher).
     ::madvise(p, size, MADV_SEQUENTIAL);
-    ::madvise(p, size, MADV_WILLNEED);
     return std::make_shared<Buffer>(static_cast<std::byte*>(p), size, [](std::byte* data, std::size_t n) { ::munmap(data, n); });
   }
   std::size_t read(std::byte* dst, std::size_t n) override {

@@ -25,6 +25,7 @@ RecordReader::RecordReader(std::unique_ptr<ByteSource> source, std::string name,
   if ((chunk_ = source_->map_all())) {
     end_ = chunk_->size();
     eof_ = true;
+    mapped_ = true;
   }
 }
 

@@ -2,6 +2,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
+#include "page_prefetcher.hpp"
 #include "tfrecord.hpp"
 
 namespace fs = std::filesystem;
@@ -47,19 +49,33 @@ class TFRecordReader final : public Expand {
    public:
     Cursor(std::string path, std::unique_ptr<ByteSource> source, RecordReaderOptions options, DamageReport& damage)
         : path_(std::move(path)), path_tensor_(Tensor::from_string(path_)), reader_(std::move(source), path_, options), damage_(damage) {}
+    std::shared_ptr<Buffer> mapping() const { return reader_.mapping(); }
     bool next(Sample& out) override {
       Record r;
       if (!reader_.next(r, &damage_)) return false;
       out = Sample();
+      out.reserve(4);
       out.set("record", Tensor::bytes_view(r.buffer, r.offset, r.length));
       out.set("path", path_tensor_);
       out.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.index)));
       out.set("offset", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.file_offset)));
-      out.set_origin(path_ + " record " + std::to_string(r.index) + " (byte offset " + std::to_string(r.file_offset) + ")");
+      out.set_origin(origin_of(r));
       return true;
     }
 
    private:
+    // "PATH record N (byte offset B)", built in one allocation: it is made for every record.
+    std::string origin_of(const Record& r) const {
+      char index[24], offset[24];
+      auto index_end = std::to_chars(index, index + sizeof index, r.index).ptr;
+      auto offset_end = std::to_chars(offset, offset + sizeof offset, r.file_offset).ptr;
+      std::string origin;
+      origin.reserve(path_.size() + 32 + (index_end - index) + (offset_end - offset));
+      origin.append(path_).append(" record ").append(index, index_end).append(" (byte offset ");
+      origin.append(offset, offset_end).append(")");
+      return origin;
+    }
+
     std::string path_;
     Tensor path_tensor_;
     RecordReader reader_;
@@ -68,7 +84,9 @@ class TFRecordReader final : public Expand {
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Cursor>(path, open_file(path, compression_, map_), options_, damage);
+    auto cursor = std::make_unique<Cursor>(path, open_file(path, compression_, map_), options_, damage);
+    if (auto mapping = cursor->mapping()) prefetcher_.prefetch(std::move(mapping));
+    return cursor;
   }
 
  private:
@@ -77,6 +95,7 @@ class TFRecordReader final : public Expand {
   PooledHostAllocator pool_;
   RecordReaderOptions options_;
   bool map_ = true;
+  PagePrefetcher prefetcher_;  // last: its thread stops before the rest goes
 };
 
 class ParseExample final : public Map {

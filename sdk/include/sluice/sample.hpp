@@ -49,6 +49,9 @@ class Sample {
     return false;
   }
 
+  // Room for n fields without reallocating (sources that know their fields call it first).
+  void reserve(std::size_t n) { fields_.reserve(n); }
+
   std::vector<Field>& fields() { return fields_; }
   const std::vector<Field>& fields() const { return fields_; }
   std::size_t size() const { return fields_.size(); }
