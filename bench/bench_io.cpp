@@ -122,8 +122,7 @@ int main(int argc, char** argv) {
     return fmt::format(
       "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
       "stage {{ id: \"read\" op: \"read_file\" input: \"files\" parallelism: {c} }}\n"
-      "stage {{ id: \"decode\" op: \"decode_image\" input: \"read\" parallelism: {c} params {{ key: \"field\" value: \"data\" }} "
-      "params {{ key: \"target_height\" value: \"224\" }} params {{ key: \"target_width\" value: \"224\" }} }}\n"
+      "stage {{ id: \"decode\" op: \"decode_image\" input: \"read\" parallelism: {c} params {{ key: \"field\" value: \"data\" }} }}\n"
       "stage {{ id: \"resize\" op: \"resize\" input: \"decode\" parallelism: {c} params {{ key: \"height\" value: \"224\" }} "
       "params {{ key: \"width\" value: \"224\" }} params {{ key: \"mode\" value: \"crop\" }} }}\n"
       "stage {{ id: \"flip\" op: \"random_flip\" input: \"resize\" parallelism: {c} }}\n"

@@ -96,6 +96,39 @@ class TestVision : public QObject {
     QCOMPARE(small.size(), cv::Size(128, 128));  // 1/4 scale: 1/8 would be 64, too small
   }
 
+  void decode_takes_its_dct_target_from_a_later_resize() {
+    auto target_of = [](const std::string& between, const std::string& decode_params = "",
+                        std::vector<std::pair<std::string, std::string>> between_params = {}) {
+      std::string text = stage("src", "synthetic_images", "", {{"count", "2"}}) + stage("enc", "encode_image", "src") +
+                         "stage { id: \"decode\" op: \"decode_image\" input: \"enc\" " + decode_params + " }\n";
+      std::string last = "decode";
+      if (!between.empty()) {
+        text += stage("mid", between, "decode", between_params);
+        last = "mid";
+      }
+      text += stage("resize", "resize", last, {{"height", "100"}, {"width", "120"}}) + stage("out", "null_sink", "resize");
+      const auto graph = graph_of(text);
+      for (const auto& st : graph.stages)
+        if (st.id == "decode") return std::pair{st.params.get_int("target_height"), st.params.get_int("target_width")};
+      return std::pair<std::int64_t, std::int64_t>{-1, -1};
+    };
+    using Size = std::pair<std::int64_t, std::int64_t>;
+    QCOMPARE(target_of(""), Size(100, 120));
+    // Through stages that keep shapes...
+    QCOMPARE(target_of("random_flip"), Size(100, 120));
+    QCOMPARE(target_of("normalize"), Size(100, 120));
+    // ...but not through one that may crop a small part (full resolution is needed there).
+    QCOMPARE(target_of("random_resized_crop", "", {{"height", "300"}, {"width", "300"}}), Size(0, 0));
+    // What the user writes wins, 0 (full size) included.
+    QCOMPARE(target_of("", "params { key: \"target_height\" value: \"0\" }"), Size(0, 120));
+    // validate reports where the value came from.
+    const auto graph = graph_of(stage("src", "synthetic_images", "", {}) + stage("enc", "encode_image", "src") +
+                                stage("decode", "decode_image", "enc") + stage("resize", "resize", "decode", {{"height", "64"}, {"width", "64"}}) +
+                                stage("out", "null_sink", "resize"));
+    QCOMPARE(graph.stages[2].notes.size(), std::size_t(2));
+    QCOMPARE(graph.stages[2].notes[0], std::string("target_height = 64, from stage 'resize' (height)"));
+  }
+
   void pixel_limit_refuses_bombs() {
     std::string big = bytes_of(jpeg_dir() + "/jpeg-js/black-6000x6000.jpg");
     sluice::vision::DecodeOptions strict;

@@ -49,6 +49,7 @@ std::string json_string(std::string_view s) {
 std::string traits_text(const sluice::OperatorTraits& t) {
   std::string s = t.stateless ? "stateless (parallel workers allowed)" : "stateful (one worker)";
   if (t.random) s += ", random (per-element generator)";
+  if (t.keeps_shape) s += ", keeps shapes (size hints pass through)";
   return s;
 }
 
@@ -64,6 +65,8 @@ void print_operator_json(std::string& out, const sluice::RegisteredOperator& op)
     if (p.default_value) out += ",\"default\":" + json_string(*p.default_value);
     if (p.min) out += fmt::format(",\"min\":{}", *p.min);
     if (p.max) out += fmt::format(",\"max\":{}", *p.max);
+    if (p.hint_role != sluice::ParamSpec::HintRole::None)
+      out += fmt::format(",\"{}\":{}", p.hint_role == sluice::ParamSpec::HintRole::Offers ? "offers_hint" : "takes_hint", json_string(p.hint));
     if (!p.choices.empty()) {
       out += ",\"choices\":[";
       for (std::size_t k = 0; k < p.choices.size(); ++k) out += (k ? "," : "") + json_string(p.choices[k]);
@@ -157,6 +160,8 @@ int cmd_validate(const CommonOptions& common, const std::string& file, const std
   auto graph = load_graph(registry, file, sets, std::nullopt);
   if (!graph) return kExitBadInput;
   fmt::print("{}: valid, {} stages\n", file, graph->stages.size());
+  for (const auto& st : graph->stages)
+    for (const auto& note : st.notes) fmt::print("  stage '{}': {}\n", st.id, note);
   return 0;
 }
 
@@ -167,6 +172,8 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   auto graph = load_graph(registry, file, sets, seed);
   if (!graph) return kExitBadInput;
 
+  for (const auto& st : graph->stages)
+    for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
   std::unique_ptr<sluice::Engine> engine;
   try {
     engine = std::make_unique<sluice::Engine>(std::move(*graph));

@@ -241,6 +241,7 @@ struct Validation {
       }
     }
     if (!problems.empty()) return;
+    apply_hints(stages, built);
 
     // Renumber into topological order.
     std::vector<int> position(n);
@@ -255,6 +256,29 @@ struct Validation {
     graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     graph.file = doc.file;
+  }
+
+  // Parameters that take a hint and were not given get it from the first later stage offering
+  // it, looking through stages that keep shapes (see ParamSpec::hint).
+  void apply_hints(const google::protobuf::RepeatedPtrField<spec::Stage>& stages, std::vector<GraphStage>& built) {
+    for (std::size_t i = 0; i < built.size(); ++i) {
+      for (const auto& p : built[i].op->info.params) {
+        if (p.hint_role != ParamSpec::HintRole::Takes || stages[static_cast<int>(i)].params().count(p.name)) continue;
+        for (int c = built[i].consumer; c >= 0; c = built[c].consumer) {
+          const ParamSpec* offer = nullptr;
+          for (const auto& q : built[c].op->info.params)
+            if (q.hint_role == ParamSpec::HintRole::Offers && q.hint == p.hint && q.type == p.type) offer = &q;
+          if (offer) {
+            built[i].params.set(p.name, built[c].params.values().at(offer->name));
+            built[i].notes.push_back(fmt::format("{} = {}, from stage '{}' ({})", p.name,
+                                                 format_param(built[c].params.values().at(offer->name)), built[c].id,
+                                                 offer->name));
+            break;
+          }
+          if (!built[c].op->info.traits.keeps_shape) break;
+        }
+      }
+    }
   }
 
   bool check_stage(int i, GraphStage& out, const std::map<std::string, int>& index_of, const std::vector<std::string>& ids) {

@@ -9,7 +9,7 @@ class Identity final : public Map {
  public:
   static OperatorInfo describe() {
     return {"identity", OperatorKind::Map, "Passes every element through unchanged (for benchmarks and tests)", {},
-            {.stateless = true}, {}};
+            {.stateless = true, .keeps_shape = true}, {}};
   }
   explicit Identity(const Params&) {}
   Sample map(Sample in, const ElementContext&) override { return in; }
@@ -22,7 +22,7 @@ class Prefetch final : public Map {
             OperatorKind::Map,
             "Decouples producer and consumer with a buffer of buffer_size elements (put it last)",
             {ParamSpec::make("buffer_size", ParamType::Int, "elements held ready for the consumer").def("8").range(1, 1e7)},
-            {.stateless = true},
+            {.stateless = true, .keeps_shape = true},
             {}};
   }
   explicit Prefetch(const Params& p) : buffer_(static_cast<std::size_t>(p.get_int("buffer_size"))) {}
@@ -43,7 +43,7 @@ class Shard final : public Filter {
             "Keeps every num_shards-th element starting at index (put it early, before shuffle)",
             {ParamSpec::make("num_shards", ParamType::Int, "number of shards (workers)").def("1").range(1, std::nullopt),
              ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards").def("0").range(0, std::nullopt)},
-            {.stateless = true},
+            {.stateless = true, .keeps_shape = true},
             {}};
   }
   explicit Shard(const Params& p) : shards_(p.get_int("num_shards")), index_(p.get_int("index")) {
@@ -65,7 +65,7 @@ class FilterRandom final : public Filter {
             OperatorKind::Filter,
             "Keeps each element with probability p, decided by the per-element generator (deterministic)",
             {ParamSpec::make("p", ParamType::Float, "probability of keeping an element").def("0.5").range(0, 1)},
-            {.stateless = true, .random = true},
+            {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
   explicit FilterRandom(const Params& p) : p_(p.get_float("p")) {}
@@ -84,7 +84,7 @@ class SimulateWork final : public Map {
             "Burns us microseconds of CPU per element (plus a random 0..jitter_us), passing it through",
             {ParamSpec::make("us", ParamType::Int, "CPU microseconds per element").def("100").range(0, 1e8),
              ParamSpec::make("jitter_us", ParamType::Int, "extra random microseconds, drawn per element").def("0").range(0, 1e8)},
-            {.stateless = true, .random = true},
+            {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
   explicit SimulateWork(const Params& p) : us_(p.get_int("us")), jitter_us_(p.get_int("jitter_us")) {}

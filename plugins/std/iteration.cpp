@@ -12,7 +12,7 @@ class Repeat final : public Aggregate {
             OperatorKind::Aggregate,
             "Repeats its input count times (-1: forever); a shuffle before it reshuffles each epoch",
             {ParamSpec::make("count", ParamType::Int, "number of passes, -1 for forever").def("-1").range(-1, std::nullopt)},
-            {},
+            {.keeps_shape = true},
             {}};
   }
   explicit Repeat(const Params& p) : count_(p.get_int("count")) {}
@@ -37,7 +37,7 @@ class Take final : public Aggregate {
             OperatorKind::Aggregate,
             "Keeps the first count elements of each iteration and stops reading the rest",
             {ParamSpec::make("count", ParamType::Int, "elements to keep, -1 for all").def("-1").range(-1, std::nullopt)},
-            {},
+            {.keeps_shape = true},
             {}};
   }
   explicit Take(const Params& p) : count_(p.get_int("count")) {}
@@ -60,7 +60,7 @@ class Skip final : public Aggregate {
             OperatorKind::Aggregate,
             "Drops the first count elements of each iteration",
             {ParamSpec::make("count", ParamType::Int, "elements to drop").def("0").range(0, std::nullopt)},
-            {},
+            {.keeps_shape = true},
             {}};
   }
   explicit Skip(const Params& p) : count_(p.get_int("count")) {}

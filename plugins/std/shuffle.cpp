@@ -16,7 +16,7 @@ class Shuffle final : public Aggregate {
             {ParamSpec::make("buffer_size", ParamType::Int, "elements held and drawn from").range(1, 1e9),
              ParamSpec::make("seed", ParamType::Int, "seed for this stage; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
              ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "a different order in each epoch").def("true")},
-            {.stateless = false, .random = true},
+            {.stateless = false, .random = true, .keeps_shape = true},
             {}};
   }
   explicit Shuffle(const Params& p)

@@ -25,10 +25,15 @@ class DecodeImage final : public Map {
                  .def("100000000")
                  .range(1, std::nullopt),
              ParamSpec::make("target_height", ParamType::Int,
-                             "height a later resize needs: JPEGs decode at the smallest DCT scale (1/2, 1/4, 1/8) still this tall; 0: full size")
+                             "height a later resize needs: JPEGs decode at the smallest DCT scale (1/2 ... 1/8) still this tall; "
+                             "0: full size; unset: taken from a later resize (through shape-keeping stages)")
                  .def("0")
-                 .range(0, std::nullopt),
-             ParamSpec::make("target_width", ParamType::Int, "width a later resize needs (see target_height)").def("0").range(0, std::nullopt),
+                 .range(0, std::nullopt)
+                 .takes_hint("image_height"),
+             ParamSpec::make("target_width", ParamType::Int, "width a later resize needs (see target_height)")
+                 .def("0")
+                 .range(0, std::nullopt)
+                 .takes_hint("image_width"),
              ParamSpec::make("orientation", ParamType::Bool, "apply the EXIF orientation").def("true")},
             {.stateless = true},
             {}};

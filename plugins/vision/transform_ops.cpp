@@ -27,8 +27,8 @@ class Resize final : public Map {
     return {"resize",
             OperatorKind::Map,
             "Resizes to height x width: stretch, or keep the aspect ratio and center-crop or pad",
-            {field_param(), ParamSpec::make("height", ParamType::Int, "output height").range(1, 65536),
-             ParamSpec::make("width", ParamType::Int, "output width").range(1, 65536), interpolation_param(),
+            {field_param(), ParamSpec::make("height", ParamType::Int, "output height").range(1, 65536).offers_hint("image_height"),
+             ParamSpec::make("width", ParamType::Int, "output width").range(1, 65536).offers_hint("image_width"), interpolation_param(),
              ParamSpec::make("mode", ParamType::Choice, "stretch, crop (fill then center-crop) or pad (fit then pad with zeros)")
                  .def("stretch")
                  .one_of({"stretch", "crop", "pad"})},
@@ -130,7 +130,7 @@ class RandomFlip final : public Map {
             "Flips the image with probability p",
             {field_param(), ParamSpec::make("direction", ParamType::Choice, "axis").def("horizontal").one_of({"horizontal", "vertical"}),
              ParamSpec::make("p", ParamType::Float, "probability of flipping").def("0.5").range(0, 1)},
-            {.stateless = true, .random = true},
+            {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
   explicit RandomFlip(const Params& p)
@@ -159,7 +159,7 @@ class RandomBrightness final : public Map {
             OperatorKind::Map,
             "Adds a random delta in [-max_delta, max_delta] (a fraction of full scale) to every pixel",
             {field_param(), ParamSpec::make("max_delta", ParamType::Float, "largest change, 0..1 of full scale").def("0.2").range(0, 1)},
-            {.stateless = true, .random = true},
+            {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
   explicit RandomBrightness(const Params& p) : field_(p.get_string("field")), max_delta_(p.get_float("max_delta")) {}
@@ -184,7 +184,7 @@ class RandomContrast final : public Map {
             "Scales each channel's distance from its mean by a random factor in [lower, upper]",
             {field_param(), ParamSpec::make("lower", ParamType::Float, "smallest factor").def("0.8").range(0, std::nullopt),
              ParamSpec::make("upper", ParamType::Float, "largest factor").def("1.2").range(0, std::nullopt)},
-            {.stateless = true, .random = true},
+            {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
   explicit RandomContrast(const Params& p) : field_(p.get_string("field")), lower_(p.get_float("lower")), upper_(p.get_float("upper")) {
@@ -216,7 +216,7 @@ class Normalize final : public Map {
             {field_param(), ParamSpec::make("mean", ParamType::FloatList, "per-channel mean (after scale)").def("0.485,0.456,0.406"),
              ParamSpec::make("std", ParamType::FloatList, "per-channel standard deviation").def("0.229,0.224,0.225"),
              ParamSpec::make("scale", ParamType::Float, "applied first; 1/255 maps u8 to 0..1").def("0.00392156862745098")},
-            {.stateless = true},
+            {.stateless = true, .keeps_shape = true},
             {}};
   }
   explicit Normalize(const Params& p)
@@ -294,7 +294,7 @@ class Cast final : public Map {
             "Converts a numeric field to another dtype (saturating), optionally scaled",
             {field_param(), ParamSpec::make("dtype", ParamType::Choice, "target dtype").one_of({"u8", "i16", "i32", "f32", "f64"}),
              ParamSpec::make("scale", ParamType::Float, "multiplier applied while converting").def("1")},
-            {.stateless = true},
+            {.stateless = true, .keeps_shape = true},
             {}};
   }
   explicit Cast(const Params& p) : field_(p.get_string("field")), scale_(p.get_float("scale")) {

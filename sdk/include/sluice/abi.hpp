@@ -6,7 +6,8 @@ namespace sluice {
 // The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
 // Raise the minor for additions that old plugins need not know about; raise the major (and reset
 // the minor) for any change to an existing type, virtual function or descriptor field.
-inline constexpr std::uint32_t kAbiMajor = 2;
-inline constexpr std::uint32_t kAbiMinor = 0;  // 2.0: cursor-based Expand with DamageReport
+inline constexpr std::uint32_t kAbiMajor = 3;
+// 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints and the keeps_shape trait.
+inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

@@ -34,6 +34,9 @@ struct OperatorTraits {
   bool stateless = false;
   // Draws random numbers: it gets a per-element generator keyed by (seed, stage, epoch, index).
   bool random = false;
+  // Every output element has the shapes of the input it came from (flips, colour changes,
+  // normalisation, shuffling, repeating): size hints of later stages pass through it.
+  bool keeps_shape = false;
 };
 
 // What the engine tells a stage about itself when it starts.

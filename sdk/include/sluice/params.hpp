@@ -38,6 +38,13 @@ struct ParamSpec {
   std::optional<double> min;  // inclusive; for lists, applies to every item
   std::optional<double> max;
   std::vector<std::string> choices;  // for Choice
+  // Hints flow from later stages to earlier ones when a pipeline is built: a parameter that
+  // takes hint H, left unset by the user, gets the value of the first later stage's parameter
+  // that offers H, looking through stages whose traits say they keep shapes. (decode_image takes
+  // resize's height and width, and decodes at a reduced DCT scale.)
+  enum class HintRole : std::uint8_t { None, Offers, Takes };
+  HintRole hint_role = HintRole::None;
+  std::string hint;
 
   bool required() const { return !default_value.has_value(); }
 
@@ -60,6 +67,16 @@ struct ParamSpec {
   }
   ParamSpec&& one_of(std::vector<std::string> values) && {
     choices = std::move(values);
+    return std::move(*this);
+  }
+  ParamSpec&& offers_hint(std::string name) && {
+    hint_role = HintRole::Offers;
+    hint = std::move(name);
+    return std::move(*this);
+  }
+  ParamSpec&& takes_hint(std::string name) && {
+    hint_role = HintRole::Takes;
+    hint = std::move(name);
     return std::move(*this);
   }
 };

@@ -68,6 +68,8 @@ struct GraphStage {
   int cycle_length = 1;  // expand stages: interleave
   int block_length = 1;
   std::optional<bool> interleave_deterministic;
+  // Parameters set from hints of later stages, as "NAME = VALUE, from stage 'ID' (PARAM)".
+  std::vector<std::string> notes;
 };
 
 // A validated pipeline: stages in topological order (inputs before consumers).
