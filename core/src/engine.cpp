@@ -4,6 +4,7 @@
 #include <deque>
 #include <optional>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -35,6 +36,8 @@ const char* run_state_name(RunState state) {
 namespace {
 
 constexpr std::size_t kChunk = 64;
+constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
+constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 
 // Threads carry their stage's id (Linux keeps 15 characters), so that top -H, perf and gdb show
 // which stage a busy thread belongs to.
@@ -113,7 +116,17 @@ struct StageRuntime {
   std::mutex commit_mutex;
   std::condition_variable commit_cv;
   std::uint64_t next_commit = 0;
-  int in_flight = 0;
+  int in_flight = 0;  // chunks taken and not yet committed
+  // Ordered output: chunks finished before their turn wait here (by sequence number) while their
+  // worker goes on with the next one; whoever finishes the chunk in turn commits the run of them.
+  struct FinishedChunk {
+    std::vector<Item> out;
+    ChunkIssues issues;
+    bool ok = true;
+  };
+  std::map<std::uint64_t, FinishedChunk> finished;
+  // Recent cost of one element through the stage (or its fused group), for sizing chunks.
+  std::atomic<std::uint64_t> ns_per_element{0};
 
   // For the recent rates of snapshots.
   std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
@@ -325,8 +338,21 @@ struct Engine::Impl {
       {
         std::lock_guard pop_lock(st.pop_mutex);
         if (st.input_done) return;
+        if (ordered) {
+          // Workers run ahead of the oldest unfinished chunk by a bounded amount (memory).
+          std::unique_lock lock(st.commit_mutex);
+          std::uint64_t w0 = now_ns();
+          st.commit_cv.wait(lock, [&] { return st.in_flight < kMaxChunksAhead * st.workers || stopping.load(); });
+          add(st.counters.blocked_ns, now_ns() - w0);
+          t0 = now_ns();
+        }
+        if (stopping.load()) return;
+        // A fair share of what is waiting, and no more than a few milliseconds of work, so that
+        // at the end of the input no worker is left alone with a long chunk.
         const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.workers));
-        if (!st.input->pop(in, std::min(kChunk, share))) return;
+        const std::uint64_t cost = st.ns_per_element.load(std::memory_order_relaxed);
+        const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : kChunk;
+        if (!st.input->pop(in, std::min({kChunk, share, by_time}))) return;
         add(st.counters.starved_ns, now_ns() - t0);
         if (!in.front().is_element()) {
           {
@@ -377,18 +403,34 @@ struct Engine::Impl {
       in.clear();
       std::uint64_t t2 = now_ns();
 
-      if (ordered) {
+      if (!ordered) {
+        if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
+        out.clear();
+        {
+          std::lock_guard lock(st.commit_mutex);
+          --st.in_flight;
+          st.commit_cv.notify_all();
+        }
+      } else {
         std::unique_lock lock(st.commit_mutex);
-        st.commit_cv.wait(lock, [&] { return st.next_commit == seq || stopping.load(); });
-      }
-      if (ordered) report_issues(issues);
-      if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
-      out.clear();
-      {
-        std::lock_guard lock(st.commit_mutex);
-        if (ordered) ++st.next_commit;
-        --st.in_flight;
-        st.commit_cv.notify_all();
+        st.finished.emplace(seq, StageRuntime::FinishedChunk{std::move(out), std::move(issues), ok});
+        out = {};
+        // Taking the chunk in turn out of `finished` makes this thread its only committer.
+        for (auto it = st.finished.find(st.next_commit); it != st.finished.end(); it = st.finished.find(st.next_commit)) {
+          StageRuntime::FinishedChunk chunk = std::move(it->second);
+          st.finished.erase(it);
+          lock.unlock();
+          report_issues(chunk.issues);
+          bool pushed = !chunk.ok || st.sink || chunk.out.empty() || st.exit().output->push(chunk.out);
+          lock.lock();
+          ++st.next_commit;
+          --st.in_flight;
+          st.commit_cv.notify_all();
+          if (!chunk.ok || !pushed) {
+            ok = false;
+            break;
+          }
+        }
       }
       add(st.exit().counters.blocked_ns, now_ns() - t2);
       if (!ok || stopping.load()) return;
@@ -496,7 +538,11 @@ struct Engine::Impl {
       add(c.bytes_out, tally[m].out_bytes);
       add(c.busy_ns, tally[m].busy);
     }
-    if (!in.empty()) st.element_major.store((now_ns() - start) / in.size() > 20'000, std::memory_order_relaxed);
+    if (!in.empty()) {
+      const std::uint64_t per_element = (now_ns() - start) / in.size();
+      st.element_major.store(per_element > 20'000, std::memory_order_relaxed);
+      st.ns_per_element.store(per_element, std::memory_order_relaxed);
+    }
     return ok;
   }
 
