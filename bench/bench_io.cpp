@@ -20,6 +20,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "image_codec.hpp"
+#include "pixel_ops.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -69,9 +70,16 @@ void ideal_one(const std::string& path, cv::Mat& out, std::uint64_t n) {
   cropped = scaled(cv::Rect((scaled.cols - 224) / 2, (scaled.rows - 224) / 2, 224, 224));
   if (n % 2) cv::flip(cropped, flipped, 1);
   else flipped = cropped;
-  flipped.convertTo(out, CV_32F, 1.0 / 255);
-  cv::subtract(out, cv::Scalar(0.485, 0.456, 0.406), out);
-  cv::multiply(out, cv::Scalar(1 / 0.229, 1 / 0.224, 1 / 0.225), out);
+  // The same one-pass kernel as the normalize operator.
+  if (!flipped.isContinuous()) flipped = flipped.clone();
+  out.create(224, 224, CV_32FC3);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  float mul[3], add[3];
+  for (int c = 0; c < 3; ++c) {
+    mul[c] = 1.0f / 255 / std[c];
+    add[c] = -mean[c] / std[c];
+  }
+  sluice::vision::normalize_u8(flipped.ptr<std::uint8_t>(), out.ptr<float>(), flipped.total(), 3, mul, add);
 }
 }  // namespace
 

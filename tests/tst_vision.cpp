@@ -20,6 +20,24 @@ RunOutput run_ok(const std::string& text) {
     qFatal("pipeline did not finish: %s %s", out.error.c_str(), out.result.error.c_str());
   return out;
 }
+// Every number of the image field of a jsonl line, in order.
+std::vector<double> floats(const std::string& line, const std::string& field = "image") {
+  std::vector<double> out;
+  std::size_t at = line.find("\"" + field + "\":") + field.size() + 3;
+  int depth = 0;
+  for (std::size_t i = at; i < line.size(); ++i) {
+    char c = line[i];
+    if (c == '[') ++depth;
+    else if (c == ']') {
+      if (--depth == 0) break;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      char* end = nullptr;
+      out.push_back(std::strtod(line.c_str() + i, &end));
+      i = static_cast<std::size_t>(end - line.c_str()) - 1;
+    }
+  }
+  return out;
+}
 // The shape of the image field of a jsonl line: rows, columns, channels.
 std::vector<int> image_shape(const std::string& line, const std::string& field = "image") {
   auto at = line.find("\"" + field + "\":") + field.size() + 3;
@@ -191,6 +209,18 @@ class TestVision : public QObject {
     QCOMPARE(chw.lines, plain.lines);  // a lossless round trip through f32 and CHW
     auto shape = run_ok(src + stage("t", "transpose", "src") + sink_after("t"));
     QCOMPARE(image_shape(shape.lines[0]), (std::vector<int>{3, 4, 6}));
+  }
+
+  void one_pass_normalize_matches_opencv() {
+    // The u8 fast path against the convertTo/subtract/multiply formulation, on a real photo.
+    std::string src = stage("src", "synthetic_images", "", {{"count", "1"}, {"height", "37"}, {"width", "41"}});
+    auto u8 = run_ok(src + stage("n", "normalize", "src") + sink_after("n"));
+    auto via_f32 = run_ok(src + stage("c", "cast", "src", {{"dtype", "f32"}}) + stage("n", "normalize", "c") + sink_after("n"));
+    auto a = floats(u8.lines[0]), b = floats(via_f32.lines[0]);
+    QCOMPARE(a.size(), std::size_t(37 * 41 * 3));
+    QCOMPARE(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      QVERIFY2(std::abs(a[i] - b[i]) <= 1e-5 * std::max(1.0, std::abs(b[i])), qPrintable(QString("value %1: %2 vs %3").arg(i).arg(a[i]).arg(b[i])));
   }
 
   void encode_decode_round_trip() {

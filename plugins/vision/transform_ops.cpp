@@ -4,6 +4,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "mat.hpp"
+#include "pixel_ops.hpp"
 #include "vision_plugin.hpp"
 
 namespace sluice::vision {
@@ -230,6 +231,18 @@ class Normalize final : public Map {
     if (static_cast<std::size_t>(src.channels()) != mean_.size() && mean_.size() != 1)
       throw DataError("the image has " + std::to_string(src.channels()) + " channels, mean and std give " + std::to_string(mean_.size()));
     cv::Mat out;
+    if (src.depth() == CV_8U && src.isContinuous() && src.channels() <= 4) {
+      out.create(src.rows, src.cols, CV_MAKETYPE(CV_32F, src.channels()));
+      float mul[4], add[4];
+      for (int c = 0; c < src.channels(); ++c) {
+        const std::size_t k = mean_.size() == 1 ? 0 : static_cast<std::size_t>(c);
+        mul[c] = static_cast<float>(scale_ / std_[k]);
+        add[c] = static_cast<float>(-mean_[k] / std_[k]);
+      }
+      normalize_u8(src.ptr<std::uint8_t>(), out.ptr<float>(), src.total(), src.channels(), mul, add);
+      in.set(field_, from_mat(out));
+      return in;
+    }
     src.convertTo(out, CV_32F, scale_);
     cv::Scalar mean, inv_std;
     for (int c = 0; c < src.channels(); ++c) {
