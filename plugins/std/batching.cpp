@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "std_plugin.hpp"
@@ -5,40 +6,17 @@
 namespace sluice::std_ops {
 namespace {
 
-// Stacks the same field of every sample along a new first dimension. Numeric fields must agree
-// in dtype and shape; bytes fields may differ in length (they are variable-length strings).
-Tensor stack_field(const std::vector<Sample>& samples, std::size_t field, Allocator& allocator) {
-  const Field& first = samples[0].fields()[field];
-  const Tensor& t0 = first.tensor;
-  for (std::size_t i = 1; i < samples.size(); ++i) {
-    const auto& fields = samples[i].fields();
-    const Tensor* t = field < fields.size() && fields[field].name == first.name ? &fields[field].tensor
-                                                                                : samples[i].find(first.name);
-    if (!t) throw DataError("cannot batch: element " + std::to_string(i) + " of the batch has no field '" + first.name + "'");
-    if (t->dtype() != t0.dtype() || t->shape() != t0.shape())
-      throw DataError("cannot batch field '" + first.name + "': element 0 is " + dtype_name(t0.dtype()) +
-                      shape_string(t0.shape()) + ", element " + std::to_string(i) + " is " + dtype_name(t->dtype()) +
-                      shape_string(t->shape()) + " (resize or pad them to one shape first)");
-  }
-  Shape shape = t0.shape();
-  shape.insert(shape.begin(), static_cast<std::int64_t>(samples.size()));
-  auto field_of = [&](std::size_t i) -> const Tensor& {
-    const auto& fields = samples[i].fields();
-    return field < fields.size() && fields[field].name == first.name ? fields[field].tensor : *samples[i].find(first.name);
-  };
-  if (t0.dtype() == DType::Bytes) {
-    std::vector<std::string_view> strings;
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      const Tensor& t = field_of(i);
-      for (std::int64_t k = 0; k < t.num_elements(); ++k) strings.push_back(t.string_at(k));
-    }
-    return Tensor::from_strings(strings, shape);
-  }
-  Tensor out = Tensor::empty(t0.dtype(), shape, allocator);
-  const std::size_t row = t0.nbytes();
-  for (std::size_t i = 0; i < samples.size(); ++i) std::memcpy(out.raw_data() + i * row, field_of(i).raw_data(), row);
-  return out;
-}
+// One field of the batch being assembled. Numeric rows are copied in as elements arrive, while
+// they are still in cache and so that each element's memory is freed at once (a batch of images
+// otherwise holds twice its size); bytes are variable-length strings and are collected.
+struct FieldAssembly {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;  // of one element
+  std::size_t row_bytes = 0;
+  Tensor rows;  // numeric: [batch_size, shape...]
+  std::vector<std::string> strings;
+};
 
 class Batch final : public Aggregate {
  public:
@@ -58,34 +36,90 @@ class Batch final : public Aggregate {
   void start(const StageInfo& info) override {
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
   }
-  void begin_iteration(std::uint64_t) override { pending_.clear(); }
+  void begin_iteration(std::uint64_t) override { reset(); }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    pending_.push_back(std::move(in));
-    if (pending_.size() == batch_size_) emit_batch(out);
+    if (count_ == 0) begin_batch(in);
+    // Every field is checked before any is copied: a refused element leaves the batch as it was.
+    std::vector<const Tensor*> tensors(fields_.size());
+    for (std::size_t f = 0; f < fields_.size(); ++f) {
+      const FieldAssembly& field = fields_[f];
+      const auto& have = in.fields();
+      const Tensor* t = f < have.size() && have[f].name == field.name ? &have[f].tensor : in.find(field.name);
+      if (!t)
+        throw DataError("cannot batch: element " + std::to_string(count_) + " of the batch has no field '" + field.name + "'");
+      if (t->dtype() != field.dtype || t->shape() != field.shape)
+        throw DataError("cannot batch field '" + field.name + "': element 0 is " + dtype_name(field.dtype) + shape_string(field.shape) +
+                        ", element " + std::to_string(count_) + " is " + dtype_name(t->dtype()) + shape_string(t->shape()) +
+                        " (resize or pad them to one shape first)");
+      tensors[f] = t;
+    }
+    for (std::size_t f = 0; f < fields_.size(); ++f) {
+      FieldAssembly& field = fields_[f];
+      if (field.dtype == DType::Bytes) {
+        for (std::int64_t k = 0; k < tensors[f]->num_elements(); ++k) field.strings.emplace_back(tensors[f]->string_at(k));
+      } else {
+        std::memcpy(field.rows.raw_data() + count_ * field.row_bytes, tensors[f]->raw_data(), field.row_bytes);
+      }
+    }
+    if (++count_ == batch_size_) emit_batch(out);
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
-    if (!pending_.empty() && !drop_remainder_) emit_batch(out);
-    pending_.clear();
+    if (count_ > 0 && !drop_remainder_) emit_batch(out);
+    reset();
   }
 
  private:
+  void begin_batch(const Sample& first) {
+    fields_.clear();
+    for (const auto& f : first.fields()) {
+      FieldAssembly field;
+      field.name = f.name;
+      field.dtype = f.tensor.dtype();
+      field.shape = f.tensor.shape();
+      if (field.dtype == DType::Bytes) {
+        field.strings.reserve(batch_size_ * static_cast<std::size_t>(std::max<std::int64_t>(1, f.tensor.num_elements())));
+      } else {
+        field.row_bytes = f.tensor.nbytes();
+        Shape rows = field.shape;
+        rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
+        field.rows = Tensor::empty(field.dtype, rows, *allocator_);
+      }
+      fields_.push_back(std::move(field));
+    }
+    origin_ = first.origin();
+  }
   void emit_batch(Emitter& out) {
-    std::vector<Sample> samples;
-    samples.swap(pending_);
     Sample batch;
-    for (std::size_t f = 0; f < samples[0].fields().size(); ++f)
-      batch.set(samples[0].fields()[f].name, stack_field(samples, f, *allocator_));
-    batch.set_origin(samples.front().origin());
+    for (auto& field : fields_) {
+      Shape shape = field.shape;
+      shape.insert(shape.begin(), static_cast<std::int64_t>(count_));
+      if (field.dtype == DType::Bytes) {
+        std::vector<std::string_view> views(field.strings.begin(), field.strings.end());
+        batch.set(field.name, Tensor::from_strings(views, shape));
+      } else if (count_ == batch_size_) {
+        batch.set(field.name, std::move(field.rows));
+      } else {  // a short last batch: its rows are the first count_ of the buffer
+        batch.set(field.name, Tensor::view(field.dtype, shape, field.rows.buffer(), field.rows.byte_offset()));
+      }
+    }
+    batch.set_origin(std::move(origin_));
+    reset();
     out.push(std::move(batch));
-    pending_.reserve(batch_size_);
+  }
+  void reset() {
+    count_ = 0;
+    fields_.clear();
+    origin_.clear();
   }
 
   std::size_t batch_size_;
   bool drop_remainder_;
   PooledHostAllocator pool_;
   Allocator* allocator_ = &pool_;
-  std::vector<Sample> pending_;
+  std::vector<FieldAssembly> fields_;
+  std::size_t count_ = 0;
+  std::string origin_;
 };
 
 class Unbatch final : public Expand {

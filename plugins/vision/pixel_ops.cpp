@@ -2,7 +2,8 @@
 
 namespace sluice::vision {
 
-void normalize_u8(const std::uint8_t* src, float* dst, std::size_t pixels, int channels, const float* mul, const float* add) {
+void normalize_u8(const std::uint8_t* __restrict src, float* __restrict dst, std::size_t pixels, int channels, const float* mul,
+                  const float* add) {
   // 24 values hold a whole number of pixels for 1 to 4 channels and of SIMD lanes: the inner loop
   // has constant coefficients per position and vectorises.
   constexpr std::size_t kPeriod = 24;
