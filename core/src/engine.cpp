@@ -440,7 +440,7 @@ struct Engine::Impl {
   // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
   // false), a sink consumes it. False when the run must stop (fail policy).
   bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure) {
-    std::string origin = item.sample.origin();
+    const auto origin = item.sample.shared_origin();  // the operator may consume the sample
     try {
       if (st.map) {
         item.sample = st.map->map(std::move(item.sample), ctx);
@@ -452,7 +452,7 @@ struct Engine::Impl {
       return true;
     } catch (const std::exception& e) {
       kept = false;
-      return element_error(st, e.what(), ctx.epoch, ctx.index, origin, deferred_failure);
+      return element_error(st, e.what(), ctx.epoch, ctx.index, origin ? *origin : std::string(), deferred_failure);
     }
   }
 
@@ -858,12 +858,12 @@ struct Engine::Impl {
       for (auto& item : in) {
         ElementContext ctx{&st.info, in_iteration, in_index++};
         if (st.input->skipped(in_iteration) || !open) continue;
-        std::string origin = item.sample.origin();
+        const auto origin = item.sample.shared_origin();
         try {
           if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
             skip_input(st, static_cast<std::int64_t>(in_iteration));
         } catch (const std::exception& e) {
-          if (!element_error(st, e.what(), in_iteration, ctx.index, origin)) return;
+          if (!element_error(st, e.what(), in_iteration, ctx.index, origin ? *origin : std::string())) return;
         }
         if (stopping.load(std::memory_order_relaxed)) return;
       }

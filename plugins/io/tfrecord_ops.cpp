@@ -124,7 +124,7 @@ class ParseExample final : public Map {
     auto view = record.string_at(0);
     parser_.parse(record.buffer(), record.byte_offset() + record.string_offsets()[0], view.size(), out);
     for (const auto& name : keep_) out.set(name, in.at(name));
-    out.set_origin(in.origin());
+    out.share_origin(in);
     return out;
   }
 

@@ -87,7 +87,8 @@ class Batch final : public Aggregate {
       }
       fields_.push_back(std::move(field));
     }
-    origin_ = first.origin();
+    first_ = Sample();
+    first_.share_origin(first);
   }
   void emit_batch(Emitter& out) {
     Sample batch;
@@ -103,14 +104,14 @@ class Batch final : public Aggregate {
         batch.set(field.name, Tensor::view(field.dtype, shape, field.rows.buffer(), field.rows.byte_offset()));
       }
     }
-    batch.set_origin(std::move(origin_));
+    batch.share_origin(first_);
     reset();
     out.push(std::move(batch));
   }
   void reset() {
     count_ = 0;
     fields_.clear();
-    origin_.clear();
+    first_ = Sample();
   }
 
   std::size_t batch_size_;
@@ -119,7 +120,7 @@ class Batch final : public Aggregate {
   Allocator* allocator_ = &pool_;
   std::vector<FieldAssembly> fields_;
   std::size_t count_ = 0;
-  std::string origin_;
+  Sample first_;  // holds the batch's origin: its first element's
 };
 
 class Unbatch final : public Expand {
@@ -145,7 +146,7 @@ class Unbatch final : public Expand {
       if (next_ >= rows_) return false;
       out = Sample();
       for (const auto& f : batch_.fields()) out.set(f.name, f.tensor.row(next_));
-      out.set_origin(batch_.origin());
+      out.share_origin(batch_);
       ++next_;
       return true;
     }

@@ -7,7 +7,8 @@ namespace sluice {
 // Raise the minor for additions that old plugins need not know about; raise the major (and reset
 // the minor) for any change to an existing type, virtual function or descriptor field.
 inline constexpr std::uint32_t kAbiMajor = 3;
-// 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints and the keeps_shape trait.
+// 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
+// trait, shared sample origins.
 inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

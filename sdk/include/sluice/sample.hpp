@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,12 +64,21 @@ class Sample {
     return n;
   }
 
-  const std::string& origin() const { return origin_; }
-  void set_origin(std::string origin) { origin_ = std::move(origin); }
+  // Where the element came from ("FILE record N"), for error messages. It is shared, not
+  // copied, as the element moves from stage to stage: pass it on with share_origin().
+  const std::string& origin() const { return origin_ ? *origin_ : empty_origin(); }
+  void set_origin(std::string origin) { origin_ = std::make_shared<const std::string>(std::move(origin)); }
+  void share_origin(const Sample& from) { origin_ = from.origin_; }
+  std::shared_ptr<const std::string> shared_origin() const { return origin_; }
 
  private:
+  static const std::string& empty_origin() {
+    static const std::string empty;
+    return empty;
+  }
+
   std::vector<Field> fields_;
-  std::string origin_;
+  std::shared_ptr<const std::string> origin_;
 };
 
 }  // namespace sluice
