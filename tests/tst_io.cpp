@@ -296,6 +296,34 @@ class TestIo : public QObject {
     QCOMPARE(out.lines.front(), std::string(R"({"ints":[4,5,6],"floats":0.5,"text":"aGVsbG8="})"));
   }
 
+  void read_file_reads_whole_files_and_names_missing_ones() {
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    std::string big(300000, '\0');
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+    write_file(root + "/big.txt", big);
+    write_file(root + "/empty.txt", "");
+    auto sizes = run_ok(stage("files", "list_files", "", {{"patterns", root + "/*.txt"}}) + stage("read", "read_file", "files") +
+                        sink_after("read"));
+    QCOMPARE(sizes.lines.size(), std::size_t(2));
+    auto data_of = [](const std::string& line) {  // bytes fields are base64 in JSON lines
+      auto at = line.find("\"data\":\"") + 8;
+      auto b64 = QByteArray::fromStdString(line.substr(at, line.find('"', at) - at));
+      return QByteArray::fromBase64(b64).toStdString();
+    };
+    QVERIFY(data_of(sizes.lines[0]) == big);  // big.txt sorts first
+    QCOMPARE(data_of(sizes.lines[1]), std::string());
+    const std::string chain = stage("paths", "from_list", "", {{"values", root + "/big.txt," + root + "/missing.txt," + root}, {"field", "path"}});
+    auto failed = run_text(chain + stage("read", "read_file", "paths") + stage("out", "null_sink", "read"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("cannot open " + root + "/missing.txt: No such file or directory") != std::string::npos,
+             failed.result.error.c_str());
+    auto skipped = run_ok(chain + stage("read", "read_file", "paths", {}, "error_policy: skip") + stage("out", "null_sink", "read"));
+    QCOMPARE(skipped.snapshot.stage(2).elements_out(), std::uint64_t(1));
+    QCOMPARE(skipped.snapshot.stage(1).errors_skipped(), std::uint64_t(2));
+    QVERIFY(skipped.snapshot.stage(1).skip_reasons(1).find("it is a directory") != std::string::npos);
+  }
+
   void list_files_globs_and_errors() {
     QTemporaryDir dir;
     std::string root = dir.path().toStdString();

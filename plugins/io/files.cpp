@@ -1,7 +1,12 @@
 // Files: list_files (glob with **), read_file, label_from_path.
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -111,6 +116,39 @@ class ListFiles final : public Source {
   std::size_t next_ = 0;
 };
 
+// The whole file in one buffer: plain system calls (a stream would add its own buffer and copy).
+std::pair<std::shared_ptr<Buffer>, std::size_t> read_whole_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError("cannot open " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw DataError("cannot read " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw DataError("cannot read " + path + ": it is a directory");
+  std::size_t capacity = st.st_size > 0 ? static_cast<std::size_t>(st.st_size) : 64 * 1024;  // pipes and /proc report 0
+  auto buffer = HostAllocator::instance().allocate(capacity);
+  std::size_t size = 0;
+  for (;;) {
+    if (size == capacity) {  // the file grew, or its size was unknown
+      auto bigger = HostAllocator::instance().allocate(capacity * 2);
+      std::memcpy(bigger->data(), buffer->data(), size);
+      buffer = std::move(bigger);
+      capacity *= 2;
+    }
+    const ssize_t got = ::read(fd, buffer->data() + size, capacity - size);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw DataError("reading " + path + " failed: " + std::strerror(errno));
+    }
+    if (got == 0) break;
+    size += static_cast<std::size_t>(got);
+    if (st.st_size > 0 && size == static_cast<std::size_t>(st.st_size)) break;  // skip the read that returns 0
+  }
+  return {std::move(buffer), size};
+}
+
 class ReadFile final : public Map {
  public:
   static OperatorInfo describe() {
@@ -125,13 +163,7 @@ class ReadFile final : public Map {
   explicit ReadFile(const Params& p) : field_(p.get_string("field")), output_(p.get_string("output")) {}
   Sample map(Sample in, const ElementContext&) override {
     std::string path(in.at(field_).string_at(0));
-    std::ifstream file(path, std::ios::binary | std::ios::ate);
-    if (!file) throw DataError("cannot open " + path);
-    auto size = static_cast<std::size_t>(file.tellg());
-    auto buffer = HostAllocator::instance().allocate(size);
-    file.seekg(0);
-    if (size && !file.read(reinterpret_cast<char*>(buffer->data()), static_cast<std::streamsize>(size)))
-      throw DataError("reading " + path + " failed");
+    auto [buffer, size] = read_whole_file(path);
     in.set(output_, Tensor::bytes_view(std::move(buffer), 0, size));
     if (in.origin().empty()) in.set_origin(path);
     return in;
