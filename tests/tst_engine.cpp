@@ -89,6 +89,61 @@ class TestEngine : public QObject {
     QVERIFY(out.snapshot.bottleneck_reason().find("input buffer is") != std::string::npos);
     auto report = sluice::format_report(out.snapshot);
     QVERIFY(report.find("Bottleneck: stage 'slow'") != std::string::npos);
+    QVERIFY2(report.find("raise `parallelism` of stage 'slow' (now 1 worker)") != std::string::npos, report.c_str());
+    if (fuse) QVERIFY2(report.find("'fast' and 'after' run fused with it") != std::string::npos, report.c_str());
+  }
+
+  void report_suggests_cache_buffer_and_earlier_shard() {
+    sluice::metrics::MetricsSnapshot snap;
+    auto add = [&](const std::string& id, const std::string& op, const std::string& kind, const std::string& input) {
+      auto* m = snap.add_stage();
+      m->set_id(id);
+      m->set_op(op);
+      m->set_kind(kind);
+      m->set_workers(1);
+      m->set_stateless(kind == "map");
+      if (!input.empty()) m->add_inputs(input);
+      return m;
+    };
+    add("files", "list_files", "source", "");
+    auto* decode = add("decode", "decode_image", "map", "files");
+    decode->set_mean_element_us(900);
+    decode->set_epoch(3);
+    decode->set_elements_in(3000);
+    decode->set_buffer_capacity(64);
+    decode->set_buffer_empty_fraction(0.4);
+    decode->set_buffer_full_fraction(0.35);
+    auto* shard = add("shard", "shard", "map", "decode");
+    shard->set_elements_in(3000);
+    shard->set_elements_out(750);
+    auto* flip = add("flip", "random_flip", "map", "shard");
+    flip->set_random(true);
+    flip->set_mean_element_us(80);
+    flip->set_epoch(3);
+    add("out", "null_sink", "sink", "flip");
+    const auto text = sluice::format_report(snap);
+    QVERIFY2(text.find("add a `cache` stage after 'decode' (decode_image): it is deterministic, costs 900 us") != std::string::npos,
+             text.c_str());
+    QVERIFY2(text.find("grow `buffer_size` of 'decode' (now 64): its output buffer was empty 40% and full 35%") != std::string::npos,
+             text.c_str());
+    QVERIFY2(text.find("move 'shard' before 'decode': it keeps 25% of its input") != std::string::npos, text.c_str());
+    QVERIFY(text.find("cache` stage after 'flip'") == std::string::npos);  // random: not worth caching
+    // With a cache downstream, no cache is suggested.
+    auto* cache = snap.mutable_stage(3);
+    cache->set_op("cache");
+    QVERIFY(sluice::format_report(snap).find("add a `cache`") == std::string::npos);
+  }
+
+  void skip_reasons_are_counted_by_kind() {
+    auto out = run_text(stage("src", "range", "", {{"count", "1000"}}) +
+                        stage("f", "fail_when", "src", {{"divisor", "4"}}, "error_policy: skip") + stage("out", "null_sink", "f"));
+    const auto& m = out.snapshot.stage(1);
+    QCOMPARE(m.errors_skipped(), std::uint64_t(250));
+    QCOMPARE(m.skip_reason_counts_size(), 1);
+    QCOMPARE(m.skip_reason_counts().begin()->second, std::uint64_t(250));
+    const auto text = sluice::format_report(out.snapshot);
+    QVERIFY2(text.find("... and 240 more; by kind of reason:") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("250 x element N of epoch N: value N is planted as corrupt") != std::string::npos, text.c_str());
   }
 
   void snapshots_are_published_several_times_a_second() {

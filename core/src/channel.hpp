@@ -121,6 +121,16 @@ class Channel {
     return elapsed > 0 ? level_integral_ / (elapsed * static_cast<double>(ring_.size())) : 0.0;
   }
 
+  // Fractions of the time since the channel was made that it was empty, and full.
+  std::pair<double, double> empty_and_full_fractions() {
+    std::lock_guard lock(mutex_);
+    std::uint64_t now = now_ns();
+    account(now);
+    const double elapsed = static_cast<double>(now - created_ns_);
+    if (elapsed <= 0) return {0.0, 0.0};
+    return {static_cast<double>(empty_ns_) / elapsed, static_cast<double>(full_ns_) / elapsed};
+  }
+
   // The consumer's request: nothing more of iterations <= this value is wanted.
   std::atomic<std::int64_t> skip_through{-1};
 
@@ -149,7 +159,10 @@ class Channel {
     for (int i = 0; i < 16 && condition() && !stopping_.load(std::memory_order_relaxed); ++i) std::this_thread::yield();
   }
   void account(std::uint64_t now) {
-    level_integral_ += static_cast<double>(count_) * static_cast<double>(now - last_change_ns_);
+    const std::uint64_t dt = now - last_change_ns_;
+    level_integral_ += static_cast<double>(count_) * static_cast<double>(dt);
+    if (count_ == 0) empty_ns_ += dt;
+    if (count_ == ring_.size()) full_ns_ += dt;
     last_change_ns_ = now;
   }
 
@@ -163,6 +176,7 @@ class Channel {
   const std::atomic<bool>& stopping_;
   std::uint64_t created_ns_, last_change_ns_;
   double level_integral_ = 0;
+  std::uint64_t empty_ns_ = 0, full_ns_ = 0;
 };
 
 }  // namespace sluice::detail

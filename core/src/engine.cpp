@@ -39,6 +39,23 @@ constexpr std::size_t kChunk = 64;
 constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
 constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 
+// A skip reason with its numbers (record indices, offsets, sizes) replaced by N, so that reasons of
+// one kind are counted together.
+std::string reason_kind(const std::string& reason) {
+  std::string kind;
+  kind.reserve(reason.size());
+  for (std::size_t i = 0; i < reason.size(); ++i) {
+    if (reason[i] >= '0' && reason[i] <= '9') {
+      while (i + 1 < reason.size() && ((reason[i + 1] >= '0' && reason[i + 1] <= '9') || reason[i + 1] == '.')) ++i;
+      kind += 'N';
+    } else {
+      kind += reason[i];
+    }
+  }
+  return kind;
+}
+constexpr std::size_t kMaxReasonKinds = 50;
+
 // Threads carry their stage's id (Linux keeps 15 characters), so that top -H, perf and gdb show
 // which stage a busy thread belongs to.
 void name_this_thread(const std::string& name) {
@@ -94,6 +111,7 @@ struct StageRuntime {
   std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
   bool keeps_reading = false;
   bool started = false;
+  std::atomic<std::int64_t> expected_elements{0};  // sources: what the run will read, 0 unknown
 
   // Fusion: adjacent stateless maps (and a last filter) with the same parallelism run in the
   // workers of the first one, the head, without a channel between them. Each keeps its metrics.
@@ -107,6 +125,7 @@ struct StageRuntime {
   Counters counters;
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;
+  std::map<std::string, std::uint64_t> skip_reason_counts;  // by reason_kind()
 
   // Shared by the workers of one stage: input order, iteration bookkeeping and ordered commits.
   std::mutex pop_mutex;
@@ -208,7 +227,10 @@ struct Engine::Impl {
   }
 
   void keep_skip_reason(StageRuntime& st, std::string reason) {
+    std::string kind = reason_kind(reason);
     std::lock_guard lock(st.reasons_mutex);
+    if (auto it = st.skip_reason_counts.find(kind); it != st.skip_reason_counts.end()) ++it->second;
+    else st.skip_reason_counts.emplace(st.skip_reason_counts.size() < kMaxReasonKinds ? std::move(kind) : "(other reasons)", 1);
     if (st.skip_reasons.size() < options.kept_skip_reasons) st.skip_reasons.push_back(std::move(reason));
   }
 
@@ -967,11 +989,18 @@ struct Engine::Impl {
         m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
         m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
         m->set_mean_buffer_fill(st.output->mean_fill());
+        auto [empty, full] = st.output->empty_and_full_fractions();
+        m->set_buffer_empty_fraction(empty);
+        m->set_buffer_full_fraction(full);
       }
+      m->set_stateless(st.spec->op->info.traits.stateless);
+      m->set_random(st.spec->op->info.traits.random);
+      m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
       m->set_errors_skipped(c.errors_skipped.load());
       {
         std::lock_guard rl(st.reasons_mutex);
         for (const auto& r : st.skip_reasons) m->add_skip_reasons(r);
+        for (const auto& [kind, count] : st.skip_reason_counts) (*m->mutable_skip_reason_counts())[kind] = count;
       }
       m->set_epoch(c.epoch.load());
       if (st.previous_ns && now > st.previous_ns) {
@@ -1073,6 +1102,10 @@ void Engine::start() {
     try {
       st->op->start(st->info);
       st->started = true;
+      if (st->source) {
+        const std::int64_t per_pass = st->source->expected_elements();
+        if (per_pass >= 0 && st->demand != kUnbounded) st->expected_elements.store(per_pass * st->demand);
+      }
     } catch (const std::exception& e) {
       for (auto& other : I.stages)
         if (other->started) {

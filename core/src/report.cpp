@@ -1,5 +1,6 @@
 #include "sluice/core/report.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -52,6 +53,88 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   return b;
 }
 
+std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot) {
+  std::vector<std::string> out;
+  std::map<std::string, int> index_of;
+  for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
+  auto stage = [&](const std::string& id) -> const metrics::StageMetrics* {
+    auto it = index_of.find(id);
+    return it == index_of.end() ? nullptr : &snapshot.stage(it->second);
+  };
+  auto quoted_list = [](const std::vector<std::string>& ids) {
+    std::string s;
+    for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? (i + 1 == ids.size() ? " and " : ", ") : "") + ("'" + ids[i] + "'");
+    return s;
+  };
+
+  // 1. The stage that limits throughput.
+  if (const auto* b = stage(snapshot.bottleneck())) {
+    const bool held_up = snapshot.bottleneck_reason().find("no stage is clearly held up") == std::string::npos;
+    if (b->kind() == "source") {
+      out.push_back(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
+                                "(an interleaved reader with parallelism), or make each element cheaper to produce",
+                                b->id(), b->op()));
+    } else if (b->kind() == "sink") {
+      out.push_back(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
+                                "(or a sink with parallelism, if it is stateless) would help",
+                                b->id(), b->op()));
+    } else if (b->stateless() && held_up) {
+      const std::string head = b->fused_with().empty() ? b->id() : b->fused_with();
+      std::vector<std::string> group;
+      for (const auto& m : snapshot.stage())
+        if (m.id() != b->id() && (m.id() == head || m.fused_with() == head)) group.push_back(m.id());
+      std::string text = fmt::format("raise `parallelism` of stage '{}' (now {} worker{}): it is busy {:.0f}% of the time while its "
+                                     "input buffer stays full and its output buffer empty",
+                                     b->id(), b->workers(), b->workers() == 1 ? "" : "s", 100 * b->busy_fraction());
+      if (!group.empty())
+        text += fmt::format("; {} run{} fused with it on the same workers: give {} the same parallelism to keep them together",
+                            quoted_list(group), group.size() == 1 ? "s" : "", group.size() == 1 ? "it" : "them");
+      out.push_back(text);
+    } else if (!b->stateless()) {
+      out.push_back(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
+                                "stages before it, which can run in parallel",
+                                b->id(), b->op()));
+    }
+  }
+
+  // 2. A deterministic, expensive stage recomputed every epoch, with no cache after it.
+  std::function<bool(const metrics::StageMetrics&)> cached_after = [&](const metrics::StageMetrics& m) {
+    for (const auto& next : snapshot.stage())
+      for (const auto& in : next.inputs())
+        if (in == m.id()) return next.op() == "cache" || cached_after(next);
+    return false;
+  };
+  for (const auto& m : snapshot.stage()) {
+    if (m.kind() != "map" || m.random() || m.epoch() < 2 || m.mean_element_us() < 50 || cached_after(m)) continue;
+    out.push_back(fmt::format("add a `cache` stage after '{}' ({}): it is deterministic, costs {:.0f} us per element and "
+                              "computed the same output in each of {} epochs",
+                              m.id(), m.op(), m.mean_element_us(), m.epoch()));
+    break;  // the earliest such stage; a cache there covers the ones before it
+  }
+
+  // 3. Buffers that swing between empty and full: the consumer works in bursts.
+  for (const auto& m : snapshot.stage()) {
+    if (!m.buffer_capacity() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2) continue;
+    out.push_back(fmt::format("grow `buffer_size` of '{}' (now {}): its output buffer was empty {:.0f}% and full {:.0f}% of the "
+                              "time, so the stages around it wait in turn",
+                              m.id(), m.buffer_capacity(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()));
+  }
+
+  // 4. A shard after work it throws away.
+  for (const auto& m : snapshot.stage()) {
+    if (m.op() != "shard" || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
+    const metrics::StageMetrics* costly = nullptr;
+    for (const auto* up = m.inputs_size() ? stage(m.inputs(0)) : nullptr; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
+      if (up->kind() != "source" && up->mean_element_us() >= 5 && (!costly || up->mean_element_us() > costly->mean_element_us())) costly = up;
+    if (!costly) continue;
+    out.push_back(fmt::format("move '{}' before '{}': it keeps {:.0f}% of its input, so most of the work of '{}' ({:.0f} us per "
+                              "element) is thrown away; shard the file list instead",
+                              m.id(), costly->id(), 100.0 * m.elements_out() / m.elements_in(), costly->id(),
+                              costly->mean_element_us()));
+  }
+  return out;
+}
+
 std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   std::string out = fmt::format("Run {} after {:.2f} s\n", snapshot.state(), snapshot.elapsed_s());
   out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", "wk",
@@ -65,12 +148,22 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   }
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());
+  const auto suggestions = suggest_changes(snapshot);
+  if (!suggestions.empty()) {
+    out += "What would help:\n";
+    for (const auto& s : suggestions) out += "  - " + s + "\n";
+  }
   for (const auto& m : snapshot.stage()) {
     if (m.errors_skipped() == 0) continue;
     out += fmt::format("Skipped in stage '{}': {} element{}\n", m.id(), m.errors_skipped(), m.errors_skipped() == 1 ? "" : "s");
     for (const auto& r : m.skip_reasons()) out += "  - " + r + "\n";
-    if (static_cast<std::uint64_t>(m.skip_reasons_size()) < m.errors_skipped())
-      out += fmt::format("  ... and {} more\n", m.errors_skipped() - m.skip_reasons_size());
+    if (static_cast<std::uint64_t>(m.skip_reasons_size()) < m.errors_skipped()) {
+      out += fmt::format("  ... and {} more; by kind of reason:\n", m.errors_skipped() - m.skip_reasons_size());
+      std::vector<std::pair<std::uint64_t, std::string>> kinds;
+      for (const auto& [kind, count] : m.skip_reason_counts()) kinds.emplace_back(count, kind);
+      std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+      for (const auto& [count, kind] : kinds) out += fmt::format("  {:>8} x {}\n", count, kind);
+    }
   }
   return out;
 }

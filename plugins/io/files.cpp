@@ -98,6 +98,7 @@ class ListFiles final : public Source {
     }
     next_ = 0;
   }
+  std::int64_t expected_elements() const override { return static_cast<std::int64_t>(files_.size()); }
   bool next(Sample& out, const ElementContext&) override {
     if (next_ >= order_.size()) return false;
     const std::string& path = files_[order_[next_++]];

@@ -20,6 +20,7 @@ class Range final : public Source {
   }
   explicit Range(const Params& p) : count_(p.get_int("count")), start_(p.get_int("start")), step_(p.get_int("step")) {}
   void begin_pass(std::uint64_t) override { next_ = 0; }
+  std::int64_t expected_elements() const override { return count_; }
   bool next(Sample& out, const ElementContext&) override {
     if (next_ >= count_) return false;
     out.set("value", Tensor::scalar<std::int64_t>(start_ + step_ * next_++));
@@ -62,6 +63,7 @@ class FromList final : public Source {
     dtype_ = dtype;
   }
   void begin_pass(std::uint64_t) override { next_ = 0; }
+  std::int64_t expected_elements() const override { return static_cast<std::int64_t>(values_.size()); }
   bool next(Sample& out, const ElementContext&) override {
     if (next_ >= values_.size()) return false;
     const std::string& v = values_[next_++];

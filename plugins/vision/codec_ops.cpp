@@ -132,6 +132,7 @@ class SyntheticImages final : public Source {
       : count_(p.get_int("count")), height_(static_cast<int>(p.get_int("height"))), width_(static_cast<int>(p.get_int("width"))),
         classes_(p.get_int("classes")) {}
   void begin_pass(std::uint64_t) override { next_ = 0; }
+  std::int64_t expected_elements() const override { return count_; }
   bool next(Sample& out, const ElementContext& ctx) override {
     if (next_ >= count_) return false;
     // Images depend on their index only (not the epoch): the dataset is the same every pass.

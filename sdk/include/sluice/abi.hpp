@@ -8,7 +8,7 @@ namespace sluice {
 // the minor) for any change to an existing type, virtual function or descriptor field.
 inline constexpr std::uint32_t kAbiMajor = 3;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
-// trait, shared sample origins.
+// trait, shared sample origins, Source::expected_elements.
 inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

@@ -87,6 +87,8 @@ class Source : public Operator {
   virtual void begin_pass(std::uint64_t pass) = 0;
   // Fills `out` and returns true, or returns false at the end of the pass.
   virtual bool next(Sample& out, const ElementContext& ctx) = 0;
+  // Elements in one pass when known once started (progress and ETA), -1 when not.
+  virtual std::int64_t expected_elements() const { return -1; }
 };
 
 // 1 -> 1

@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <vector>
 
 #include "metrics.pb.h"
 
@@ -13,6 +14,11 @@ struct Bottleneck {
 // The stage that limits throughput: busy while its input is full and its output empty.
 // Sources count as having a full input, sinks an empty output.
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot);
+
+// Concrete changes that would help, each with the figures behind it: raise the parallelism of
+// the bottleneck, add a cache after a deterministic expensive stage recomputed every epoch, grow
+// a buffer that swings between empty and full, move a shard before the work it throws away.
+std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot);
 
 // The end-of-run table: per stage elements, rates, busy/starved/blocked, buffer fill, skips,
 // then the bottleneck and the skip reasons.
