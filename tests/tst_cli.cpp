@@ -44,6 +44,59 @@ class TestCli : public QObject {
     QCOMPARE(QString::fromStdString(read_file(out_path)).count('\n'), 7);
   }
 
+  void progress_lines_metrics_log_and_report_again() {
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "400"}}) + stage("w", "simulate_work", "src", {{"us", "3000"}}) +
+                                          stage("b", "batch", "w", {{"batch_size", "10"}}) + stage("out", "null_sink", "b"));
+    const QString log = dir.filePath("run.jsonl");
+    auto r = sluice_cli({"run", file, "--progress-every", "0.25", "--metrics-log", log});
+    QCOMPARE(r.code, 0);
+    // Not a terminal: plain lines, each with elements, batches, rate, epoch and the sources' progress.
+    static const QRegularExpression progress(R"(^0:0\d running \| \S+ elements, \S+ batches \| \S+ elements/s \| epoch 0 \| \d+%)",
+                                             QRegularExpression::MultilineOption);
+    QVERIFY2(r.err.count(progress) >= 3, qPrintable(r.err));
+    QVERIFY(!QFile::exists(log + ".partial"));
+    auto again = sluice_cli({"report", log});
+    QCOMPARE(again.code, 0);
+    QCOMPARE(again.out, r.out);  // the same report, from the log's last snapshot
+    QVERIFY(again.out.contains("Bottleneck: stage 'w'"));
+    QVERIFY(again.out.contains("raise `parallelism` of stage 'w'"));
+
+    auto quiet = sluice_cli({"run", file, "--quiet", "--progress-every", "0.25"});
+    QCOMPARE(quiet.code, 0);
+    QVERIFY2(!quiet.err.contains("elements/s"), qPrintable(quiet.err));
+
+    auto missing = sluice_cli({"report", dir.filePath("none.jsonl")});
+    QCOMPARE(missing.code, 2);
+    QVERIFY(missing.err.contains("cannot open the metrics log"));
+    auto bad = write(dir, "bad.jsonl", "{\"sequence\":\"1\"}\nnot json\n");
+    auto garbled = sluice_cli({"report", bad});
+    QCOMPARE(garbled.code, 2);
+    QVERIFY2(garbled.err.contains("bad.jsonl:2: not a metrics snapshot"), qPrintable(garbled.err));
+  }
+
+  void metrics_endpoint_serves_during_a_run() {
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "300"}}) + stage("w", "simulate_work", "src", {{"us", "5000"}}) +
+                                          stage("out", "null_sink", "w"));
+    QProcess p;
+    p.start(SLUICE_CLI, {"run", file, "--quiet", "--metrics-addr", "127.0.0.1:0"});
+    QVERIFY(p.waitForStarted());
+    QString err;
+    for (int i = 0; i < 100 && !err.contains("\n"); ++i) {
+      p.waitForReadyRead(100);
+      err += QString::fromUtf8(p.readAllStandardError());
+    }
+    static const QRegularExpression url(R"(metrics: http://127\.0\.0\.1:(\d+) \(/metrics, /snapshot, /stream\))");
+    auto match = url.match(err);
+    QVERIFY2(match.hasMatch(), qPrintable(err));
+    QVERIFY(p.waitForFinished(30000));
+    QCOMPARE(p.exitCode(), 0);
+    auto nonsense = sluice_cli({"run", file, "--metrics-addr", "nonsense"});
+    QCOMPARE(nonsense.code, 2);
+    QVERIFY2(nonsense.err.contains("metrics address 'nonsense' is not PORT, :PORT or HOST:PORT"), qPrintable(nonsense.err));
+  }
+
   void validate_reports_every_problem_and_exits_2() {
     QTemporaryDir dir;
     auto file = write(dir, "bad.txtpb", stage("src", "rnage", "") + stage("b", "batch", "src"));

@@ -1,12 +1,18 @@
 // The `sluice` command: run, validate and inspect pipelines headless.
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "sluice/core/engine.hpp"
+#include "sluice/core/metrics_log.hpp"
+#include "sluice/core/metrics_server.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -165,8 +171,22 @@ int cmd_validate(const CommonOptions& common, const std::string& file, const std
   return 0;
 }
 
+struct RunOptions {
+  bool quiet = false;
+  std::optional<double> progress_every;  // seconds; default 0.5 on a terminal, 10 otherwise
+  std::string metrics_log;
+  std::string metrics_addr;
+};
+
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
-            std::optional<std::uint64_t> seed) {
+            std::optional<std::uint64_t> seed, const RunOptions& options) {
+  std::optional<sluice::MetricsAddress> metrics_address;
+  try {
+    if (!options.metrics_addr.empty()) metrics_address = sluice::parse_metrics_address(options.metrics_addr);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitBadInput;
+  }
   sluice::Registry registry;
   load_plugins(registry, common, true);
   auto graph = load_graph(registry, file, sets, seed);
@@ -174,9 +194,26 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
 
   for (const auto& st : graph->stages)
     for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
+  std::unique_ptr<sluice::MetricsLog> log;
+  std::unique_ptr<sluice::MetricsServer> server;
   std::unique_ptr<sluice::Engine> engine;
+  // The last published snapshot: the progress line reads it, and the report is made from the
+  // final one, the same one the metrics log ends with.
+  std::mutex latest_mutex;
+  sluice::metrics::MetricsSnapshot latest;
   try {
+    if (!options.metrics_log.empty()) log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
+    if (metrics_address) {
+      server = std::make_unique<sluice::MetricsServer>(*metrics_address);
+      fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream)\n", server->url());
+    }
     engine = std::make_unique<sluice::Engine>(std::move(*graph));
+    engine->subscribe([&](const sluice::metrics::MetricsSnapshot& snapshot) {
+      if (log) log->append(snapshot);
+      if (server) server->publish(snapshot);
+      std::lock_guard lock(latest_mutex);
+      latest = snapshot;
+    });
     struct sigaction action {};
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
@@ -187,23 +224,74 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     fmt::print(stderr, "error: {}\n", e.what());
     return kExitRunFailed;
   }
+  // Progress on stderr: redrawn in place on a terminal, plain lines otherwise.
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  const auto every = std::chrono::duration<double>(options.progress_every.value_or(terminal ? 0.5 : 10.0));
+  auto next_progress = std::chrono::steady_clock::now() + every;
+  std::size_t drawn = 0;
+  auto draw_progress = [&](bool final) {
+    std::string line;
+    {
+      std::lock_guard lock(latest_mutex);
+      if (latest.stage_size() == 0) return;
+      line = sluice::format_progress(latest);
+    }
+    if (terminal) {
+      const std::size_t width = line.size();
+      if (line.size() < drawn) line.append(drawn - line.size(), ' ');  // wipe the rest of a longer line
+      fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
+      drawn = width;
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+  };
   bool interrupted = false;
   while (!engine->wait_for(std::chrono::milliseconds(50))) {
     if (g_interrupted && !interrupted) {
       interrupted = true;
-      fmt::print(stderr, "\ninterrupted: stopping the pipeline...\n");
+      fmt::print(stderr, "{}interrupted: stopping the pipeline...\n", terminal && drawn ? "\n" : "");
       engine->stop();
+    }
+    if (!options.quiet && std::chrono::steady_clock::now() >= next_progress) {
+      draw_progress(false);
+      next_progress += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
     }
   }
   auto result = engine->wait();
-  fmt::print("{}", sluice::format_report(engine->snapshot()));
+  if (!options.quiet && terminal && drawn) draw_progress(true);
+  sluice::metrics::MetricsSnapshot final_snapshot;
+  {
+    std::lock_guard lock(latest_mutex);
+    final_snapshot = latest.stage_size() ? latest : engine->snapshot();
+  }
+  fmt::print("{}", sluice::format_report(final_snapshot));
   std::fflush(stdout);
+  if (log) {
+    try {
+      log->close();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: {}\n", e.what());
+      return kExitRunFailed;
+    }
+  }
   if (result.state == sluice::RunState::Failed) {
     fmt::print(stderr, "error: {}\n", result.error);
     return kExitRunFailed;
   }
   if (interrupted || g_interrupted) return kExitInterrupted;
   return 0;
+}
+
+int cmd_report(const std::string& file) {
+  try {
+    auto snapshots = sluice::read_metrics_log(file);
+    fmt::print("{}", sluice::format_report(snapshots.back()));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitBadInput;
+  }
 }
 
 }  // namespace
@@ -225,7 +313,18 @@ int main(int argc, char** argv) {
   run->add_option("pipeline", file, "pipeline file (.txtpb, or .json)")->required();
   run->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
   run->add_option("--seed", seed, "override the pipeline's seed");
+  RunOptions run_options;
+  run->add_flag("--quiet,-q", run_options.quiet, "no progress line (the report is still printed)");
+  run->add_option("--progress-every", run_options.progress_every,
+                  "seconds between progress updates (default 0.5 on a terminal, 10 otherwise)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
+  run->add_option("--metrics-addr", run_options.metrics_addr,
+                  "serve /metrics, /snapshot and /stream over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_plugin_dir(run);
+  std::string log_file;
+  auto* report = app.add_subcommand("report", "print the end-of-run report again from a metrics log");
+  report->add_option("log", log_file, "JSON-lines file written by `sluice run --metrics-log`")->required();
   auto* validate = app.add_subcommand("validate", "check a pipeline without running it");
   validate->add_option("pipeline", file, "pipeline file")->required();
   validate->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
@@ -242,7 +341,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
   try {
-    if (*run) return cmd_run(common, file, sets, seed);
+    if (*run) return cmd_run(common, file, sets, seed, run_options);
+    if (*report) return cmd_report(log_file);
     if (*validate) return cmd_validate(common, file, sets);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
   } catch (const std::exception& e) {

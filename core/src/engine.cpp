@@ -1102,10 +1102,6 @@ void Engine::start() {
     try {
       st->op->start(st->info);
       st->started = true;
-      if (st->source) {
-        const std::int64_t per_pass = st->source->expected_elements();
-        if (per_pass >= 0 && st->demand != kUnbounded) st->expected_elements.store(per_pass * st->demand);
-      }
     } catch (const std::exception& e) {
       for (auto& other : I.stages)
         if (other->started) {
@@ -1126,6 +1122,10 @@ void Engine::start() {
     if (consumer >= 0) {
       auto& c = *I.stages[consumer];
       st.demand = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
+    }
+    if (st.source) {  // started above: a source knows its size now, if it can
+      const std::int64_t per_pass = st.source->expected_elements();
+      if (per_pass >= 0 && st.demand != kUnbounded) st.expected_elements.store(per_pass * st.demand);
     }
     if (st.aggregate) {
       st.passes_per_iteration = st.aggregate->input_passes(1);

@@ -168,4 +168,58 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   return out;
 }
 
+namespace {
+std::string duration_text(double seconds) {
+  const auto total = static_cast<long long>(seconds + 0.5);
+  if (total >= 3600) return fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60);
+  return fmt::format("{}:{:02}", total / 60, total % 60);
+}
+std::string count_text(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}G", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e4) return fmt::format("{:.1f}k", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+}  // namespace
+
+std::string format_progress(const metrics::MetricsSnapshot& snapshot) {
+  if (snapshot.stage_size() == 0) return "";
+  // Elements: what reaches the batch stage (or the sink when there is none); rates are recent.
+  const metrics::StageMetrics* sink = &snapshot.stage(snapshot.stage_size() - 1);
+  for (const auto& m : snapshot.stage())
+    if (m.kind() == "sink") sink = &m;
+  const metrics::StageMetrics* batch = nullptr;
+  for (const auto& m : snapshot.stage())
+    if (m.op() == "batch") batch = &m;
+  std::string line = fmt::format("{} {}", duration_text(snapshot.elapsed_s()), snapshot.state());
+  if (batch) {
+    double rate = 0;
+    for (const auto& m : snapshot.stage())
+      for (const auto& in : batch->inputs())
+        if (m.id() == in) rate = m.recent_elements_per_s();
+    line += fmt::format(" | {} elements, {} batches | {} elements/s", count_text(batch->elements_in()),
+                        count_text(batch->elements_out()), count_text(rate));
+  } else {
+    double rate = 0;
+    for (const auto& m : snapshot.stage())
+      for (const auto& in : sink->inputs())
+        if (m.id() == in) rate = m.recent_elements_per_s();
+    line += fmt::format(" | {} elements | {} elements/s", count_text(sink->elements_in()), count_text(rate));
+  }
+  line += fmt::format(" | epoch {}", sink->epoch());
+  // How far the sources are, when they know their size: the slowest one decides.
+  double done = -1;
+  for (const auto& m : snapshot.stage())
+    if (m.kind() == "source" && m.expected_elements() > 0) {
+      const double fraction = std::min(1.0, static_cast<double>(m.elements_out()) / m.expected_elements());
+      done = done < 0 ? fraction : std::min(done, fraction);
+    }
+  if (done > 0 && snapshot.state() == "running") {
+    line += fmt::format(" | {:.0f}%", 100 * done);
+    if (done < 1 && snapshot.elapsed_s() > 1) line += " | ETA " + duration_text(snapshot.elapsed_s() * (1 - done) / done);
+  }
+  if (!snapshot.bottleneck().empty()) line += " | bottleneck: " + snapshot.bottleneck();
+  return line;
+}
+
 }  // namespace sluice

@@ -24,4 +24,8 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
 // then the bottleneck and the skip reasons.
 std::string format_report(const metrics::MetricsSnapshot& snapshot);
 
+// One line of progress: time, elements (and batches), recent elements/s, epoch, how far the
+// sources are and the ETA when they know their size, the bottleneck.
+std::string format_progress(const metrics::MetricsSnapshot& snapshot);
+
 }  // namespace sluice

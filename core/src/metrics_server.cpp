@@ -1,0 +1,198 @@
+#include "sluice/core/metrics_server.hpp"
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sluice/core/metrics_log.hpp"
+#include "sluice/error.hpp"
+
+namespace sluice {
+
+MetricsAddress parse_metrics_address(const std::string& text) {
+  MetricsAddress address;
+  std::string port = text;
+  const auto colon = text.rfind(':');
+  if (colon != std::string::npos) {
+    std::string host = text.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (!host.empty()) address.host = host;
+    port = text.substr(colon + 1);
+  }
+  try {
+    std::size_t used = 0;
+    address.port = std::stoi(port, &used);
+    if (used != port.size() || address.port < 0 || address.port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    throw Error("metrics address '" + text + "' is not PORT, :PORT or HOST:PORT (for instance 127.0.0.1:9464; port 0 picks a free one)");
+  }
+  return address;
+}
+
+namespace {
+
+std::string label_value(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+template <class Get>
+void add_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type, const char* help,
+                Get get) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  for (const auto& m : snapshot.stage())
+    out += fmt::format("{}{{stage=\"{}\",op=\"{}\"}} {}\n", name, label_value(m.id()), label_value(m.op()), get(m));
+}
+
+}  // namespace
+
+std::string prometheus_text(const metrics::MetricsSnapshot& s) {
+  using M = metrics::StageMetrics;
+  std::string out;
+  add_family(out, s, "sluice_stage_elements_in_total", "counter", "Elements a stage has taken in.", [](const M& m) { return m.elements_in(); });
+  add_family(out, s, "sluice_stage_elements_out_total", "counter", "Elements a stage has emitted.", [](const M& m) { return m.elements_out(); });
+  add_family(out, s, "sluice_stage_bytes_in_total", "counter", "Bytes of the elements a stage has taken in.", [](const M& m) { return m.bytes_in(); });
+  add_family(out, s, "sluice_stage_bytes_out_total", "counter", "Bytes of the elements a stage has emitted.", [](const M& m) { return m.bytes_out(); });
+  add_family(out, s, "sluice_stage_skipped_total", "counter", "Elements a stage skipped under the skip policy.",
+             [](const M& m) { return m.errors_skipped(); });
+  add_family(out, s, "sluice_stage_elements_per_second", "gauge", "Elements emitted per second since the previous snapshot.",
+             [](const M& m) { return m.recent_elements_per_s(); });
+  add_family(out, s, "sluice_stage_busy_ratio", "gauge", "Share of its workers' time a stage spent working.",
+             [](const M& m) { return m.busy_fraction(); });
+  add_family(out, s, "sluice_stage_starved_ratio", "gauge", "Share of its workers' time a stage waited for input.",
+             [](const M& m) { return m.starved_fraction(); });
+  add_family(out, s, "sluice_stage_blocked_ratio", "gauge", "Share of its workers' time a stage waited for room downstream.",
+             [](const M& m) { return m.blocked_fraction(); });
+  add_family(out, s, "sluice_stage_buffer_level", "gauge", "Elements in a stage's output buffer now.", [](const M& m) { return m.buffer_level(); });
+  add_family(out, s, "sluice_stage_buffer_capacity", "gauge", "Capacity of a stage's output buffer (0: fused, no buffer).",
+             [](const M& m) { return m.buffer_capacity(); });
+  add_family(out, s, "sluice_stage_buffer_fill_ratio", "gauge", "Time-weighted mean fill of a stage's output buffer.",
+             [](const M& m) { return m.mean_buffer_fill(); });
+  add_family(out, s, "sluice_stage_workers", "gauge", "Worker threads of a stage.", [](const M& m) { return m.workers(); });
+  add_family(out, s, "sluice_stage_epoch", "gauge", "Iterations of its input a stage has completed.", [](const M& m) { return m.epoch(); });
+  out += fmt::format("# HELP sluice_run_elapsed_seconds Time since the run started.\n# TYPE sluice_run_elapsed_seconds gauge\n"
+                     "sluice_run_elapsed_seconds {}\n",
+                     s.elapsed_s());
+  out += fmt::format("# HELP sluice_run_info The run's state and bottleneck stage.\n# TYPE sluice_run_info gauge\n"
+                     "sluice_run_info{{state=\"{}\",bottleneck=\"{}\"}} 1\n",
+                     label_value(s.state()), label_value(s.bottleneck()));
+  return out;
+}
+
+struct MetricsServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+  std::string host;
+  int port = 0;
+  std::mutex mutex;
+  std::condition_variable published;
+  metrics::MetricsSnapshot latest;
+  std::uint64_t version = 0;  // bumped by every publish
+  bool stopping = false;
+
+  std::pair<metrics::MetricsSnapshot, std::uint64_t> current() {
+    std::lock_guard lock(mutex);
+    return {latest, version};
+  }
+};
+
+MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  I.host = address.host;
+  auto& server = I.server;
+  // Slow or silent clients give up their thread after a few seconds; request bodies are refused.
+  server.set_read_timeout(5, 0);
+  server.set_write_timeout(5, 0);
+  server.set_keep_alive_timeout(5);
+  server.set_payload_max_length(1024);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second run on the same
+  // port would bind too and the two would share its connections.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
+  });
+
+  server.Get("/metrics", [&I](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(I.current().first), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server.Get("/snapshot", [&I](const httplib::Request& req, httplib::Response& res) {
+    auto snapshot = I.current().first;
+    if (req.get_param_value("format") == "json") res.set_content(snapshot_to_json(snapshot), "application/json");
+    else res.set_content(snapshot.SerializeAsString(), "application/x-protobuf");
+  });
+  server.Get("/stream", [&I](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [&I, seen = std::uint64_t(0)](std::size_t, httplib::DataSink& sink) mutable {
+      std::string event;
+      {
+        std::unique_lock lock(I.mutex);
+        I.published.wait_for(lock, std::chrono::seconds(1), [&] { return I.stopping || I.version != seen; });
+        if (I.stopping) return false;
+        if (I.version != seen) {
+          seen = I.version;
+          event = "data: " + snapshot_to_json(I.latest) + "\n\n";
+        }
+      }
+      if (event.empty()) event = ": waiting for the next snapshot\n\n";  // keeps proxies and dead peers in check
+      return sink.write(event.data(), event.size());
+    });
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events)\n",
+                    "text/plain");
+  });
+
+  if (address.port == 0) {
+    I.port = server.bind_to_any_port(address.host);
+  } else {
+    I.port = server.bind_to_port(address.host, address.port) ? address.port : -1;
+  }
+  if (I.port < 0)
+    throw Error(fmt::format("cannot serve metrics on {}:{} (in use, or not an address of this machine); choose another "
+                            "port with --metrics-addr, or 0 for any free one",
+                            address.host, address.port));
+  I.thread = std::thread([&I] { I.server.listen_after_bind(); });
+  // stop() does nothing to a server not yet listening: wait until it is, so that the destructor
+  // can always end it.
+  for (int i = 0; i < 5000 && !server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+MetricsServer::~MetricsServer() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->published.notify_all();
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void MetricsServer::publish(const metrics::MetricsSnapshot& snapshot) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->latest = snapshot;
+    ++impl_->version;
+  }
+  impl_->published.notify_all();
+}
+
+const std::string& MetricsServer::host() const { return impl_->host; }
+int MetricsServer::port() const { return impl_->port; }
+std::string MetricsServer::url() const {
+  const bool v6 = impl_->host.find(':') != std::string::npos;
+  return fmt::format("http://{}{}{}:{}", v6 ? "[" : "", impl_->host, v6 ? "]" : "", impl_->port);
+}
+
+}  // namespace sluice
