@@ -97,6 +97,34 @@ class TestCli : public QObject {
     QVERIFY2(nonsense.err.contains("metrics address 'nonsense' is not PORT, :PORT or HOST:PORT"), qPrintable(nonsense.err));
   }
 
+  void bench_and_ablation_table() {
+    QTemporaryDir dir;
+    // A CPU-heavy stage on two workers, an interleaved reader of ten "files", a cache, a prefetch.
+    auto file = write(dir, "p.txtpb",
+                      "options { seed: 3 }\n" + stage("src", "range", "", {{"count", "10"}}) +
+                          stage("rep", "repeat", "src", {{"count", "-1"}}) +
+                          stage("rows", "unbatch", "wide", {}, "interleave { cycle_length: 2 } parallelism: 2") +
+                          stage("wide", "batch", "rep", {{"batch_size", "1"}}) + stage("keep", "cache", "rows") +
+                          stage("work", "simulate_work", "keep", {{"us", "2000"}}, "parallelism: 2") +
+                          stage("ahead", "prefetch", "work") + stage("out", "null_sink", "ahead"));
+    auto plain = sluice_cli({"bench", file, "--seconds", "1", "--warmup", "0.5"});
+    QCOMPARE(plain.code, 0);
+    QVERIFY2(plain.out.contains("Steady state over") && plain.out.contains("Pipeline: ") && plain.out.contains("Bottleneck: stage 'work'"),
+             qPrintable(plain.out));
+    auto table = sluice_cli({"bench", file, "--ablate", "--seconds", "1", "--warmup", "0.5"});
+    QCOMPARE(table.code, 0);
+    const auto lines = table.out.split('\n');
+    QVERIFY2(lines.value(0).startsWith("variant") && lines.value(0).contains("speed-up"), qPrintable(table.out));
+    QStringList variants;
+    for (const auto& line : lines.mid(1))
+      if (!line.isEmpty() && !line.startsWith("speed-up")) variants << line.section(' ', 0, 1, QString::SectionSkipEmpty);
+    QCOMPARE(variants, (QStringList{"as written", "parallelism 1", "no interleave", "no cache", "no prefetch"}));
+    static const QRegularExpression parallelism(R"(^parallelism 1\s+[\d.]+\s+([\d.]+)x)", QRegularExpression::MultilineOption);
+    auto m = parallelism.match(table.out);
+    QVERIFY2(m.hasMatch(), qPrintable(table.out));
+    QVERIFY2(m.captured(1).toDouble() > 1.0, qPrintable(table.out));  // two workers beat one on a CPU-heavy stage
+  }
+
   void validate_reports_every_problem_and_exits_2() {
     QTemporaryDir dir;
     auto file = write(dir, "bad.txtpb", stage("src", "rnage", "") + stage("b", "batch", "src"));

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "sluice/core/bench.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
@@ -283,6 +284,32 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   return 0;
 }
 
+int cmd_bench(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets, bool ablate,
+              const sluice::BenchOptions& options) {
+  sluice::Registry registry;
+  load_plugins(registry, common, true);
+  try {
+    auto doc = sluice::read_pipeline_file(file);
+    sluice::apply_overrides(doc, sets);
+    auto graph = sluice::build_graph(doc, registry);
+    if (!ablate) {
+      fmt::print(stderr, "warming up for {:.1f} s, then measuring for {:.1f} s...\n", options.warmup_s, options.measure_s);
+      fmt::print("{}", sluice::format_bench(sluice::run_bench(std::move(graph), options)));
+      return 0;
+    }
+    fmt::print(stderr, "running the pipeline as written and without each feature, {:.1f} s + {:.1f} s each...\n", options.warmup_s,
+               options.measure_s);
+    fmt::print("{}", sluice::format_ablation(sluice::run_ablation(doc, registry, options)));
+    return 0;
+  } catch (const sluice::SpecError& e) {
+    for (const auto& p : e.problems()) fmt::print(stderr, "error: {}\n", p.to_string());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitRunFailed;
+  }
+}
+
 int cmd_report(const std::string& file) {
   try {
     auto snapshots = sluice::read_metrics_log(file);
@@ -322,6 +349,15 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-addr", run_options.metrics_addr,
                   "serve /metrics, /snapshot and /stream over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_plugin_dir(run);
+  auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
+  bench->add_option("pipeline", file, "pipeline file")->required();
+  bench->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
+  sluice::BenchOptions bench_options;
+  bool ablate = false;
+  bench->add_option("--seconds", bench_options.measure_s, "measuring window per run (default 5)")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", bench_options.warmup_s, "seconds run before measuring (default 1)")->check(CLI::NonNegativeNumber);
+  bench->add_flag("--ablate", ablate, "also run it without parallelism, interleave, cache and prefetch, and tabulate the speed-ups");
+  add_plugin_dir(bench);
   std::string log_file;
   auto* report = app.add_subcommand("report", "print the end-of-run report again from a metrics log");
   report->add_option("log", log_file, "JSON-lines file written by `sluice run --metrics-log`")->required();
@@ -343,6 +379,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(common, file, sets, seed, run_options);
     if (*report) return cmd_report(log_file);
+    if (*bench) return cmd_bench(common, file, sets, ablate, bench_options);
     if (*validate) return cmd_validate(common, file, sets);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
   } catch (const std::exception& e) {
