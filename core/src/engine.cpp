@@ -960,6 +960,7 @@ struct Engine::Impl {
     snap.set_elapsed_s(elapsed_ns / 1e9);
     snap.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
     snap.set_state(run_state_name(static_cast<RunState>(state.load())));
+    snap.set_cores(std::thread::hardware_concurrency());
     for (const auto& st_ptr : stages) {
       auto& st = *st_ptr;
       auto* m = snap.add_stage();

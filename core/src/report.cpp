@@ -89,6 +89,13 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
       if (!group.empty())
         text += fmt::format("; {} run{} fused with it on the same workers: give {} the same parallelism to keep them together",
                             quoted_list(group), group.size() == 1 ? "s" : "", group.size() == 1 ? "it" : "them");
+      std::uint32_t busy_workers = 0;
+      for (const auto& m : snapshot.stage())
+        if (m.fused_with().empty() && m.busy_fraction() > 0.25) busy_workers += m.workers();
+      if (snapshot.cores() > 0 && busy_workers >= snapshot.cores())
+        text += fmt::format(" (but this machine has {} core{} and its busy stages already use {} workers: beyond that, make "
+                            "the stage cheaper, for instance decode smaller images, or run more machines)",
+                            snapshot.cores(), snapshot.cores() == 1 ? "" : "s", busy_workers);
       out.push_back(text);
     } else if (!b->stateless()) {
       out.push_back(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
@@ -207,16 +214,20 @@ std::string format_progress(const metrics::MetricsSnapshot& snapshot) {
     line += fmt::format(" | {} elements | {} elements/s", count_text(sink->elements_in()), count_text(rate));
   }
   line += fmt::format(" | epoch {}", sink->epoch());
-  // How far the sources are, when they know their size: the slowest one decides.
+  // How far the run is, when its sources know their size: what their consumers have taken of
+  // it (the slowest decides). Once all is taken but the run goes on, nothing is shown.
   double done = -1;
-  for (const auto& m : snapshot.stage())
-    if (m.kind() == "source" && m.expected_elements() > 0) {
-      const double fraction = std::min(1.0, static_cast<double>(m.elements_out()) / m.expected_elements());
-      done = done < 0 ? fraction : std::min(done, fraction);
-    }
-  if (done > 0 && snapshot.state() == "running") {
+  for (const auto& source : snapshot.stage()) {
+    if (source.kind() != "source" || source.expected_elements() <= 0) continue;
+    double taken = static_cast<double>(source.elements_out());
+    for (const auto& m : snapshot.stage())
+      if (m.inputs_size() == 1 && m.inputs(0) == source.id()) taken = static_cast<double>(m.elements_in());
+    const double fraction = std::min(1.0, taken / static_cast<double>(source.expected_elements()));
+    done = done < 0 ? fraction : std::min(done, fraction);
+  }
+  if (done > 0 && done < 1 && snapshot.state() == "running") {
     line += fmt::format(" | {:.0f}%", 100 * done);
-    if (done < 1 && snapshot.elapsed_s() > 1) line += " | ETA " + duration_text(snapshot.elapsed_s() * (1 - done) / done);
+    if (snapshot.elapsed_s() > 1) line += " | ETA " + duration_text(snapshot.elapsed_s() * (1 - done) / done);
   }
   if (!snapshot.bottleneck().empty()) line += " | bottleneck: " + snapshot.bottleneck();
   return line;
