@@ -59,6 +59,7 @@ class Channel {
           ++count_;
         }
         level_.store(count_, std::memory_order_relaxed);
+        note_extremes();
         wake = consumers_waiting_ > 0;
       }
       // Notified after unlocking, so the woken consumer does not block on the mutex at once.
@@ -91,6 +92,7 @@ class Channel {
         while (count_ > 0 && out.size() < max && ring_[head_].is_element()) take_front(out);
       }
       level_.store(count_, std::memory_order_relaxed);
+      note_extremes();
       wake = producers_waiting_ > 0;
     }
     if (wake) not_full_.notify_one();
@@ -121,6 +123,10 @@ class Channel {
     return elapsed > 0 ? level_integral_ / (elapsed * static_cast<double>(ring_.size())) : 0.0;
   }
 
+  std::uint64_t swings() {
+    std::lock_guard lock(mutex_);
+    return swings_;
+  }
   // Fractions of the time since the channel was made that it was empty, and full.
   std::pair<double, double> empty_and_full_fractions() {
     std::lock_guard lock(mutex_);
@@ -158,6 +164,14 @@ class Channel {
   template <class Condition> void spin_while(Condition condition) const {
     for (int i = 0; i < 16 && condition() && !stopping_.load(std::memory_order_relaxed); ++i) std::this_thread::yield();
   }
+  // Counts swings: full after having been empty, or empty after having been full.
+  void note_extremes() {
+    const int extreme = count_ == 0 ? -1 : count_ == ring_.size() ? 1 : 0;
+    if (extreme != 0 && extreme != last_extreme_) {
+      if (last_extreme_ != 0) ++swings_;
+      last_extreme_ = extreme;
+    }
+  }
   void account(std::uint64_t now) {
     const std::uint64_t dt = now - last_change_ns_;
     level_integral_ += static_cast<double>(count_) * static_cast<double>(dt);
@@ -177,6 +191,8 @@ class Channel {
   std::uint64_t created_ns_, last_change_ns_;
   double level_integral_ = 0;
   std::uint64_t empty_ns_ = 0, full_ns_ = 0;
+  int last_extreme_ = 0;  // -1 empty, 1 full, 0 neither yet
+  std::uint64_t swings_ = 0;
 };
 
 }  // namespace sluice::detail

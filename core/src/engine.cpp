@@ -993,6 +993,7 @@ struct Engine::Impl {
         auto [empty, full] = st.output->empty_and_full_fractions();
         m->set_buffer_empty_fraction(empty);
         m->set_buffer_full_fraction(full);
+        m->set_buffer_swings(st.output->swings());
       }
       m->set_stateless(st.spec->op->info.traits.stateless);
       m->set_random(st.spec->op->info.traits.random);

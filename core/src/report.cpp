@@ -121,10 +121,12 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
 
   // 3. Buffers that swing between empty and full: the consumer works in bursts.
   for (const auto& m : snapshot.stage()) {
-    if (!m.buffer_capacity() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2) continue;
-    out.push_back(fmt::format("grow `buffer_size` of '{}' (now {}): its output buffer was empty {:.0f}% and full {:.0f}% of the "
-                              "time, so the stages around it wait in turn",
-                              m.id(), m.buffer_capacity(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()));
+    // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
+    if (!m.buffer_capacity() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
+    out.push_back(fmt::format("grow `buffer_size` of '{}' (now {}): its output buffer went between empty and full {} times, "
+                              "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
+                              m.id(), m.buffer_capacity(), m.buffer_swings(), 100 * m.buffer_empty_fraction(),
+                              100 * m.buffer_full_fraction()));
   }
 
   // 4. A shard after work it throws away.
