@@ -114,8 +114,10 @@ class TestEngine : public QObject {
     decode->set_buffer_empty_fraction(0.4);
     decode->set_buffer_full_fraction(0.35);
     decode->set_buffer_swings(40);
+    decode->set_blocked_fraction(0.3);
     auto* shard = add("shard", "shard", "map", "decode");
     shard->set_elements_in(3000);
+    shard->set_starved_fraction(0.25);
     shard->set_elements_out(750);
     auto* flip = add("flip", "random_flip", "map", "shard");
     flip->set_random(true);

@@ -123,6 +123,11 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
   for (const auto& m : snapshot.stage()) {
     // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
     if (!m.buffer_capacity() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
+    // And both sides lost time to it: the producer waiting for room, the consumer for input.
+    const metrics::StageMetrics* consumer = nullptr;
+    for (const auto& next : snapshot.stage())
+      if (next.inputs_size() == 1 && next.inputs(0) == m.id()) consumer = &next;
+    if (!consumer || m.blocked_fraction() < 0.1 || consumer->starved_fraction() < 0.1) continue;
     out.push_back(fmt::format("grow `buffer_size` of '{}' (now {}): its output buffer went between empty and full {} times, "
                               "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
                               m.id(), m.buffer_capacity(), m.buffer_swings(), 100 * m.buffer_empty_fraction(),
