@@ -75,6 +75,24 @@ class TestCli : public QObject {
     QVERIFY2(garbled.err.contains("bad.jsonl:2: not a metrics snapshot"), qPrintable(garbled.err));
   }
 
+  void progress_is_redrawn_in_place_on_a_terminal() {
+    if (QStandardPaths::findExecutable("script").isEmpty()) QSKIP("util-linux's script (a pseudo-terminal) is not installed");
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "300"}}) + stage("w", "simulate_work", "src", {{"us", "3000"}}) +
+                                          stage("out", "null_sink", "w"));
+    // script runs the command on a pseudo-terminal: stderr is a terminal there.
+    const QString command = QString("%1 run %2 --progress-every 0.2").arg(SLUICE_CLI, file);
+    auto r = [&] {
+      QProcess p;
+      p.start("script", {"-qfec", command, "/dev/null"});
+      p.waitForFinished(60000);
+      return QString::fromUtf8(p.readAllStandardOutput());
+    }();
+    static const QRegularExpression redraw("\r0:0\\d running \\| ");  // a carriage return, then the line again
+    QVERIFY2(r.count(redraw) >= 3, qPrintable(r));
+    QVERIFY(r.contains("Run finished"));
+  }
+
   void metrics_endpoint_serves_during_a_run() {
     QTemporaryDir dir;
     auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "300"}}) + stage("w", "simulate_work", "src", {{"us", "5000"}}) +
