@@ -38,6 +38,7 @@ namespace {
 constexpr std::size_t kChunk = 64;
 constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
 constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
+constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
 
 // A skip reason with its numbers (record indices, offsets, sizes) replaced by N, so that reasons of
 // one kind are counted together.
@@ -118,7 +119,6 @@ struct StageRuntime {
   std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
   StageRuntime* fused_head = nullptr;  // on a member: the head running it
   StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
-  std::atomic<bool> element_major{false};  // see process_chunk
   // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
   int threads() const { return expand ? 1 : workers; }
 
@@ -144,7 +144,8 @@ struct StageRuntime {
     bool ok = true;
   };
   std::map<std::uint64_t, FinishedChunk> finished;
-  // Recent cost of one element through the stage (or its fused group), for sizing chunks.
+  // Recent cost of one element through the stage (or its fused group): sizes chunks, and picks
+  // element-major order for expensive fused groups (see process_chunk).
   std::atomic<std::uint64_t> ns_per_element{0};
 
   // For the recent rates of snapshots.
@@ -493,7 +494,7 @@ struct Engine::Impl {
     std::vector<Tally> tally(members.size());
     bool ok = true;
     const std::uint64_t start = now_ns();
-    if (members.size() > 1 && st.element_major.load(std::memory_order_relaxed)) {
+    if (members.size() > 1 && st.ns_per_element.load(std::memory_order_relaxed) > kElementMajorNs) {
       for (std::size_t i = 0; i < in.size() && ok; ++i) {
         Item& item = in[i];
         ElementContext ctx{nullptr, epoch, base_index + i};
@@ -562,7 +563,6 @@ struct Engine::Impl {
     }
     if (!in.empty()) {
       const std::uint64_t per_element = (now_ns() - start) / in.size();
-      st.element_major.store(per_element > 20'000, std::memory_order_relaxed);
       st.ns_per_element.store(per_element, std::memory_order_relaxed);
     }
     return ok;
