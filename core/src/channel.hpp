@@ -2,6 +2,9 @@
 // A bounded channel between two stages: the producing stage's output buffer. Items move in
 // chunks so that a hand-off costs one lock for many elements; waiting time is measured for the
 // starved/blocked metrics and the fill level is integrated over time for the mean occupancy.
+// It is bounded in elements and, when given a byte limit, in bytes too (at least one element is
+// always admitted): a buffer the engine sizes holds many small records or a few large batches.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,30 +39,34 @@ struct Item {
 
 class Channel {
  public:
-  Channel(std::size_t capacity, const std::atomic<bool>& stopping)
-      : ring_(capacity), stopping_(stopping), created_ns_(now_ns()), last_change_ns_(created_ns_) {}
+  // `byte_limit` 0: bounded in elements only.
+  Channel(std::size_t capacity, std::uint64_t byte_limit, const std::atomic<bool>& stopping)
+      : ring_(capacity), ring_bytes_(capacity), byte_limit_(byte_limit), stopping_(stopping), created_ns_(now_ns()),
+        last_change_ns_(created_ns_) {}
 
   // Moves every item in, waiting for room as needed; clears `items`. False if the run stops.
   bool push(std::vector<Item>& items) {
     std::size_t next = 0;
     while (next < items.size()) {
-      if (level_.load(std::memory_order_relaxed) == ring_.size()) spin_while([&] { return level_.load(std::memory_order_relaxed) == ring_.size(); });
+      if (full_flag_.load(std::memory_order_relaxed)) spin_while([&] { return full_flag_.load(std::memory_order_relaxed); });
       bool wake = false;
       {
         std::unique_lock lock(mutex_);
-        while (count_ == ring_.size() && !stopping_.load(std::memory_order_relaxed)) {
+        while (!has_room() && !stopping_.load(std::memory_order_relaxed)) {
           ++producers_waiting_;
           not_full_.wait(lock);
           --producers_waiting_;
         }
         if (stopping_.load(std::memory_order_relaxed)) return false;
         account(now_ns());
-        while (next < items.size() && count_ < ring_.size()) {
-          ring_[slot(count_)] = std::move(items[next++]);
+        while (next < items.size() && has_room()) {
+          const std::size_t at = slot(count_);
+          ring_bytes_[at] = items[next].sample.nbytes();
+          bytes_ += ring_bytes_[at];
+          ring_[at] = std::move(items[next++]);
           ++count_;
         }
-        level_.store(count_, std::memory_order_relaxed);
-        note_extremes();
+        publish_level();
         wake = consumers_waiting_ > 0;
       }
       // Notified after unlocking, so the woken consumer does not block on the mutex at once.
@@ -91,8 +98,7 @@ class Channel {
       } else {
         while (count_ > 0 && out.size() < max && ring_[head_].is_element()) take_front(out);
       }
-      level_.store(count_, std::memory_order_relaxed);
-      note_extremes();
+      publish_level();
       wake = producers_waiting_ > 0;
     }
     if (wake) not_full_.notify_one();
@@ -113,14 +119,17 @@ class Channel {
 
   std::size_t level() const { return level_.load(std::memory_order_relaxed); }
   std::size_t capacity() const { return ring_.size(); }
+  std::uint64_t level_bytes() const { return bytes_level_.load(std::memory_order_relaxed); }
+  std::uint64_t byte_limit() const { return byte_limit_; }
 
-  // Time-weighted mean of level / capacity since the channel was made.
+  // Time-weighted mean fill since the channel was made; the fill is the larger of level over
+  // capacity and bytes over the byte limit.
   double mean_fill() {
     std::lock_guard lock(mutex_);
     std::uint64_t now = now_ns();
     account(now);
     double elapsed = static_cast<double>(now - created_ns_);
-    return elapsed > 0 ? level_integral_ / (elapsed * static_cast<double>(ring_.size())) : 0.0;
+    return elapsed > 0 ? fill_integral_ / elapsed : 0.0;
   }
 
   std::uint64_t swings() {
@@ -156,8 +165,21 @@ class Channel {
   }
   void take_front(std::vector<Item>& out) {
     out.push_back(std::move(ring_[head_]));
+    bytes_ -= ring_bytes_[head_];
     head_ = slot(1);
     --count_;
+  }
+  bool has_room() const { return count_ < ring_.size() && (byte_limit_ == 0 || count_ == 0 || bytes_ < byte_limit_); }
+  double fill() const {
+    double f = static_cast<double>(count_) / static_cast<double>(ring_.size());
+    if (byte_limit_ > 0) f = std::max(f, std::min(1.0, static_cast<double>(bytes_) / static_cast<double>(byte_limit_)));
+    return f;
+  }
+  void publish_level() {
+    level_.store(count_, std::memory_order_relaxed);
+    bytes_level_.store(bytes_, std::memory_order_relaxed);
+    full_flag_.store(!has_room(), std::memory_order_relaxed);
+    note_extremes();
   }
   // A short wait without sleeping: a hand-off that comes within a few scheduler slices costs no
   // futex sleep and wake-up. Yielding leaves the core to the threads that do the work.
@@ -166,7 +188,7 @@ class Channel {
   }
   // Counts swings: full after having been empty, or empty after having been full.
   void note_extremes() {
-    const int extreme = count_ == 0 ? -1 : count_ == ring_.size() ? 1 : 0;
+    const int extreme = count_ == 0 ? -1 : !has_room() ? 1 : 0;
     if (extreme != 0 && extreme != last_extreme_) {
       if (last_extreme_ != 0) ++swings_;
       last_extreme_ = extreme;
@@ -174,22 +196,27 @@ class Channel {
   }
   void account(std::uint64_t now) {
     const std::uint64_t dt = now - last_change_ns_;
-    level_integral_ += static_cast<double>(count_) * static_cast<double>(dt);
+    fill_integral_ += fill() * static_cast<double>(dt);
     if (count_ == 0) empty_ns_ += dt;
-    if (count_ == ring_.size()) full_ns_ += dt;
+    if (!has_room()) full_ns_ += dt;
     last_change_ns_ = now;
   }
 
   std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;
   std::vector<Item> ring_;
+  std::vector<std::uint64_t> ring_bytes_;  // each slot's element size, as counted when it came in
   std::size_t head_ = 0, count_ = 0;
+  std::uint64_t bytes_ = 0;
+  const std::uint64_t byte_limit_;
+  std::atomic<bool> full_flag_{false};
+  std::atomic<std::uint64_t> bytes_level_{0};
   int consumers_waiting_ = 0, producers_waiting_ = 0;
   std::atomic<bool> consumer_waiting_flag_{false};
   std::atomic<std::size_t> level_{0};
   const std::atomic<bool>& stopping_;
   std::uint64_t created_ns_, last_change_ns_;
-  double level_integral_ = 0;
+  double fill_integral_ = 0;
   std::uint64_t empty_ns_ = 0, full_ns_ = 0;
   int last_extreme_ = 0;  // -1 empty, 1 full, 0 neither yet
   std::uint64_t swings_ = 0;

@@ -989,6 +989,8 @@ struct Engine::Impl {
       if (st.output) {
         m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
         m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
+        m->set_buffer_bytes(st.output->level_bytes());
+        m->set_buffer_byte_limit(st.output->byte_limit());
         m->set_mean_buffer_fill(st.output->mean_fill());
         auto [empty, full] = st.output->empty_and_full_fractions();
         m->set_buffer_empty_fraction(empty);
@@ -1154,8 +1156,12 @@ void Engine::start() {
                                  (I.stages[st.spec->consumer]->fused_head == &st || I.stages[st.spec->consumer]->fused_head == st.fused_head);
     if (!st.sink && !feeds_own_group) {
       std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
-      if (capacity == 0) capacity = I.options.default_buffer;
-      st.output = std::make_unique<Channel>(capacity, I.stopping);
+      std::uint64_t byte_limit = 0;
+      if (capacity == 0) {
+        capacity = I.options.default_buffer;
+        byte_limit = I.options.default_buffer_bytes;
+      }
+      st.output = std::make_unique<Channel>(capacity, byte_limit, I.stopping);
     }
   }
   for (auto& st : I.stages) {

@@ -128,10 +128,13 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
     for (const auto& next : snapshot.stage())
       if (next.inputs_size() == 1 && next.inputs(0) == m.id()) consumer = &next;
     if (!consumer || m.blocked_fraction() < 0.1 || consumer->starved_fraction() < 0.1) continue;
-    out.push_back(fmt::format("grow `buffer_size` of '{}' (now {}): its output buffer went between empty and full {} times, "
+    const std::string now = m.buffer_byte_limit()
+                                ? fmt::format("now up to {} elements or {:.0f} MB, chosen by the engine", m.buffer_capacity(),
+                                              m.buffer_byte_limit() / 1e6)
+                                : fmt::format("now {}", m.buffer_capacity());
+    out.push_back(fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
                               "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
-                              m.id(), m.buffer_capacity(), m.buffer_swings(), 100 * m.buffer_empty_fraction(),
-                              100 * m.buffer_full_fraction()));
+                              m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()));
   }
 
   // 4. A shard after work it throws away.

@@ -12,8 +12,11 @@ namespace sluice {
 struct EngineOptions {
   // How often snapshots are published to subscribers.
   std::chrono::milliseconds snapshot_interval{200};
-  // Output buffer of a stage whose file and operator name none.
-  std::size_t default_buffer = 64;
+  // Output buffer of a stage whose file and operator name none: up to this many elements (several
+  // hand-off chunks, so that producer and consumer overlap) and this many bytes (a few large
+  // batches), whichever comes first. An explicit buffer_size counts elements only.
+  std::size_t default_buffer = 256;
+  std::uint64_t default_buffer_bytes = 128ull << 20;
   // Skip reasons kept per stage for the report.
   std::size_t kept_skip_reasons = 10;
 };
