@@ -78,6 +78,10 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
   add_family(out, s, "sluice_stage_buffer_level", "gauge", "Elements in a stage's output buffer now.", [](const M& m) { return m.buffer_level(); });
   add_family(out, s, "sluice_stage_buffer_capacity", "gauge", "Capacity of a stage's output buffer (0: fused, no buffer).",
              [](const M& m) { return m.buffer_capacity(); });
+  add_family(out, s, "sluice_stage_buffer_bytes", "gauge", "Bytes of the elements in a stage's output buffer now.",
+             [](const M& m) { return m.buffer_bytes(); });
+  add_family(out, s, "sluice_stage_buffer_byte_limit", "gauge", "Bytes at which a stage's output buffer is full (0: counted in elements only).",
+             [](const M& m) { return m.buffer_byte_limit(); });
   add_family(out, s, "sluice_stage_buffer_fill_ratio", "gauge", "Time-weighted mean fill of a stage's output buffer.",
              [](const M& m) { return m.mean_buffer_fill(); });
   add_family(out, s, "sluice_stage_workers", "gauge", "Worker threads of a stage.", [](const M& m) { return m.workers(); });
