@@ -180,17 +180,20 @@ class TestEngine : public QObject {
 
   // A buffer the engine sizes holds many small elements (so producer and consumer overlap) but
   // only as many large ones as its byte limit allows: memory stays bounded behind a slow consumer.
+  // The consumer takes 100 ms per element, so that even a loaded machine fills the buffer early.
   void engine_sized_buffers_are_bounded_in_elements_and_bytes() {
-    auto peak_of_source_buffer = [](const std::string& source) {
+    // Watches the source's buffer for 0.4 s, and on (up to 3 s) until it held `expected_peak`
+    // elements: a loaded machine may fill it late.
+    auto peak_of_source_buffer = [](const std::string& source, std::uint32_t expected_peak) {
       sluice::EngineOptions options;
       options.default_buffer_bytes = 1 << 20;
-      sluice::Engine engine(graph_of(source + stage("slow", "simulate_work", "src", {{"us", "20000"}}) + stage("out", "null_sink", "slow")),
+      sluice::Engine engine(graph_of(source + stage("slow", "simulate_work", "src", {{"us", "100000"}}) + stage("out", "null_sink", "slow")),
                             options);
       engine.start();
       std::uint32_t peak_level = 0;
       std::uint64_t peak_bytes = 0;
       sluice::metrics::MetricsSnapshot snap;
-      for (int i = 0; i < 40; ++i) {
+      for (int i = 0; i < 300 && (i < 40 || peak_level < expected_peak); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         snap = engine.snapshot();
         peak_level = std::max(peak_level, snap.stage(0).buffer_level());
@@ -201,19 +204,19 @@ class TestEngine : public QObject {
       return std::make_tuple(peak_level, peak_bytes, snap);
     };
     // 8-byte integers: the element bound (256) is reached long before the byte bound.
-    auto [small_level, small_bytes, small] = peak_of_source_buffer(stage("src", "range", "", {{"count", "100000"}}));
+    auto [small_level, small_bytes, small] = peak_of_source_buffer(stage("src", "range", "", {{"count", "100000"}}), 256);
     QCOMPARE(small.stage(0).buffer_capacity(), 256u);
     QCOMPARE(small.stage(0).buffer_byte_limit(), std::uint64_t(1 << 20));
     QCOMPARE(small_level, 256u);
     // 230 KB images: at most the byte limit plus the one element that crossed it.
     auto [large_level, large_bytes, large] =
-        peak_of_source_buffer(stage("src", "synthetic_images", "", {{"count", "1000"}}));
+        peak_of_source_buffer(stage("src", "synthetic_images", "", {{"count", "1000"}}), 4);
     QVERIFY2(large_level >= 4 && large_level <= 5, qPrintable(QString("peak level %1").arg(large_level)));
     QVERIFY(large_bytes <= (1 << 20) + 320 * 240 * 3);
     QVERIFY2(large.stage(0).mean_buffer_fill() > 0.5, "a buffer full by its bytes counts as full");
     // An explicit buffer_size counts elements only.
     auto [explicit_level, explicit_bytes, explicit_snap] =
-        peak_of_source_buffer(stage("src", "synthetic_images", "", {{"count", "1000"}}, "buffer_size: 12"));
+        peak_of_source_buffer(stage("src", "synthetic_images", "", {{"count", "1000"}}, "buffer_size: 12"), 12);
     QCOMPARE(explicit_snap.stage(0).buffer_byte_limit(), std::uint64_t(0));
     QCOMPARE(explicit_level, 12u);
   }
