@@ -150,6 +150,7 @@ struct StageRuntime {
 
   // For the recent rates of snapshots.
   std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
+  std::vector<std::uint64_t> previous_device_bytes;  // feed sinks: per device
 };
 
 struct Engine::Impl {
@@ -188,8 +189,17 @@ struct Engine::Impl {
     stopping.store(true);
     for (auto& st : stages) {
       if (st->output) st->output->wake_all();
-      std::lock_guard lock(st->commit_mutex);
-      st->commit_cv.notify_all();
+      {
+        std::lock_guard lock(st->commit_mutex);
+        st->commit_cv.notify_all();
+      }
+      // A stage blocked inside its own call (a feed sink waiting for a device slot) is told too.
+      if (state.load() == static_cast<int>(RunState::Running)) {
+        try {
+          st->op->cancel();
+        } catch (...) {
+        }
+      }
     }
   }
 
@@ -463,7 +473,7 @@ struct Engine::Impl {
   // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
   // false), a sink consumes it. False when the run must stop (fail policy).
   bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure) {
-    const auto origin = item.sample.shared_origin();  // the operator may consume the sample
+    const Origin origin = item.sample.shared_origin();  // the operator may consume the sample
     try {
       if (st.map) {
         item.sample = st.map->map(std::move(item.sample), ctx);
@@ -475,7 +485,7 @@ struct Engine::Impl {
       return true;
     } catch (const std::exception& e) {
       kept = false;
-      return element_error(st, e.what(), ctx.epoch, ctx.index, origin ? *origin : std::string(), deferred_failure);
+      return element_error(st, e.what(), ctx.epoch, ctx.index, origin.text(), deferred_failure);
     }
   }
 
@@ -880,12 +890,12 @@ struct Engine::Impl {
       for (auto& item : in) {
         ElementContext ctx{&st.info, in_iteration, in_index++};
         if (st.input->skipped(in_iteration) || !open) continue;
-        const auto origin = item.sample.shared_origin();
+        const Origin origin = item.sample.shared_origin();
         try {
           if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
             skip_input(st, static_cast<std::int64_t>(in_iteration));
         } catch (const std::exception& e) {
-          if (!element_error(st, e.what(), in_iteration, ctx.index, origin ? *origin : std::string())) return;
+          if (!element_error(st, e.what(), in_iteration, ctx.index, origin.text())) return;
         }
         if (stopping.load(std::memory_order_relaxed)) return;
       }
@@ -1015,6 +1025,25 @@ struct Engine::Impl {
         m->set_recent_elements_per_s(m->elements_per_s());
         m->set_recent_bytes_per_s(m->bytes_per_s());
       }
+      if (st.sink) {
+        auto devices = st.sink->device_counters();
+        st.previous_device_bytes.resize(devices.size(), 0);
+        for (std::size_t d = 0; d < devices.size(); ++d) {
+          auto* dm = m->add_devices();
+          dm->set_name(devices[d].name);
+          dm->set_bytes(devices[d].bytes);
+          dm->set_slices(devices[d].slices);
+          dm->set_ring_level(devices[d].ring_level);
+          dm->set_ring_capacity(devices[d].ring_capacity);
+          dm->set_checked_slices(devices[d].checked);
+          if (elapsed_ns > 0) dm->set_bytes_per_s(devices[d].bytes / (elapsed_ns / 1e9));
+          if (st.previous_ns && now > st.previous_ns)
+            dm->set_recent_bytes_per_s((devices[d].bytes - st.previous_device_bytes[d]) / ((now - st.previous_ns) / 1e9));
+          else
+            dm->set_recent_bytes_per_s(dm->bytes_per_s());
+          st.previous_device_bytes[d] = devices[d].bytes;
+        }
+      }
       st.previous_ns = now;
       st.previous_elements = el_out;
       st.previous_bytes = by_out;
@@ -1102,10 +1131,21 @@ const Graph& Engine::graph() const { return impl_->graph; }
 void Engine::start() {
   auto& I = *impl_;
   if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
-  for (auto& st : I.stages) {
+  // Downstream first, so that memory a stage offers (a GPU feed's pinned pool) reaches the
+  // stages before it, through those that keep shapes, to the one that builds the elements.
+  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
+    auto& st = I.stages[i];
     try {
       st->op->start(st->info);
       st->started = true;
+      if (Allocator* offered = st->op->offered_allocator()) {
+        for (int up = st->spec->inputs.empty() ? -1 : st->spec->inputs[0]; up >= 0;) {
+          auto& producer = *I.stages[up];
+          producer.info.allocator = offered;
+          if (!producer.spec->op->info.traits.keeps_shape || producer.spec->inputs.empty()) break;
+          up = producer.spec->inputs[0];
+        }
+      }
     } catch (const std::exception& e) {
       for (auto& other : I.stages)
         if (other->started) {
@@ -1206,5 +1246,16 @@ RunResult Engine::wait() {
 RunState Engine::state() const { return static_cast<RunState>(impl_->state.load()); }
 
 metrics::MetricsSnapshot Engine::snapshot() const { return impl_->make_snapshot(); }
+
+Feed* Engine::feed(const std::string& stage_id) const {
+  for (auto& st : impl_->stages)
+    if (st->spec->id == stage_id) {
+      Feed* f = st->sink ? st->sink->feed() : nullptr;
+      if (!f) throw Error(fmt::format("stage '{}' ({}) is not a feed sink: only a sink such as gpu_feed hands batches to the application",
+                                      stage_id, st->spec->op->info.name));
+      return f;
+    }
+  throw Error(fmt::format("the pipeline has no stage '{}'", stage_id));
+}
 
 }  // namespace sluice

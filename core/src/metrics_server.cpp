@@ -56,6 +56,16 @@ void add_family(std::string& out, const metrics::MetricsSnapshot& snapshot, cons
     out += fmt::format("{}{{stage=\"{}\",op=\"{}\"}} {}\n", name, label_value(m.id()), label_value(m.op()), get(m));
 }
 
+// Feed sinks' devices, labelled by stage and device; a family without devices prints no samples.
+template <class Get>
+void add_device_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type,
+                       const char* help, Get get) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  for (const auto& m : snapshot.stage())
+    for (const auto& d : m.devices())
+      out += fmt::format("{}{{stage=\"{}\",device=\"{}\"}} {}\n", name, label_value(m.id()), label_value(d.name()), get(d));
+}
+
 }  // namespace
 
 std::string prometheus_text(const metrics::MetricsSnapshot& s) {
@@ -86,6 +96,18 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
              [](const M& m) { return m.mean_buffer_fill(); });
   add_family(out, s, "sluice_stage_workers", "gauge", "Worker threads of a stage.", [](const M& m) { return m.workers(); });
   add_family(out, s, "sluice_stage_epoch", "gauge", "Iterations of its input a stage has completed.", [](const M& m) { return m.epoch(); });
+  bool feeds = false;
+  for (const auto& m : s.stage()) feeds = feeds || m.devices_size() > 0;
+  if (feeds) {
+    using D = metrics::DeviceMetrics;
+    add_device_family(out, s, "sluice_device_bytes_total", "counter", "Bytes a feed sink has copied to a device.", [](const D& d) { return d.bytes(); });
+    add_device_family(out, s, "sluice_device_slices_total", "counter", "Slices a feed sink has handed to a device.", [](const D& d) { return d.slices(); });
+    add_device_family(out, s, "sluice_device_bytes_per_second", "gauge", "Bytes copied to a device per second since the previous snapshot.",
+                      [](const D& d) { return d.recent_bytes_per_s(); });
+    add_device_family(out, s, "sluice_device_ring_level", "gauge", "Slots of a device's ring holding a slice not yet released.",
+                      [](const D& d) { return d.ring_level(); });
+    add_device_family(out, s, "sluice_device_ring_capacity", "gauge", "Slots of a device's ring.", [](const D& d) { return d.ring_capacity(); });
+  }
   out += fmt::format("# HELP sluice_run_elapsed_seconds Time since the run started.\n# TYPE sluice_run_elapsed_seconds gauge\n"
                      "sluice_run_elapsed_seconds {}\n",
                      s.elapsed_s());

@@ -163,6 +163,15 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
                        100 * m.busy_fraction(), 100 * m.starved_fraction(), 100 * m.blocked_fraction(), fill,
                        m.errors_skipped());
   }
+  for (const auto& m : snapshot.stage()) {
+    if (m.devices_size() == 0) continue;
+    out += fmt::format("Devices of stage '{}':\n{:<16} {:>10} {:>12} {:>10} {:>10} {:>10}\n", m.id(), "device", "slices",
+                       "MB copied", "MB/s", "ring", "checked");
+    for (const auto& d : m.devices())
+      out += fmt::format("{:<16} {:>10} {:>12.1f} {:>10.1f} {:>10} {:>10}\n", d.name(), d.slices(), d.bytes() / 1e6,
+                         d.bytes_per_s() / 1e6, fmt::format("{}/{}", d.ring_level(), d.ring_capacity()),
+                         d.checked_slices() ? fmt::format("{}", d.checked_slices()) : "-");
+  }
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());
   const auto suggestions = suggest_changes(snapshot);

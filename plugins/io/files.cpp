@@ -166,7 +166,7 @@ class ReadFile final : public Map {
     std::string path(in.at(field_).string_at(0));
     auto [buffer, size] = read_whole_file(path);
     in.set(output_, Tensor::bytes_view(std::move(buffer), 0, size));
-    if (in.origin().empty()) in.set_origin(path);
+    if (!in.has_origin()) in.set_origin(path);
     return in;
   }
 

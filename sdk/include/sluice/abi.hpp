@@ -6,9 +6,10 @@ namespace sluice {
 // The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
 // Raise the minor for additions that old plugins need not know about; raise the major (and reset
 // the minor) for any change to an existing type, virtual function or descriptor field.
-inline constexpr std::uint32_t kAbiMajor = 3;
+inline constexpr std::uint32_t kAbiMajor = 4;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
-// trait, shared sample origins, Source::expected_elements.
+// trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
+// feed sinks (Sink::feed, Sink::device_counters).
 inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 namespace sluice {
@@ -68,8 +69,9 @@ class HostAllocator final : public Allocator {
 };
 
 // Reuses released blocks of the same size: fresh pages cost far more than reused ones for large
-// batch buffers. Blocks return to the pool when the last tensor viewing them is gone, even after
-// the pool object itself was destroyed (they are then freed).
+// batch buffers (and pinned pages far more again). Blocks return to the pool when the last tensor
+// viewing them is gone, even after the pool object itself was destroyed (they are then freed).
+// Blocks come from plain aligned host memory unless a BlockSource says otherwise (pinned memory).
 class PooledHostAllocator final : public Allocator {
  public:
   struct Counters {
@@ -77,8 +79,16 @@ class PooledHostAllocator final : public Allocator {
     std::uint64_t reused_allocations = 0;
     std::uint64_t blocks_pooled = 0;
   };
+  struct BlockSource {
+    std::function<std::byte*(std::size_t)> allocate;
+    std::function<void(std::byte*)> free;
+  };
 
-  PooledHostAllocator() : state_(std::make_shared<State>()) {}
+  PooledHostAllocator() : PooledHostAllocator("pooled-host", {}) {}
+  PooledHostAllocator(std::string name, BlockSource source) : state_(std::make_shared<State>()) {
+    state_->name = std::move(name);
+    state_->source = std::move(source);
+  }
 
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override {
     std::byte* block = nullptr;
@@ -94,32 +104,57 @@ class PooledHostAllocator final : public Allocator {
         ++state_->counters.fresh_allocations;
       }
     }
-    if (!block) block = static_cast<std::byte*>(::operator new(bytes ? bytes : 1, std::align_val_t{64}));
+    if (!block) {
+      block = state_->allocate_block(bytes);
+      std::lock_guard lock(state_->mutex);
+      state_->owned[block] = bytes;
+    }
     std::weak_ptr<State> weak = state_;
-    return std::make_shared<Buffer>(block, bytes, [weak](std::byte* p, std::size_t size) {
+    auto source = state_->source.free;
+    return std::make_shared<Buffer>(block, bytes, [weak, source](std::byte* p, std::size_t size) {
       if (auto state = weak.lock()) {
         std::lock_guard lock(state->mutex);
         state->free_blocks[size].push_back(p);
         ++state->counters.blocks_pooled;
         return;
       }
-      ::operator delete(p, std::align_val_t{64});
+      State::free_block(source, p);
     });
   }
-  const char* name() const override { return "pooled-host"; }
+  const char* name() const override { return state_->name.c_str(); }
   Counters counters() const {
     std::lock_guard lock(state_->mutex);
     return state_->counters;
   }
+  // True when [p, p + bytes) lies inside one block of this pool (pinned memory that needs no
+  // staging copy, say).
+  bool owns(const std::byte* p, std::size_t bytes) const {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->owned.upper_bound(const_cast<std::byte*>(p));
+    if (it == state_->owned.begin()) return false;
+    --it;
+    return p >= it->first && p + bytes <= it->first + it->second;
+  }
 
  private:
   struct State {
-    std::mutex mutex;
+    std::string name;
+    BlockSource source;
+    mutable std::mutex mutex;
     std::map<std::size_t, std::vector<std::byte*>> free_blocks;
+    std::map<std::byte*, std::size_t> owned;  // every block made, by address
     Counters counters;
+    std::byte* allocate_block(std::size_t bytes) const {
+      if (source.allocate) return source.allocate(bytes ? bytes : 1);
+      return static_cast<std::byte*>(::operator new(bytes ? bytes : 1, std::align_val_t{64}));
+    }
+    static void free_block(const std::function<void(std::byte*)>& free, std::byte* p) {
+      if (free) free(p);
+      else ::operator delete(p, std::align_val_t{64});
+    }
     ~State() {
       for (auto& [size, blocks] : free_blocks)
-        for (std::byte* p : blocks) ::operator delete(p, std::align_val_t{64});
+        for (std::byte* p : blocks) free_block(source.free, p);
     }
   };
   std::shared_ptr<State> state_;

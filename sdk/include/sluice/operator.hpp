@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sluice/buffer.hpp"
+#include "sluice/feed.hpp"
 #include "sluice/params.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/sample.hpp"
@@ -79,6 +80,13 @@ class Operator {
   // Output buffer (in elements) this stage wants when the pipeline file sets none; 0: the
   // engine's default. prefetch uses it.
   virtual std::size_t preferred_buffer() const { return 0; }
+  // Memory this stage wants its input assembled in (pinned host memory for a GPU feed), asked
+  // after start(). The engine hands it upstream, through stages that keep shapes, to the stage
+  // that builds the elements (a batch), in StageInfo::allocator. Must outlive the run's buffers.
+  virtual Allocator* offered_allocator() { return nullptr; }
+  // Called from any thread once the run is asked to stop: a stage blocked inside one of its own
+  // calls (a sink waiting for room on a device) must return from it promptly.
+  virtual void cancel() {}
 };
 
 class Source : public Operator {
@@ -155,6 +163,11 @@ class Sink : public Operator {
  public:
   virtual void consume(Sample in, const ElementContext& ctx) = 0;
   virtual void end_iteration(std::uint64_t /*epoch*/) {}
+  // A sink that hands its data to the application (gpu_feed) returns its consumer side here;
+  // Engine::feed(stage id) finds it. Valid until the engine is destroyed.
+  virtual Feed* feed() { return nullptr; }
+  // Per-device counters for the metrics (read from the metrics thread while the sink runs).
+  virtual std::vector<DeviceCounters> device_counters() const { return {}; }
 };
 
 // Everything the host knows about an operator without running it.

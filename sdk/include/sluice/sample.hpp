@@ -14,6 +14,27 @@ struct Field {
   Tensor tensor;
 };
 
+// Where an element came from, for error messages and skip reports: a description shared by all
+// the elements of one input (a file name), and for records inside it their index and byte
+// offset. Kept as numbers and formatted only when a message needs it: a reader handing out
+// hundreds of thousands of records a second allocates nothing for their origins.
+struct Origin {
+  std::shared_ptr<const std::string> where;
+  std::int64_t record = -1;       // -1: not a record inside `where`
+  std::int64_t byte_offset = -1;  // -1: unknown
+
+  bool empty() const { return !where || where->empty(); }
+  // "WHERE", or "WHERE record N (byte offset B)".
+  std::string text() const {
+    std::string out = where ? *where : std::string();
+    if (record >= 0) {
+      out += " record " + std::to_string(record);
+      if (byte_offset >= 0) out += " (byte offset " + std::to_string(byte_offset) + ")";
+    }
+    return out;
+  }
+};
+
 // One element flowing through a pipeline: a small ordered set of named tensors, plus where it
 // came from (file, record index, byte offset) so that errors and skip reports can name it.
 // A batch is a Sample whose tensors carry a leading batch dimension.
@@ -64,21 +85,23 @@ class Sample {
     return n;
   }
 
-  // Where the element came from ("FILE record N"), for error messages. It is shared, not
-  // copied, as the element moves from stage to stage: pass it on with share_origin().
-  const std::string& origin() const { return origin_ ? *origin_ : empty_origin(); }
-  void set_origin(std::string origin) { origin_ = std::make_shared<const std::string>(std::move(origin)); }
+  // Where the element came from ("FILE record N (byte offset B)"), for error messages. It is
+  // shared, not copied, as the element moves from stage to stage: pass it on with share_origin().
+  std::string origin() const { return origin_.text(); }
+  bool has_origin() const { return !origin_.empty(); }
+  void set_origin(std::string origin) {
+    origin_ = Origin{std::make_shared<const std::string>(std::move(origin)), -1, -1};
+  }
+  // A record inside a shared description: the reader makes `where` once per file.
+  void set_origin(std::shared_ptr<const std::string> where, std::int64_t record, std::int64_t byte_offset) {
+    origin_ = Origin{std::move(where), record, byte_offset};
+  }
   void share_origin(const Sample& from) { origin_ = from.origin_; }
-  std::shared_ptr<const std::string> shared_origin() const { return origin_; }
+  const Origin& shared_origin() const { return origin_; }
 
  private:
-  static const std::string& empty_origin() {
-    static const std::string empty;
-    return empty;
-  }
-
   std::vector<Field> fields_;
-  std::shared_ptr<const std::string> origin_;
+  Origin origin_;
 };
 
 }  // namespace sluice

@@ -3,6 +3,7 @@
 #include "sluice/abi.hpp"
 #include "sluice/buffer.hpp"
 #include "sluice/error.hpp"
+#include "sluice/feed.hpp"
 #include "sluice/operator.hpp"
 #include "sluice/params.hpp"
 #include "sluice/plugin.hpp"

@@ -63,7 +63,8 @@ inline std::string shape_string(const Shape& shape) {
 
 // A typed n-dimensional view of a reference-counted buffer. Fixed-size dtypes are dense row-major.
 // Bytes tensors hold variable-length strings: element i spans [offsets[i], offsets[i+1]) past the
-// tensor's byte offset, so a record view of a large read buffer costs no copy.
+// tensor's byte offset, so a record view of a large read buffer costs no copy. A scalar view
+// (bytes_view) needs no offsets at all: it spans its nbytes, and costs no allocation.
 class Tensor {
  public:
   Tensor() = default;
@@ -105,16 +106,15 @@ class Tensor {
     t.dtype_ = DType::Bytes;
     t.shape_ = std::move(shape);
     t.buffer_ = HostAllocator::instance().allocate(total);
-    auto offsets = std::make_shared<std::vector<std::uint64_t>>();
-    offsets->reserve(values.size() + 1);
+    auto offsets = std::make_shared<std::uint64_t[]>(values.size() + 1);
     std::uint64_t at = 0;
-    offsets->push_back(0);
-    for (auto v : values) {
-      if (!v.empty()) std::memcpy(t.buffer_->data() + at, v.data(), v.size());
-      at += v.size();
-      offsets->push_back(at);
+    offsets[0] = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!values[i].empty()) std::memcpy(t.buffer_->data() + at, values[i].data(), values[i].size());
+      at += values[i].size();
+      offsets[i + 1] = at;
     }
-    t.offsets_ = std::move(offsets);
+    t.offsets_ = std::shared_ptr<const std::uint64_t>(offsets, offsets.get());
     t.nbytes_ = total;
     return t;
   }
@@ -128,7 +128,6 @@ class Tensor {
     t.buffer_ = std::move(buffer);
     t.offset_ = offset;
     t.nbytes_ = size;
-    t.offsets_ = std::make_shared<std::vector<std::uint64_t>>(std::vector<std::uint64_t>{0, size});
     return t;
   }
 
@@ -172,10 +171,15 @@ class Tensor {
   // Element i of a bytes tensor (row-major over the shape).
   std::string_view string_at(std::int64_t i) const {
     if (dtype_ != DType::Bytes) throw Error(std::string("Tensor::string_at on a ") + dtype_name(dtype_) + " tensor");
-    const auto& off = *offsets_;
-    return {reinterpret_cast<const char*>(raw_data()) + off[i], static_cast<std::size_t>(off[i + 1] - off[i])};
+    const std::uint64_t begin = string_offset(i);
+    return {reinterpret_cast<const char*>(raw_data()) + begin, static_cast<std::size_t>(string_offset(i + 1) - begin)};
   }
-  const std::vector<std::uint64_t>& string_offsets() const { return *offsets_; }
+  // Where element i of a bytes tensor starts, in bytes past byte_offset(); i == num_elements() gives
+  // the end of the last one.
+  std::uint64_t string_offset(std::int64_t i) const {
+    if (!offsets_) return i == 0 ? 0 : nbytes_;
+    return offsets_.get()[i];
+  }
 
   // Rows [begin, end) along the first dimension, sharing the buffer.
   Tensor slice(std::int64_t begin, std::int64_t end) const {
@@ -187,14 +191,13 @@ class Tensor {
     Tensor t = *this;
     t.shape_[0] = end - begin;
     if (dtype_ == DType::Bytes) {
-      const auto& off = *offsets_;
-      auto first = off[begin * row];
-      auto sub = std::make_shared<std::vector<std::uint64_t>>();
-      sub->reserve((end - begin) * row + 1);
-      for (std::int64_t i = begin * row; i <= end * row; ++i) sub->push_back(off[i] - first);
+      const auto first = string_offset(begin * row);
+      const std::int64_t count = (end - begin) * row;
+      auto sub = std::make_shared<std::uint64_t[]>(static_cast<std::size_t>(count) + 1);
+      for (std::int64_t i = 0; i <= count; ++i) sub[i] = string_offset(begin * row + i) - first;
       t.offset_ = offset_ + first;
-      t.nbytes_ = sub->back();
-      t.offsets_ = std::move(sub);
+      t.nbytes_ = sub[count];
+      t.offsets_ = std::shared_ptr<const std::uint64_t>(sub, sub.get());
     } else {
       t.offset_ = offset_ + static_cast<std::size_t>(begin * row) * dtype_size(dtype_);
       t.nbytes_ = static_cast<std::size_t>((end - begin) * row) * dtype_size(dtype_);
@@ -220,7 +223,7 @@ class Tensor {
   std::shared_ptr<Buffer> buffer_;
   std::size_t offset_ = 0;
   std::size_t nbytes_ = 0;
-  std::shared_ptr<const std::vector<std::uint64_t>> offsets_;
+  std::shared_ptr<const std::uint64_t> offsets_;  // num_elements() + 1 of them; null for a scalar view
 };
 
 }  // namespace sluice

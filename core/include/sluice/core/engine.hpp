@@ -58,6 +58,9 @@ class Engine {
   void subscribe(std::function<void(const metrics::MetricsSnapshot&)> callback);
 
   const Graph& graph() const;
+  // The consumer side of a feed sink (gpu_feed) for the training loop; valid until the engine is
+  // destroyed. Throws Error when the stage does not exist or is not a feed sink.
+  Feed* feed(const std::string& stage_id) const;
 
  private:
   struct Impl;
