@@ -21,6 +21,7 @@
 
 #include "image_codec.hpp"
 #include "pixel_ops.hpp"
+#include "sluice/memory_ops.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
     std::uint64_t n = 0;
     for (std::size_t i = first; i < images.size(); i += step) {
       ideal_one(images[i], img, i);
-      std::memcpy(batch.data() + (n++ % 64) * image_floats, img.data, img.total() * img.elemSize());
+      // The same copy as the batch operator's.
+      sluice::copy_to_cold(batch.data() + (n++ % 64) * image_floats, img.data, img.total() * img.elemSize());
     }
   };
   for (int rep = 0; rep < kImageRuns; ++rep) {

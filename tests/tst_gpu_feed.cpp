@@ -375,6 +375,19 @@ class TestGpuFeed : public QObject {
     QVERIFY2(report.find("emulated:2") != std::string::npos, report.c_str());
   }
 
+  void device_check_pipeline_runs_emulated() {
+    // The pipeline scripts/device/gpu_feed.sh runs on GPUs: here on 4 emulated devices.
+    auto doc = sluice::read_pipeline_file(std::string(SLUICE_SOURCE_DIR) + "/resources/pipelines/gpu_feed_checksum.txtpb");
+    auto out = run_document(doc, {"feed.emulate=4", "feed.devices=0,1,2,3"});
+    QVERIFY2(out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    const auto& feed = stage_of(out.snapshot, "feed");
+    QCOMPARE(feed.devices_size(), 4);
+    for (const auto& d : feed.devices()) {
+      QCOMPARE(d.slices(), std::uint64_t(32));  // 1984 images in batches of 62
+      QCOMPARE(d.checked_slices(), std::uint64_t(32));
+    }
+  }
+
   void simulated_steps_run_on_every_device() {
     auto out = run_text(feed_pipeline(64 * 20, 64, 2, "drop", 2, "params { key: \"step_us\" value: \"500\" }", true, "simulate_step_us"));
     QCOMPARE(out.result.state, sluice::RunState::Finished);

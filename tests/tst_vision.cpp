@@ -63,6 +63,11 @@ std::vector<int> image_shape(const std::string& line, const std::string& field =
 class TestVision : public QObject {
   Q_OBJECT
  private slots:
+  void initTestCase() {
+    QVERIFY2(fs::is_directory(jpeg_dir()),
+             qPrintable(QString::fromStdString("test data not found under " + testdata_dir() + " (set SLUICE_TESTDATA)")));
+  }
+
   void every_real_jpeg_decodes_or_fails_clearly() {
     const std::set<std::string> expected_failures = {"crashtest_empty.jpg", "jpeg_lossless_sel1.jpg", "monkey12.jpg"};
     int decoded = 0;

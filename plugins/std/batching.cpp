@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "sluice/memory_ops.hpp"
 #include "std_plugin.hpp"
 
 namespace sluice::std_ops {
@@ -58,7 +59,7 @@ class Batch final : public Aggregate {
       if (field.dtype == DType::Bytes) {
         for (std::int64_t k = 0; k < tensors[f]->num_elements(); ++k) field.strings.emplace_back(tensors[f]->string_at(k));
       } else {
-        std::memcpy(field.rows.raw_data() + count_ * field.row_bytes, tensors[f]->raw_data(), field.row_bytes);
+        copy_to_cold(field.rows.raw_data() + count_ * field.row_bytes, tensors[f]->raw_data(), field.row_bytes);
       }
     }
     if (++count_ == batch_size_) emit_batch(out);

@@ -91,11 +91,59 @@ class FromList final : public Source {
   std::size_t next_ = 0;
 };
 
+// Numeric tensors of one shape, as fast as memory can be written: the input of benchmarks of
+// what comes after (a GPU feed, a batch), and of tests. Element i holds the bytes
+// (i * 2654435761 + k) >> 3 at byte k, plus an int64 'index' field.
+class Tensors final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"tensors",
+            OperatorKind::Source,
+            "Emits count elements with a numeric field of the given shape and dtype (deterministic bytes) and an int64 'index'",
+            {ParamSpec::make("count", ParamType::Int, "how many elements to emit").def("100").range(0, std::nullopt),
+             ParamSpec::make("shape", ParamType::IntList, "shape of each element's tensor").def("224,224,3").range(1, 1e9),
+             ParamSpec::make("dtype", ParamType::Choice, "element type").one_of({"u8", "i32", "i64", "f32", "f64"}).def("f32"),
+             ParamSpec::make("field", ParamType::String, "name of the tensor field").def("data")},
+            {},
+            {}};
+  }
+  explicit Tensors(const Params& p)
+      : count_(p.get_int("count")), shape_(p.get_int_list("shape")), field_(p.get_string("field")) {
+    const std::string& t = p.get_string("dtype");
+    dtype_ = t == "u8" ? DType::U8 : t == "i32" ? DType::I32 : t == "i64" ? DType::I64 : t == "f64" ? DType::F64 : DType::F32;
+    if (shape_elements(shape_) * static_cast<std::int64_t>(dtype_size(dtype_)) > (std::int64_t{1} << 32))
+      throw ParamError("shape: " + shape_string(shape_) + " of " + dtype_name(dtype_) + " is over 4 GiB per element");
+  }
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_pass(std::uint64_t) override { next_ = 0; }
+  std::int64_t expected_elements() const override { return count_; }
+  bool next(Sample& out, const ElementContext&) override {
+    if (next_ >= count_) return false;
+    const std::int64_t i = next_++;
+    Tensor t = Tensor::empty(dtype_, shape_, *allocator_);
+    auto* bytes = t.raw_data();
+    const std::uint64_t seed = static_cast<std::uint64_t>(i) * 2654435761u;
+    for (std::size_t k = 0; k < t.nbytes(); ++k) bytes[k] = static_cast<std::byte>((seed + k) >> 3);
+    out.set(field_, std::move(t));
+    out.set("index", Tensor::scalar<std::int64_t>(i));
+    return true;
+  }
+
+ private:
+  std::int64_t count_;
+  Shape shape_;
+  std::string field_;
+  DType dtype_ = DType::F32;
+  Allocator* allocator_ = &HostAllocator::instance();
+  std::int64_t next_ = 0;
+};
+
 }  // namespace
 
 void register_sources(Registrar& registrar) {
   registrar.add<Range>();
   registrar.add<FromList>();
+  registrar.add<Tensors>();
 }
 
 }  // namespace sluice::std_ops

@@ -4,7 +4,7 @@
 
 namespace sluice::std_ops {
 
-void register_sources(Registrar& registrar);     // range, from_list
+void register_sources(Registrar& registrar);     // range, from_list, tensors
 void register_elementwise(Registrar& registrar); // identity, prefetch, shard, filter_random, simulate_work
 void register_iteration(Registrar& registrar);   // repeat, take, skip
 void register_shuffle(Registrar& registrar);     // shuffle

@@ -1,0 +1,200 @@
+// gpu_feed against the hardware, each against a baseline measured in the same run:
+//  1. host-to-device bytes/s: the feed (batches replayed from pinned memory, consume: none)
+//     against plain cudaMemcpyAsync of the same slices from pinned memory on one stream per
+//     logical device;
+//  2. step time: a simulated training step (a kernel of step_us) per slice with the feed copying
+//     the next slices meanwhile, against the same kernels launched back to back with no feed.
+// Feed figures come from two runs of different lengths (their difference cancels start-up and
+// the first epoch that assembles the batches).
+//
+// Usage: bench_feed [--devices LIST] [--batch N] [--step-us US] [--emulate N]
+//   --devices: gpu_feed's list, e.g. 0 or 0,0,0,0 (default 0); --emulate: no GPU (dry run:
+//   there is no cudaMemcpyAsync to compare with, and the baselines are skipped).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sluice/core/engine.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+#if defined(SLUICE_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "kernels.hpp"
+#endif
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Options {
+  std::string devices = "0";
+  int batch = 64;
+  int step_us = 2000;
+  int emulate = 0;
+};
+
+std::vector<int> ordinals(const std::string& list) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    std::size_t comma = list.find(',', at);
+    out.push_back(std::atoi(list.substr(at, comma - at).c_str()));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Batches of `batch` 224x224x3 f32 images, 8 distinct ones made once (cache), replayed `repeats`
+// times into the feed. Returns (seconds, bytes copied to all devices).
+std::pair<double, double> run_feed(const sluice::Registry& registry, const Options& o, int repeats, const std::string& consume) {
+  const std::string text = fmt::format(
+      "stage {{ id: \"src\" op: \"tensors\" params {{ key: \"count\" value: \"{n}\" }} params {{ key: \"shape\" value: \"224,224,3\" }} }}\n"
+      "stage {{ id: \"batch\" op: \"batch\" input: \"src\" params {{ key: \"batch_size\" value: \"{b}\" }} }}\n"
+      "stage {{ id: \"cache\" op: \"cache\" input: \"batch\" }}\n"
+      "stage {{ id: \"repeat\" op: \"repeat\" input: \"cache\" params {{ key: \"count\" value: \"{r}\" }} }}\n"
+      "stage {{ id: \"feed\" op: \"gpu_feed\" input: \"repeat\" params {{ key: \"devices\" value: \"{d}\" }} "
+      "params {{ key: \"consume\" value: \"{c}\" }} params {{ key: \"step_us\" value: \"{s}\" }} params {{ key: \"emulate\" value: \"{e}\" }} }}\n",
+      fmt::arg("n", 8 * o.batch), fmt::arg("b", o.batch), fmt::arg("r", repeats), fmt::arg("d", o.devices), fmt::arg("c", consume),
+      fmt::arg("s", o.step_us), fmt::arg("e", o.emulate));
+  sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "bench_feed"), registry));
+  const auto t0 = Clock::now();
+  engine.start();
+  auto result = engine.wait();
+  const double seconds = since(t0);
+  if (result.state != sluice::RunState::Finished) throw sluice::Error(result.error);
+  auto snap = engine.snapshot();
+  double bytes = 0;
+  for (const auto& s : snap.stage())
+    for (const auto& d : s.devices()) bytes += static_cast<double>(d.bytes());
+  return {seconds, bytes};
+}
+
+#if defined(SLUICE_HAVE_CUDA)
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw sluice::Error(fmt::format("{}: {}", what, cudaGetErrorString(status)));
+}
+
+// The same slices as the feed copies, from one pinned batch, one stream per logical device.
+double baseline_copy(const Options& o, int repeats) {
+  const auto devs = ordinals(o.devices);
+  const std::size_t image = 224 * 224 * 3 * sizeof(float), rows = static_cast<std::size_t>(o.batch) / devs.size();
+  void* host = nullptr;
+  check(cudaHostAlloc(&host, image * static_cast<std::size_t>(o.batch), cudaHostAllocPortable), "cudaHostAlloc");
+  std::memset(host, 1, image * static_cast<std::size_t>(o.batch));
+  std::vector<cudaStream_t> streams(devs.size());
+  std::vector<void*> targets(devs.size());
+  for (std::size_t d = 0; d < devs.size(); ++d) {
+    check(cudaSetDevice(devs[d]), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaMalloc(&targets[d], rows * image), "cudaMalloc");
+  }
+  auto pass = [&](int n) {
+    for (int r = 0; r < n; ++r)
+      for (std::size_t d = 0; d < devs.size(); ++d)
+        check(cudaMemcpyAsync(targets[d], static_cast<char*>(host) + d * rows * image, rows * image, cudaMemcpyHostToDevice, streams[d]),
+              "cudaMemcpyAsync");
+    for (auto s : streams) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  };
+  pass(5);  // warm-up
+  const auto t0 = Clock::now();
+  pass(repeats);
+  const double seconds = since(t0);
+  for (std::size_t d = 0; d < devs.size(); ++d) {
+    cudaSetDevice(devs[d]);
+    cudaFree(targets[d]);
+    cudaStreamDestroy(streams[d]);
+  }
+  cudaFreeHost(host);
+  return static_cast<double>(repeats) * static_cast<double>(devs.size() * rows * image) / seconds;
+}
+
+// Seconds per step: `steps` kernels of step_us back to back on each logical device's stream.
+double baseline_steps(const Options& o, int steps) {
+  const auto devs = ordinals(o.devices);
+  std::vector<cudaStream_t> streams(devs.size());
+  for (std::size_t d = 0; d < devs.size(); ++d) {
+    check(cudaSetDevice(devs[d]), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  auto pass = [&](int n) {
+    for (int s = 0; s < n; ++s)
+      for (std::size_t d = 0; d < devs.size(); ++d) {
+        check(cudaSetDevice(devs[d]), "cudaSetDevice");
+        check(sluice::cuda::launch_spin(static_cast<std::uint32_t>(o.step_us), streams[d]), "spin kernel");
+      }
+    for (auto s : streams) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  };
+  pass(3);
+  const auto t0 = Clock::now();
+  pass(steps);
+  const double seconds = since(t0);
+  for (auto s : streams) cudaStreamDestroy(s);
+  return seconds / steps;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--devices") o.devices = value;
+    else if (flag == "--batch") o.batch = std::atoi(value.c_str());
+    else if (flag == "--step-us") o.step_us = std::atoi(value.c_str());
+    else if (flag == "--emulate") o.emulate = std::atoi(value.c_str());
+    else {
+      fmt::print(stderr, "bench_feed: unknown flag {} (--devices LIST --batch N --step-us US --emulate N)\n", flag);
+      return 2;
+    }
+  }
+  try {
+    sluice::Registry registry;
+    registry.load_search_path();
+    const auto devs = ordinals(o.devices);
+    const double batch_mb = o.batch * 224.0 * 224 * 3 * 4 / 1e6;
+    fmt::print("gpu_feed on {} ({} logical device{}{}), batches of {} 224x224x3 f32 images ({:.1f} MB)\n", o.devices, devs.size(),
+               devs.size() == 1 ? "" : "s", o.emulate ? ", emulated" : "", o.batch, batch_mb);
+
+    // 1. Bytes per second.
+    constexpr int kShort = 40, kLong = 240;
+    auto [t_short, b_short] = run_feed(registry, o, kShort / 8, "none");
+    auto [t_long, b_long] = run_feed(registry, o, kLong / 8, "none");
+    const double feed_rate = (b_long - b_short) / (t_long - t_short);
+    fmt::print("  {:<46} {:>10.2f} GB/s\n", "gpu_feed, consume: none", feed_rate / 1e9);
+#if defined(SLUICE_HAVE_CUDA)
+    if (!o.emulate) {
+      const double base = baseline_copy(o, kLong - kShort);
+      fmt::print("  {:<46} {:>10.2f} GB/s  (gpu_feed: {:.0f}%)\n", "cudaMemcpyAsync from pinned memory, same slices", base / 1e9,
+                 100 * feed_rate / base);
+    }
+#endif
+
+    // 2. Step time.
+    auto [s_short, sb_short] = run_feed(registry, o, kShort / 8, "simulate_step_us");
+    auto [s_long, sb_long] = run_feed(registry, o, kLong / 8, "simulate_step_us");
+    (void)sb_short;
+    (void)sb_long;
+    const double fed_step = (s_long - s_short) / (kLong - kShort);
+    fmt::print("  {:<46} {:>10.0f} us  (step_us {})\n", "step time, fed by gpu_feed", fed_step * 1e6, o.step_us);
+#if defined(SLUICE_HAVE_CUDA)
+    if (!o.emulate) {
+      const double bare = baseline_steps(o, kLong - kShort);
+      fmt::print("  {:<46} {:>10.0f} us  (feeding adds {:+.1f}%)\n", "step time, kernels alone", bare * 1e6,
+                 100 * (fed_step / bare - 1));
+    }
+#endif
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_feed: {}\n", e.what());
+    return 1;
+  }
+}
