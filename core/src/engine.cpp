@@ -1138,6 +1138,9 @@ void Engine::start() {
     try {
       st->op->start(st->info);
       st->started = true;
+      Placement* placement = I.graph.deterministic ? st->op->offered_placement() : nullptr;
+      if (placement && !st->spec->inputs.empty() && I.stages[st->spec->inputs[0]]->map)
+        I.stages[st->spec->inputs[0]]->info.placement = placement;
       if (Allocator* offered = st->op->offered_allocator()) {
         for (int up = st->spec->inputs.empty() ? -1 : st->spec->inputs[0]; up >= 0;) {
           auto& producer = *I.stages[up];

@@ -17,15 +17,35 @@ void check(cudaError_t status, const std::string& what) {
     throw Error(what + " failed: " + cudaGetErrorString(status) + " (" + cudaGetErrorName(status) + ")");
 }
 
+// Makes `ordinal` the calling thread's device for one call and restores the one it had: lanes
+// are used from the feed's thread but also from the application's (release, the engine's
+// destructor), whose current device is its own business.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal) {
+    cudaGetDevice(&previous_);
+    if (previous_ != ordinal) check(cudaSetDevice(ordinal), "cudaSetDevice(" + std::to_string(ordinal) + ")");
+    else previous_ = -1;
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 class CudaLane final : public Lane {
  public:
   explicit CudaLane(int ordinal) : ordinal_(ordinal), name_("cuda:" + std::to_string(ordinal)) {
-    select();
+    DeviceScope scope(ordinal_);
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), where("cudaStreamCreate"));
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), where("cudaStreamCreate"));
   }
   ~CudaLane() override {
-    cudaSetDevice(ordinal_);
+    DeviceScope scope(ordinal_);
     cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(compute_);
     cudaStreamDestroy(copy_);
@@ -34,32 +54,35 @@ class CudaLane final : public Lane {
 
   std::string name() const override { return name_; }
   void* allocate(std::size_t bytes) override {
-    select();
+    DeviceScope scope(ordinal_);
     void* p = nullptr;
     check(cudaMalloc(&p, bytes ? bytes : 1), where("cudaMalloc of " + std::to_string(bytes) + " bytes"));
     return p;
   }
   void deallocate(void* device) override {
-    select();
+    DeviceScope scope(ordinal_);
     cudaFree(device);
   }
   Event create_event() override {
-    select();
+    DeviceScope scope(ordinal_);
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), where("cudaEventCreate"));
     return e;
   }
-  void destroy_event(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void destroy_event(Event event) override {
+    DeviceScope scope(ordinal_);
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
 
   void copy_wait(Event event) override {
     check(cudaStreamWaitEvent(copy_, static_cast<cudaEvent_t>(event), 0), where("cudaStreamWaitEvent"));
   }
   void copy_to_device(void* device, const void* host, std::size_t bytes) override {
-    select();
+    DeviceScope scope(ordinal_);
     check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, copy_), where("cudaMemcpyAsync"));
   }
   void zero(void* device, std::size_t bytes) override {
-    select();
+    DeviceScope scope(ordinal_);
     check(cudaMemsetAsync(device, 0, bytes, copy_), where("cudaMemsetAsync"));
   }
   void copy_record(Event event) override {
@@ -70,13 +93,13 @@ class CudaLane final : public Lane {
     check(cudaStreamWaitEvent(compute_, static_cast<cudaEvent_t>(event), 0), where("cudaStreamWaitEvent"));
   }
   void checksum(const void* device, std::size_t bytes, void* scratch, std::uint64_t* host_result) override {
-    select();
+    DeviceScope scope(ordinal_);
     check(launch_checksum(device, bytes, static_cast<std::uint64_t*>(scratch), compute_), where("checksum kernel"));
     check(cudaMemcpyAsync(host_result, scratch, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, compute_),
           where("cudaMemcpyAsync of a checksum"));
   }
   void spin(std::uint32_t microseconds) override {
-    select();
+    DeviceScope scope(ordinal_);
     check(launch_spin(microseconds, compute_), where("training-step kernel"));
   }
   void compute_record(Event event) override {
@@ -84,7 +107,14 @@ class CudaLane final : public Lane {
   }
 
   void record_on(Event event, void* stream) override {
-    check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), where("cudaEventRecord"));
+    if (stream) {
+      check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), where("cudaEventRecord"));
+      return;
+    }
+    // No stream: the caller's reads are done. Record on this device's default stream, from the
+    // caller's thread, leaving its current device as it was.
+    DeviceScope scope(ordinal_);
+    check(cudaEventRecord(static_cast<cudaEvent_t>(event), nullptr), where("cudaEventRecord"));
   }
   void synchronize(Event event) override {
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), where("cudaEventSynchronize"));
@@ -102,7 +132,6 @@ class CudaLane final : public Lane {
   }
 
  private:
-  void select() { check(cudaSetDevice(ordinal_), where("cudaSetDevice")); }
   std::string where(const std::string& call) const { return call + " on " + name_; }
 
   int ordinal_;

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "sluice/memory_ops.hpp"
 #include "std_plugin.hpp"
@@ -19,7 +21,12 @@ struct FieldAssembly {
   std::vector<std::string> strings;
 };
 
-class Batch final : public Aggregate {
+// Stacks elements into batches. The map before it may build each element's large fields straight
+// into their rows (Placement: tf.data's map-and-batch fusion), on the worker that made them: the
+// batch then has nothing to copy for them. Rows are handed out by element index, which is the
+// element's position in deterministic runs; an element that lands elsewhere (an element before
+// it was dropped) is copied from where it was built, which is always a later row or batch.
+class Batch final : public Aggregate, public Placement {
  public:
   static OperatorInfo describe() {
     return {"batch",
@@ -37,9 +44,27 @@ class Batch final : public Aggregate {
   void start(const StageInfo& info) override {
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
   }
-  void begin_iteration(std::uint64_t) override { reset(); }
-  Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    if (count_ == 0) begin_batch(in);
+  void begin_iteration(std::uint64_t epoch) override {
+    reset();
+    epoch_ = epoch;
+    number_ = 0;
+  }
+  Placement* offered_placement() override { return this; }
+
+  Tensor place(std::uint64_t epoch, std::uint64_t index, const std::string& field, DType dtype, const Shape& shape) override {
+    if (dtype == DType::Bytes) return {};
+    std::lock_guard lock(placed_mutex_);
+    const std::uint64_t number = index / batch_size_;
+    // Batches already emitted take nothing more; nor do those too far ahead (bounded memory).
+    if (epoch < done_epoch_ || (epoch == done_epoch_ && number < done_batches_) || placed_.size() >= kMaxBlocksAhead) return {};
+    const Tensor* rows = block_for(epoch, number, field, dtype, shape);
+    if (!rows) return {};
+    const std::size_t row_bytes = rows->nbytes() / batch_size_;
+    return Tensor::view(dtype, shape, rows->buffer(), rows->byte_offset() + (index % batch_size_) * row_bytes);
+  }
+
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    if (count_ == 0) begin_batch(in, ctx.epoch);
     // Every field is checked before any is copied: a refused element leaves the batch as it was.
     std::vector<const Tensor*> tensors(fields_.size());
     for (std::size_t f = 0; f < fields_.size(); ++f) {
@@ -59,19 +84,46 @@ class Batch final : public Aggregate {
       if (field.dtype == DType::Bytes) {
         for (std::int64_t k = 0; k < tensors[f]->num_elements(); ++k) field.strings.emplace_back(tensors[f]->string_at(k));
       } else {
-        copy_to_cold(field.rows.raw_data() + count_ * field.row_bytes, tensors[f]->raw_data(), field.row_bytes);
+        std::byte* row = field.rows.raw_data() + count_ * field.row_bytes;
+        if (tensors[f]->raw_data() != row) copy_to_cold(row, tensors[f]->raw_data(), field.row_bytes);  // else built in place
       }
     }
     if (++count_ == batch_size_) emit_batch(out);
     return Flow::Continue;
   }
-  void end_iteration(std::uint64_t, Emitter& out) override {
+  void end_iteration(std::uint64_t epoch, Emitter& out) override {
     if (count_ > 0 && !drop_remainder_) emit_batch(out);
     reset();
+    std::lock_guard lock(placed_mutex_);
+    for (auto it = placed_.begin(); it != placed_.end();) it = it->first.first <= epoch ? placed_.erase(it) : std::next(it);
+    done_epoch_ = epoch + 1;
+    done_batches_ = 0;
   }
 
  private:
-  void begin_batch(const Sample& first) {
+  struct PlacedField {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    Tensor rows;
+  };
+  static constexpr std::size_t kMaxBlocksAhead = 8;
+
+  // The rows of batch `number` of iteration `epoch` for one field, made on first demand by
+  // whichever comes first, a worker placing an element or the batch starting. Null when the
+  // field exists there with another type or shape. Under placed_mutex_.
+  const Tensor* block_for(std::uint64_t epoch, std::uint64_t number, const std::string& field, DType dtype, const Shape& shape) {
+    auto& fields = placed_[{epoch, number}];
+    for (const auto& f : fields)
+      if (f.name == field) return f.dtype == dtype && f.shape == shape ? &f.rows : nullptr;
+    Shape rows = shape;
+    rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
+    fields.push_back({field, dtype, shape, Tensor::empty(dtype, rows, *allocator_)});
+    return &fields.back().rows;
+  }
+
+  void begin_batch(const Sample& first, std::uint64_t epoch) {
+    epoch_ = epoch;
     fields_.clear();
     for (const auto& f : first.fields()) {
       FieldAssembly field;
@@ -82,9 +134,14 @@ class Batch final : public Aggregate {
         field.strings.reserve(batch_size_ * static_cast<std::size_t>(std::max<std::int64_t>(1, f.tensor.num_elements())));
       } else {
         field.row_bytes = f.tensor.nbytes();
-        Shape rows = field.shape;
-        rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
-        field.rows = Tensor::empty(field.dtype, rows, *allocator_);
+        std::lock_guard lock(placed_mutex_);
+        if (const Tensor* placed = block_for(epoch, number_, field.name, field.dtype, field.shape)) {
+          field.rows = *placed;
+        } else {  // placed there with another shape: this batch has its own rows
+          Shape rows = field.shape;
+          rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
+          field.rows = Tensor::empty(field.dtype, rows, *allocator_);
+        }
       }
       fields_.push_back(std::move(field));
     }
@@ -107,6 +164,12 @@ class Batch final : public Aggregate {
     }
     batch.share_origin(first_);
     reset();
+    {
+      std::lock_guard lock(placed_mutex_);
+      placed_.erase({epoch_, number_});
+      done_epoch_ = epoch_;
+      done_batches_ = ++number_;
+    }
     out.push(std::move(batch));
   }
   void reset() {
@@ -122,6 +185,11 @@ class Batch final : public Aggregate {
   std::vector<FieldAssembly> fields_;
   std::size_t count_ = 0;
   Sample first_;  // holds the batch's origin: its first element's
+  std::uint64_t epoch_ = 0, number_ = 0;  // the batch being assembled
+
+  std::mutex placed_mutex_;  // the workers' place() against the batch's own thread
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<PlacedField>> placed_;  // by (epoch, batch)
+  std::uint64_t done_epoch_ = 0, done_batches_ = 0;  // batches before these were emitted
 };
 
 class Unbatch final : public Expand {

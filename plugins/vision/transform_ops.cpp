@@ -226,21 +226,23 @@ class Normalize final : public Map {
     for (double s : std_)
       if (s == 0) throw ParamError("std must not contain 0");
   }
-  Sample map(Sample in, const ElementContext&) override {
-    cv::Mat src = as_mat(in.at(field_), field_);
+  Sample map(Sample in, const ElementContext& ctx) override {
+    const Tensor& input = in.at(field_);
+    cv::Mat src = as_mat(input, field_);
     if (static_cast<std::size_t>(src.channels()) != mean_.size() && mean_.size() != 1)
       throw DataError("the image has " + std::to_string(src.channels()) + " channels, mean and std give " + std::to_string(mean_.size()));
     cv::Mat out;
     if (src.depth() == CV_8U && src.isContinuous() && src.channels() <= 4) {
-      out.create(src.rows, src.cols, CV_MAKETYPE(CV_32F, src.channels()));
+      // Written where a batch after this stage wants it, when it offered (no copy there).
+      Tensor result = ctx.output_tensor(field_, DType::F32, input.shape());
       float mul[4], add[4];
       for (int c = 0; c < src.channels(); ++c) {
         const std::size_t k = mean_.size() == 1 ? 0 : static_cast<std::size_t>(c);
         mul[c] = static_cast<float>(scale_ / std_[k]);
         add[c] = static_cast<float>(-mean_[k] / std_[k]);
       }
-      normalize_u8(src.ptr<std::uint8_t>(), out.ptr<float>(), src.total(), src.channels(), mul, add);
-      in.set(field_, from_mat(out));
+      normalize_u8(src.ptr<std::uint8_t>(), result.data<float>(), src.total(), src.channels(), mul, add);
+      in.set(field_, std::move(result));
       return in;
     }
     src.convertTo(out, CV_32F, scale_);

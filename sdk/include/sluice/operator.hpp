@@ -40,12 +40,25 @@ struct OperatorTraits {
   bool keeps_shape = false;
 };
 
+// Offered by a stage that assembles its input into larger blocks (batch) to the map right before
+// it (tf.data's map-and-batch fusion): the map builds an element's field directly in the row the
+// block would copy it into, so nothing is copied. Only in deterministic runs, where an element's
+// index is its position; an element that lands elsewhere (one before it was dropped) is copied.
+class Placement {
+ public:
+  virtual ~Placement() = default;
+  // A tensor of `dtype` and `shape` in the row that element `index` of input iteration `epoch`
+  // goes to, or an invalid tensor: build it elsewhere. Thread-safe.
+  virtual Tensor place(std::uint64_t epoch, std::uint64_t index, const std::string& field, DType dtype, const Shape& shape) = 0;
+};
+
 // What the engine tells a stage about itself when it starts.
 struct StageInfo {
   std::string id;
   std::uint64_t seed = 0;
   std::uint64_t stage_hash = 0;
   Allocator* allocator = &HostAllocator::instance();
+  Placement* placement = nullptr;  // where the consumer would like outputs built (see Placement)
 };
 
 // Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage
@@ -57,6 +70,15 @@ struct ElementContext {
 
   Rng rng() const { return Rng(stage->seed, stage->stage_hash, epoch, index); }
   Allocator& allocator() const { return *stage->allocator; }
+  // A new tensor for the output field `field`: in its place in the consumer's block when the
+  // consumer offered one (no copy later), else from the stage's allocator.
+  Tensor output_tensor(const std::string& field, DType dtype, Shape shape) const {
+    if (stage->placement) {
+      Tensor placed = stage->placement->place(epoch, index, field, dtype, shape);
+      if (placed.valid()) return placed;
+    }
+    return Tensor::empty(dtype, std::move(shape), *stage->allocator);
+  }
 };
 
 // Receives the outputs of an expand or aggregate operator. push() returns false once nothing
@@ -84,6 +106,9 @@ class Operator {
   // after start(). The engine hands it upstream, through stages that keep shapes, to the stage
   // that builds the elements (a batch), in StageInfo::allocator. Must outlive the run's buffers.
   virtual Allocator* offered_allocator() { return nullptr; }
+  // Rows this stage would like the map before it to build its outputs in (see Placement), asked
+  // after start(); the engine hands it on in deterministic runs.
+  virtual Placement* offered_placement() { return nullptr; }
   // Called from any thread once the run is asked to stop: a stage blocked inside one of its own
   // calls (a sink waiting for room on a device) must return from it promptly.
   virtual void cancel() {}
