@@ -428,30 +428,6 @@ class TestGpuFeed : public QObject {
     QVERIFY2(out.result.error.find("put a `batch` stage before the feed") != std::string::npos, out.result.error.c_str());
   }
 
-  void example_training_loop_runs_on_emulated_devices() {
-    QTemporaryDir dir;
-    const QString file = dir.filePath("feed.txtpb");
-    QFile f(file);
-    QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write((stage("images", "synthetic_images", "", {{"count", "100"}, {"height", "24"}, {"width", "32"}}) +
-             stage("batch", "batch", "images", {{"batch_size", "16"}, {"drop_remainder", "true"}}) +
-             stage("feed", "gpu_feed", "batch", {{"consume", "external"}, {"split", "uneven"}}))
-                .c_str());
-    f.close();
-    QProcess loop;
-    auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("SLUICE_PLUGIN_PATH", "");
-    loop.setProcessEnvironment(env);
-    loop.start(FEED_EXAMPLE, {file, "feed.emulate=3"});
-    QVERIFY(loop.waitForFinished(60000));
-    const QString out = loop.readAllStandardOutput(), err = loop.readAllStandardError();
-    QVERIFY2(loop.exitCode() == 0, qPrintable(out + err));
-    // 6 batches of 16 rows over 3 devices: 6, 5 and 5 rows each.
-    QVERIFY2(out.contains("device 0: 6 slices, 36 rows"), qPrintable(out));
-    QVERIFY2(out.contains("device 2: 6 slices, 30 rows"), qPrintable(out));
-    QVERIFY2(out.contains("finished after") && out.contains("on 3 emulated devices"), qPrintable(out));
-  }
-
   void feed_of_another_stage_is_an_error() {
     FeedRun run(feed_pipeline(40, 10, 1, "drop", 2, "", false, "none"));
     QVERIFY_THROWS_EXCEPTION(sluice::Error, run.engine->feed("batch"));

@@ -234,7 +234,9 @@ class GpuFeed final : public Sink, public Feed {
     if (!ready.empty()) {
       const int s = ready.front();
       ready.pop_front();
-      out = devices_[static_cast<std::size_t>(device)].slots[static_cast<std::size_t>(s)].slice;
+      Slot& slot = devices_[static_cast<std::size_t>(device)].slots[static_cast<std::size_t>(s)];
+      slot.handed_out = true;
+      out = slot.slice;
       return FeedStatus::Ready;
     }
     return producer_done_ ? FeedStatus::End : FeedStatus::TimedOut;
@@ -248,10 +250,11 @@ class GpuFeed final : public Sink, public Feed {
   void release(const FeedSlice& slice, void* stream) override {
     auto [dev, slot] = locate(slice);
     std::lock_guard lock(mutex_);
-    if (!slot->held || slot->slice.ticket != slice.ticket)
+    if (!slot->handed_out || slot->slice.ticket != slice.ticket)
       throw Error("gpu_feed: batch " + std::to_string(slice.batch) + " on device " + std::to_string(slice.device) +
                   " was released already (each slice is released once)");
     dev->lane->record_on(slot->released, stream);
+    slot->handed_out = false;
     slot->held = false;
     slot->wait_released = false;
     cv_.notify_all();
@@ -276,7 +279,8 @@ class GpuFeed final : public Sink, public Feed {
     std::size_t capacity = 0;
     Event copied = nullptr;    // after the slice's copies
     Event released = nullptr;  // after the work that read the slice
-    bool held = false;           // being filled, or handed out and not yet released
+    bool held = false;           // being filled, or waiting for or with the training loop
+    bool handed_out = false;     // given by next() and not yet released: only then may release() take it
     bool in_use = false;         // holds a slice whose host batch is kept until its copies end
     bool wait_released = false;  // a headless consumer: reuse waits for its kernel on the host
     std::uint64_t last_use = 0;
