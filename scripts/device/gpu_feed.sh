@@ -24,4 +24,5 @@ export SLUICE_PLUGIN_PATH=
     "$bundle/bin/bench_feed" --devices "$devices" --batch 64 --step-us 2000 || status=1
   done
   echo "gpu_feed.sh: exit $status"
-} 2>&1 | tee "$out/gpu_feed.txt"
+  exit "$status"
+} 2>&1 | tee "$out/gpu_feed.txt"  # pipefail: the script exits with the block's status
