@@ -24,6 +24,15 @@ struct EmulatedEvent {
   std::uint64_t recorded = 0;   // records made so far
   std::uint64_t completed = 0;  // the last record whose work is done
 
+  // A new record: its generation, which completes once the work before it is done.
+  std::uint64_t record() {
+    std::lock_guard lock(mutex);
+    return ++recorded;
+  }
+  std::uint64_t last_recorded() {
+    std::lock_guard lock(mutex);
+    return recorded;
+  }
   void complete(std::uint64_t generation) {
     std::lock_guard lock(mutex);
     if (generation > completed) completed = generation;
@@ -117,21 +126,11 @@ class EmulatedLane final : public Lane {
 
   void record_on(Event event, void*) override {
     auto* e = static_cast<EmulatedEvent*>(event);
-    std::uint64_t generation;
-    {
-      std::lock_guard lock(e->mutex);
-      generation = ++e->recorded;
-    }
-    e->complete(generation);
+    e->complete(e->record());
   }
   void synchronize(Event event) override {
     auto* e = static_cast<EmulatedEvent*>(event);
-    std::uint64_t generation;
-    {
-      std::lock_guard lock(e->mutex);
-      generation = e->recorded;
-    }
-    e->wait_for(generation);
+    e->wait_for(e->last_recorded());
   }
   bool query(Event event) override {
     auto* e = static_cast<EmulatedEvent*>(event);
@@ -147,21 +146,11 @@ class EmulatedLane final : public Lane {
  private:
   static void record(EmulatedStream& stream, Event event) {
     auto* e = static_cast<EmulatedEvent*>(event);
-    std::uint64_t generation;
-    {
-      std::lock_guard lock(e->mutex);
-      generation = ++e->recorded;
-    }
-    stream.enqueue([e, generation] { e->complete(generation); });
+    stream.enqueue([e, generation = e->record()] { e->complete(generation); });
   }
   static void wait_on(EmulatedStream& stream, Event event) {
     auto* e = static_cast<EmulatedEvent*>(event);
-    std::uint64_t generation;
-    {
-      std::lock_guard lock(e->mutex);
-      generation = e->recorded;
-    }
-    stream.enqueue([e, generation] { e->wait_for(generation); });
+    stream.enqueue([e, generation = e->last_recorded()] { e->wait_for(generation); });
   }
 
   std::string name_;

@@ -158,10 +158,7 @@ class GpuFeed final : public Sink, public Feed {
     stage_into_pinned(batch, fields);
     const auto plan = plan_slices(rows, static_cast<int>(devices_.size()), policy_);
     const std::uint64_t index = batch_index_++;
-    if (plan.empty()) {
-      rows_dropped_ += static_cast<std::uint64_t>(rows);
-      return;
-    }
+    if (plan.empty()) return;  // split: drop, fewer rows than devices: skipped on every device
     for (std::size_t d = 0; d < devices_.size(); ++d) {
       const int s = acquire_slot(d);
       if (s < 0) return;  // the run is stopping
@@ -311,9 +308,9 @@ class GpuFeed final : public Sink, public Feed {
       if (t.shape()[0] != rows)
         throw DataError("gpu_feed: field '" + f.name + "' has " + std::to_string(t.shape()[0]) + " rows, the batch's other fields " +
                         std::to_string(rows));
-      FieldCopy c{f.name, t.dtype(), Shape(t.shape().begin() + 1, t.shape().end()), 0, t.raw_data()};
-      c.row_bytes = rows ? t.nbytes() / static_cast<std::size_t>(rows) : static_cast<std::size_t>(shape_elements(c.row_shape)) * dtype_size(t.dtype());
-      out.push_back(std::move(c));
+      Shape row_shape(t.shape().begin() + 1, t.shape().end());
+      const auto row_bytes = static_cast<std::size_t>(shape_elements(row_shape)) * dtype_size(t.dtype());
+      out.push_back({f.name, t.dtype(), std::move(row_shape), row_bytes, t.raw_data()});
     };
     if (wanted_fields_.empty()) {
       for (const auto& f : batch.fields())
@@ -513,7 +510,7 @@ class GpuFeed final : public Sink, public Feed {
   mutable std::mutex mutex_;  // slot ownership, ready queues, counters, flags
   std::condition_variable cv_;
   bool cancelled_ = false, producer_done_ = false;
-  std::uint64_t uses_ = 0, device_buffers_ = 0, staged_batches_ = 0, rows_dropped_ = 0;
+  std::uint64_t uses_ = 0, device_buffers_ = 0, staged_batches_ = 0;
 };
 
 }  // namespace

@@ -44,9 +44,8 @@ class Batch final : public Aggregate, public Placement {
   void start(const StageInfo& info) override {
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
   }
-  void begin_iteration(std::uint64_t epoch) override {
+  void begin_iteration(std::uint64_t) override {
     reset();
-    epoch_ = epoch;
     number_ = 0;
   }
   Placement* offered_placement() override { return this; }
@@ -116,10 +115,14 @@ class Batch final : public Aggregate, public Placement {
     auto& fields = placed_[{epoch, number}];
     for (const auto& f : fields)
       if (f.name == field) return f.dtype == dtype && f.shape == shape ? &f.rows : nullptr;
+    fields.push_back({field, dtype, shape, new_rows(dtype, shape)});
+    return &fields.back().rows;
+  }
+  // Room for a whole batch of elements of `shape`.
+  Tensor new_rows(DType dtype, const Shape& shape) const {
     Shape rows = shape;
     rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
-    fields.push_back({field, dtype, shape, Tensor::empty(dtype, rows, *allocator_)});
-    return &fields.back().rows;
+    return Tensor::empty(dtype, rows, *allocator_);
   }
 
   void begin_batch(const Sample& first, std::uint64_t epoch) {
@@ -138,9 +141,7 @@ class Batch final : public Aggregate, public Placement {
         if (const Tensor* placed = block_for(epoch, number_, field.name, field.dtype, field.shape)) {
           field.rows = *placed;
         } else {  // placed there with another shape: this batch has its own rows
-          Shape rows = field.shape;
-          rows.insert(rows.begin(), static_cast<std::int64_t>(batch_size_));
-          field.rows = Tensor::empty(field.dtype, rows, *allocator_);
+          field.rows = new_rows(field.dtype, field.shape);
         }
       }
       fields_.push_back(std::move(field));
