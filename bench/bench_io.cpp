@@ -80,7 +80,7 @@ void ideal_one(const std::string& path, float* row, std::uint64_t n) {
   cropped = scaled(cv::Rect((scaled.cols - 224) / 2, (scaled.rows - 224) / 2, 224, 224));
   if (n % 2) cv::flip(cropped, flipped, 1);
   else flipped = cropped;
-  // The same one-pass kernel as the normalize operator.
+  // The same one-pass kernel as the normalize operator uses for a batch row.
   if (!flipped.isContinuous()) flipped = flipped.clone();
   const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
   float mul[3], add[3];
@@ -88,7 +88,7 @@ void ideal_one(const std::string& path, float* row, std::uint64_t n) {
     mul[c] = 1.0f / 255 / std[c];
     add[c] = -mean[c] / std[c];
   }
-  sluice::vision::normalize_u8(flipped.ptr<std::uint8_t>(), row, flipped.total(), 3, mul, add);
+  sluice::vision::normalize_u8_to_cold(flipped.ptr<std::uint8_t>(), row, flipped.total(), 3, mul, add);
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "image_codec.hpp"
+#include "pixel_ops.hpp"
 #include "pipeline_runner.hpp"
 
 using namespace sluice::test;
@@ -226,6 +227,34 @@ class TestVision : public QObject {
     QCOMPARE(a.size(), b.size());
     for (std::size_t i = 0; i < a.size(); ++i)
       QVERIFY2(std::abs(a[i] - b[i]) <= 1e-5 * std::max(1.0, std::abs(b[i])), qPrintable(QString("value %1: %2 vs %3").arg(i).arg(a[i]).arg(b[i])));
+  }
+
+  void normalizing_into_a_batch_row_gives_the_same_floats() {
+    // The kernel for batch rows (non-temporal stores) against the plain one: every channel count,
+    // lengths that end mid-period, and destinations off the 16-byte grid.
+    const float mul[4] = {0.5f, -2.0f, 1.0f / 255, 3.25f}, add[4] = {-1.0f, 0.25f, 7.0f, -0.125f};
+    std::vector<std::uint8_t> src(1000);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 37 + 11);
+    for (int channels = 1; channels <= 4; ++channels)
+      for (std::size_t pixels : {0, 1, 7, 8, 31, 200})
+        for (std::size_t misalign : {0, 1, 3}) {
+          std::vector<float> plain(pixels * channels + 4, -99.0f), cold(pixels * channels + 8, -99.0f);
+          float* aligned = cold.data() + (4 - (reinterpret_cast<std::uintptr_t>(cold.data()) / sizeof(float)) % 4) % 4;
+          float* dst = aligned + misalign;
+          sluice::vision::normalize_u8(src.data(), plain.data(), pixels, channels, mul, add);
+          sluice::vision::normalize_u8_to_cold(src.data(), dst, pixels, channels, mul, add);
+          for (std::size_t i = 0; i < pixels * channels; ++i)
+            QVERIFY2(plain[i] == dst[i], qPrintable(QString("channels %1, pixels %2, value %3").arg(channels).arg(pixels).arg(i)));
+          QCOMPARE(dst[pixels * channels], -99.0f);  // nothing written past the end
+        }
+    // And through the pipeline: normalize before a batch builds in the batch's rows.
+    std::string src_stage = stage("src", "synthetic_images", "", {{"count", "6"}, {"height", "33"}, {"width", "29"}});
+    auto fused = run_ok(src_stage + stage("n", "normalize", "src", {}, "parallelism: 2") + stage("b", "batch", "n", {{"batch_size", "3"}}) +
+                        sink_after("b"));
+    auto apart = run_ok(src_stage + stage("n", "normalize", "src", {}, "parallelism: 2") + stage("c", "cast", "n", {{"dtype", "f32"}}) +
+                        stage("b", "batch", "c", {{"batch_size", "3"}}) + sink_after("b"));
+    QCOMPARE(fused.lines.size(), std::size_t(2));
+    QCOMPARE(fused.lines, apart.lines);
   }
 
   void encode_decode_round_trip() {

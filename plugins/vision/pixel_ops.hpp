@@ -9,4 +9,9 @@ namespace sluice::vision {
 // pass (OpenCV's convertTo, subtract and multiply take three over the float image).
 void normalize_u8(const std::uint8_t* src, float* dst, std::size_t pixels, int channels, const float* mul, const float* add);
 
+// The same, for a destination that will not be read again soon by this core (a row of a batch):
+// non-temporal stores skip reading the cold row into the cache before overwriting it. Ends with
+// a store fence.
+void normalize_u8_to_cold(const std::uint8_t* src, float* dst, std::size_t pixels, int channels, const float* mul, const float* add);
+
 }  // namespace sluice::vision

@@ -234,14 +234,16 @@ class Normalize final : public Map {
     cv::Mat out;
     if (src.depth() == CV_8U && src.isContinuous() && src.channels() <= 4) {
       // Written where a batch after this stage wants it, when it offered (no copy there).
-      Tensor result = ctx.output_tensor(field_, DType::F32, input.shape());
+      bool in_batch_row = false;
+      Tensor result = ctx.output_tensor(field_, DType::F32, input.shape(), &in_batch_row);
       float mul[4], add[4];
       for (int c = 0; c < src.channels(); ++c) {
         const std::size_t k = mean_.size() == 1 ? 0 : static_cast<std::size_t>(c);
         mul[c] = static_cast<float>(scale_ / std_[k]);
         add[c] = static_cast<float>(-mean_[k] / std_[k]);
       }
-      normalize_u8(src.ptr<std::uint8_t>(), result.data<float>(), src.total(), src.channels(), mul, add);
+      auto* kernel = in_batch_row ? normalize_u8_to_cold : normalize_u8;
+      kernel(src.ptr<std::uint8_t>(), result.data<float>(), src.total(), src.channels(), mul, add);
       in.set(field_, std::move(result));
       return in;
     }

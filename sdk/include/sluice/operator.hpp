@@ -71,11 +71,17 @@ struct ElementContext {
   Rng rng() const { return Rng(stage->seed, stage->stage_hash, epoch, index); }
   Allocator& allocator() const { return *stage->allocator; }
   // A new tensor for the output field `field`: in its place in the consumer's block when the
-  // consumer offered one (no copy later), else from the stage's allocator.
-  Tensor output_tensor(const std::string& field, DType dtype, Shape shape) const {
+  // consumer offered one (no copy later), else from the stage's allocator. `in_place`, when
+  // given, tells which: a row in the consumer's block is cold for this core (worth writing with
+  // non-temporal stores), a new tensor is about to be read by the next stage.
+  Tensor output_tensor(const std::string& field, DType dtype, Shape shape, bool* in_place = nullptr) const {
+    if (in_place) *in_place = false;
     if (stage->placement) {
       Tensor placed = stage->placement->place(epoch, index, field, dtype, shape);
-      if (placed.valid()) return placed;
+      if (placed.valid()) {
+        if (in_place) *in_place = true;
+        return placed;
+      }
     }
     return Tensor::empty(dtype, std::move(shape), *stage->allocator);
   }
