@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  qt6-base-dev                 # Qt 6 Widgets and Test (app and test suites)
+  qt6-base-dev                 # Qt 6 Widgets, Network and Test (app and test suites)
+  qt6-charts-dev libqt6opengl6-dev  # the studio's charts (Qt Charts needs Qt OpenGL's CMake files)
   libboost-dev                 # Boost.DLL, header-only
   libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev

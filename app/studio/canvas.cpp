@@ -1,0 +1,500 @@
+#include "canvas.hpp"
+
+#include <QGraphicsSceneMouseEvent>
+#include <QKeyEvent>
+#include <QMimeData>
+#include <QPainter>
+#include <QScrollBar>
+#include <QStyleOptionGraphicsItem>
+#include <QUndoStack>
+#include <QWheelEvent>
+#include <cmath>
+
+namespace sluice::studio {
+
+QString short_number(double v) {
+  const double a = std::abs(v);
+  if (a >= 1e9) return QString::number(v / 1e9, 'f', 1) + "G";
+  if (a >= 1e6) return QString::number(v / 1e6, 'f', 1) + "M";
+  if (a >= 1e4) return QString::number(v / 1e3, 'f', 1) + "k";
+  if (a >= 100) return QString::number(v, 'f', 0);
+  return QString::number(v, 'f', 1);
+}
+
+QColor occupancy_colour(double fill) {
+  fill = std::clamp(fill, 0.0, 1.0);
+  // Hue from 0 (red: the consumer starves) through 120 (green) to 220 (blue: the consumer is
+  // slower than the producer and the buffer is full).
+  return QColor::fromHsvF(static_cast<float>(fill * 220.0 / 360.0), 0.75f, 0.85f);
+}
+
+// ---- NodeItem ----
+
+NodeItem::NodeItem(PipelineScene& scene, QString id) : scene_(scene), id_(std::move(id)) {
+  setFlags(ItemIsMovable | ItemIsSelectable | ItemSendsGeometryChanges);
+  setZValue(1);
+}
+
+void NodeItem::sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem) {
+  op_ = QString::fromStdString(stage.op());
+  known_ = op != nullptr;
+  summary_ = op ? QString::fromStdString(op->info.summary) : QString("no plugin loaded here has an operator '%1'").arg(op_);
+  takes_input_ = !op || op->info.kind != OperatorKind::Source;
+  gives_output_ = !op || op->info.kind != OperatorKind::Sink;
+  has_problem_ = has_problem;
+  setPos(stage.layout().x(), stage.layout().y());
+  update_tooltip();
+  update();
+}
+
+void NodeItem::set_live(const std::optional<LiveStage>& live) {
+  live_ = live;
+  update_tooltip();
+  update();
+}
+
+void NodeItem::update_tooltip() {
+  QString tip = QString("<b>%1</b> (%2)<br>%3").arg(id_, op_, summary_.toHtmlEscaped());
+  if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
+  setToolTip(tip);
+}
+
+int NodeItem::port_at(QPointF scene_pos) const {
+  const double grab = kPortRadius + 5;
+  if (QLineF(scene_pos, output_port()).length() <= grab) return 1;
+  if (QLineF(scene_pos, input_port()).length() <= grab) return -1;
+  return 0;
+}
+
+QRectF NodeItem::boundingRect() const {
+  const double m = kPortRadius + 3;
+  return QRectF(-m, -m, kWidth + 2 * m, kHeight + 2 * m);
+}
+
+void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
+  p->setRenderHint(QPainter::Antialiasing);
+  const QRectF body(0, 0, kWidth, kHeight);
+  QColor border(90, 96, 110);
+  double border_width = 1.2;
+  if (has_problem_) border = QColor(200, 60, 50);
+  if (live_ && live_->bottleneck) {
+    border = QColor(230, 120, 0);
+    border_width = 4;
+  }
+  if (isSelected()) {
+    border = QColor(40, 110, 230);
+    border_width = std::max(border_width, 2.5);
+  }
+  p->setPen(QPen(border, border_width));
+  p->setBrush(known_ ? QColor(250, 251, 253) : QColor(250, 232, 230));
+  p->drawRoundedRect(body, 8, 8);
+
+  QFont title = p->font();
+  title.setBold(true);
+  p->setFont(title);
+  p->setPen(Qt::black);
+  p->drawText(QRectF(10, 5, kWidth - 20, 18), Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(id_, Qt::ElideRight, int(kWidth - 20)));
+  title.setBold(false);
+  p->setFont(title);
+  p->setPen(QColor(95, 100, 110));
+  p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, op_);
+
+  if (live_) {
+    p->setPen(QColor(20, 20, 20));
+    QString rates = QString("%1/s").arg(short_number(live_->elements_per_s));
+    if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
+    if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
+    p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, rates);
+    if (!live_->devices.isEmpty()) {
+      QFont small = p->font();
+      small.setPointSizeF(small.pointSizeF() * 0.8);
+      p->setFont(small);
+      p->drawText(QRectF(10, 55, kWidth - 20, 12), Qt::AlignLeft | Qt::AlignVCenter,
+                  p->fontMetrics().elidedText(live_->devices.join("; "), Qt::ElideRight, int(kWidth - 20)));
+    }
+    // Busy gauge: the share of its workers' time spent working.
+    const QRectF gauge(10, kHeight - 13, kWidth - 20, 6);
+    p->setPen(Qt::NoPen);
+    p->setBrush(QColor(225, 228, 234));
+    p->drawRoundedRect(gauge, 3, 3);
+    QRectF level = gauge;
+    level.setWidth(gauge.width() * std::clamp(live_->busy, 0.0, 1.0));
+    p->setBrush(live_->bottleneck ? QColor(230, 120, 0) : QColor(70, 140, 90));
+    p->drawRoundedRect(level, 3, 3);
+  }
+
+  auto port = [&](QPointF at, bool usable) {
+    p->setPen(QPen(QColor(70, 75, 85), 1.2));
+    p->setBrush(usable ? QColor(70, 120, 200) : Qt::white);
+    p->drawEllipse(at, kPortRadius, kPortRadius);
+  };
+  port(QPointF(0, kHeight / 2), takes_input_);
+  port(QPointF(kWidth, kHeight / 2), gives_output_);
+}
+
+QVariant NodeItem::itemChange(GraphicsItemChange change, const QVariant& value) {
+  if (change == ItemPositionHasChanged) scene_.node_position_changed(this);
+  if (change == ItemSelectedHasChanged) update();
+  return QGraphicsObject::itemChange(change, value);
+}
+
+// ---- EdgeItem ----
+
+EdgeItem::EdgeItem(NodeItem* from, NodeItem* to) : from_(from), to_(to) {
+  setFlag(ItemIsSelectable);
+  setZValue(0);
+  adjust();
+}
+
+void EdgeItem::adjust() {
+  prepareGeometryChange();
+  const QPointF a = from_->output_port(), b = to_->input_port();
+  QPainterPath path(a);
+  if (b.x() >= a.x() + 40) {
+    const double bend = std::max(40.0, (b.x() - a.x()) / 2);
+    path.cubicTo(a + QPointF(bend, 0), b - QPointF(bend, 0), b);
+  } else {
+    // Back to the left (a chain wrapped to the next row): around the nodes, through the gap
+    // between the rows.
+    const double gap_y = b.y() > a.y() ? (a.y() + b.y()) / 2 : std::min(a.y(), b.y()) - NodeItem::kHeight;
+    path.lineTo(a.x() + 20, a.y());
+    path.lineTo(a.x() + 20, gap_y);
+    path.lineTo(b.x() - 20, gap_y);
+    path.lineTo(b.x() - 20, b.y());
+    path.lineTo(b);
+  }
+  setPath(path);
+}
+
+QRectF EdgeItem::fill_bar_rect() const {
+  const QPointF mid = path().pointAtPercent(0.5);
+  return QRectF(mid.x() - 23, mid.y() - 6, 46, 12);
+}
+
+QRectF EdgeItem::boundingRect() const { return QGraphicsPathItem::boundingRect().united(fill_bar_rect()).adjusted(-4, -4, 4, 4); }
+
+void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
+  p->setRenderHint(QPainter::Antialiasing);
+  const auto& live = from_->live();
+  // Fused stages hand elements over inside one worker: no buffer between them to draw.
+  const bool fused = to_->live() && to_->live()->fused;
+  QPen pen(isSelected() ? QColor(40, 110, 230) : QColor(110, 115, 125), isSelected() ? 3 : 2);
+  if (fused) pen.setStyle(Qt::DashLine);
+  p->setPen(pen);
+  p->setBrush(Qt::NoBrush);
+  p->drawPath(path());
+  if (!live || fused || live->buffer_capacity == 0) return;
+  // The buffer between the stages, as a fill bar: level / capacity.
+  const double fill = double(live->buffer_level) / live->buffer_capacity;
+  const QRectF bar = fill_bar_rect();
+  p->setPen(QPen(QColor(80, 85, 95), 1));
+  p->setBrush(Qt::white);
+  p->drawRect(bar);
+  QRectF level = bar.adjusted(1, 1, -1, -1);
+  level.setWidth(level.width() * std::clamp(fill, 0.0, 1.0));
+  p->setPen(Qt::NoPen);
+  p->setBrush(occupancy_colour(fill));
+  p->drawRect(level);
+}
+
+// ---- PipelineScene ----
+
+PipelineScene::PipelineScene(Document& document, QObject* parent) : QGraphicsScene(parent), document_(document) {
+  setSceneRect(-2000, -2000, 6000, 4000);
+  connect(&document_, &Document::changed, this, &PipelineScene::sync);
+  sync();
+}
+
+void PipelineScene::sync() {
+  const auto& spec = document_.spec();
+  QSet<QString> problem_stages;
+  for (const auto& problem : document_.problems()) problem_stages.insert(QString::fromStdString(problem.stage));
+  QSet<QString> present;
+  for (const auto& st : spec.stage()) {
+    const QString id = QString::fromStdString(st.id());
+    present.insert(id);
+    NodeItem* item = nodes_.value(id);
+    if (!item) {
+      item = new NodeItem(*this, id);
+      addItem(item);
+      nodes_.insert(id, item);
+    }
+    item->setFlag(QGraphicsItem::ItemIsMovable, !document_.read_only());
+    auto op = document_.registry().find(st.op());
+    item->sync(st, op.get(), problem_stages.contains(id));
+    item->set_live(live_.contains(id) ? std::optional<LiveStage>(live_.value(id)) : std::nullopt);
+  }
+  // Edges are cheap: made again from the inputs each time.
+  for (EdgeItem* e : edges_) {
+    removeItem(e);
+    delete e;
+  }
+  edges_.clear();
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (present.contains(it.key())) {
+      ++it;
+      continue;
+    }
+    NodeItem* gone = it.value();
+    it = nodes_.erase(it);
+    removeItem(gone);
+    gone->deleteLater();  // it may be inside one of its own event handlers
+  }
+  for (const auto& st : spec.stage())
+    for (const auto& in : st.input()) {
+      NodeItem* from = nodes_.value(QString::fromStdString(in));
+      NodeItem* to = nodes_.value(QString::fromStdString(st.id()));
+      if (!from || !to) continue;
+      auto* edge = new EdgeItem(from, to);
+      addItem(edge);
+      edges_.push_back(edge);
+    }
+}
+
+EdgeItem* PipelineScene::edge_into(const QString& to) const {
+  for (EdgeItem* e : edges_)
+    if (e->to()->id() == to) return e;
+  return nullptr;
+}
+
+QStringList PipelineScene::selected_stage_ids() const {
+  QStringList ids;
+  for (auto* item : selectedItems())
+    if (auto* node = dynamic_cast<NodeItem*>(item)) ids.push_back(node->id());
+  return ids;
+}
+
+QStringList PipelineScene::selected_edge_targets() const {
+  QStringList ids;
+  for (auto* item : selectedItems())
+    if (auto* edge = dynamic_cast<EdgeItem*>(item)) ids.push_back(edge->to()->id());
+  return ids;
+}
+
+void PipelineScene::select_stage(const QString& id, bool reveal) {
+  clearSelection();
+  if (NodeItem* n = nodes_.value(id)) {
+    n->setSelected(true);
+    if (reveal)
+      for (QGraphicsView* v : views()) v->ensureVisible(n);
+  }
+}
+
+void PipelineScene::set_live(const QHash<QString, LiveStage>& live) {
+  live_ = live;
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it)
+    it.value()->set_live(live_.contains(it.key()) ? std::optional<LiveStage>(live_.value(it.key())) : std::nullopt);
+  for (EdgeItem* e : edges_) e->update();
+}
+
+void PipelineScene::node_position_changed(NodeItem* node) {
+  for (EdgeItem* e : edges_)
+    if (e->from() == node || e->to() == node) e->adjust();
+}
+
+NodeItem* PipelineScene::node_under(QPointF scene_pos) const {
+  for (auto* item : items(scene_pos))
+    if (auto* n = dynamic_cast<NodeItem*>(item)) return n;
+  // A drop on a port counts too (its circle reaches outside the body).
+  for (NodeItem* n : nodes_)
+    if (n->port_at(scene_pos) != 0) return n;
+  return nullptr;
+}
+
+void PipelineScene::mousePressEvent(QGraphicsSceneMouseEvent* event) {
+  if (event->button() == Qt::LeftButton && !document_.read_only()) {
+    for (NodeItem* n : nodes_) {
+      if (n->port_at(event->scenePos()) != 1) continue;
+      drag_from_ = n;
+      drag_line_ = addPath(QPainterPath(), QPen(QColor(40, 110, 230), 2, Qt::DashLine));
+      drag_line_->setZValue(10);
+      drag_label_ = addSimpleText("");
+      drag_label_->setZValue(11);
+      drag_hint_ = n->gives_output() ? QString("drop on a stage's input to connect '%1'").arg(n->id())
+                                     : QString("cannot connect: '%1' is a sink: it has no output").arg(n->id());
+      emit hint(drag_hint_);
+      event->accept();
+      return;
+    }
+    moving_nodes_ = true;
+  }
+  QGraphicsScene::mousePressEvent(event);
+}
+
+void PipelineScene::mouseMoveEvent(QGraphicsSceneMouseEvent* event) {
+  if (!drag_from_) {
+    QGraphicsScene::mouseMoveEvent(event);
+    return;
+  }
+  const QPointF a = drag_from_->output_port(), b = event->scenePos();
+  QPainterPath path(a);
+  path.cubicTo(a + QPointF(60, 0), b - QPointF(60, 0), b);
+  drag_line_->setPath(path);
+  NodeItem* target = node_under(b);
+  std::optional<QString> refusal;
+  if (!drag_from_->gives_output()) refusal = QString("'%1' is a sink: it has no output").arg(drag_from_->id());
+  else if (target) refusal = document_.connection_refusal(drag_from_->id(), target->id());
+  if (refusal) drag_hint_ = "cannot connect: " + *refusal;
+  else if (target) drag_hint_ = QString("connect '%1' to '%2'").arg(drag_from_->id(), target->id());
+  else drag_hint_ = QString("drop on a stage's input to connect '%1'").arg(drag_from_->id());
+  drag_line_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(40, 110, 230), 2, Qt::DashLine));
+  drag_label_->setText(drag_hint_);
+  drag_label_->setBrush(refusal ? QColor(200, 50, 40) : QColor(30, 30, 30));
+  drag_label_->setPos(b + QPointF(12, 10));
+  emit hint(drag_hint_);
+  event->accept();
+}
+
+void PipelineScene::mouseReleaseEvent(QGraphicsSceneMouseEvent* event) {
+  if (drag_from_) {
+    NodeItem* target = node_under(event->scenePos());
+    const QString from = drag_from_->id();
+    const bool has_output = drag_from_->gives_output();
+    end_connection_drag();
+    if (target && target->id() != from) {
+      auto refusal = has_output ? document_.connection_refusal(from, target->id())
+                                : std::optional<QString>(QString("'%1' is a sink: it has no output").arg(from));
+      if (refusal) emit connection_refused(*refusal);
+      else document_.connect_stages(from, target->id());
+    } else if (!has_output) {
+      emit connection_refused(QString("'%1' is a sink: it has no output").arg(from));
+    }
+    event->accept();
+    return;
+  }
+  QGraphicsScene::mouseReleaseEvent(event);
+  if (!moving_nodes_) return;
+  moving_nodes_ = false;
+  // Nodes dragged by hand: one undo step for all that moved.
+  QList<NodeItem*> moved;
+  for (NodeItem* n : nodes_) {
+    int i = document_.index_of(n->id());
+    if (i < 0) continue;
+    const auto& layout = document_.spec().stage(i).layout();
+    if (QPointF(layout.x(), layout.y()) != n->pos()) moved.push_back(n);
+  }
+  if (moved.isEmpty()) return;
+  document_.undo_stack()->beginMacro(moved.size() == 1 ? QString("Move %1").arg(moved.front()->id()) : QString("Move %1 stages").arg(moved.size()));
+  for (NodeItem* n : moved) document_.move_stage(n->id(), n->pos());
+  document_.undo_stack()->endMacro();
+}
+
+void PipelineScene::end_connection_drag() {
+  drag_from_ = nullptr;
+  delete drag_line_;
+  drag_line_ = nullptr;
+  delete drag_label_;
+  drag_label_ = nullptr;
+  drag_hint_.clear();
+  emit hint({});
+}
+
+// ---- CanvasView ----
+
+CanvasView::CanvasView(PipelineScene& scene, QWidget* parent) : QGraphicsView(&scene, parent) {
+  setRenderHint(QPainter::Antialiasing);
+  setDragMode(RubberBandDrag);
+  setTransformationAnchor(AnchorUnderMouse);
+  setAcceptDrops(true);
+  setViewportUpdateMode(BoundingRectViewportUpdate);
+  setBackgroundBrush(QColor(238, 240, 244));
+}
+
+void CanvasView::zoom_by(double factor) {
+  auto_fit_ = false;
+  const double current = transform().m11();
+  const double next = std::clamp(current * factor, 0.2, 4.0);
+  scale(next / current, next / current);
+}
+
+void CanvasView::fit() {
+  auto_fit_ = true;
+  QRectF bounds = scene()->itemsBoundingRect();
+  if (bounds.isEmpty()) return;
+  fitInView(bounds.adjusted(-40, -40, 40, 40), Qt::KeepAspectRatio);
+  if (transform().m11() > 1.0) setTransform(QTransform());
+}
+
+void CanvasView::resizeEvent(QResizeEvent* event) {
+  QGraphicsView::resizeEvent(event);
+  if (auto_fit_) fit();
+}
+
+void CanvasView::wheelEvent(QWheelEvent* event) {
+  zoom_by(std::pow(1.0015, event->angleDelta().y()));
+  event->accept();
+}
+
+void CanvasView::mousePressEvent(QMouseEvent* event) {
+  if (event->button() == Qt::MiddleButton || (event->button() == Qt::LeftButton && space_held_)) {
+    panning_ = true;
+    pan_last_ = event->pos();
+    viewport()->setCursor(Qt::ClosedHandCursor);
+    event->accept();
+    return;
+  }
+  QGraphicsView::mousePressEvent(event);
+}
+
+void CanvasView::mouseMoveEvent(QMouseEvent* event) {
+  if (panning_) {
+    const QPoint delta = event->pos() - pan_last_;
+    pan_last_ = event->pos();
+    horizontalScrollBar()->setValue(horizontalScrollBar()->value() - delta.x());
+    verticalScrollBar()->setValue(verticalScrollBar()->value() - delta.y());
+    event->accept();
+    return;
+  }
+  QGraphicsView::mouseMoveEvent(event);
+}
+
+void CanvasView::mouseReleaseEvent(QMouseEvent* event) {
+  if (panning_) {
+    panning_ = false;
+    viewport()->unsetCursor();
+    event->accept();
+    return;
+  }
+  QGraphicsView::mouseReleaseEvent(event);
+}
+
+void CanvasView::keyPressEvent(QKeyEvent* event) {
+  if (event->key() == Qt::Key_Space && !event->isAutoRepeat()) {
+    space_held_ = true;
+    viewport()->setCursor(Qt::OpenHandCursor);
+    return;
+  }
+  if (event->key() == Qt::Key_Plus || event->key() == Qt::Key_Equal) return zoom_by(1.2);
+  if (event->key() == Qt::Key_Minus) return zoom_by(1 / 1.2);
+  QGraphicsView::keyPressEvent(event);
+}
+
+void CanvasView::keyReleaseEvent(QKeyEvent* event) {
+  if (event->key() == Qt::Key_Space && !event->isAutoRepeat()) {
+    space_held_ = false;
+    viewport()->unsetCursor();
+    return;
+  }
+  QGraphicsView::keyReleaseEvent(event);
+}
+
+void CanvasView::dragEnterEvent(QDragEnterEvent* event) {
+  if (event->mimeData()->hasFormat(kOperatorMime)) event->acceptProposedAction();
+  else QGraphicsView::dragEnterEvent(event);
+}
+
+void CanvasView::dragMoveEvent(QDragMoveEvent* event) {
+  if (event->mimeData()->hasFormat(kOperatorMime)) event->acceptProposedAction();
+  else QGraphicsView::dragMoveEvent(event);
+}
+
+void CanvasView::dropEvent(QDropEvent* event) {
+  if (!event->mimeData()->hasFormat(kOperatorMime)) return QGraphicsView::dropEvent(event);
+  const QString op = QString::fromUtf8(event->mimeData()->data(kOperatorMime));
+  // The node's centre where the pointer let go.
+  const QPointF at = mapToScene(event->position().toPoint()) - QPointF(NodeItem::kWidth / 2, NodeItem::kHeight / 2);
+  event->acceptProposedAction();
+  emit operator_dropped(op, at);
+}
+
+}  // namespace sluice::studio

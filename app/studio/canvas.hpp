@@ -1,0 +1,156 @@
+#pragma once
+// The node canvas: one NodeItem per stage, one EdgeItem per connection, kept in step with the
+// Document; live metrics are painted on top (LiveStage) when a run is watched.
+#include <QGraphicsObject>
+#include <QGraphicsPathItem>
+#include <QGraphicsScene>
+#include <QGraphicsView>
+#include <QHash>
+#include <QPointer>
+#include <optional>
+
+#include "document.hpp"
+
+namespace sluice::studio {
+
+inline constexpr const char* kOperatorMime = "application/x-sluice-operator";
+
+// What the canvas draws of a running stage, from the latest snapshot.
+struct LiveStage {
+  double elements_per_s = 0;
+  double bytes_per_s = 0;
+  double busy = 0;  // 0..1 of its workers' time
+  std::uint32_t buffer_level = 0, buffer_capacity = 0;
+  bool fused = false;  // runs inside its input's workers: no buffer before it
+  bool bottleneck = false;
+  QString bottleneck_reason;
+  QStringList devices;  // feed sinks: "cuda:0 11.8 GB/s, ring 3/4" per device
+  std::uint64_t skipped = 0;
+};
+
+class PipelineScene;
+
+class NodeItem final : public QGraphicsObject {
+  Q_OBJECT
+ public:
+  static constexpr double kWidth = 190, kHeight = 84, kPortRadius = 7;
+  NodeItem(PipelineScene& scene, QString id);
+  const QString& id() const { return id_; }
+  void sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem);
+  void set_live(const std::optional<LiveStage>& live);
+  const std::optional<LiveStage>& live() const { return live_; }
+  bool takes_input() const { return takes_input_; }
+  bool gives_output() const { return gives_output_; }
+  QPointF input_port() const { return mapToScene(QPointF(0, kHeight / 2)); }
+  QPointF output_port() const { return mapToScene(QPointF(kWidth, kHeight / 2)); }
+  // Which port, if any, is under a scene position: 1 output, -1 input, 0 none.
+  int port_at(QPointF scene_pos) const;
+
+  QRectF boundingRect() const override;
+  void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
+
+ protected:
+  QVariant itemChange(GraphicsItemChange change, const QVariant& value) override;
+
+ private:
+  void update_tooltip();
+  PipelineScene& scene_;
+  QString id_, op_, summary_;
+  bool takes_input_ = true, gives_output_ = true, known_ = true, has_problem_ = false;
+  std::optional<LiveStage> live_;
+};
+
+class EdgeItem final : public QGraphicsPathItem {
+ public:
+  EdgeItem(NodeItem* from, NodeItem* to);
+  NodeItem* from() const { return from_; }
+  NodeItem* to() const { return to_; }
+  void adjust();
+  QRectF boundingRect() const override;
+  void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
+  QRectF fill_bar_rect() const;
+
+ private:
+  NodeItem* from_;
+  NodeItem* to_;
+};
+
+class PipelineScene final : public QGraphicsScene {
+  Q_OBJECT
+ public:
+  explicit PipelineScene(Document& document, QObject* parent = nullptr);
+  Document& document() { return document_; }
+  NodeItem* node(const QString& id) const { return nodes_.value(id); }
+  EdgeItem* edge_into(const QString& to) const;
+  QStringList selected_stage_ids() const;
+  QStringList selected_edge_targets() const;  // consumers of the selected connections
+  // Selects one stage; `reveal` scrolls it into view (a problem clicked in the list).
+  void select_stage(const QString& id, bool reveal = false);
+  // Live values per stage id; an empty map clears them (no run).
+  void set_live(const QHash<QString, LiveStage>& live);
+  void node_position_changed(NodeItem* node);
+  // The text shown while a connection is dragged: where it would go, or why it cannot.
+  const QString& drag_hint() const { return drag_hint_; }
+
+ signals:
+  void connection_refused(const QString& reason);
+  void hint(const QString& text);
+
+ protected:
+  void mousePressEvent(QGraphicsSceneMouseEvent* event) override;
+  void mouseMoveEvent(QGraphicsSceneMouseEvent* event) override;
+  void mouseReleaseEvent(QGraphicsSceneMouseEvent* event) override;
+
+ private:
+  void sync();
+  NodeItem* node_under(QPointF scene_pos) const;
+  void end_connection_drag();
+
+  Document& document_;
+  QHash<QString, NodeItem*> nodes_;
+  QList<EdgeItem*> edges_;
+  QHash<QString, LiveStage> live_;
+  // A connection being dragged out of an output port.
+  QPointer<NodeItem> drag_from_;
+  QGraphicsPathItem* drag_line_ = nullptr;
+  QGraphicsSimpleTextItem* drag_label_ = nullptr;
+  QString drag_hint_;
+  bool moving_nodes_ = false;
+};
+
+// The view: zoom with the wheel, pan with the middle button (or Space and drag), rubber-band
+// selection, operators dropped from the palette.
+class CanvasView final : public QGraphicsView {
+  Q_OBJECT
+ public:
+  explicit CanvasView(PipelineScene& scene, QWidget* parent = nullptr);
+  void zoom_by(double factor);
+  void fit();  // the whole pipeline in view (never larger than 1:1); follows resizes until zoomed
+
+ signals:
+  void operator_dropped(const QString& op, QPointF scene_pos);
+
+ protected:
+  void wheelEvent(QWheelEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+  void keyReleaseEvent(QKeyEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dragMoveEvent(QDragMoveEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  bool panning_ = false, space_held_ = false;
+  bool auto_fit_ = false;  // fitted and not zoomed by hand since: follows the window's size
+  QPoint pan_last_;
+};
+
+// "12.3k", "1.2M": rates on small labels.
+QString short_number(double value);
+// Level/capacity as a colour from starved (red, empty) through green to full (blue).
+QColor occupancy_colour(double fill);
+
+}  // namespace sluice::studio

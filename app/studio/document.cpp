@@ -1,0 +1,257 @@
+#include "document.hpp"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <QFileInfo>
+#include <map>
+
+namespace sluice::studio {
+
+// Undo keeps whole specs: pipelines are a few dozen stages, and a snapshot cannot drift from the
+// edit it undoes the way hand-written inverse operations can.
+class SpecEdit final : public QUndoCommand {
+ public:
+  SpecEdit(Document& doc, const QString& text, spec::PipelineSpec before, spec::PipelineSpec after, QString merge_tag)
+      : QUndoCommand(text), doc_(doc), before_(std::move(before)), after_(std::move(after)), merge_tag_(std::move(merge_tag)) {}
+  void undo() override { doc_.replace_spec(before_); }
+  void redo() override { doc_.replace_spec(after_); }
+  int id() const override { return merge_tag_.isEmpty() ? -1 : 1; }
+  bool mergeWith(const QUndoCommand* other) override {
+    auto* next = static_cast<const SpecEdit*>(other);
+    if (next->merge_tag_ != merge_tag_) return false;
+    after_ = next->after_;
+    return true;
+  }
+
+ private:
+  Document& doc_;
+  spec::PipelineSpec before_, after_;
+  QString merge_tag_;
+};
+
+namespace {
+spec::Stage* find_stage(spec::PipelineSpec& s, const QString& id) {
+  const std::string key = id.toStdString();
+  for (auto& st : *s.mutable_stage())
+    if (st.id() == key) return &st;
+  return nullptr;
+}
+constexpr double kColumnStep = 270, kRowStep = 130;
+constexpr int kColumns = 6;  // stages per row before a long chain wraps
+}  // namespace
+
+Document::Document(const Registry& registry, QObject* parent) : QObject(parent), registry_(registry) { revalidate(); }
+
+void Document::reset(const spec::PipelineSpec& spec, const QString& file, bool read_only) {
+  undo_.clear();
+  read_only_ = read_only;
+  file_ = file;
+  replace_spec(spec);
+  emit file_changed(file_);
+}
+
+void Document::open(const QString& file) {
+  PipelineDocument doc = read_pipeline_file(file.toStdString());
+  bool placed = true;
+  for (const auto& st : doc.spec.stage()) placed = placed && st.has_layout();
+  if (!placed) lay_out(doc.spec);
+  reset(doc.spec, QFileInfo(file).absoluteFilePath());
+}
+
+void Document::save(const QString& file) {
+  write_pipeline_file(spec_, file.toStdString());
+  file_ = QFileInfo(file).absoluteFilePath();
+  undo_.setClean();
+  emit file_changed(file_);
+}
+
+void Document::edit(const QString& description, const std::function<void(spec::PipelineSpec&)>& change, const QString& merge_tag) {
+  if (read_only_) return;
+  spec::PipelineSpec after = spec_;
+  change(after);
+  if (google::protobuf::util::MessageDifferencer::Equals(after, spec_)) return;
+  undo_.push(new SpecEdit(*this, description, spec_, std::move(after), merge_tag));
+}
+
+void Document::replace_spec(const spec::PipelineSpec& spec) {
+  spec_ = spec;
+  revalidate();
+  emit changed();
+}
+
+void Document::revalidate() {
+  PipelineDocument doc;
+  doc.spec = spec_;
+  doc.file = file_.isEmpty() ? "untitled" : QFileInfo(file_).fileName().toStdString();
+  problems_ = validate_pipeline(doc, registry_);
+}
+
+int Document::index_of(const QString& id) const {
+  const std::string key = id.toStdString();
+  for (int i = 0; i < spec_.stage_size(); ++i)
+    if (spec_.stage(i).id() == key) return i;
+  return -1;
+}
+
+std::shared_ptr<const RegisteredOperator> Document::operator_of(const QString& id) const {
+  int i = index_of(id);
+  return i < 0 ? nullptr : registry_.find(spec_.stage(i).op());
+}
+
+QString Document::unused_id(const QString& base) const {
+  if (index_of(base) < 0) return base;
+  for (int n = 2;; ++n) {
+    QString candidate = QString("%1_%2").arg(base).arg(n);
+    if (index_of(candidate) < 0) return candidate;
+  }
+}
+
+QString Document::add_stage(const QString& op, QPointF position) {
+  QString id = unused_id(op);
+  edit(QString("Add %1").arg(id), [&](spec::PipelineSpec& s) {
+    auto* st = s.add_stage();
+    st->set_id(id.toStdString());
+    st->set_op(op.toStdString());
+    st->mutable_layout()->set_x(position.x());
+    st->mutable_layout()->set_y(position.y());
+  });
+  return id;
+}
+
+void Document::remove_stages(const QStringList& ids) {
+  if (ids.isEmpty()) return;
+  edit(ids.size() == 1 ? QString("Delete %1").arg(ids.front()) : QString("Delete %1 stages").arg(ids.size()), [&](spec::PipelineSpec& s) {
+    spec::PipelineSpec kept;
+    *kept.mutable_options() = s.options();
+    for (const auto& st : s.stage())
+      if (!ids.contains(QString::fromStdString(st.id()))) *kept.add_stage() = st;
+    // A consumer of a deleted stage keeps its place and loses its input (a problem to fix).
+    for (auto& st : *kept.mutable_stage()) {
+      auto* inputs = st.mutable_input();
+      for (int i = inputs->size() - 1; i >= 0; --i)
+        if (ids.contains(QString::fromStdString(inputs->Get(i)))) inputs->DeleteSubrange(i, 1);
+    }
+    s = std::move(kept);
+  });
+}
+
+std::optional<QString> Document::connection_refusal(const QString& from, const QString& to) const {
+  const int f = index_of(from), t = index_of(to);
+  if (f < 0 || t < 0) return QString("no such stage");
+  if (f == t) return QString("a stage cannot feed itself");
+  auto from_op = operator_of(from), to_op = operator_of(to);
+  if (from_op && from_op->info.kind == OperatorKind::Sink)
+    return QString("'%1' is a sink (%2): it has no output").arg(from, QString::fromStdString(from_op->info.name));
+  if (to_op && to_op->info.kind == OperatorKind::Source)
+    return QString("'%1' is a source (%2): it takes no input").arg(to, QString::fromStdString(to_op->info.name));
+  // Walking up from `from`: reaching `to` means `to` already feeds `from`.
+  std::vector<bool> seen(spec_.stage_size());
+  for (int at = f; at >= 0 && !seen[at];) {
+    seen[at] = true;
+    if (at == t) return QString("'%1' already feeds '%2': the connection would make a cycle").arg(to, from);
+    at = spec_.stage(at).input_size() > 0 ? index_of(QString::fromStdString(spec_.stage(at).input(0))) : -1;
+  }
+  for (const auto& st : spec_.stage())
+    for (const auto& in : st.input())
+      if (in == from.toStdString() && st.id() != to.toStdString())
+        return QString("'%1' already feeds '%2', and a stage's output goes to one stage: delete that connection first")
+            .arg(from, QString::fromStdString(st.id()));
+  return std::nullopt;
+}
+
+void Document::connect_stages(const QString& from, const QString& to) {
+  if (connection_refusal(from, to)) return;
+  edit(QString("Connect %1 to %2").arg(from, to), [&](spec::PipelineSpec& s) {
+    auto* st = find_stage(s, to);
+    st->clear_input();
+    st->add_input(from.toStdString());
+  });
+}
+
+void Document::move_stage(const QString& id, QPointF position) {
+  edit(QString("Move %1").arg(id), [&](spec::PipelineSpec& s) {
+    if (auto* st = find_stage(s, id)) {
+      st->mutable_layout()->set_x(position.x());
+      st->mutable_layout()->set_y(position.y());
+    }
+  }, "move " + id);
+}
+
+void Document::set_param(const QString& id, const QString& name, const std::optional<QString>& value) {
+  edit(QString("Set %1.%2").arg(id, name), [&](spec::PipelineSpec& s) {
+    auto* st = find_stage(s, id);
+    if (!st) return;
+    if (value) (*st->mutable_params())[name.toStdString()] = value->toStdString();
+    else st->mutable_params()->erase(name.toStdString());
+  });
+}
+
+void Document::set_stage_field(const QString& id, const QString& field, int value) {
+  edit(QString("Set %1 %2").arg(id, field), [&](spec::PipelineSpec& s) {
+    auto* st = find_stage(s, id);
+    if (!st) return;
+    if (field == "parallelism") st->set_parallelism(value);
+    else if (field == "buffer_size") st->set_buffer_size(value);
+  });
+}
+
+std::optional<QString> Document::rename_stage(const QString& id, const QString& new_id) {
+  if (new_id == id) return std::nullopt;
+  if (new_id.trimmed().isEmpty()) return QString("a stage needs an id");
+  if (index_of(new_id) >= 0) return QString("'%1' is taken by another stage").arg(new_id);
+  edit(QString("Rename %1 to %2").arg(id, new_id), [&](spec::PipelineSpec& s) {
+    for (auto& st : *s.mutable_stage()) {
+      if (st.id() == id.toStdString()) st.set_id(new_id.toStdString());
+      for (auto& in : *st.mutable_input())
+        if (in == id.toStdString()) in = new_id.toStdString();
+    }
+  });
+  return std::nullopt;
+}
+
+void Document::arrange() { edit("Arrange", [](spec::PipelineSpec& s) { lay_out(s); }); }
+
+void Document::lay_out(spec::PipelineSpec& s) {
+  std::map<std::string, int> position;
+  for (int i = 0; i < s.stage_size(); ++i) position[s.stage(i).id()] = i;
+  auto input_of = [&](int i) {
+    if (s.stage(i).input_size() == 0) return -1;
+    auto it = position.find(s.stage(i).input(0));
+    return it == position.end() ? -1 : it->second;
+  };
+  // Each stage has one input at most and one consumer, so the graph is a set of chains: a chain
+  // per band of rows, in the order its first stage appears, each stage one column right of its
+  // input; a chain longer than a screen's width goes on in the next row, again from the left.
+  std::vector<int> depth(s.stage_size(), -1), chain(s.stage_size(), -1);
+  int chains = 0;
+  for (int i = 0; i < s.stage_size(); ++i) {
+    std::vector<int> path;
+    int at = i;
+    while (at >= 0 && depth[at] < 0 && std::find(path.begin(), path.end(), at) == path.end()) {
+      path.push_back(at);
+      at = input_of(at);
+    }
+    int d = at >= 0 && depth[at] >= 0 ? depth[at] + 1 : 0;
+    int c = at >= 0 && chain[at] >= 0 ? chain[at] : chains++;
+    for (auto it = path.rbegin(); it != path.rend(); ++it, ++d) {
+      depth[*it] = d;
+      chain[*it] = c;
+    }
+  }
+  std::vector<int> rows_of_chain(chains, 1), first_row(chains, 0);
+  for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / kColumns + 1);
+  for (int c = 1; c < chains; ++c) first_row[c] = first_row[c - 1] + rows_of_chain[c - 1];
+  for (int i = 0; i < s.stage_size(); ++i) {
+    s.mutable_stage(i)->mutable_layout()->set_x((depth[i] % kColumns) * kColumnStep);
+    s.mutable_stage(i)->mutable_layout()->set_y((first_row[chain[i]] + depth[i] / kColumns) * kRowStep);
+  }
+}
+
+bool same_pipeline_ignoring_layout(const spec::PipelineSpec& a, const spec::PipelineSpec& b) {
+  spec::PipelineSpec x = a, y = b;
+  for (auto& st : *x.mutable_stage()) st.clear_layout();
+  for (auto& st : *y.mutable_stage()) st.clear_layout();
+  return google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
+
+}  // namespace sluice::studio

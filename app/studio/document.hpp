@@ -1,0 +1,88 @@
+#pragma once
+// The pipeline being edited: the same PipelineSpec the CLI reads, the file it came from, and the
+// undo stack every edit goes through. Widgets change it only through edit(); it tells them with
+// changed().
+#include <QObject>
+#include <QPointF>
+#include <QString>
+#include <QUndoStack>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "pipeline.pb.h"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+namespace sluice::studio {
+
+class Document : public QObject {
+  Q_OBJECT
+ public:
+  explicit Document(const Registry& registry, QObject* parent = nullptr);
+
+  const spec::PipelineSpec& spec() const { return spec_; }
+  const Registry& registry() const { return registry_; }
+  QUndoStack* undo_stack() { return &undo_; }
+  const QString& file() const { return file_; }
+  bool modified() const { return !undo_.isClean(); }
+  // Set while attached to a run elsewhere: the canvas shows it but nothing edits it.
+  bool read_only() const { return read_only_; }
+
+  // Replaces everything (no undo): a new, opened or attached pipeline.
+  void reset(const spec::PipelineSpec& spec, const QString& file, bool read_only = false);
+  // Reads a pipeline file; throws SpecError naming the file, line and column of what is wrong.
+  // Stages without a position are laid out.
+  void open(const QString& file);
+  // Writes atomically and marks the document clean; throws Error when the file cannot be written.
+  void save(const QString& file);
+
+  // One undoable edit: `change` is applied to a copy of the spec. Edits in a row with the same
+  // non-empty merge tag (moving one node, nudging one field) become one undo step.
+  void edit(const QString& description, const std::function<void(spec::PipelineSpec&)>& change, const QString& merge_tag = {});
+
+  // The edits users make, each one undo step.
+  QString add_stage(const QString& op, QPointF position);  // returns the new stage's id
+  void remove_stages(const QStringList& ids);
+  void connect_stages(const QString& from, const QString& to);
+  void move_stage(const QString& id, QPointF position);
+  void set_param(const QString& id, const QString& name, const std::optional<QString>& value);  // nullopt: back to default
+  void set_stage_field(const QString& id, const QString& field, int value);  // parallelism, buffer_size
+  // Renames and rewires the consumer; returns why not when the id is empty or taken.
+  std::optional<QString> rename_stage(const QString& id, const QString& new_id);
+  void arrange();  // left-to-right layout of every stage
+
+  // Why `from`'s output cannot go into `to`, or nothing when it can.
+  std::optional<QString> connection_refusal(const QString& from, const QString& to) const;
+
+  int index_of(const QString& id) const;  // -1 when absent
+  std::shared_ptr<const RegisteredOperator> operator_of(const QString& id) const;
+  // Every problem validation finds, as the CLI would report it.
+  const std::vector<Problem>& problems() const { return problems_; }
+
+  // Positions for every stage: sources in a column on the left, each consumer right of its input
+  // (a long chain wraps to the next row).
+  static void lay_out(spec::PipelineSpec& spec);
+
+ signals:
+  void changed();
+  void file_changed(const QString& file);
+
+ private:
+  friend class SpecEdit;
+  void replace_spec(const spec::PipelineSpec& spec);
+  void revalidate();
+  QString unused_id(const QString& base) const;
+
+  const Registry& registry_;
+  spec::PipelineSpec spec_;
+  QString file_;
+  bool read_only_ = false;
+  QUndoStack undo_;
+  std::vector<Problem> problems_;
+};
+
+// Layout fields are the only difference the app may make to a file it opens and saves.
+bool same_pipeline_ignoring_layout(const spec::PipelineSpec& a, const spec::PipelineSpec& b);
+
+}  // namespace sluice::studio

@@ -1,0 +1,44 @@
+#pragma once
+// The selected stage's settings, generated from its operator's parameter schema: spin boxes with
+// the schema's ranges, combo boxes for choices, check boxes, file pickers for paths, text for
+// lists. Text is checked as it is typed; a committed value goes through the Document (undoable)
+// and the problems panel reports whatever validation still finds.
+#include <QFormLayout>
+#include <QLabel>
+#include <QWidget>
+
+#include "document.hpp"
+
+namespace sluice::studio {
+
+class Inspector final : public QWidget {
+  Q_OBJECT
+ public:
+  explicit Inspector(Document& document, QWidget* parent = nullptr);
+  void show_stage(const QString& id);  // empty: nothing selected
+  const QString& stage() const { return stage_; }
+  bool settled() const { return !rebuild_pending_; }  // the form shows the document as it is
+  // The editor of a parameter (object name "param:NAME"), for tests and focus keeping.
+  QWidget* editor(const QString& param) const;
+  // The message under a parameter's editor: what is wrong with the text being typed, or with the
+  // committed value.
+  QString message(const QString& param) const;
+
+ private:
+  // The form is rebuilt from the event loop, never inside one of its own editors' signals (a
+  // committed value changes the document, which would delete the editor still handling its key).
+  void schedule_rebuild();
+  void rebuild();
+  bool rebuild_pending_ = false;
+  void add_param_row(const ParamSpec& spec, const spec::Stage& stage);
+  void commit(const QString& param, const QString& text, const ParamSpec& spec);
+
+  Document& document_;
+  QString stage_;
+  std::string shown_;  // the stage as the form shows it, to rebuild only when it changed
+  QWidget* form_host_ = nullptr;
+  QFormLayout* form_ = nullptr;
+  QLabel* header_ = nullptr;
+};
+
+}  // namespace sluice::studio

@@ -1,0 +1,123 @@
+#include "live.hpp"
+
+#include <QUrl>
+
+#include "sluice/core/metrics_log.hpp"
+
+namespace sluice::studio {
+
+RunController::RunController(QObject* parent) : QObject(parent) {
+  poll_.setInterval(200);
+  connect(&poll_, &QTimer::timeout, this, &RunController::poll);
+}
+
+RunController::~RunController() {
+  if (engine_) {
+    engine_->stop();
+    engine_->wait();
+  }
+}
+
+std::optional<QString> RunController::start(const spec::PipelineSpec& spec, const QString& file, const Registry& registry) {
+  if (engine_) return QString("a run is already going; stop it first");
+  try {
+    PipelineDocument doc;
+    doc.spec = spec;
+    doc.file = file.isEmpty() ? "untitled" : file.toStdString();
+    auto engine = std::make_unique<Engine>(build_graph(doc, registry));
+    {
+      std::lock_guard lock(latest_mutex_);
+      have_latest_ = false;
+      emitted_sequence_ = 0;
+    }
+    engine->subscribe([this](const metrics::MetricsSnapshot& s) {
+      std::lock_guard lock(latest_mutex_);
+      latest_ = s;
+      have_latest_ = true;
+    });
+    engine->start();
+    engine_ = std::move(engine);
+  } catch (const Error& e) {
+    return QString::fromUtf8(e.what());
+  }
+  poll_.start();
+  return std::nullopt;
+}
+
+void RunController::stop() {
+  if (engine_) engine_->stop();
+}
+
+void RunController::poll() {
+  if (!engine_) return poll_.stop();
+  const bool done = engine_->wait_for(std::chrono::milliseconds(0));
+  RunResult result;
+  if (done) result = engine_->wait();  // every thread joined; the last snapshot is published
+  metrics::MetricsSnapshot s;
+  bool fresh = false;
+  {
+    std::lock_guard lock(latest_mutex_);
+    if (have_latest_ && latest_.sequence() != emitted_sequence_) {
+      s = latest_;
+      emitted_sequence_ = s.sequence();
+      fresh = true;
+    }
+  }
+  if (fresh) emit snapshot(s);
+  if (!done) return;
+  poll_.stop();
+  engine_.reset();
+  emit finished(QString::fromUtf8(run_state_name(result.state)), QString::fromStdString(result.error));
+}
+
+AttachClient::AttachClient(QObject* parent) : QObject(parent) {}
+
+void AttachClient::attach(const QString& address) {
+  detach();
+  QString text = address.trimmed();
+  if (!text.contains("://")) text = "http://" + (text.contains(':') ? text : "127.0.0.1:" + text);
+  QUrl url(text);
+  url.setPath("/stream");
+  url_ = url.toString();
+  pending_.clear();
+  QNetworkRequest request(url);
+  request.setRawHeader("Accept", "text/event-stream");
+  request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
+  reply_ = network_.get(request);
+  connect(reply_, &QNetworkReply::readyRead, this, &AttachClient::read_events);
+  connect(reply_, &QNetworkReply::finished, this, [this, reply = reply_] {
+    const bool detached = detaching_;
+    const QString why = detached                                          ? QString("detached from %1").arg(url_)
+                        : reply->error() == QNetworkReply::NoError ? QString("the run at %1 ended").arg(url_)
+                                                                          : QString("%1: %2").arg(url_, reply->errorString());
+    reply->deleteLater();
+    if (reply_ == reply) reply_ = nullptr;
+    emit ended(why);
+  });
+}
+
+void AttachClient::detach() {
+  if (!reply_) return;
+  detaching_ = true;
+  reply_->abort();  // finished() fires inside abort()
+  detaching_ = false;
+}
+
+void AttachClient::read_events() {
+  pending_ += reply_->readAll();
+  // Events end with a blank line; each of ours is one "data: JSON" line.
+  for (qsizetype end; (end = pending_.indexOf("\n\n")) >= 0;) {
+    const QByteArray event = pending_.left(end);
+    pending_.remove(0, end + 2);
+    for (const QByteArray& line : event.split('\n')) {
+      if (!line.startsWith("data:")) continue;
+      try {
+        emit snapshot(snapshot_from_json(line.mid(5).trimmed().toStdString()));
+      } catch (const Error&) {
+        // A line that is not a snapshot (another server on that port): ignored, the next may be.
+      }
+    }
+  }
+}
+
+}  // namespace sluice::studio

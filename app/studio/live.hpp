@@ -1,0 +1,69 @@
+#pragma once
+// Where live snapshots come from: a run in this process (RunController) or a headless run's
+// metrics endpoint (AttachClient). Both hand snapshots to the window on its own thread; the
+// engine never calls a widget.
+#include <QNetworkAccessManager>
+#include <QNetworkReply>
+#include <QObject>
+#include <QPointer>
+#include <QTimer>
+#include <memory>
+#include <mutex>
+
+#include "metrics.pb.h"
+#include "sluice/core/engine.hpp"
+
+namespace sluice::studio {
+
+class RunController final : public QObject {
+  Q_OBJECT
+ public:
+  explicit RunController(QObject* parent = nullptr);
+  ~RunController() override;  // stops and joins a run still going
+  // Builds and starts the pipeline; returns what is wrong instead when it cannot.
+  std::optional<QString> start(const spec::PipelineSpec& spec, const QString& file, const Registry& registry);
+  void stop();  // returns at once; finished() follows when every thread has joined
+  bool running() const { return engine_ != nullptr; }
+  std::chrono::milliseconds poll_interval() const { return std::chrono::milliseconds(poll_.interval()); }
+
+ signals:
+  void snapshot(const sluice::metrics::MetricsSnapshot& snapshot);
+  // state: finished, stopped or failed; error: the engine's message when failed.
+  void finished(const QString& state, const QString& error);
+
+ private:
+  void poll();
+  std::unique_ptr<Engine> engine_;
+  QTimer poll_;
+  // Written by the engine's metrics thread, read by poll() on the GUI thread.
+  std::mutex latest_mutex_;
+  metrics::MetricsSnapshot latest_;
+  std::uint64_t emitted_sequence_ = 0;
+  bool have_latest_ = false;
+};
+
+// Follows /stream of `sluice run --metrics-addr` (server-sent events, one JSON snapshot each).
+class AttachClient final : public QObject {
+  Q_OBJECT
+ public:
+  explicit AttachClient(QObject* parent = nullptr);
+  // "HOST:PORT", "PORT" or an http:// address.
+  void attach(const QString& address);
+  void detach();
+  bool attached() const { return reply_ != nullptr; }
+  const QString& url() const { return url_; }
+
+ signals:
+  void snapshot(const sluice::metrics::MetricsSnapshot& snapshot);
+  void ended(const QString& why);  // the run ended, the address did not answer, or detach()
+
+ private:
+  void read_events();
+  QNetworkAccessManager network_;
+  QPointer<QNetworkReply> reply_;
+  QByteArray pending_;
+  QString url_;
+  bool detaching_ = false;
+};
+
+}  // namespace sluice::studio

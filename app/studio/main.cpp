@@ -1,0 +1,60 @@
+// sluice-studio: the desktop app. `sluice-studio [PIPELINE]` opens a pipeline file;
+// `--attach HOST:PORT` follows a headless run; `--screenshot FILE --run-seconds N` runs the
+// pipeline for N seconds, saves the window as a PNG and exits (how the README's picture is made).
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QSaveFile>
+#include <QTimer>
+#include <cstdio>
+
+#include "main_window.hpp"
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("Sluice Studio");
+  QApplication::setOrganizationName("Sluice");
+  QCommandLineParser cli;
+  cli.setApplicationDescription("Build input pipelines visually and watch every stage live.");
+  cli.addHelpOption();
+  cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
+  QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
+  QCommandLineOption attach("attach", "follow a headless run's metrics endpoint", "HOST:PORT");
+  QCommandLineOption screenshot("screenshot", "run the pipeline, save the window as PNG to FILE, exit", "FILE");
+  QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
+  cli.addOptions({plugin_dir, attach, screenshot, run_seconds});
+  cli.process(app);
+
+  sluice::Registry registry;
+  std::vector<std::filesystem::path> extra;
+  for (const QString& d : cli.values(plugin_dir)) extra.emplace_back(d.toStdString());
+  registry.load_search_path(extra);
+  for (const auto& refused : registry.refused())
+    std::fprintf(stderr, "plugin %s not loaded: %s\n", refused.path.c_str(), refused.reason.c_str());
+
+  sluice::studio::MainWindow window(registry);
+  const QStringList args = cli.positionalArguments();
+  if (!args.isEmpty() && !window.open_file(args.front())) return 1;
+  if (cli.isSet(attach)) window.attach_to(cli.value(attach));
+  window.show();
+
+  if (cli.isSet(screenshot)) {
+    if (args.isEmpty()) {
+      std::fprintf(stderr, "--screenshot needs a pipeline file to run\n");
+      return 2;
+    }
+    if (!window.start_run()) {
+      std::fprintf(stderr, "cannot run %s: %s\n", qPrintable(args.front()), qPrintable(window.status_text()));
+      return 1;
+    }
+    const QString target = cli.value(screenshot);
+    QTimer::singleShot(cli.value(run_seconds).toDouble() * 1000, &window, [&] {
+      QSaveFile out(target);  // written whole or not at all
+      const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
+      if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
+      else std::fprintf(stderr, "wrote %s\n", qPrintable(target));
+      window.stop_run();
+      QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &app, [&app, ok] { app.exit(ok ? 0 : 1); });
+    });
+  }
+  return app.exec();
+}

@@ -1,0 +1,390 @@
+#include "main_window.hpp"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QInputDialog>
+#include <QMenuBar>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QToolBar>
+
+#include "sluice/core/report.hpp"
+
+namespace sluice::studio {
+
+MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(parent), document_(registry) {
+  scene_ = new PipelineScene(document_, this);
+  view_ = new CanvasView(*scene_);
+  setCentralWidget(view_);
+
+  palette_ = new Palette(registry);
+  auto* palette_dock = new QDockWidget("Operators", this);
+  palette_dock->setObjectName("palette");
+  palette_dock->setWidget(palette_);
+  addDockWidget(Qt::LeftDockWidgetArea, palette_dock);
+
+  inspector_ = new Inspector(document_);
+  auto* inspector_dock = new QDockWidget("Inspector", this);
+  inspector_dock->setObjectName("inspector");
+  inspector_dock->setWidget(inspector_);
+  addDockWidget(Qt::RightDockWidgetArea, inspector_dock);
+
+  problems_ = new QListWidget;
+  monitor_ = new MonitorPanel;
+  log_ = new LogPanel;
+  auto* bottom = new QTabWidget;
+  bottom->addTab(monitor_, "Monitor");
+  bottom->addTab(problems_, "Problems");
+  bottom->addTab(log_, "Log");
+  bottom->setObjectName("bottom_tabs");
+  auto* bottom_dock = new QDockWidget("Run", this);
+  bottom_dock->setObjectName("run");
+  bottom_dock->setWidget(bottom);
+  addDockWidget(Qt::BottomDockWidgetArea, bottom_dock);
+
+  ask_to_save = [this] {
+    return QMessageBox::question(this, "Unsaved changes", "The pipeline has unsaved changes. Save them first?",
+                                 QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+  };
+
+  build_actions();
+  statusBar()->showMessage("Ready");
+
+  connect(&document_, &Document::changed, this, [this] {
+    refresh_problems();
+    refresh_title();
+  });
+  connect(document_.undo_stack(), &QUndoStack::cleanChanged, this, &MainWindow::refresh_title);
+  connect(&document_, &Document::file_changed, this, &MainWindow::refresh_title);
+  connect(scene_, &QGraphicsScene::selectionChanged, this, [this] {
+    const QStringList ids = scene_->selected_stage_ids();
+    inspector_->show_stage(ids.size() == 1 ? ids.front() : QString());
+  });
+  connect(scene_, &PipelineScene::hint, this, [this](const QString& text) { show_status(text); });
+  connect(scene_, &PipelineScene::connection_refused, this, [this](const QString& reason) { show_status("Not connected: " + reason, 8000); });
+  connect(view_, &CanvasView::operator_dropped, this, [this](const QString& op, QPointF at) {
+    const QString id = document_.add_stage(op, at);
+    scene_->select_stage(id);
+  });
+  connect(palette_, &Palette::add_requested, this, &MainWindow::add_from_palette);
+  connect(problems_, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
+    const QString stage = item->data(Qt::UserRole).toString();
+    if (!stage.isEmpty()) scene_->select_stage(stage, true);
+  });
+  connect(&runner_, &RunController::snapshot, this, &MainWindow::apply_snapshot);
+  connect(&runner_, &RunController::finished, this, [this](const QString& state, const QString& error) {
+    set_running(false);
+    log_->note(error.isEmpty() ? QString("run %1").arg(state) : QString("run %1: %2").arg(state, error));
+    show_status(error.isEmpty() ? QString("Run %1.").arg(state) : QString("Run failed: %1").arg(error));
+  });
+  connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
+    if (document_.read_only() && document_.spec().stage_size() != snap.stage_size()) {
+      // The attached run's pipeline, as its snapshots describe it.
+      spec::PipelineSpec shown;
+      for (const auto& st : snap.stage()) {
+        auto* s = shown.add_stage();
+        s->set_id(st.id());
+        s->set_op(st.op());
+        for (const auto& in : st.inputs()) s->add_input(in);
+      }
+      Document::lay_out(shown);
+      document_.reset(shown, attach_.url(), true);
+      view_->fit();
+    }
+    apply_snapshot(snap);
+  });
+  connect(&attach_, &AttachClient::ended, this, [this](const QString& why) {
+    log_->note(why);
+    show_status(why);
+    action("detach")->setEnabled(false);
+  });
+
+  refresh_problems();
+  refresh_title();
+  resize(1600, 1000);
+}
+
+MainWindow::~MainWindow() {
+  // The scene reads the document: gone before it.
+  attach_.detach();
+  delete view_;
+  delete scene_;
+}
+
+QAction* MainWindow::action(const QString& name) const { return actions_.value(name); }
+
+QString MainWindow::status_text() const { return statusBar()->currentMessage(); }
+
+void MainWindow::show_status(const QString& text, int ms) {
+  if (text.isEmpty()) statusBar()->clearMessage();
+  else statusBar()->showMessage(text, ms);
+}
+
+void MainWindow::build_actions() {
+  auto add = [this](const QString& name, const QString& text, QKeySequence key, auto slot) {
+    auto* a = new QAction(text, this);
+    a->setShortcut(key);
+    connect(a, &QAction::triggered, this, slot);
+    actions_.insert(name, a);
+    return a;
+  };
+  auto* file = menuBar()->addMenu("&File");
+  file->addAction(add("new", "&New", QKeySequence::New, [this] {
+    if (!confirm_discard()) return;
+    attach_.detach();
+    document_.reset({}, {});
+  }));
+  file->addAction(add("open", "&Open…", QKeySequence::Open, [this] {
+    if (!confirm_discard()) return;
+    const QString f = QFileDialog::getOpenFileName(this, "Open pipeline", {}, "Pipelines (*.txtpb *.pbtxt *.json);;All files (*)");
+    if (!f.isEmpty()) open_file(f);
+  }));
+  recent_menu_ = file->addMenu("Open &Recent");
+  rebuild_recent_menu();
+  file->addAction(add("save", "&Save", QKeySequence::Save, [this] {
+    if (document_.file().isEmpty() || document_.read_only()) return action("save_as")->trigger();
+    save_to(document_.file());
+  }));
+  file->addAction(add("save_as", "Save &As…", QKeySequence::SaveAs, [this] {
+    const QString f = QFileDialog::getSaveFileName(this, "Save pipeline", document_.file(), "Pipelines (*.txtpb)");
+    if (!f.isEmpty()) save_to(f);
+  }));
+  file->addSeparator();
+  file->addAction(add("quit", "&Quit", QKeySequence::Quit, [this] { close(); }));
+
+  auto* edit = menuBar()->addMenu("&Edit");
+  auto* undo = document_.undo_stack()->createUndoAction(this, "&Undo");
+  undo->setShortcut(QKeySequence::Undo);
+  auto* redo = document_.undo_stack()->createRedoAction(this, "&Redo");
+  // Both common bindings, whatever the platform's theme says.
+  QList<QKeySequence> redo_keys = QKeySequence::keyBindings(QKeySequence::Redo);
+  for (const char* key : {"Ctrl+Shift+Z", "Ctrl+Y"})
+    if (!redo_keys.contains(QKeySequence(key))) redo_keys.push_back(QKeySequence(key));
+  redo->setShortcuts(redo_keys);
+  actions_.insert("undo", undo);
+  actions_.insert("redo", redo);
+  edit->addAction(undo);
+  edit->addAction(redo);
+  edit->addSeparator();
+  edit->addAction(add("delete", "&Delete", QKeySequence::Delete, [this] { delete_selection(); }));
+  edit->addAction(add("arrange", "Arrange &left to right", QKeySequence("Ctrl+L"), [this] {
+    document_.arrange();
+    view_->fit();
+  }));
+  auto* view = menuBar()->addMenu("&View");
+  view->addAction(add("zoom_in", "Zoom &in", QKeySequence::ZoomIn, [this] { view_->zoom_by(1.2); }));
+  view->addAction(add("zoom_out", "Zoom &out", QKeySequence::ZoomOut, [this] { view_->zoom_by(1 / 1.2); }));
+  view->addAction(add("fit", "&Fit", QKeySequence("Ctrl+0"), [this] { view_->fit(); }));
+
+  auto* run = menuBar()->addMenu("&Run");
+  run->addAction(add("run", "&Run", QKeySequence("F5"), [this] { start_run(); }));
+  run->addAction(add("stop", "&Stop", QKeySequence("Shift+F5"), [this] { stop_run(); }));
+  run->addSeparator();
+  run->addAction(add("attach", "&Attach to a run…", QKeySequence(), [this] {
+    bool ok = false;
+    const QString address = QInputDialog::getText(this, "Attach", "Metrics address of a headless run (sluice run --metrics-addr):",
+                                                  QLineEdit::Normal, "127.0.0.1:9464", &ok);
+    if (ok && !address.isEmpty()) attach_to(address);
+  }));
+  run->addAction(add("detach", "&Detach", QKeySequence(), [this] { attach_.detach(); }));
+  action("stop")->setEnabled(false);
+  action("detach")->setEnabled(false);
+
+  auto* bar = addToolBar("Main");
+  bar->setObjectName("main_toolbar");
+  for (const char* name : {"new", "open", "save"}) bar->addAction(action(name));
+  bar->addSeparator();
+  bar->addAction(undo);
+  bar->addAction(redo);
+  bar->addAction(action("arrange"));
+  bar->addSeparator();
+  bar->addAction(action("run"));
+  bar->addAction(action("stop"));
+  bar->addAction(action("attach"));
+}
+
+void MainWindow::refresh_problems() {
+  problems_->clear();
+  for (const auto& p : document_.problems()) {
+    QString where;
+    if (!p.stage.empty()) where = QString("stage '%1'").arg(QString::fromStdString(p.stage));
+    if (!p.param.empty()) where += QString(", parameter '%1'").arg(QString::fromStdString(p.param));
+    auto* item = new QListWidgetItem((where.isEmpty() ? QString() : where + ": ") + QString::fromStdString(p.message));
+    item->setData(Qt::UserRole, QString::fromStdString(p.stage));
+    item->setForeground(QColor(170, 20, 20));
+    problems_->addItem(item);
+  }
+  if (auto* tabs = findChild<QTabWidget*>("bottom_tabs"))
+    tabs->setTabText(1, document_.problems().empty() ? "Problems" : QString("Problems (%1)").arg(document_.problems().size()));
+}
+
+void MainWindow::refresh_title() {
+  QString name = document_.file().isEmpty() ? "untitled" : QFileInfo(document_.file()).fileName();
+  if (document_.read_only()) name = "attached: " + document_.file();
+  setWindowTitle(QString("%1[*] — Sluice Studio").arg(name));
+  setWindowModified(document_.modified());
+}
+
+bool MainWindow::confirm_discard() {
+  if (!document_.modified() || document_.read_only()) return true;
+  switch (ask_to_save()) {
+    case QMessageBox::Save:
+      action("save")->trigger();
+      return !document_.modified();
+    case QMessageBox::Discard: return true;
+    default: return false;
+  }
+}
+
+bool MainWindow::open_file(const QString& file) {
+  try {
+    attach_.detach();
+    document_.open(file);
+    remember_recent(document_.file());
+    // Once the window has its size (it may not be shown yet).
+    QMetaObject::invokeMethod(view_, [view = view_] { view->fit(); }, Qt::QueuedConnection);
+    show_status(QString("Opened %1").arg(file), 5000);
+    return true;
+  } catch (const Error& e) {
+    log_->note(QString::fromUtf8(e.what()));
+    show_status(QString("Cannot open %1: %2").arg(file, QString::fromUtf8(e.what())));
+    QMessageBox::warning(this, "Cannot open", QString::fromUtf8(e.what()));
+    return false;
+  }
+}
+
+bool MainWindow::save_to(const QString& file) {
+  try {
+    document_.save(file);
+    remember_recent(document_.file());
+    show_status(QString("Saved %1").arg(file), 5000);
+    return true;
+  } catch (const Error& e) {
+    show_status(QString("Cannot save %1: %2").arg(file, QString::fromUtf8(e.what())));
+    return false;
+  }
+}
+
+void MainWindow::remember_recent(const QString& file) {
+  QSettings settings("Sluice", "Sluice Studio");
+  QStringList recent = settings.value("recent").toStringList();
+  recent.removeAll(file);
+  recent.prepend(file);
+  while (recent.size() > 10) recent.removeLast();
+  settings.setValue("recent", recent);
+  rebuild_recent_menu();
+}
+
+void MainWindow::rebuild_recent_menu() {
+  recent_menu_->clear();
+  const QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent").toStringList();
+  for (const QString& f : recent)
+    recent_menu_->addAction(f, this, [this, f] {
+      if (confirm_discard()) open_file(f);
+    });
+  recent_menu_->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::add_from_palette(const QString& op) {
+  if (document_.read_only()) return;
+  // In view, staggered so that several added in a row do not cover each other.
+  const QPointF centre = view_->mapToScene(view_->viewport()->rect().center());
+  const QPointF at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
+  ++added_;
+  scene_->select_stage(document_.add_stage(op, at));
+}
+
+void MainWindow::delete_selection() {
+  const QStringList stages = scene_->selected_stage_ids();
+  const QStringList edges = scene_->selected_edge_targets();
+  if (stages.isEmpty() && edges.isEmpty()) return;
+  document_.undo_stack()->beginMacro("Delete");
+  for (const QString& to : edges)
+    if (!stages.contains(to))
+      document_.edit(QString("Disconnect %1").arg(to), [&](spec::PipelineSpec& s) {
+        for (auto& st : *s.mutable_stage())
+          if (st.id() == to.toStdString()) st.clear_input();
+      });
+  document_.remove_stages(stages);
+  document_.undo_stack()->endMacro();
+}
+
+void MainWindow::set_running(bool running) {
+  action("run")->setEnabled(!running);
+  action("stop")->setEnabled(running);
+  action("attach")->setEnabled(!running);
+}
+
+bool MainWindow::start_run() {
+  if (runner_.running()) return false;
+  attach_.detach();
+  monitor_->clear();
+  log_->reset_run();
+  if (auto error = runner_.start(document_.spec(), document_.file(), document_.registry())) {
+    log_->note("cannot run: " + *error);
+    show_status("Cannot run: " + *error);
+    if (auto* tabs = findChild<QTabWidget*>("bottom_tabs")) tabs->setCurrentIndex(document_.problems().empty() ? 2 : 1);
+    return false;
+  }
+  set_running(true);
+  log_->note("run started");
+  show_status("Running…");
+  return true;
+}
+
+void MainWindow::stop_run() {
+  if (!runner_.running()) return;
+  runner_.stop();
+  show_status("Stopping…");
+}
+
+void MainWindow::attach_to(const QString& address) {
+  if (runner_.running()) return;
+  if (!confirm_discard()) return;
+  monitor_->clear();
+  log_->reset_run();
+  document_.reset({}, address, true);
+  attach_.attach(address);
+  action("detach")->setEnabled(true);
+  log_->note("attaching to " + attach_.url());
+  show_status("Attached to " + attach_.url());
+}
+
+void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap) {
+  QHash<QString, LiveStage> live;
+  for (const auto& st : snap.stage()) {
+    LiveStage l;
+    l.elements_per_s = st.recent_elements_per_s();
+    l.bytes_per_s = st.recent_bytes_per_s();
+    l.busy = st.busy_fraction();
+    l.buffer_level = st.buffer_level();
+    l.buffer_capacity = st.buffer_capacity();
+    l.fused = !st.fused_with().empty();
+    l.skipped = st.errors_skipped();
+    l.bottleneck = !snap.bottleneck().empty() && st.id() == snap.bottleneck();
+    if (l.bottleneck) l.bottleneck_reason = QString::fromStdString(snap.bottleneck_reason());
+    for (const auto& d : st.devices())
+      l.devices.push_back(QString("%1 %2B/s ring %3/%4")
+                              .arg(QString::fromStdString(d.name()), short_number(d.recent_bytes_per_s()))
+                              .arg(d.ring_level())
+                              .arg(d.ring_capacity()));
+    live.insert(QString::fromStdString(st.id()), l);
+  }
+  scene_->set_live(live);
+  monitor_->show_snapshot(snap);
+  log_->show_snapshot(snap);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (!confirm_discard()) return event->ignore();
+  if (runner_.running()) {
+    runner_.stop();
+  }
+  event->accept();
+}
+
+}  // namespace sluice::studio

@@ -1,0 +1,79 @@
+#pragma once
+// The window: palette (left), canvas (centre), inspector (right), problems, monitor and log
+// (below). It owns the Document and the live sources, and turns snapshots into what the canvas
+// and the monitor show.
+#include <QLabel>
+#include <QListWidget>
+#include <QMainWindow>
+#include <QMessageBox>
+#include <functional>
+
+#include "canvas.hpp"
+#include "document.hpp"
+#include "inspector.hpp"
+#include "live.hpp"
+#include "monitor.hpp"
+#include "palette.hpp"
+
+namespace sluice::studio {
+
+class MainWindow final : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(const Registry& registry, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  Document& document() { return document_; }
+  PipelineScene& scene() { return *scene_; }
+  CanvasView& view() { return *view_; }
+  Palette& palette() { return *palette_; }
+  Inspector& inspector() { return *inspector_; }
+  QListWidget& problems() { return *problems_; }
+  MonitorPanel& monitor() { return *monitor_; }
+  LogPanel& log() { return *log_; }
+  RunController& runner() { return runner_; }
+  AttachClient& attach_client() { return attach_; }
+  QString status_text() const;
+  QAction* action(const QString& name) const;  // "new", "open", "save", "run", "stop", ...
+
+  // Asked before unsaved changes are thrown away (New, Open, Attach, close). Tests replace it.
+  std::function<QMessageBox::StandardButton()> ask_to_save;
+
+  bool open_file(const QString& file);  // false (and a message) when it cannot be read
+  bool save_to(const QString& file);
+  bool start_run();
+  void stop_run();
+  void attach_to(const QString& address);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void build_actions();
+  void refresh_problems();
+  void refresh_title();
+  void show_status(const QString& text, int ms = 0);
+  bool confirm_discard();
+  void apply_snapshot(const metrics::MetricsSnapshot& snapshot);
+  void add_from_palette(const QString& op);
+  void delete_selection();
+  void remember_recent(const QString& file);
+  void rebuild_recent_menu();
+  void set_running(bool running);
+
+  Document document_;
+  PipelineScene* scene_;
+  CanvasView* view_;
+  Palette* palette_;
+  Inspector* inspector_;
+  QListWidget* problems_;
+  MonitorPanel* monitor_;
+  LogPanel* log_;
+  RunController runner_;
+  AttachClient attach_;
+  QMenu* recent_menu_ = nullptr;
+  QHash<QString, QAction*> actions_;
+  int added_ = 0;  // stages added from the palette without a drop position, to stagger them
+};
+
+}  // namespace sluice::studio

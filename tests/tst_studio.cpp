@@ -1,0 +1,387 @@
+// The desktop app driven as a person would: mouse and keys on the palette, canvas, inspector and
+// problems panel; runs watched live; a headless run attached to; the window's responsiveness.
+#include <QtTest>
+
+#include <QAbstractItemModel>
+#include <QDir>
+#include <QLineEdit>
+#include <QMimeData>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "main_window.hpp"
+#include "pipeline_runner.hpp"
+
+using namespace sluice::studio;
+
+namespace {
+int thread_count() { return static_cast<int>(QDir("/proc/self/task").entryList(QDir::Dirs | QDir::NoDotAndDotDot).size()); }
+
+QString write_text(const QString& path, const std::string& text) {
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(path));
+  f.write(text.data(), static_cast<qint64>(text.size()));
+  return path;
+}
+
+const sluice::spec::Stage* stage_of(const sluice::spec::PipelineSpec& spec, const QString& id) {
+  for (const auto& st : spec.stage())
+    if (st.id() == id.toStdString()) return &st;
+  return nullptr;
+}
+QString input_of(const sluice::spec::PipelineSpec& spec, const QString& id) {
+  const auto* st = stage_of(spec, id);
+  return st && st->input_size() ? QString::fromStdString(st->input(0)) : QString();
+}
+}  // namespace
+
+class TestStudio : public QObject {
+  Q_OBJECT
+  std::unique_ptr<MainWindow> window_;
+  QTemporaryDir dir_;
+
+  QWidget* viewport() { return window_->view().viewport(); }
+  QPoint at(QPointF scene_pos) { return window_->view().mapFromScene(scene_pos); }
+  NodeItem* node(const QString& id) { return window_->scene().node(id); }
+
+  // Drops an operator from the palette at a point of the canvas, through the drag-and-drop events
+  // the view receives when a person lets go of a palette entry there.
+  void drop_operator(const QString& op, QPoint where) {
+    QTreeWidgetItem* item = window_->palette().item_for(op);
+    QVERIFY2(item, qPrintable("no palette entry " + op));
+    auto* tree = window_->palette().tree();
+    tree->setCurrentItem(item);
+    // The palette's own mime data, as QDrag would carry it.
+    QMimeData* mime = tree->model()->mimeData({tree->currentIndex()});
+    QVERIFY(mime && mime->hasFormat(kOperatorMime));
+    QDragEnterEvent enter(where, Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(viewport(), &enter);
+    QVERIFY(enter.isAccepted());
+    QDragMoveEvent move(where, Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(viewport(), &move);
+    QDropEvent drop(QPointF(where), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(viewport(), &drop);
+    delete mime;
+  }
+
+  // Presses on `from`, moves in steps and lets go on `to` (viewport coordinates).
+  void drag(QPoint from, QPoint to, std::function<void()> before_release = {}) {
+    QTest::mousePress(viewport(), Qt::LeftButton, {}, from);
+    for (int step = 1; step <= 5; ++step) QTest::mouseMove(viewport(), from + (to - from) * step / 5);
+    if (before_release) before_release();
+    QTest::mouseRelease(viewport(), Qt::LeftButton, {}, to);
+  }
+  void connect_ports(const QString& from, const QString& to, std::function<void()> before_release = {}) {
+    drag(at(node(from)->output_port()), at(node(to)->input_port()), std::move(before_release));
+  }
+  void click_node(const QString& id) { QTest::mouseClick(viewport(), Qt::LeftButton, {}, at(node(id)->sceneBoundingRect().center() + QPointF(0, -20))); }
+
+  void open_text(const std::string& text, const QString& name) {
+    QVERIFY(window_->open_file(write_text(dir_.filePath(name), text)));
+  }
+
+ private slots:
+  void init() {
+    window_ = std::make_unique<MainWindow>(sluice::test::registry());
+    window_->ask_to_save = [] { return QMessageBox::Discard; };
+    window_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+  }
+  void cleanup() { window_.reset(); }
+
+  void palette_lists_every_operator_grouped_and_searchable() {
+    auto& palette = window_->palette();
+    for (const auto& op : sluice::test::registry().operators()) {
+      QTreeWidgetItem* item = palette.item_for(QString::fromStdString(op->info.name));
+      QVERIFY(item);
+      QCOMPARE(item->toolTip(0), QString::fromStdString(op->info.summary));
+      QCOMPARE(item->parent()->text(0), QString(sluice::operator_kind_name(op->info.kind)) + "s");
+      QCOMPARE(item->parent()->parent()->text(0), QString::fromStdString(op->plugin_name));
+    }
+    QTest::keyClicks(palette.search(), "tfrecord");
+    QVERIFY(!palette.item_for("tfrecord_reader")->isHidden());
+    QVERIFY(palette.item_for("batch")->isHidden());
+    QVERIFY(palette.item_for("batch")->parent()->isHidden());  // a group with nothing left hides
+  }
+
+  void builds_connects_edits_undoes_saves_and_reopens_a_pipeline() {
+    // Three operators: two dropped at chosen places, one added by double-clicking its palette entry.
+    drop_operator("range", QPoint(120, 120));
+    // The dropped node is centred where it was let go.
+    QVERIFY(node("range"));
+    QVERIFY(QLineF(at(node("range")->sceneBoundingRect().center()), QPoint(120, 120)).length() < 3);
+    auto* tree = window_->palette().tree();
+    QTreeWidgetItem* work_entry = window_->palette().item_for("simulate_work");
+    tree->scrollToItem(work_entry);
+    // A double click as the window system delivers it: a click, then the second press as a
+    // double-click event (QTest::mouseDClick alone sends only the latter).
+    const QPoint entry = tree->visualItemRect(work_entry).center();
+    QTest::mouseClick(tree->viewport(), Qt::LeftButton, {}, entry);
+    QTest::mouseDClick(tree->viewport(), Qt::LeftButton, {}, entry);
+    drop_operator("null_sink", QPoint(700, 120));
+    const auto& spec = window_->document().spec();
+    QCOMPARE(spec.stage_size(), 3);
+    QVERIFY(node("range") && node("simulate_work") && node("null_sink"));
+
+    // Move the double-clicked one between the others by dragging its body: one undo step.
+    const int steps_before_move = window_->document().undo_stack()->count();
+    drag(at(node("simulate_work")->sceneBoundingRect().center() + QPointF(0, -20)), QPoint(410, 300));
+    QCOMPARE(window_->document().undo_stack()->count(), steps_before_move + 1);
+    QCOMPARE(QPointF(stage_of(spec, "simulate_work")->layout().x(), stage_of(spec, "simulate_work")->layout().y()), node("simulate_work")->pos());
+
+    // Connect by dragging from output ports to input ports.
+    connect_ports("range", "simulate_work");
+    connect_ports("simulate_work", "null_sink");
+    QCOMPARE(input_of(spec, "simulate_work"), QString("range"));
+    QCOMPARE(input_of(spec, "null_sink"), QString("simulate_work"));
+    QVERIFY(window_->scene().edge_into("null_sink"));
+    QVERIFY2(window_->document().problems().empty(), window_->document().problems().empty() ? "" : window_->document().problems()[0].to_string().c_str());
+
+    // Connections that cannot work are refused while dragging, with the reason, and not made.
+    const std::string before = spec.SerializeAsString();
+    QString hint_while_dragging;
+    connect_ports("null_sink", "range", [&] { hint_while_dragging = window_->scene().drag_hint(); });
+    QVERIFY2(hint_while_dragging.contains("is a sink"), qPrintable(hint_while_dragging));
+    connect_ports("simulate_work", "range", [&] { hint_while_dragging = window_->scene().drag_hint(); });
+    QVERIFY2(hint_while_dragging.contains("cannot connect") && hint_while_dragging.contains("is a source"), qPrintable(hint_while_dragging));
+    QVERIFY2(window_->status_text().contains("is a source"), qPrintable(window_->status_text()));
+    QCOMPARE(spec.SerializeAsString(), before);
+    // A cycle: two identities in a ring.
+    drop_operator("identity", QPoint(300, 450));
+    drop_operator("identity", QPoint(650, 450));
+    connect_ports("identity", "identity_2");
+    QCOMPARE(input_of(spec, "identity_2"), QString("identity"));
+    connect_ports("identity_2", "identity", [&] { hint_while_dragging = window_->scene().drag_hint(); });
+    QVERIFY2(hint_while_dragging.contains("cycle"), qPrintable(hint_while_dragging));
+    QCOMPARE(input_of(spec, "identity"), QString());
+    // Delete them again with the keyboard, after a rubber-band free click on each.
+    click_node("identity");
+    QTest::keyClick(window_.get(), Qt::Key_Delete);
+    click_node("identity_2");
+    QTest::keyClick(window_.get(), Qt::Key_Delete);
+    QCOMPARE(spec.stage_size(), 3);
+
+    // A bad value, typed into the inspector: flagged as typed, listed as a problem once entered.
+    click_node("range");
+    QCOMPARE(window_->inspector().stage(), QString("range"));
+    QTRY_VERIFY(window_->inspector().settled());
+    auto* count = qobject_cast<QLineEdit*>(window_->inspector().editor("count"));
+    QVERIFY(count);
+    QTest::mouseClick(count, Qt::LeftButton);
+    count->selectAll();
+    QTest::keyClicks(count, "-5");
+    QVERIFY2(window_->inspector().message("count").contains("0"), qPrintable(window_->inspector().message("count")));
+    QVERIFY(window_->problems().count() == 0);  // not committed yet
+    QTest::keyClick(count, Qt::Key_Return);
+    QCOMPARE(stage_of(spec, "range")->params().at("count"), std::string("-5"));
+    QCOMPARE(window_->problems().count(), 1);
+    QVERIFY2(window_->problems().item(0)->text().contains("stage 'range', parameter 'count'"), qPrintable(window_->problems().item(0)->text()));
+    // Clicking the problem selects the stage it names.
+    click_node("null_sink");
+    QListWidget& problems = window_->problems();
+    qobject_cast<QTabWidget*>(window_->findChild<QTabWidget*>("bottom_tabs"))->setCurrentWidget(&problems);
+    QTest::mouseClick(problems.viewport(), Qt::LeftButton, {}, problems.visualItemRect(problems.item(0)).center());
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"range"});
+
+    // Undo (Ctrl+Z) takes the bad value back; redo (Ctrl+Shift+Z) brings it; undo again.
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QVERIFY(!stage_of(spec, "range")->params().contains("count"));
+    QCOMPARE(window_->problems().count(), 0);
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
+    QCOMPARE(stage_of(spec, "range")->params().at("count"), std::string("-5"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    // A good value through the same field.
+    QTRY_VERIFY(window_->inspector().settled());
+    count = qobject_cast<QLineEdit*>(window_->inspector().editor("count"));
+    count->selectAll();
+    QTest::keyClicks(count, "500");
+    QTest::keyClick(count, Qt::Key_Return);
+    QCOMPARE(stage_of(spec, "range")->params().at("count"), std::string("500"));
+    QVERIFY(window_->document().problems().empty());
+
+    // Save; an edit; Ctrl+S saves it to the same file; reopen in a new window and compare.
+    const QString file = dir_.filePath("built.txtpb");
+    QVERIFY(window_->save_to(file));
+    QVERIFY(!window_->document().modified());
+    click_node("simulate_work");
+    QTRY_VERIFY(window_->inspector().settled());
+    auto* us = qobject_cast<QSpinBox*>(window_->inspector().editor("us"));
+    QVERIFY(us);
+    us->selectAll();
+    QTest::keyClicks(us, "20");
+    QTest::keyClick(us, Qt::Key_Return);
+    QCOMPARE(stage_of(spec, "simulate_work")->params().at("us"), std::string("20"));
+    QVERIFY(window_->document().modified());
+    QTest::keyClick(window_.get(), Qt::Key_S, Qt::ControlModifier);
+    QVERIFY(!window_->document().modified());
+    const sluice::spec::PipelineSpec saved = spec;
+    MainWindow reopened(sluice::test::registry());
+    QVERIFY(reopened.open_file(file));
+    QVERIFY(google::protobuf::util::MessageDifferencer::Equals(reopened.document().spec(), saved));  // positions too
+
+    // The CLI runs what the app saved.
+    QProcess cli;
+    cli.start(SLUICE_CLI, {"run", "--quiet", file});
+    QVERIFY(cli.waitForFinished(30000));
+    QVERIFY2(cli.exitCode() == 0, cli.readAllStandardError().constData());
+  }
+
+  void hand_written_file_round_trips_changing_only_layout() {
+    const QString source = QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/demo.txtpb";
+    QVERIFY(window_->open_file(source));
+    for (const auto& st : window_->document().spec().stage()) QVERIFY(st.has_layout());  // laid out on open
+    const QString copy = dir_.filePath("demo_saved.txtpb");
+    QVERIFY(window_->save_to(copy));
+    auto original = sluice::read_pipeline_file(source.toStdString());
+    auto saved = sluice::read_pipeline_file(copy.toStdString());
+    QVERIFY(same_pipeline_ignoring_layout(original.spec, saved.spec));
+    // Opening and saving the app's own file changes nothing at all.
+    const QString again = dir_.filePath("demo_again.txtpb");
+    QVERIFY(window_->open_file(copy));
+    QVERIFY(window_->save_to(again));
+    QCOMPARE(sluice::test::read_file(again.toStdString()), sluice::test::read_file(copy.toStdString()));
+    // Laid out left to right: each stage right of its input, or first in the next row.
+    const auto& spec = window_->document().spec();
+    for (const auto& st : spec.stage()) {
+      if (!st.input_size()) continue;
+      const auto& from = stage_of(spec, QString::fromStdString(st.input(0)))->layout();
+      QVERIFY((st.layout().x() > from.x() && st.layout().y() == from.y()) || (st.layout().x() == 0 && st.layout().y() > from.y()));
+    }
+  }
+
+  void a_run_shows_throughput_occupancy_and_the_bottleneck_then_stops_cleanly() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "100000000"}}) + stage("slow", "simulate_work", "src", {{"us", "3000"}}) +
+                  stage("fast", "simulate_work", "slow", {{"us", "10"}}) + stage("sink", "null_sink", "fast"),
+              "bottleneck.txtpb");
+    const int threads_before = thread_count();
+    QElapsedTimer clock;
+    clock.start();
+    QTest::keyClick(window_.get(), Qt::Key_F5);
+    QVERIFY(window_->runner().running());
+    // Within 2 seconds: rates on the nodes, the buffer before the slow stage full on its edge,
+    // and the slow stage highlighted as the bottleneck, with the reason in its tooltip.
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow")->live() && node("slow")->live()->elements_per_s > 0, 2000);
+    QTRY_VERIFY_WITH_TIMEOUT(node("src")->live() && node("src")->live()->buffer_capacity > 0 &&
+                                 node("src")->live()->buffer_level == node("src")->live()->buffer_capacity,
+                             2000 - clock.elapsed());
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow")->live()->bottleneck, std::max<qint64>(1, 2000 - clock.elapsed()));
+    qInfo("live rates after %lld ms, bottleneck shown", static_cast<long long>(clock.elapsed()));
+    QVERIFY(!node("fast")->live()->bottleneck);
+    QVERIFY(node("slow")->toolTip().contains("Bottleneck"));
+    // The monitor: a row per stage, and a throughput series per stage with points.
+    QCOMPARE(window_->monitor().table()->rowCount(), 4);
+    QVERIFY(window_->monitor().throughput_series("slow") && window_->monitor().throughput_series("slow")->count() > 0);
+    // Stop: the run ends and every thread it started is joined.
+    QTest::keyClick(window_.get(), Qt::Key_F5, Qt::ShiftModifier);
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(thread_count(), threads_before, 5000);
+    QVERIFY(window_->action("run")->isEnabled());
+    QVERIFY(window_->log().toPlainText().contains("run stopped"));
+  }
+
+  void skipped_elements_and_their_reasons_reach_the_log() {
+    using sluice::test::stage;
+    open_text(std::string("options { error_policy: skip }\n") + stage("src", "range", "", {{"count", "50"}}) +
+                  stage("bad", "fail_when", "src", {{"divisor", "10"}}) + stage("sink", "null_sink", "bad"),
+              "skips.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QVERIFY2(window_->log().toPlainText().contains("stage 'bad': 5 skipped"), qPrintable(window_->log().toPlainText()));
+  }
+
+  void a_pipeline_with_problems_does_not_start_and_says_why() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "x"}}) + stage("sink", "null_sink", "src"), "bad.txtpb");
+    QCOMPARE(window_->problems().count(), 1);
+    QVERIFY(!window_->start_run());
+    QVERIFY2(window_->status_text().contains("count"), qPrintable(window_->status_text()));
+    QVERIFY(!window_->runner().running());
+  }
+
+  void attaches_to_a_headless_run_and_shows_its_stages() {
+    using sluice::test::stage;
+    const QString file = write_text(dir_.filePath("headless.txtpb"),
+                                    stage("numbers", "range", "", {{"count", "100000000"}}) +
+                                        stage("work", "simulate_work", "numbers", {{"us", "500"}}) + stage("drain", "null_sink", "work"));
+    QProcess headless;
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-addr", "127.0.0.1:0", file});
+    QVERIFY(headless.waitForStarted());
+    // It prints the address it bound (port 0: any free one) on stderr.
+    headless.setReadChannel(QProcess::StandardError);
+    QString said, url;
+    const QRegularExpression address("metrics: (http://[0-9.:]+)");
+    QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
+    window_->attach_to(url);
+    QTRY_VERIFY_WITH_TIMEOUT(node("work") && node("numbers") && node("drain"), 5000);
+    QCOMPARE(input_of(window_->document().spec(), "work"), QString("numbers"));
+    QVERIFY(window_->document().read_only());
+    QTRY_VERIFY_WITH_TIMEOUT(node("work")->live() && node("work")->live()->elements_per_s > 0, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(window_->monitor().table()->rowCount() == 3, 2000);
+    // Read-only: dragging between ports changes nothing.
+    const std::string before = window_->document().spec().SerializeAsString();
+    connect_ports("work", "numbers");
+    QCOMPARE(window_->document().spec().SerializeAsString(), before);
+    headless.kill();
+    headless.waitForFinished();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->attach_client().attached(), 5000);
+  }
+
+  void renders_the_window_with_a_running_pipeline_to_png() {
+    const QString source = QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/studio_showcase.txtpb";
+    QVERIFY(window_->open_file(source));
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(window_->monitor().throughput_series("decode") && window_->monitor().throughput_series("decode")->count() >= 5, 5000);
+    const QImage image = window_->grab().toImage();
+    QCOMPARE(image.size(), window_->size() * window_->devicePixelRatio());
+    const QString png = QDir(QCoreApplication::applicationDirPath()).filePath("studio_window.png");
+    QVERIFY(image.save(png, "PNG"));
+    QVERIFY(QFileInfo(png).size() > 20000);  // a drawn window, not a blank one
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+  }
+
+  void stays_responsive_under_a_cpu_saturating_pipeline() {
+    using sluice::test::stage;
+    const int workers = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()) * 2);
+    open_text(stage("src", "range", "", {{"count", "100000000"}}) +
+                  stage("burn", "simulate_work", "src", {{"us", "200"}}, "parallelism: " + std::to_string(workers)) +
+                  stage("sink", "null_sink", "burn"),
+              "saturate.txtpb");
+    QVERIFY(window_->start_run());
+    QTest::qWait(300);
+    // A timer that should fire every 20 ms; how late each firing is measures the event loop's
+    // latency while the canvas and the monitor take snapshots and repaint.
+    std::vector<double> late_ms;
+    QElapsedTimer clock;
+    clock.start();
+    qint64 due = 20;
+    QTimer tick;
+    tick.setTimerType(Qt::PreciseTimer);
+    tick.setSingleShot(true);
+    connect(&tick, &QTimer::timeout, this, [&] {
+      late_ms.push_back(std::max<qint64>(0, clock.elapsed() - due));
+      due = clock.elapsed() + 20;
+      tick.start(20);
+    });
+    tick.start(20);
+    QTest::qWait(3000);
+    tick.stop();
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    QVERIFY(late_ms.size() > 20);
+    std::sort(late_ms.begin(), late_ms.end());
+    const double median = late_ms[late_ms.size() / 2], p95 = late_ms[late_ms.size() * 95 / 100];
+    qInfo("event-loop latency under %d busy workers: median %.1f ms, 95th percentile %.1f ms, %zu ticks", workers, median, p95, late_ms.size());
+    QVERIFY2(median < 50, qPrintable(QString("median latency %1 ms").arg(median)));
+  }
+};
+
+QTEST_MAIN(TestStudio)
+#include "tst_studio.moc"
