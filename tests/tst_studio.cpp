@@ -8,7 +8,11 @@
 #include <QMimeData>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QSettings>
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QSpinBox>
+#include <QToolButton>
 #include <QTemporaryDir>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -87,6 +91,12 @@ class TestStudio : public QObject {
   }
 
  private slots:
+  void initTestCase() {
+    // Recent files and other settings go to the test's folder, not the user's.
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, dir_.filePath("settings"));
+    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, dir_.filePath("settings"));
+  }
+
   void init() {
     window_ = std::make_unique<MainWindow>(sluice::test::registry());
     window_->ask_to_save = [] { return QMessageBox::Discard; };
@@ -209,6 +219,7 @@ class TestStudio : public QObject {
     const QString file = dir_.filePath("built.txtpb");
     QVERIFY(window_->save_to(file));
     QVERIFY(!window_->document().modified());
+    QCOMPARE(QSettings("Sluice", "Sluice Studio").value("recent").toStringList().value(0), QFileInfo(file).absoluteFilePath());
     click_node("simulate_work");
     QTRY_VERIFY(window_->inspector().settled());
     auto* us = qobject_cast<QSpinBox*>(window_->inspector().editor("us"));
@@ -230,6 +241,92 @@ class TestStudio : public QObject {
     cli.start(SLUICE_CLI, {"run", "--quiet", file});
     QVERIFY(cli.waitForFinished(30000));
     QVERIFY2(cli.exitCode() == 0, cli.readAllStandardError().constData());
+  }
+
+  void unsaved_changes_are_asked_about_before_they_are_lost() {
+    int asked = 0;
+    auto answer = QMessageBox::Cancel;
+    window_->ask_to_save = [&] {
+      ++asked;
+      return answer;
+    };
+    window_->document().add_stage("range", {});
+    QVERIFY(window_->document().modified());
+    QVERIFY(window_->windowTitle().contains("untitled"));
+    QTest::keyClick(window_.get(), Qt::Key_N, Qt::ControlModifier);  // New, cancelled
+    QCOMPARE(asked, 1);
+    QCOMPARE(window_->document().spec().stage_size(), 1);
+    answer = QMessageBox::Discard;
+    QTest::keyClick(window_.get(), Qt::Key_N, Qt::ControlModifier);  // New, discarding
+    QCOMPARE(asked, 2);
+    QCOMPARE(window_->document().spec().stage_size(), 0);
+    QTest::keyClick(window_.get(), Qt::Key_N, Qt::ControlModifier);  // nothing to lose: not asked
+    QCOMPARE(asked, 2);
+  }
+
+  void a_broken_file_is_refused_with_its_line() {
+    const QString file = write_text(dir_.filePath("broken.txtpb"), "stage { id: \"a\" op: \"range\" }\nstage { id: \"b\" op: }\n");
+    QVERIFY(!window_->open_file(file));
+    QTRY_VERIFY(window_->findChild<QMessageBox*>("open_error"));
+    const QString text = window_->findChild<QMessageBox*>("open_error")->text();
+    QVERIFY2(text.contains("broken.txtpb:2"), qPrintable(text));
+    QCOMPARE(window_->document().spec().stage_size(), 0);  // what was open stays
+  }
+
+  void zooms_with_the_wheel_and_deletes_a_selected_connection() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "") + stage("sink", "null_sink", "src"), "two.txtpb");
+    QTRY_VERIFY(node("sink"));
+    const double before = window_->view().transform().m11();
+    QWheelEvent wheel(QPointF(200, 200), window_->view().viewport()->mapToGlobal(QPointF(200, 200)), {}, QPoint(0, 240), Qt::NoButton,
+                      Qt::NoModifier, Qt::NoScrollPhase, false);
+    QApplication::sendEvent(viewport(), &wheel);
+    QVERIFY(window_->view().transform().m11() > before);
+    // Click the connection's middle, press Delete: the sink loses its input, and undo brings it back.
+    EdgeItem* edge = window_->scene().edge_into("sink");
+    QVERIFY(edge);
+    QTest::mouseClick(viewport(), Qt::LeftButton, {}, at(edge->path().pointAtPercent(0.25)));
+    QCOMPARE(window_->scene().selected_edge_targets(), QStringList{"sink"});
+    QTest::keyClick(window_.get(), Qt::Key_Delete);
+    QCOMPARE(input_of(window_->document().spec(), "sink"), QString());
+    QCOMPARE(window_->problems().count(), 2);  // a sink without input, a source read by nobody
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(input_of(window_->document().spec(), "sink"), QString("src"));
+  }
+
+  void inspector_editors_follow_the_schema() {
+    using sluice::test::stage;
+    open_text(stage("img", "synthetic_images", "") + stage("flip", "random_flip", "img") + stage("enc", "encode_image", "flip") +
+                  stage("out", "write_files", "enc"),
+              "schema.txtpb");
+    QTRY_VERIFY(node("flip"));
+    window_->scene().select_stage("flip");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "flip");
+    // A float with a range: a spin box bounded by it; a choice: a combo box of its values.
+    auto* p = qobject_cast<QDoubleSpinBox*>(window_->inspector().editor("p"));
+    QVERIFY(p);
+    QCOMPARE(p->minimum(), 0.0);
+    QCOMPARE(p->maximum(), 1.0);
+    auto* direction = qobject_cast<QComboBox*>(window_->inspector().editor("direction"));
+    QVERIFY(direction);
+    QCOMPARE(direction->count(), 2);
+    direction->setFocus();
+    QTest::keyClick(direction, Qt::Key_Down);  // to "vertical"
+    QCOMPARE(stage_of(window_->document().spec(), "flip")->params().at("direction"), std::string("vertical"));
+    // An int with a range: a spin box bounded by it.
+    window_->scene().select_stage("img");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "img");
+    auto* height = qobject_cast<QSpinBox*>(window_->inspector().editor("height"));
+    QVERIFY(height);
+    QCOMPARE(height->minimum(), 1);
+    QCOMPARE(height->maximum(), 16384);
+    // A path: a text field with a file picker beside it.
+    window_->scene().select_stage("out");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "out");
+    QWidget* folder = window_->inspector().editor("folder");
+    QVERIFY2(folder, "write_files has a folder parameter");
+    QVERIFY(qobject_cast<QLineEdit*>(folder));
+    QVERIFY(window_->inspector().findChild<QWidget*>("row:folder")->findChild<QToolButton*>());
   }
 
   void hand_written_file_round_trips_changing_only_layout() {

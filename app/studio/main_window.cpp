@@ -252,7 +252,11 @@ bool MainWindow::open_file(const QString& file) {
   } catch (const Error& e) {
     log_->note(QString::fromUtf8(e.what()));
     show_status(QString("Cannot open %1: %2").arg(file, QString::fromUtf8(e.what())));
-    QMessageBox::warning(this, "Cannot open", QString::fromUtf8(e.what()));
+    // Window-modal, not a nested event loop: a run being watched keeps updating behind it.
+    auto* box = new QMessageBox(QMessageBox::Warning, "Cannot open", QString::fromUtf8(e.what()), QMessageBox::Ok, this);
+    box->setObjectName("open_error");
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
     return false;
   }
 }
