@@ -383,6 +383,26 @@ class TestStudio : public QObject {
     QVERIFY(window_->log().toPlainText().contains("run stopped"));
   }
 
+  void a_gpu_feed_shows_each_devices_bytes_per_second() {
+    using sluice::test::stage;
+    // Two emulated devices (no GPU needed), each consuming a slice per simulated 2 ms step.
+    open_text(stage("src", "tensors", "", {{"count", "100000"}, {"shape", "64,64,3"}}) + stage("batch", "batch", "src", {{"batch_size", "32"}}) +
+                  stage("feed", "gpu_feed", "batch",
+                        {{"emulate", "2"}, {"consume", "simulate_step_us"}, {"step_us", "2000"}, {"devices", "all"}}),
+              "feed.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(node("feed")->live() && node("feed")->live()->devices.size() == 2, 3000);
+    QVERIFY2(node("feed")->live()->devices.front().startsWith("emulated:0"), qPrintable(node("feed")->live()->devices.front()));
+    // The table: the feed's row, then a row per device with its MB/s and ring level.
+    QTRY_VERIFY_WITH_TIMEOUT(window_->monitor().table()->rowCount() == 5, 2000);
+    QTableWidget* table = window_->monitor().table();
+    QVERIFY(table->item(3, 0)->text().contains("emulated:0"));
+    QVERIFY(table->item(4, 8)->text().startsWith("ring "));
+    QTRY_VERIFY_WITH_TIMEOUT(table->item(3, 4)->text().toDouble() > 0, 3000);
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+  }
+
   void skipped_elements_and_their_reasons_reach_the_log() {
     using sluice::test::stage;
     open_text(std::string("options { error_policy: skip }\n") + stage("src", "range", "", {{"count", "50"}}) +
