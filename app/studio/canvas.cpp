@@ -301,6 +301,33 @@ NodeItem* PipelineScene::node_under(QPointF scene_pos) const {
   return nullptr;
 }
 
+std::optional<QString> PipelineScene::drag_refusal(const NodeItem* target) const {
+  if (auto refusal = document_.output_refusal(drag_from_->id())) return refusal;
+  return target ? document_.connection_refusal(drag_from_->id(), target->id()) : std::nullopt;
+}
+
+NodeItem* PipelineScene::drag_target(QPointF scene_pos) const {
+  NodeItem* target = node_under(scene_pos);
+  return target == drag_from_ ? nullptr : target;  // letting go on its own node connects nothing
+}
+
+void PipelineScene::update_drag(QPointF scene_pos) {
+  const QPointF a = drag_from_->output_port();
+  QPainterPath path(a);
+  path.cubicTo(a + QPointF(60, 0), scene_pos - QPointF(60, 0), scene_pos);
+  drag_line_->setPath(path);
+  NodeItem* target = drag_target(scene_pos);
+  const auto refusal = drag_refusal(target);
+  if (refusal) drag_hint_ = "cannot connect: " + *refusal;
+  else if (target) drag_hint_ = QString("connect '%1' to '%2'").arg(drag_from_->id(), target->id());
+  else drag_hint_ = QString("drop on a stage's input to connect '%1'").arg(drag_from_->id());
+  drag_line_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(40, 110, 230), 2, Qt::DashLine));
+  drag_label_->setText(drag_hint_);
+  drag_label_->setBrush(refusal ? QColor(200, 50, 40) : QColor(30, 30, 30));
+  drag_label_->setPos(scene_pos + QPointF(12, 10));
+  emit hint(drag_hint_);
+}
+
 void PipelineScene::mousePressEvent(QGraphicsSceneMouseEvent* event) {
   if (event->button() == Qt::LeftButton && !document_.read_only()) {
     for (NodeItem* n : nodes_) {
@@ -310,9 +337,7 @@ void PipelineScene::mousePressEvent(QGraphicsSceneMouseEvent* event) {
       drag_line_->setZValue(10);
       drag_label_ = addSimpleText("");
       drag_label_->setZValue(11);
-      drag_hint_ = n->gives_output() ? QString("drop on a stage's input to connect '%1'").arg(n->id())
-                                     : QString("cannot connect: '%1' is a sink: it has no output").arg(n->id());
-      emit hint(drag_hint_);
+      update_drag(event->scenePos());
       event->accept();
       return;
     }
@@ -326,39 +351,18 @@ void PipelineScene::mouseMoveEvent(QGraphicsSceneMouseEvent* event) {
     QGraphicsScene::mouseMoveEvent(event);
     return;
   }
-  const QPointF a = drag_from_->output_port(), b = event->scenePos();
-  QPainterPath path(a);
-  path.cubicTo(a + QPointF(60, 0), b - QPointF(60, 0), b);
-  drag_line_->setPath(path);
-  NodeItem* target = node_under(b);
-  std::optional<QString> refusal;
-  if (!drag_from_->gives_output()) refusal = QString("'%1' is a sink: it has no output").arg(drag_from_->id());
-  else if (target) refusal = document_.connection_refusal(drag_from_->id(), target->id());
-  if (refusal) drag_hint_ = "cannot connect: " + *refusal;
-  else if (target) drag_hint_ = QString("connect '%1' to '%2'").arg(drag_from_->id(), target->id());
-  else drag_hint_ = QString("drop on a stage's input to connect '%1'").arg(drag_from_->id());
-  drag_line_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(40, 110, 230), 2, Qt::DashLine));
-  drag_label_->setText(drag_hint_);
-  drag_label_->setBrush(refusal ? QColor(200, 50, 40) : QColor(30, 30, 30));
-  drag_label_->setPos(b + QPointF(12, 10));
-  emit hint(drag_hint_);
+  update_drag(event->scenePos());
   event->accept();
 }
 
 void PipelineScene::mouseReleaseEvent(QGraphicsSceneMouseEvent* event) {
   if (drag_from_) {
-    NodeItem* target = node_under(event->scenePos());
+    NodeItem* target = drag_target(event->scenePos());
     const QString from = drag_from_->id();
-    const bool has_output = drag_from_->gives_output();
+    const auto refusal = drag_refusal(target);
     end_connection_drag();
-    if (target && target->id() != from) {
-      auto refusal = has_output ? document_.connection_refusal(from, target->id())
-                                : std::optional<QString>(QString("'%1' is a sink: it has no output").arg(from));
-      if (refusal) emit connection_refused(*refusal);
-      else document_.connect_stages(from, target->id());
-    } else if (!has_output) {
-      emit connection_refused(QString("'%1' is a sink: it has no output").arg(from));
-    }
+    if (refusal) emit connection_refused(*refusal);
+    else if (target) document_.connect_stages(from, target->id());
     event->accept();
     return;
   }

@@ -104,6 +104,11 @@ class PipelineScene final : public QGraphicsScene {
  private:
   void sync();
   NodeItem* node_under(QPointF scene_pos) const;
+  // While a connection is dragged out of drag_from_: the stage under the pointer (not its own),
+  // why the connection cannot be made there, and the line, label and hint drawn for it.
+  NodeItem* drag_target(QPointF scene_pos) const;
+  std::optional<QString> drag_refusal(const NodeItem* target) const;
+  void update_drag(QPointF scene_pos);
   void end_connection_drag();
 
   Document& document_;

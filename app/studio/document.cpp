@@ -135,13 +135,18 @@ void Document::remove_stages(const QStringList& ids) {
   });
 }
 
+std::optional<QString> Document::output_refusal(const QString& from) const {
+  auto op = operator_of(from);
+  if (op && op->info.kind == OperatorKind::Sink) return QString("'%1' is a sink (%2): it has no output").arg(from, QString::fromStdString(op->info.name));
+  return std::nullopt;
+}
+
 std::optional<QString> Document::connection_refusal(const QString& from, const QString& to) const {
   const int f = index_of(from), t = index_of(to);
   if (f < 0 || t < 0) return QString("no such stage");
   if (f == t) return QString("a stage cannot feed itself");
-  auto from_op = operator_of(from), to_op = operator_of(to);
-  if (from_op && from_op->info.kind == OperatorKind::Sink)
-    return QString("'%1' is a sink (%2): it has no output").arg(from, QString::fromStdString(from_op->info.name));
+  if (auto refusal = output_refusal(from)) return refusal;
+  auto to_op = operator_of(to);
   if (to_op && to_op->info.kind == OperatorKind::Source)
     return QString("'%1' is a source (%2): it takes no input").arg(to, QString::fromStdString(to_op->info.name));
   // Walking up from `from`: reaching `to` means `to` already feeds `from`.

@@ -52,6 +52,8 @@ class Document : public QObject {
   std::optional<QString> rename_stage(const QString& id, const QString& new_id);
   void arrange();  // left-to-right layout of every stage
 
+  // Why nothing can be connected out of `from` (a sink), or nothing when something can.
+  std::optional<QString> output_refusal(const QString& from) const;
   // Why `from`'s output cannot go into `to`, or nothing when it can.
   std::optional<QString> connection_refusal(const QString& from, const QString& to) const;
 

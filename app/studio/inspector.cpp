@@ -50,13 +50,7 @@ Inspector::Inspector(Document& document, QWidget* parent) : QWidget(parent), doc
     const spec::Stage* st = stage_in(document_.spec(), stage_);
     if (!st) return show_stage({});
     if (st->SerializeAsString() != shown_) schedule_rebuild();
-    else {
-      // Same values, maybe new problems (another stage changed): refresh the messages only.
-      for (const auto& problem : document_.problems())
-        if (QString::fromStdString(problem.stage) == stage_ && !problem.param.empty())
-          if (auto* label = findChild<QLabel*>("message:" + QString::fromStdString(problem.param)))
-            show_message(label, QString::fromStdString(problem.message));
-    }
+    else show_problem_messages();  // same values, maybe new problems (another stage changed)
   });
   show_stage({});
 }
@@ -71,6 +65,13 @@ void Inspector::schedule_rebuild() {
   if (rebuild_pending_) return;
   rebuild_pending_ = true;
   QMetaObject::invokeMethod(this, [this] { rebuild(); }, Qt::QueuedConnection);
+}
+
+void Inspector::show_problem_messages() {
+  for (const auto& problem : document_.problems())
+    if (QString::fromStdString(problem.stage) == stage_ && !problem.param.empty())
+      if (auto* label = form_host_->findChild<QLabel*>("message:" + QString::fromStdString(problem.param)))
+        show_message(label, QString::fromStdString(problem.message));
 }
 
 QWidget* Inspector::editor(const QString& param) const { return form_host_->findChild<QWidget*>("param:" + param); }
@@ -136,10 +137,7 @@ void Inspector::rebuild() {
   if (op)
     for (const auto& spec : op->info.params) add_param_row(spec, *st);
 
-  for (const auto& problem : document_.problems())
-    if (QString::fromStdString(problem.stage) == stage_ && !problem.param.empty())
-      if (auto* label = form_host_->findChild<QLabel*>("message:" + QString::fromStdString(problem.param)))
-        show_message(label, QString::fromStdString(problem.message));
+  show_problem_messages();
 
   if (!focused.isEmpty())
     if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();

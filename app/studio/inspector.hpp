@@ -30,6 +30,8 @@ class Inspector final : public QWidget {
   void schedule_rebuild();
   void rebuild();
   bool rebuild_pending_ = false;
+  // Validation's problems of this stage's parameters, under their editors.
+  void show_problem_messages();
   void add_param_row(const ParamSpec& spec, const spec::Stage& stage);
   void commit(const QString& param, const QString& text, const ParamSpec& spec);
 

@@ -1,6 +1,5 @@
 #include "main_window.hpp"
 
-#include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -12,7 +11,6 @@
 #include <QTabWidget>
 #include <QToolBar>
 
-#include "sluice/core/report.hpp"
 
 namespace sluice::studio {
 
@@ -36,14 +34,14 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   problems_ = new QListWidget;
   monitor_ = new MonitorPanel;
   log_ = new LogPanel;
-  auto* bottom = new QTabWidget;
-  bottom->addTab(monitor_, "Monitor");
-  bottom->addTab(problems_, "Problems");
-  bottom->addTab(log_, "Log");
-  bottom->setObjectName("bottom_tabs");
+  bottom_tabs_ = new QTabWidget;
+  bottom_tabs_->addTab(monitor_, "Monitor");
+  bottom_tabs_->addTab(problems_, "Problems");
+  bottom_tabs_->addTab(log_, "Log");
+  bottom_tabs_->setObjectName("bottom_tabs");
   auto* bottom_dock = new QDockWidget("Run", this);
   bottom_dock->setObjectName("run");
-  bottom_dock->setWidget(bottom);
+  bottom_dock->setWidget(bottom_tabs_);
   addDockWidget(Qt::BottomDockWidgetArea, bottom_dock);
 
   ask_to_save = [this] {
@@ -218,8 +216,7 @@ void MainWindow::refresh_problems() {
     item->setForeground(QColor(170, 20, 20));
     problems_->addItem(item);
   }
-  if (auto* tabs = findChild<QTabWidget*>("bottom_tabs"))
-    tabs->setTabText(1, document_.problems().empty() ? "Problems" : QString("Problems (%1)").arg(document_.problems().size()));
+  bottom_tabs_->setTabText(1, document_.problems().empty() ? "Problems" : QString("Problems (%1)").arg(document_.problems().size()));
 }
 
 void MainWindow::refresh_title() {
@@ -331,7 +328,7 @@ bool MainWindow::start_run() {
   if (auto error = runner_.start(document_.spec(), document_.file(), document_.registry())) {
     log_->note("cannot run: " + *error);
     show_status("Cannot run: " + *error);
-    if (auto* tabs = findChild<QTabWidget*>("bottom_tabs")) tabs->setCurrentIndex(document_.problems().empty() ? 2 : 1);
+    bottom_tabs_->setCurrentIndex(document_.problems().empty() ? 2 : 1);
     return false;
   }
   set_running(true);

@@ -6,6 +6,7 @@
 #include <QListWidget>
 #include <QMainWindow>
 #include <QMessageBox>
+#include <QTabWidget>
 #include <functional>
 
 #include "canvas.hpp"
@@ -69,6 +70,7 @@ class MainWindow final : public QMainWindow {
   QListWidget* problems_;
   MonitorPanel* monitor_;
   LogPanel* log_;
+  QTabWidget* bottom_tabs_;  // Monitor, Problems, Log
   RunController runner_;
   AttachClient attach_;
   QMenu* recent_menu_ = nullptr;

@@ -1,6 +1,5 @@
 #include "palette.hpp"
 
-#include <QHeaderView>
 #include <QKeyEvent>
 #include <QMimeData>
 #include <QVBoxLayout>
