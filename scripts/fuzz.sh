@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time,
-# seeded from the real files in ../shared/testdata/real. A crash fails the run and leaves the
+# seeded from the real files in tests/data/real. A crash fails the run and leaves the
 # input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 seconds=${1:-60}
-testdata=${SLUICE_TESTDATA:-../shared/testdata/real}
+testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz
 CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 cmake --build "$out" -j "${JOBS:-2}"

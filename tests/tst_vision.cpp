@@ -185,7 +185,7 @@ class TestVision : public QObject {
 
   void undecodable_image_names_its_origin() {
     auto out = run_text(stage("files", "list_files", "", {{"patterns", jpeg_dir() + "/jpeg-decoder/crashtest_empty.jpg"}}) +
-                        stage("read", "read_file", "files") + stage("dec", "decode_image", "read", {{"field", "data"}}) +
+                        stage("read", "read_file", "files") + stage("dec", "decode_image", "read") +
                         stage("out", "null_sink", "dec"));
     QCOMPARE(out.result.state, sluice::RunState::Failed);
     QVERIFY2(out.result.error.find("from " + jpeg_dir() + "/jpeg-decoder/crashtest_empty.jpg: the image is empty") != std::string::npos,

@@ -18,7 +18,9 @@ class DecodeImage final : public Map {
     return {"decode_image",
             OperatorKind::Map,
             "Decodes JPEG, PNG and other images into u8 HxWxC (RGB), EXIF orientation applied",
-            {ParamSpec::make("field", ParamType::String, "field holding the encoded bytes").def("image"),
+            {ParamSpec::make("field", ParamType::String,
+                             "field holding the encoded bytes; empty: 'image', or 'data' (what read_file writes) when there is no 'image'")
+                 .def(""),
              ParamSpec::make("output", ParamType::String, "field for the decoded image (replaces the bytes if the same)").def("image"),
              ParamSpec::make("channels", ParamType::Choice, "3: RGB, 1: gray, 0: as stored").def("3").one_of({"0", "1", "3"}),
              ParamSpec::make("max_pixels", ParamType::Int, "refuse images with more pixels (decompression bombs)")
@@ -46,16 +48,19 @@ class DecodeImage final : public Map {
     options_.apply_orientation = p.get_bool("orientation");
   }
   Sample map(Sample in, const ElementContext&) override {
-    const Tensor& bytes = in.at(field_);
+    // The defaults compose: list_files -> read_file -> decode_image, and parse_example's 'image'.
+    const std::string& field = !field_.empty() ? field_ : (in.find("image") || !in.find("data") ? kImage : kData);
+    const Tensor& bytes = in.at(field);
     if (bytes.dtype() != DType::Bytes || bytes.num_elements() != 1)
-      throw DataError("field '" + field_ + "' is not one encoded image (got " + dtype_name(bytes.dtype()) + shape_string(bytes.shape()) + ")");
+      throw DataError("field '" + field + "' is not one encoded image (got " + dtype_name(bytes.dtype()) + shape_string(bytes.shape()) + ")");
     cv::Mat img = decode_image(bytes.string_at(0), options_);
-    if (output_ != field_) in.erase(field_);
+    if (output_ != field) in.erase(field);
     in.set(output_, from_mat(img));
     return in;
   }
 
  private:
+  static inline const std::string kImage = "image", kData = "data";
   std::string field_, output_;
   DecodeOptions options_;
 };

@@ -86,7 +86,7 @@ namespace sluice::test {
 
 std::string testdata_dir() {
   if (const char* env = std::getenv("SLUICE_TESTDATA")) return env;
-  return std::string(SLUICE_SOURCE_DIR) + "/../shared/testdata/real";
+  return std::string(SLUICE_SOURCE_DIR) + "/tests/data/real";
 }
 
 }  // namespace sluice::test

@@ -58,7 +58,7 @@ inline std::string sink_after(const std::string& input) { return stage("out", "j
 
 namespace sluice::test {
 
-// ../shared/testdata/real beside the repository (SLUICE_TESTDATA overrides).
+// tests/data/real in the repository (SLUICE_TESTDATA overrides).
 std::string testdata_dir();
 
 }  // namespace sluice::test
