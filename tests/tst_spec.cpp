@@ -98,7 +98,13 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
 
   void cycle_is_reported() {
     auto p = problems(stage("src", "range", "") + stage("a", "identity", "b") + stage("b", "identity", "a") + sink_after("src"));
-    QVERIFY(has(p, "stages 'a', 'b' form a cycle"));
+    QVERIFY(has(p, "stages 'a' -> 'b' -> 'a' form a cycle"));
+    // A stage fed by the cycle is not part of it and is not named in the message.
+    auto q = problems(stage("src", "range", "") + stage("a", "identity", "c") + stage("b", "identity", "a") +
+                      stage("c", "identity", "b") + stage("x", "null_sink", "a") + sink_after("src"));
+    QVERIFY(has(q, "stages 'a' -> 'b' -> 'c' -> 'a' form a cycle"));
+    const auto cycle_line = q.substr(q.find("form a cycle") - 40, 60);
+    QVERIFY2(cycle_line.find("'x'") == std::string::npos, q.c_str());
   }
 
   void overrides_are_parsed_like_params() {

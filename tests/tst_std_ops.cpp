@@ -249,7 +249,7 @@ class TestStdOps : public QObject {
     QCOMPARE(out.snapshot.stage(0).elements_out(), std::uint64_t(40));  // the source ran once
   }
 
-  void cache_file_is_used_only_when_complete() {
+  void cache_file_is_reused_by_its_pipeline_and_refused_by_another() {
     QTemporaryDir dir;
     std::string path = dir.path().toStdString() + "/c.cache";
     auto pipeline = [&](long long count) {
@@ -257,13 +257,17 @@ class TestStdOps : public QObject {
     };
     auto first = run_ok(pipeline(5));
     QCOMPARE(all_integers(first.lines), (Ints{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
-    QVERIFY(std::filesystem::exists(path + ".complete"));
-    // A second run with another source still reads the complete cache file.
-    auto second = run_ok(pipeline(3));
+    QVERIFY(std::filesystem::is_regular_file(path));
+    // The same pipeline replays the file without reading its input.
+    auto second = run_ok(pipeline(5));
     QCOMPARE(all_integers(second.lines), (Ints{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
     QCOMPARE(second.snapshot.stage(0).elements_out(), std::uint64_t(0));
-    // Without the marker the file is not trusted: the cache is rebuilt from the input.
-    std::filesystem::remove(path + ".complete");
+    // Another pipeline before the cache (another count) is refused, naming the file, not replayed.
+    auto other = run_text(pipeline(3));
+    QVERIFY2(other.error.find("cache file " + path + " was made by a different pipeline") != std::string::npos, other.error.c_str());
+    QVERIFY(other.lines.empty());
+    // Deleting it rebuilds it from the input.
+    std::filesystem::remove(path);
     auto third = run_ok(pipeline(3));
     QCOMPARE(all_integers(third.lines), (Ints{0, 1, 2, 0, 1, 2}));
   }

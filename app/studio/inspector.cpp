@@ -204,7 +204,7 @@ void Inspector::add_param_row(const ParamSpec& spec, const spec::Stage& stage) {
     });
     connect(line, &QLineEdit::editingFinished, this, [this, line, name, spec] { commit(name, line->text(), spec); });
     editor = line;
-    if (spec.type == ParamType::Path) {
+    if (spec.type == ParamType::Path || spec.type == ParamType::OutputPath) {
       auto* row = new QWidget;
       auto* h = new QHBoxLayout(row);
       h->setContentsMargins(0, 0, 0, 0);
@@ -213,7 +213,9 @@ void Inspector::add_param_row(const ParamSpec& spec, const spec::Stage& stage) {
       browse->setText("…");
       browse->setToolTip("Choose a file");
       connect(browse, &QToolButton::clicked, this, [this, line, name, spec] {
-        const QString file = QFileDialog::getOpenFileName(this, QString("Choose %1").arg(name), line->text());
+        const QString title = QString("Choose %1").arg(name);
+        const QString file = spec.type == ParamType::OutputPath ? QFileDialog::getSaveFileName(this, title, line->text())
+                                                                : QFileDialog::getOpenFileName(this, title, line->text());
         if (file.isEmpty()) return;
         line->setText(file);
         commit(name, file, spec);

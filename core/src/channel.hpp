@@ -41,7 +41,8 @@ class Channel {
  public:
   // `byte_limit` 0: bounded in elements only.
   Channel(std::size_t capacity, std::uint64_t byte_limit, const std::atomic<bool>& stopping)
-      : ring_(capacity), ring_bytes_(capacity), byte_limit_(byte_limit), stopping_(stopping), created_ns_(now_ns()),
+      : capacity_(std::max<std::size_t>(1, capacity)), ring_(std::min<std::size_t>(capacity_, kInitialSlots)),
+        ring_bytes_(ring_.size()), byte_limit_(byte_limit), stopping_(stopping), created_ns_(now_ns()),
         last_change_ns_(created_ns_) {}
 
   // Moves every item in, waiting for room as needed; clears `items`. False if the run stops.
@@ -60,6 +61,7 @@ class Channel {
         if (stopping_.load(std::memory_order_relaxed)) return false;
         account(now_ns());
         while (next < items.size() && has_room()) {
+          if (count_ == ring_.size()) grow();
           const std::size_t at = slot(count_);
           ring_bytes_[at] = items[next].sample.nbytes();
           bytes_ += ring_bytes_[at];
@@ -118,7 +120,7 @@ class Channel {
   bool consumer_waiting() const { return consumer_waiting_flag_.load(std::memory_order_relaxed); }
 
   std::size_t level() const { return level_.load(std::memory_order_relaxed); }
-  std::size_t capacity() const { return ring_.size(); }
+  std::size_t capacity() const { return capacity_; }
   std::uint64_t level_bytes() const { return bytes_level_.load(std::memory_order_relaxed); }
   std::uint64_t byte_limit() const { return byte_limit_; }
 
@@ -169,9 +171,24 @@ class Channel {
     head_ = slot(1);
     --count_;
   }
-  bool has_room() const { return count_ < ring_.size() && (byte_limit_ == 0 || count_ == 0 || bytes_ < byte_limit_); }
+  // The ring starts small and doubles up to the capacity as elements arrive: a buffer_size of
+  // millions costs memory only when that many elements are really held.
+  static constexpr std::size_t kInitialSlots = 64;
+  void grow() {
+    const std::size_t size = std::min(capacity_, ring_.size() * 2);
+    std::vector<Item> ring(size);
+    std::vector<std::uint64_t> bytes(size);
+    for (std::size_t k = 0; k < count_; ++k) {
+      ring[k] = std::move(ring_[slot(k)]);
+      bytes[k] = ring_bytes_[slot(k)];
+    }
+    ring_.swap(ring);
+    ring_bytes_.swap(bytes);
+    head_ = 0;
+  }
+  bool has_room() const { return count_ < capacity_ && (byte_limit_ == 0 || count_ == 0 || bytes_ < byte_limit_); }
   double fill() const {
-    double f = static_cast<double>(count_) / static_cast<double>(ring_.size());
+    double f = static_cast<double>(count_) / static_cast<double>(capacity_);
     if (byte_limit_ > 0) f = std::max(f, std::min(1.0, static_cast<double>(bytes_) / static_cast<double>(byte_limit_)));
     return f;
   }
@@ -204,6 +221,7 @@ class Channel {
 
   std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;
+  std::size_t capacity_;
   std::vector<Item> ring_;
   std::vector<std::uint64_t> ring_bytes_;  // each slot's element size, as counted when it came in
   std::size_t head_ = 0, count_ = 0;

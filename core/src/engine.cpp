@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <system_error>
 #include <optional>
 #include <condition_variable>
 #include <map>
@@ -637,7 +639,8 @@ struct Engine::Impl {
         quit = true;
       }
       changed.notify_all();
-      for (auto& t : fetchers) t.join();
+      for (auto& t : fetchers)
+        if (t.joinable()) t.join();
     };
     auto input_failure = [&](ExpandSlot& slot, const char* what) {
       return element_error(st, what, slot.epoch, slot.index, slot.origin);
@@ -743,7 +746,18 @@ struct Engine::Impl {
       }
     };
     std::vector<std::thread> fetchers;
-    for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop);
+    // However this function leaves (an exception included), its fetchers are told and joined.
+    struct JoinFetchers {
+      std::function<void()> join;
+      ~JoinFetchers() { join(); }
+    } join_fetchers{[&] { stop_fetchers(fetchers); }};
+    try {
+      for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop);
+    } catch (const std::system_error& e) {
+      throw Error(fmt::format("could not start reader thread {} of {}: {} (the process may be at its thread limit: lower "
+                              "parallelism or cycle_length)",
+                              fetchers.size() + 1, fetcher_count, e.what()));
+    }
 
     auto emit = [&](Sample sample) {
       add(st.counters.elements_out, 1);
@@ -921,6 +935,10 @@ struct Engine::Impl {
       else if (st.aggregate) run_aggregate(st);
       else if (st.expand) run_expand(st);
       else run_stateless(st);
+    } catch (const std::bad_alloc&) {
+      fail(fmt::format("{} ran out of memory: the process could not get the memory it asked for (lower buffer_size, "
+                       "batch_size, parallelism or cycle_length, or give the process more memory); no element is at fault",
+                       stage_label(st)));
     } catch (const std::exception& e) {
       fail(fmt::format("{} stopped: {}", stage_label(st), e.what()));
     } catch (...) {
@@ -1079,10 +1097,36 @@ struct Engine::Impl {
   }
 };
 
+namespace {
+
+// What a stage's output is made of (see StageInfo::input_fingerprint): its operator and
+// parameters; its id and the seed when it draws random numbers (they key every draw); its inputs.
+std::uint64_t stage_output_fingerprint(const GraphStage& spec, std::uint64_t seed, std::uint64_t input_fingerprint) {
+  std::string text = spec.op->info.name;
+  for (const auto& [name, value] : spec.params.values()) {
+    text += '\n' + name + '=';
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::string>) text += v;
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>) for (const auto& item : v) text += item + ',';
+          else if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
+            for (auto item : v) text += fmt::format("{},", item);
+          else text += fmt::format("{}", v);
+        },
+        value);
+  }
+  if (spec.op->info.traits.random) text += fmt::format("\nid={}\nseed={}", spec.id, seed);
+  return mix64(stable_hash(text) ^ input_fingerprint);
+}
+
+}  // namespace
+
 Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->graph = std::move(graph);
   impl_->options = options;
   auto& g = impl_->graph;
+  std::vector<std::uint64_t> output_fingerprints;
   for (std::size_t i = 0; i < g.stages.size(); ++i) {
     const GraphStage& spec = g.stages[i];
     auto st = std::make_unique<StageRuntime>();
@@ -1111,6 +1155,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     st->info.id = spec.id;
     st->info.seed = g.seed;
     st->info.stage_hash = stable_hash(spec.id);
+    std::uint64_t input_fingerprint = stable_hash("inputs");
+    for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
+    st->info.input_fingerprint = input_fingerprint;
+    output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
     st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;
     if (st->sink) ++impl_->sink_count;
     impl_->stages.push_back(std::move(st));
@@ -1220,9 +1268,39 @@ void Engine::start() {
     for (auto& st : I.stages)
       if (!st->fused_head) I.live_workers += st->threads();
   }
-  for (auto& st : I.stages)
-    for (int w = 0; w < st->threads() && !st->fused_head; ++w) I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
-  I.publisher = std::thread([&I] { I.run_publisher(); });
+  // A thread that cannot be created (a process or cgroup thread limit) ends the run with the
+  // stage named; the workers it would have run are no longer waited for.
+  bool thread_failed = false;
+  for (auto& st : I.stages) {
+    for (int w = 0; w < st->threads() && !st->fused_head && !thread_failed; ++w) {
+      try {
+        I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
+      } catch (const std::system_error& e) {
+        I.fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
+                           "parallelism or cycle_length, or raise `ulimit -u`)",
+                           I.stage_label(*st), w + 1, st->threads(), e.what()));
+        int not_started = 0;
+        bool counting = false;
+        for (auto& later : I.stages) {
+          if (later.get() == st.get()) counting = true;
+          if (counting && !later->fused_head) not_started += later.get() == st.get() ? later->threads() - w : later->threads();
+        }
+        std::lock_guard lock(I.done_mutex);
+        I.live_workers -= not_started;
+        if (I.live_workers == 0) {
+          I.end_ns.store(now_ns());
+          I.done_cv.notify_all();
+        }
+        thread_failed = true;
+      }
+    }
+    if (thread_failed) break;
+  }
+  try {
+    I.publisher = std::thread([&I] { I.run_publisher(); });
+  } catch (const std::system_error& e) {
+    I.fail(fmt::format("the metrics thread could not start: {} (the process may be at its thread limit)", e.what()));
+  }
 }
 
 void Engine::stop() { impl_->request_stop(); }

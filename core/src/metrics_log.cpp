@@ -2,8 +2,6 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -28,32 +26,36 @@ metrics::MetricsSnapshot snapshot_from_json(const std::string& json) {
   return snapshot;
 }
 
-MetricsLog::MetricsLog(std::filesystem::path file) : file_(std::move(file)), partial_(file_.string() + ".partial") {
-  out_ = std::fopen(partial_.c_str(), "w");
-  if (!out_) throw Error("cannot write the metrics log " + partial_.string() + ": " + std::strerror(errno));
+MetricsLog::MetricsLog(std::filesystem::path file) {
+  try {
+    out_.open(file.string());
+  } catch (const Error& e) {
+    throw Error(std::string("cannot write the metrics log: ") + e.what());
+  }
 }
 
-MetricsLog::~MetricsLog() {
-  if (out_) std::fclose(out_);  // not closed: the run did not end normally, the .partial stays
-}
+MetricsLog::~MetricsLog() = default;  // not closed: the run did not end normally, the .partial stays
 
 void MetricsLog::append(const metrics::MetricsSnapshot& snapshot) {
   std::string line = snapshot_to_json(snapshot) + "\n";
-  if (out_) {
-    std::fwrite(line.data(), 1, line.size(), out_);  // one call per line: whole lines, even from two threads
-    std::fflush(out_);
+  std::lock_guard lock(mutex_);
+  if (!out_.is_open() || !write_error_.empty()) return;
+  try {
+    out_.write(line);
+    if (std::fflush(out_.stream()) != 0) throw Error("writing " + out_.writing_path() + " failed: " + std::strerror(errno));
+  } catch (const Error& e) {
+    write_error_ = e.what();  // the run goes on; close() refuses to call the log complete
   }
 }
 
 void MetricsLog::close() {
-  if (!out_) return;
-  const bool ok = std::fflush(out_) == 0 && ::fsync(fileno(out_)) == 0;
-  std::fclose(out_);
-  out_ = nullptr;
-  if (!ok) throw Error("writing the metrics log " + partial_.string() + " failed: " + std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(partial_, file_, ec);
-  if (ec) throw Error("cannot rename " + partial_.string() + " to " + file_.string() + ": " + ec.message());
+  std::lock_guard lock(mutex_);
+  if (!out_.is_open()) return;
+  if (!write_error_.empty()) {
+    out_.abandon(/*keep=*/true);
+    throw Error("the metrics log is incomplete, left as " + out_.writing_path() + ": " + write_error_);
+  }
+  out_.commit();
 }
 
 std::vector<metrics::MetricsSnapshot> read_metrics_log(const std::filesystem::path& file) {

@@ -87,7 +87,8 @@ ParamValue parse_param(const ParamSpec& spec, std::string_view text) {
     }
     case ParamType::Bool: return parse_bool(text);
     case ParamType::String:
-    case ParamType::Path: return std::string(text);
+    case ParamType::Path:
+    case ParamType::OutputPath: return std::string(text);
     case ParamType::Choice: {
       std::string v(trim(text));
       for (const auto& c : spec.choices)

@@ -137,6 +137,12 @@ void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& over
 
 namespace {
 
+// Bounds on what a file may ask for, so that a typo cannot create 30,000 threads or a table of a
+// billion open inputs before the run has read a byte.
+constexpr int kMaxParallelism = 1024;
+constexpr int kMaxCycleLength = 4096;
+constexpr int kMaxBlockLength = 1 << 20;
+
 struct Validation {
   const PipelineDocument& doc;
   const Registry& registry;
@@ -215,23 +221,37 @@ struct Validation {
         if (--pending[c] == 0) ready.push_back(c);
     }
     if (static_cast<int>(order.size()) < n) {
-      std::vector<std::string> names;
-      int first = -1;
-      for (int i = 0; i < n; ++i)
-        if (pending[i] > 0) {
-          names.push_back("'" + stages[i].id() + "'");
-          if (first < 0) first = i;
-        }
-      problem(first, "", fmt::format("stages {} form a cycle; a pipeline must flow one way from sources to sinks",
-                                     fmt::join(names, ", ")));
+      // Stages left over are on a cycle or downstream of one: walk inputs from one of them until
+      // a stage repeats; the stages from its first visit on are the cycle itself.
+      int at = -1;
+      for (int i = 0; i < n && at < 0; ++i)
+        if (pending[i] > 0) at = i;
+      std::vector<int> seen_at(n, -1), path;
+      while (seen_at[at] < 0) {
+        seen_at[at] = static_cast<int>(path.size());
+        path.push_back(at);
+        for (int input : built[at].inputs)
+          if (pending[input] > 0) {
+            at = input;
+            break;
+          }
+      }
+      // The walk went against the flow: reverse it, and close the loop with its first stage.
+      std::vector<std::string> names{"'" + stages[at].id() + "'"};
+      for (int k = static_cast<int>(path.size()) - 1; k > seen_at[at]; --k) names.push_back("'" + stages[path[k]].id() + "'");
+      names.push_back(names.front());
+      problem(at, "", fmt::format("stages {} form a cycle; a pipeline must flow one way from sources to sinks",
+                                  fmt::join(names, " -> ")));
       return;
     }
 
-    // Every stage must reach a sink.
+    // Every stage must reach a sink. The end of each chain is found once, from the last stage of
+    // the topological order backwards, so that long pipelines validate in linear time.
+    std::vector<int> chain_end(n);
+    for (auto k = order.rbegin(); k != order.rend(); ++k) chain_end[*k] = built[*k].consumer >= 0 ? chain_end[built[*k].consumer] : *k;
     for (int i = 0; i < n; ++i) {
       if (!usable[i]) continue;
-      int s = i;
-      while (built[s].consumer >= 0) s = built[s].consumer;
+      const int s = chain_end[i];
       if (!usable[s]) continue;
       if (built[s].op->info.kind != OperatorKind::Sink) {
         problem(i, "", s == i ? "no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) "
@@ -242,6 +262,9 @@ struct Validation {
     }
     if (!problems.empty()) return;
     apply_hints(stages, built);
+    refuse_shared_outputs(built);
+    construct_every_operator(built);
+    if (!problems.empty()) return;
 
     // Renumber into topological order.
     std::vector<int> position(n);
@@ -256,6 +279,43 @@ struct Validation {
     graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     graph.file = doc.file;
+  }
+
+  // Two stages writing one path would leave one file holding parts of both, or one's output
+  // silently replaced by the other's.
+  void refuse_shared_outputs(const std::vector<GraphStage>& built) {
+    std::map<std::string, std::pair<int, std::string>> writer_of;
+    for (int i = 0; i < static_cast<int>(built.size()); ++i) {
+      for (const auto& p : built[i].op->info.params) {
+        if (p.type != ParamType::OutputPath) continue;
+        const auto& value = built[i].params.get_string(p.name);
+        if (value.empty()) continue;
+        std::error_code ec;
+        std::string key = fs::weakly_canonical(fs::absolute(value, ec), ec).lexically_normal().string();
+        if (ec || key.empty()) key = value;
+        auto [it, inserted] = writer_of.emplace(key, std::make_pair(i, p.name));
+        if (!inserted)
+          problem(i, p.name, fmt::format("writes {}, which stage '{}' ({}) writes too; give each output its own path", value,
+                                         built[it->second.first].id, it->second.second));
+      }
+    }
+  }
+
+  // Parameters can be valid one by one and refused together (a shard index not below the count,
+  // mean and std of different lengths): constructors check them, so validation builds every
+  // operator once and reports what it refuses, with the stage named and no run started.
+  void construct_every_operator(const std::vector<GraphStage>& built) {
+    for (int i = 0; i < static_cast<int>(built.size()); ++i) {
+      try {
+        auto op = built[i].op->info.create(built[i].params);
+        if (!op) problem(i, "", fmt::format("operator '{}' created nothing (a bug in its plugin)", built[i].op->info.name));
+      } catch (const std::exception& e) {
+        problem(i, "", fmt::format("'{}' refuses these parameters: {}", built[i].op->info.name, e.what()));
+      } catch (...) {
+        problem(i, "", fmt::format("'{}' refuses these parameters (its constructor threw something that is not an exception)",
+                                   built[i].op->info.name));
+      }
+    }
   }
 
   // Parameters that take a hint and were not given get it from the first later stage offering
@@ -298,6 +358,9 @@ struct Validation {
       }
     }
     if (st.parallelism() < 0) problem(i, "", fmt::format("parallelism {} is negative; use 1 or more", st.parallelism()));
+    if (st.parallelism() > kMaxParallelism)
+      problem(i, "", fmt::format("parallelism {} is more than the {} workers a stage may have; machines have far fewer cores",
+                                 st.parallelism(), kMaxParallelism));
     if (st.buffer_size() < 0) problem(i, "", fmt::format("buffer_size {} is negative; use 0 (automatic) or more", st.buffer_size()));
     out.parallelism = std::max(1, st.parallelism());
     out.buffer_size = std::max(0, st.buffer_size());
@@ -306,6 +369,11 @@ struct Validation {
       const auto& il = st.interleave();
       if (il.cycle_length() < 0) problem(i, "", fmt::format("interleave cycle_length {} is negative", il.cycle_length()));
       if (il.block_length() < 0) problem(i, "", fmt::format("interleave block_length {} is negative", il.block_length()));
+      if (il.cycle_length() > kMaxCycleLength)
+        problem(i, "", fmt::format("interleave cycle_length {} is more than the {} inputs a stage may keep open", il.cycle_length(),
+                                   kMaxCycleLength));
+      if (il.block_length() > kMaxBlockLength)
+        problem(i, "", fmt::format("interleave block_length {} is more than {}", il.block_length(), kMaxBlockLength));
       out.cycle_length = std::max(1, il.cycle_length());
       out.block_length = std::max(1, il.block_length());
       if (il.has_deterministic()) out.interleave_deterministic = il.deterministic();

@@ -220,14 +220,16 @@ class LabelFromPath final : public Map {
 };
 
 // Writes one bytes field per element as a file, optionally in a subfolder per class: the
-// Places365-style folder layout. Each file is written under a temporary name and renamed.
+// Places365-style folder layout. The files go into FOLDER.partial-XXXXXX, which is renamed to
+// FOLDER when the run completed: an interrupted run leaves no folder that looks complete, and a
+// new set of files is never mixed into an old one (a FOLDER that holds files is refused).
 class WriteFiles final : public Sink {
  public:
   static OperatorInfo describe() {
     return {"write_files",
             OperatorKind::Sink,
             "Writes a bytes field of each element to FOLDER/[class_LABEL/]NNNNNN.EXT",
-            {ParamSpec::make("folder", ParamType::Path, "output folder (created if missing)"),
+            {ParamSpec::make("folder", ParamType::OutputPath, "output folder (must not exist, or be empty)"),
              ParamSpec::make("field", ParamType::String, "bytes field to write").def("image"),
              ParamSpec::make("class_field", ParamType::String, "int64 field naming a subfolder class_NNN; empty: none").def("label"),
              ParamSpec::make("extension", ParamType::String, "file name extension").def(".jpg")},
@@ -238,16 +240,23 @@ class WriteFiles final : public Sink {
       : folder_(p.get_string("folder")), field_(p.get_string("field")), class_field_(p.get_string("class_field")),
         extension_(p.get_string("extension")) {
     if (folder_.empty()) throw ParamError("folder must not be empty");
+    if (extension_.find('/') != std::string::npos) throw ParamError("extension must not contain '/'");
   }
   void start(const StageInfo&) override {
+    while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
+    refuse_unless_new_or_empty();
     std::error_code ec;
-    fs::create_directories(folder_, ec);
-    if (ec) throw Error("cannot create " + folder_ + ": " + ec.message());
+    const fs::path parent = fs::path(folder_).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    if (ec) throw Error("cannot create " + parent.string() + ": " + ec.message());
+    std::string name = folder_ + ".partial-XXXXXX";
+    if (!::mkdtemp(name.data())) throw Error("cannot create " + name + ": " + std::strerror(errno));
+    temporary_ = name;
   }
   void consume(Sample in, const ElementContext&) override {
     const Tensor& data = in.at(field_);
     if (data.dtype() != DType::Bytes || data.num_elements() != 1) throw DataError("field '" + field_ + "' is not one bytes value");
-    fs::path dir = folder_;
+    fs::path dir = temporary_;
     if (!class_field_.empty()) {
       char name[32];
       std::snprintf(name, sizeof name, "class_%03lld", static_cast<long long>(in.at(class_field_).item<std::int64_t>()));
@@ -259,20 +268,49 @@ class WriteFiles final : public Sink {
     }
     char file[32];
     std::snprintf(file, sizeof file, "%06llu", static_cast<unsigned long long>(written_++));
-    fs::path target = dir / (file + extension_);
-    fs::path temporary = target;
-    temporary += ".partial";
+    const fs::path target = dir / (file + extension_);
     auto bytes = data.string_at(0);
-    {
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out.flush()) throw Error("writing " + temporary.string() + " failed");
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) throw Error("cannot write " + target.string() + ": " + std::strerror(errno));
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = errno;
+        ::close(fd);
+        throw Error("writing " + target.string() + " failed: " + std::strerror(err));
+      }
+      done += static_cast<std::size_t>(n);
     }
-    fs::rename(temporary, target);
+    if (::close(fd) != 0) throw Error("writing " + target.string() + " failed: " + std::strerror(errno));
+  }
+  void finish(bool complete) override {
+    if (temporary_.empty() || !complete) return;  // the .partial folder stays, visibly incomplete
+    // The files' bytes reach the disk before the folder's name says they are complete.
+    if (const int dir = ::open(temporary_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+      ::syncfs(dir);
+      ::close(dir);
+    }
+    refuse_unless_new_or_empty();
+    if (::rename(temporary_.c_str(), folder_.c_str()) != 0)
+      throw Error("cannot rename " + temporary_ + " to " + folder_ + ": " + std::strerror(errno));
+    temporary_.clear();
   }
 
  private:
-  std::string folder_, field_, class_field_, extension_;
+  void refuse_unless_new_or_empty() const {
+    struct stat st {};
+    if (::stat(folder_.c_str(), &st) != 0) return;
+    if (!S_ISDIR(st.st_mode))
+      throw Error("output folder " + folder_ + " exists and is " + file_kind_name(st.st_mode) + "; choose a folder path");
+    std::error_code ec;
+    if (!fs::is_empty(folder_, ec))
+      throw Error("output folder " + folder_ + " already holds files; write_files does not mix a new set with an old one: "
+                  "remove it or choose another folder");
+  }
+
+  std::string folder_, field_, class_field_, extension_, temporary_;
   std::set<std::string> created_;
   std::uint64_t written_ = 0;
 };

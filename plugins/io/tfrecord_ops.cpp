@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
@@ -142,12 +143,11 @@ class ParseExample final : public Map {
   std::vector<std::string> keep_;
 };
 
-// One shard being written: plain, or through a deflate stream for gzip and zlib.
+// One shard being written under an exclusive temporary name: plain, or through a deflate stream
+// for gzip and zlib. Its final name is given once the number of shards is known.
 class ShardFile {
  public:
-  ShardFile(const std::string& path, Compression compression) : path_(path), compression_(compression) {
-    file_ = std::fopen(path.c_str(), "wb");
-    if (!file_) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  ShardFile(const std::string& placeholder, Compression compression) : file_(placeholder), compression_(compression) {
     if (compression_ != Compression::None) {
       int bits = compression_ == Compression::Gzip ? 15 + 16 : 15;
       if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -157,11 +157,10 @@ class ShardFile {
   }
   ~ShardFile() {
     if (deflating_) deflateEnd(&z_);
-    if (file_) std::fclose(file_);
   }
   void write(const std::string& bytes) {
     if (!deflating_) {
-      put(bytes.data(), bytes.size());
+      file_.write(bytes);
       return;
     }
     z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
@@ -174,11 +173,10 @@ class ShardFile {
       deflateEnd(&z_);
       deflating_ = false;
     }
-    bool ok = std::fflush(file_) == 0;
-    ok = (std::fclose(file_) == 0) && ok;
-    file_ = nullptr;
-    if (!ok) throw Error("writing " + path_ + " failed (disk full?)");
+    file_.finish_writing();
   }
+  void publish_as(const std::string& path) { file_.publish_as(path); }
+  void discard() { file_.abandon(/*keep=*/true); }  // an interrupted shard stays visibly .partial
 
  private:
   void drain(int flush) {
@@ -187,17 +185,13 @@ class ShardFile {
       z_.next_out = reinterpret_cast<Bytef*>(out);
       z_.avail_out = sizeof out;
       int rc = deflate(&z_, flush);
-      if (rc == Z_STREAM_ERROR) throw Error("compressing " + path_ + " failed");
-      put(out, sizeof out - z_.avail_out);
+      if (rc == Z_STREAM_ERROR) throw Error("compressing " + file_.writing_path() + " failed");
+      file_.write(out, sizeof out - z_.avail_out);
       if (flush == Z_FINISH && rc == Z_STREAM_END) break;
     } while (z_.avail_out == 0 || (flush == Z_FINISH));
   }
-  void put(const char* data, std::size_t n) {
-    if (n && std::fwrite(data, 1, n, file_) != n) throw Error("writing " + path_ + " failed: " + std::strerror(errno));
-  }
-  std::string path_;
+  AtomicOutputFile file_;
   Compression compression_;
-  std::FILE* file_ = nullptr;
   z_stream z_{};
   bool deflating_ = false;
 };
@@ -211,7 +205,7 @@ class TFRecordWriter final : public Sink {
     return {"tfrecord_writer",
             OperatorKind::Sink,
             "Writes elements as tf.train.Example records into shards PREFIX-00000-of-000NN.tfrecord",
-            {ParamSpec::make("prefix", ParamType::Path, "path prefix of the shards (folder/name)"),
+            {ParamSpec::make("prefix", ParamType::OutputPath, "path prefix of the shards (folder/name)"),
              ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes (about 100 MB advised)")
                  .def("100000000")
                  .range(1, std::nullopt),
@@ -247,7 +241,7 @@ class TFRecordWriter final : public Sink {
     if (ec) throw Error("cannot create folder " + folder.string() + " for prefix " + prefix_ + ": " + ec.message());
   }
   void consume(Sample in, const ElementContext&) override {
-    if (!shard_) open_shard();
+    if (!shard_ || shard_closed_) open_shard();
     framed_.clear();
     std::string example = encode_example(in);
     append_record(framed_, example.data(), example.size());
@@ -256,27 +250,60 @@ class TFRecordWriter final : public Sink {
     ++shard_records_;
     if (shard_bytes_ >= max_bytes_ || (max_records_ && shard_records_ >= max_records_)) {
       shard_->close();
-      shard_.reset();
+      shard_closed_ = true;
     }
   }
   void finish(bool complete) override {
-    if (shard_) {
-      shard_->close();
-      shard_.reset();
+    if (!complete) {  // the .partial shards stay, visibly incomplete
+      for (auto& shard : shards_) shard->discard();
+      return;
     }
-    if (!complete) return;  // the .partial shards stay, visibly incomplete
-    const std::size_t total = partials_.size();
+    if (shard_ && !shard_closed_) shard_->close();
+    const std::size_t total = shards_.size();
+    std::set<std::string> names;
     for (std::size_t i = 0; i < total; ++i) {
-      char name[64];
-      if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu.tfrecord", static_cast<long long>(worker_), i);
-      else std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", i, total);
-      std::string final_name = prefix_ + name + suffix();
-      fs::rename(partials_[i], final_name);
-      written_.push_back(final_name);
+      std::string final_name = prefix_ + shard_name(i, total);
+      shards_[i]->publish_as(final_name);
+      names.insert(fs::path(final_name).filename().string());
     }
+    remove_stale_shards(names);
   }
 
  private:
+  std::string shard_name(std::size_t index, std::size_t total) const {
+    char name[64];
+    if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu.tfrecord", static_cast<long long>(worker_), index);
+    else std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", index, total);
+    return name + suffix();
+  }
+  // A run replaces the set of shards of its prefix: shards of an earlier run of this prefix that
+  // this run did not rewrite (another -of-N count, a worker's higher numbers) would otherwise stay
+  // beside the new set, and a glob would read both. Only names of exactly this writer's form go.
+  void remove_stale_shards(const std::set<std::string>& kept) const {
+    const fs::path prefix(prefix_);
+    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    const std::string stem = prefix.filename().string();
+    const std::string worker_part = "-worker-" + std::to_string(worker_) + "-";
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (kept.count(name) || name.compare(0, stem.size(), stem) != 0 || !it->is_regular_file()) continue;
+      std::string rest = name.substr(stem.size());
+      const std::string tail = ".tfrecord" + suffix();
+      if (rest.size() <= tail.size() || rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0) continue;
+      rest.resize(rest.size() - tail.size());
+      auto digits = [&](std::size_t at, std::size_t n) {
+        if (at + n > rest.size()) return false;
+        for (std::size_t k = at; k < at + n; ++k)
+          if (rest[k] < '0' || rest[k] > '9') return false;
+        return true;
+      };
+      bool ours = false;
+      if (by_worker_) ours = rest.size() == worker_part.size() + 5 && rest.compare(0, worker_part.size(), worker_part) == 0 && digits(worker_part.size(), 5);
+      else ours = rest.size() == 15 && rest[0] == '-' && digits(1, 5) && rest.compare(6, 4, "-of-") == 0 && digits(10, 5);
+      if (ours) fs::remove(it->path(), ec);
+    }
+  }
   // The process's index under Slurm, MPI, torchrun or a Kubernetes indexed job; 0 alone.
   static std::int64_t worker_from_environment() {
     for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "JOB_COMPLETION_INDEX"})
@@ -293,9 +320,10 @@ class TFRecordWriter final : public Sink {
   }
   void open_shard() {
     char name[32];
-    std::snprintf(name, sizeof name, "-%05zu.partial-%d", partials_.size(), static_cast<int>(::getpid()));
-    partials_.push_back(prefix_ + name);
-    shard_ = std::make_unique<ShardFile>(partials_.back(), compression_);
+    std::snprintf(name, sizeof name, "-%05zu", shards_.size());
+    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_));
+    shard_ = shards_.back().get();
+    shard_closed_ = false;
     shard_bytes_ = shard_records_ = 0;
   }
 
@@ -304,9 +332,10 @@ class TFRecordWriter final : public Sink {
   Compression compression_;
   bool by_worker_;
   std::int64_t worker_;
-  std::unique_ptr<ShardFile> shard_;
+  std::vector<std::unique_ptr<ShardFile>> shards_;
+  ShardFile* shard_ = nullptr;
+  bool shard_closed_ = false;
   std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
-  std::vector<std::string> partials_, written_;
   std::string framed_;
 };
 

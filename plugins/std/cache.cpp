@@ -1,9 +1,8 @@
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "sample_codec.hpp"
 #include "std_plugin.hpp"
@@ -14,25 +13,29 @@ namespace sluice::std_ops {
 namespace {
 
 // The first iteration passes through and is recorded; later iterations replay the record
-// instead of asking the input again. In memory, or in a file that is trusted only once its
-// ".complete" marker exists, so an interrupted run never leaves a cache that looks whole.
+// instead of asking the input again. In memory, or in a file reused across runs. The file is
+// written under a temporary name and renamed when the first iteration is complete, so a cache
+// file that exists is whole; it starts with the fingerprint of the pipeline before the cache
+// (StageInfo::input_fingerprint), and a file made by another pipeline is refused, never replayed.
 class Cache final : public Aggregate {
  public:
   static OperatorInfo describe() {
     return {"cache",
             OperatorKind::Aggregate,
             "Records the first iteration and replays it for the next ones (in memory, or in a file reused across runs)",
-            {ParamSpec::make("path", ParamType::Path, "cache file; empty keeps the cache in memory").def("")},
+            {ParamSpec::make("path", ParamType::OutputPath, "cache file; empty keeps the cache in memory").def("")},
             {.keeps_shape = true},
             {}};
   }
   explicit Cache(const Params& p) : path_(p.get_string("path")) {}
 
-  void start(const StageInfo&) override {
-    if (!path_.empty()) {
-      ready_from_file_ = fs::exists(path_) && fs::exists(marker());
-      if (!ready_from_file_ && fs::exists(marker())) fs::remove(marker());
-    }
+  void start(const StageInfo& info) override {
+    fingerprint_ = info.input_fingerprint;
+    if (path_.empty()) return;
+    resolve_output_target(path_);  // refuses a directory, FIFO or device at the path before any work
+    struct stat st {};
+    ready_from_file_ = ::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    if (ready_from_file_) check_header_of_existing_file();
   }
   std::int64_t input_passes(std::int64_t iterations) const override {
     return (iterations == 0 || ready_from_file_) ? 0 : 1;
@@ -43,15 +46,14 @@ class Cache final : public Aggregate {
     if (epoch != 0 || ready_from_file_) return;
     recording_ = true;
     if (!path_.empty()) {
-      partial_ = path_ + ".partial-" + std::to_string(::getpid());
-      file_ = std::fopen(partial_.c_str(), "wb");
-      if (!file_) throw Error("cannot write cache file " + partial_ + " (is the folder writable?)");
-      std::fwrite(kCacheMagic, 1, sizeof kCacheMagic, file_);
+      file_.open(path_);
+      file_.write(kCacheMagic, sizeof kCacheMagic);
+      file_.write(&fingerprint_, sizeof fingerprint_);
     }
   }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
     if (recording_) {
-      if (file_) write_sample(file_, in);
+      if (file_.is_open()) write_sample(file_.stream(), in);
       else memory_.push_back(in);  // shares the tensors' buffers
     }
     out.push(std::move(in));
@@ -61,15 +63,7 @@ class Cache final : public Aggregate {
     if (epoch != 0 || !recording_) return;
     recording_ = false;
     complete_ = true;
-    if (file_) {
-      bool ok = std::fflush(file_) == 0;
-      std::fclose(file_);
-      file_ = nullptr;
-      if (!ok) throw Error("writing cache file " + partial_ + " failed (disk full?)");
-      fs::rename(partial_, path_);
-      std::ofstream(marker()) << "complete\n";
-      partial_.clear();
-    }
+    if (file_.is_open()) file_.commit();
   }
   bool replay(std::uint64_t, Emitter& out) override {
     if (ready_from_file_ || (complete_ && !path_.empty())) return replay_file(out);
@@ -79,25 +73,42 @@ class Cache final : public Aggregate {
     return true;
   }
   void finish(bool) override {
-    if (file_) {
-      std::fclose(file_);
-      file_ = nullptr;
-    }
-    if (!partial_.empty()) {
-      std::error_code ignored;
-      fs::remove(partial_, ignored);  // an interrupted recording is worth nothing
-    }
+    if (file_.is_open()) file_.abandon(/*keep=*/false);  // an interrupted recording is worth nothing
   }
 
  private:
-  std::string marker() const { return path_ + ".complete"; }
+  // Reads the magic and fingerprint at the start of a cache file; throws unless they are ours.
+  void read_header(std::FILE* f) const {
+    char magic[sizeof kCacheMagic] = {};
+    std::uint64_t stored = 0;
+    if (std::fread(magic, 1, sizeof magic, f) != sizeof magic || std::memcmp(magic, kCacheMagic, sizeof magic) != 0)
+      throw DataError("cache file " + path_ + " is not a cache of this Sluice version; delete it to rebuild it");
+    if (std::fread(&stored, 1, sizeof stored, f) != sizeof stored || stored != fingerprint_)
+      throw DataError(fmt_fingerprint_mismatch(stored));
+  }
+  std::string fmt_fingerprint_mismatch(std::uint64_t stored) const {
+    char text[160];
+    std::snprintf(text, sizeof text, " (made by a pipeline with fingerprint %016llx, this one is %016llx)",
+                  static_cast<unsigned long long>(stored), static_cast<unsigned long long>(fingerprint_));
+    return "cache file " + path_ + " was made by a different pipeline before the cache" + text +
+           ": delete it to rebuild it, or give this cache another path";
+  }
+  void check_header_of_existing_file() const {
+    std::FILE* f = std::fopen(path_.c_str(), "rb");
+    if (!f) throw Error("cannot read cache file " + path_ + ": " + std::strerror(errno));
+    try {
+      read_header(f);
+    } catch (...) {
+      std::fclose(f);
+      throw;
+    }
+    std::fclose(f);
+  }
   bool replay_file(Emitter& out) {
     std::FILE* f = std::fopen(path_.c_str(), "rb");
-    if (!f) throw Error("cannot read cache file " + path_);
-    char magic[sizeof kCacheMagic] = {};
-    bool ok = std::fread(magic, 1, sizeof magic, f) == sizeof magic && std::memcmp(magic, kCacheMagic, sizeof magic) == 0;
+    if (!f) throw Error("cannot read cache file " + path_ + ": " + std::strerror(errno));
     try {
-      if (!ok) throw DataError("cache file " + path_ + " is not a Sluice cache; delete it and " + marker());
+      read_header(f);
       Sample s;
       while (read_sample(f, s, path_))
         if (!out.push(std::move(s))) break;
@@ -109,9 +120,10 @@ class Cache final : public Aggregate {
     return true;
   }
 
-  std::string path_, partial_;
+  std::string path_;
+  std::uint64_t fingerprint_ = 0;
   bool ready_from_file_ = false, recording_ = false, complete_ = false;
-  std::FILE* file_ = nullptr;
+  AtomicOutputFile file_;
   std::vector<Sample> memory_;
 };
 

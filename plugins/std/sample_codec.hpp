@@ -7,7 +7,8 @@
 
 namespace sluice::std_ops {
 
-inline constexpr char kCacheMagic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '1'};
+// Version 2 adds the fingerprint of the pipeline before the cache after the magic.
+inline constexpr char kCacheMagic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '2'};
 
 void write_sample(std::FILE* file, const Sample& sample);
 // Returns false at a clean end of file; throws DataError on a truncated or malformed file.

@@ -144,29 +144,23 @@ void append_tensor(std::string& out, const Tensor& t, std::size_t dim, std::int6
   out += ']';
 }
 
-// One JSON object per element. Written to a temporary file that is renamed over `path` only when
-// the run completed: an interrupted run leaves `path` untouched and a `.partial` file beside it.
+// One JSON object per element. Written to a temporary file of its own that is renamed over `path`
+// only when the run completed: an interrupted run leaves `path` untouched and a `.partial-XXXXXX`
+// file beside it (see output_file.hpp for what is never replaced).
 class JsonlSink final : public Sink {
  public:
   static OperatorInfo describe() {
     return {"jsonl_sink",
             OperatorKind::Sink,
             "Writes one JSON object per element (numbers as nested lists, bytes as base64); atomic on completion",
-            {ParamSpec::make("path", ParamType::Path, "output file")},
+            {ParamSpec::make("path", ParamType::OutputPath, "output file")},
             {},
             {}};
   }
   explicit JsonlSink(const Params& p) : path_(p.get_string("path")) {
     if (path_.empty()) throw ParamError("path must not be empty");
   }
-  ~JsonlSink() override {
-    if (file_) std::fclose(file_);
-  }
-  void start(const StageInfo&) override {
-    partial_ = path_ + ".partial";
-    file_ = std::fopen(partial_.c_str(), "wb");
-    if (!file_) throw Error("cannot write " + partial_ + ": " + std::strerror(errno) + " (does the folder exist?)");
-  }
+  void start(const StageInfo&) override { file_.open(path_); }
   void consume(Sample in, const ElementContext&) override {
     line_.clear();
     line_ += '{';
@@ -180,24 +174,17 @@ class JsonlSink final : public Sink {
       append_tensor(line_, f.tensor, 0, next);
     }
     line_ += "}\n";
-    if (std::fwrite(line_.data(), 1, line_.size(), file_) != line_.size())
-      throw Error("writing " + partial_ + " failed: " + std::strerror(errno));
+    file_.write(line_);
   }
   void finish(bool complete) override {
-    if (!file_) return;
-    bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-    std::fclose(file_);
-    file_ = nullptr;
-    if (!complete) return;  // keep the .partial file: it is visibly incomplete
-    if (!ok) throw Error("writing " + partial_ + " failed: " + std::strerror(errno));
-    std::error_code ec;
-    std::filesystem::rename(partial_, path_, ec);
-    if (ec) throw Error("cannot rename " + partial_ + " to " + path_ + ": " + ec.message());
+    if (!file_.is_open()) return;
+    if (complete) file_.commit();
+    else file_.abandon(/*keep=*/true);  // the .partial file stays: it is visibly incomplete
   }
 
  private:
-  std::string path_, partial_, line_;
-  std::FILE* file_ = nullptr;
+  std::string path_, line_;
+  AtomicOutputFile file_;
 };
 
 }  // namespace

@@ -9,7 +9,8 @@ namespace sluice {
 inline constexpr std::uint32_t kAbiMajor = 4;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
 // trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
-// feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch).
-inline constexpr std::uint32_t kAbiMinor = 0;
+// feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
+// StageInfo::input_fingerprint (appended; older plugins never read it).
+inline constexpr std::uint32_t kAbiMinor = 1;
 
 }  // namespace sluice

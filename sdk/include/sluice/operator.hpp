@@ -59,6 +59,10 @@ struct StageInfo {
   std::uint64_t stage_hash = 0;
   Allocator* allocator = &HostAllocator::instance();
   Placement* placement = nullptr;  // where the consumer would like outputs built (see Placement)
+  // (ABI 4.1) Identifies what produces this stage's input: the operators, parameters and, where
+  // they draw random numbers, seed and stage ids of every stage before it. A stage that keeps
+  // data across runs (a file cache) stores it and refuses data made by another pipeline.
+  std::uint64_t input_fingerprint = 0;
 };
 
 // Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage

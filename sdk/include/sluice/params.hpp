@@ -10,7 +10,9 @@
 
 namespace sluice {
 
-enum class ParamType { Int, Float, Bool, String, Path, Choice, IntList, FloatList, StringList };
+// OutputPath (ABI 4.1) names what a stage writes: validation refuses two stages writing one path,
+// and the studio offers a save dialog for it. Appended last so that older plugins keep their values.
+enum class ParamType { Int, Float, Bool, String, Path, Choice, IntList, FloatList, StringList, OutputPath };
 
 inline const char* param_type_name(ParamType t) {
   switch (t) {
@@ -23,6 +25,7 @@ inline const char* param_type_name(ParamType t) {
     case ParamType::IntList: return "int-list";
     case ParamType::FloatList: return "float-list";
     case ParamType::StringList: return "string-list";
+    case ParamType::OutputPath: return "output-path";
   }
   return "?";
 }

@@ -5,6 +5,7 @@
 #include "sluice/error.hpp"
 #include "sluice/feed.hpp"
 #include "sluice/operator.hpp"
+#include "sluice/output_file.hpp"
 #include "sluice/params.hpp"
 #include "sluice/plugin.hpp"
 #include "sluice/rng.hpp"

@@ -49,9 +49,14 @@ template <> constexpr DType dtype_of<double>() { return DType::F64; }
 
 using Shape = std::vector<std::int64_t>;
 
+// The number of elements of a shape. Shapes come from files and parameters: a negative
+// dimension or a count that would overflow is an Error, never a wrapped-around small number.
 inline std::int64_t shape_elements(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    if (d < 0) throw Error("shape has a negative dimension (" + std::to_string(d) + ")");
+    if (__builtin_mul_overflow(n, d, &n)) throw Error("shape's element count overflows 64 bits");
+  }
   return n;
 }
 
@@ -74,7 +79,8 @@ class Tensor {
     Tensor t;
     t.dtype_ = dtype;
     t.shape_ = std::move(shape);
-    t.nbytes_ = static_cast<std::size_t>(shape_elements(t.shape_)) * dtype_size(dtype);
+    if (__builtin_mul_overflow(static_cast<std::size_t>(shape_elements(t.shape_)), dtype_size(dtype), &t.nbytes_))
+      throw Error("a tensor of shape " + shape_string(t.shape_) + " would not fit in memory");
     t.buffer_ = allocator.allocate(t.nbytes_);
     return t;
   }

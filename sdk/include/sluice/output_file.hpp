@@ -1,0 +1,169 @@
+#pragma once
+// Output files that never destroy what is at their path and never look complete when they are
+// not: bytes go to a temporary file created exclusively beside the target (TARGET.partial-XXXXXX,
+// unique per writer, so two writers never share one), and the temporary is renamed over the
+// target only when the output is complete. A target that exists and is not a regular file (a
+// directory, FIFO, socket or block device) is refused; a character device such as /dev/null is
+// written through; a symbolic link is followed, so the file it points to is replaced and the link
+// stays. Header-only, for plugins and the host alike.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "sluice/error.hpp"
+
+namespace sluice {
+
+// What a stat mode is, in words a user understands.
+inline const char* file_kind_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+struct OutputTarget {
+  std::string path;            // where the output ends up (a symlink resolved to what it names)
+  bool write_through = false;  // a character device: written directly, nothing to rename
+};
+
+// Decides where output for `path` goes, or throws an Error that says why it cannot.
+inline OutputTarget resolve_output_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw Error("the output path is empty");
+  OutputTarget target{path, false};
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    auto resolved = fs::weakly_canonical(path, ec);  // follows every link of the chain
+    if (ec) throw Error("output " + path + " is a symbolic link that cannot be followed: " + ec.message());
+    target.path = resolved.string();
+  }
+  if (::stat(target.path.c_str(), &st) == 0) {
+    if (S_ISCHR(st.st_mode)) {
+      target.write_through = true;
+    } else if (!S_ISREG(st.st_mode)) {
+      throw Error("output " + path + " exists and is " + file_kind_name(st.st_mode) +
+                  ": Sluice only replaces regular files; choose a file path");
+    }
+  } else if (errno == ELOOP) {
+    throw Error("output " + path + " is a loop of symbolic links; choose a file path");
+  }
+  return target;
+}
+
+// One output file written atomically. Not thread-safe; one writer per object.
+class AtomicOutputFile {
+ public:
+  AtomicOutputFile() = default;
+  explicit AtomicOutputFile(const std::string& path) { open(path); }
+  AtomicOutputFile(const AtomicOutputFile&) = delete;
+  AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
+  ~AtomicOutputFile() { close_stream(); }  // not committed: the .partial file stays, visibly incomplete
+
+  void open(const std::string& path) {
+    close_stream();
+    requested_ = path;
+    target_ = resolve_output_target(path);
+    int fd = -1;
+    if (target_.write_through) {
+      temporary_.clear();
+      fd = ::open(target_.path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    } else {
+      temporary_ = target_.path + ".partial-XXXXXX";
+      fd = ::mkostemp(temporary_.data(), O_CLOEXEC);  // O_EXCL: a name no other writer holds
+      if (fd >= 0) ::fchmod(fd, 0666 & ~current_umask());
+    }
+    if (fd < 0) {
+      const int err = errno;
+      throw Error("cannot write " + (temporary_.empty() ? target_.path : temporary_) + ": " + std::strerror(err) +
+                  (err == ENOENT ? " (does the folder exist?)" : ""));
+    }
+    stream_ = ::fdopen(fd, "wb");
+    if (!stream_) {
+      ::close(fd);
+      throw Error("cannot write " + temporary_ + ": " + std::strerror(errno));
+    }
+  }
+
+  bool is_open() const { return stream_ != nullptr; }
+  std::FILE* stream() const { return stream_; }
+  // The file being written: the temporary, or the device written through.
+  const std::string& writing_path() const { return temporary_.empty() ? target_.path : temporary_; }
+  const std::string& target_path() const { return target_.path; }
+
+  void write(const void* data, std::size_t n) {
+    if (n && std::fwrite(data, 1, n, stream_) != n) throw Error("writing " + writing_path() + " failed: " + std::strerror(errno));
+  }
+  void write(std::string_view text) { write(text.data(), text.size()); }
+
+  // Flushes to disk and renames the temporary over the target. Throws, and leaves no target
+  // that looks complete, when any byte failed to reach the disk.
+  void commit() {
+    if (!stream_) return;
+    finish_writing();
+    if (!target_.write_through) publish_as(requested_);
+  }
+  // The two halves of commit(), for outputs whose final name is known only at the end (shards
+  // named -of-N): flush to disk and close; then rename the temporary to `path`.
+  void finish_writing() {
+    if (!stream_) return;
+    const bool ok = std::fflush(stream_) == 0 && !std::ferror(stream_) && (target_.write_through || ::fsync(::fileno(stream_)) == 0);
+    const int err = errno;
+    std::fclose(stream_);
+    stream_ = nullptr;
+    if (!ok) throw Error("writing " + writing_path() + " failed: " + std::strerror(err));
+  }
+  void publish_as(const std::string& path) {
+    const OutputTarget final_target = resolve_output_target(path);  // refuses a non-file that appeared meanwhile
+    if (final_target.write_through) throw Error("output " + path + " is a device; a finished file cannot be renamed onto it");
+    if (::rename(temporary_.c_str(), final_target.path.c_str()) != 0)
+      throw Error("cannot rename " + temporary_ + " to " + final_target.path + ": " + std::strerror(errno));
+    temporary_.clear();
+    target_ = final_target;
+  }
+  // Closes without renaming; `keep` leaves the .partial file for the user to see, else it goes.
+  void abandon(bool keep) {
+    close_stream();
+    if (!keep && !temporary_.empty()) ::unlink(temporary_.c_str());
+    if (!keep) temporary_.clear();
+  }
+
+ private:
+  // Read from /proc, not by setting umask(), which would race with other threads creating files.
+  static mode_t current_umask() {
+    static const mode_t mask = [] {
+      mode_t value = 022;
+      if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+        char line[256];
+        while (std::fgets(line, sizeof line, status))
+          if (std::strncmp(line, "Umask:", 6) == 0) value = static_cast<mode_t>(std::strtoul(line + 6, nullptr, 8));
+        std::fclose(status);
+      }
+      return value;
+    }();
+    return mask;
+  }
+  void close_stream() {
+    if (stream_) std::fclose(stream_);
+    stream_ = nullptr;
+  }
+
+  std::string requested_, temporary_;
+  OutputTarget target_;
+  std::FILE* stream_ = nullptr;
+};
+
+}  // namespace sluice
