@@ -28,7 +28,16 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitInterrupted = 130;
 
 volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
+// The first Ctrl-C (or SIGTERM, as Slurm sends before its kill) stops the pipeline cleanly; a
+// second one ends the process at once, whatever a stage is blocked in. Outputs stay .partial.
+extern "C" void on_interrupt(int) {
+  if (g_interrupted) {
+    static const char message[] = "\ninterrupted again: exiting now; outputs stay .partial\n";
+    [[maybe_unused]] auto ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(130);
+  }
+  g_interrupted = 1;
+}
 
 struct CommonOptions {
   std::vector<std::string> plugin_dirs;
@@ -248,11 +257,23 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     std::fflush(stderr);
   };
   bool interrupted = false;
+  std::chrono::steady_clock::time_point interrupted_at;
+  constexpr auto kStopGrace = std::chrono::seconds(2);
   while (!engine->wait_for(std::chrono::milliseconds(50))) {
     if (g_interrupted && !interrupted) {
       interrupted = true;
-      fmt::print(stderr, "{}interrupted: stopping the pipeline...\n", terminal && drawn ? "\n" : "");
+      interrupted_at = std::chrono::steady_clock::now();
+      fmt::print(stderr, "{}interrupted: stopping the pipeline (Ctrl-C again to quit at once)...\n", terminal && drawn ? "\n" : "");
       engine->stop();
+    }
+    // A stage stuck inside a call that ignores the stop (a read that never returns) must not keep
+    // the process: the promise is a stop within a second, so past a grace period it exits.
+    if (interrupted && std::chrono::steady_clock::now() - interrupted_at > kStopGrace) {
+      fmt::print(stderr, "error: the pipeline did not stop within {} s of the interrupt (a stage is blocked in a call "
+                         "that does not return); exiting, outputs stay .partial\n",
+                 std::chrono::duration_cast<std::chrono::seconds>(kStopGrace).count());
+      std::fflush(stderr);
+      std::_Exit(kExitInterrupted);
     }
     if (!options.quiet && std::chrono::steady_clock::now() >= next_progress) {
       draw_progress(false);
@@ -281,6 +302,18 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     return kExitRunFailed;
   }
   if (interrupted || g_interrupted) return kExitInterrupted;
+  // Under the skip policy a run whose every element was skipped "succeeds" with nothing done:
+  // that is a failure the user must see, not an exit 0.
+  std::uint64_t skipped = 0, reached_sinks = 0;
+  for (const auto& stage : final_snapshot.stage()) {
+    skipped += stage.errors_skipped();
+    if (stage.kind() == "sink") reached_sinks += stage.elements_in();
+  }
+  if (skipped > 0 && reached_sinks == 0) {
+    fmt::print(stderr, "error: every element was skipped ({} skipped, none reached a sink); the reasons are listed above\n",
+               skipped);
+    return kExitRunFailed;
+  }
   return 0;
 }
 

@@ -890,6 +890,9 @@ struct Engine::Impl {
       add(st.counters.starved_ns, mark - t0);
       if (in.front().kind == Item::Kind::EndOfStream) break;
       if (in.front().kind == Item::Kind::EndOfIteration) {
+        // Repeating forever over a pass that yielded nothing would spin without end: as in
+        // tf.data, an empty pass ends the repetition.
+        if (in_index == 0 && st.passes_per_iteration == kUnbounded) skip_input(st, kAllIterations);
         ++in_iteration;
         in_index = 0;
         ++inputs_in_group;

@@ -50,6 +50,8 @@ double parse_float(std::string_view text) {
   double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size()) throw ParamError(fmt::format("expects a number, got '{}'", s));
   if (errno == ERANGE && std::isinf(v)) throw ParamError(fmt::format("'{}' is out of range", s));
+  // NaN compares false with every bound, so it would pass any range check.
+  if (std::isnan(v)) throw ParamError(fmt::format("expects a number, got '{}' (not a number)", s));
   return v;
 }
 
@@ -62,7 +64,7 @@ bool parse_bool(std::string_view text) {
 }
 
 void check_range(const ParamSpec& spec, double v, std::string_view text) {
-  if ((spec.min && v < *spec.min) || (spec.max && v > *spec.max))
+  if ((spec.min && !(v >= *spec.min)) || (spec.max && !(v <= *spec.max)))
     throw ParamError(fmt::format("{} is out of range; {}", trim(text), describe_param_constraints(spec)));
 }
 

@@ -13,6 +13,7 @@
 
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/text.hpp"
+#include "plugin_probe.hpp"
 #include "sluice/plugin.hpp"
 
 namespace fs = std::filesystem;
@@ -31,13 +32,6 @@ class CollectingRegistrar final : public Registrar {
   void add_operator(OperatorInfo info) override { operators.push_back(std::move(info)); }
   std::vector<OperatorInfo> operators;
 };
-
-bool has_elf_header(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
-}
 
 // Boost.DLL discards dlerror()'s text; a second dlopen of a library that failed to load has no
 // side effect and gives the loader's own explanation (missing dependency, wrong architecture).
@@ -99,8 +93,12 @@ void Registry::load_directory(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".so" && !entry.is_directory()) files.push_back(entry.path());
+  // Error codes throughout: an entry that cannot be examined (a symlink loop) is refused by
+  // load_library with its reason, never an exception out of the directory walk.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code kind_error;
+    if (it->path().extension() == ".so" && !it->is_directory(kind_error)) files.push_back(it->path());
+  }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) load_library(f);
 }
@@ -114,7 +112,8 @@ bool Registry::load_library(const fs::path& file) {
   for (const auto& p : plugins_)
     if (p.path == path) return true;
 
-  if (!has_elf_header(file)) return refuse("not a shared library (no ELF header)");
+  if (auto problem = check_plugin_file(file); !problem.empty()) return refuse(problem);
+  if (auto problem = probe_plugin_in_child(file); !problem.empty()) return refuse(problem);
 
   auto lib = std::make_shared<PluginLibrary>();
   boost::dll::fs::error_code ec;

@@ -1,7 +1,6 @@
 #include "byte_source.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,8 +11,23 @@
 
 #include "crc32c.hpp"
 #include "sluice/error.hpp"
+#include "sluice/output_file.hpp"
 
 namespace sluice::io {
+
+int open_regular_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DataError("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = ::fstat(fd, &st) == 0 ? file_kind_name(st.st_mode) : std::strerror(errno);
+    ::close(fd);
+    throw DataError("cannot read " + path + ": it is " + kind + ", not a regular file (a read from it may never end)");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
 
 Compression parse_compression(const std::string& name) {
   if (name == "none") return Compression::None;
@@ -38,8 +52,7 @@ namespace {
 class FileSource final : public ByteSource {
  public:
   explicit FileSource(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw DataError("cannot open " + path + ": " + std::strerror(errno));
+    fd_ = open_regular_file(path);
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
   ~FileSource() override { ::close(fd_); }
@@ -47,18 +60,6 @@ class FileSource final : public ByteSource {
   std::size_t peek(std::byte* dst, std::size_t n) {
     ssize_t got = ::pread(fd_, dst, n, 0);
     return got > 0 ? static_cast<std::size_t>(got) : 0;
-  }
-  void allow_map() { may_map_ = true; }
-  std::shared_ptr<Buffer> map_all() override {
-    struct stat st {};
-    if (!may_map_ || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return nullptr;
-    auto size = static_cast<std::size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (p == MAP_FAILED) return nullptr;
-    // Read-ahead on faults; no MADV_WILLNEED: on cached files it walks the whole page cache range
-    // for nothing, and readers populate mappings from a thread of their own (PagePrefetcher).
-    ::madvise(p, size, MADV_SEQUENTIAL);
-    return std::make_shared<Buffer>(static_cast<std::byte*>(p), size, [](std::byte* data, std::size_t n) { ::munmap(data, n); });
   }
   std::size_t read(std::byte* dst, std::size_t n) override {
     for (;;) {
@@ -71,7 +72,6 @@ class FileSource final : public ByteSource {
  private:
   std::string path_;
   int fd_ = -1;
-  bool may_map_ = false;
 };
 
 class MemorySource final : public ByteSource {
@@ -193,14 +193,13 @@ std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression co
 
 }  // namespace
 
-std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, bool allow_map) {
+std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression) {
   auto file = std::make_unique<FileSource>(path);
   if (compression == Compression::Auto) {
     std::byte head[12];
     compression = detect(head, file->peek(head, sizeof head));
   }
   if (compression != Compression::None) return wrap(std::move(file), compression, path);
-  if (allow_map) file->allow_map();
   return file;
 }
 

@@ -1,9 +1,12 @@
 // csv_reader: a CSV file into one sample per row.
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <unistd.h>
+
+#include <cstring>
 #include <sstream>
 
+#include "byte_source.hpp"
 #include "csv_format.hpp"
 #include "io_plugin.hpp"
 
@@ -65,26 +68,37 @@ class CsvReader final : public Expand {
       if (type == "int64") c.type = ColumnType::Int64;
       else if (type == "float") c.type = ColumnType::Float;
       else if (type != "bytes" && type != "string") throw ParamError("schema type '" + type + "' is not int64, float or bytes");
+      for (const auto& earlier : schema_)
+        if (earlier.name == c.name) throw ParamError("schema names column '" + c.name + "' twice");
       schema_.push_back(c);
     }
     if (schema_.empty() && !header_) throw ParamError("without a header row, give a schema");
   }
 
+  // Rows of one file, read in chunks as they are needed: memory holds the chunk and the row
+  // being split, never the whole file.
   class Rows final : public ExpandCursor {
    public:
-    Rows(std::string path, std::string text, std::vector<Column> schema, bool header, char delimiter, DamageReport& damage)
-        : path_(std::move(path)), text_(std::move(text)), parser_(text_, delimiter), columns_(std::move(schema)), damage_(damage) {
-      if (header) {
-        std::vector<std::string> names;
-        std::size_t line = 0;
-        if (!parser_.next(names, line)) return;
-        if (columns_.empty()) {
-          for (auto& n : names) columns_.push_back({n, ColumnType::Bytes});
-          infer_types_ = true;
-        } else if (names.size() != columns_.size()) {
-          throw DataError(path_ + ":" + std::to_string(line) + ": the header has " + std::to_string(names.size()) +
-                          " columns, the schema " + std::to_string(columns_.size()));
-        }
+    Rows(std::string path, std::vector<Column> schema, bool header, char delimiter, DamageReport& damage)
+        : path_(std::move(path)), fd_{open_regular_file(path_)}, parser_({}, delimiter, false), columns_(std::move(schema)),
+          damage_(damage) {
+      if (!header) return;
+      std::vector<std::string> names;
+      std::size_t line = 0;
+      if (!next_fields(names, line)) return;
+      if (!names.empty() && names[0].compare(0, 3, "\xEF\xBB\xBF") == 0) names[0].erase(0, 3);  // a UTF-8 byte-order mark
+      if (columns_.empty()) {
+        for (std::size_t i = 0; i < names.size(); ++i)
+          for (std::size_t j = 0; j < i; ++j)
+            if (names[i] == names[j])
+              throw DataError(path_ + ":" + std::to_string(line) + ": columns " + std::to_string(j + 1) + " and " +
+                              std::to_string(i + 1) + " are both named '" + names[i] +
+                              "'; rename one, or give a schema with a name per column");
+        for (auto& n : names) columns_.push_back({n, ColumnType::Bytes});
+        infer_types_ = true;
+      } else if (names.size() != columns_.size()) {
+        throw DataError(path_ + ":" + std::to_string(line) + ": the header has " + std::to_string(names.size()) +
+                        " columns, the schema " + std::to_string(columns_.size()));
       }
     }
     bool next(Sample& out) override {
@@ -92,7 +106,9 @@ class CsvReader final : public Expand {
       for (;;) {
         std::size_t line = 0;
         try {
-          if (!parser_.next(fields, line)) return false;
+          if (!next_fields(fields, line)) return false;
+        } catch (const DataError&) {
+          throw;
         } catch (const std::exception& e) {
           // The rest of the file cannot be split into rows reliably.
           std::string reason = path_ + ":" + std::to_string(line ? line : 0) + ": " + e.what();
@@ -131,7 +147,36 @@ class CsvReader final : public Expand {
     }
 
    private:
-    std::string path_, text_;
+    static constexpr std::size_t kChunk = 1 << 20;
+    static constexpr std::size_t kMaxRowBytes = 256u << 20;
+
+    // The next row, reading more of the file while the parser needs it.
+    bool next_fields(std::vector<std::string>& fields, std::size_t& line) {
+      for (;;) {
+        if (parser_.next(fields, line)) return true;
+        if (!parser_.needs_more()) return false;
+        text_.erase(0, parser_.consumed());
+        if (text_.size() > kMaxRowBytes)
+          throw DataError(path_ + ": a row is longer than " + std::to_string(kMaxRowBytes >> 20) +
+                          " MB (an unterminated quote?)");
+        const std::size_t had = text_.size();
+        text_.resize(had + kChunk);
+        ssize_t got;
+        do got = ::read(fd_.fd, text_.data() + had, kChunk);
+        while (got < 0 && errno == EINTR);
+        if (got < 0) throw DataError("reading " + path_ + " failed: " + std::strerror(errno));
+        text_.resize(had + static_cast<std::size_t>(got));
+        parser_.refill(text_, got == 0);
+      }
+    }
+
+    struct Fd {
+      int fd;
+      ~Fd() { ::close(fd); }
+    };
+    std::string path_;
+    Fd fd_;  // closed however the constructor or the cursor ends
+    std::string text_;
     CsvParser parser_;
     std::vector<Column> columns_;
     bool infer_types_ = false;
@@ -139,12 +184,7 @@ class CsvReader final : public Expand {
   };
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
-    std::string path(in.at(field_).string_at(0));
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw DataError("cannot open " + path);
-    std::stringstream text;
-    text << file.rdbuf();
-    return std::make_unique<Rows>(path, text.str(), schema_, header_, delimiter_, damage);
+    return std::make_unique<Rows>(std::string(in.at(field_).string_at(0)), schema_, header_, delimiter_, damage);
   }
 
  private:

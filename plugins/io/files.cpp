@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "byte_source.hpp"
 #include "io_plugin.hpp"
 
 namespace fs = std::filesystem;
@@ -119,15 +120,13 @@ class ListFiles final : public Source {
 
 // The whole file in one buffer: plain system calls (a stream would add its own buffer and copy).
 std::pair<std::shared_ptr<Buffer>, std::size_t> read_whole_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw DataError("cannot open " + path + ": " + std::strerror(errno));
+  const int fd = open_regular_file(path);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw DataError("cannot read " + path + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw DataError("cannot read " + path + ": it is a directory");
   std::size_t capacity = st.st_size > 0 ? static_cast<std::size_t>(st.st_size) : 64 * 1024;  // pipes and /proc report 0
   auto buffer = HostAllocator::instance().allocate(capacity);
   std::size_t size = 0;

@@ -20,29 +20,25 @@ std::uint32_t load_u32(const std::byte* p) {
 }  // namespace
 
 RecordReader::RecordReader(std::unique_ptr<ByteSource> source, std::string name, RecordReaderOptions options)
-    : source_(std::move(source)), name_(std::move(name)), options_(options) {
-  // A mapped file is one buffer already: records are views of it, nothing is read or copied.
-  if ((chunk_ = source_->map_all())) {
-    end_ = chunk_->size();
-    eof_ = true;
-    mapped_ = true;
-  }
-}
+    : source_(std::move(source)), name_(std::move(name)), options_(options) {}
 
 bool RecordReader::ensure(std::size_t n) {
   if (end_ - begin_ >= n) return true;
   if (eof_) return false;
-  if (!chunk_ || chunk_->size() - begin_ < n) {
-    // A fresh buffer: records already handed out keep viewing the old one.
-    const std::size_t size = std::max(options_.chunk_bytes, n);
-    auto fresh = options_.allocator ? options_.allocator->allocate(size) : HostAllocator::instance().allocate(size);
-    if (end_ > begin_) std::memcpy(fresh->data(), chunk_->data() + begin_, end_ - begin_);
-    chunk_offset_ += begin_;
-    end_ -= begin_;
-    begin_ = 0;
-    chunk_ = std::move(fresh);
-  }
   while (end_ - begin_ < n) {
+    if (!chunk_ || chunk_->size() == end_) {
+      // A fresh buffer: records already handed out keep viewing the old one. It grows with the
+      // bytes that really arrive (doubling), never straight to a length read from the file: a
+      // 71-byte file claiming a 1 GB record costs a chunk, not a gigabyte.
+      const std::size_t have = end_ - begin_;
+      const std::size_t size = std::max(options_.chunk_bytes, std::min(n, 2 * have));
+      auto fresh = options_.allocator ? options_.allocator->allocate(size) : HostAllocator::instance().allocate(size);
+      if (have) std::memcpy(fresh->data(), chunk_->data() + begin_, have);
+      chunk_offset_ += begin_;
+      end_ = have;
+      begin_ = 0;
+      chunk_ = std::move(fresh);
+    }
     std::size_t got = source_->read(chunk_->data() + end_, chunk_->size() - end_);
     if (got == 0) {
       eof_ = true;

@@ -39,7 +39,6 @@ class RecordReader {
   std::uint64_t records_read() const { return index_; }
 
   // The whole file as one memory mapping, when it was mapped; null otherwise.
-  std::shared_ptr<Buffer> mapping() const { return mapped_ ? chunk_ : nullptr; }
 
  private:
   bool ensure(std::size_t n);  // at least n unread bytes buffered; false at the end
@@ -53,7 +52,6 @@ class RecordReader {
   std::size_t begin_ = 0, end_ = 0;
   std::uint64_t chunk_offset_ = 0;  // stream offset of chunk_[0]
   bool eof_ = false;
-  bool mapped_ = false;
   std::uint64_t index_ = 0;
 };
 

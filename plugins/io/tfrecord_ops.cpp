@@ -10,7 +10,6 @@
 
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
-#include "page_prefetcher.hpp"
 #include "tfrecord.hpp"
 
 namespace fs = std::filesystem;
@@ -29,11 +28,7 @@ class TFRecordReader final : public Expand {
                  .def("auto")
                  .one_of({"auto", "none", "gzip", "zlib"}),
              ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
-             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30),
-             ParamSpec::make("mmap", ParamType::Bool,
-                             "map uncompressed files into memory instead of reading them (no copy); turn off for files that "
-                             "may shrink while being read")
-                 .def("true")},
+             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30)},
             {.stateless = true},
             {}};
   }
@@ -42,7 +37,6 @@ class TFRecordReader final : public Expand {
     options_.verify_crc = p.get_bool("verify_crc");
     options_.chunk_bytes = static_cast<std::size_t>(p.get_int("buffer_bytes"));
     options_.allocator = &pool_;  // read buffers are reused once their records are gone
-    map_ = p.get_bool("mmap");
   }
 
   // Hands out one sample per record with nothing allocated for it but its field list: the record
@@ -59,7 +53,6 @@ class TFRecordReader final : public Expand {
           reader_(std::move(source), *path_, options),
           scalars_(scalars),
           damage_(damage) {}
-    std::shared_ptr<Buffer> mapping() const { return reader_.mapping(); }
     bool next(Sample& out) override {
       Record r;
       if (!reader_.next(r, &damage_)) return false;
@@ -93,9 +86,7 @@ class TFRecordReader final : public Expand {
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    auto cursor = std::make_unique<Cursor>(path, open_file(path, compression_, map_), options_, pool_, damage);
-    if (auto mapping = cursor->mapping()) prefetcher_.prefetch(std::move(mapping));
-    return cursor;
+    return std::make_unique<Cursor>(path, open_file(path, compression_), options_, pool_, damage);
   }
 
  private:
@@ -103,8 +94,6 @@ class TFRecordReader final : public Expand {
   Compression compression_;
   PooledHostAllocator pool_;
   RecordReaderOptions options_;
-  bool map_ = true;
-  PagePrefetcher prefetcher_;  // last: its thread stops before the rest goes
 };
 
 class ParseExample final : public Map {

@@ -17,7 +17,7 @@ class DecodeImage final : public Map {
   static OperatorInfo describe() {
     return {"decode_image",
             OperatorKind::Map,
-            "Decodes JPEG, PNG and other images into u8 HxWxC (RGB), EXIF orientation applied",
+            "Decodes JPEG, PNG and other images into u8 HxWxC (RGB; f32 for HDR and EXR), EXIF orientation applied",
             {ParamSpec::make("field", ParamType::String,
                              "field holding the encoded bytes; empty: 'image', or 'data' (what read_file writes) when there is no 'image'")
                  .def(""),
@@ -36,7 +36,12 @@ class DecodeImage final : public Map {
                  .def("0")
                  .range(0, std::nullopt)
                  .takes_hint("image_width"),
-             ParamSpec::make("orientation", ParamType::Bool, "apply the EXIF orientation").def("true")},
+             ParamSpec::make("orientation", ParamType::Bool, "apply the EXIF orientation").def("true"),
+             ParamSpec::make("truncated", ParamType::Choice,
+                             "a JPEG cut short: refuse it (a data error: skipped and reported under error_policy skip) or "
+                             "accept it with its missing part grey")
+                 .def("refuse")
+                 .one_of({"refuse", "accept"})},
             {.stateless = true},
             {}};
   }
@@ -46,6 +51,7 @@ class DecodeImage final : public Map {
     options_.target_height = static_cast<int>(p.get_int("target_height"));
     options_.target_width = static_cast<int>(p.get_int("target_width"));
     options_.apply_orientation = p.get_bool("orientation");
+    options_.accept_truncated = p.get_string("truncated") == "accept";
   }
   Sample map(Sample in, const ElementContext&) override {
     // The defaults compose: list_files -> read_file -> decode_image, and parse_example's 'image'.

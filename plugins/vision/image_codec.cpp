@@ -2,6 +2,8 @@
 
 #include <turbojpeg.h>
 
+#include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <opencv2/imgcodecs.hpp>
@@ -51,6 +53,7 @@ cv::Mat orient(cv::Mat img, int orientation) {
 
 cv::Mat to_channels(cv::Mat img, int channels) {
   if (img.depth() == CV_16U) img.convertTo(img, CV_8U, 1.0 / 257.0);
+  if (img.depth() != CV_8U && img.depth() != CV_32F) img.convertTo(img, CV_32F);  // EXR halves
   cv::Mat out;
   const int have = img.channels();
   if (channels == 1) {
@@ -79,9 +82,163 @@ cv::Mat decode_with_opencv(std::string_view bytes, const DecodeOptions& options,
   return to_channels(img, options.channels);
 }
 
+std::uint32_t le32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t(p[3]) << 24); }
+
+// Sizes are read into 64 bits and must fit an int: a header claiming more is refused as such.
+bool set_size(std::uint64_t w, std::uint64_t h, int& width, int& height) {
+  if (w == 0 || h == 0 || w > 0x7fffffff || h > 0x7fffffff) return false;
+  width = static_cast<int>(w);
+  height = static_cast<int>(h);
+  return true;
+}
+
+bool peek_tiff(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  const std::size_t n = b.size();
+  if (n < 8 || !((p[0] == 'I' && p[1] == 'I' && p[2] == 42 && p[3] == 0) || (p[0] == 'M' && p[1] == 'M' && p[2] == 0 && p[3] == 42)))
+    return false;
+  const bool little = p[0] == 'I';
+  auto u16 = [&](std::size_t o) -> std::uint32_t { return little ? p[o] | (p[o + 1] << 8) : (p[o] << 8) | p[o + 1]; };
+  auto u32 = [&](std::size_t o) -> std::uint32_t { return little ? le32(p + o) : be32(p + o); };
+  const std::size_t ifd = u32(4);
+  if (ifd + 2 > n) return false;
+  std::uint64_t w = 0, h = 0;
+  const unsigned entries = u16(ifd);
+  for (unsigned e = 0; e < entries && ifd + 2 + 12 * (e + 1) <= n; ++e) {
+    const std::size_t at = ifd + 2 + 12 * e;
+    const unsigned tag = u16(at), type = u16(at + 2);
+    const std::uint64_t value = type == 3 ? u16(at + 8) : type == 4 ? u32(at + 8) : 0;
+    if (tag == 256) w = value;
+    if (tag == 257) h = value;
+  }
+  return set_size(w, h, width, height);
+}
+
+bool peek_webp(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() < 30 || std::memcmp(p, "RIFF", 4) != 0 || std::memcmp(p + 8, "WEBP", 4) != 0) return false;
+  if (std::memcmp(p + 12, "VP8X", 4) == 0)
+    return set_size(1 + (p[24] | (p[25] << 8) | (p[26] << 16)), 1 + (p[27] | (p[28] << 8) | (p[29] << 16)), width, height);
+  if (std::memcmp(p + 12, "VP8L", 4) == 0) {
+    const std::uint32_t bits = le32(p + 21);
+    return set_size(1 + (bits & 0x3fff), 1 + ((bits >> 14) & 0x3fff), width, height);
+  }
+  if (std::memcmp(p + 12, "VP8 ", 4) == 0)
+    return set_size((p[26] | (p[27] << 8)) & 0x3fff, (p[28] | (p[29] << 8)) & 0x3fff, width, height);
+  return false;
+}
+
+bool peek_bmp(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() < 26 || p[0] != 'B' || p[1] != 'M') return false;
+  const auto w = static_cast<std::int32_t>(le32(p + 18)), h = static_cast<std::int32_t>(le32(p + 22));
+  return set_size(static_cast<std::uint64_t>(w < 0 ? -static_cast<std::int64_t>(w) : w),
+                  static_cast<std::uint64_t>(h < 0 ? -static_cast<std::int64_t>(h) : h), width, height);
+}
+
+// PBM/PGM/PPM (P1-P6), PAM (P7: WIDTH and HEIGHT lines) and PFM (PF, Pf): text headers.
+bool peek_pnm(std::string_view b, int& width, int& height) {
+  if (b.size() < 3 || b[0] != 'P' || !std::strchr("1234567Ff", b[1])) return false;
+  std::size_t at = 2;
+  auto token = [&]() -> std::string {
+    for (;;) {
+      while (at < b.size() && std::isspace(static_cast<unsigned char>(b[at]))) ++at;
+      if (at < b.size() && b[at] == '#') {
+        while (at < b.size() && b[at] != '\n') ++at;
+        continue;
+      }
+      break;
+    }
+    std::size_t start = at;
+    while (at < b.size() && at - start < 20 && !std::isspace(static_cast<unsigned char>(b[at]))) ++at;
+    return std::string(b.substr(start, at - start));
+  };
+  auto number = [](const std::string& t) -> std::uint64_t {
+    if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos) return 0;
+    return std::stoull(t);
+  };
+  if (b[1] == '7') {
+    std::uint64_t w = 0, h = 0;
+    for (int k = 0; k < 64 && at < b.size(); ++k) {
+      const std::string key = token();
+      if (key == "ENDHDR") break;
+      if (key == "WIDTH") w = number(token());
+      if (key == "HEIGHT") h = number(token());
+    }
+    return set_size(w, h, width, height);
+  }
+  const std::uint64_t w = number(token());
+  return set_size(w, number(token()), width, height);
+}
+
+// Radiance: "#?RADIANCE" lines up to an empty line, then "-Y H +X W" (or another orientation).
+bool peek_hdr(std::string_view b, int& width, int& height) {
+  if (b.compare(0, 2, "#?") != 0) return false;
+  std::size_t blank = b.find("\n\n");
+  if (blank == std::string_view::npos || blank > 64 * 1024) return false;
+  std::size_t end = b.find('\n', blank + 2);
+  std::string line(b.substr(blank + 2, (end == std::string_view::npos ? b.size() : end) - blank - 2));
+  char a1 = 0, a2 = 0, s1 = 0, s2 = 0;
+  unsigned long long n1 = 0, n2 = 0;
+  if (std::sscanf(line.c_str(), "%c%c %llu %c%c %llu", &s1, &a1, &n1, &s2, &a2, &n2) != 6) return false;
+  return a1 == 'Y' ? set_size(n2, n1, width, height) : set_size(n1, n2, width, height);
+}
+
+// OpenEXR: attributes (name, type, size, value) after the 8-byte header, up to an empty name.
+bool peek_exr(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() < 8 || be32(p) != 0x762f3101u) return false;
+  std::size_t at = 8;
+  while (at < b.size() && b[at] != '\0') {
+    const std::size_t name_end = b.find('\0', at);
+    if (name_end == std::string_view::npos) return false;
+    const std::string_view name = b.substr(at, name_end - at);
+    const std::size_t type_end = b.find('\0', name_end + 1);
+    if (type_end == std::string_view::npos || type_end + 5 > b.size()) return false;
+    const std::uint32_t size = le32(p + type_end + 1);
+    const std::size_t value = type_end + 5;
+    if (size > b.size() - value) return false;
+    if (name == "dataWindow" && size == 16) {
+      const auto x0 = static_cast<std::int32_t>(le32(p + value)), y0 = static_cast<std::int32_t>(le32(p + value + 4));
+      const auto x1 = static_cast<std::int32_t>(le32(p + value + 8)), y1 = static_cast<std::int32_t>(le32(p + value + 12));
+      return set_size(static_cast<std::uint64_t>(std::int64_t(x1) - x0 + 1), static_cast<std::uint64_t>(std::int64_t(y1) - y0 + 1),
+                      width, height);
+    }
+    at = value + size;
+  }
+  return false;
+}
+
+// JPEG 2000: a JP2 file's 'ihdr' box (height, width), or a bare codestream's SIZ marker.
+bool peek_jpeg2000(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() >= 50 && p[0] == 0xFF && p[1] == 0x4F && p[2] == 0xFF && p[3] == 0x51)
+    return set_size(std::uint64_t(be32(p + 8)) - be32(p + 16), std::uint64_t(be32(p + 12)) - be32(p + 20), width, height);
+  if (b.size() < 12 || be32(p + 4) != 0x6A502020u) return false;  // 'jP  '
+  for (std::size_t at = 0; at + 8 <= b.size() && at < 4096;) {
+    const std::uint32_t length = be32(p + at), type = be32(p + at + 4);
+    if (type == 0x69686472u && at + 16 <= b.size()) return set_size(be32(p + at + 12), be32(p + at + 8), width, height);  // 'ihdr'
+    if (type == 0x6A703268u) {  // 'jp2h': a super-box, look inside
+      at += 8;
+      continue;
+    }
+    if (length < 8) return false;
+    at += length;
+  }
+  return false;
+}
+
+bool peek_sun_raster(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() < 12 || be32(p) != 0x59a66a95u) return false;
+  return set_size(be32(p + 4), be32(p + 8), width, height);
+}
+
 }  // namespace
 
 bool peek_size(std::string_view b, int& width, int& height) {
+  for (auto peek : {peek_tiff, peek_webp, peek_bmp, peek_pnm, peek_hdr, peek_exr, peek_jpeg2000, peek_sun_raster})
+    if (peek(b, width, height)) return true;
   if (is_png(b)) {
     auto* p = reinterpret_cast<const unsigned char*>(b.data());
     width = static_cast<int>(be32(p + 16));
@@ -136,14 +293,26 @@ int exif_orientation(std::string_view b) {
   return 1;
 }
 
+namespace {
+void refuse_over_limit(std::uint64_t width, std::uint64_t height, const DecodeOptions& options) {
+  if (width * height > options.max_pixels)
+    throw DataError("the image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
+                    " pixels, over max_pixels " + std::to_string(options.max_pixels) + " (raise max_pixels if such images are expected)");
+}
+}  // namespace
+
 cv::Mat decode_image(std::string_view bytes, const DecodeOptions& options) {
   if (bytes.empty()) throw DataError("the image is empty (0 bytes)");
   int width = 0, height = 0;
-  if (peek_size(bytes, width, height) && static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) > options.max_pixels)
-    throw DataError("the image is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
-                    std::to_string(std::uint64_t(width) * height) + " pixels, over max_pixels " + std::to_string(options.max_pixels) +
-                    " (raise max_pixels if such images are expected)");
-  if (!is_jpeg(bytes)) return decode_with_opencv(bytes, options, "");
+  const bool known_size = peek_size(bytes, width, height);
+  if (known_size) refuse_over_limit(static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), options);
+  if (!is_jpeg(bytes)) {
+    // A format whose size could not be read first: decoded (OpenCV caps it at 2^30 pixels), then
+    // held to the same limit, so no format gets past max_pixels.
+    cv::Mat img = decode_with_opencv(bytes, options, "");
+    if (!known_size) refuse_over_limit(static_cast<std::uint64_t>(img.cols), static_cast<std::uint64_t>(img.rows), options);
+    return img;
+  }
 
   tjhandle tj = thread_decoder();
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -177,12 +346,19 @@ cv::Mat decode_image(std::string_view bytes, const DecodeOptions& options) {
   const int out_w = TJSCALED(width, best), out_h = TJSCALED(height, best);
   const bool gray = options.channels == 1 || (options.channels == 0 && colorspace == TJCS_GRAY);
   cv::Mat img(out_h, out_w, gray ? CV_8UC1 : CV_8UC3);
-  if (tjDecompress2(tj, data, bytes.size(), img.data, out_w, 0, out_h, gray ? TJPF_GRAY : TJPF_RGB, 0) != 0 &&
-      tjGetErrorCode(tj) != TJERR_WARNING) {
-    // 12-bit, lossless and arithmetic-coded variants: OpenCV's libjpeg may still read them.
+  if (tjDecompress2(tj, data, bytes.size(), img.data, out_w, 0, out_h, gray ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
     std::string reason = tjGetErrorStr2(tj);
-    thread_handle().renew();
-    return decode_with_opencv(bytes, options, reason);
+    if (tjGetErrorCode(tj) != TJERR_WARNING) {
+      // 12-bit, lossless and arithmetic-coded variants: OpenCV's libjpeg may still read them.
+      thread_handle().renew();
+      return decode_with_opencv(bytes, options, reason);
+    }
+    // Other warnings (extra bytes between markers) leave the image whole; a file cut short does not.
+    if (!options.accept_truncated && reason.find("Premature end of JPEG file") != std::string::npos) {
+      thread_handle().renew();
+      throw DataError("the JPEG ends before its last scan (" + reason +
+                      "): part of the image is missing; set truncated: accept to keep such images");
+    }
   }
   return orient(img, orientation);
 }
