@@ -194,7 +194,7 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   try {
     if (!options.metrics_addr.empty()) metrics_address = sluice::parse_metrics_address(options.metrics_addr);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitBadInput;
   }
   sluice::Registry registry;
@@ -231,7 +231,7 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     sigaction(SIGTERM, &action, nullptr);
     engine->start();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;
   }
   // Progress on stderr: redrawn in place on a terminal, plain lines otherwise.
@@ -293,12 +293,12 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     try {
       log->close();
     } catch (const std::exception& e) {
-      fmt::print(stderr, "error: {}\n", e.what());
+      fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
       return kExitRunFailed;
     }
   }
   if (result.state == sluice::RunState::Failed) {
-    fmt::print(stderr, "error: {}\n", result.error);
+    fmt::print(stderr, "error: {}\n", sluice::printable(result.error, true));
     return kExitRunFailed;
   }
   if (interrupted || g_interrupted) return kExitInterrupted;
@@ -338,7 +338,7 @@ int cmd_bench(const CommonOptions& common, const std::string& file, const std::v
     for (const auto& p : e.problems()) fmt::print(stderr, "error: {}\n", p.to_string());
     return kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;
   }
 }
@@ -349,7 +349,7 @@ int cmd_report(const std::string& file) {
     fmt::print("{}", sluice::format_report(snapshots.back()));
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitBadInput;
   }
 }
@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
     if (*validate) return cmd_validate(common, file, sets);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;
   }
   return kExitBadInput;

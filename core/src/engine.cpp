@@ -606,6 +606,8 @@ struct Engine::Impl {
     bool busy = false;  // a fetcher is inside cursor->next()
     std::string origin;
     std::uint64_t epoch = 0, index = 0;
+    // Outputs its cursor gave so far; written only by the thread calling the cursor (one at a time).
+    std::uint64_t outputs_read = 0;
   };
 
   void run_expand(StageRuntime& st) {
@@ -642,8 +644,14 @@ struct Engine::Impl {
       for (auto& t : fetchers)
         if (t.joinable()) t.join();
     };
+    // An input that fails part-way loses the outputs it had left: the reason says how many it gave
+    // first, so that one skipped input is not mistaken for one lost record.
     auto input_failure = [&](ExpandSlot& slot, const char* what) {
-      return element_error(st, what, slot.epoch, slot.index, slot.origin);
+      const std::string reason = slot.outputs_read == 0
+                                     ? fmt::format("{} (the whole input was dropped; it gave no output)", what)
+                                     : fmt::format("{} (the rest of this input was dropped after its first {} outputs)", what,
+                                                   slot.outputs_read);
+      return element_error(st, reason.c_str(), slot.epoch, slot.index, slot.origin);
     };
     // Opens the next input of the current iteration into `slot`; false if the run must stop.
     auto fill = [&](ExpandSlot& slot) -> bool {
@@ -690,7 +698,9 @@ struct Engine::Impl {
     auto take = [&](ExpandSlot& slot, Sample& sample) -> int {
       if (fetcher_count == 0) {
         try {
-          return slot.cursor->next(sample) ? 1 : 0;
+          if (!slot.cursor->next(sample)) return 0;
+          ++slot.outputs_read;
+          return 1;
         } catch (const std::exception& e) {
           return input_failure(slot, e.what()) ? 0 : -1;
         }
@@ -734,6 +744,7 @@ struct Engine::Impl {
         std::uint64_t t0 = now_ns();
         try {
           got = work->cursor->next(sample) ? 1 : 0;
+          work->outputs_read += static_cast<std::uint64_t>(got);
         } catch (const std::exception& e) {
           got = input_failure(*work, e.what()) ? 0 : -1;
         }

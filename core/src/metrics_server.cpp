@@ -4,6 +4,10 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <atomic>
+#include <deque>
+#include <system_error>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -117,6 +121,68 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
   return out;
 }
 
+namespace {
+
+// A thread per connection (up to kMaxThreads, then connections wait for one): with httplib's
+// fixed pool of 8, eight idle or slow clients, or eight /stream readers, left Prometheus without
+// an answer. Threads hold the shared state, not the queue, so they may finish after it is gone.
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  static constexpr int kMaxThreads = 256;
+
+  void enqueue(std::function<void()> task) override {
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->active >= kMaxThreads) {
+        state_->waiting.push_back(std::move(task));
+        return;
+      }
+      ++state_->active;
+    }
+    try {
+      std::thread(run, state_, std::move(task)).detach();
+    } catch (const std::system_error&) {  // no thread to be had: serve it on the accepting thread
+      {
+        std::lock_guard lock(state_->mutex);
+        --state_->active;
+      }
+      task();
+    }
+  }
+  void shutdown() override {
+    std::unique_lock lock(state_->mutex);
+    state_->idle.wait(lock, [&] { return state_->active == 0; });
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable idle;
+    int active = 0;
+    std::deque<std::function<void()>> waiting;
+  };
+  static void run(std::shared_ptr<State> state, std::function<void()> task) {
+    for (;;) {
+      task();
+      std::lock_guard lock(state->mutex);
+      if (state->waiting.empty()) {
+        --state->active;
+        state->idle.notify_all();
+        return;
+      }
+      task = std::move(state->waiting.front());
+      state->waiting.pop_front();
+    }
+  }
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// Readers of /stream hold their connection for the whole run; beyond this many, they are told to
+// come back later, and the rest of the endpoint stays free for scrapes.
+constexpr int kMaxStreamClients = 16;
+
+}  // namespace
+
 struct MetricsServer::Impl {
   httplib::Server server;
   std::thread thread;
@@ -127,6 +193,7 @@ struct MetricsServer::Impl {
   metrics::MetricsSnapshot latest;
   std::uint64_t version = 0;  // bumped by every publish
   bool stopping = false;
+  std::atomic<int> stream_clients{0};
 
   std::pair<metrics::MetricsSnapshot, std::uint64_t> current() {
     std::lock_guard lock(mutex);
@@ -139,9 +206,10 @@ MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_un
   I.host = address.host;
   auto& server = I.server;
   // Slow or silent clients give up their thread after a few seconds; request bodies are refused.
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_timeout(5);
+  server.new_task_queue = [] { return new ConnectionThreads; };
+  server.set_read_timeout(3, 0);
+  server.set_write_timeout(3, 0);
+  server.set_keep_alive_timeout(3);
   server.set_payload_max_length(1024);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second run on the same
   // port would bind too and the two would share its connections.
@@ -159,6 +227,13 @@ MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_un
     else res.set_content(snapshot.SerializeAsString(), "application/x-protobuf");
   });
   server.Get("/stream", [&I](const httplib::Request&, httplib::Response& res) {
+    if (I.stream_clients.fetch_add(1) >= kMaxStreamClients) {
+      I.stream_clients.fetch_sub(1);
+      res.status = 503;
+      res.set_content(fmt::format("too many /stream clients ({}); try again later, or poll /snapshot\n", kMaxStreamClients),
+                      "text/plain");
+      return;
+    }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [&I, seen = std::uint64_t(0)](std::size_t, httplib::DataSink& sink) mutable {
       std::string event;
@@ -173,7 +248,7 @@ MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_un
       }
       if (event.empty()) event = ": waiting for the next snapshot\n\n";  // keeps proxies and dead peers in check
       return sink.write(event.data(), event.size());
-    });
+    }, [&I](bool) { I.stream_clients.fetch_sub(1); });
   });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events)\n",

@@ -1,5 +1,7 @@
 #include "sluice/core/report.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -182,7 +184,7 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   for (const auto& m : snapshot.stage()) {
     if (m.errors_skipped() == 0) continue;
     out += fmt::format("Skipped in stage '{}': {} element{}\n", m.id(), m.errors_skipped(), m.errors_skipped() == 1 ? "" : "s");
-    for (const auto& r : m.skip_reasons()) out += "  - " + r + "\n";
+    for (const auto& r : m.skip_reasons()) out += "  - " + printable(r) + "\n";
     if (static_cast<std::uint64_t>(m.skip_reasons_size()) < m.errors_skipped()) {
       out += fmt::format("  ... and {} more; by kind of reason:\n", m.errors_skipped() - m.skip_reasons_size());
       std::vector<std::pair<std::uint64_t, std::string>> kinds;

@@ -26,9 +26,9 @@ std::string Problem::to_string() const {
     if (line > 0) s += fmt::format(":{}:{}", line, column);
     s += ": ";
   }
-  if (!stage.empty()) s += fmt::format("stage '{}': ", stage);
-  if (!param.empty()) s += fmt::format("parameter '{}': ", param);
-  return s + message;
+  if (!stage.empty()) s += fmt::format("stage '{}': ", printable(stage));
+  if (!param.empty()) s += fmt::format("parameter '{}': ", printable(param));
+  return s + printable(message);
 }
 
 namespace {
@@ -182,6 +182,8 @@ struct Validation {
         problem(i, "", fmt::format("stage #{} has no id; give it `id: \"...\"`", i + 1));
         continue;
       }
+      if (has_control_characters(id))
+        problem(i, "", "its id holds control characters (a line break, a terminal escape); use letters, digits, '_', '-' or '.'");
       if (!index_of.emplace(id, i).second) problem(i, "", "another stage already has this id; ids must be unique");
       ids.push_back(id);
     }

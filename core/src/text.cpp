@@ -38,6 +38,31 @@ std::vector<std::string> closest_names(std::string_view word, const std::vector<
   return out;
 }
 
+bool has_control_characters(std::string_view text) {
+  for (unsigned char c : text)
+    if (c < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
+std::string printable(std::string_view text, bool keep_line_breaks) {
+  if (!has_control_characters(text)) return std::string(text);
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n' && keep_line_breaks) out += '\n';
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      static const char* digits = "0123456789abcdef";
+      out += "\\x";
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string did_you_mean(const std::vector<std::string>& suggestions) {
   if (suggestions.empty()) return "";
   std::string s = " (did you mean ";

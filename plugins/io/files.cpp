@@ -23,27 +23,40 @@ namespace {
 bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
 // Expands one pattern: '*', '?', '[...]' within a path segment, '**' across any number of folders.
-void expand(const fs::path& base, const std::vector<std::string>& segments, std::size_t at, std::vector<std::string>& out) {
+// '**' does not descend through symbolic links to folders (a link loop would never end, and a link
+// would list the same files twice). Each (folder, segment) pair is expanded once, so repeated
+// '**' costs the number of folders times the segments, not an exponential walk.
+using Visited = std::set<std::pair<std::string, std::size_t>>;
+void expand(const fs::path& base, const std::vector<std::string>& segments, std::size_t at, std::vector<std::string>& out,
+            Visited& visited) {
   std::error_code ec;
+  if (!visited.emplace(base.string(), at).second) return;
   if (at == segments.size()) {
     if (fs::is_regular_file(base, ec)) out.push_back(base.string());
     return;
   }
   const std::string& seg = segments[at];
   if (seg == "**") {
-    expand(base, segments, at + 1, out);  // zero folders
-    for (auto it = fs::recursive_directory_iterator(base, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_directory(ec)) expand(it->path(), segments, at + 1, out);
+    expand(base, segments, at + 1, out, visited);  // zero folders
+    for (auto it = fs::recursive_directory_iterator(base.empty() ? fs::path(".") : base,
+                                                    fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code kind;
+      if (it->is_symlink(kind)) continue;
+      if (it->is_directory(kind)) {
+        const fs::path found = base.empty() ? it->path().lexically_relative(".") : it->path();
+        expand(found, segments, at + 1, out, visited);
+      }
+    }
     return;
   }
   if (!has_wildcard(seg)) {
-    expand(base / seg, segments, at + 1, out);
+    expand(base / seg, segments, at + 1, out, visited);
     return;
   }
-  for (const auto& entry : fs::directory_iterator(base.empty() ? fs::path(".") : base, ec)) {
-    std::string name = entry.path().filename().string();
-    if (fnmatch(seg.c_str(), name.c_str(), FNM_PERIOD) == 0) expand(base.empty() ? fs::path(name) : base / name, segments, at + 1, out);
+  for (fs::directory_iterator it(base.empty() ? fs::path(".") : base, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (fnmatch(seg.c_str(), name.c_str(), FNM_PERIOD) == 0) expand(base.empty() ? fs::path(name) : base / name, segments, at + 1, out, visited);
   }
 }
 
@@ -51,9 +64,13 @@ std::vector<std::string> glob(const std::string& pattern) {
   std::vector<std::string> segments;
   fs::path p(pattern);
   fs::path base = p.is_absolute() ? p.root_path() : fs::path();
-  for (const auto& part : p.relative_path()) segments.push_back(part.string());
+  for (const auto& part : p.relative_path()) {
+    if (part == "**" && !segments.empty() && segments.back() == "**") continue;  // '**/**' is '**'
+    segments.push_back(part.string());
+  }
   std::vector<std::string> out;
-  expand(base, segments, 0, out);
+  Visited visited;
+  expand(base, segments, 0, out, visited);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

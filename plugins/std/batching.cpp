@@ -63,18 +63,22 @@ class Batch final : public Aggregate, public Placement {
   }
 
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    if (count_ == 0) begin_batch(in, ctx.epoch);
+    if (count_ == 0) {
+      begin_batch(in, ctx.epoch);
+      first_index_ = ctx.index;
+    }
     // Every field is checked before any is copied: a refused element leaves the batch as it was.
     std::vector<const Tensor*> tensors(fields_.size());
     for (std::size_t f = 0; f < fields_.size(); ++f) {
       const FieldAssembly& field = fields_[f];
       const auto& have = in.fields();
       const Tensor* t = f < have.size() && have[f].name == field.name ? &have[f].tensor : in.find(field.name);
-      if (!t)
-        throw DataError("cannot batch: element " + std::to_string(count_) + " of the batch has no field '" + field.name + "'");
+      // The engine names this element (index and origin); the message names the one it is compared with.
+      const std::string first = "the batch's first element (element " + std::to_string(first_index_) + " of the input)";
+      if (!t) throw DataError("cannot batch: this element has no field '" + field.name + "', which " + first + " has");
       if (t->dtype() != field.dtype || t->shape() != field.shape)
-        throw DataError("cannot batch field '" + field.name + "': element 0 is " + dtype_name(field.dtype) + shape_string(field.shape) +
-                        ", element " + std::to_string(count_) + " is " + dtype_name(t->dtype()) + shape_string(t->shape()) +
+        throw DataError("cannot batch field '" + field.name + "': this element is " + dtype_name(t->dtype()) + shape_string(t->shape()) +
+                        ", " + first + " is " + dtype_name(field.dtype) + shape_string(field.shape) +
                         " (resize or pad them to one shape first)");
       tensors[f] = t;
     }
@@ -185,6 +189,7 @@ class Batch final : public Aggregate, public Placement {
   Allocator* allocator_ = &pool_;
   std::vector<FieldAssembly> fields_;
   std::size_t count_ = 0;
+  std::uint64_t first_index_ = 0;
   Sample first_;  // holds the batch's origin: its first element's
   std::uint64_t epoch_ = 0, number_ = 0;  // the batch being assembled
 

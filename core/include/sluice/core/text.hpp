@@ -12,6 +12,12 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 std::vector<std::string> closest_names(std::string_view word, const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
 
+// `text` with control characters (newlines, terminal escape codes) written as \n, \t or \xNN, so
+// that a name taken from a file cannot break or take over the terminal it is printed on.
+// `keep_line_breaks` leaves \n as it is, for multi-line messages of our own.
+std::string printable(std::string_view text, bool keep_line_breaks = false);
+bool has_control_characters(std::string_view text);
+
 // " (did you mean 'a' or 'b'?)", or "" when nothing is close.
 std::string did_you_mean(const std::vector<std::string>& suggestions);
 
