@@ -232,6 +232,7 @@ std::string probe_plugin_in_child(const fs::path& file) {
     pollfd p{report[0], POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(left));
     if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) timed_out = true;
     if (ready > 0) reported = ::read(report[0], &done, 1) == 1 && done == 'k';
     break;
   }

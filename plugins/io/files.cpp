@@ -73,7 +73,15 @@ std::vector<std::string> glob(const std::string& pattern) {
   expand(base, segments, 0, out, visited);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  // One file reached by several paths (through a link to a folder) is listed once, by the path
+  // that sorts first: a dataset must not hold a file twice because of how folders are linked.
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::vector<std::string> unique;
+  for (auto& path : out) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || seen.emplace(st.st_dev, st.st_ino).second) unique.push_back(std::move(path));
+  }
+  return unique;
 }
 
 class ListFiles final : public Source {
