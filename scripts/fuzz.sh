@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time,
+# Builds the libFuzzer targets (TFRecord framing, Example parsing, CSV rows, pipeline files as
+# text and JSON, image headers through decode_image) with clang (ASan + UBSan) and runs each for a bounded time,
 # seeded from the real files in tests/data/real. A crash fails the run and leaves the
 # input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
 set -euo pipefail
@@ -13,11 +14,21 @@ cmake --build "$out" -j "${JOBS:-2}"
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
-rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$out/crashes"
+rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$out/crashes"
 for f in "$testdata"/tfrecord/*.tfrecord "$testdata"/tfrecord/*.gz "$testdata"/tfrecord/corrupt/*; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 1000000 ] && cp "$f" "$corpus/tfrecord/"
 done
 cp tests/fuzz/seeds/csv/* "$corpus/csv/"
+# Pipeline and image targets read an options byte first: each seed goes in with two of them.
+prefixed() {  # prefixed DEST_DIR FILE...
+  local dest=$1; shift
+  for f in "$@"; do
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 200000 ] || continue
+    for b in 00 1d; do { printf "\\x$b"; cat "$f"; } > "$dest/$b-$(basename "$f")"; done
+  done
+}
+prefixed "$corpus/pipeline" resources/pipelines/*.txtpb tests/fuzz/seeds/pipeline/*
+prefixed "$corpus/image" "$testdata"/jpeg/*/*.jpg tests/fuzz/seeds/image/*
 sluice=${BUILD_DIR:-build}/bin/sluice
 if [ -x "$sluice" ]; then
   for f in torchdata_example.tfrecord torchdata_sequence_example.tfrecord tfx_penguin_eval.tfrecord.gz; do
@@ -37,7 +48,7 @@ PIPE
 fi
 
 status=0
-for target in fuzz_tfrecord fuzz_example fuzz_csv; do
+for target in fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image; do
   dir="$corpus/${target#fuzz_}"
   echo "== $target for ${seconds}s ($(find "$dir" -type f | wc -l) seeds)"
   if ! "$out/$target" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=2048 -artifact_prefix="$out/crashes/$target-" \

