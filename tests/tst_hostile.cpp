@@ -282,9 +282,15 @@ class TestHostile : public QObject {
                                 stage("src", "range", "") + stage("w", "simulate_work", "src", {{"us", "100000000"}}) + stage("out", "null_sink", "w"));
     for (int interrupts : {1, 2}) {
       QProcess p;
-      p.start(SLUICE_CLI, {"run", QString::fromStdString(stuck), "--quiet"});
+      p.start(SLUICE_CLI, {"run", QString::fromStdString(stuck), "--progress-every", "0.1"});
       QVERIFY(p.waitForStarted());
-      QTest::qWait(500);
+      // Interrupt once the run is under way (its first progress line), not while plugins load.
+      QString progress;
+      for (int i = 0; i < 300 && !progress.contains("running"); ++i) {
+        p.waitForReadyRead(100);
+        progress += QString::fromUtf8(p.readAllStandardError());
+      }
+      QVERIFY2(progress.contains("running"), qPrintable(progress));
       QElapsedTimer timer;
       timer.start();
       ::kill(static_cast<pid_t>(p.processId()), SIGINT);
