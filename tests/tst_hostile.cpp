@@ -251,6 +251,17 @@ class TestHostile : public QObject {
     QCOMPARE(evil.code, 1);
     QVERIFY2(evil.err.contains("truncated") && evil.err.contains(QString::fromStdString(gz)) && !evil.err.contains("memory"),
              qPrintable(evil.err));
+#ifndef SLUICE_SANITIZED  // (AddressSanitizer aborts on a 3.6 GB request over the limit instead of failing it)
+    // Running out of memory is blamed on the stage that asked, with no advice to skip elements.
+    auto oom = run_cli_limited({"run",
+                                QString::fromStdString(write_pipeline(dir, "oom.txtpb",
+                                                                      stage("src", "tensors", "", {{"shape", "30000,30000"}, {"count", "1"}}) +
+                                                                          stage("out", "null_sink", "src"))),
+                                "--quiet"},
+                               1500000);
+    EXPECT_FAILS_WITH(oom, 1, "stage 'src' (tensors) ran out of memory");
+    QVERIFY2(!oom.err.contains("error_policy: skip"), qPrintable(oom.err));
+#endif
     // Worker and interleave counts a machine cannot have are refused at validation.
     EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + "stage { id: \"w\" op: \"identity\" input: \"src\" parallelism: 100000 }\n" +
                                             stage("out", "null_sink", "w")),

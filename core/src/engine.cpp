@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <system_error>
 #include <optional>
@@ -222,8 +223,16 @@ struct Engine::Impl {
 
   // Handles an exception thrown by an operator for one element. Returns true to go on.
   // With `deferred`, the reason or failure is stored there instead (see ChunkIssues).
+  // Called inside a catch block. Running out of memory is no element's fault: it ends the run
+  // under any policy, blamed on the stage that asked, with no advice to skip elements.
   bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index,
                      const std::string& origin, ChunkIssues* deferred = nullptr) {
+    if (handling_out_of_memory()) {
+      std::string message = out_of_memory_message(st);
+      if (deferred) deferred->failure = std::move(message);
+      else fail(message);
+      return false;
+    }
     std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
     if (st.spec->error_policy == ErrorPolicyKind::Skip) {
       add(st.counters.errors_skipped, 1);
@@ -237,6 +246,22 @@ struct Engine::Impl {
     if (deferred) deferred->failure = std::move(message);
     else fail(message);
     return false;
+  }
+
+  static bool handling_out_of_memory() {
+    if (!std::current_exception()) return false;
+    try {
+      std::rethrow_exception(std::current_exception());
+    } catch (const std::bad_alloc&) {
+      return true;
+    } catch (...) {
+    }
+    return false;
+  }
+  std::string out_of_memory_message(const StageRuntime& st) const {
+    return fmt::format("{} ran out of memory: the process could not get the memory it asked for (lower buffer_size, "
+                       "batch_size, parallelism or cycle_length, or give the process more memory); no element is at fault",
+                       stage_label(st));
   }
 
   void keep_skip_reason(StageRuntime& st, std::string reason) {
@@ -950,9 +975,7 @@ struct Engine::Impl {
       else if (st.expand) run_expand(st);
       else run_stateless(st);
     } catch (const std::bad_alloc&) {
-      fail(fmt::format("{} ran out of memory: the process could not get the memory it asked for (lower buffer_size, "
-                       "batch_size, parallelism or cycle_length, or give the process more memory); no element is at fault",
-                       stage_label(st)));
+      fail(out_of_memory_message(st));
     } catch (const std::exception& e) {
       fail(fmt::format("{} stopped: {}", stage_label(st), e.what()));
     } catch (...) {
