@@ -8,6 +8,7 @@
 
 #include "byte_source.hpp"
 #include "crc32c.hpp"
+#include "example_codec.hpp"
 #include "example.pb.h"
 #include "pipeline_runner.hpp"
 #include "tfrecord.hpp"
@@ -288,6 +289,79 @@ class TestIo : public QObject {
     auto out = run_ok(reader_chain(path) + stage("parse", "parse_example", "read", {{"features", "ints:int64[3], floats:float, text:bytes"}}) +
                       sink_after("parse"));
     QCOMPARE(out.lines.front(), std::string(R"({"ints":[4,5,6],"floats":0.5,"text":"aGVsbG8="})"));
+  }
+
+  void hand_built_unpacked_and_mixed_lists_parse_to_exact_values() {
+    // Writers other than TensorFlow's may write Int64List and FloatList unpacked, one tag per
+    // value (int64: tag 0x08, a varint each; float: tag 0x0d, 4 bytes each), and a packed block
+    // followed by unpacked values of the same field concatenates. Built by hand, byte by byte.
+    auto varint = [](std::string& out, std::uint64_t v) {
+      while (v >= 0x80) {
+        out += static_cast<char>(v | 0x80);
+        v >>= 7;
+      }
+      out += static_cast<char>(v);
+    };
+    auto field = [&](std::string& out, int number, const std::string& bytes) {  // length-delimited
+      varint(out, static_cast<std::uint64_t>(number) << 3 | 2);
+      varint(out, bytes.size());
+      out += bytes;
+    };
+    auto entry = [&](const std::string& name, int list_kind, const std::string& list) {
+      std::string feature, map_entry;
+      field(feature, list_kind, list);  // Feature: float_list = 2, int64_list = 3
+      field(map_entry, 1, name);
+      field(map_entry, 2, feature);
+      return map_entry;
+    };
+    std::string unpacked_ints;
+    for (std::int64_t v : {std::int64_t(4), std::int64_t(300), std::int64_t(-7)}) {
+      unpacked_ints += '\x08';
+      varint(unpacked_ints, static_cast<std::uint64_t>(v));
+    }
+    std::string unpacked_floats;
+    for (float v : {0.5f, -2.25f}) {
+      unpacked_floats += '\x0d';
+      unpacked_floats.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    std::string mixed, packed_block;
+    varint(packed_block, 1);
+    varint(packed_block, 2);
+    field(mixed, 1, packed_block);  // packed [1, 2] ...
+    mixed += '\x08';
+    varint(mixed, 3);  // ... then an unpacked 3
+    std::string mixed_floats, packed_floats;
+    const float first[] = {1.5f, 2.5f}, last = 3.5f;
+    packed_floats.append(reinterpret_cast<const char*>(first), sizeof first);
+    field(mixed_floats, 1, packed_floats);
+    mixed_floats += '\x0d';
+    mixed_floats.append(reinterpret_cast<const char*>(&last), 4);
+    std::string features;
+    field(features, 1, entry("ints", 3, unpacked_ints));
+    field(features, 1, entry("floats", 2, unpacked_floats));
+    field(features, 1, entry("mixed", 3, mixed));
+    field(features, 1, entry("mixed_floats", 2, mixed_floats));
+    std::string example;
+    field(example, 1, features);
+
+    sluice::io::ExampleParser parser(
+        sluice::io::parse_feature_spec("ints:int64[3], floats:float[2], mixed:int64[3], mixed_floats:float[3]"), {});
+    auto buffer = std::make_shared<sluice::Buffer>(example.size());
+    std::memcpy(buffer->data(), example.data(), example.size());
+    sluice::Sample out;
+    parser.parse(buffer, 0, example.size(), out);
+    auto ints = [&](const char* name) {
+      const auto& t = out.at(name);
+      return std::vector<std::int64_t>(t.data<std::int64_t>(), t.data<std::int64_t>() + t.num_elements());
+    };
+    auto floats = [&](const char* name) {
+      const auto& t = out.at(name);
+      return std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
+    };
+    QCOMPARE(ints("ints"), (std::vector<std::int64_t>{4, 300, -7}));
+    QCOMPARE(floats("floats"), (std::vector<float>{0.5f, -2.25f}));
+    QCOMPARE(ints("mixed"), (std::vector<std::int64_t>{1, 2, 3}));
+    QCOMPARE(floats("mixed_floats"), (std::vector<float>{1.5f, 2.5f, 3.5f}));
   }
 
   void read_file_reads_whole_files_and_names_missing_ones() {
