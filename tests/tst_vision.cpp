@@ -8,6 +8,7 @@
 #include "image_codec.hpp"
 #include "pixel_ops.hpp"
 #include "pipeline_runner.hpp"
+#include "sluice/core/param_parse.hpp"
 
 using namespace sluice::test;
 namespace fs = std::filesystem;
@@ -183,6 +184,34 @@ class TestVision : public QObject {
       QCOMPARE(shape[0], static_cast<int>(height));
       QCOMPARE(shape[1], static_cast<int>(width));
       QCOMPARE(shape[2], 3);
+    }
+  }
+
+  void random_flip_mirrors_the_axis_it_names() {
+    // Pixel by pixel with p: 1 (two flips restoring the image holds for any axis, so it proves nothing).
+    const int H = 5, W = 7, C = 3;
+    sluice::Tensor image = sluice::Tensor::empty(sluice::DType::U8, {H, W, C});
+    auto* in = image.data<std::uint8_t>();
+    for (int i = 0; i < H * W * C; ++i) in[i] = static_cast<std::uint8_t>(i);
+    const auto op_info = sluice::test::registry().find("random_flip");
+    QVERIFY(op_info);
+    for (std::string direction : {"horizontal", "vertical"}) {
+      auto op = op_info->info.create(sluice::parse_params(op_info->info.params, {{"p", "1"}, {"direction", direction}}));
+      sluice::StageInfo stage_info;
+      stage_info.id = "flip";
+      op->start(stage_info);
+      sluice::Sample sample;
+      sample.set("image", image);
+      sluice::Sample flipped = dynamic_cast<sluice::Map&>(*op).map(sample, sluice::ElementContext{&stage_info, 0, 0});
+      const sluice::Tensor& result = flipped.at("image");
+      QCOMPARE(result.shape(), (sluice::Shape{H, W, C}));
+      const auto* out = result.data<std::uint8_t>();
+      for (int r = 0; r < H; ++r)
+        for (int c = 0; c < W; ++c)
+          for (int ch = 0; ch < C; ++ch) {
+            const int from_r = direction == "vertical" ? H - 1 - r : r, from_c = direction == "horizontal" ? W - 1 - c : c;
+            QCOMPARE(out[(r * W + c) * C + ch], in[(from_r * W + from_c) * C + ch]);
+          }
     }
   }
 
