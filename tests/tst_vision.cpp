@@ -124,6 +124,20 @@ class TestVision : public QObject {
     QCOMPARE(small.size(), cv::Size(128, 128));  // 1/4 scale: 1/8 would be 64, too small
   }
 
+  void dct_scaling_covers_non_square_targets_both_ways() {
+    // large_image.jpg is 2268x1512. The scale must cover both sides of the target: a tall target
+    // needs the height (3/8: 851x567, as 1/4's 378 rows are too few), a wide one the width (1/4).
+    const std::string bytes = bytes_of(jpeg_dir() + "/jpeg-decoder/large_image.jpg");
+    sluice::vision::DecodeOptions tall;
+    tall.target_width = 100;
+    tall.target_height = 400;
+    QCOMPARE(sluice::vision::decode_image(bytes, tall).size(), cv::Size(851, 567));
+    sluice::vision::DecodeOptions wide;
+    wide.target_width = 400;
+    wide.target_height = 100;
+    QCOMPARE(sluice::vision::decode_image(bytes, wide).size(), cv::Size(567, 378));
+  }
+
   void decode_takes_its_dct_target_from_a_later_resize() {
     auto target_of = [](const std::string& between, const std::string& decode_params = "",
                         std::vector<std::pair<std::string, std::string>> between_params = {}) {
