@@ -143,11 +143,11 @@ class TestHostile : public QObject {
   // 2. Two writers of one path never share a file, and old output never mixes with new.
   void two_writers_never_mix() {
     QTemporaryDir dir;
-    const std::string out = dir.filePath("shared.jsonl").toStdString();
+    const std::string out = dir.filePath("both.jsonl").toStdString();
     auto validated = run_cli({"validate", QString::fromStdString(write_pipeline(
                                               dir, "two.txtpb",
                                               stage("src", "range", "") + stage("a", "jsonl_sink", "src", {{"path", out}}) + stage("src2", "range", "") +
-                                                  stage("b", "jsonl_sink", "src2", {{"path", dir.filePath("x/../shared.jsonl").toStdString()}})))});
+                                                  stage("b", "jsonl_sink", "src2", {{"path", dir.filePath("x/../both.jsonl").toStdString()}})))});
     EXPECT_FAILS_WITH(validated, 2, "which stage 'a' (path) writes too");
     // Two runs at once, writing the same path: the file is wholly one run's output.
     auto pipeline = [&](int count, int start, const std::string& name) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "channel.hpp"
+#include "sluice/core/param_parse.hpp"
 #include "sluice/core/report.hpp"
 
 namespace sluice {
@@ -1140,19 +1141,7 @@ namespace {
 // parameters; its id and the seed when it draws random numbers (they key every draw); its inputs.
 std::uint64_t stage_output_fingerprint(const GraphStage& spec, std::uint64_t seed, std::uint64_t input_fingerprint) {
   std::string text = spec.op->info.name;
-  for (const auto& [name, value] : spec.params.values()) {
-    text += '\n' + name + '=';
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::string>) text += v;
-          else if constexpr (std::is_same_v<T, std::vector<std::string>>) for (const auto& item : v) text += item + ',';
-          else if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
-            for (auto item : v) text += fmt::format("{},", item);
-          else text += fmt::format("{}", v);
-        },
-        value);
-  }
+  for (const auto& [name, value] : spec.params.values()) text += '\n' + name + '=' + format_param(value);
   if (spec.op->info.traits.random) text += fmt::format("\nid={}\nseed={}", spec.id, seed);
   return mix64(stable_hash(text) ^ input_fingerprint);
 }
@@ -1300,10 +1289,12 @@ void Engine::start() {
   }
   I.start_ns = now_ns();
   I.state.store(static_cast<int>(RunState::Running));
+  int planned_workers = 0;
+  for (auto& st : I.stages)
+    if (!st->fused_head) planned_workers += st->threads();
   {
     std::lock_guard lock(I.done_mutex);
-    for (auto& st : I.stages)
-      if (!st->fused_head) I.live_workers += st->threads();
+    I.live_workers += planned_workers;
   }
   // A thread that cannot be created (a process or cgroup thread limit) ends the run with the
   // stage named; the workers it would have run are no longer waited for.
@@ -1316,22 +1307,18 @@ void Engine::start() {
         I.fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
                            "parallelism or cycle_length, or raise `ulimit -u`)",
                            I.stage_label(*st), w + 1, st->threads(), e.what()));
-        int not_started = 0;
-        bool counting = false;
-        for (auto& later : I.stages) {
-          if (later.get() == st.get()) counting = true;
-          if (counting && !later->fused_head) not_started += later.get() == st.get() ? later->threads() - w : later->threads();
-        }
-        std::lock_guard lock(I.done_mutex);
-        I.live_workers -= not_started;
-        if (I.live_workers == 0) {
-          I.end_ns.store(now_ns());
-          I.done_cv.notify_all();
-        }
         thread_failed = true;
       }
     }
     if (thread_failed) break;
+  }
+  if (thread_failed) {
+    std::lock_guard lock(I.done_mutex);
+    I.live_workers -= planned_workers - static_cast<int>(I.threads.size());
+    if (I.live_workers == 0) {
+      I.end_ns.store(now_ns());
+      I.done_cv.notify_all();
+    }
   }
   try {
     I.publisher = std::thread([&I] { I.run_publisher(); });

@@ -50,12 +50,6 @@ const char* machine_name(unsigned machine) {
   }
 }
 
-class CollectingRegistrar final : public Registrar {
- public:
-  void add_operator(OperatorInfo info) override { operators.push_back(std::move(info)); }
-  std::vector<OperatorInfo> operators;
-};
-
 // What the child does: everything loading does in the host, so that whatever would crash, hang
 // or end the host ends the child instead. Normal refusals are left for the host to explain.
 [[noreturn]] void probe_in_child(const std::string& path, int report_fd) {

@@ -3,8 +3,18 @@
 // path can crash, hang or end the process that loads it.
 #include <filesystem>
 #include <string>
+#include <vector>
+
+#include "sluice/plugin.hpp"
 
 namespace sluice {
+
+// Keeps what a library's registration function registers, for the loader and the probe alike.
+class CollectingRegistrar final : public Registrar {
+ public:
+  void add_operator(OperatorInfo info) override { operators.push_back(std::move(info)); }
+  std::vector<OperatorInfo> operators;
+};
 
 // A regular, complete ELF shared library for this machine's class and architecture; otherwise the
 // reason it is not (a FIFO, a symlink loop, a 32-bit or ARM build, a truncated file).

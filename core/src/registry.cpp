@@ -27,12 +27,6 @@ class PluginLibrary {
 
 namespace {
 
-class CollectingRegistrar final : public Registrar {
- public:
-  void add_operator(OperatorInfo info) override { operators.push_back(std::move(info)); }
-  std::vector<OperatorInfo> operators;
-};
-
 // Boost.DLL discards dlerror()'s text; a second dlopen of a library that failed to load has no
 // side effect and gives the loader's own explanation (missing dependency, wrong architecture).
 std::string loader_error(const fs::path& file) {

@@ -74,11 +74,11 @@ class Batch final : public Aggregate, public Placement {
       const auto& have = in.fields();
       const Tensor* t = f < have.size() && have[f].name == field.name ? &have[f].tensor : in.find(field.name);
       // The engine names this element (index and origin); the message names the one it is compared with.
-      const std::string first = "the batch's first element (element " + std::to_string(first_index_) + " of the input)";
-      if (!t) throw DataError("cannot batch: this element has no field '" + field.name + "', which " + first + " has");
+      auto first = [&] { return "the batch's first element (element " + std::to_string(first_index_) + " of the input)"; };
+      if (!t) throw DataError("cannot batch: this element has no field '" + field.name + "', which " + first() + " has");
       if (t->dtype() != field.dtype || t->shape() != field.shape)
         throw DataError("cannot batch field '" + field.name + "': this element is " + dtype_name(t->dtype()) + shape_string(t->shape()) +
-                        ", " + first + " is " + dtype_name(field.dtype) + shape_string(field.shape) +
+                        ", " + first() + " is " + dtype_name(field.dtype) + shape_string(field.shape) +
                         " (resize or pad them to one shape first)");
       tensors[f] = t;
     }
