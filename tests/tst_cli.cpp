@@ -199,10 +199,17 @@ class TestCli : public QObject {
                       stage("src", "range", "", {{"count", "100"}}) + stage("rep", "repeat", "src") +
                           stage("w", "simulate_work", "rep", {{"us", "50"}}) + stage("out", "null_sink", "w"));
     QProcess p;
-    p.start(SLUICE_CLI, {"run", file});
+    p.start(SLUICE_CLI, {"run", file, "--progress-every", "0.1"});
     QVERIFY(p.waitForStarted());
-    QTest::qWait(700);
-    QCOMPARE(p.state(), QProcess::Running);
+    // Interrupt once the run is under way (its first progress line): on a cold, loaded machine
+    // probing the plugins alone can take longer than any fixed wait.
+    QString progress;
+    for (int i = 0; i < 300 && !progress.contains("running"); ++i) {
+      p.waitForReadyRead(100);
+      progress += QString::fromUtf8(p.readAllStandardError());
+    }
+    QVERIFY2(progress.contains("running"), qPrintable(progress));
+    QTest::qWait(200);
     QElapsedTimer timer;
     timer.start();
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);

@@ -363,6 +363,57 @@ class TestHostile : public QObject {
     reason("libloop_a.so", "loop of symbolic links");
   }
 
+  // 6b. A Ctrl-C at the terminal (to the whole process group) while the plugins are still being
+  // probed ends the run with 130 and says so; no plugin is reported broken because of it, and a
+  // second Ctrl-C ends it at once without leaving a probe process behind.
+  void ctrl_c_while_plugins_load_is_an_interrupt() {
+    QTemporaryDir dir;
+    const QString plugins = dir.filePath("plugins");
+    QDir().mkpath(plugins);
+    fs::copy_file(SLUICE_FIXTURE_PLUGIN_DIR "/hostile/libhostile_register_sleeps.so",
+                  (plugins + "/libhostile_register_sleeps.so").toStdString());
+    const auto file = write_pipeline(dir, "p.txtpb", range_to("null_sink", {}));
+    for (int interrupts : {1, 2}) {
+      QProcess p;
+      QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+      e.insert("SLUICE_PLUGIN_PROBE_TIMEOUT_MS", "3000");
+      e.insert("SLUICE_PLUGIN_PROBE_CACHE", "off");
+      p.setProcessEnvironment(e);
+      // Its own process group, as a shell gives a foreground job, so that the interrupt reaches
+      // the probe processes too, as a terminal's Ctrl-C does.
+      p.setChildProcessModifier([] { ::setpgid(0, 0); });
+      p.start(SLUICE_CLI, {"run", QString::fromStdString(file), "--plugin-dir", plugins});
+      QVERIFY(p.waitForStarted());
+      QTest::qWait(500);  // well inside the 3 s the sleeping plugin's probe is given
+      QCOMPARE(p.state(), QProcess::Running);
+      const auto group = static_cast<pid_t>(p.processId());
+      QElapsedTimer timer;
+      timer.start();
+      ::kill(-group, SIGINT);
+      if (interrupts == 2) {
+        QTest::qWait(100);
+        ::kill(-group, SIGINT);
+      }
+      QVERIFY(p.waitForFinished(15000));
+      QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+      QCOMPARE(p.exitCode(), 130);
+      const QString err = QString::fromUtf8(p.readAllStandardError());
+      QVERIFY2(!err.contains("SIGINT"), qPrintable(err));
+      if (interrupts == 1) {
+        QVERIFY2(err.contains("interrupted before the pipeline started"), qPrintable(err));
+      } else {
+        QVERIFY2(timer.elapsed() < 1000, qPrintable(QString::number(timer.elapsed())));
+        // The sleeping probe went with its host: nothing is left in the group.
+        bool gone = false;
+        for (int i = 0; i < 50 && !gone; ++i) {
+          gone = ::kill(-group, 0) != 0 && errno == ESRCH;
+          if (!gone) QTest::qWait(100);
+        }
+        QVERIFY2(gone, "a probe process outlived the CLI");
+      }
+    }
+  }
+
   // 7. A file cut short under a run ends in a named error (or a reported skip), never a signal.
   void a_truncated_file_is_named() {
     QTemporaryDir dir;

@@ -39,6 +39,14 @@ extern "C" void on_interrupt(int) {
   g_interrupted = 1;
 }
 
+void install_interrupt_handler() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
 struct CommonOptions {
   std::vector<std::string> plugin_dirs;
 };
@@ -197,9 +205,16 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitBadInput;
   }
+  // Interrupts are caught from here on, not only once the engine runs: on a cold start, probing
+  // the plugins takes a while, and a Ctrl-C then must still end with 130 and say so.
+  install_interrupt_handler();
   sluice::Registry registry;
   load_plugins(registry, common, true);
   auto graph = load_graph(registry, file, sets, seed);
+  if (g_interrupted) {
+    fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");
+    return kExitInterrupted;
+  }
   if (!graph) return kExitBadInput;
 
   for (const auto& st : graph->stages)
@@ -224,11 +239,6 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
       std::lock_guard lock(latest_mutex);
       latest = snapshot;
     });
-    struct sigaction action {};
-    action.sa_handler = on_interrupt;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, nullptr);
-    sigaction(SIGTERM, &action, nullptr);
     engine->start();
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));

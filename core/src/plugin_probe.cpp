@@ -4,6 +4,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -52,7 +53,14 @@ const char* machine_name(unsigned machine) {
 
 // What the child does: everything loading does in the host, so that whatever would crash, hang
 // or end the host ends the child instead. Normal refusals are left for the host to explain.
-[[noreturn]] void probe_in_child(const std::string& path, int report_fd) {
+[[noreturn]] void probe_in_child(const std::string& path, int report_fd, pid_t host) {
+  // A Ctrl-C at the terminal reaches the whole foreground group: the probe must not die of it, or
+  // a good plugin would be reported broken. The host decides what an interrupt means, and the
+  // probe must not outlive a host that quits at once (second Ctrl-C), even if the plugin hangs.
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGTERM, SIG_IGN);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != host) ::_exit(1);  // the host ended before the request above was made
   if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
     try {
       using Entry = const PluginDescriptor* (*)();
@@ -203,6 +211,7 @@ std::string probe_plugin_in_child(const fs::path& file) {
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return {};  // cannot probe: load as before
   std::fflush(nullptr);  // a library that calls exit() in the child must not write our buffers twice
+  const pid_t host = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(report[0]);
@@ -211,7 +220,7 @@ std::string probe_plugin_in_child(const fs::path& file) {
   }
   if (child == 0) {
     ::close(report[0]);
-    probe_in_child(file.string(), report[1]);
+    probe_in_child(file.string(), report[1], host);
   }
   ::close(report[1]);
   const auto deadline = std::chrono::steady_clock::now() + probe_timeout();
