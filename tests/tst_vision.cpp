@@ -136,6 +136,17 @@ class TestVision : public QObject {
     wide.target_width = 400;
     wide.target_height = 100;
     QCOMPARE(sluice::vision::decode_image(bytes, wide).size(), cv::Size(567, 378));
+    // The same picture marked "rotate 90°" (EXIF orientation 6, the APP1 segment Pillow wrote in
+    // hopper_orientation_6.jpg, put after the SOI): it shows as 1512x2268, so the tall target
+    // now needs the stored width (1/4, shown as 378x567) and the wide one the stored height (3/8).
+    const std::string exif_source = bytes_of(jpeg_dir() + "/pillow/hopper_orientation_6.jpg");
+    const auto app1 = exif_source.find("\xFF\xE1");
+    QVERIFY(app1 != std::string::npos);
+    const auto app1_size = 2 + ((std::size_t(std::uint8_t(exif_source[app1 + 2])) << 8) | std::uint8_t(exif_source[app1 + 3]));
+    const std::string rotated = bytes.substr(0, 2) + exif_source.substr(app1, app1_size) + bytes.substr(2);
+    QCOMPARE(sluice::vision::decode_image(rotated, sluice::vision::DecodeOptions{}).size(), cv::Size(1512, 2268));
+    QCOMPARE(sluice::vision::decode_image(rotated, tall).size(), cv::Size(378, 567));
+    QCOMPARE(sluice::vision::decode_image(rotated, wide).size(), cv::Size(567, 851));
   }
 
   void decode_takes_its_dct_target_from_a_later_resize() {
