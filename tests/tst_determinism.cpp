@@ -60,6 +60,54 @@ class TestDeterminism : public QObject {
     QCOMPARE(joined(fused), joined(separate));
   }
 
+  // A random map or filter after repeat draws anew in every epoch (the epoch is part of each
+  // element's key), and the draws are still the same at parallelism 1 and 4.
+  void random_stages_draw_anew_each_epoch_at_any_parallelism() {
+    constexpr int kEpochs = 3;
+    using Params = std::vector<std::pair<std::string, std::string>>;
+    struct Case {
+      const char* op;
+      Params params;
+      std::string source;
+      int elements_per_epoch;  // 0: a filter over a range, whose epochs start where the values fall back
+    };
+    const std::string images = stage("src", "synthetic_images", "", {{"count", "16"}, {"height", "4"}, {"width", "6"}});
+    const std::vector<Case> cases = {
+        {"filter_random", {{"p", "0.5"}}, stage("src", "range", "", {{"count", "200"}}), 0},
+        {"random_flip", {{"direction", "horizontal"}}, images, 16},
+        {"random_brightness", {{"max_delta", "0.2"}}, images, 16},
+    };
+    for (const auto& c : cases) {
+      auto epochs_at = [&](int parallelism) {
+        auto out = run_text("options { seed: 21 }\n" + c.source + stage("rep", "repeat", "src", {{"count", std::to_string(kEpochs)}}) +
+                            stage("rand", c.op, "rep", c.params, "parallelism: " + std::to_string(parallelism)) + sink_after("rand"));
+        std::vector<std::vector<std::string>> epochs(kEpochs + 1);  // the last gathers any excess
+        if (out.result.state != sluice::RunState::Finished) return epochs;
+        if (c.elements_per_epoch > 0) {
+          for (std::size_t i = 0; i < out.lines.size(); ++i)
+            epochs[std::min<std::size_t>(i / c.elements_per_epoch, kEpochs)].push_back(out.lines[i]);
+        } else {
+          const auto values = all_integers(out.lines);
+          std::size_t epoch = 0;
+          for (std::size_t i = 0; i < values.size(); ++i) {
+            if (i > 0 && values[i] < values[i - 1]) ++epoch;
+            epochs[std::min<std::size_t>(epoch, kEpochs)].push_back(std::to_string(values[i]));
+          }
+        }
+        return epochs;
+      };
+      const auto serial = epochs_at(1);
+      QVERIFY2(serial[kEpochs].empty(), c.op);
+      for (int e = 0; e < kEpochs; ++e) {
+        QVERIFY2(!serial[e].empty(), qPrintable(QString("%1: epoch %2 is empty").arg(c.op).arg(e)));
+        if (c.elements_per_epoch > 0) QCOMPARE(serial[e].size(), std::size_t(c.elements_per_epoch));
+        for (int earlier = 0; earlier < e; ++earlier)
+          QVERIFY2(serial[e] != serial[earlier], qPrintable(QString("%1: epoch %2 drew what epoch %3 drew").arg(c.op).arg(e).arg(earlier)));
+      }
+      QVERIFY2(epochs_at(4) == serial, qPrintable(QString("%1: parallelism 4 differs from 1").arg(c.op)));
+    }
+  }
+
   void non_deterministic_mode_keeps_every_element() {
     // Completion order may differ, but the elements kept are the same: the decision is per element.
     std::string text = "options { seed: 9 deterministic: false }\n" + stage("src", "range", "", {{"count", "2000"}}) +
