@@ -66,6 +66,11 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
                 "parameter 'count': expects an integer, got 'five'"));
     QVERIFY(has(problems(stage("src", "range", "", {{"count", "-4"}}) + sink_after("src")),
                 "parameter 'count': -4 is out of range"));
+    // The upper bound holds too, for integers, floats and each item of a list.
+    QVERIFY(has(problems(stage("src", "range", "") + stage("s", "shuffle", "src", {{"buffer_size", "1000000001"}}) + sink_after("s")),
+                "parameter 'buffer_size': 1000000001 is out of range; int, required, range [1, 1000000000]"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("f", "filter_random", "src", {{"p", "1.5"}}) + sink_after("f")),
+                "parameter 'p': 1.5 is out of range; float, default 0.5, range [0, 1]"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("s", "shuffle", "src") + sink_after("s")),
                 "stage 's': parameter 'buffer_size': is required"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}, {"drop_remainder", "maybe"}}) +
