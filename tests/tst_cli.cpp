@@ -13,8 +13,9 @@ struct Result {
   QString out, err;
 };
 
-Result sluice_cli(const QStringList& args, int timeout_ms = 60000) {
+Result sluice_cli(const QStringList& args, int timeout_ms = 60000, const QString& working_dir = {}) {
   QProcess p;
+  if (!working_dir.isEmpty()) p.setWorkingDirectory(working_dir);
   p.start(SLUICE_CLI, args);
   p.waitForFinished(timeout_ms);
   return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
@@ -42,6 +43,27 @@ class TestCli : public QObject {
     QVERIFY(r.out.contains("elements/s") && r.out.contains("busy%") && r.out.contains("starved%") && r.out.contains("blocked%"));
     QVERIFY(r.out.contains("fill%") && r.out.contains("skipped") && r.out.contains("Bottleneck: stage"));
     QCOMPARE(QString::fromStdString(read_file(out_path)).count('\n'), 7);
+  }
+
+  // The same pipeline file does the same from any directory: its relative paths are its folder's.
+  // A --set path is the command line's, relative to where the command runs.
+  void a_pipeline_files_relative_paths_are_relative_to_its_folder() {
+    QTemporaryDir dir;
+    QDir().mkpath(dir.filePath("job/data"));
+    QDir().mkpath(dir.filePath("elsewhere"));
+    write(dir, "job/data/a.txt", "alpha");
+    write(dir, "job/data/b.txt", "beta");
+    const QString file = write(dir, "job/p.txtpb",
+                               stage("files", "list_files", "", {{"patterns", "data/*.txt"}}) + stage("read", "read_file", "files") +
+                                   stage("out", "jsonl_sink", "read", {{"path", "out.jsonl"}}));
+    auto r = sluice_cli({"run", file, "--quiet"}, 60000, dir.filePath("elsewhere"));
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QString written = QString::fromStdString(read_file(dir.filePath("job/out.jsonl").toStdString()));
+    QCOMPARE(written.count('\n'), 2);
+    QVERIFY(!QFile::exists(dir.filePath("elsewhere/out.jsonl")));
+    auto set = sluice_cli({"run", file, "--quiet", "--set", "out.path=mine.jsonl"}, 60000, dir.filePath("elsewhere"));
+    QVERIFY2(set.code == 0, qPrintable(set.err));
+    QVERIFY(QFile::exists(dir.filePath("elsewhere/mine.jsonl")));
   }
 
   void progress_lines_metrics_log_and_report_again() {

@@ -35,6 +35,39 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
              std::string());
   }
 
+  // A path written in a pipeline file is relative to the file's folder; one given with --set, to
+  // the current directory; absolute ones and paths held in plain strings are left as written.
+  void relative_paths_are_relative_to_the_pipeline_files_folder() {
+    const std::string text = stage("files", "list_files", "", {{"patterns", "data/*.tfrecord,/abs/x.tfrecord"}}) +
+                             stage("label", "label_from_path", "files", {{"root", "../classes"}}) +
+                             stage("out", "jsonl_sink", "label", {{"path", "out/result.jsonl"}});
+    auto built = [&](const std::string& file, const std::vector<std::string>& sets = {}) {
+      auto doc = sluice::parse_pipeline(text, file);
+      sluice::apply_overrides(doc, sets);
+      return sluice::build_graph(doc, registry());
+    };
+    auto param = [](const sluice::Graph& g, const std::string& id, const std::string& name) -> const sluice::ParamValue& {
+      for (const auto& st : g.stages)
+        if (st.id == id) return st.params.values().at(name);
+      throw std::runtime_error("no stage " + id);
+    };
+    using Strings = std::vector<std::string>;
+    const auto from_file = built("/jobs/train/p.txtpb");
+    QCOMPARE(std::get<Strings>(param(from_file, "files", "patterns")), (Strings{"/jobs/train/data/*.tfrecord", "/abs/x.tfrecord"}));
+    QCOMPARE(std::get<std::string>(param(from_file, "label", "root")), std::string("/jobs/classes"));
+    QCOMPARE(std::get<std::string>(param(from_file, "out", "path")), std::string("/jobs/train/out/result.jsonl"));
+    // A file named without a folder is in the current directory: nothing to prefix.
+    const auto here = built("p.txtpb");
+    QCOMPARE(std::get<std::string>(param(here, "out", "path")), std::string("out/result.jsonl"));
+    const auto nearby = built("jobs/p.txtpb");
+    QCOMPARE(std::get<std::string>(param(nearby, "label", "root")), std::string("classes"));
+    // --set values are the command line's: relative to where the command runs.
+    const auto overridden = built("/jobs/train/p.txtpb", {"out.path=mine.jsonl", "files.patterns=a/*.tfrecord"});
+    QCOMPARE(std::get<std::string>(param(overridden, "out", "path")), std::string("mine.jsonl"));
+    QCOMPARE(std::get<Strings>(param(overridden, "files", "patterns")), (Strings{"a/*.tfrecord"}));
+    QCOMPARE(std::get<std::string>(param(overridden, "label", "root")), std::string("/jobs/classes"));
+  }
+
   void syntax_error_names_line_and_column() {
     try {
       sluice::parse_pipeline("stage { id: \"a\" op: \"range\" }\nstage { id: \"b\" op: }\n", "bad.txtpb");

@@ -82,7 +82,8 @@ void Document::replace_spec(const spec::PipelineSpec& spec) {
 void Document::revalidate() {
   PipelineDocument doc;
   doc.spec = spec_;
-  doc.file = file_.isEmpty() ? "untitled" : QFileInfo(file_).fileName().toStdString();
+  // The whole path: relative paths in the pipeline are checked as the run will read them.
+  doc.file = file_.isEmpty() ? "untitled" : file_.toStdString();
   problems_ = validate_pipeline(doc, registry_);
 }
 

@@ -114,7 +114,8 @@ ParamValue parse_param(const ParamSpec& spec, std::string_view text) {
       }
       return out;
     }
-    case ParamType::StringList: {
+    case ParamType::StringList:
+    case ParamType::PathList: {
       std::vector<std::string> out;
       for (auto item : split_list(text)) out.emplace_back(item);
       return out;

@@ -101,6 +101,15 @@ void write_pipeline_file(const spec::PipelineSpec& spec, const fs::path& file) {
   write_file_atomically(file, pipeline_to_text(spec));
 }
 
+std::string resolve_from_pipeline_folder(const std::string& path, const std::string& pipeline_file) {
+  if (path.empty() || pipeline_file.empty()) return path;
+  const fs::path as_given(path);
+  if (as_given.is_absolute()) return path;
+  const fs::path folder = fs::path(pipeline_file).parent_path();
+  if (folder.empty()) return path;
+  return (folder / as_given).lexically_normal().string();
+}
+
 void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& overrides) {
   std::vector<Problem> problems;
   std::vector<std::string> ids;
@@ -131,6 +140,7 @@ void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& over
       continue;
     }
     (*target->mutable_params())[key.substr(best + 1)] = value;
+    doc.set_on_command_line.emplace(target->id(), key.substr(best + 1));
   }
   if (!problems.empty()) throw SpecError(problems);
 }
@@ -343,6 +353,18 @@ struct Validation {
     }
   }
 
+  // Paths written in the file are relative to its folder, as in build and compose files: the
+  // bundled pipelines then run from any directory.
+  void resolve_paths(Params& params, const ParamSpec& spec) const {
+    if (spec.type == ParamType::Path || spec.type == ParamType::OutputPath) {
+      params.set(spec.name, resolve_from_pipeline_folder(params.get_string(spec.name), doc.file));
+    } else if (spec.type == ParamType::PathList) {
+      auto paths = params.get_string_list(spec.name);
+      for (auto& p : paths) p = resolve_from_pipeline_folder(p, doc.file);
+      params.set(spec.name, paths);
+    }
+  }
+
   bool check_stage(int i, GraphStage& out, const std::map<std::string, int>& index_of, const std::vector<std::string>& ids) {
     const auto& st = doc.spec.stage(i);
     out.id = st.id();
@@ -422,6 +444,7 @@ struct Validation {
       }
       try {
         out.params.set(name, parse_param(*spec, value));
+        if (!doc.set_on_command_line.count({st.id(), name})) resolve_paths(out.params, *spec);
       } catch (const ParamError& e) {
         problem(i, name, e.what());
         ok = false;

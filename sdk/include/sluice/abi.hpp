@@ -10,7 +10,8 @@ inline constexpr std::uint32_t kAbiMajor = 4;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
 // trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
 // feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
-// StageInfo::input_fingerprint (appended; older plugins never read it).
-inline constexpr std::uint32_t kAbiMinor = 1;
+// StageInfo::input_fingerprint (appended; older plugins never read it); 4.2: ParamType::PathList, and
+// relative Path, OutputPath and PathList values resolved against the pipeline file's folder.
+inline constexpr std::uint32_t kAbiMinor = 2;
 
 }  // namespace sluice

@@ -10,9 +10,12 @@
 
 namespace sluice {
 
-// OutputPath (ABI 4.1) names what a stage writes: validation refuses two stages writing one path,
-// and the studio offers a save dialog for it. Appended last so that older plugins keep their values.
-enum class ParamType { Int, Float, Bool, String, Path, Choice, IntList, FloatList, StringList, OutputPath };
+// Path, OutputPath and PathList values written in a pipeline file are relative to that file's
+// folder (the host resolves them before the operator sees them); given with --set, to the current
+// directory. OutputPath (ABI 4.1) names what a stage writes: validation refuses two stages writing
+// one path, and the studio offers a save dialog for it. PathList (ABI 4.2): comma-separated paths
+// or glob patterns. Appended last so that older plugins keep their values.
+enum class ParamType { Int, Float, Bool, String, Path, Choice, IntList, FloatList, StringList, OutputPath, PathList };
 
 inline const char* param_type_name(ParamType t) {
   switch (t) {
@@ -26,6 +29,7 @@ inline const char* param_type_name(ParamType t) {
     case ParamType::FloatList: return "float-list";
     case ParamType::StringList: return "string-list";
     case ParamType::OutputPath: return "output-path";
+    case ParamType::PathList: return "path-list";
   }
   return "?";
 }

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,14 @@ struct PipelineDocument {
   spec::PipelineSpec spec;
   std::string file;
   std::vector<std::pair<int, int>> stage_locations;  // (line, column), 1-based, per stage
+  // (stage id, parameter) given on the command line: their relative paths are relative to the
+  // current directory; those written in the file, to the file's folder.
+  std::set<std::pair<std::string, std::string>> set_on_command_line;
 };
+
+// A path as the pipeline file means it: a relative one is taken from the folder of `pipeline_file`
+// (unchanged when that is empty or has no folder part, i.e. the current directory).
+std::string resolve_from_pipeline_folder(const std::string& path, const std::string& pipeline_file);
 
 // Reads protobuf text format, or JSON when the file starts with '{'. Throws SpecError with the
 // line and column of a syntax error.
