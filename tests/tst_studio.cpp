@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <csignal>
 
 #include "main_window.hpp"
 #include "pipeline_runner.hpp"
@@ -273,6 +274,37 @@ class TestStudio : public QObject {
     QCOMPARE(window_->document().spec().stage_size(), 0);  // what was open stays
   }
 
+  // `sluice-studio FILE` with a file that cannot be opened: the window opens and says why (and
+  // stderr too), rather than the program ending with no window and no message.
+  void the_program_opens_its_window_and_explains_a_file_it_cannot_open() {
+    const QString broken = write_text(dir_.filePath("bad.txtpb"), "stage { id: \"a\" op: }\n");
+    for (const QString& file : {dir_.filePath("missing.txtpb"), broken}) {
+      QProcess studio;
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.insert("QT_QPA_PLATFORM", "offscreen");
+      env.insert("SLUICE_PLUGIN_PATH", "");
+      studio.setProcessEnvironment(env);
+      studio.start(SLUICE_STUDIO_BIN, {file});
+      QVERIFY(studio.waitForStarted());
+      const bool ended = studio.waitForFinished(2500);
+      studio.kill();
+      studio.waitForFinished();
+      const QString err = QString::fromUtf8(studio.readAllStandardError());
+      QVERIFY2(!ended, qPrintable("it ended: " + err));
+      QVERIFY2(err.contains("cannot open " + file), qPrintable(err));
+      QVERIFY2(err.contains(file == broken ? "bad.txtpb:1" : "does it exist"), qPrintable(err));
+    }
+    // Making a screenshot of a file that cannot be opened is a failed command.
+    QProcess shot;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("QT_QPA_PLATFORM", "offscreen");
+    shot.setProcessEnvironment(env);
+    shot.start(SLUICE_STUDIO_BIN, {"--screenshot", dir_.filePath("x.png"), dir_.filePath("missing.txtpb")});
+    QVERIFY(shot.waitForFinished(30000));
+    QCOMPARE(shot.exitCode(), 1);
+    QVERIFY(!QFile::exists(dir_.filePath("x.png")));
+  }
+
   void zooms_with_the_wheel_and_deletes_a_selected_connection() {
     using sluice::test::stage;
     open_text(stage("src", "range", "") + stage("sink", "null_sink", "src"), "two.txtpb");
@@ -383,6 +415,88 @@ class TestStudio : public QObject {
     QVERIFY(window_->log().toPlainText().contains("run stopped"));
   }
 
+  // Numbers belong to the run and the graph they were measured on: opening another document, New,
+  // or an edit of the graph after the run clears them; the status says which run is shown.
+  void live_numbers_belong_to_their_run_and_their_graph() {
+    using sluice::test::stage;
+    const std::string endless = stage("src", "range", "", {{"count", "100000000"}}) + stage("slow", "simulate_work", "src", {{"us", "2000"}}) +
+                                stage("sink", "null_sink", "slow");
+    open_text(endless, "a.txtpb");
+    QCOMPARE(window_->run_state(), QString("No run"));
+    QTest::keyClick(window_.get(), Qt::Key_F5);
+    QCOMPARE(window_->run_state(), QString("Running a.txtpb"));
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow")->live() && node("slow")->live()->elements_per_s > 0, 3000);
+    QTest::keyClick(window_.get(), Qt::Key_F5, Qt::ShiftModifier);
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    QCOMPARE(window_->run_state(), QString("Stopped (interrupted): a.txtpb"));
+    QVERIFY(node("slow")->live());  // the stopped run's numbers stay until something else is shown
+    // Another document with stages of the same ids: nothing of run A on it.
+    open_text(endless, "b.txtpb");
+    QTRY_VERIFY(node("slow"));
+    for (const char* id : {"src", "slow", "sink"}) QVERIFY2(!node(id)->live(), id);
+    QCOMPARE(window_->monitor().table()->rowCount(), 0);
+    QCOMPARE(window_->run_state(), QString("No run"));
+    // A finished run, then an edit of its graph (Delete on a selected node): the numbers go.
+    open_text(stage("src", "range", "", {{"count", "2000"}}) + stage("mid", "identity", "src") + stage("sink", "null_sink", "mid"), "c.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QCOMPARE(window_->run_state(), QString("Finished: c.txtpb"));
+    QVERIFY(node("mid")->live());
+    // Moving a node is not an edit of the graph: the numbers stay.
+    drag(at(node("sink")->sceneBoundingRect().center() + QPointF(0, -20)), at(node("sink")->sceneBoundingRect().center() + QPointF(30, 10)));
+    QVERIFY(node("mid")->live());
+    click_node("sink");
+    QTest::keyClick(viewport(), Qt::Key_Delete);
+    QTRY_VERIFY(!node("sink"));
+    QVERIFY(!node("mid")->live() && !node("src")->live());
+    QVERIFY2(window_->run_state().startsWith("No run"), qPrintable(window_->run_state()));
+    // New: a fresh node dropped in gets no numbers either.
+    QTest::keyClick(window_.get(), Qt::Key_N, Qt::ControlModifier);
+    window_->palette().add_requested("identity");
+    QTRY_COMPARE(window_->document().spec().stage_size(), 1);
+    QVERIFY(!node(QString::fromStdString(window_->document().spec().stage(0).id()))->live());
+  }
+
+  // While a run goes, an edit of its graph (delete, undo of an earlier edit) is refused with the
+  // reason; moving nodes is not refused. After the run, the same edits go through.
+  void editing_the_graph_during_its_run_is_refused_with_the_reason() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "100000000"}}) + stage("slow", "simulate_work", "src", {{"us", "1000"}}) +
+                  stage("sink", "null_sink", "slow"),
+              "locked.txtpb");
+    window_->document().set_param("slow", "us", QString("2000"));  // an edit to undo later
+    QVERIFY(window_->start_run());
+    click_node("slow");
+    QTest::keyClick(viewport(), Qt::Key_Delete);
+    QVERIFY(node("slow"));
+    QVERIFY2(window_->status_text().startsWith("Not changed: a run of this pipeline is going"), qPrintable(window_->status_text()));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(QString::fromStdString(window_->document().spec().stage(1).params().at("us")), QString("2000"));
+    const QPointF before = node("sink")->pos();
+    drag(at(node("sink")->sceneBoundingRect().center() + QPointF(0, -20)), at(node("sink")->sceneBoundingRect().center() + QPointF(40, 0)));
+    QVERIFY(node("sink")->pos() != before);
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    click_node("slow");
+    QTest::keyClick(viewport(), Qt::Key_Delete);
+    QTRY_VERIFY(!node("slow"));
+  }
+
+  // A run that fails marks the stage it failed at, with the message, and says so in the status.
+  void a_failed_run_marks_its_stage() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "50"}}) + stage("bad", "fail_when", "src", {{"divisor", "10"}}) + stage("sink", "null_sink", "bad"),
+              "fails.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QCOMPARE(window_->run_state(), QString("Failed at stage 'bad': fails.txtpb"));
+    QVERIFY(node("bad")->live());
+    QVERIFY2(node("bad")->live()->failure.contains("planted as corrupt"), qPrintable(node("bad")->live()->failure));
+    QVERIFY(node("bad")->toolTip().contains("The run failed here"));
+    for (const char* id : {"src", "bad", "sink"}) QVERIFY2(!node(id)->live() || !node(id)->live()->bottleneck, id);
+    QVERIFY(!node("sink")->live() || node("sink")->live()->failure.isEmpty());
+  }
+
   void a_gpu_feed_shows_each_devices_bytes_per_second() {
     using sluice::test::stage;
     // Two emulated devices (no GPU needed), each consuming a slice per simulated 2 ms step.
@@ -445,9 +559,55 @@ class TestStudio : public QObject {
     const std::string before = window_->document().spec().SerializeAsString();
     connect_ports("work", "numbers");
     QCOMPARE(window_->document().spec().SerializeAsString(), before);
+    QVERIFY2(window_->run_state().startsWith("Attached: running at http://"), qPrintable(window_->run_state()));
+    // F5 while attached: nothing to run here, and it says so; the attachment stays.
+    QTest::keyClick(window_.get(), Qt::Key_F5);
+    QVERIFY(!window_->runner().running());
+    QVERIFY2(window_->status_text().contains("detach (Run > Detach)"), qPrintable(window_->status_text()));
+    QVERIFY(window_->attach_client().attached());
+    // kill -9: no final snapshot, so the connection was lost, and the numbers are the last seen.
     headless.kill();
     headless.waitForFinished();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->attach_client().attached(), 5000);
+    QVERIFY2(window_->run_state().startsWith("Connection lost"), qPrintable(window_->run_state()));
+  }
+
+  // How an attached run ended is told by the last snapshot its stream sends: finished, or
+  // stopped by Ctrl-C; a failure names its stage.
+  void an_attached_runs_end_is_told_apart() {
+    using sluice::test::stage;
+    struct Ending {
+      std::string pipeline;
+      bool interrupt;
+      QString expected;
+    };
+    const std::vector<Ending> endings = {
+        {stage("numbers", "range", "", {{"count", "3000"}}) + stage("work", "simulate_work", "numbers", {{"us", "1000"}}) +
+             stage("drain", "null_sink", "work"),
+         false, "Attached run finished"},
+        {stage("numbers", "range", "", {{"count", "100000000"}}) + stage("work", "simulate_work", "numbers", {{"us", "500"}}) +
+             stage("drain", "null_sink", "work"),
+         true, "Attached run stopped"},
+        {stage("numbers", "range", "", {{"count", "100000000"}, {"start", "1"}}) + stage("work", "simulate_work", "numbers", {{"us", "500"}}) +
+             stage("bad", "fail_when", "work", {{"divisor", "6000"}}) + stage("drain", "null_sink", "bad"),
+         false, "Attached run failed at stage 'bad'"},
+    };
+    for (const auto& ending : endings) {
+      const QString file = write_text(dir_.filePath("ending.txtpb"), ending.pipeline);
+      QProcess headless;
+      headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-addr", "127.0.0.1:0", "--plugin-dir", SLUICE_FIXTURE_PLUGIN_DIR "/good", file});
+      QVERIFY(headless.waitForStarted());
+      headless.setReadChannel(QProcess::StandardError);
+      QString said, url;
+      const QRegularExpression address("metrics: (http://[0-9.:]+)");
+      QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
+      window_->attach_to(url);
+      QTRY_VERIFY_WITH_TIMEOUT(window_->run_state().startsWith("Attached: running"), 5000);
+      if (ending.interrupt) ::kill(static_cast<pid_t>(headless.processId()), SIGINT);
+      QVERIFY(headless.waitForFinished(20000));
+      QTRY_VERIFY_WITH_TIMEOUT(!window_->attach_client().attached(), 5000);
+      QVERIFY2(window_->run_state().startsWith(ending.expected), qPrintable(window_->run_state() + " / expected " + ending.expected));
+    }
   }
 
   void renders_the_window_with_a_running_pipeline_to_png() {

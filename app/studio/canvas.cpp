@@ -56,6 +56,7 @@ void NodeItem::set_live(const std::optional<LiveStage>& live) {
 void NodeItem::update_tooltip() {
   QString tip = QString("<b>%1</b> (%2)<br>%3").arg(id_, op_, summary_.toHtmlEscaped());
   if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
+  if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();
   setToolTip(tip);
 }
 
@@ -81,12 +82,17 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
     border = QColor(230, 120, 0);
     border_width = 4;
   }
+  const bool failed_here = live_ && !live_->failure.isEmpty();
+  if (failed_here) {
+    border = QColor(200, 30, 30);
+    border_width = 4;
+  }
   if (isSelected()) {
     border = QColor(40, 110, 230);
     border_width = std::max(border_width, 2.5);
   }
   p->setPen(QPen(border, border_width));
-  p->setBrush(known_ ? QColor(250, 251, 253) : QColor(250, 232, 230));
+  p->setBrush(known_ && !failed_here ? QColor(250, 251, 253) : QColor(250, 232, 230));
   p->drawRoundedRect(body, 8, 8);
 
   QFont title = p->font();
@@ -104,7 +110,12 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
     QString rates = QString("%1/s").arg(short_number(live_->elements_per_s));
     if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
     if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
-    p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, rates);
+    if (failed_here) {
+      p->setPen(QColor(170, 20, 20));
+      rates = "failed: " + live_->failure.section('\n', 0, 0);
+    }
+    p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
+                p->fontMetrics().elidedText(rates, Qt::ElideRight, int(kWidth - 20)));
     if (!live_->devices.isEmpty()) {
       QFont small = p->font();
       small.setPointSizeF(small.pointSizeF() * 0.8);

@@ -26,6 +26,7 @@ struct LiveStage {
   QString bottleneck_reason;
   QStringList devices;  // feed sinks: "cuda:0 11.8 GB/s, ring 3/4" per device
   std::uint64_t skipped = 0;
+  QString failure;  // the run failed at this stage: the message
 };
 
 class PipelineScene;

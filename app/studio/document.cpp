@@ -16,6 +16,7 @@ class SpecEdit final : public QUndoCommand {
   void undo() override { doc_.replace_spec(before_); }
   void redo() override { doc_.replace_spec(after_); }
   int id() const override { return merge_tag_.isEmpty() ? -1 : 1; }
+  bool changes_graph() const { return !same_pipeline_ignoring_layout(before_, after_); }
   bool mergeWith(const QUndoCommand* other) override {
     auto* next = static_cast<const SpecEdit*>(other);
     if (next->merge_tag_ != merge_tag_) return false;
@@ -41,6 +42,29 @@ constexpr int kColumns = 6;  // stages per row before a long chain wraps
 }  // namespace
 
 Document::Document(const Registry& registry, QObject* parent) : QObject(parent), registry_(registry) { revalidate(); }
+
+namespace {
+// An undo step is one SpecEdit, or a macro of several (Delete of a selection).
+bool step_changes_graph(const QUndoCommand* step) {
+  if (!step) return false;
+  if (auto* edit = dynamic_cast<const SpecEdit*>(step)) return edit->changes_graph();
+  for (int i = 0; i < step->childCount(); ++i)
+    if (step_changes_graph(step->child(i))) return true;
+  return false;
+}
+}  // namespace
+
+void Document::undo() {
+  if (!undo_.canUndo()) return;
+  if (!graph_lock_.isEmpty() && step_changes_graph(undo_.command(undo_.index() - 1))) return emit edit_refused(graph_lock_);
+  undo_.undo();
+}
+
+void Document::redo() {
+  if (!undo_.canRedo()) return;
+  if (!graph_lock_.isEmpty() && step_changes_graph(undo_.command(undo_.index()))) return emit edit_refused(graph_lock_);
+  undo_.redo();
+}
 
 void Document::reset(const spec::PipelineSpec& spec, const QString& file, bool read_only) {
   undo_.clear();
@@ -70,6 +94,10 @@ void Document::edit(const QString& description, const std::function<void(spec::P
   spec::PipelineSpec after = spec_;
   change(after);
   if (google::protobuf::util::MessageDifferencer::Equals(after, spec_)) return;
+  if (!graph_lock_.isEmpty() && !same_pipeline_ignoring_layout(after, spec_)) {
+    emit edit_refused(graph_lock_);
+    return;
+  }
   undo_.push(new SpecEdit(*this, description, spec_, std::move(after), merge_tag));
 }
 

@@ -28,6 +28,13 @@ class Document : public QObject {
   bool modified() const { return !undo_.isClean(); }
   // Set while attached to a run elsewhere: the canvas shows it but nothing edits it.
   bool read_only() const { return read_only_; }
+  // While a run of this document goes, edits that change the graph (not the layout) are refused
+  // with `reason` (edit_refused), undo and redo of such edits included.
+  void lock_graph(const QString& reason) { graph_lock_ = reason; }
+  void unlock_graph() { graph_lock_.clear(); }
+  const QString& graph_lock() const { return graph_lock_; }
+  void undo();  // the undo stack's, unless the step would change a locked graph
+  void redo();
 
   // Replaces everything (no undo): a new, opened or attached pipeline.
   void reset(const spec::PipelineSpec& spec, const QString& file, bool read_only = false);
@@ -69,6 +76,7 @@ class Document : public QObject {
  signals:
   void changed();
   void file_changed(const QString& file);
+  void edit_refused(const QString& reason);
 
  private:
   friend class SpecEdit;
@@ -80,6 +88,7 @@ class Document : public QObject {
   spec::PipelineSpec spec_;
   QString file_;
   bool read_only_ = false;
+  QString graph_lock_;
   QUndoStack undo_;
   std::vector<Problem> problems_;
 };

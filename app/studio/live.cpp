@@ -67,7 +67,8 @@ void RunController::poll() {
   if (!done) return;
   poll_.stop();
   engine_.reset();
-  emit finished(QString::fromUtf8(run_state_name(result.state)), QString::fromStdString(result.error));
+  emit finished(QString::fromUtf8(run_state_name(result.state)), QString::fromStdString(result.error),
+                QString::fromStdString(result.failed_stage));
 }
 
 AttachClient::AttachClient(QObject* parent) : QObject(parent) {}

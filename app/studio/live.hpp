@@ -28,8 +28,9 @@ class RunController final : public QObject {
 
  signals:
   void snapshot(const sluice::metrics::MetricsSnapshot& snapshot);
-  // state: finished, stopped or failed; error: the engine's message when failed.
-  void finished(const QString& state, const QString& error);
+  // state: finished, stopped or failed; error: the engine's message when failed, and the id of
+  // the stage it is about (empty when it is about none).
+  void finished(const QString& state, const QString& error, const QString& failed_stage);
 
  private:
   void poll();

@@ -33,15 +33,20 @@ int main(int argc, char** argv) {
 
   sluice::studio::MainWindow window(registry);
   const QStringList args = cli.positionalArguments();
-  if (!args.isEmpty() && !window.open_file(args.front())) return 1;
-  if (cli.isSet(attach)) window.attach_to(cli.value(attach));
+  if (cli.isSet(screenshot) && args.isEmpty()) {
+    std::fprintf(stderr, "--screenshot needs a pipeline file to run\n");
+    return 2;
+  }
+  // The window first: a file that cannot be opened is explained in it (and on stderr), and the
+  // app stays open on an empty pipeline, as it would after File > Open of the same file.
   window.show();
+  if (!args.isEmpty() && !window.open_file(args.front())) {
+    std::fprintf(stderr, "cannot open %s: %s\n", qPrintable(args.front()), qPrintable(window.last_open_error()));
+    if (cli.isSet(screenshot)) return 1;
+  }
+  if (cli.isSet(attach)) window.attach_to(cli.value(attach));
 
   if (cli.isSet(screenshot)) {
-    if (args.isEmpty()) {
-      std::fprintf(stderr, "--screenshot needs a pipeline file to run\n");
-      return 2;
-    }
     if (!window.start_run()) {
       std::fprintf(stderr, "cannot run %s: %s\n", qPrintable(args.front()), qPrintable(window.status_text()));
       return 1;

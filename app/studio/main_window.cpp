@@ -51,10 +51,24 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
 
   build_actions();
   statusBar()->showMessage("Ready");
+  run_state_ = new QLabel;
+  run_state_->setObjectName("run_state");
+  statusBar()->addPermanentWidget(run_state_);
+  set_run_state("No run");
 
   connect(&document_, &Document::changed, this, [this] {
     refresh_problems();
     refresh_title();
+    // Numbers measured on another graph would be read as this one's.
+    if (live_graph_ && !runner_.running() && !attach_.attached() && !same_pipeline_ignoring_layout(*live_graph_, document_.spec())) {
+      clear_live();
+      set_run_state("No run (the pipeline changed since the last one)");
+    }
+  });
+  connect(&document_, &Document::edit_refused, this, [this](const QString& reason) {
+    show_status("Not changed: " + reason, 8000);
+    const QStringList ids = scene_->selected_stage_ids();
+    inspector_->show_stage(ids.size() == 1 ? ids.front() : QString());  // back to the document's values
   });
   connect(document_.undo_stack(), &QUndoStack::cleanChanged, this, &MainWindow::refresh_title);
   connect(&document_, &Document::file_changed, this, &MainWindow::refresh_title);
@@ -74,11 +88,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     if (!stage.isEmpty()) scene_->select_stage(stage, true);
   });
   connect(&runner_, &RunController::snapshot, this, &MainWindow::apply_snapshot);
-  connect(&runner_, &RunController::finished, this, [this](const QString& state, const QString& error) {
-    set_running(false);
-    log_->note(error.isEmpty() ? QString("run %1").arg(state) : QString("run %1: %2").arg(state, error));
-    show_status(error.isEmpty() ? QString("Run %1.").arg(state) : QString("Run failed: %1").arg(error));
-  });
+  connect(&runner_, &RunController::finished, this, &MainWindow::on_run_finished);
   connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
     if (document_.read_only() && document_.spec().stage_size() != snap.stage_size()) {
       // The attached run's pipeline, as its snapshots describe it.
@@ -94,11 +104,23 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
       view_->fit();
     }
     apply_snapshot(snap);
+    const QString state = QString::fromStdString(snap.state());
+    if (state == "running") {
+      set_run_state("Attached: running at " + attach_.url());
+    } else if (!state.isEmpty() && state != "created") {
+      attached_final_state_ = state;
+      if (!snap.failed_stage().empty()) attached_final_state_ += QString(" at stage '%1'").arg(QString::fromStdString(snap.failed_stage()));
+      set_run_state("Attached run " + attached_final_state_);
+    }
   });
   connect(&attach_, &AttachClient::ended, this, [this](const QString& why) {
     log_->note(why);
     show_status(why);
     action("detach")->setEnabled(false);
+    // The last snapshot told how the run ended; without one, the connection ended first.
+    if (why.startsWith("detached")) set_run_state("Detached from " + attach_.url() + " (numbers as last seen)");
+    else if (!attached_final_state_.isEmpty()) set_run_state(QString("Attached run %1; its stream closed").arg(attached_final_state_));
+    else set_run_state("Connection lost: " + why + " (numbers as last seen)");
   });
 
   refresh_problems();
@@ -134,6 +156,8 @@ void MainWindow::build_actions() {
   file->addAction(add("new", "&New", QKeySequence::New, [this] {
     if (!confirm_discard()) return;
     attach_.detach();
+    clear_live();
+    set_run_state("No run");
     document_.reset({}, {});
   }));
   file->addAction(add("open", "&Open…", QKeySequence::Open, [this] {
@@ -155,9 +179,22 @@ void MainWindow::build_actions() {
   file->addAction(add("quit", "&Quit", QKeySequence::Quit, [this] { close(); }));
 
   auto* edit = menuBar()->addMenu("&Edit");
-  auto* undo = document_.undo_stack()->createUndoAction(this, "&Undo");
+  // Through the document, which refuses to undo a graph edit while a run of the graph goes.
+  auto* undo = new QAction("&Undo", this);
   undo->setShortcut(QKeySequence::Undo);
-  auto* redo = document_.undo_stack()->createRedoAction(this, "&Redo");
+  undo->setEnabled(false);
+  connect(undo, &QAction::triggered, &document_, &Document::undo);
+  connect(document_.undo_stack(), &QUndoStack::canUndoChanged, undo, &QAction::setEnabled);
+  connect(document_.undo_stack(), &QUndoStack::undoTextChanged, undo, [undo](const QString& text) {
+    undo->setText(text.isEmpty() ? "&Undo" : "&Undo " + text);
+  });
+  auto* redo = new QAction("&Redo", this);
+  redo->setEnabled(false);
+  connect(redo, &QAction::triggered, &document_, &Document::redo);
+  connect(document_.undo_stack(), &QUndoStack::canRedoChanged, redo, &QAction::setEnabled);
+  connect(document_.undo_stack(), &QUndoStack::redoTextChanged, redo, [redo](const QString& text) {
+    redo->setText(text.isEmpty() ? "&Redo" : "&Redo " + text);
+  });
   // Both common bindings, whatever the platform's theme says.
   QList<QKeySequence> redo_keys = QKeySequence::keyBindings(QKeySequence::Redo);
   for (const char* key : {"Ctrl+Shift+Z", "Ctrl+Y"})
@@ -241,12 +278,15 @@ bool MainWindow::open_file(const QString& file) {
   try {
     attach_.detach();
     document_.open(file);
+    clear_live();
+    set_run_state("No run");
     remember_recent(document_.file());
     // Once the window has its size (it may not be shown yet).
     QMetaObject::invokeMethod(view_, [view = view_] { view->fit(); }, Qt::QueuedConnection);
     show_status(QString("Opened %1").arg(file), 5000);
     return true;
   } catch (const Error& e) {
+    last_open_error_ = QString::fromUtf8(e.what());
     log_->note(QString::fromUtf8(e.what()));
     show_status(QString("Cannot open %1: %2").arg(file, QString::fromUtf8(e.what())));
     // Window-modal, not a nested event loop: a run being watched keeps updating behind it.
@@ -322,8 +362,16 @@ void MainWindow::set_running(bool running) {
 
 bool MainWindow::start_run() {
   if (runner_.running()) return false;
-  attach_.detach();
-  monitor_->clear();
+  if (document_.read_only()) {
+    // The canvas shows a run elsewhere: there is no pipeline here to run.
+    const QString why = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach), "
+                                "then open or build a pipeline to run it here")
+                            .arg(document_.file());
+    log_->note("not started: " + why);
+    show_status("Not started: " + why, 10000);
+    return false;
+  }
+  clear_live();
   log_->reset_run();
   if (auto error = runner_.start(document_.spec(), document_.file(), document_.registry())) {
     log_->note("cannot run: " + *error);
@@ -332,10 +380,49 @@ bool MainWindow::start_run() {
     return false;
   }
   set_running(true);
+  live_graph_ = document_.spec();
+  document_.lock_graph("a run of this pipeline is going; stop it (Shift+F5) before changing the pipeline");
   log_->note("run started");
   show_status("Running…");
+  set_run_state("Running " + (document_.file().isEmpty() ? QString("untitled") : QFileInfo(document_.file()).fileName()));
   return true;
 }
+
+void MainWindow::on_run_finished(const QString& state, const QString& error, const QString& failed_stage) {
+  set_running(false);
+  document_.unlock_graph();
+  log_->note(error.isEmpty() ? QString("run %1").arg(state) : QString("run %1: %2").arg(state, error));
+  show_status(error.isEmpty() ? QString("Run %1.").arg(state) : QString("Run failed: %1").arg(error));
+  const QString name = document_.file().isEmpty() ? QString("untitled") : QFileInfo(document_.file()).fileName();
+  if (state == "failed") {
+    // The failing stage is marked on the canvas with the message, whatever the last snapshot said.
+    metrics::MetricsSnapshot final_state = last_snapshot_;
+    final_state.set_state("failed");
+    final_state.set_error(error.toStdString());
+    final_state.set_failed_stage(failed_stage.toStdString());
+    apply_snapshot(final_state);
+    set_run_state(failed_stage.isEmpty() ? QString("Failed: %1").arg(name) : QString("Failed at stage '%1': %2").arg(failed_stage, name));
+  } else if (state == "stopped") {
+    set_run_state(QString("Stopped (interrupted): %1").arg(name));
+  } else {
+    set_run_state(QString("Finished: %1").arg(name));
+  }
+}
+
+void MainWindow::clear_live() {
+  live_graph_.reset();
+  last_snapshot_.Clear();
+  attached_final_state_.clear();
+  scene_->set_live({});
+  monitor_->clear();
+}
+
+void MainWindow::set_run_state(const QString& text) {
+  run_state_->setText(text);
+  run_state_->setToolTip(text);
+}
+
+QString MainWindow::run_state() const { return run_state_->text(); }
 
 void MainWindow::stop_run() {
   if (!runner_.running()) return;
@@ -346,16 +433,19 @@ void MainWindow::stop_run() {
 void MainWindow::attach_to(const QString& address) {
   if (runner_.running()) return;
   if (!confirm_discard()) return;
-  monitor_->clear();
+  clear_live();
   log_->reset_run();
   document_.reset({}, address, true);
   attach_.attach(address);
+  set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);
   log_->note("attaching to " + attach_.url());
   show_status("Attached to " + attach_.url());
 }
 
 void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap) {
+  last_snapshot_ = snap;
+  if (!live_graph_) live_graph_ = document_.spec();
   QHash<QString, LiveStage> live;
   for (const auto& st : snap.stage()) {
     LiveStage l;
@@ -368,6 +458,10 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap) {
     l.skipped = st.errors_skipped();
     l.bottleneck = !snap.bottleneck().empty() && st.id() == snap.bottleneck();
     if (l.bottleneck) l.bottleneck_reason = QString::fromStdString(snap.bottleneck_reason());
+    if (!snap.failed_stage().empty() && st.id() == snap.failed_stage()) {
+      l.failure = QString::fromStdString(snap.error());
+      l.bottleneck = false;  // the outline that matters now is the failure's
+    }
     for (const auto& d : st.devices())
       l.devices.push_back(QString("%1 %2B/s ring %3/%4")
                               .arg(QString::fromStdString(d.name()), short_number(d.recent_bytes_per_s()))

@@ -8,6 +8,7 @@
 #include <QMessageBox>
 #include <QTabWidget>
 #include <functional>
+#include <optional>
 
 #include "canvas.hpp"
 #include "document.hpp"
@@ -35,12 +36,16 @@ class MainWindow final : public QMainWindow {
   RunController& runner() { return runner_; }
   AttachClient& attach_client() { return attach_; }
   QString status_text() const;
+  // What the live numbers shown belong to: "No run", "Running …", "Finished …", "Failed at stage
+  // 'x' …", "Stopped …", "Attached …", "Connection lost …" (also shown in the status bar).
+  QString run_state() const;
   QAction* action(const QString& name) const;  // "new", "open", "save", "run", "stop", ...
 
   // Asked before unsaved changes are thrown away (New, Open, Attach, close). Tests replace it.
   std::function<QMessageBox::StandardButton()> ask_to_save;
 
   bool open_file(const QString& file);  // false (and a message) when it cannot be read
+  QString last_open_error() const { return last_open_error_; }
   bool save_to(const QString& file);
   bool start_run();
   void stop_run();
@@ -61,6 +66,10 @@ class MainWindow final : public QMainWindow {
   void remember_recent(const QString& file);
   void rebuild_recent_menu();
   void set_running(bool running);
+  // Clears every number, gauge and outline that belongs to another run or another graph.
+  void clear_live();
+  void set_run_state(const QString& text);
+  void on_run_finished(const QString& state, const QString& error, const QString& failed_stage);
 
   Document document_;
   PipelineScene* scene_;
@@ -75,6 +84,12 @@ class MainWindow final : public QMainWindow {
   AttachClient attach_;
   QMenu* recent_menu_ = nullptr;
   QHash<QString, QAction*> actions_;
+  QString last_open_error_;
+  QLabel* run_state_ = nullptr;
+  // The graph the numbers on screen were measured on; edits that change it clear them.
+  std::optional<spec::PipelineSpec> live_graph_;
+  metrics::MetricsSnapshot last_snapshot_;
+  QString attached_final_state_;  // the state the attached run's last snapshot gave
   int added_ = 0;  // stages added from the palette without a drop position, to stagger them
 };
 

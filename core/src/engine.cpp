@@ -92,6 +92,7 @@ std::uint64_t bytes_of(const std::vector<Item>& items) {
 struct StageRuntime;
 struct ChunkIssues {
   std::string failure;
+  const StageRuntime* failed_stage = nullptr;
   std::vector<std::pair<StageRuntime*, std::string>> skip_reasons;  // a fused group's members too
 };
 
@@ -172,9 +173,10 @@ struct Engine::Impl {
   std::once_flag finalized;
   std::vector<std::thread> threads;
 
-  std::mutex error_mutex;
+  mutable std::mutex error_mutex;
   bool failed = false;
   std::string error;
+  std::string failed_stage;  // the stage the error is about, when it is about one
 
   std::uint64_t start_ns = 0;
   std::atomic<std::uint64_t> end_ns{0};
@@ -207,12 +209,13 @@ struct Engine::Impl {
     }
   }
 
-  void fail(const std::string& message) {
+  void fail(const std::string& message, const StageRuntime* at = nullptr) {
     {
       std::lock_guard lock(error_mutex);
       if (!failed) {
         failed = true;
         error = message;
+        if (at) failed_stage = at->spec->id;
       }
     }
     request_stop();
@@ -230,8 +233,12 @@ struct Engine::Impl {
                      const std::string& origin, ChunkIssues* deferred = nullptr) {
     if (handling_out_of_memory()) {
       std::string message = out_of_memory_message(st);
-      if (deferred) deferred->failure = std::move(message);
-      else fail(message);
+      if (deferred) {
+        deferred->failure = std::move(message);
+        deferred->failed_stage = &st;
+      } else {
+        fail(message, &st);
+      }
       return false;
     }
     std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
@@ -244,8 +251,12 @@ struct Engine::Impl {
     std::string message = fmt::format(
         "{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)", stage_label(st),
         where, what);
-    if (deferred) deferred->failure = std::move(message);
-    else fail(message);
+    if (deferred) {
+      deferred->failure = std::move(message);
+      deferred->failed_stage = &st;
+    } else {
+      fail(message, &st);
+    }
     return false;
   }
 
@@ -275,7 +286,7 @@ struct Engine::Impl {
 
   void report_issues(ChunkIssues& issues) {
     for (auto& [stage, reason] : issues.skip_reasons) keep_skip_reason(*stage, std::move(reason));
-    if (!issues.failure.empty()) fail(issues.failure);
+    if (!issues.failure.empty()) fail(issues.failure, issues.failed_stage);
   }
 
   // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
@@ -354,7 +365,7 @@ struct Engine::Impl {
         try {
           st.source->begin_pass(pass);
         } catch (const std::exception& e) {
-          fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), pass, e.what()));
+          fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), pass, e.what()), &st);
           return;
         }
         ElementContext ctx{&st.info, pass, 0};
@@ -430,7 +441,7 @@ struct Engine::Impl {
               try {
                 st.sink->end_iteration(st.in_iteration);
               } catch (const std::exception& e) {
-                fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.in_iteration, e.what()));
+                fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.in_iteration, e.what()), &st);
                 return;
               }
             }
@@ -895,7 +906,7 @@ struct Engine::Impl {
         call();
         return true;
       } catch (const std::exception& e) {
-        fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, out_iteration, e.what()));
+        fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, out_iteration, e.what()), &st);
         return false;
       }
     };
@@ -976,11 +987,11 @@ struct Engine::Impl {
       else if (st.expand) run_expand(st);
       else run_stateless(st);
     } catch (const std::bad_alloc&) {
-      fail(out_of_memory_message(st));
+      fail(out_of_memory_message(st), &st);
     } catch (const std::exception& e) {
-      fail(fmt::format("{} stopped: {}", stage_label(st), e.what()));
+      fail(fmt::format("{} stopped: {}", stage_label(st), e.what()), &st);
     } catch (...) {
-      fail(fmt::format("{} stopped on an unknown exception", stage_label(st)));
+      fail(fmt::format("{} stopped on an unknown exception", stage_label(st)), &st);
     }
     std::lock_guard lock(done_mutex);
     if (--live_workers == 0) {
@@ -1000,7 +1011,7 @@ struct Engine::Impl {
       try {
         st->op->finish(complete);
       } catch (const std::exception& e) {
-        if (complete) fail(fmt::format("{} could not finish: {}", stage_label(*st), e.what()));
+        if (complete) fail(fmt::format("{} could not finish: {}", stage_label(*st), e.what()), st.get());
         complete = false;
       }
       st->started = false;
@@ -1026,6 +1037,13 @@ struct Engine::Impl {
     snap.set_elapsed_s(elapsed_ns / 1e9);
     snap.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
     snap.set_state(run_state_name(static_cast<RunState>(state.load())));
+    {
+      std::lock_guard lock(error_mutex);
+      if (failed) {
+        snap.set_error(error);
+        snap.set_failed_stage(failed_stage);
+      }
+    }
     snap.set_cores(std::thread::hardware_concurrency());
     for (const auto& st_ptr : stages) {
       auto& st = *st_ptr;
@@ -1306,7 +1324,8 @@ void Engine::start() {
       } catch (const std::system_error& e) {
         I.fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
                            "parallelism or cycle_length, or raise `ulimit -u`)",
-                           I.stage_label(*st), w + 1, st->threads(), e.what()));
+                           I.stage_label(*st), w + 1, st->threads(), e.what()),
+               st.get());
         thread_failed = true;
       }
     }
@@ -1345,7 +1364,7 @@ RunResult Engine::wait() {
   }
   std::call_once(I.finalized, [&I] { I.finalize(); });
   std::lock_guard lock(I.error_mutex);
-  return {static_cast<RunState>(I.state.load()), I.error};
+  return {static_cast<RunState>(I.state.load()), I.error, I.failed_stage};
 }
 
 RunState Engine::state() const { return static_cast<RunState>(impl_->state.load()); }

@@ -240,15 +240,24 @@ MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_un
       {
         std::unique_lock lock(I.mutex);
         I.published.wait_for(lock, std::chrono::seconds(1), [&] { return I.stopping || I.version != seen; });
-        if (I.stopping) return false;
+        // The last snapshot (finished, stopped or failed) goes out before the stream closes, so a
+        // viewer can tell how the run ended from a connection that was lost.
         if (I.version != seen) {
           seen = I.version;
           event = "data: " + snapshot_to_json(I.latest) + "\n\n";
+        } else if (I.stopping) {
+          return false;
         }
       }
       if (event.empty()) event = ": waiting for the next snapshot\n\n";  // keeps proxies and dead peers in check
       return sink.write(event.data(), event.size());
-    }, [&I](bool) { I.stream_clients.fetch_sub(1); });
+    }, [&I](bool) {
+      {
+        std::lock_guard lock(I.mutex);
+        I.stream_clients.fetch_sub(1);
+      }
+      I.published.notify_all();
+    });
   });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events)\n",
@@ -276,6 +285,12 @@ MetricsServer::~MetricsServer() {
     impl_->stopping = true;
   }
   impl_->published.notify_all();
+  {
+    // Each /stream reader sends the last snapshot, then ends; a reader that cannot (a peer gone
+    // quiet) is not waited for long.
+    std::unique_lock lock(impl_->mutex);
+    impl_->published.wait_for(lock, std::chrono::seconds(1), [&] { return impl_->stream_clients.load() == 0; });
+  }
   impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }

@@ -27,6 +27,7 @@ const char* run_state_name(RunState state);
 struct RunResult {
   RunState state = RunState::Created;
   std::string error;  // when Failed: names the stage, the element and its origin
+  std::string failed_stage;  // when Failed because of one stage: its id
 };
 
 // Runs a validated graph: worker threads per stage, bounded channels between stages (a stage's
