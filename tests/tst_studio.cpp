@@ -22,6 +22,7 @@
 
 #include "main_window.hpp"
 #include "pipeline_runner.hpp"
+#include "sluice/core/report.hpp"
 
 using namespace sluice::studio;
 
@@ -455,6 +456,48 @@ class TestStudio : public QObject {
     window_->palette().add_requested("identity");
     QTRY_COMPARE(window_->document().spec().stage_size(), 1);
     QVERIFY(!node(QString::fromStdString(window_->document().spec().stage(0).id()))->live());
+  }
+
+  // After a run, nodes and table show the run's averages, the numbers the CLI's report gives for
+  // it, not the last short interval; the table labels a fused group's shared buffer on the stage
+  // that owns it.
+  void a_finished_run_shows_its_averages_as_the_report_does() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "600"}}) + stage("slow", "simulate_work", "src", {{"us", "2000"}}) +
+                  stage("light", "identity", "slow") + stage("sink", "null_sink", "light"),
+              "averages.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QVERIFY2(window_->run_state().startsWith("Finished"), qPrintable(window_->run_state()));
+    const auto& snap = window_->last_snapshot();
+    QCOMPARE(QString::fromStdString(snap.state()), QString("finished"));
+    // The report's elements/s column for each stage, as `sluice run` prints it.
+    const QStringList report = QString::fromStdString(sluice::format_report(snap)).split('\n');
+    auto reported_rate = [&](const QString& id) {
+      for (const QString& line : report)
+        if (line.startsWith(id + " ")) return line.split(' ', Qt::SkipEmptyParts).at(4).toDouble();
+      return -1.0;
+    };
+    for (const char* id : {"src", "slow", "light", "sink"}) {
+      QVERIFY(node(id)->live());
+      const double shown = node(id)->live()->elements_per_s, reported = reported_rate(id);
+      QVERIFY2(reported > 0 && std::abs(shown - reported) <= 0.05 * reported,
+               qPrintable(QString("%1: shown %2/s, reported %3/s").arg(id).arg(shown).arg(reported)));
+      QVERIFY(node(id)->live()->averages);
+    }
+    QVERIFY(window_->monitor().table()->horizontalHeaderItem(3)->text().contains("run"));
+    // 'light' runs fused with 'slow': 'slow' hands its elements straight on, 'light' owns the
+    // group's buffer and shows it.
+    QTableWidget* table = window_->monitor().table();
+    auto row_of = [&](const QString& id) {
+      for (int r = 0; r < table->rowCount(); ++r)
+        if (table->item(r, 0)->text().startsWith(id)) return r;
+      return -1;
+    };
+    if (!snap.stage(2).fused_with().empty()) {
+      QCOMPARE(table->item(row_of("slow"), 8)->text(), QString("fused → light"));
+      QVERIFY2(table->item(row_of("light"), 8)->text().contains('/'), qPrintable(table->item(row_of("light"), 8)->text()));
+    }
   }
 
   // While a run goes, an edit of its graph (delete, undo of an earlier edit) is refused with the

@@ -107,12 +107,15 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
 
   if (live_) {
     p->setPen(QColor(20, 20, 20));
-    QString rates = QString("%1/s").arg(short_number(live_->elements_per_s));
+    QString rates = QString("%1%2/s").arg(live_->averages ? "avg " : "", short_number(live_->elements_per_s));
     if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
     if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
     if (failed_here) {
       p->setPen(QColor(170, 20, 20));
-      rates = "failed: " + live_->failure.section('\n', 0, 0);
+      // The message's first line names this stage and the element; the node shows its reason.
+      const QString first = live_->failure.section('\n', 0, 0);
+      const qsizetype colon = first.lastIndexOf(": ");
+      rates = "failed: " + (colon >= 0 ? first.mid(colon + 2) : first);
     }
     p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
                 p->fontMetrics().elidedText(rates, Qt::ElideRight, int(kWidth - 20)));

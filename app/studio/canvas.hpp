@@ -27,6 +27,7 @@ struct LiveStage {
   QStringList devices;  // feed sinks: "cuda:0 11.8 GB/s, ring 3/4" per device
   std::uint64_t skipped = 0;
   QString failure;  // the run failed at this stage: the message
+  bool averages = false;  // the rates are the ended run's averages, not the last interval's
 };
 
 class PipelineScene;

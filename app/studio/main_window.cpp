@@ -87,7 +87,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     const QString stage = item->data(Qt::UserRole).toString();
     if (!stage.isEmpty()) scene_->select_stage(stage, true);
   });
-  connect(&runner_, &RunController::snapshot, this, &MainWindow::apply_snapshot);
+  connect(&runner_, &RunController::snapshot, this, [this](const metrics::MetricsSnapshot& snap) { apply_snapshot(snap); });
   connect(&runner_, &RunController::finished, this, &MainWindow::on_run_finished);
   connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
     if (document_.read_only() && document_.spec().stage_size() != snap.stage_size()) {
@@ -103,8 +103,8 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
       document_.reset(shown, attach_.url(), true);
       view_->fit();
     }
-    apply_snapshot(snap);
     const QString state = QString::fromStdString(snap.state());
+    apply_snapshot(snap, !state.isEmpty() && state != "running" && state != "created");
     if (state == "running") {
       set_run_state("Attached: running at " + attach_.url());
     } else if (!state.isEmpty() && state != "created") {
@@ -400,11 +400,13 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
     final_state.set_state("failed");
     final_state.set_error(error.toStdString());
     final_state.set_failed_stage(failed_stage.toStdString());
-    apply_snapshot(final_state);
+    apply_snapshot(final_state, true);
     set_run_state(failed_stage.isEmpty() ? QString("Failed: %1").arg(name) : QString("Failed at stage '%1': %2").arg(failed_stage, name));
   } else if (state == "stopped") {
+    if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Stopped (interrupted): %1").arg(name));
   } else {
+    if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Finished: %1").arg(name));
   }
 }
@@ -443,24 +445,25 @@ void MainWindow::attach_to(const QString& address) {
   show_status("Attached to " + attach_.url());
 }
 
-void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap) {
+void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_ended) {
   last_snapshot_ = snap;
   if (!live_graph_) live_graph_ = document_.spec();
   QHash<QString, LiveStage> live;
   for (const auto& st : snap.stage()) {
     LiveStage l;
-    l.elements_per_s = st.recent_elements_per_s();
-    l.bytes_per_s = st.recent_bytes_per_s();
+    l.elements_per_s = run_ended ? st.elements_per_s() : st.recent_elements_per_s();
+    l.bytes_per_s = run_ended ? st.bytes_per_s() : st.recent_bytes_per_s();
+    l.averages = run_ended;
     l.busy = st.busy_fraction();
     l.buffer_level = st.buffer_level();
     l.buffer_capacity = st.buffer_capacity();
     l.fused = !st.fused_with().empty();
     l.skipped = st.errors_skipped();
-    l.bottleneck = !snap.bottleneck().empty() && st.id() == snap.bottleneck();
+    // A failed run has no bottleneck worth showing: the outline that matters is the failure's.
+    l.bottleneck = snap.failed_stage().empty() && !snap.bottleneck().empty() && st.id() == snap.bottleneck();
     if (l.bottleneck) l.bottleneck_reason = QString::fromStdString(snap.bottleneck_reason());
     if (!snap.failed_stage().empty() && st.id() == snap.failed_stage()) {
       l.failure = QString::fromStdString(snap.error());
-      l.bottleneck = false;  // the outline that matters now is the failure's
     }
     for (const auto& d : st.devices())
       l.devices.push_back(QString("%1 %2B/s ring %3/%4")
@@ -470,7 +473,7 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap) {
     live.insert(QString::fromStdString(st.id()), l);
   }
   scene_->set_live(live);
-  monitor_->show_snapshot(snap);
+  monitor_->show_snapshot(snap, run_ended);
   log_->show_snapshot(snap);
 }
 

@@ -39,6 +39,7 @@ class MainWindow final : public QMainWindow {
   // What the live numbers shown belong to: "No run", "Running …", "Finished …", "Failed at stage
   // 'x' …", "Stopped …", "Attached …", "Connection lost …" (also shown in the status bar).
   QString run_state() const;
+  const metrics::MetricsSnapshot& last_snapshot() const { return last_snapshot_; }
   QAction* action(const QString& name) const;  // "new", "open", "save", "run", "stop", ...
 
   // Asked before unsaved changes are thrown away (New, Open, Attach, close). Tests replace it.
@@ -60,7 +61,8 @@ class MainWindow final : public QMainWindow {
   void refresh_title();
   void show_status(const QString& text, int ms = 0);
   bool confirm_discard();
-  void apply_snapshot(const metrics::MetricsSnapshot& snapshot);
+  // run_ended: the final snapshot of a run; nodes and table show its averages.
+  void apply_snapshot(const metrics::MetricsSnapshot& snapshot, bool run_ended = false);
   void add_from_palette(const QString& op);
   void delete_selection();
   void remember_recent(const QString& file);

@@ -85,44 +85,56 @@ void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& ser
   if (old > 0) s->removePoints(0, old);
 }
 
-void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap) {
+void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap, bool run_ended) {
   int rows = 0;
   for (const auto& st : snap.stage()) rows += 1 + st.devices_size();
   table_->setRowCount(rows);
   int r = 0;
   double max_rate = 1;
   const double t = snap.elapsed_s();
+  // The stage whose output buffer a fused group's members share: the group's last member. The
+  // others hand their elements straight to the next member.
+  QHash<QString, QString> next_in_group;
+  for (const auto& st : snap.stage())
+    if (!st.fused_with().empty() && st.inputs_size() == 1) next_in_group.insert(QString::fromStdString(st.inputs(0)), QString::fromStdString(st.id()));
+  table_->horizontalHeaderItem(3)->setText(run_ended ? "elements/s (run)" : "elements/s");
+  table_->horizontalHeaderItem(4)->setText(run_ended ? "MB/s (run)" : "MB/s");
   for (const auto& st : snap.stage()) {
     const QString id = QString::fromStdString(st.id());
-    const bool bottleneck = st.id() == snap.bottleneck();
-    table_->setItem(r, 0, cell(id + (bottleneck ? "  ◀ bottleneck" : ""), false));
+    const bool bottleneck = snap.failed_stage().empty() && st.id() == snap.bottleneck();
+    const bool failed_here = !snap.failed_stage().empty() && st.id() == snap.failed_stage();
+    // Once the run has ended, its averages: the last interval's rates say little about a run.
+    const double elements_per_s = run_ended ? st.elements_per_s() : st.recent_elements_per_s();
+    const double bytes_per_s = run_ended ? st.bytes_per_s() : st.recent_bytes_per_s();
+    table_->setItem(r, 0, cell(id + (bottleneck ? "  ◀ bottleneck" : failed_here ? "  ✖ failed here" : ""), false));
     table_->setItem(r, 1, cell(QString::fromStdString(st.op()), false));
     table_->setItem(r, 2, cell(QString::number(st.workers())));
-    table_->setItem(r, 3, cell(short_number(st.recent_elements_per_s())));
-    table_->setItem(r, 4, cell(QString::number(st.recent_bytes_per_s() / 1e6, 'f', 1)));
+    table_->setItem(r, 3, cell(short_number(elements_per_s)));
+    table_->setItem(r, 4, cell(QString::number(bytes_per_s / 1e6, 'f', 1)));
     table_->setItem(r, 5, cell(percent(st.busy_fraction())));
     table_->setItem(r, 6, cell(percent(st.starved_fraction())));
     table_->setItem(r, 7, cell(percent(st.blocked_fraction())));
-    table_->setItem(r, 8, cell(!st.fused_with().empty()      ? QString("fused")
-                               : st.buffer_capacity() == 0 ? QString("–")
-                                                           : QString("%1/%2").arg(st.buffer_level()).arg(st.buffer_capacity())));
+    table_->setItem(r, 8, cell(st.buffer_capacity() > 0        ? QString("%1/%2").arg(st.buffer_level()).arg(st.buffer_capacity())
+                               : next_in_group.contains(id) ? QString("fused → %1").arg(next_in_group.value(id))
+                                                            : QString("–")));
     table_->setItem(r, 9, cell(QString::number(st.errors_skipped())));
-    if (bottleneck)
-      for (int c = 0; c < table_->columnCount(); ++c) table_->item(r, c)->setBackground(QColor(255, 225, 190));
+    if (bottleneck || failed_here)
+      for (int c = 0; c < table_->columnCount(); ++c) table_->item(r, c)->setBackground(failed_here ? QColor(250, 205, 205) : QColor(255, 225, 190));
     ++r;
     for (const auto& d : st.devices()) {
       table_->setItem(r, 0, cell("    " + QString::fromStdString(d.name()), false));
-      table_->setItem(r, 1, cell("device", false));
+      // A device takes slices, not elements: the count goes with the kind, not under elements/s.
+      table_->setItem(r, 1, cell(QString("device, %1 slices").arg(d.slices()), false));
       table_->setItem(r, 2, cell(""));
-      table_->setItem(r, 3, cell(QString::number(d.slices())));
-      table_->setItem(r, 4, cell(QString::number(d.recent_bytes_per_s() / 1e6, 'f', 1)));
+      table_->setItem(r, 3, cell(""));
+      table_->setItem(r, 4, cell(QString::number((run_ended ? d.bytes_per_s() : d.recent_bytes_per_s()) / 1e6, 'f', 1)));
       for (int c = 5; c < 8; ++c) table_->setItem(r, c, cell(""));
       table_->setItem(r, 8, cell(QString("ring %1/%2").arg(d.ring_level()).arg(d.ring_capacity())));
       table_->setItem(r, 9, cell(""));
       ++r;
     }
-    add_point(throughput_, throughput_series_, throughput_x_, throughput_y_, id, t, st.recent_elements_per_s());
-    if (st.buffer_capacity() > 0 && st.fused_with().empty())
+    if (!run_ended) add_point(throughput_, throughput_series_, throughput_x_, throughput_y_, id, t, st.recent_elements_per_s());
+    if (st.buffer_capacity() > 0 && !run_ended)
       add_point(occupancy_, occupancy_series_, occupancy_x_, occupancy_y_, id, t, double(st.buffer_level()) / st.buffer_capacity());
   }
   for (auto* s : throughput_series_)

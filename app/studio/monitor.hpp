@@ -21,7 +21,8 @@ class MonitorPanel final : public QWidget {
   static constexpr double kWindowSeconds = 300;  // what the charts keep
   explicit MonitorPanel(QWidget* parent = nullptr);
   void clear();
-  void show_snapshot(const metrics::MetricsSnapshot& snapshot);
+  // run_ended: the run's final snapshot; the table shows its averages over the whole run.
+  void show_snapshot(const metrics::MetricsSnapshot& snapshot, bool run_ended = false);
   QTableWidget* table() { return table_; }
   QChart* throughput_chart() { return throughput_->chart(); }
   QChart* occupancy_chart() { return occupancy_->chart(); }
