@@ -500,6 +500,72 @@ class TestStudio : public QObject {
     }
   }
 
+  // The end of a run: the verdict tab with the bottleneck and "What would help", whose changes
+  // the app can make are one click (and one undo step) away; the same for a metrics log.
+  void the_verdict_says_what_would_help_and_applies_it() {
+    using sluice::test::stage;
+    using Change = sluice::Suggestion::Change;
+    auto find = [&](Change change) {
+      for (int i = 0; i < window_->verdict().suggestion_count(); ++i)
+        if (window_->verdict().suggestion(i).change == change) return i;
+      return -1;
+    };
+    auto stage_of = [&](const QString& id) -> const sluice::spec::Stage* {
+      for (const auto& st : window_->document().spec().stage())
+        if (QString::fromStdString(st.id()) == id) return &st;
+      return nullptr;
+    };
+    // One slow stateless stage: more workers.
+    open_text(stage("src", "range", "", {{"count", "2000"}}) + stage("work", "simulate_work", "src", {{"us", "700"}}) +
+                  stage("out", "null_sink", "work"),
+              "slow.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QVERIFY2(window_->verdict().summary().contains("Bottleneck:</b> stage 'work'"), qPrintable(window_->verdict().summary()));
+    const int more_workers = find(Change::SetParallelism);
+    QVERIFY2(more_workers >= 0, qPrintable(window_->verdict().summary()));
+    const auto workers = window_->verdict().suggestion(more_workers).value;
+    QVERIFY(workers >= 2);
+    QTest::mouseClick(window_->verdict().apply_button(more_workers), Qt::LeftButton);
+    QCOMPARE(stage_of("work")->parallelism(), static_cast<int>(workers));
+    QVERIFY(!window_->verdict().apply_button(more_workers)->isEnabled());
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(stage_of("work")->parallelism(), 0);
+    // Deterministic, expensive work repeated every epoch: a cache after it. Advice-only lines
+    // have no usable button.
+    const QString images = write_text(dir_.filePath("epochs.txtpb"),
+                                      stage("src", "synthetic_images", "", {{"count", "60"}}) + stage("enc", "encode_image", "src") +
+                                          stage("dec", "decode_image", "enc") + stage("rep", "repeat", "dec", {{"count", "3"}}) +
+                                          stage("out", "null_sink", "rep"));
+    QVERIFY(window_->open_file(images));
+    QVERIFY(window_->verdict().empty());  // the other pipeline's verdict went with it
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 30000);
+    const int cache = find(Change::AddCacheAfter);
+    QVERIFY2(cache >= 0, qPrintable(window_->verdict().summary()));
+    const QString after = QString::fromStdString(window_->verdict().suggestion(cache).stage);
+    const int advice = find(Change::None);
+    if (advice >= 0) QVERIFY(!window_->verdict().apply_button(advice)->isEnabled());
+    QTest::mouseClick(window_->verdict().apply_button(cache), Qt::LeftButton);
+    QVERIFY(stage_of("cache") && stage_of("cache")->op() == "cache");
+    QCOMPARE(input_of(window_->document().spec(), "cache"), after);
+    QVERIFY(window_->document().problems().empty());
+    // The same verdict from a metrics log of a headless run of that pipeline.
+    QProcess headless;
+    const QString log = dir_.filePath("epochs.jsonl");
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, images});
+    QVERIFY(headless.waitForFinished(60000));
+    QCOMPARE(headless.exitCode(), 0);
+    QVERIFY(window_->open_metrics_log(log));
+    QVERIFY2(window_->verdict().summary().contains("metrics log epochs.jsonl"), qPrintable(window_->verdict().summary()));
+    const int again = find(Change::AddCacheAfter);
+    QVERIFY(again >= 0);
+    QTest::mouseClick(window_->verdict().apply_button(again), Qt::LeftButton);  // the cache is there already
+    QVERIFY2(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text().contains("already has a cache"),
+             qPrintable(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text()));
+    QVERIFY(!window_->open_metrics_log(dir_.filePath("no-such.jsonl")));
+  }
+
   // While a run goes, an edit of its graph (delete, undo of an earlier edit) is refused with the
   // reason; moving nodes is not refused. After the run, the same edits go through.
   void editing_the_graph_during_its_run_is_refused_with_the_reason() {

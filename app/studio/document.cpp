@@ -229,6 +229,52 @@ void Document::set_stage_field(const QString& id, const QString& field, int valu
   });
 }
 
+std::optional<QString> Document::apply_suggestion(const Suggestion& suggestion) {
+  if (read_only_) return QString("this window shows an attached run; open its pipeline file to change it");
+  if (!graph_lock_.isEmpty()) return graph_lock_;
+  const QString id = QString::fromStdString(suggestion.stage);
+  if (index_of(id) < 0) return QString("this pipeline has no stage '%1' (the report is of another pipeline)").arg(id);
+  const spec::PipelineSpec before = spec_;
+  switch (suggestion.change) {
+    case Suggestion::Change::None:
+      return QString("this one is advice: it needs a change only you can make");
+    case Suggestion::Change::SetParallelism:
+      edit(QString("Set %1 workers on %2").arg(suggestion.value).arg(id), [&](spec::PipelineSpec& s) {
+        find_stage(s, id)->set_parallelism(static_cast<int>(suggestion.value));
+        for (const auto& other : suggestion.together)
+          if (auto* st = find_stage(s, QString::fromStdString(other))) st->set_parallelism(static_cast<int>(suggestion.value));
+      });
+      break;
+    case Suggestion::Change::SetBufferSize:
+      edit(QString("Set the buffer of %1 to %2").arg(id).arg(suggestion.value),
+           [&](spec::PipelineSpec& s) { find_stage(s, id)->set_buffer_size(static_cast<int>(suggestion.value)); });
+      break;
+    case Suggestion::Change::AddCacheAfter: {
+      for (const auto& st : spec_.stage())
+        if (st.op() == "cache" && st.input_size() == 1 && st.input(0) == suggestion.stage)
+          return QString("stage '%1' already has a cache after it ('%2')").arg(id, QString::fromStdString(st.id()));
+      const QString cache = unused_id("cache");
+      edit(QString("Add %1 after %2").arg(cache, id), [&](spec::PipelineSpec& s) {
+        const spec::Stage* source = find_stage(s, id);
+        const double x = source->layout().x(), y = source->layout().y();
+        for (auto& st : *s.mutable_stage())
+          for (auto& in : *st.mutable_input())
+            if (in == id.toStdString()) in = cache.toStdString();
+        auto* added = s.add_stage();
+        added->set_id(cache.toStdString());
+        added->set_op("cache");
+        added->add_input(id.toStdString());
+        added->mutable_layout()->set_x(x + 40);
+        added->mutable_layout()->set_y(y + 110);
+      });
+      break;
+    }
+  }
+  if (google::protobuf::util::MessageDifferencer::Equals(before, spec_))
+    return QString("nothing to change: the pipeline already has it");
+  return std::nullopt;
+}
+
 std::optional<QString> Document::rename_stage(const QString& id, const QString& new_id) {
   if (new_id == id) return std::nullopt;
   if (new_id.trimmed().isEmpty()) return QString("a stage needs an id");

@@ -12,6 +12,7 @@
 
 #include "pipeline.pb.h"
 #include "sluice/core/registry.hpp"
+#include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
 
 namespace sluice::studio {
@@ -58,6 +59,9 @@ class Document : public QObject {
   // Renames and rewires the consumer; returns why not when the id is empty or taken.
   std::optional<QString> rename_stage(const QString& id, const QString& new_id);
   void arrange();  // left-to-right layout of every stage
+  // Applies a report's suggestion as one undo step; returns why not (its stage is not in this
+  // pipeline, the document is read-only or locked, the change is advice only).
+  std::optional<QString> apply_suggestion(const Suggestion& suggestion);
 
   // Why nothing can be connected out of `from` (a sink), or nothing when something can.
   std::optional<QString> output_refusal(const QString& from) const;

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
       const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
       if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
       else std::fprintf(stderr, "wrote %s\n", qPrintable(target));
+      // A run that already ended (shorter than --run-seconds) sends no second `finished`.
+      if (!window.runner().running()) return app.exit(ok ? 0 : 1);
       window.stop_run();
       QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &app, [&app, ok] { app.exit(ok ? 0 : 1); });
     });

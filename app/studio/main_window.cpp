@@ -11,6 +11,8 @@
 #include <QTabWidget>
 #include <QToolBar>
 
+#include "sluice/core/metrics_log.hpp"
+
 
 namespace sluice::studio {
 
@@ -34,10 +36,12 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   problems_ = new QListWidget;
   monitor_ = new MonitorPanel;
   log_ = new LogPanel;
+  verdict_ = new VerdictPanel;
   bottom_tabs_ = new QTabWidget;
   bottom_tabs_->addTab(monitor_, "Monitor");
   bottom_tabs_->addTab(problems_, "Problems");
   bottom_tabs_->addTab(log_, "Log");
+  bottom_tabs_->addTab(verdict_, "Verdict");
   bottom_tabs_->setObjectName("bottom_tabs");
   auto* bottom_dock = new QDockWidget("Run", this);
   bottom_dock->setObjectName("run");
@@ -89,6 +93,11 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   });
   connect(&runner_, &RunController::snapshot, this, [this](const metrics::MetricsSnapshot& snap) { apply_snapshot(snap); });
   connect(&runner_, &RunController::finished, this, &MainWindow::on_run_finished);
+  connect(verdict_, &VerdictPanel::apply_requested, this, [this](int index) {
+    const auto refusal = document_.apply_suggestion(verdict_->suggestion(index));
+    verdict_->mark(index, refusal ? "not applied: " + *refusal : QString("applied"));
+    show_status(refusal ? "Not applied: " + *refusal : QString("Applied; Ctrl+Z undoes it"), 8000);
+  });
   connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
     if (document_.read_only() && document_.spec().stage_size() != snap.stage_size()) {
       // The attached run's pipeline, as its snapshots describe it.
@@ -108,9 +117,11 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     if (state == "running") {
       set_run_state("Attached: running at " + attach_.url());
     } else if (!state.isEmpty() && state != "created") {
+      const bool first_end = attached_final_state_.isEmpty();
       attached_final_state_ = state;
       if (!snap.failed_stage().empty()) attached_final_state_ += QString(" at stage '%1'").arg(QString::fromStdString(snap.failed_stage()));
       set_run_state("Attached run " + attached_final_state_);
+      if (first_end) show_verdict(snap, "run attached at " + attach_.url());
     }
   });
   connect(&attach_, &AttachClient::ended, this, [this](const QString& why) {
@@ -157,6 +168,7 @@ void MainWindow::build_actions() {
     if (!confirm_discard()) return;
     attach_.detach();
     clear_live();
+    clear_verdict();
     set_run_state("No run");
     document_.reset({}, {});
   }));
@@ -167,6 +179,10 @@ void MainWindow::build_actions() {
   }));
   recent_menu_ = file->addMenu("Open &Recent");
   rebuild_recent_menu();
+  file->addAction(add("open_metrics_log", "Open &metrics log…", QKeySequence(), [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a metrics log (sluice run --metrics-log)", {}, "Metrics logs (*.jsonl);;All files (*)");
+    if (!f.isEmpty()) open_metrics_log(f);
+  }));
   file->addAction(add("save", "&Save", QKeySequence::Save, [this] {
     if (document_.file().isEmpty() || document_.read_only()) return action("save_as")->trigger();
     save_to(document_.file());
@@ -279,6 +295,7 @@ bool MainWindow::open_file(const QString& file) {
     attach_.detach();
     document_.open(file);
     clear_live();
+    clear_verdict();
     set_run_state("No run");
     remember_recent(document_.file());
     // Once the window has its size (it may not be shown yet).
@@ -372,6 +389,7 @@ bool MainWindow::start_run() {
     return false;
   }
   clear_live();
+  clear_verdict();
   log_->reset_run();
   if (auto error = runner_.start(document_.spec(), document_.file(), document_.registry())) {
     log_->note("cannot run: " + *error);
@@ -402,12 +420,36 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
     final_state.set_failed_stage(failed_stage.toStdString());
     apply_snapshot(final_state, true);
     set_run_state(failed_stage.isEmpty() ? QString("Failed: %1").arg(name) : QString("Failed at stage '%1': %2").arg(failed_stage, name));
+    show_verdict(final_state, "run of " + name);
   } else if (state == "stopped") {
     if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Stopped (interrupted): %1").arg(name));
+    show_verdict(last_snapshot_, "run of " + name);
   } else {
     if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Finished: %1").arg(name));
+    show_verdict(last_snapshot_, "run of " + name);
+  }
+}
+
+void MainWindow::show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source) {
+  if (final_snapshot.stage_size() == 0) return;
+  verdict_->show_verdict(final_snapshot, source);
+  bottom_tabs_->setTabText(3, verdict_->suggestion_count() ? QString("Verdict (%1)").arg(verdict_->suggestion_count()) : QString("Verdict"));
+  bottom_tabs_->setCurrentWidget(verdict_);
+}
+
+bool MainWindow::open_metrics_log(const QString& file) {
+  try {
+    const auto snapshots = read_metrics_log(file.toStdString());
+    if (snapshots.empty()) throw Error(file.toStdString() + ": the log holds no snapshot");
+    show_verdict(snapshots.back(), "metrics log " + QFileInfo(file).fileName());
+    log_->note("verdict of the metrics log " + file);
+    return true;
+  } catch (const std::exception& e) {
+    log_->note(QString::fromUtf8(e.what()));
+    show_status(QString("Cannot read %1: %2").arg(file, QString::fromUtf8(e.what())));
+    return false;
   }
 }
 
@@ -417,6 +459,11 @@ void MainWindow::clear_live() {
   attached_final_state_.clear();
   scene_->set_live({});
   monitor_->clear();
+}
+
+void MainWindow::clear_verdict() {
+  verdict_->clear();
+  bottom_tabs_->setTabText(3, "Verdict");
 }
 
 void MainWindow::set_run_state(const QString& text) {
@@ -436,6 +483,7 @@ void MainWindow::attach_to(const QString& address) {
   if (runner_.running()) return;
   if (!confirm_discard()) return;
   clear_live();
+  clear_verdict();
   log_->reset_run();
   document_.reset({}, address, true);
   attach_.attach(address);

@@ -16,6 +16,7 @@
 #include "live.hpp"
 #include "monitor.hpp"
 #include "palette.hpp"
+#include "verdict.hpp"
 
 namespace sluice::studio {
 
@@ -33,6 +34,10 @@ class MainWindow final : public QMainWindow {
   QListWidget& problems() { return *problems_; }
   MonitorPanel& monitor() { return *monitor_; }
   LogPanel& log() { return *log_; }
+  VerdictPanel& verdict() { return *verdict_; }
+  // Shows the verdict of a run recorded with `sluice run --metrics-log FILE`; false (and why in
+  // the status and log) when the file cannot be read.
+  bool open_metrics_log(const QString& file);
   RunController& runner() { return runner_; }
   AttachClient& attach_client() { return attach_; }
   QString status_text() const;
@@ -70,8 +75,10 @@ class MainWindow final : public QMainWindow {
   void set_running(bool running);
   // Clears every number, gauge and outline that belongs to another run or another graph.
   void clear_live();
+  void clear_verdict();
   void set_run_state(const QString& text);
   void on_run_finished(const QString& state, const QString& error, const QString& failed_stage);
+  void show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source);
 
   Document document_;
   PipelineScene* scene_;
@@ -81,6 +88,7 @@ class MainWindow final : public QMainWindow {
   QListWidget* problems_;
   MonitorPanel* monitor_;
   LogPanel* log_;
+  VerdictPanel* verdict_;
   QTabWidget* bottom_tabs_;  // Monitor, Problems, Log
   RunController runner_;
   AttachClient attach_;

@@ -55,8 +55,9 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   return b;
 }
 
-std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot) {
-  std::vector<std::string> out;
+std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot) {
+  std::vector<Suggestion> out;
+  auto advice = [&](std::string text) { out.push_back({std::move(text), Suggestion::Change::None, {}, {}, 0}); };
   std::map<std::string, int> index_of;
   for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
   auto stage = [&](const std::string& id) -> const metrics::StageMetrics* {
@@ -73,11 +74,11 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
   if (const auto* b = stage(snapshot.bottleneck())) {
     const bool held_up = snapshot.bottleneck_reason().find("no stage is clearly held up") == std::string::npos;
     if (b->kind() == "source") {
-      out.push_back(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
+      advice(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
                                 "(an interleaved reader with parallelism), or make each element cheaper to produce",
                                 b->id(), b->op()));
     } else if (b->kind() == "sink") {
-      out.push_back(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
+      advice(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
                                 "(or a sink with parallelism, if it is stateless) would help",
                                 b->id(), b->op()));
     } else if (b->stateless() && held_up) {
@@ -98,9 +99,12 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
         text += fmt::format(" (but this machine has {} core{} and its busy stages already use {} workers: beyond that, make "
                             "the stage cheaper, for instance decode smaller images, or run more machines)",
                             snapshot.cores(), snapshot.cores() == 1 ? "" : "s", busy_workers);
-      out.push_back(text);
+      // Applied: twice the workers, up to the machine's cores when it has more than it uses now.
+      const std::int64_t now = std::max<std::uint32_t>(1, b->workers());
+      const std::int64_t cores = snapshot.cores() > now ? snapshot.cores() : now + 1;
+      out.push_back({text, Suggestion::Change::SetParallelism, b->id(), group, std::min(2 * now, cores)});
     } else if (!b->stateless()) {
-      out.push_back(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
+      advice(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
                                 "stages before it, which can run in parallel",
                                 b->id(), b->op()));
     }
@@ -115,9 +119,10 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
   };
   for (const auto& m : snapshot.stage()) {
     if (m.kind() != "map" || m.random() || m.epoch() < 2 || m.mean_element_us() < 50 || cached_after(m)) continue;
-    out.push_back(fmt::format("add a `cache` stage after '{}' ({}): it is deterministic, costs {:.0f} us per element and "
-                              "computed the same output in each of {} epochs",
-                              m.id(), m.op(), m.mean_element_us(), m.epoch()));
+    out.push_back({fmt::format("add a `cache` stage after '{}' ({}): it is deterministic, costs {:.0f} us per element and "
+                               "computed the same output in each of {} epochs",
+                               m.id(), m.op(), m.mean_element_us(), m.epoch()),
+                   Suggestion::Change::AddCacheAfter, m.id(), {}, 0});
     break;  // the earliest such stage; a cache there covers the ones before it
   }
 
@@ -134,9 +139,10 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
                                 ? fmt::format("now up to {} elements or {:.0f} MB, chosen by the engine", m.buffer_capacity(),
                                               m.buffer_byte_limit() / 1e6)
                                 : fmt::format("now {}", m.buffer_capacity());
-    out.push_back(fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
-                              "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
-                              m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()));
+    out.push_back({fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
+                               "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
+                               m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()),
+                   Suggestion::Change::SetBufferSize, m.id(), {}, 2 * static_cast<std::int64_t>(m.buffer_capacity())});
   }
 
   // 4. A shard after work it throws away.
@@ -146,12 +152,18 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
     for (const auto* up = m.inputs_size() ? stage(m.inputs(0)) : nullptr; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
       if (up->kind() != "source" && up->mean_element_us() >= 5 && (!costly || up->mean_element_us() > costly->mean_element_us())) costly = up;
     if (!costly) continue;
-    out.push_back(fmt::format("move '{}' before '{}': it keeps {:.0f}% of its input, so most of the work of '{}' ({:.0f} us per "
+    advice(fmt::format("move '{}' before '{}': it keeps {:.0f}% of its input, so most of the work of '{}' ({:.0f} us per "
                               "element) is thrown away; shard the file list instead",
                               m.id(), costly->id(), 100.0 * m.elements_out() / m.elements_in(), costly->id(),
                               costly->mean_element_us()));
   }
   return out;
+}
+
+std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot) {
+  std::vector<std::string> texts;
+  for (auto& s : suggestions_for(snapshot)) texts.push_back(std::move(s.text));
+  return texts;
 }
 
 std::string format_report(const metrics::MetricsSnapshot& snapshot) {

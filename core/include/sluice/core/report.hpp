@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,27 @@ struct Bottleneck {
 // Sources count as having a full input, sinks an empty output.
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot);
 
+// A change that would help, with the figures behind it (`text`), and what applying it means to the
+// pipeline when a tool can apply it (the studio's verdict panel does, as one undoable step).
+struct Suggestion {
+  enum class Change {
+    None,            // advice only (a faster sink, cheaper work, moving a shard)
+    SetParallelism,  // `stage` and the stages in `together` (its fused group) to `value` workers
+    AddCacheAfter,   // a `cache` stage between `stage` and its consumer
+    SetBufferSize,   // `stage`'s output buffer to `value` elements
+  };
+  std::string text;
+  Change change = Change::None;
+  std::string stage;
+  std::vector<std::string> together;
+  std::int64_t value = 0;
+};
+
 // Concrete changes that would help, each with the figures behind it: raise the parallelism of
 // the bottleneck, add a cache after a deterministic expensive stage recomputed every epoch, grow
 // a buffer that swings between empty and full, move a shard before the work it throws away.
+std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot);
+// The same, as the report's "What would help" lines.
 std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot);
 
 // The end-of-run table: per stage elements, rates, busy/starved/blocked, buffer fill, skips,
