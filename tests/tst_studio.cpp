@@ -566,6 +566,37 @@ class TestStudio : public QObject {
     QVERIFY(!window_->open_metrics_log(dir_.filePath("no-such.jsonl")));
   }
 
+  // The keyboard: Ctrl+F to the operator search, Enter adds the highlighted match after the
+  // selected stage; panels come back from View; F1 lists the shortcuts.
+  void keyboard_search_adds_after_the_selection_and_help_lists_shortcuts() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "10"}}), "keys.txtpb");
+    QTRY_VERIFY(node("src"));
+    click_node("src");
+    QTest::keyClick(window_.get(), Qt::Key_F, Qt::ControlModifier);
+    QTRY_VERIFY(window_->palette().search()->hasFocus());
+    QTest::keyClicks(window_->palette().search(), "shuf");
+    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    QTRY_VERIFY(node("shuffle"));
+    QCOMPARE(input_of(window_->document().spec(), "shuffle"), QString("src"));
+    // One undo step takes the stage and its connection.
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QTRY_VERIFY(!node("shuffle"));
+    QCOMPARE(window_->document().spec().stage_size(), 1);
+    QCOMPARE(window_->action("save_as")->shortcut(), QKeySequence("Ctrl+Shift+S"));
+    // A closed panel comes back from the View menu.
+    QAction* inspector = window_->action("panel_inspector");
+    QVERIFY(inspector && inspector->isChecked());
+    inspector->trigger();
+    QTRY_VERIFY(!window_->inspector().isVisible());
+    inspector->trigger();
+    QTRY_VERIFY(window_->inspector().isVisible());
+    QTest::keyClick(window_.get(), Qt::Key_F1);
+    QTRY_VERIFY(window_->findChild<QMessageBox*>("shortcuts"));
+    const QString shortcuts = window_->findChild<QMessageBox*>("shortcuts")->text();
+    QVERIFY2(shortcuts.contains("Ctrl+F") && shortcuts.contains("F5") && shortcuts.contains("Ctrl+Shift+S"), qPrintable(shortcuts));
+  }
+
   // While a run goes, an edit of its graph (delete, undo of an earlier edit) is refused with the
   // reason; moving nodes is not refused. After the run, the same edits go through.
   void editing_the_graph_during_its_run_is_refused_with_the_reason() {

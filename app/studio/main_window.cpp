@@ -11,6 +11,7 @@
 #include <QTabWidget>
 #include <QToolBar>
 
+#include "sluice/abi.hpp"
 #include "sluice/core/metrics_log.hpp"
 
 
@@ -187,9 +188,11 @@ void MainWindow::build_actions() {
     if (document_.file().isEmpty() || document_.read_only()) return action("save_as")->trigger();
     save_to(document_.file());
   }));
-  file->addAction(add("save_as", "Save &As…", QKeySequence::SaveAs, [this] {
-    const QString f = QFileDialog::getSaveFileName(this, "Save pipeline", document_.file(), "Pipelines (*.txtpb)");
-    if (!f.isEmpty()) save_to(f);
+  file->addAction(add("save_as", "Save &As…", QKeySequence("Ctrl+Shift+S"), [this] {
+    QString f = QFileDialog::getSaveFileName(this, "Save pipeline", document_.file(), "Pipelines (*.txtpb)");
+    if (f.isEmpty()) return;
+    if (QFileInfo(f).suffix().isEmpty()) f += ".txtpb";  // what Open and the CLI look for
+    save_to(f);
   }));
   file->addSeparator();
   file->addAction(add("quit", "&Quit", QKeySequence::Quit, [this] { close(); }));
@@ -226,10 +229,24 @@ void MainWindow::build_actions() {
     document_.arrange();
     view_->fit();
   }));
+  edit->addSeparator();
+  edit->addAction(add("find_operator", "&Find operator", QKeySequence::Find, [this] {
+    for (auto* dock : findChildren<QDockWidget*>())
+      if (dock->objectName() == "palette") dock->show();
+    palette_->search()->setFocus(Qt::ShortcutFocusReason);
+    palette_->search()->selectAll();
+  }));
   auto* view = menuBar()->addMenu("&View");
   view->addAction(add("zoom_in", "Zoom &in", QKeySequence::ZoomIn, [this] { view_->zoom_by(1.2); }));
   view->addAction(add("zoom_out", "Zoom &out", QKeySequence::ZoomOut, [this] { view_->zoom_by(1 / 1.2); }));
   view->addAction(add("fit", "&Fit", QKeySequence("Ctrl+0"), [this] { view_->fit(); }));
+  view->addSeparator();
+  // Each panel can be closed; these bring it back.
+  for (auto* dock : findChildren<QDockWidget*>()) {
+    QAction* toggle = dock->toggleViewAction();
+    actions_.insert("panel_" + dock->objectName(), toggle);
+    view->addAction(toggle);
+  }
 
   auto* run = menuBar()->addMenu("&Run");
   run->addAction(add("run", "&Run", QKeySequence("F5"), [this] { start_run(); }));
@@ -244,6 +261,33 @@ void MainWindow::build_actions() {
   run->addAction(add("detach", "&Detach", QKeySequence(), [this] { attach_.detach(); }));
   action("stop")->setEnabled(false);
   action("detach")->setEnabled(false);
+
+  auto* help = menuBar()->addMenu("&Help");
+  help->addAction(add("shortcuts", "&Keyboard shortcuts", QKeySequence::HelpContents, [this] {
+    QString text = "<table>";
+    for (const char* name : {"new", "open", "save", "save_as", "undo", "redo", "delete", "find_operator", "arrange", "zoom_in",
+                             "zoom_out", "fit", "run", "stop"}) {
+      QAction* a = action(name);
+      if (!a || a->shortcut().isEmpty()) continue;
+      text += QString("<tr><td>%1&nbsp;&nbsp;</td><td>%2</td></tr>")
+                  .arg(a->shortcut().toString(QKeySequence::NativeText).toHtmlEscaped(), a->text().remove('&').remove(QChar(0x2026)));
+    }
+    text += "</table><p>On the canvas: drag from an output port to an input port to connect; Delete removes the "
+            "selection; the wheel zooms; a drag on empty space pans. In the operator list: type to search, Enter adds "
+            "the highlighted operator after the selected stage.</p>";
+    auto* box = new QMessageBox(QMessageBox::Information, "Keyboard shortcuts", text, QMessageBox::Ok, this);
+    box->setObjectName("shortcuts");
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+  }));
+  help->addAction(add("about", "&About Sluice Studio", QKeySequence(), [this] {
+    QMessageBox::about(this, "About Sluice Studio",
+                       QString("<b>Sluice Studio</b><br>Builds input pipelines visually and shows each stage live.<br>"
+                               "Plugin ABI %1.%2; %3 operators loaded.")
+                           .arg(kAbiMajor)
+                           .arg(kAbiMinor)
+                           .arg(document_.registry().operators().size()));
+  }));
 
   auto* bar = addToolBar("Main");
   bar->setObjectName("main_toolbar");
@@ -349,11 +393,17 @@ void MainWindow::rebuild_recent_menu() {
 
 void MainWindow::add_from_palette(const QString& op) {
   if (document_.read_only()) return;
+  // Added after the selected stage when it can take the new one's input there.
+  const QStringList selected = scene_->selected_stage_ids();
   // In view, staggered so that several added in a row do not cover each other.
   const QPointF centre = view_->mapToScene(view_->viewport()->rect().center());
   const QPointF at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
   ++added_;
-  scene_->select_stage(document_.add_stage(op, at));
+  document_.undo_stack()->beginMacro(QString("Add %1").arg(op));
+  const QString id = document_.add_stage(op, at);
+  if (selected.size() == 1 && !document_.connection_refusal(selected.front(), id)) document_.connect_stages(selected.front(), id);
+  document_.undo_stack()->endMacro();
+  scene_->select_stage(id);
 }
 
 void MainWindow::delete_selection() {

@@ -72,6 +72,26 @@ Palette::Palette(const Registry& registry, QWidget* parent) : QWidget(parent) {
   };
   connect(tree_, &QTreeWidget::itemDoubleClicked, this, [request](QTreeWidgetItem* item) { request(item); });
   connect(tree_, &OperatorTree::entry_chosen, this, [request](QTreeWidgetItem* item) { request(item); });
+  // Enter in the search adds the highlighted match (the first one, until another is chosen).
+  connect(search_, &QLineEdit::returnPressed, this, [this, request] {
+    QTreeWidgetItem* current = tree_->currentItem();
+    if (!current || current->isHidden() || current->childCount() > 0) current = first_visible_operator();
+    request(current);
+  });
+}
+
+QTreeWidgetItem* Palette::first_visible_operator() const {
+  // A match on the name beats one found only in a summary ("shuf": shuffle, not list_files).
+  const QString needle = search_->text().trimmed();
+  QTreeWidgetItem* first = nullptr;
+  for (QTreeWidgetItemIterator it(tree_); *it; ++it) {
+    bool shown = true;
+    for (QTreeWidgetItem* up = *it; up && shown; up = up->parent()) shown = !up->isHidden();
+    if (!shown || (*it)->childCount() > 0 || (*it)->data(0, OperatorTree::kOperatorRole).toString().isEmpty()) continue;
+    if (!needle.isEmpty() && (*it)->text(0).contains(needle, Qt::CaseInsensitive)) return *it;
+    if (!first) first = *it;
+  }
+  return first;
 }
 
 QTreeWidgetItem* Palette::item_for(const QString& op) const {
@@ -96,6 +116,7 @@ void Palette::filter(const QString& text) {
     return any;
   };
   for (int i = 0; i < tree_->topLevelItemCount(); ++i) apply(tree_->topLevelItem(i));
+  if (!needle.isEmpty()) tree_->setCurrentItem(first_visible_operator());
 }
 
 }  // namespace sluice::studio

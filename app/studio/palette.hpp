@@ -31,8 +31,9 @@ class Palette final : public QWidget {
   OperatorTree* tree() { return tree_; }
   QLineEdit* search() { return search_; }
   QTreeWidgetItem* item_for(const QString& op) const;
-  // Shows only operators whose name or summary contains the text.
+  // Shows only operators whose name or summary contains the text, the first match highlighted.
   void filter(const QString& text);
+  QTreeWidgetItem* first_visible_operator() const;
 
  signals:
   void add_requested(const QString& op);
