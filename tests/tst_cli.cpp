@@ -159,10 +159,13 @@ class TestCli : public QObject {
     for (const auto& line : lines.mid(1))
       if (!line.isEmpty() && !line.startsWith("speed-up")) variants << line.section(' ', 0, 1, QString::SectionSkipEmpty);
     QCOMPARE(variants, (QStringList{"as written", "parallelism 1", "no interleave", "no cache", "no prefetch"}));
-    static const QRegularExpression parallelism(R"(^parallelism 1\s+[\d.]+\s+([\d.]+)x)", QRegularExpression::MultilineOption);
-    auto m = parallelism.match(table.out);
-    QVERIFY2(m.hasMatch(), qPrintable(table.out));
-    QVERIFY2(m.captured(1).toDouble() > 1.0, qPrintable(table.out));  // two workers beat one on a CPU-heavy stage
+    // Each variant says what it changed, with a measured rate and speed-up. (Whether two workers
+    // beat one is a timing, which a test on a shared machine cannot promise: ctest runs suites
+    // side by side. The benchmarks of bench/ show speed against a baseline of the same run.)
+    static const QRegularExpression parallelism(R"(^parallelism 1\s+[\d.]+\s+[\d.]+x\s+parallelism 1 on rows \(2\), work \(2\)$)",
+                                                QRegularExpression::MultilineOption);
+    QVERIFY2(parallelism.match(table.out).hasMatch(), qPrintable(table.out));
+    QVERIFY2(table.out.contains(QRegularExpression(R"(no cache\s+[\d.]+\s+[\d.]+x\s+1 cache stage removed)")), qPrintable(table.out));
   }
 
   void validate_reports_every_problem_and_exits_2() {
