@@ -30,13 +30,15 @@ prefixed() {  # prefixed DEST_DIR FILE...
 prefixed "$corpus/pipeline" resources/pipelines/*.txtpb tests/fuzz/seeds/pipeline/*
 prefixed "$corpus/image" "$testdata"/jpeg/*/*.jpg tests/fuzz/seeds/image/*
 sluice=${BUILD_DIR:-build}/bin/sluice
+# Paths written in a pipeline file are relative to its folder ($out here): write them absolute.
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 if [ -x "$sluice" ]; then
   for f in torchdata_example.tfrecord torchdata_sequence_example.tfrecord tfx_penguin_eval.tfrecord.gz; do
     cat > "$out/extract.txtpb" <<PIPE
-stage { id: "files" op: "list_files" params { key: "patterns" value: "$testdata/tfrecord/$f" } }
+stage { id: "files" op: "list_files" params { key: "patterns" value: "$(absolute "$testdata")/tfrecord/$f" } }
 stage { id: "read" op: "tfrecord_reader" input: "files" }
 stage { id: "take" op: "take" input: "read" params { key: "count" value: "8" } }
-stage { id: "out" op: "write_files" input: "take" params { key: "folder" value: "$corpus/example/${f%%.*}" } params { key: "field" value: "record" } params { key: "class_field" value: "" } params { key: "extension" value: ".pb" } }
+stage { id: "out" op: "write_files" input: "take" params { key: "folder" value: "$(absolute "$corpus")/example/${f%%.*}" } params { key: "field" value: "record" } params { key: "class_field" value: "" } params { key: "extension" value: ".pb" } }
 PIPE
     "$sluice" run "$out/extract.txtpb" > /dev/null
   done
