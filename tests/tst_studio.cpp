@@ -88,6 +88,18 @@ class TestStudio : public QObject {
   }
   void click_node(const QString& id) { QTest::mouseClick(viewport(), Qt::LeftButton, {}, at(node(id)->sceneBoundingRect().center() + QPointF(0, -20))); }
 
+  // Starts `sluice run FILE` serving metrics on any free port and attaches the window to it.
+  void attach_to_headless_run(QProcess& headless, const QString& file, const QStringList& extra = {}) {
+    headless.start(SLUICE_CLI, QStringList{"run", "--quiet", "--metrics-addr", "127.0.0.1:0"} + extra + QStringList{file});
+    QVERIFY(headless.waitForStarted());
+    // It prints the address it bound (port 0: any free one) on stderr.
+    headless.setReadChannel(QProcess::StandardError);
+    QString said, url;
+    const QRegularExpression address("metrics: (http://[0-9.:]+)");
+    QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
+    window_->attach_to(url);
+  }
+
   void open_text(const std::string& text, const QString& name) {
     QVERIFY(window_->open_file(write_text(dir_.filePath(name), text)));
   }
@@ -682,14 +694,8 @@ class TestStudio : public QObject {
                                     stage("numbers", "range", "", {{"count", "100000000"}}) +
                                         stage("work", "simulate_work", "numbers", {{"us", "500"}}) + stage("drain", "null_sink", "work"));
     QProcess headless;
-    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-addr", "127.0.0.1:0", file});
-    QVERIFY(headless.waitForStarted());
-    // It prints the address it bound (port 0: any free one) on stderr.
-    headless.setReadChannel(QProcess::StandardError);
-    QString said, url;
-    const QRegularExpression address("metrics: (http://[0-9.:]+)");
-    QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
-    window_->attach_to(url);
+    attach_to_headless_run(headless, file);
+    if (QTest::currentTestFailed()) return;
     QTRY_VERIFY_WITH_TIMEOUT(node("work") && node("numbers") && node("drain"), 5000);
     QCOMPARE(input_of(window_->document().spec(), "work"), QString("numbers"));
     QVERIFY(window_->document().read_only());
@@ -735,13 +741,8 @@ class TestStudio : public QObject {
     for (const auto& ending : endings) {
       const QString file = write_text(dir_.filePath("ending.txtpb"), ending.pipeline);
       QProcess headless;
-      headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-addr", "127.0.0.1:0", "--plugin-dir", SLUICE_FIXTURE_PLUGIN_DIR "/good", file});
-      QVERIFY(headless.waitForStarted());
-      headless.setReadChannel(QProcess::StandardError);
-      QString said, url;
-      const QRegularExpression address("metrics: (http://[0-9.:]+)");
-      QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
-      window_->attach_to(url);
+      attach_to_headless_run(headless, file, {"--plugin-dir", SLUICE_FIXTURE_PLUGIN_DIR "/good"});
+      if (QTest::currentTestFailed()) return;
       QTRY_VERIFY_WITH_TIMEOUT(window_->run_state().startsWith("Attached: running"), 5000);
       if (ending.interrupt) ::kill(static_cast<pid_t>(headless.processId()), SIGINT);
       QVERIFY(headless.waitForFinished(20000));

@@ -232,13 +232,7 @@ struct Engine::Impl {
   bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index,
                      const std::string& origin, ChunkIssues* deferred = nullptr) {
     if (handling_out_of_memory()) {
-      std::string message = out_of_memory_message(st);
-      if (deferred) {
-        deferred->failure = std::move(message);
-        deferred->failed_stage = &st;
-      } else {
-        fail(message, &st);
-      }
+      fail_or_defer(st, out_of_memory_message(st), deferred);
       return false;
     }
     std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
@@ -251,13 +245,18 @@ struct Engine::Impl {
     std::string message = fmt::format(
         "{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)", stage_label(st),
         where, what);
+    fail_or_defer(st, std::move(message), deferred);
+    return false;
+  }
+
+  // Ends the run blaming `st` now, or, with `deferred`, when its chunk is committed in order.
+  void fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred) {
     if (deferred) {
       deferred->failure = std::move(message);
       deferred->failed_stage = &st;
     } else {
       fail(message, &st);
     }
-    return false;
   }
 
   static bool handling_out_of_memory() {
