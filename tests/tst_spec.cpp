@@ -1,6 +1,9 @@
 // Pipeline files: every kind of mistake gets a message naming the place, the stage, the parameter.
 #include <QtTest>
 
+#include <google/protobuf/util/message_differencer.h>
+#include <functional>
+
 #include "pipeline_runner.hpp"
 
 using namespace sluice::test;
@@ -173,6 +176,114 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     auto again = sluice::parse_pipeline(once, "p2.txtpb");
     QCOMPARE(sluice::pipeline_to_text(again.spec), once);
     QVERIFY(again.spec.SerializeAsString() == doc.spec.SerializeAsString());
+  }
+
+  // What the studio's save does to a file people wrote by hand and keep in git.
+  void saving_keeps_the_file_as_written_and_changes_only_what_changed() {
+    const QDir folder(QString(SLUICE_SOURCE_DIR) + "/resources/pipelines");
+    const auto files = folder.entryList({"*.txtpb"}, QDir::Files);
+    QVERIFY(files.size() >= 5);
+    for (const auto& name : files) {
+      const std::string original = read_file(folder.filePath(name).toStdString());
+      const auto doc = sluice::parse_pipeline(original, name.toStdString());
+      QCOMPARE(sluice::update_pipeline_text(original, doc.spec), original);
+      for (int i = 0; i < doc.spec.stage_size(); ++i) {
+        const auto& stage = doc.spec.stage(i);
+        const int line = doc.stage_locations[static_cast<size_t>(i)].first;
+        // A parameter's new value, a new parameter, a worker count, a buffer, a layout: each
+        // changes that stage's line alone.
+        std::vector<std::function<void(sluice::spec::Stage&)>> edits = {
+            [](sluice::spec::Stage& s) { (*s.mutable_params())["zz_new"] = "1"; },
+            [](sluice::spec::Stage& s) { s.set_parallelism(s.parallelism() + 3); },
+            [](sluice::spec::Stage& s) { s.set_buffer_size(s.buffer_size() + 7); },
+            [](sluice::spec::Stage& s) { s.mutable_layout()->set_x(s.layout().x() + 12.5); },
+            [](sluice::spec::Stage& s) { s.set_error_policy(s.error_policy() == sluice::spec::skip ? sluice::spec::fail : sluice::spec::skip); },
+            [](sluice::spec::Stage& s) { s.mutable_interleave()->set_cycle_length(s.interleave().cycle_length() + 3); },
+        };
+        if (!stage.params().empty())
+          edits.push_back([](sluice::spec::Stage& s) { s.mutable_params()->begin()->second += "0"; });
+        if (stage.params_size() > 1)
+          edits.push_back([](sluice::spec::Stage& s) { s.mutable_params()->erase(s.mutable_params()->begin()); });
+        if (stage.input_size() == 1) edits.push_back([](sluice::spec::Stage& s) { s.set_input(0, "elsewhere"); });
+        for (size_t e = 0; e < edits.size(); ++e) {
+          auto edited = doc.spec;
+          edits[e](*edited.mutable_stage(i));
+          const std::string saved = sluice::update_pipeline_text(original, edited);
+          const QStringList a = QString::fromStdString(original).split('\n'), b = QString::fromStdString(saved).split('\n');
+          const QString where = QString("%1, stage '%2', edit %3").arg(name, QString::fromStdString(stage.id())).arg(e);
+          QVERIFY2(a.size() == b.size(), qPrintable(where + ":\n" + QString::fromStdString(saved)));
+          for (int l = 0; l < a.size(); ++l)
+            if (l + 1 != line) QVERIFY2(a[l] == b[l], qPrintable(where + ": line " + QString::number(l + 1) + " changed to " + b[l]));
+          QVERIFY2(a[line - 1] != b[line - 1], qPrintable(where));
+          auto back = sluice::parse_pipeline(saved, "saved.txtpb");
+          QVERIFY2(google::protobuf::util::MessageDifferencer::Equals(back.spec, edited), qPrintable(where));
+        }
+      }
+    }
+  }
+
+  void saving_adds_removes_and_renames_stages_around_the_comments() {
+    const std::string original =
+        "# Made by hand.\n"
+        "options { seed: 3 }  # the seed\n"
+        "\n"
+        "stage { id: \"src\"   op: \"range\" params { key: \"count\" value: \"10\" } }\n"
+        "# the middle\n"
+        "stage { id: \"take\"  op: \"take\"  input: \"src\" params { key: \"count\" value: \"5\" } }\n"
+        "stage {\n"
+        "\tid: \"out\"\n"
+        "\top: \"null_sink\" ; input: \"take\"\n"
+        "}\n";
+    const auto doc = sluice::parse_pipeline(original, "p.txtpb");
+    auto expect = [&](const sluice::spec::PipelineSpec& edited, const std::string& wanted) {
+      const std::string saved = sluice::update_pipeline_text(original, edited);
+      QCOMPARE(QString::fromStdString(saved), QString::fromStdString(wanted));
+      QVERIFY(google::protobuf::util::MessageDifferencer::Equals(sluice::parse_pipeline(saved, "s").spec, edited));
+    };
+    auto removed = doc.spec;
+    removed.mutable_stage()->DeleteSubrange(1, 1);
+    removed.mutable_stage(1)->set_input(0, "src");
+    std::string wanted = original;
+    wanted.replace(wanted.find("stage { id: \"take\""), wanted.find("stage {\n") - wanted.find("stage { id: \"take\""), "");
+    wanted.replace(wanted.find("\"take\"\n}"), 6, "\"src\"");
+    expect(removed, wanted);
+
+    auto added = doc.spec;
+    auto* extra = added.add_stage();
+    extra->set_id("more");
+    extra->set_op("take");
+    extra->add_input("out");
+    expect(added, original.substr(0, original.size() - 2) + "}\n" + "stage {\n  id: \"more\"\n  op: \"take\"\n  input: \"out\"\n}\n");
+
+    auto renamed = doc.spec;
+    renamed.mutable_stage(0)->set_id("numbers");
+    renamed.mutable_stage(1)->set_input(0, "numbers");
+    wanted = original;
+    wanted.replace(wanted.find("\"src\" "), 5, "\"numbers\"");
+    wanted.replace(wanted.find("\"src\""), 5, "\"numbers\"");
+    expect(renamed, wanted);
+
+    auto options = doc.spec;
+    options.mutable_options()->set_seed(4);
+    options.mutable_options()->set_error_policy(sluice::spec::skip);
+    wanted = original;
+    wanted.replace(wanted.find("seed: 3"), 7, "seed: 4 error_policy: skip");
+    expect(options, wanted);
+  }
+
+  void a_json_pipeline_is_saved_as_json() {
+    const auto doc = sluice::parse_pipeline(R"({"stage": [{"id": "src", "op": "range"}]})", "p.json");
+    auto edited = doc.spec;
+    edited.mutable_stage(0)->set_parallelism(2);
+    const std::string saved = sluice::update_pipeline_text(R"({"stage": [{"id": "src", "op": "range"}]})", edited);
+    QVERIFY2(saved.rfind('{', 0) == 0, saved.c_str());
+    QVERIFY(google::protobuf::util::MessageDifferencer::Equals(sluice::parse_pipeline(saved, "s.json").spec, edited));
+  }
+
+  void a_new_file_has_a_line_per_stage() {
+    const auto doc = sluice::parse_pipeline("options { seed: 3 }\n" + kValid, "p.txtpb");
+    const std::string text = sluice::pipeline_to_text(doc.spec);
+    QCOMPARE(QString::fromStdString(text).count('\n'), doc.spec.stage_size() + 1);
   }
 
   void pipeline_file_written_atomically_reads_back() {

@@ -374,27 +374,135 @@ class TestStudio : public QObject {
     QVERIFY(window_->inspector().findChild<QWidget*>("row:folder")->findChild<QToolButton*>());
   }
 
-  void hand_written_file_round_trips_changing_only_layout() {
-    const QString source = QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/demo.txtpb";
-    QVERIFY(window_->open_file(source));
-    for (const auto& st : window_->document().spec().stage()) QVERIFY(st.has_layout());  // laid out on open
-    const QString copy = dir_.filePath("demo_saved.txtpb");
-    QVERIFY(window_->save_to(copy));
-    auto original = sluice::read_pipeline_file(source.toStdString());
-    auto saved = sluice::read_pipeline_file(copy.toStdString());
-    QVERIFY(same_pipeline_ignoring_layout(original.spec, saved.spec));
-    // Opening and saving the app's own file changes nothing at all.
-    const QString again = dir_.filePath("demo_again.txtpb");
-    QVERIFY(window_->open_file(copy));
-    QVERIFY(window_->save_to(again));
-    QCOMPARE(sluice::test::read_file(again.toStdString()), sluice::test::read_file(copy.toStdString()));
+  // Pipeline files live in git with their comments and one line per stage: open and save keeps
+  // every byte; an edit changes its own line and no other.
+  void saving_an_opened_file_keeps_it_and_an_edit_changes_only_its_line() {
+    const QDir shipped(QString(SLUICE_SOURCE_DIR) + "/resources/pipelines");
+    const auto names = shipped.entryList({"*.txtpb"}, QDir::Files);
+    QVERIFY(names.size() >= 5);
+    for (const QString& name : names) {
+      const std::string original = sluice::test::read_file(shipped.filePath(name).toStdString());
+      const QString copy = dir_.filePath(name);
+      QFile::remove(copy);
+      write_text(copy, original);
+      QVERIFY(window_->open_file(copy));
+      for (const auto& st : window_->document().spec().stage()) QVERIFY(st.has_layout());  // laid out on open
+      QVERIFY(window_->save_to(copy));
+      QVERIFY2(sluice::test::read_file(copy.toStdString()) == original, qPrintable(name + " changed on save"));
+
+      // One edit through the inspector: the first stage's workers, typed and entered.
+      const auto& spec = window_->document().spec();
+      const QString id = QString::fromStdString(spec.stage(0).id());
+      click_node(id);
+      QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == id);
+      auto* workers = window_->inspector().findChild<QSpinBox*>("stage:parallelism");
+      QVERIFY(workers);
+      workers->setFocus();
+      workers->selectAll();
+      QTest::keyClicks(workers, "3");
+      QTest::keyClick(workers, Qt::Key_Return);
+      QCOMPARE(spec.stage(0).parallelism(), 3);
+      QTest::keyClick(window_.get(), Qt::Key_S, Qt::ControlModifier);
+      QVERIFY(!window_->document().modified());
+      const QStringList before = QString::fromStdString(original).split('\n');
+      const QStringList after = QString::fromStdString(sluice::test::read_file(copy.toStdString())).split('\n');
+      QCOMPARE(after.size(), before.size());
+      int changed = 0;
+      for (int i = 0; i < before.size(); ++i)
+        if (before[i] != after[i]) {
+          ++changed;
+          QVERIFY2(after[i].contains("id: \"" + id + "\"") && after[i].contains("parallelism: 3"), qPrintable(name + ": " + after[i]));
+        }
+      QVERIFY2(changed == 1, qPrintable(name));
+    }
+
+    // A file without positions keeps none, until a node is moved: then every node's is saved.
+    const QString demo = dir_.filePath("demo.txtpb");
+    QVERIFY(window_->open_file(demo));
+    QVERIFY(!QString::fromStdString(sluice::test::read_file(demo.toStdString())).contains("layout"));
+    drag(at(node("batch")->sceneBoundingRect().center() + QPointF(0, -20)), at(node("batch")->sceneBoundingRect().center() + QPointF(40, 60)));
+    QVERIFY(window_->save_to(demo));
+    const auto placed = window_->document().spec();
+    MainWindow reopened(sluice::test::registry());
+    QVERIFY(reopened.open_file(demo));
+    QVERIFY(google::protobuf::util::MessageDifferencer::Equals(reopened.document().spec(), placed));
     // Laid out left to right: each stage right of its input, or first in the next row.
+    QVERIFY(window_->open_file(QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/demo.txtpb"));
     const auto& spec = window_->document().spec();
     for (const auto& st : spec.stage()) {
       if (!st.input_size()) continue;
       const auto& from = stage_of(spec, QString::fromStdString(st.input(0)))->layout();
       QVERIFY((st.layout().x() > from.x() && st.layout().y() == from.y()) || (st.layout().x() == 0 && st.layout().y() > from.y()));
     }
+  }
+
+  void the_inspector_edits_pipeline_options_error_policy_and_interleave() {
+    using sluice::test::stage;
+    open_text("options { seed: 5 }\n" + stage("files", "list_files", "", {{"pattern", "*.txt"}}) +
+                  stage("read", "tfrecord_reader", "files") + stage("buffer", "prefetch", "read") + sluice::test::sink_after("buffer"),
+              "options.txtpb");
+    QTRY_VERIFY(node("files"));
+    const auto& spec = window_->document().spec();
+    // Nothing selected: the pipeline's options.
+    window_->scene().clearSelection();
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage().isEmpty());
+    auto* seed = window_->inspector().findChild<QLineEdit*>("option:seed");
+    QVERIFY(seed);
+    QCOMPARE(seed->text(), QString("5"));
+    QTest::mouseClick(seed, Qt::LeftButton);
+    seed->selectAll();
+    QTest::keyClicks(seed, "x77");  // the letter is refused as typed
+    QTest::keyClick(seed, Qt::Key_Return);
+    QCOMPARE(spec.options().seed(), std::uint64_t(77));
+    auto choose = [&](const QString& name, const QString& text) {
+      QTRY_VERIFY(window_->inspector().settled());
+      auto* box = window_->inspector().findChild<QComboBox*>(name);
+      QVERIFY2(box, qPrintable(name));
+      const int index = box->findText(text);
+      QVERIFY2(index >= 0, qPrintable(name + ": " + text));
+      box->setFocus();
+      while (box->currentIndex() != index) QTest::keyClick(box, box->currentIndex() < index ? Qt::Key_Down : Qt::Key_Up);
+    };
+    choose("option:error_policy", "skip");
+    QCOMPARE(spec.options().error_policy(), sluice::spec::skip);
+    choose("option:deterministic", "first ready");
+    QVERIFY(spec.options().has_deterministic() && !spec.options().deterministic());
+    choose("option:fuse_stages", "no");
+    QVERIFY(spec.options().has_fuse_stages() && !spec.options().fuse_stages());
+    choose("option:fuse_stages", "default (yes)");
+    QVERIFY(!spec.options().has_fuse_stages());
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);  // each choice is one undo step
+    QVERIFY(spec.options().has_fuse_stages());
+
+    // A stage: its error policy, its output buffer apart from prefetch's own buffer_size.
+    window_->scene().select_stage("buffer");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "buffer");
+    QStringList labels;
+    for (auto* label : window_->inspector().findChildren<QLabel*>())
+      if (!label->text().isEmpty() && !label->objectName().startsWith("message:")) labels << label->text();
+    QCOMPARE(labels.count("buffer_size"), 1);
+    QVERIFY(labels.contains("output buffer"));
+    choose("stage:error_policy", "skip");
+    QCOMPARE(stage_of(spec, "buffer")->error_policy(), sluice::spec::skip);
+    QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:cycle_length"));  // not an expand stage
+    // An expand stage: its interleave.
+    window_->scene().select_stage("files");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "files");
+    QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:cycle_length"));
+    window_->scene().select_stage("read");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "read");
+    auto* cycle = window_->inspector().findChild<QSpinBox*>("stage:cycle_length");
+    QVERIFY(cycle);
+    cycle->setFocus();
+    cycle->selectAll();
+    QTest::keyClicks(cycle, "4");
+    QTest::keyClick(cycle, Qt::Key_Return);
+    QCOMPARE(stage_of(spec, "read")->interleave().cycle_length(), 4);
+    choose("stage:interleave_deterministic", "first ready");
+    QVERIFY(stage_of(spec, "read")->interleave().has_deterministic() && !stage_of(spec, "read")->interleave().deterministic());
+    // Wide enough for its fields: no editor squeezed below what it needs to show its value.
+    for (auto* field : window_->inspector().findChildren<QWidget*>(QRegularExpression("^(stage|option|param):")))
+      if (field->isVisible()) QVERIFY2(field->width() >= std::min(field->sizeHint().width(), 160), qPrintable(field->objectName()));
   }
 
   void a_run_shows_throughput_occupancy_and_the_bottleneck_then_stops_cleanly() {

@@ -2,10 +2,13 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <QFile>
 #include <QFileInfo>
 #include <map>
 
 namespace sluice::studio {
+
+using google::protobuf::util::MessageDifferencer;
 
 // Undo keeps whole specs: pipelines are a few dozen stages, and a snapshot cannot drift from the
 // edit it undoes the way hand-written inverse operations can.
@@ -68,6 +71,8 @@ void Document::redo() {
 
 void Document::reset(const spec::PipelineSpec& spec, const QString& file, bool read_only) {
   undo_.clear();
+  file_text_.clear();
+  laid_out_on_open_.clear();
   read_only_ = read_only;
   file_ = file;
   replace_spec(spec);
@@ -75,15 +80,39 @@ void Document::reset(const spec::PipelineSpec& spec, const QString& file, bool r
 }
 
 void Document::open(const QString& file) {
-  PipelineDocument doc = read_pipeline_file(file.toStdString());
+  // Read once: the text kept for saving is the text this document was parsed from.
+  QFile in(file);
+  if (!in.open(QIODevice::ReadOnly)) read_pipeline_file(file.toStdString());  // throws the reader's message
+  const QByteArray bytes = in.readAll();
+  std::string text(bytes.constData(), static_cast<size_t>(bytes.size()));
+  PipelineDocument doc = parse_pipeline(text, file.toStdString());
   bool placed = true;
   for (const auto& st : doc.spec.stage()) placed = placed && st.has_layout();
-  if (!placed) lay_out(doc.spec);
+  std::map<std::string, spec::Layout> chosen;
+  if (!placed) {
+    std::map<std::string, bool> had_layout;
+    for (const auto& st : doc.spec.stage()) had_layout[st.id()] = st.has_layout();
+    lay_out(doc.spec);
+    for (const auto& st : doc.spec.stage())
+      if (!had_layout[st.id()]) chosen[st.id()] = st.layout();
+  }
   reset(doc.spec, QFileInfo(file).absoluteFilePath());
+  file_text_ = std::move(text);
+  laid_out_on_open_ = std::move(chosen);
 }
 
 void Document::save(const QString& file) {
-  write_pipeline_file(spec_, file.toStdString());
+  spec::PipelineSpec to_write = spec_;
+  bool moved = false;
+  for (const auto& st : to_write.stage()) {
+    auto it = laid_out_on_open_.find(st.id());
+    moved = moved || (it != laid_out_on_open_.end() && !MessageDifferencer::Equals(it->second, st.layout()));
+  }
+  if (!moved)
+    for (auto& st : *to_write.mutable_stage())
+      if (laid_out_on_open_.count(st.id())) st.clear_layout();
+  file_text_ = write_pipeline_file(to_write, file.toStdString(), file_text_);
+  if (moved) laid_out_on_open_.clear();
   file_ = QFileInfo(file).absoluteFilePath();
   undo_.setClean();
   emit file_changed(file_);
@@ -226,6 +255,26 @@ void Document::set_stage_field(const QString& id, const QString& field, int valu
     if (!st) return;
     if (field == "parallelism") st->set_parallelism(value);
     else if (field == "buffer_size") st->set_buffer_size(value);
+    else if (field == "error_policy") st->set_error_policy(static_cast<spec::ErrorPolicy>(value));
+    else if (field == "cycle_length") st->mutable_interleave()->set_cycle_length(value);
+    else if (field == "block_length") st->mutable_interleave()->set_block_length(value);
+    else if (field == "interleave_deterministic" && value < 0) st->mutable_interleave()->clear_deterministic();
+    else if (field == "interleave_deterministic") st->mutable_interleave()->set_deterministic(value != 0);
+    // An interleave that says nothing is no interleave: the file does not get an empty block.
+    if (st->has_interleave() && st->interleave().ByteSizeLong() == 0) st->clear_interleave();
+  });
+}
+
+void Document::set_option(const QString& option, std::int64_t value) {
+  edit(QString("Set pipeline %1").arg(option), [&](spec::PipelineSpec& s) {
+    auto* options = s.mutable_options();
+    if (option == "seed") options->set_seed(static_cast<std::uint64_t>(value));
+    else if (option == "error_policy") options->set_error_policy(static_cast<spec::ErrorPolicy>(value));
+    else if (option == "deterministic" && value < 0) options->clear_deterministic();
+    else if (option == "deterministic") options->set_deterministic(value != 0);
+    else if (option == "fuse_stages" && value < 0) options->clear_fuse_stages();
+    else if (option == "fuse_stages") options->set_fuse_stages(value != 0);
+    if (options->ByteSizeLong() == 0) s.clear_options();
   });
 }
 

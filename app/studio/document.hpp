@@ -6,7 +6,10 @@
 #include <QPointF>
 #include <QString>
 #include <QUndoStack>
+#include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -43,6 +46,9 @@ class Document : public QObject {
   // Stages without a position are laid out.
   void open(const QString& file);
   // Writes atomically and marks the document clean; throws Error when the file cannot be written.
+  // A file that was opened is saved as an edit of its text: comments and the hand-written layout
+  // stay, and only what changed changes. Positions the app chose on open for a file without any
+  // are not written unless a node was moved (then every position is).
   void save(const QString& file);
 
   // One undoable edit: `change` is applied to a copy of the spec. Edits in a row with the same
@@ -55,7 +61,11 @@ class Document : public QObject {
   void connect_stages(const QString& from, const QString& to);
   void move_stage(const QString& id, QPointF position);
   void set_param(const QString& id, const QString& name, const std::optional<QString>& value);  // nullopt: back to default
-  void set_stage_field(const QString& id, const QString& field, int value);  // parallelism, buffer_size
+  // parallelism, buffer_size, error_policy (spec::ErrorPolicy), cycle_length, block_length,
+  // interleave_deterministic (-1: the pipeline's, 0: no, 1: yes).
+  void set_stage_field(const QString& id, const QString& field, int value);
+  // seed, error_policy (spec::ErrorPolicy), deterministic and fuse_stages (-1: default, 0, 1).
+  void set_option(const QString& option, std::int64_t value);
   // Renames and rewires the consumer; returns why not when the id is empty or taken.
   std::optional<QString> rename_stage(const QString& id, const QString& new_id);
   void arrange();  // left-to-right layout of every stage
@@ -91,6 +101,8 @@ class Document : public QObject {
   const Registry& registry_;
   spec::PipelineSpec spec_;
   QString file_;
+  std::string file_text_;  // the text as read or last saved; save edits it
+  std::map<std::string, spec::Layout> laid_out_on_open_;  // stage id -> position the app chose
   bool read_only_ = false;
   QString graph_lock_;
   QUndoStack undo_;

@@ -10,6 +10,8 @@
 #include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <QRegularExpressionValidator>
+#include <algorithm>
 #include <limits>
 
 #include "sluice/core/param_parse.hpp"
@@ -48,6 +50,7 @@ Inspector::Inspector(Document& document, QWidget* parent) : QWidget(parent), doc
   outer->addWidget(scroll, 1);
   connect(&document_, &Document::changed, this, [this] {
     const spec::Stage* st = stage_in(document_.spec(), stage_);
+    if (!st && stage_.isEmpty() && document_.spec().options().SerializeAsString() == shown_) return;
     if (!st) return show_stage({});
     if (st->SerializeAsString() != shown_) schedule_rebuild();
     else show_problem_messages();  // same values, maybe new problems (another stage changed)
@@ -87,10 +90,16 @@ void Inspector::rebuild() {
   QString focused;
   if (QWidget* f = focusWidget(); f && isAncestorOf(f)) focused = f->objectName();
   while (form_->rowCount() > 0) form_->removeRow(0);
+  form_host_->setEnabled(!document_.read_only());
   const spec::Stage* st = stage_in(document_.spec(), stage_);
   if (!st) {
-    header_->setText(stage_.isEmpty() ? "<i>Select a stage to edit it.</i>" : QString());
     shown_.clear();
+    if (!stage_.isEmpty()) return header_->setText(QString());
+    shown_ = document_.spec().options().SerializeAsString();
+    header_->setText("<b>Pipeline</b><br><i>Select a stage to edit it; these settings are the whole pipeline's.</i>");
+    add_pipeline_rows();
+    if (!focused.isEmpty())
+      if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
     return;
   }
   shown_ = st->SerializeAsString();
@@ -99,7 +108,6 @@ void Inspector::rebuild() {
                        .arg(stage_.toHtmlEscaped(), QString::fromStdString(st->op()).toHtmlEscaped(),
                             op ? QString::fromStdString(op->info.summary).toHtmlEscaped()
                                : QString("<span style='color:#b00'>No loaded plugin has this operator.</span>")));
-  form_host_->setEnabled(!document_.read_only());
 
   auto* id_edit = new QLineEdit(stage_);
   id_edit->setObjectName("stage:id");
@@ -120,19 +128,41 @@ void Inspector::rebuild() {
   form_->addRow("id", id_edit);
   form_->addRow("", id_message);
 
-  auto add_count = [&](const QString& field, int value, const QString& tip) {
+  // How the engine runs the stage, labelled apart from the operator's parameters (prefetch and
+  // shuffle have a buffer_size parameter of their own).
+  auto add_count = [&](const QString& field, const QString& label, int value, const QString& special, const QString& tip) {
     auto* box = new QSpinBox;
     box->setObjectName("stage:" + field);
     box->setRange(0, 1 << 20);
-    box->setSpecialValueText("auto");
+    box->setSpecialValueText(special);
     box->setValue(value);
     box->setKeyboardTracking(false);
     box->setToolTip(tip);
     connect(box, &QSpinBox::valueChanged, this, [this, field](int v) { document_.set_stage_field(stage_, field, v); });
-    form_->addRow(field, box);
+    auto* name = new QLabel(label);
+    name->setToolTip(tip);
+    form_->addRow(name, box);
   };
-  add_count("parallelism", st->parallelism(), "workers running this stage (stateless operators only); auto: one");
-  add_count("buffer_size", st->buffer_size(), "output buffer in elements; auto: chosen by the engine");
+  add_count("parallelism", "workers", st->parallelism(), "auto (1)", "parallelism: workers running this stage (stateless operators only)");
+  add_count("buffer_size", "output buffer", st->buffer_size(), "auto",
+            "buffer_size: elements waiting between this stage and the next; auto: chosen by the engine");
+  const QString pipeline_policy = document_.spec().options().error_policy() == spec::skip ? "skip" : "fail";
+  add_choice("stage:error_policy", "on error",
+             {{"pipeline's (" + pipeline_policy + ")", spec::ERROR_POLICY_UNSET}, {"fail", spec::fail}, {"skip", spec::skip}},
+             st->error_policy(), "error_policy: fail stops the run; skip drops the element, counts it and keeps going",
+             [this](int v) { document_.set_stage_field(stage_, "error_policy", v); });
+  if (op && op->info.kind == OperatorKind::Expand) {
+    add_count("cycle_length", "interleave cycle", st->interleave().cycle_length(), "1",
+              "interleave.cycle_length: inputs open at once (tf.data's cycle_length)");
+    add_count("block_length", "interleave block", st->interleave().block_length(), "1",
+              "interleave.block_length: outputs taken from one input before the next");
+    add_choice("stage:interleave_deterministic", "interleave order",
+               {{"pipeline's", -1}, {"in order", 1}, {"first ready", 0}},
+               st->interleave().has_deterministic() ? int(st->interleave().deterministic()) : -1,
+               "interleave.deterministic: in order gives the same sequence every run; first ready takes what is read first",
+               [this](int v) { document_.set_stage_field(stage_, "interleave_deterministic", v); });
+  }
+  if (op && !op->info.params.empty()) add_section("Parameters");
 
   if (op)
     for (const auto& spec : op->info.params) add_param_row(spec, *st);
@@ -141,6 +171,58 @@ void Inspector::rebuild() {
 
   if (!focused.isEmpty())
     if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
+}
+
+void Inspector::add_section(const QString& title) {
+  auto* label = new QLabel("<b>" + title.toHtmlEscaped() + "</b>");
+  label->setContentsMargins(0, 8, 0, 0);
+  form_->addRow(label);
+}
+
+void Inspector::add_choice(const QString& object_name, const QString& label, const std::vector<std::pair<QString, int>>& items,
+                           int current, const QString& tip, const std::function<void(int)>& on_change) {
+  auto* box = new QComboBox;
+  box->setObjectName(object_name);
+  for (const auto& [text, value] : items) box->addItem(text, value);
+  box->setCurrentIndex(std::max(0, box->findData(current)));
+  box->setToolTip(tip);
+  connect(box, &QComboBox::activated, this, [box, on_change](int index) { on_change(box->itemData(index).toInt()); });
+  auto* name = new QLabel(label);
+  name->setToolTip(tip);
+  form_->addRow(name, box);
+}
+
+void Inspector::add_pipeline_rows() {
+  const auto& options = document_.spec().options();
+  auto* seed = new QLineEdit(QString::number(options.seed()));
+  seed->setObjectName("option:seed");
+  seed->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,19}"), seed));
+  const QString seed_tip = "seed: every random stage draws from it; the same seed gives the same data, at any parallelism";
+  seed->setToolTip(seed_tip);
+  connect(seed, &QLineEdit::editingFinished, this, [this, seed] {
+    bool ok = false;
+    const qulonglong value = seed->text().toULongLong(&ok);
+    if (ok && value != document_.spec().options().seed()) document_.set_option("seed", static_cast<std::int64_t>(value));
+  });
+  auto* seed_label = new QLabel("seed");
+  seed_label->setToolTip(seed_tip);
+  form_->addRow(seed_label, seed);
+  auto tristate = [](bool has, bool value) { return has ? int(value) : -1; };
+  add_choice("option:deterministic", "order", {{"default (in order)", -1}, {"in order", 1}, {"first ready", 0}},
+             tristate(options.has_deterministic(), options.deterministic()),
+             "deterministic: parallel stages keep their input's order (the same output every run) or pass on what is "
+             "ready first",
+             [this](int v) { document_.set_option("deterministic", v); });
+  add_choice("option:error_policy", "on error", {{"default (fail)", spec::ERROR_POLICY_UNSET}, {"fail", spec::fail}, {"skip", spec::skip}},
+             options.error_policy(),
+             "error_policy: fail stops the run naming the stage and element; skip drops the element, counts it and "
+             "reports the first reasons (a stage's own setting wins)",
+             [this](int v) { document_.set_option("error_policy", v); });
+  add_choice("option:fuse_stages", "fuse stages", {{"default (yes)", -1}, {"yes", 1}, {"no", 0}},
+             tristate(options.has_fuse_stages(), options.fuse_stages()),
+             "fuse_stages: neighbouring stateless maps with the same workers share them (no hand-off); their metrics stay "
+             "separate",
+             [this](int v) { document_.set_option("fuse_stages", v); });
 }
 
 void Inspector::add_param_row(const ParamSpec& spec, const spec::Stage& stage) {

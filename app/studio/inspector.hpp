@@ -1,11 +1,15 @@
 #pragma once
-// The selected stage's settings, generated from its operator's parameter schema: spin boxes with
-// the schema's ranges, combo boxes for choices, check boxes, file pickers for paths, text for
-// lists. Text is checked as it is typed; a committed value goes through the Document (undoable)
+// The selected stage's settings (how the engine runs it, then its operator's parameters), or the
+// pipeline's options when no stage is selected. Parameters get editors from the operator's
+// schema: spin boxes with the schema's ranges, combo boxes for choices, check boxes, file pickers
+// for paths, text for lists. Text is checked as it is typed; a committed value goes through the Document (undoable)
 // and the problems panel reports whatever validation still finds.
 #include <QFormLayout>
 #include <QLabel>
 #include <QWidget>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "document.hpp"
 
@@ -33,6 +37,11 @@ class Inspector final : public QWidget {
   // Validation's problems of this stage's parameters, under their editors.
   void show_problem_messages();
   void add_param_row(const ParamSpec& spec, const spec::Stage& stage);
+  void add_section(const QString& title);
+  // A combo box of (text, value) pairs; on_change gets the chosen value.
+  void add_choice(const QString& object_name, const QString& label, const std::vector<std::pair<QString, int>>& items,
+                  int current, const QString& tip, const std::function<void(int)>& on_change);
+  void add_pipeline_rows();  // the options, shown when no stage is selected
   void commit(const QString& param, const QString& text, const ParamSpec& spec);
 
   Document& document_;

@@ -29,6 +29,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   addDockWidget(Qt::LeftDockWidgetArea, palette_dock);
 
   inspector_ = new Inspector(document_);
+  inspector_->setMinimumWidth(340);  // room for a path and its picker, or a combo box of choices
   auto* inspector_dock = new QDockWidget("Inspector", this);
   inspector_dock->setObjectName("inspector");
   inspector_dock->setWidget(inspector_);

@@ -90,15 +90,10 @@ PipelineDocument read_pipeline_file(const fs::path& file) {
   return parse_pipeline(text.str(), file.string());
 }
 
-std::string pipeline_to_text(const spec::PipelineSpec& spec) {
-  std::string out;
-  google::protobuf::TextFormat::Printer printer;
-  if (!printer.PrintToString(spec, &out)) throw Error("cannot print the pipeline");
-  return out;
-}
-
-void write_pipeline_file(const spec::PipelineSpec& spec, const fs::path& file) {
-  write_file_atomically(file, pipeline_to_text(spec));
+std::string write_pipeline_file(const spec::PipelineSpec& spec, const fs::path& file, const std::string& original_text) {
+  std::string text = original_text.empty() ? pipeline_to_text(spec) : update_pipeline_text(original_text, spec);
+  write_file_atomically(file, text);
+  return text;
 }
 
 std::string resolve_from_pipeline_folder(const std::string& path, const std::string& pipeline_file) {

@@ -54,9 +54,18 @@ std::string resolve_from_pipeline_folder(const std::string& path, const std::str
 PipelineDocument read_pipeline_file(const std::filesystem::path& file);
 PipelineDocument parse_pipeline(const std::string& text, const std::string& file_name);
 
-// The file's text form. Writing is atomic (temporary file, then rename).
+// The file's text form: the options on one line, then one line per stage. Writing is atomic
+// (temporary file, then rename).
 std::string pipeline_to_text(const spec::PipelineSpec& spec);
-void write_pipeline_file(const spec::PipelineSpec& spec, const std::filesystem::path& file);
+// `original` (a pipeline file's text) edited to read as `updated`, changing only what differs:
+// comments, blank lines, spacing, field order and the lines of unchanged stages stay as written,
+// and a changed parameter changes only its value. A JSON original gives JSON; an empty or
+// unparsable one gives pipeline_to_text(updated).
+std::string update_pipeline_text(const std::string& original, const spec::PipelineSpec& updated);
+// Writes `spec` to `file`, as an edit of `original_text` (the file's text when it was read) when
+// one is given; returns the text written.
+std::string write_pipeline_file(const spec::PipelineSpec& spec, const std::filesystem::path& file,
+                                const std::string& original_text = {});
 
 // Applies `STAGE.PARAM=VALUE` overrides (the same text a params entry holds). Throws SpecError
 // naming an unknown stage or a malformed override.
