@@ -127,7 +127,7 @@ class TestCli : public QObject {
       p.waitForReadyRead(100);
       err += QString::fromUtf8(p.readAllStandardError());
     }
-    static const QRegularExpression url(R"(metrics: http://127\.0\.0\.1:(\d+) \(/metrics, /snapshot, /stream\))");
+    static const QRegularExpression url(R"(metrics: http://127\.0\.0\.1:(\d+) \(/metrics, /snapshot, /stream, /pipeline\))");
     auto match = url.match(err);
     QVERIFY2(match.hasMatch(), qPrintable(err));
     QVERIFY(p.waitForFinished(30000));

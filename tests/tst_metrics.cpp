@@ -152,6 +152,20 @@ class TestMetrics : public QObject {
     QCOMPARE(client.Get("/nothing-here")->status, 404);
   }
 
+  // An attached app reads the run's own pipeline from /pipeline: its parameter values as run.
+  void pipeline_is_served_once_the_run_gives_it() {
+    ServedRun run(kEndless);
+    auto client = client_of(*run.server);
+    auto missing = client.Get("/pipeline");
+    QVERIFY(missing && missing->status == 404);
+    QVERIFY(missing->body.find("did not publish") != std::string::npos);
+    const std::string text = "# as run\n" + kEndless;
+    run.server->set_pipeline(text);
+    auto given = client.Get("/pipeline");
+    QVERIFY(given && given->status == 200);
+    QCOMPARE(given->body, text);
+  }
+
   void stream_feeds_two_clients_five_snapshots_a_second() {
     ServedRun run(kEndless, std::chrono::milliseconds(100));
     auto count_events = [&](std::atomic<int>& events) {

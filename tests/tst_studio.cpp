@@ -4,6 +4,7 @@
 
 #include <QAbstractItemModel>
 #include <QDir>
+#include <QInputDialog>
 #include <QLineEdit>
 #include <QMimeData>
 #include <QProcess>
@@ -799,16 +800,46 @@ class TestStudio : public QObject {
   void attaches_to_a_headless_run_and_shows_its_stages() {
     using sluice::test::stage;
     const QString file = write_text(dir_.filePath("headless.txtpb"),
-                                    stage("numbers", "range", "", {{"count", "100000000"}}) +
-                                        stage("work", "simulate_work", "numbers", {{"us", "500"}}) + stage("drain", "null_sink", "work"));
+                                    "options { seed: 9 }\n" + stage("numbers", "range", "", {{"count", "100000000"}}) +
+                                        stage("work", "simulate_work", "numbers", {{"us", "500"}}) +
+                                        stage("pick", "filter_random", "work", {{"p", "0.75"}}) + stage("drain", "null_sink", "pick"));
     QProcess headless;
-    attach_to_headless_run(headless, file);
+    // A value given on the command line: the run's, not the file's, is what the app shows.
+    attach_to_headless_run(headless, file, {"--set", "work.us=200"});
     if (QTest::currentTestFailed()) return;
     QTRY_VERIFY_WITH_TIMEOUT(node("work") && node("numbers") && node("drain"), 5000);
     QCOMPARE(input_of(window_->document().spec(), "work"), QString("numbers"));
     QVERIFY(window_->document().read_only());
+    QTRY_VERIFY_WITH_TIMEOUT(stage_of(window_->document().spec(), "work") &&
+                                 stage_of(window_->document().spec(), "work")->params().count("us"),
+                             5000);
+    QCOMPARE(stage_of(window_->document().spec(), "work")->params().at("us"), std::string("200"));
+    QCOMPARE(window_->document().spec().options().seed(), std::uint64_t(9));
+    window_->scene().select_stage("pick");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "pick");
+    auto* p = qobject_cast<QDoubleSpinBox*>(window_->inspector().editor("p"));
+    QVERIFY(p);
+    QCOMPARE(p->value(), 0.75);
+    QVERIFY(!p->isEnabled());  // shown, not editable: the run is elsewhere
+    // No problems invented for a run that is running (nothing here is "required" and missing).
+    QCOMPARE(window_->problems().count(), 0);
+    // The address is remembered for the next attach, latest first.
+    const QString address = window_->attach_client().url().section('/', 0, 2);
+    QCOMPARE(QSettings("Sluice", "Sluice Studio").value("recent_attach").toStringList().value(0), address);
+    QStringList offered;
+    QTimer::singleShot(0, this, [&] {
+      if (auto* dialog = qobject_cast<QInputDialog*>(QApplication::activeModalWidget())) {
+        offered = dialog->comboBoxItems();
+        dialog->reject();
+      }
+    });
+    window_->action("attach")->trigger();
+    QCOMPARE(offered.value(0), address);
+    QVERIFY(window_->attach_client().attached());  // cancelled: still attached
+    window_->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(window_.get()));
     QTRY_VERIFY_WITH_TIMEOUT(node("work")->live() && node("work")->live()->elements_per_s > 0, 5000);
-    QTRY_VERIFY_WITH_TIMEOUT(window_->monitor().table()->rowCount() == 3, 2000);
+    QTRY_VERIFY_WITH_TIMEOUT(window_->monitor().table()->rowCount() == 4, 2000);
     // Read-only: dragging between ports changes nothing.
     const std::string before = window_->document().spec().SerializeAsString();
     connect_ports("work", "numbers");

@@ -164,12 +164,15 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
 }
 
 // Reads, overrides and validates; prints every problem and returns nullopt when invalid.
+// `as_run`, when given, receives the pipeline with the overrides and the seed applied.
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
-                                        const std::vector<std::string>& sets, std::optional<std::uint64_t> seed) {
+                                        const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
+                                        sluice::spec::PipelineSpec* as_run = nullptr) {
   try {
     auto doc = sluice::read_pipeline_file(file);
     sluice::apply_overrides(doc, sets);
     if (seed) doc.spec.mutable_options()->set_seed(*seed);
+    if (as_run) *as_run = doc.spec;
     return sluice::build_graph(doc, registry);
   } catch (const sluice::SpecError& e) {
     for (const auto& p : e.problems()) fmt::print(stderr, "error: {}\n", p.to_string());
@@ -210,7 +213,8 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   install_interrupt_handler();
   sluice::Registry registry;
   load_plugins(registry, common, true);
-  auto graph = load_graph(registry, file, sets, seed);
+  sluice::spec::PipelineSpec as_run;
+  auto graph = load_graph(registry, file, sets, seed, &as_run);
   if (g_interrupted) {
     fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");
     return kExitInterrupted;
@@ -230,7 +234,9 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     if (!options.metrics_log.empty()) log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
     if (metrics_address) {
       server = std::make_unique<sluice::MetricsServer>(*metrics_address);
-      fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream)\n", server->url());
+      server->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file), sets.empty() && !seed ? "" : " (with --set/--seed applied)") +
+                           sluice::pipeline_to_text(as_run));
+      fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream, /pipeline)\n", server->url());
     }
     engine = std::make_unique<sluice::Engine>(std::move(*graph));
     engine->subscribe([&](const sluice::metrics::MetricsSnapshot& snapshot) {
@@ -390,7 +396,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
   run->add_option("--metrics-addr", run_options.metrics_addr,
-                  "serve /metrics, /snapshot and /stream over HTTP at [HOST:]PORT; loopback unless HOST is given");
+                  "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_plugin_dir(run);
   auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
   bench->add_option("pipeline", file, "pipeline file")->required();

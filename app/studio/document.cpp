@@ -137,6 +137,9 @@ void Document::replace_spec(const spec::PipelineSpec& spec) {
 }
 
 void Document::revalidate() {
+  // An attached run was validated where it runs, against its own plugins and files; checking it
+  // here would report problems it does not have (paths of another machine, plugins not loaded).
+  if (read_only_) return problems_.clear();
   PipelineDocument doc;
   doc.spec = spec_;
   // The whole path: relative paths in the pipeline are checked as the run will read them.

@@ -3,6 +3,7 @@
 #include <QUrl>
 
 #include "sluice/core/metrics_log.hpp"
+#include "sluice/core/spec.hpp"
 
 namespace sluice::studio {
 
@@ -85,6 +86,21 @@ void AttachClient::attach(const QString& address) {
   request.setRawHeader("Accept", "text/event-stream");
   request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
   reply_ = network_.get(request);
+  QUrl pipeline_url(url);
+  pipeline_url.setPath("/pipeline");
+  QNetworkRequest pipeline_request(pipeline_url);
+  pipeline_request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
+  pipeline_reply_ = network_.get(pipeline_request);
+  connect(pipeline_reply_, &QNetworkReply::finished, this, [this, reply = pipeline_reply_] {
+    reply->deleteLater();
+    // A run of an older version, or another server: the canvas keeps what snapshots say.
+    if (reply != pipeline_reply_ || reply->error() != QNetworkReply::NoError) return;
+    try {
+      const QByteArray text = reply->readAll();
+      emit pipeline(parse_pipeline(text.toStdString(), url_.toStdString()).spec);
+    } catch (const Error&) {
+    }
+  });
   connect(reply_, &QNetworkReply::readyRead, this, &AttachClient::read_events);
   connect(reply_, &QNetworkReply::finished, this, [this, reply = reply_] {
     const bool detached = detaching_;
@@ -98,6 +114,7 @@ void AttachClient::attach(const QString& address) {
 }
 
 void AttachClient::detach() {
+  if (pipeline_reply_) pipeline_reply_->abort();
   if (!reply_) return;
   detaching_ = true;
   reply_->abort();  // finished() fires inside abort()

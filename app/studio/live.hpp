@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "metrics.pb.h"
+#include "pipeline.pb.h"
 #include "sluice/core/engine.hpp"
 
 namespace sluice::studio {
@@ -57,11 +58,15 @@ class AttachClient final : public QObject {
  signals:
   void snapshot(const sluice::metrics::MetricsSnapshot& snapshot);
   void ended(const QString& why);  // the run ended, the address did not answer, or detach()
+  // The run's pipeline as it runs (its /pipeline), when the run publishes it: its real parameter
+  // values, which snapshots do not carry.
+  void pipeline(const sluice::spec::PipelineSpec& spec);
 
  private:
   void read_events();
   QNetworkAccessManager network_;
   QPointer<QNetworkReply> reply_;
+  QPointer<QNetworkReply> pipeline_reply_;
   QByteArray pending_;
   QString url_;
   bool detaching_ = false;

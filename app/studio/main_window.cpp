@@ -100,8 +100,18 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     verdict_->mark(index, refusal ? "not applied: " + *refusal : QString("applied"));
     show_status(refusal ? "Not applied: " + *refusal : QString("Applied; Ctrl+Z undoes it"), 8000);
   });
+  connect(&attach_, &AttachClient::pipeline, this, [this](spec::PipelineSpec spec) {
+    if (!document_.read_only()) return;
+    bool placed = true;
+    for (const auto& st : spec.stage()) placed = placed && st.has_layout();
+    if (!placed) Document::lay_out(spec);
+    document_.reset(spec, attach_.url(), true);
+    attached_pipeline_known_ = true;
+    live_graph_.reset();  // the next snapshot is drawn on this graph
+    view_->fit();
+  });
   connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
-    if (document_.read_only() && document_.spec().stage_size() != snap.stage_size()) {
+    if (document_.read_only() && !attached_pipeline_known_ && document_.spec().stage_size() != snap.stage_size()) {
       // The attached run's pipeline, as its snapshots describe it.
       spec::PipelineSpec shown;
       for (const auto& st : snap.stage()) {
@@ -253,11 +263,14 @@ void MainWindow::build_actions() {
   run->addAction(add("run", "&Run", QKeySequence("F5"), [this] { start_run(); }));
   run->addAction(add("stop", "&Stop", QKeySequence("Shift+F5"), [this] { stop_run(); }));
   run->addSeparator();
-  run->addAction(add("attach", "&Attach to a run…", QKeySequence(), [this] {
+  run->addAction(add("attach", "&Attach to a run…", QKeySequence("Ctrl+Shift+A"), [this] {
+    // The addresses attached to before, latest first, to pick again or edit.
+    QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent_attach").toStringList();
+    if (recent.isEmpty()) recent << "127.0.0.1:9464";
     bool ok = false;
-    const QString address = QInputDialog::getText(this, "Attach", "Metrics address of a headless run (sluice run --metrics-addr):",
-                                                  QLineEdit::Normal, "127.0.0.1:9464", &ok);
-    if (ok && !address.isEmpty()) attach_to(address);
+    const QString address = QInputDialog::getItem(this, "Attach", "Metrics address of a headless run (sluice run --metrics-addr):",
+                                                  recent, 0, true, &ok);
+    if (ok && !address.trimmed().isEmpty()) attach_to(address.trimmed());
   }));
   run->addAction(add("detach", "&Detach", QKeySequence(), [this] { attach_.detach(); }));
   action("stop")->setEnabled(false);
@@ -537,6 +550,14 @@ void MainWindow::attach_to(const QString& address) {
   clear_verdict();
   log_->reset_run();
   document_.reset({}, address, true);
+  attached_pipeline_known_ = false;
+  live_graph_.reset();
+  QSettings settings("Sluice", "Sluice Studio");
+  QStringList recent = settings.value("recent_attach").toStringList();
+  recent.removeAll(address);
+  recent.prepend(address);
+  while (recent.size() > 10) recent.removeLast();
+  settings.setValue("recent_attach", recent);
   attach_.attach(address);
   set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);

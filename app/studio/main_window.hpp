@@ -99,6 +99,7 @@ class MainWindow final : public QMainWindow {
   // The graph the numbers on screen were measured on; edits that change it clear them.
   std::optional<spec::PipelineSpec> live_graph_;
   metrics::MetricsSnapshot last_snapshot_;
+  bool attached_pipeline_known_ = false;  // the attached run sent its pipeline (real parameters)
   QString attached_final_state_;  // the state the attached run's last snapshot gave
   int added_ = 0;  // stages added from the palette without a drop position, to stagger them
 };

@@ -194,6 +194,7 @@ struct MetricsServer::Impl {
   std::uint64_t version = 0;  // bumped by every publish
   bool stopping = false;
   std::atomic<int> stream_clients{0};
+  std::string pipeline_text;  // under mutex
 
   std::pair<metrics::MetricsSnapshot, std::uint64_t> current() {
     std::lock_guard lock(mutex);
@@ -259,9 +260,24 @@ MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_un
       I.published.notify_all();
     });
   });
+  server.Get("/pipeline", [&I](const httplib::Request&, httplib::Response& res) {
+    std::string text;
+    {
+      std::lock_guard lock(I.mutex);
+      text = I.pipeline_text;
+    }
+    if (text.empty()) {
+      res.status = 404;
+      res.set_content("this run did not publish its pipeline\n", "text/plain");
+      return;
+    }
+    res.set_content(text, "text/plain; charset=utf-8");
+  });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events)\n",
-                    "text/plain");
+    res.set_content(
+        "Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events), "
+        "/pipeline (the pipeline as run)\n",
+        "text/plain");
   });
 
   if (address.port == 0) {
@@ -293,6 +309,11 @@ MetricsServer::~MetricsServer() {
   }
   impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void MetricsServer::set_pipeline(const std::string& text) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pipeline_text = text;
 }
 
 void MetricsServer::publish(const metrics::MetricsSnapshot& snapshot) {

@@ -3,7 +3,9 @@
 //   /metrics   Prometheus text exposition, one series per stage and counter;
 //   /snapshot  the latest snapshot as protobuf (application/x-protobuf), or ?format=json;
 //   /stream    every snapshot as it is published, as server-sent events (one JSON object each);
-//              the desktop app attaches to a run with it.
+//              the desktop app attaches to a run with it;
+//   /pipeline  the pipeline as it runs (text format, --set overrides applied), so that an attached
+//              app shows the run's own parameter values.
 // The engine only hands snapshots over (publish copies one under a lock); requests are served on
 // the server's own threads, with timeouts, so that slow or malformed clients never reach the run.
 #include <memory>
@@ -34,6 +36,8 @@ class MetricsServer {
 
   // The latest snapshot: answers /metrics and /snapshot, and goes to every /stream client.
   void publish(const metrics::MetricsSnapshot& snapshot);
+  // The text /pipeline answers with (404 until set).
+  void set_pipeline(const std::string& text);
 
   const std::string& host() const;
   int port() const;  // the one bound (useful with port 0)
