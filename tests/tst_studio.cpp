@@ -4,7 +4,9 @@
 
 #include <QAbstractItemModel>
 #include <QDir>
+#include <QContextMenuEvent>
 #include <QInputDialog>
+#include <QMenu>
 #include <QLineEdit>
 #include <QMimeData>
 #include <QProcess>
@@ -716,6 +718,80 @@ class TestStudio : public QObject {
     QTRY_VERIFY(window_->findChild<QMessageBox*>("shortcuts"));
     const QString shortcuts = window_->findChild<QMessageBox*>("shortcuts")->text();
     QVERIFY2(shortcuts.contains("Ctrl+F") && shortcuts.contains("F5") && shortcuts.contains("Ctrl+Shift+S"), qPrintable(shortcuts));
+  }
+
+  void context_menus_act_on_what_is_under_the_pointer() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("work", "simulate_work", "src") + stage("out", "null_sink", "work"),
+              "menus.txtpb");
+    QTRY_VERIFY(node("out"));
+    const auto& spec = window_->document().spec();
+    auto entry = [](QMenu* menu, const QString& text) -> QAction* {
+      for (QAction* a : menu->actions())
+        if (a->text().remove('&') == text) return a;
+      return nullptr;
+    };
+    // (The view refits when panels change size: positions are taken when they are used.)
+    auto on_work = [&] { return at(node("work")->sceneBoundingRect().center()); };
+    // A right click as the window system sends it opens the stage's menu.
+    QString opened;
+    QTimer::singleShot(50, this, [&] {
+      if (auto* menu = qobject_cast<QMenu*>(QApplication::activePopupWidget())) {
+        opened = menu->objectName();
+        menu->close();
+      }
+    });
+    QContextMenuEvent click(QContextMenuEvent::Mouse, on_work(), viewport()->mapToGlobal(on_work()));
+    QApplication::sendEvent(viewport(), &click);
+    QCOMPARE(opened, QString("context_stage"));
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"work"});  // the stage clicked is the one acted on
+
+    // On a stage: disconnect its input (one undo step).
+    auto menu = window_->context_menu_at(on_work());
+    QStringList texts;
+    for (QAction* a : menu->actions()) texts << a->text();
+    QVERIFY2(entry(menu.get(), "Disconnect input") && entry(menu.get(), "Delete") && entry(menu.get(), "Rename…"), qPrintable(texts.join("|")));
+    entry(menu.get(), "Disconnect input")->trigger();
+    QCOMPARE(input_of(spec, "work"), QString());
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(input_of(spec, "work"), QString("src"));
+    // Rename…: the inspector's id field, focused and selected, ready for the new name.
+    entry(window_->context_menu_at(on_work()).get(), "Rename…")->trigger();
+    QTRY_VERIFY(window_->inspector().findChild<QLineEdit*>("stage:id") &&
+                window_->inspector().findChild<QLineEdit*>("stage:id")->hasFocus());
+    auto* id_field = window_->inspector().findChild<QLineEdit*>("stage:id");
+    QTest::keyClicks(id_field, "decode");
+    QTest::keyClick(id_field, Qt::Key_Return);
+    QTRY_VERIFY(node("decode"));
+    QCOMPARE(input_of(spec, "out"), QString("decode"));
+
+    // On a connection: insert an operator on it, chosen in the search.
+    const QPointF middle = window_->scene().edge_into("out")->path().pointAtPercent(0.5);
+    menu = window_->context_menu_at(at(middle));
+    QCOMPARE(menu->objectName(), QString("context_connection"));
+    entry(menu.get(), "Insert operator here…")->trigger();
+    QTRY_VERIFY(window_->palette().search()->hasFocus());
+    QTest::keyClicks(window_->palette().search(), "prefetch");
+    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    QTRY_VERIFY(node("prefetch"));
+    QCOMPARE(input_of(spec, "prefetch"), QString("decode"));
+    QCOMPARE(input_of(spec, "out"), QString("prefetch"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);  // one step takes it out again
+    QTRY_VERIFY(!node("prefetch"));
+    QCOMPARE(input_of(spec, "out"), QString("decode"));
+    // ... or delete it.
+    menu = window_->context_menu_at(at(window_->scene().edge_into("out")->path().pointAtPercent(0.5)));
+    entry(menu.get(), "Delete connection")->trigger();
+    QCOMPARE(input_of(spec, "out"), QString());
+
+    // On empty canvas: select everything, arrange, find an operator.
+    const QPointF empty = window_->scene().itemsBoundingRect().bottomRight() + QPointF(200, 200);
+    window_->view().centerOn(empty);
+    menu = window_->context_menu_at(at(empty));
+    QCOMPARE(menu->objectName(), QString("context_canvas"));
+    QVERIFY(entry(menu.get(), "Arrange left to right") && entry(menu.get(), "Find operator"));
+    entry(menu.get(), "Select all")->trigger();
+    QCOMPARE(window_->scene().selected_stage_ids().size(), 3);
   }
 
   // While a run goes, an edit of its graph (delete, undo of an earlier edit) is refused with the

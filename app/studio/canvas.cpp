@@ -1,5 +1,7 @@
 #include "canvas.hpp"
 
+#include <QContextMenuEvent>
+
 #include <QGraphicsSceneMouseEvent>
 #include <QKeyEvent>
 #include <QMimeData>
@@ -485,6 +487,11 @@ void CanvasView::keyPressEvent(QKeyEvent* event) {
   if (event->key() == Qt::Key_Plus || event->key() == Qt::Key_Equal) return zoom_by(1.2);
   if (event->key() == Qt::Key_Minus) return zoom_by(1 / 1.2);
   QGraphicsView::keyPressEvent(event);
+}
+
+void CanvasView::contextMenuEvent(QContextMenuEvent* event) {
+  emit context_menu_requested(event->pos(), event->globalPos());
+  event->accept();
 }
 
 void CanvasView::keyReleaseEvent(QKeyEvent* event) {

@@ -136,6 +136,7 @@ class CanvasView final : public QGraphicsView {
 
  signals:
   void operator_dropped(const QString& op, QPointF scene_pos);
+  void context_menu_requested(QPoint view_pos, QPoint global_pos);
 
  protected:
   void wheelEvent(QWheelEvent* event) override;
@@ -145,6 +146,7 @@ class CanvasView final : public QGraphicsView {
   void mouseReleaseEvent(QMouseEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
   void keyReleaseEvent(QKeyEvent* event) override;
+  void contextMenuEvent(QContextMenuEvent* event) override;
   void dragEnterEvent(QDragEnterEvent* event) override;
   void dragMoveEvent(QDragMoveEvent* event) override;
   void dropEvent(QDropEvent* event) override;

@@ -5,10 +5,12 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QInputDialog>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTimer>
 #include <QToolBar>
 
 #include "sluice/abi.hpp"
@@ -79,6 +81,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   connect(document_.undo_stack(), &QUndoStack::cleanChanged, this, &MainWindow::refresh_title);
   connect(&document_, &Document::file_changed, this, &MainWindow::refresh_title);
   connect(scene_, &QGraphicsScene::selectionChanged, this, [this] {
+    if (!scene_->selectedItems().isEmpty()) insert_between_.reset();  // the user went on to something else
     const QStringList ids = scene_->selected_stage_ids();
     inspector_->show_stage(ids.size() == 1 ? ids.front() : QString());
   });
@@ -89,6 +92,9 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     scene_->select_stage(id);
   });
   connect(palette_, &Palette::add_requested, this, &MainWindow::add_from_palette);
+  connect(view_, &CanvasView::context_menu_requested, this, [this](QPoint view_pos, QPoint global_pos) {
+    if (auto menu = context_menu_at(view_pos)) menu->exec(global_pos);
+  });
   connect(problems_, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
     const QString stage = item->data(Qt::UserRole).toString();
     if (!stage.isEmpty()) scene_->select_stage(stage, true);
@@ -280,14 +286,15 @@ void MainWindow::build_actions() {
   help->addAction(add("shortcuts", "&Keyboard shortcuts", QKeySequence::HelpContents, [this] {
     QString text = "<table>";
     for (const char* name : {"new", "open", "save", "save_as", "undo", "redo", "delete", "find_operator", "arrange", "zoom_in",
-                             "zoom_out", "fit", "run", "stop"}) {
+                             "zoom_out", "fit", "run", "stop", "attach"}) {
       QAction* a = action(name);
       if (!a || a->shortcut().isEmpty()) continue;
       text += QString("<tr><td>%1&nbsp;&nbsp;</td><td>%2</td></tr>")
                   .arg(a->shortcut().toString(QKeySequence::NativeText).toHtmlEscaped(), a->text().remove('&').remove(QChar(0x2026)));
     }
     text += "</table><p>On the canvas: drag from an output port to an input port to connect; Delete removes the "
-            "selection; the wheel zooms; a drag on empty space pans. In the operator list: type to search, Enter adds "
+            "selection; the wheel zooms; a drag on empty space pans; a right click on a stage, a connection or the empty "
+            "canvas offers what can be done there (insert an operator on a connection, rename, disconnect). In the operator list: type to search, Enter adds "
             "the highlighted operator after the selected stage.</p>";
     auto* box = new QMessageBox(QMessageBox::Information, "Keyboard shortcuts", text, QMessageBox::Ok, this);
     box->setObjectName("shortcuts");
@@ -405,8 +412,103 @@ void MainWindow::rebuild_recent_menu() {
   recent_menu_->setEnabled(!recent.isEmpty());
 }
 
+std::unique_ptr<QMenu> MainWindow::context_menu_at(QPoint view_pos) {
+  const QPointF at = view_->mapToScene(view_pos);
+  NodeItem* node = nullptr;
+  EdgeItem* edge = nullptr;
+  for (QGraphicsItem* item : scene_->items(at)) {
+    if ((node = dynamic_cast<NodeItem*>(item))) break;
+    if (!edge) edge = dynamic_cast<EdgeItem*>(item);
+  }
+  auto menu = std::make_unique<QMenu>(this);
+  const bool editable = !document_.read_only();
+  auto entry = [&](const QString& text, auto&& run, bool enabled = true) {
+    QAction* a = menu->addAction(text);
+    a->setEnabled(enabled);
+    connect(a, &QAction::triggered, this, run);
+    return a;
+  };
+  if (node) {
+    const QString id = node->id();
+    menu->setObjectName("context_stage");
+    if (!node->isSelected()) scene_->select_stage(id);
+    entry("Add operator after…", [this] { action("find_operator")->trigger(); }, editable);
+    entry("Rename…", [this, id] {
+      for (auto* dock : findChildren<QDockWidget*>())
+        if (dock->objectName() == "inspector") dock->show();
+      scene_->select_stage(id);
+      inspector_->show_stage(id);
+      // The form is rebuilt from the event loop: focus its id field once it is there.
+      QTimer::singleShot(0, this, [this] {
+        if (auto* field = inspector_->findChild<QLineEdit*>("stage:id")) {
+          field->setFocus(Qt::OtherFocusReason);
+          field->selectAll();
+        }
+      });
+    }, editable);
+    const int index = document_.index_of(id);
+    const bool has_input = index >= 0 && document_.spec().stage(index).input_size() > 0;
+    entry("Disconnect input", [this, id] {
+      document_.edit(QString("Disconnect %1").arg(id), [&](spec::PipelineSpec& s) {
+        for (auto& st : *s.mutable_stage())
+          if (st.id() == id.toStdString()) st.clear_input();
+      });
+    }, editable && has_input);
+    menu->addSeparator();
+    menu->addAction(action("delete"));
+  } else if (edge) {
+    menu->setObjectName("context_connection");
+    const QString from = edge->from()->id(), to = edge->to()->id();
+    entry("Insert operator here…", [this, from, to] {
+      scene_->clearSelection();
+      insert_between_ = std::make_pair(from, to);
+      action("find_operator")->trigger();
+      show_status(QString("Choose an operator (Enter or double-click) to go between '%1' and '%2'").arg(from, to), 8000);
+    }, editable);
+    entry("Delete connection", [this, edge] {
+      scene_->clearSelection();
+      edge->setSelected(true);
+      delete_selection();
+    }, editable);
+  } else {
+    menu->setObjectName("context_canvas");
+    menu->addAction(action("find_operator"));
+    menu->addAction(action("arrange"));
+    menu->addAction(action("fit"));
+    entry("Select all", [this] {
+      for (QGraphicsItem* item : scene_->items())
+        if (item->flags() & QGraphicsItem::ItemIsSelectable) item->setSelected(true);
+    });
+  }
+  return menu;
+}
+
 void MainWindow::add_from_palette(const QString& op) {
   if (document_.read_only()) return;
+  if (insert_between_) {
+    const auto [from, to] = *insert_between_;
+    insert_between_.reset();
+    if (document_.index_of(from) >= 0 && document_.index_of(to) >= 0) {
+      const auto* consumer = &document_.spec().stage(document_.index_of(to));
+      if (consumer->input_size() == 1 && consumer->input(0) == from.toStdString()) {
+        // Halfway along the connection; then from -> new -> to, one undo step.
+        const QPointF middle = (scene_->node(from)->pos() + scene_->node(to)->pos()) / 2 + QPointF(0, NodeItem::kHeight);
+        document_.undo_stack()->beginMacro(QString("Insert %1").arg(op));
+        const QString id = document_.add_stage(op, middle);
+        document_.edit(QString("Connect %1 to %2").arg(id, to), [&](spec::PipelineSpec& s) {
+          for (auto& st : *s.mutable_stage())
+            if (st.id() == to.toStdString()) {
+              st.clear_input();
+              st.add_input(id.toStdString());
+            }
+        });
+        document_.connect_stages(from, id);
+        document_.undo_stack()->endMacro();
+        scene_->select_stage(id);
+        return;
+      }
+    }
+  }
   // Added after the selected stage when it can take the new one's input there.
   const QStringList selected = scene_->selected_stage_ids();
   // In view, staggered so that several added in a row do not cover each other.

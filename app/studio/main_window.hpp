@@ -5,6 +5,7 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QMainWindow>
+#include <QMenu>
 #include <QMessageBox>
 #include <QTabWidget>
 #include <functional>
@@ -50,6 +51,10 @@ class MainWindow final : public QMainWindow {
   // Asked before unsaved changes are thrown away (New, Open, Attach, close). Tests replace it.
   std::function<QMessageBox::StandardButton()> ask_to_save;
 
+  // The menu a right click at this point of the canvas opens: for the stage, the connection or the
+  // empty canvas under it (object names "context_stage", "context_connection", "context_canvas").
+  std::unique_ptr<QMenu> context_menu_at(QPoint view_pos);
+
   bool open_file(const QString& file);  // false (and a message) when it cannot be read
   QString last_open_error() const { return last_open_error_; }
   bool save_to(const QString& file);
@@ -69,6 +74,9 @@ class MainWindow final : public QMainWindow {
   // run_ended: the final snapshot of a run; nodes and table show its averages.
   void apply_snapshot(const metrics::MetricsSnapshot& snapshot, bool run_ended = false);
   void add_from_palette(const QString& op);
+  // Set by "Insert operator here" on a connection: the next operator added from the palette goes
+  // between these two stages. Dropped when the selection changes.
+  std::optional<std::pair<QString, QString>> insert_between_;
   void delete_selection();
   void remember_recent(const QString& file);
   void rebuild_recent_menu();
