@@ -1,9 +1,11 @@
 // sluice-studio: the desktop app. `sluice-studio [PIPELINE]` opens a pipeline file;
 // `--attach HOST:PORT` follows a headless run; `--screenshot FILE --run-seconds N` runs the
-// pipeline for N seconds, saves the window as a PNG and exits (how the README's picture is made).
+// pipeline for N seconds (stopping it then if it still runs), saves the window as a PNG once the
+// run has ended (its averages and verdict shown) and exits: how the README's picture is made.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QSaveFile>
+#include <QTabWidget>
 #include <QTimer>
 #include <cstdio>
 
@@ -19,9 +21,12 @@ int main(int argc, char** argv) {
   cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
   QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
   QCommandLineOption attach("attach", "follow a headless run's metrics endpoint", "HOST:PORT");
-  QCommandLineOption screenshot("screenshot", "run the pipeline, save the window as PNG to FILE, exit", "FILE");
+  QCommandLineOption screenshot("screenshot", "run the pipeline, then save the window with the run's verdict as PNG to FILE, exit",
+                                "FILE");
   QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
-  cli.addOptions({plugin_dir, attach, screenshot, run_seconds});
+  QCommandLineOption tab("tab", "with --screenshot: the bottom tab to show (Monitor, Problems, Log, Verdict; default: the verdict)",
+                         "NAME");
+  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab});
   cli.process(app);
 
   sluice::Registry registry;
@@ -52,15 +57,26 @@ int main(int argc, char** argv) {
       return 1;
     }
     const QString target = cli.value(screenshot);
+    auto save_and_exit = [&] {
+      // Once the window has drawn the ended run.
+      QTimer::singleShot(300, &window, [&] {
+        if (cli.isSet(tab)) {
+          auto* tabs = window.findChild<QTabWidget*>("bottom_tabs");
+          for (int i = 0; tabs && i < tabs->count(); ++i)
+            if (tabs->tabText(i).startsWith(cli.value(tab), Qt::CaseInsensitive)) tabs->setCurrentIndex(i);
+        }
+        QSaveFile out(target);  // written whole or not at all
+        const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
+        if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
+        else std::fprintf(stderr, "wrote %s (%s)\n", qPrintable(target), qPrintable(window.run_state()));
+        app.exit(ok ? 0 : 1);
+      });
+    };
     QTimer::singleShot(cli.value(run_seconds).toDouble() * 1000, &window, [&] {
-      QSaveFile out(target);  // written whole or not at all
-      const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
-      if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
-      else std::fprintf(stderr, "wrote %s\n", qPrintable(target));
       // A run that already ended (shorter than --run-seconds) sends no second `finished`.
-      if (!window.runner().running()) return app.exit(ok ? 0 : 1);
+      if (!window.runner().running()) return save_and_exit();
+      QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &window, save_and_exit);
       window.stop_run();
-      QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &app, [&app, ok] { app.exit(ok ? 0 : 1); });
     });
   }
   return app.exec();

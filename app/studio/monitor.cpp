@@ -1,6 +1,11 @@
 #include "monitor.hpp"
 
+#include <QCursor>
 #include <QDateTime>
+#include <QToolTip>
+#include <cmath>
+#include <numeric>
+#include <variant>
 #include <QHeaderView>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -9,21 +14,36 @@
 
 namespace sluice::studio {
 
+double nice_tick_interval(double span, int ticks) {
+  if (!(span > 0) || ticks < 1) return 1;
+  const double raw = span / ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double step : {1.0, 2.0, 5.0})
+    if (step * power >= raw * (1 - 1e-9)) return step * power;
+  return 10 * power;
+}
+
 namespace {
-QChartView* make_chart(const QString& title, QValueAxis*& x, QValueAxis*& y, const QString& y_title) {
+// Ticks on round values, labelled with exactly as many decimals as the spacing needs (a format
+// of "%.0f" under ticks 2.5 apart printed 3 for 2.5).
+void set_ticks(QValueAxis* axis, double low, double high, int ticks) {
+  const double interval = nice_tick_interval(high - low, ticks);
+  axis->setTickType(QValueAxis::TicksDynamic);
+  axis->setTickAnchor(0);
+  axis->setTickInterval(interval);
+  const int decimals = interval >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(interval) - 1e-9));
+  axis->setLabelFormat(QString("%.%1f").arg(decimals));
+  axis->setRange(low, high);
+}
+
+QChartView* make_chart(const QString& title, QValueAxis*& x, QAbstractAxis* y) {
   auto* chart = new QChart;
   chart->setTitle(title);
-  chart->legend()->setAlignment(Qt::AlignRight);
-  QFont small = chart->legend()->font();
-  small.setPointSizeF(small.pointSizeF() * 0.8);
-  chart->legend()->setFont(small);
+  chart->legend()->hide();  // the full legend is a label under the chart: Qt's cuts names off
   chart->setMargins(QMargins(4, 4, 4, 4));
   x = new QValueAxis;
   x->setTitleText("seconds");
-  x->setLabelFormat("%.0f");
-  y = new QValueAxis;
-  y->setTitleText(y_title);
-  y->setLabelFormat(y_title == "elements/s" ? "%.0f" : "%.2f");
+  set_ticks(x, 0, 10, 5);
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
   auto* view = new QChartView(chart);
@@ -31,6 +51,28 @@ QChartView* make_chart(const QString& title, QValueAxis*& x, QValueAxis*& y, con
   view->setMinimumHeight(160);
   return view;
 }
+
+QLabel* make_legend() {
+  auto* legend = new QLabel;
+  legend->setObjectName("legend");
+  legend->setWordWrap(true);
+  legend->setTextFormat(Qt::RichText);
+  QFont small = legend->font();
+  small.setPointSizeF(small.pointSizeF() * 0.85);
+  legend->setFont(small);
+  return legend;
+}
+
+QWidget* chart_with_legend(QChartView* view, QLabel* legend) {
+  auto* box = new QWidget;
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(0);
+  layout->addWidget(view, 1);
+  layout->addWidget(legend);
+  return box;
+}
+
 QTableWidgetItem* cell(const QString& text, bool number = true) {
   auto* item = new QTableWidgetItem(text);
   item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsSelectable);
@@ -38,6 +80,9 @@ QTableWidgetItem* cell(const QString& text, bool number = true) {
   return item;
 }
 QString percent(double fraction) { return QString::number(fraction * 100, 'f', 0) + "%"; }
+
+// Rates below one per second sit on the log axis' floor.
+constexpr double kRateFloor = 1;
 }  // namespace
 
 MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
@@ -48,13 +93,31 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   table_->setHorizontalHeaderLabels({"stage", "op", "workers", "elements/s", "MB/s", "busy", "starved", "blocked", "buffer", "skipped"});
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setSectionsClickable(true);
+  table_->horizontalHeader()->setSortIndicatorShown(false);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  connect(table_->horizontalHeader(), &QHeaderView::sectionClicked, this, [this](int column) {
+    // Numbers sort largest first, names alphabetically; a second click turns the order round.
+    const Qt::SortOrder first = column <= 1 ? Qt::AscendingOrder : Qt::DescendingOrder;
+    const Qt::SortOrder other = first == Qt::AscendingOrder ? Qt::DescendingOrder : Qt::AscendingOrder;
+    sort_by(column, column == sort_column_ && sort_order_ == first ? other : first);
+  });
   split->addWidget(table_);
-  throughput_ = make_chart("Throughput", throughput_x_, throughput_y_, "elements/s");
-  occupancy_ = make_chart("Buffer occupancy", occupancy_x_, occupancy_y_, "level / capacity");
-  occupancy_y_->setRange(0, 1);
-  split->addWidget(throughput_);
-  split->addWidget(occupancy_);
+  throughput_y_ = new QLogValueAxis;
+  throughput_y_->setTitleText("elements/s (log)");
+  throughput_y_->setBase(10);
+  throughput_y_->setLabelFormat("%.0f");
+  throughput_y_->setMinorTickCount(8);
+  throughput_y_->setRange(kRateFloor, 10);
+  occupancy_y_ = new QValueAxis;
+  occupancy_y_->setTitleText("level / capacity");
+  throughput_ = make_chart("Throughput", throughput_x_, throughput_y_);
+  occupancy_ = make_chart("Buffer occupancy", occupancy_x_, occupancy_y_);
+  set_ticks(occupancy_y_, 0, 1, 5);
+  throughput_legend_ = make_legend();
+  occupancy_legend_ = make_legend();
+  split->addWidget(chart_with_legend(throughput_, throughput_legend_));
+  split->addWidget(chart_with_legend(occupancy_, occupancy_legend_));
   split->setSizes({640, 480, 480});
   layout->addWidget(split);
 }
@@ -65,10 +128,28 @@ void MonitorPanel::clear() {
   occupancy_->chart()->removeAllSeries();
   throughput_series_.clear();
   occupancy_series_.clear();
+  shown_.Clear();
+  hover_text_.clear();
+  update_legends();
 }
 
-void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QValueAxis* x, QValueAxis* y, const QString& stage,
-                             double t, double v) {
+void MonitorPanel::update_legends() {
+  auto text_of = [](const QHash<QString, QLineSeries*>& series, const metrics::MetricsSnapshot& order) {
+    QString html;
+    for (const auto& st : order.stage()) {
+      QLineSeries* s = series.value(QString::fromStdString(st.id()));
+      if (!s) continue;
+      html += QString("<span style='color:%1'>&#9632;</span>&nbsp;%2 &nbsp; ")
+                  .arg(s->color().name(), s->name().toHtmlEscaped());
+    }
+    return html;
+  };
+  throughput_legend_->setText(text_of(throughput_series_, shown_));
+  occupancy_legend_->setText(text_of(occupancy_series_, shown_));
+}
+
+void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y,
+                             const QString& stage, double t, double v) {
   QLineSeries* s = series.value(stage);
   if (!s) {
     s = new QLineSeries;
@@ -76,6 +157,17 @@ void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& ser
     view->chart()->addSeries(s);
     s->attachAxis(x);
     s->attachAxis(y);
+    QPen pen = s->pen();
+    pen.setWidthF(2);
+    s->setPen(pen);
+    const bool rates = view == throughput_;
+    connect(s, &QLineSeries::hovered, this, [this, stage, rates](const QPointF& point, bool entered) {
+      if (!entered) return QToolTip::hideText();
+      hover_text_ = rates ? QString("%1: %2 elements/s at %3 s").arg(stage, short_number(point.y() <= kRateFloor ? 0 : point.y()))
+                                .arg(point.x(), 0, 'f', 1)
+                          : QString("%1: buffer %2% full at %3 s").arg(stage).arg(point.y() * 100, 0, 'f', 0).arg(point.x(), 0, 'f', 1);
+      QToolTip::showText(QCursor::pos(), hover_text_);
+    });
     series.insert(stage, s);
   }
   s->append(t, v);
@@ -85,13 +177,49 @@ void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& ser
   if (old > 0) s->removePoints(0, old);
 }
 
+void MonitorPanel::sort_by(int column, Qt::SortOrder order) {
+  sort_column_ = column;
+  sort_order_ = order;
+  table_->horizontalHeader()->setSortIndicatorShown(column >= 0);
+  if (column >= 0) table_->horizontalHeader()->setSortIndicator(column, order);
+  fill_table();
+}
+
 void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap, bool run_ended) {
+  shown_ = snap;
+  shown_run_ended_ = run_ended;
+  const bool new_series = [&] {
+    for (const auto& st : snap.stage())
+      if (!throughput_series_.contains(QString::fromStdString(st.id()))) return true;
+    return false;
+  }();
+  fill_table();
+  const double t = snap.elapsed_s();
+  for (const auto& st : snap.stage()) {
+    const QString id = QString::fromStdString(st.id());
+    if (!run_ended)
+      add_point(throughput_, throughput_series_, throughput_x_, throughput_y_, id, t, std::max(kRateFloor, st.recent_elements_per_s()));
+    if (st.buffer_capacity() > 0 && !run_ended)
+      add_point(occupancy_, occupancy_series_, occupancy_x_, occupancy_y_, id, t, double(st.buffer_level()) / st.buffer_capacity());
+  }
+  if (new_series) update_legends();
+  double max_rate = 10;
+  for (auto* s : throughput_series_)
+    for (const auto& p : s->points()) max_rate = std::max(max_rate, p.y());
+  const double low = std::max(0.0, t - kWindowSeconds), high = std::max(t, 10.0);
+  set_ticks(throughput_x_, low, high, 5);
+  set_ticks(occupancy_x_, low, high, 5);
+  // Whole decades: stages thousands of times apart (a reader's records, a batcher's batches) all
+  // stay readable.
+  throughput_y_->setRange(kRateFloor, std::pow(10.0, std::ceil(std::log10(max_rate * 1.05))));
+}
+
+void MonitorPanel::fill_table() {
+  const auto& snap = shown_;
+  const bool run_ended = shown_run_ended_;
   int rows = 0;
   for (const auto& st : snap.stage()) rows += 1 + st.devices_size();
   table_->setRowCount(rows);
-  int r = 0;
-  double max_rate = 1;
-  const double t = snap.elapsed_s();
   // The stage whose output buffer a fused group's members share: the group's last member. The
   // others hand their elements straight to the next member.
   QHash<QString, QString> next_in_group;
@@ -99,18 +227,47 @@ void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap, bool run_
     if (!st.fused_with().empty() && st.inputs_size() == 1) next_in_group.insert(QString::fromStdString(st.inputs(0)), QString::fromStdString(st.id()));
   table_->horizontalHeaderItem(3)->setText(run_ended ? "elements/s (run)" : "elements/s");
   table_->horizontalHeaderItem(4)->setText(run_ended ? "MB/s (run)" : "MB/s");
-  for (const auto& st : snap.stage()) {
+  // Once the run has ended, its averages: the last interval's rates say little about a run.
+  auto elements_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.elements_per_s() : st.recent_elements_per_s(); };
+  auto bytes_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.bytes_per_s() : st.recent_bytes_per_s(); };
+  auto pinned = [&](const metrics::StageMetrics& st) {
+    return snap.failed_stage().empty() ? st.id() == snap.bottleneck() : st.id() == snap.failed_stage();
+  };
+  auto key = [&](const metrics::StageMetrics& st) -> std::variant<double, std::string> {
+    switch (sort_column_) {
+      case 0: return st.id();
+      case 1: return st.op();
+      case 2: return double(st.workers());
+      case 3: return elements_per_s(st);
+      case 4: return bytes_per_s(st);
+      case 5: return st.busy_fraction();
+      case 6: return st.starved_fraction();
+      case 7: return st.blocked_fraction();
+      case 8: return st.buffer_capacity() ? double(st.buffer_level()) / st.buffer_capacity() : -1.0;
+      case 9: return double(st.errors_skipped());
+      default: return 0.0;
+    }
+  };
+  std::vector<int> order(static_cast<size_t>(snap.stage_size()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const auto& x = snap.stage(a);
+    const auto& y = snap.stage(b);
+    if (pinned(x) != pinned(y)) return pinned(x);
+    if (sort_column_ < 0) return false;
+    return sort_order_ == Qt::AscendingOrder ? key(x) < key(y) : key(y) < key(x);
+  });
+  int r = 0;
+  for (int index : order) {
+    const auto& st = snap.stage(index);
     const QString id = QString::fromStdString(st.id());
     const bool bottleneck = snap.failed_stage().empty() && st.id() == snap.bottleneck();
     const bool failed_here = !snap.failed_stage().empty() && st.id() == snap.failed_stage();
-    // Once the run has ended, its averages: the last interval's rates say little about a run.
-    const double elements_per_s = run_ended ? st.elements_per_s() : st.recent_elements_per_s();
-    const double bytes_per_s = run_ended ? st.bytes_per_s() : st.recent_bytes_per_s();
     table_->setItem(r, 0, cell(id + (bottleneck ? "  ◀ bottleneck" : failed_here ? "  ✖ failed here" : ""), false));
     table_->setItem(r, 1, cell(QString::fromStdString(st.op()), false));
     table_->setItem(r, 2, cell(QString::number(st.workers())));
-    table_->setItem(r, 3, cell(short_number(elements_per_s)));
-    table_->setItem(r, 4, cell(QString::number(bytes_per_s / 1e6, 'f', 1)));
+    table_->setItem(r, 3, cell(short_number(elements_per_s(st))));
+    table_->setItem(r, 4, cell(QString::number(bytes_per_s(st) / 1e6, 'f', 1)));
     table_->setItem(r, 5, cell(percent(st.busy_fraction())));
     table_->setItem(r, 6, cell(percent(st.starved_fraction())));
     table_->setItem(r, 7, cell(percent(st.blocked_fraction())));
@@ -133,15 +290,7 @@ void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap, bool run_
       table_->setItem(r, 9, cell(""));
       ++r;
     }
-    if (!run_ended) add_point(throughput_, throughput_series_, throughput_x_, throughput_y_, id, t, st.recent_elements_per_s());
-    if (st.buffer_capacity() > 0 && !run_ended)
-      add_point(occupancy_, occupancy_series_, occupancy_x_, occupancy_y_, id, t, double(st.buffer_level()) / st.buffer_capacity());
   }
-  for (auto* s : throughput_series_)
-    for (const auto& p : s->points()) max_rate = std::max(max_rate, p.y());
-  throughput_x_->setRange(std::max(0.0, t - kWindowSeconds), std::max(t, 10.0));
-  occupancy_x_->setRange(std::max(0.0, t - kWindowSeconds), std::max(t, 10.0));
-  throughput_y_->setRange(0, max_rate * 1.1);
 }
 
 LogPanel::LogPanel(QWidget* parent) : QPlainTextEdit(parent) {

@@ -4,7 +4,9 @@
 // Charts), and a log of skipped elements with their reasons.
 #include <QChartView>
 #include <QHash>
+#include <QLabel>
 #include <QLineSeries>
+#include <QLogValueAxis>
 #include <QPlainTextEdit>
 #include <QSet>
 #include <QTableWidget>
@@ -26,16 +28,40 @@ class MonitorPanel final : public QWidget {
   QTableWidget* table() { return table_; }
   QChart* throughput_chart() { return throughput_->chart(); }
   QChart* occupancy_chart() { return occupancy_->chart(); }
+  QChartView* throughput_view() { return throughput_; }
   QLineSeries* throughput_series(const QString& stage) const { return throughput_series_.value(stage); }
+  QLineSeries* occupancy_series(const QString& stage) const { return occupancy_series_.value(stage); }
+  // Every series' name in its colour, under each chart: all of them, however many stages.
+  QLabel* throughput_legend() { return throughput_legend_; }
+  QLabel* occupancy_legend() { return occupancy_legend_; }
+  // What the pointer over a chart's line shows: "stage: value at N s".
+  const QString& hover_text() const { return hover_text_; }
+  // Sorts the table by a column (the header's click does the same); -1: pipeline order. The
+  // bottleneck, or the stage a run failed at, stays the first row whatever the order.
+  void sort_by(int column, Qt::SortOrder order);
 
  private:
-  void add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QValueAxis* x, QValueAxis* y, const QString& stage, double t, double v);
+  void add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y, const QString& stage,
+                 double t, double v);
+  void fill_table();
+  void update_legends();
   QTableWidget* table_;
   QChartView* throughput_;
   QChartView* occupancy_;
-  QValueAxis *throughput_x_, *throughput_y_, *occupancy_x_, *occupancy_y_;
+  QLabel* throughput_legend_;
+  QLabel* occupancy_legend_;
+  QValueAxis *throughput_x_, *occupancy_x_, *occupancy_y_;
+  QLogValueAxis* throughput_y_;
   QHash<QString, QLineSeries*> throughput_series_, occupancy_series_;
+  QString hover_text_;
+  metrics::MetricsSnapshot shown_;
+  bool shown_run_ended_ = false;
+  int sort_column_ = -1;
+  Qt::SortOrder sort_order_ = Qt::DescendingOrder;
 };
+
+// Tick spacing of 1, 2 or 5 times a power of ten giving at most `ticks` intervals over `span`.
+double nice_tick_interval(double span, int ticks);
 
 // Skipped elements and their reasons as they happen, plus run events.
 class LogPanel final : public QPlainTextEdit {
