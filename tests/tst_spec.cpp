@@ -23,6 +23,7 @@ bool has(const std::string& haystack, const std::string& needle) {
   qWarning("missing '%s' in:\n%s", needle.c_str(), haystack.c_str());
   return false;
 }
+const std::string kUtf8Stage = "stage { id: \"a\" op: \"range\" params { key: \"path\" value: \"données\" } }\n";
 const std::string kValid = stage("src", "range", "", {{"count", "5"}}) + sink_after("src");
 }  // namespace
 
@@ -269,6 +270,36 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     wanted = original;
     wanted.replace(wanted.find("seed: 3"), 7, "seed: 4 error_policy: skip");
     expect(options, wanted);
+  }
+
+  // Files written elsewhere: Windows line ends, angle brackets, commas and lists, tabs, UTF-8.
+  void saving_keeps_unusual_but_valid_text_as_written() {
+    struct Case {
+      std::string original, wanted;
+    };
+    const std::vector<Case> cases = {
+        {"# c\r\nstage { id: \"a\" op: \"range\" }\r\nstage { id: \"b\" op: \"take\" input: \"a\" }\r\n",
+         "# c\r\nstage { id: \"a\" op: \"range\" parallelism: 4 }\r\nstage { id: \"b\" op: \"take\" input: \"a\" }\r\n"
+         "stage { id: \"z\" op: \"null_sink\" input: \"b\" }\r\n"},
+        {"stage < id: \"a\" op: \"range\" >\nstage: { id: \"b\", op: \"take\", input: [\"a\"] }  # listed\n",
+         "stage < id: \"a\" op: \"range\" parallelism: 4 >\nstage: { id: \"b\", op: \"take\", input: [\"a\"] }  # listed\n"
+         "stage { id: \"z\" op: \"null_sink\" input: \"b\" }\n"},
+        {"stage {\n\tid: \"a\"  # the source\n\top: \"range\"\n\tparams { key: \"path\" value: \"données\" }\n}\n# end\n",
+         "stage {\n\tid: \"a\"  # the source\n\top: \"range\"\n\tparams { key: \"path\" value: \"données\" }\n\tparallelism: 4\n}\n"
+         "stage {\n  id: \"z\"\n  op: \"null_sink\"\n  input: \"a\"\n}\n# end\n"},
+    };
+    for (const auto& c : cases) {
+      auto edited = sluice::parse_pipeline(c.original, "p.txtpb").spec;
+      edited.mutable_stage(0)->set_parallelism(4);
+      auto* sink = edited.add_stage();
+      sink->set_id("z");
+      sink->set_op("null_sink");
+      sink->add_input(edited.stage(edited.stage_size() - 2).id());
+      QCOMPARE(QString::fromStdString(sluice::update_pipeline_text(c.original, edited)), QString::fromStdString(c.wanted));
+    }
+    // A new file keeps UTF-8 readable rather than escaped.
+    auto spec = sluice::parse_pipeline(kUtf8Stage, "p.txtpb").spec;
+    QVERIFY(sluice::pipeline_to_text(spec).find("données") != std::string::npos);
   }
 
   void a_json_pipeline_is_saved_as_json() {

@@ -106,6 +106,15 @@ class TestStudio : public QObject {
     window_->attach_to(url);
   }
 
+  // Replaces a spin box's value by typing, and enters it.
+  void type_into(QAbstractSpinBox* box, const QString& text) {
+    QVERIFY(box);
+    box->setFocus();
+    box->selectAll();
+    QTest::keyClicks(box, text);
+    QTest::keyClick(box, Qt::Key_Return);
+  }
+
   void open_text(const std::string& text, const QString& name) {
     QVERIFY(window_->open_file(write_text(dir_.filePath(name), text)));
   }
@@ -401,12 +410,7 @@ class TestStudio : public QObject {
       const QString id = QString::fromStdString(spec.stage(0).id());
       click_node(id);
       QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == id);
-      auto* workers = window_->inspector().findChild<QSpinBox*>("stage:parallelism");
-      QVERIFY(workers);
-      workers->setFocus();
-      workers->selectAll();
-      QTest::keyClicks(workers, "3");
-      QTest::keyClick(workers, Qt::Key_Return);
+      type_into(window_->inspector().findChild<QSpinBox*>("stage:parallelism"), "3");
       QCOMPARE(spec.stage(0).parallelism(), 3);
       QTest::keyClick(window_.get(), Qt::Key_S, Qt::ControlModifier);
       QVERIFY(!window_->document().modified());
@@ -497,12 +501,7 @@ class TestStudio : public QObject {
     QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:cycle_length"));
     window_->scene().select_stage("read");
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "read");
-    auto* cycle = window_->inspector().findChild<QSpinBox*>("stage:cycle_length");
-    QVERIFY(cycle);
-    cycle->setFocus();
-    cycle->selectAll();
-    QTest::keyClicks(cycle, "4");
-    QTest::keyClick(cycle, Qt::Key_Return);
+    type_into(window_->inspector().findChild<QSpinBox*>("stage:cycle_length"), "4");
     QCOMPARE(stage_of(spec, "read")->interleave().cycle_length(), 4);
     choose("stage:interleave_deterministic", "first ready");
     QVERIFY(stage_of(spec, "read")->interleave().has_deterministic() && !stage_of(spec, "read")->interleave().deterministic());
@@ -846,6 +845,18 @@ class TestStudio : public QObject {
     QTest::keyClick(id_field, Qt::Key_Return);
     QTRY_VERIFY(node("decode"));
     QCOMPARE(input_of(spec, "out"), QString("decode"));
+
+    // "Add operator after" a stage that feeds another puts the new one in between.
+    entry(window_->context_menu_at(at(node("src")->sceneBoundingRect().center())).get(), "Add operator after…")->trigger();
+    QTRY_VERIFY(window_->palette().search()->hasFocus());
+    QTest::keyClicks(window_->palette().search(), "identity");
+    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    QTRY_VERIFY(node("identity"));
+    QCOMPARE(input_of(spec, "identity"), QString("src"));
+    QCOMPARE(input_of(spec, "decode"), QString("identity"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QTRY_VERIFY(!node("identity"));
+    QCOMPARE(input_of(spec, "decode"), QString("src"));
 
     // On a connection: insert an operator on it, chosen in the search.
     const QPointF middle = window_->scene().edge_into("out")->path().pointAtPercent(0.5);

@@ -392,13 +392,20 @@ bool MainWindow::save_to(const QString& file) {
   }
 }
 
-void MainWindow::remember_recent(const QString& file) {
+namespace {
+// A most-recent-first list of ten in the app's settings: recent files, recent attach addresses.
+void remember_in(const QString& key, const QString& value) {
   QSettings settings("Sluice", "Sluice Studio");
-  QStringList recent = settings.value("recent").toStringList();
-  recent.removeAll(file);
-  recent.prepend(file);
+  QStringList recent = settings.value(key).toStringList();
+  recent.removeAll(value);
+  recent.prepend(value);
   while (recent.size() > 10) recent.removeLast();
-  settings.setValue("recent", recent);
+  settings.setValue(key, recent);
+}
+}  // namespace
+
+void MainWindow::remember_recent(const QString& file) {
+  remember_in("recent", file);
   rebuild_recent_menu();
 }
 
@@ -432,7 +439,14 @@ std::unique_ptr<QMenu> MainWindow::context_menu_at(QPoint view_pos) {
     const QString id = node->id();
     menu->setObjectName("context_stage");
     if (!node->isSelected()) scene_->select_stage(id);
-    entry("Add operator after…", [this] { action("find_operator")->trigger(); }, editable);
+    // After a stage that feeds another, the new one goes in between.
+    QString consumer;
+    for (const auto& st : document_.spec().stage())
+      if (st.input_size() == 1 && st.input(0) == id.toStdString()) consumer = QString::fromStdString(st.id());
+    entry("Add operator after…", [this, id, consumer] {
+      action("find_operator")->trigger();
+      if (!consumer.isEmpty()) insert_between_ = std::make_pair(id, consumer);
+    }, editable);
     entry("Rename…", [this, id] {
       for (auto* dock : findChildren<QDockWidget*>())
         if (dock->objectName() == "inspector") dock->show();
@@ -654,12 +668,7 @@ void MainWindow::attach_to(const QString& address) {
   document_.reset({}, address, true);
   attached_pipeline_known_ = false;
   live_graph_.reset();
-  QSettings settings("Sluice", "Sluice Studio");
-  QStringList recent = settings.value("recent_attach").toStringList();
-  recent.removeAll(address);
-  recent.prepend(address);
-  while (recent.size() > 10) recent.removeLast();
-  settings.setValue("recent_attach", recent);
+  remember_in("recent_attach", address);
   attach_.attach(address);
   set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);

@@ -26,8 +26,15 @@ std::string trim_right(std::string s) {
   return s;
 }
 
-std::string single_line(const pb::Message& message) {
+// Non-ASCII text stays readable (a path or a comment-like value in UTF-8), not octal escapes.
+pb::TextFormat::Printer make_printer() {
   pb::TextFormat::Printer printer;
+  printer.SetUseUtf8StringEscaping(true);
+  return printer;
+}
+
+std::string single_line(const pb::Message& message) {
+  pb::TextFormat::Printer printer = make_printer();
   printer.SetSingleLineMode(true);
   std::string out;
   printer.PrintToString(message, &out);
@@ -35,7 +42,7 @@ std::string single_line(const pb::Message& message) {
 }
 
 std::string multi_line(const pb::Message& message, const std::string& indent) {
-  pb::TextFormat::Printer printer;
+  pb::TextFormat::Printer printer = make_printer();
   std::string out, printed;
   printer.PrintToString(message, &printed);
   size_t begin = 0;
@@ -53,7 +60,7 @@ std::string field_text(const pb::Message& holder, const pb::FieldDescriptor* fie
                        const std::string& indent) {
   const auto* reflection = holder.GetReflection();
   if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-    pb::TextFormat::Printer printer;
+    pb::TextFormat::Printer printer = make_printer();
     std::string value;
     printer.PrintFieldValueToString(holder, field, field->is_repeated() ? index : -1, &value);
     return field->name() + ": " + value;
@@ -66,7 +73,7 @@ std::string field_text(const pb::Message& holder, const pb::FieldDescriptor* fie
 }
 
 std::string value_text(const pb::Message& holder, const pb::FieldDescriptor* field, int index) {
-  pb::TextFormat::Printer printer;
+  pb::TextFormat::Printer printer = make_printer();
   std::string value;
   printer.PrintFieldValueToString(holder, field, index, &value);
   return value;
@@ -78,7 +85,7 @@ struct Span {
 
 class TextPatcher {
  public:
-  explicit TextPatcher(const std::string& text) : text_(text) {
+  explicit TextPatcher(const std::string& text) : text_(text), newline_(text.find("\r\n") != std::string::npos ? "\r\n" : "\n") {
     line_starts_.push_back(0);
     for (size_t i = 0; i < text.size(); ++i)
       if (text[i] == '\n') line_starts_.push_back(i + 1);
@@ -125,9 +132,11 @@ class TextPatcher {
     while (pos > 0 && text_[pos - 1] != '\n') --pos;
     return pos;
   }
+  // Where the line's break starts (its '\r' in a file with Windows line ends).
   size_t line_end(size_t pos) const {
     size_t end = text_.find('\n', pos);
-    return end == std::string::npos ? text_.size() : end;
+    if (end == std::string::npos) return text_.size();
+    return end > pos && text_[end - 1] == '\r' ? end - 1 : end;
   }
   std::string indent_at(size_t pos) const {
     size_t begin = line_begin(pos), end = begin;
@@ -146,11 +155,18 @@ class TextPatcher {
   }
 
   void replace(size_t begin, size_t end, std::string text) { edits_.push_back({begin, end, std::move(text)}); }
+  // Printed text breaks lines with '\n'; the file's own line break is used instead.
+  std::string with_newlines(const std::string& printed) const {
+    if (newline_ == "\n") return printed;
+    std::string out;
+    for (char c : printed) out += c == '\n' ? newline_ : std::string(1, c);
+    return out;
+  }
 
   void remove(Span span) {
     if (start_of_line_is_empty(span.begin) && rest_of_line_is_empty(span.end)) {
-      size_t end = line_end(span.end);
-      replace(line_begin(span.begin), end < text_.size() ? end + 1 : end, "");
+      size_t end = text_.find('\n', span.end);
+      replace(line_begin(span.begin), end == std::string::npos ? text_.size() : end + 1, "");
       return;
     }
     size_t end = span.end;
@@ -211,7 +227,7 @@ class TextPatcher {
       bool multiline = text_.find('\n', after->begin) < after->end;
       if (own_lines) {
         std::string indent = indent_at(after->begin);
-        replace(line_end(after->end), line_end(after->end), "\n" + indent + text_for(multiline, indent));
+        replace(line_end(after->end), line_end(after->end), newline_ + indent + with_newlines(text_for(multiline, indent)));
       } else {
         replace(after->end, after->end, " " + text_for(false, ""));
       }
@@ -221,15 +237,15 @@ class TextPatcher {
       Span first = present.front().second;
       if (start_of_line_is_empty(first.begin)) {
         std::string indent = indent_at(first.begin);
-        replace(line_begin(first.begin), line_begin(first.begin), indent + text_for(false, indent) + "\n");
+        replace(line_begin(first.begin), line_begin(first.begin), indent + text_for(false, indent) + newline_);
       } else {
         replace(first.begin, first.begin, text_for(false, "") + " ");
       }
       return;
     }
     if (top_level) {
-      std::string lead = text_.empty() || text_.back() == '\n' ? "" : "\n";
-      replace(text_.size(), text_.size(), lead + text_for(false, "") + "\n");
+      std::string lead = text_.empty() || text_.back() == '\n' ? "" : newline_;
+      replace(text_.size(), text_.size(), lead + text_for(false, "") + newline_);
       return;
     }
     replace(body.begin, body.end, " " + text_for(false, "") + " ");
@@ -293,7 +309,7 @@ class TextPatcher {
         if (first && start_of_line_is_empty(first->begin)) {
           std::string indent = indent_at(first->begin);
           bool multiline = text_.find('\n', first->begin) < first->end;
-          replace(line_begin(first->begin), line_begin(first->begin), indent + text_for(multiline, indent) + "\n");
+          replace(line_begin(first->begin), line_begin(first->begin), indent + with_newlines(text_for(multiline, indent)) + newline_);
         } else if (first) {
           replace(first->begin, first->begin, text_for(false, "") + " ");
         } else {
@@ -364,6 +380,7 @@ class TextPatcher {
   }
 
   const std::string& text_;
+  const std::string newline_;
   std::vector<size_t> line_starts_;
   std::vector<Edit> edits_;
 };
@@ -408,9 +425,14 @@ std::string update_pipeline_text(const std::string& original, const spec::Pipeli
   parser.RecordErrorsTo(&silent);
   parser.WriteLocationsTo(&tree);
   if (original.empty() || !parser.ParseFromString(original, &before)) return pipeline_to_text(updated);
-  TextPatcher patcher(original);
-  patcher.patch(before, updated, tree);
-  std::string patched = patcher.result();
+  std::string patched;
+  try {
+    TextPatcher patcher(original);
+    patcher.patch(before, updated, tree);
+    patched = patcher.result();
+  } catch (const std::exception&) {
+    return pipeline_to_text(updated);  // a location the patcher misread: the text is written whole
+  }
   // The edit must read back as exactly what is being saved; a text the patcher cannot account
   // for (an unusual layout of the original) is written whole instead.
   spec::PipelineSpec check;
