@@ -15,10 +15,12 @@ packages=(
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # resizing, other formats
+  python3-dev pybind11-dev libdlpack-dev  # the Python face (app/python): `import sluice`
+  python3-numpy python3-pytest python3-torch  # its test suite (NumPy views, DLPack into PyTorch)
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/
-  packages+=(python3-torch python3-torchvision python3-pil)  # PyTorch's DataLoader baseline of bench/
+  packages+=(python3-torchvision python3-pil)  # PyTorch's DataLoader baseline of bench/
 fi
 
 missing=()

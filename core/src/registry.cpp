@@ -181,6 +181,17 @@ bool Registry::load_library(const fs::path& file) {
   return true;
 }
 
+void Registry::add_host_operator(OperatorInfo info, const std::string& provider) {
+  if (info.name.empty() || !info.create) throw Error("a host operator needs a name and a factory");
+  if (auto existing = find(info.name))
+    throw Error(fmt::format("operator '{}' is already registered by plugin '{}'", info.name, existing->plugin_name));
+  auto op = std::make_shared<RegisteredOperator>();
+  op->info = std::move(info);
+  op->plugin_name = provider;
+  op->library_path = "(built into " + provider + ")";
+  operators_.push_back(std::move(op));
+}
+
 std::shared_ptr<const RegisteredOperator> Registry::find(std::string_view name) const {
   for (const auto& op : operators_)
     if (op->info.name == name) return op;

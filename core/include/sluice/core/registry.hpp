@@ -54,6 +54,10 @@ class Registry {
   // Returns false (and records why) if the library is refused.
   bool load_library(const std::filesystem::path& file);
 
+  // Registers an operator the host program provides itself (the Python face's python_map, its
+  // iterator sink), listed under plugin `provider`. Throws Error when the name is taken.
+  void add_host_operator(OperatorInfo info, const std::string& provider);
+
   std::shared_ptr<const RegisteredOperator> find(std::string_view name) const;
   // Up to `count` registered names closest to `name`, for "did you mean" messages.
   std::vector<std::string> closest(std::string_view name, std::size_t count = 3) const;

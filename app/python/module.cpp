@@ -1,0 +1,968 @@
+// sluice._sluice: the Python face's native part. It runs pipelines on the same engine as the CLI
+// and hands their output to Python without copying: a batch's fields become NumPy arrays (or
+// DLPack tensors) over the batch's own memory, which goes back to its pool when Python drops
+// them. Python functions run as stages on the engine's workers (python_map, python_filter,
+// python_generator, python_tensor_slices), taking the GIL for each call.
+//
+// The GIL is released whenever this code waits for the engine (next element, stop, join), so
+// engine threads running Python functions can always finish the call they are in.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlpack/dlpack.h>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "sluice/core/engine.hpp"
+#include "sluice/core/metrics_log.hpp"
+#include "sluice/core/metrics_server.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/report.hpp"
+#include "sluice/core/spec.hpp"
+#include "sluice/operator.hpp"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace sluice::python {
+namespace {
+
+// ---- Python objects the stages call, by handle ------------------------------------------------
+
+// The spec names a Python object by a handle ("python:N"), so that a pipeline stays a plain
+// PipelineSpec; the object is held here until the Python side forgets it.
+std::mutex g_objects_mutex;
+std::map<std::string, py::object>& objects() {
+  static auto* table = new std::map<std::string, py::object>;  // never destroyed: outlives the interpreter's teardown
+  return *table;
+}
+std::atomic<std::uint64_t> g_next_handle{1};
+
+std::string hold_object(py::object object) {
+  std::string handle = "python:" + std::to_string(g_next_handle++);
+  std::lock_guard lock(g_objects_mutex);
+  objects()[handle] = std::move(object);
+  return handle;
+}
+void forget_object(const std::string& handle) {
+  py::object dropped;  // decref'd after the lock, with the GIL held by the caller
+  std::lock_guard lock(g_objects_mutex);
+  auto it = objects().find(handle);
+  if (it == objects().end()) return;
+  dropped = std::move(it->second);
+  objects().erase(it);
+}
+py::object object_of(const std::string& handle) {
+  std::lock_guard lock(g_objects_mutex);
+  auto it = objects().find(handle);
+  if (it == objects().end())
+    throw Error("'" + handle + "' names no Python object of this process (a pipeline with Python functions runs only from the Python that built it)");
+  return it->second;
+}
+
+bool interpreter_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
+// ---- tensors between C++ and Python -----------------------------------------------------------
+
+py::dtype numpy_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::U8: return py::dtype::of<std::uint8_t>();
+    case DType::I16: return py::dtype::of<std::int16_t>();
+    case DType::I32: return py::dtype::of<std::int32_t>();
+    case DType::I64: return py::dtype::of<std::int64_t>();
+    case DType::F16: return py::dtype("float16");
+    case DType::BF16: return py::dtype::of<std::uint16_t>();  // NumPy has no bfloat16: the bits, as uint16
+    case DType::F32: return py::dtype::of<float>();
+    case DType::F64: return py::dtype::of<double>();
+    case DType::Bytes: break;
+  }
+  throw Error("a bytes tensor has no NumPy dtype");
+}
+
+std::vector<py::ssize_t> strides_of(const Shape& shape, std::size_t item) {
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t step = static_cast<py::ssize_t>(item);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = step;
+    step *= static_cast<py::ssize_t>(shape[d]);
+  }
+  return strides;
+}
+
+// A NumPy array over the tensor's memory; the array keeps the buffer alive.
+py::object to_python(const Tensor& tensor) {
+  if (tensor.dtype() == DType::Bytes) {
+    auto as_bytes = [&](std::int64_t i) {
+      auto s = tensor.string_at(i);
+      return py::bytes(s.data(), s.size());
+    };
+    if (tensor.rank() == 0) return as_bytes(0);
+    py::list out;
+    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) out.append(as_bytes(i));
+    return out;
+  }
+  auto* owner = new std::shared_ptr<Buffer>(tensor.buffer());
+  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  return py::array(numpy_dtype(tensor.dtype()), shape, strides_of(tensor.shape(), dtype_size(tensor.dtype())),
+                   const_cast<std::byte*>(tensor.raw_data()), base);
+}
+
+py::dict to_python(const Sample& sample) {
+  py::dict out;
+  for (const auto& field : sample.fields()) out[py::str(field.name)] = to_python(field.tensor);
+  return out;
+}
+
+DType dtype_of_numpy(const py::dtype& dtype, const std::string& field) {
+  const char kind = dtype.kind();
+  const auto size = dtype.itemsize();
+  if (kind == 'b' || (kind == 'u' && size == 1)) return DType::U8;
+  if (kind == 'i' && size == 2) return DType::I16;
+  if (kind == 'i' && size == 4) return DType::I32;
+  if (kind == 'i' && size == 8) return DType::I64;
+  if (kind == 'f' && size == 2) return DType::F16;
+  if (kind == 'f' && size == 4) return DType::F32;
+  if (kind == 'f' && size == 8) return DType::F64;
+  throw DataError("field '" + field + "': NumPy dtype " + py::str(static_cast<const py::handle&>(dtype)).cast<std::string>() +
+                  " has no Sluice type (use uint8, bool, int16/32/64, float16/32/64, bytes or str)");
+}
+
+// A Python value as a tensor (copied: the stage's output must not depend on Python objects).
+Tensor from_python(const py::handle& value, const std::string& field) {
+  if (py::isinstance<py::bytes>(value) || py::isinstance<py::str>(value)) {
+    std::string s = py::isinstance<py::str>(value) ? value.cast<std::string>() : std::string(value.cast<py::bytes>());
+    return Tensor::from_string(s);
+  }
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    auto seq = py::reinterpret_borrow<py::sequence>(value);
+    bool all_text = seq.size() > 0;
+    for (auto item : seq) all_text = all_text && (py::isinstance<py::bytes>(item) || py::isinstance<py::str>(item));
+    if (all_text) {
+      std::vector<std::string> held;
+      for (auto item : seq) held.push_back(py::isinstance<py::str>(item) ? item.cast<std::string>() : std::string(item.cast<py::bytes>()));
+      std::vector<std::string_view> views(held.begin(), held.end());
+      return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
+    }
+  }
+  py::array array = py::array::ensure(value, py::array::c_style | py::array::forcecast);
+  if (!array) throw DataError("field '" + field + "': " + std::string(py::str(py::type::of(value))) + " is not an array, a number, bytes or str");
+  const DType dtype = dtype_of_numpy(array.dtype(), field);
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  Tensor tensor = Tensor::empty(dtype, shape);
+  if (tensor.nbytes()) std::memcpy(tensor.raw_data(), array.data(), tensor.nbytes());
+  return tensor;
+}
+
+// A function's result as an element: a dict of fields, or one value (field "value").
+Sample sample_from_python(const py::handle& result, const std::string& what) {
+  Sample out;
+  if (py::isinstance<py::dict>(result)) {
+    for (auto [key, value] : py::reinterpret_borrow<py::dict>(result)) {
+      const std::string name = py::str(key);
+      out.set(name, from_python(value, name));
+    }
+    if (out.empty()) throw DataError(what + " returned an empty dict");
+    return out;
+  }
+  if (result.is_none()) throw DataError(what + " returned None (return a dict of fields, or a value)");
+  out.set("value", from_python(result, "value"));
+  return out;
+}
+
+// The Python exception being handled, with its traceback, as the element's error.
+[[noreturn]] void rethrow_python_error(py::error_already_set& e, const std::string& what) {
+  std::string text;
+  try {
+    py::object format = py::module_::import("traceback").attr("format_exception");
+    for (auto line : format(e.type(), e.value(), e.trace())) text += py::str(line).cast<std::string>();
+  } catch (...) {
+    text = e.what();
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  throw DataError(what + " raised:\n" + text);
+}
+
+// ---- the stages that call Python --------------------------------------------------------------
+
+ParamSpec handle_param(const std::string& name, const std::string& doc) {
+  ParamSpec p;
+  p.name = name;
+  p.type = ParamType::String;
+  p.doc = doc;
+  return p;
+}
+
+class PythonMap final : public Map {
+ public:
+  explicit PythonMap(const Params& p) : handle_(p.get_string("function")) {}
+  void start(const StageInfo& info) override { stage_ = info.id; }
+  Sample map(Sample in, const ElementContext&) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object fn = object_of(handle_);
+      Sample out = sample_from_python(fn(to_python(in)), "the function of stage '" + stage_ + "'");
+      out.share_origin(in);
+      return out;
+    } catch (py::error_already_set& e) {
+      rethrow_python_error(e, "the function of stage '" + stage_ + "'");
+    }
+  }
+
+ private:
+  std::string handle_, stage_;
+};
+
+class PythonFilter final : public Filter {
+ public:
+  explicit PythonFilter(const Params& p) : handle_(p.get_string("function")) {}
+  void start(const StageInfo& info) override { stage_ = info.id; }
+  bool keep(const Sample& in, const ElementContext&) override {
+    py::gil_scoped_acquire gil;
+    try {
+      return py::bool_(object_of(handle_)(to_python(in)));
+    } catch (py::error_already_set& e) {
+      rethrow_python_error(e, "the predicate of stage '" + stage_ + "'");
+    }
+  }
+
+ private:
+  std::string handle_, stage_;
+};
+
+// Each pass calls the function again for a fresh iterator (a generator function), or iterates
+// the iterable again.
+class PythonGenerator final : public Source {
+ public:
+  explicit PythonGenerator(const Params& p) : handle_(p.get_string("function")) {}
+  ~PythonGenerator() override {
+    if (!interpreter_alive()) {
+      (void)iterator_.release();  // the interpreter is gone: nothing to decref
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    iterator_ = py::object();
+  }
+  void start(const StageInfo& info) override { stage_ = info.id; }
+  void begin_pass(std::uint64_t) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object source = object_of(handle_);
+      iterator_ = py::iter(PyCallable_Check(source.ptr()) ? source() : source);
+    } catch (py::error_already_set& e) {
+      rethrow_python_error(e, "the generator of stage '" + stage_ + "'");
+    }
+  }
+  bool next(Sample& out, const ElementContext& ctx) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::handle item = PyIter_Next(iterator_.ptr());
+      if (!item) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        return false;
+      }
+      py::object owned = py::reinterpret_steal<py::object>(item);
+      out = sample_from_python(owned, "the generator of stage '" + stage_ + "'");
+      out.set_origin("element " + std::to_string(ctx.index) + " of the generator of stage '" + stage_ + "'");
+      return true;
+    } catch (py::error_already_set& e) {
+      rethrow_python_error(e, "the generator of stage '" + stage_ + "'");
+    }
+  }
+
+ private:
+  std::string handle_, stage_;
+  py::object iterator_;
+};
+
+// from_tensor_slices: element i is row i of every array, over the arrays' own memory.
+class PythonTensorSlices final : public Source {
+ public:
+  explicit PythonTensorSlices(const Params& p) {
+    if (p.get_string("tensors").empty()) return;  // the registry's probe with defaults
+    py::gil_scoped_acquire gil;
+    py::dict arrays = object_of(p.get_string("tensors"));
+    for (auto [key, value] : arrays) {
+      const std::string name = py::str(key);
+      Column column{name, {}};
+      if (py::isinstance<py::list>(value) && py::len(value) > 0 && (py::isinstance<py::bytes>(value.cast<py::list>()[0]) || py::isinstance<py::str>(value.cast<py::list>()[0]))) {
+        column.tensor = from_python(value, name);  // strings: copied once into one bytes tensor
+      } else {
+        py::array array = py::array::ensure(value, py::array::c_style);
+        if (!array) throw ParamError("from_tensor_slices: field '" + name + "' is not an array");
+        const DType dtype = dtype_of_numpy(array.dtype(), name);
+        if (array.ndim() == 0) throw ParamError("from_tensor_slices: field '" + name + "' is a scalar; it needs a first dimension to slice");
+        // The array's memory, kept alive by a reference dropped (with the GIL) when the last
+        // element or batch made from it is gone.
+        auto* keep = new py::object(array);
+        auto buffer = std::make_shared<Buffer>(static_cast<std::byte*>(array.mutable_data()), static_cast<std::size_t>(array.nbytes()),
+                                               [keep](std::byte*, std::size_t) {
+                                                 if (!interpreter_alive()) return;  // leaked at exit, on purpose
+                                                 py::gil_scoped_acquire gil;
+                                                 delete keep;
+                                               });
+        column.tensor = Tensor::view(dtype, Shape(array.shape(), array.shape() + array.ndim()), buffer);
+      }
+      if (!columns_.empty() && column.tensor.shape()[0] != columns_.front().tensor.shape()[0])
+        throw ParamError("from_tensor_slices: field '" + name + "' has " + std::to_string(column.tensor.shape()[0]) + " rows, field '" +
+                         columns_.front().name + "' has " + std::to_string(columns_.front().tensor.shape()[0]));
+      columns_.push_back(std::move(column));
+    }
+    if (columns_.empty()) throw ParamError("from_tensor_slices: no fields");
+  }
+  void begin_pass(std::uint64_t) override { next_ = 0; }
+  bool next(Sample& out, const ElementContext&) override {
+    if (columns_.empty() || next_ >= columns_.front().tensor.shape()[0]) return false;
+    out.reserve(columns_.size());
+    for (const auto& column : columns_) out.set(column.name, column.tensor.row(next_));
+    ++next_;
+    return true;
+  }
+  std::int64_t expected_elements() const override { return columns_.empty() ? 0 : columns_.front().tensor.shape()[0]; }
+
+ private:
+  struct Column {
+    std::string name;
+    Tensor tensor;
+  };
+  std::vector<Column> columns_;
+  std::int64_t next_ = 0;
+};
+
+// ---- the sink that hands elements to the iterator --------------------------------------------
+
+// Between the engine's sink thread and Python's next(): a short queue, so that the pipeline runs
+// ahead of the training step by its own buffers, not by an unbounded list here.
+class ElementQueue {
+ public:
+  explicit ElementQueue(std::size_t capacity) : capacity_(capacity) {}
+  // False when the consumer went away.
+  bool push(Sample sample) {
+    std::unique_lock lock(mutex_);
+    room_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
+    if (cancelled_) return false;
+    items_.push_back(std::move(sample));
+    ready_.notify_one();
+    return true;
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    ready_.notify_all();
+  }
+  void cancel() {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    room_.notify_all();
+    ready_.notify_all();
+  }
+  enum class Pop { Item, Closed, TimedOut };
+  Pop pop(Sample& out, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty() || closed_ || cancelled_; })) return Pop::TimedOut;
+    if (items_.empty()) return Pop::Closed;
+    out = std::move(items_.front());
+    items_.pop_front();
+    room_.notify_one();
+    return Pop::Item;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_, room_;
+  std::deque<Sample> items_;
+  std::size_t capacity_;
+  bool closed_ = false, cancelled_ = false;
+};
+
+std::mutex g_queues_mutex;
+std::map<std::string, std::shared_ptr<ElementQueue>>& queues() {
+  static auto* table = new std::map<std::string, std::shared_ptr<ElementQueue>>;
+  return *table;
+}
+
+class PythonIterator final : public Sink {
+ public:
+  explicit PythonIterator(const Params& p) {
+    std::lock_guard lock(g_queues_mutex);
+    auto it = queues().find(p.get_string("queue"));
+    if (it != queues().end()) queue_ = it->second;
+  }
+  void consume(Sample in, const ElementContext&) override {
+    if (queue_) queue_->push(std::move(in));
+  }
+  void finish(bool) override {
+    if (queue_) queue_->close();
+  }
+  void cancel() override {
+    if (queue_) queue_->cancel();
+  }
+
+ private:
+  std::shared_ptr<ElementQueue> queue_;
+};
+
+// ---- plugins -----------------------------------------------------------------------------------
+
+std::mutex g_registry_mutex;
+Registry& registry() {
+  static auto* r = new Registry;  // operators' code lives in the plugin libraries: never unloaded
+  return *r;
+}
+std::set<std::string>& loaded_dirs() {
+  static auto* dirs = new std::set<std::string>;
+  return *dirs;
+}
+
+// The plugins built or installed with this module: ../../lib/sluice/plugins from the build tree's
+// python/sluice/, ../../../sluice/plugins from an installed lib/python3/dist-packages/sluice/.
+std::vector<fs::path> bundled_plugin_dirs() {
+  std::error_code ec;
+  fs::path self = boost::dll::this_line_location(ec);
+  if (ec) return {};
+  const fs::path folder = self.parent_path();
+  return {(folder / ".." / ".." / "lib" / "sluice" / "plugins").lexically_normal(),
+          (folder / ".." / ".." / ".." / "sluice" / "plugins").lexically_normal()};
+}
+
+void add_host_operators(Registry& r) {
+  auto info = [](std::string name, OperatorKind kind, std::string summary, std::vector<ParamSpec> params, bool stateless, auto make) {
+    OperatorInfo i;
+    i.name = std::move(name);
+    i.kind = kind;
+    i.summary = std::move(summary);
+    i.params = std::move(params);
+    i.traits.stateless = stateless;
+    i.create = make;
+    return i;
+  };
+  auto optional_handle = [](const std::string& name, const std::string& doc) {
+    ParamSpec p = handle_param(name, doc);
+    p.default_value = "";
+    return p;
+  };
+  r.add_host_operator(info("python_map", OperatorKind::Map,
+                           "Calls a Python function on each element (a dict of NumPy arrays); it returns the new element. Holds the GIL while it runs.",
+                           {optional_handle("function", "the function, as registered by sluice.data")}, true,
+                           [](const Params& p) { return std::make_unique<PythonMap>(p); }),
+                      "python");
+  r.add_host_operator(info("python_filter", OperatorKind::Filter,
+                           "Keeps the elements for which a Python predicate is true. Holds the GIL while it runs.",
+                           {optional_handle("function", "the predicate, as registered by sluice.data")}, true,
+                           [](const Params& p) { return std::make_unique<PythonFilter>(p); }),
+                      "python");
+  r.add_host_operator(info("python_generator", OperatorKind::Source,
+                           "Elements from a Python generator function (called again for each pass) or iterable. Holds the GIL while it runs.",
+                           {optional_handle("function", "the generator function or iterable, as registered by sluice.data")}, false,
+                           [](const Params& p) { return std::make_unique<PythonGenerator>(p); }),
+                      "python");
+  r.add_host_operator(info("python_tensor_slices", OperatorKind::Source,
+                           "Element i is row i of every array of a dict (tf.data's from_tensor_slices), over the arrays' own memory.",
+                           {optional_handle("tensors", "the dict of arrays, as registered by sluice.data")}, false,
+                           [](const Params& p) { return std::make_unique<PythonTensorSlices>(p); }),
+                      "python");
+  r.add_host_operator(info("python_iterator", OperatorKind::Sink, "Hands each element to Python's iterator (added by sluice.Pipeline).",
+                           {optional_handle("queue", "the iterator's queue")}, false,
+                           [](const Params& p) { return std::make_unique<PythonIterator>(p); }),
+                      "python");
+}
+
+// Loads the bundled plugins, SLUICE_PLUGIN_PATH and `extra` (once each), and the host operators.
+Registry& loaded_registry(const std::vector<std::string>& extra) {
+  std::lock_guard lock(g_registry_mutex);
+  Registry& r = registry();
+  static bool first = true;
+  std::vector<fs::path> dirs;
+  if (first) {
+    first = false;
+    add_host_operators(r);
+    for (const auto& d : bundled_plugin_dirs())
+      if (fs::is_directory(d)) {
+        dirs.push_back(d);
+        break;
+      }
+    for (const auto& d : Registry::search_path({}))
+      if (d != Registry::bundled_plugin_dir()) dirs.push_back(d);  // python's own folder has no plugins
+  }
+  for (const auto& d : extra) {
+    if (!fs::is_directory(d)) throw Error("plugin folder '" + d + "' does not exist");
+    dirs.emplace_back(d);
+  }
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    const std::string key = fs::weakly_canonical(d, ec).string();
+    if (!loaded_dirs().insert(key).second) continue;
+    r.load_directory(d);
+  }
+  return r;
+}
+
+// ---- errors ------------------------------------------------------------------------------------
+
+py::object g_spec_error, g_pipeline_error;
+
+[[noreturn]] void raise_spec_error(const SpecError& e) {
+  py::list problems;
+  for (const auto& p : e.problems()) {
+    py::dict d;
+    d["file"] = p.file;
+    d["line"] = p.line;
+    d["column"] = p.column;
+    d["stage"] = p.stage;
+    d["param"] = p.param;
+    d["message"] = p.message;
+    d["text"] = p.to_string();
+    problems.append(d);
+  }
+  py::object error = g_spec_error(py::str(e.what()));
+  error.attr("problems") = problems;
+  PyErr_SetObject(g_spec_error.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+PipelineDocument document_of(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
+                             std::optional<std::uint64_t> seed) {
+  try {
+    PipelineDocument doc = parse_pipeline(text, file);
+    std::vector<std::string> overrides;
+    for (const auto& [key, value] : sets) overrides.push_back(key + "=" + value);
+    apply_overrides(doc, overrides);
+    if (seed) doc.spec.mutable_options()->set_seed(*seed);
+    return doc;
+  } catch (const SpecError& e) {
+    raise_spec_error(e);
+  }
+}
+
+// ---- DLPack ------------------------------------------------------------------------------------
+
+// A tensor Python code can hand to any DLPack consumer (torch.from_dlpack, numpy.from_dlpack,
+// JAX, CuPy) without a copy.
+struct DlTensor {
+  std::shared_ptr<Buffer> buffer;  // null when `release` owns the memory (a feed slice)
+  std::shared_ptr<void> keep;      // a feed slice's slot, released when the last user is gone
+  void* data = nullptr;
+  DType dtype = DType::U8;
+  Shape shape;
+  int device_type = kDLCPU;
+  int device_id = 0;
+};
+
+struct DlContext {
+  DLManagedTensor managed{};
+  DlTensor tensor;
+  std::vector<std::int64_t> shape;
+};
+
+DLDataType dl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::U8: return {kDLUInt, 8, 1};
+    case DType::I16: return {kDLInt, 16, 1};
+    case DType::I32: return {kDLInt, 32, 1};
+    case DType::I64: return {kDLInt, 64, 1};
+    case DType::F16: return {kDLFloat, 16, 1};
+    case DType::BF16: return {kDLBfloat, 16, 1};
+    case DType::F32: return {kDLFloat, 32, 1};
+    case DType::F64: return {kDLFloat, 64, 1};
+    case DType::Bytes: break;
+  }
+  throw Error("a bytes tensor cannot be exported through DLPack");
+}
+
+py::capsule to_dlpack(const DlTensor& t) {
+  auto* ctx = new DlContext;
+  ctx->tensor = t;
+  ctx->shape.assign(t.shape.begin(), t.shape.end());
+  DLTensor& dl = ctx->managed.dl_tensor;
+  dl.data = t.data;
+  dl.device = {static_cast<DLDeviceType>(t.device_type), t.device_id};
+  dl.ndim = static_cast<int>(ctx->shape.size());
+  dl.dtype = dl_dtype(t.dtype);
+  dl.shape = ctx->shape.data();
+  dl.strides = nullptr;  // compact, row-major
+  dl.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = [](DLManagedTensor* self) { delete static_cast<DlContext*>(self->manager_ctx); };
+  // A capsule no consumer took still owns the tensor; one taken is renamed "used_dltensor".
+  return py::capsule(&ctx->managed, "dltensor", [](PyObject* capsule) {
+    if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (managed && managed->deleter) managed->deleter(managed);
+  });
+}
+
+DlTensor dl_tensor_of(const Tensor& tensor) {
+  if (tensor.dtype() == DType::Bytes) throw Error("bytes fields have no DLPack form");
+  return DlTensor{tensor.buffer(), {}, const_cast<std::byte*>(tensor.raw_data()), tensor.dtype(), tensor.shape(), kDLCPU, 0};
+}
+
+// ---- a run ------------------------------------------------------------------------------------
+
+// The pipeline's output goes to Python: to a python_iterator stage taking the place of its sink
+// (or after its last stage when it has none), which is returned. A gpu_feed sink stays (its
+// slices are read through Engine::feed): `feed_stage` gets its id and nothing is returned.
+spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::string& feed_stage) {
+  std::set<std::string> consumed;
+  for (const auto& st : doc.spec.stage())
+    for (const auto& in : st.input()) consumed.insert(in);
+  std::vector<int> ends;
+  for (int i = 0; i < doc.spec.stage_size(); ++i)
+    if (!consumed.count(doc.spec.stage(i).id())) ends.push_back(i);
+  if (ends.size() != 1) return nullptr;  // validation names what is wrong
+  auto& last = *doc.spec.mutable_stage(ends.front());
+  auto op = r.find(last.op());
+  if (op && op->info.kind == OperatorKind::Sink) {
+    if (op->info.name == "gpu_feed") {
+      feed_stage = last.id();
+      return nullptr;
+    }
+    last.set_op("python_iterator");
+    last.clear_params();
+    last.clear_parallelism();
+    return &last;
+  }
+  std::string id = "python";
+  for (int n = 2; std::any_of(doc.spec.stage().begin(), doc.spec.stage().end(), [&](const auto& s) { return s.id() == id; }); ++n)
+    id = "python_" + std::to_string(n);
+  auto* sink = doc.spec.add_stage();
+  sink->set_id(id);
+  sink->set_op("python_iterator");
+  sink->add_input(last.id());
+  return sink;
+}
+
+// One run of a pipeline: its engine, its metrics server, and the queue its iterator reads.
+class Runner {
+ public:
+  Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
+         std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate) {
+    Registry* r = nullptr;
+    try {
+      r = &loaded_registry(plugin_dirs);
+    } catch (const Error& e) {
+      throw py::value_error(e.what());
+    }
+    PipelineDocument doc = document_of(text, file, sets, seed);
+    if (iterate)
+      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_)) queue_stage(*sink);
+    spec_ = doc.spec;
+    std::optional<Graph> graph;
+    try {
+      graph = build_graph(doc, *r);
+    } catch (const SpecError& e) {
+      raise_spec_error(e);
+    }
+    py::gil_scoped_release release;
+    try {
+      if (!metrics_addr.empty()) {
+        server_ = std::make_unique<MetricsServer>(parse_metrics_address(metrics_addr));
+        server_->set_pipeline("# " + file + ", run from Python\n" + pipeline_to_text(spec_));
+      }
+      engine_ = std::make_unique<Engine>(std::move(*graph));
+      engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) {
+        if (server_) server_->publish(snapshot);
+        std::lock_guard lock(latest_mutex_);
+        latest_ = snapshot;
+      });
+      if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
+      engine_->start();
+    } catch (const std::exception& e) {
+      engine_.reset();
+      forget_queue();
+      throw std::runtime_error(e.what());
+    }
+  }
+  ~Runner() { close(); }
+
+  std::string metrics_url() const { return server_ ? server_->url() : std::string(); }
+
+  // The next element as a dict of NumPy arrays (arrays=false: of DlTensor), or None at the end.
+  py::object next(bool arrays) {
+    if (!engine_) throw py::stop_iteration();
+    if (feed_) return next_feed_step();
+    Sample sample;
+    for (;;) {
+      ElementQueue::Pop got;
+      {
+        py::gil_scoped_release release;
+        got = queue_->pop(sample, std::chrono::milliseconds(50));
+      }
+      if (got == ElementQueue::Pop::Item) break;
+      if (got == ElementQueue::Pop::TimedOut) {
+        // The sink is finished only in Engine::wait(): once every worker is done, whatever the
+        // sink took is in the queue.
+        bool done;
+        {
+          py::gil_scoped_release release;
+          done = engine_->wait_for(std::chrono::milliseconds(0)) &&
+                 queue_->pop(sample, std::chrono::milliseconds(0)) != ElementQueue::Pop::Item;
+        }
+        if (!done && !sample.empty()) break;
+        if (done) got = ElementQueue::Pop::Closed;
+      }
+      if (got == ElementQueue::Pop::Closed) {
+        finish_and_raise();
+        throw py::stop_iteration();
+      }
+      // Ctrl-C and other signals reach the training loop while it waits here.
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set interrupted;
+        close();
+        throw interrupted;
+      }
+    }
+    if (arrays) return to_python(sample);
+    py::dict out;
+    for (const auto& field : sample.fields()) {
+      if (field.tensor.dtype() == DType::Bytes) out[py::str(field.name)] = to_python(field.tensor);
+      else out[py::str(field.name)] = py::cast(dl_tensor_of(field.tensor));
+    }
+    return out;
+  }
+
+  // Stops the engine and joins every thread; the run's end state. Safe to call repeatedly.
+  std::string close() {
+    if (!engine_) return state_;
+    {
+      py::gil_scoped_release release;
+      engine_->stop();
+      if (queue_) queue_->cancel();
+      result_ = engine_->wait();
+      final_ = engine_->snapshot();
+      std::lock_guard lock(latest_mutex_);
+      latest_ = final_;
+    }
+    state_ = run_state_name(result_.state);
+    feed_ = nullptr;
+    {
+      py::gil_scoped_release release;
+      engine_.reset();
+      server_.reset();
+    }
+    forget_queue();
+    return state_;
+  }
+
+  // Runs to the end without iterating (a pipeline with its own sinks); raises PipelineError.
+  std::string run_to_end() {
+    if (!engine_) return state_;
+    for (;;) {
+      bool done;
+      {
+        py::gil_scoped_release release;
+        done = engine_->wait_for(std::chrono::milliseconds(100));
+      }
+      if (done) break;
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set interrupted;
+        close();
+        throw interrupted;
+      }
+    }
+    finish_and_raise();
+    return state_;
+  }
+
+  std::string snapshot_json() {
+    if (engine_) return snapshot_to_json(engine_->snapshot());
+    return snapshot_to_json(final_);
+  }
+  std::string report() {
+    if (engine_) return format_report(engine_->snapshot());
+    return format_report(final_);
+  }
+  std::string spec_text() const { return pipeline_to_text(spec_); }
+
+ private:
+  void queue_stage(spec::Stage& stage) {
+    queue_ = std::make_shared<ElementQueue>(2);
+    queue_handle_ = "queue:" + std::to_string(g_next_handle++);
+    {
+      std::lock_guard lock(g_queues_mutex);
+      queues()[queue_handle_] = queue_;
+    }
+    (*stage.mutable_params())["queue"] = queue_handle_;
+  }
+  void forget_queue() {
+    if (queue_handle_.empty()) return;
+    std::lock_guard lock(g_queues_mutex);
+    queues().erase(queue_handle_);
+    queue_handle_.clear();
+  }
+
+  void finish_and_raise() {
+    close();
+    if (result_.state == RunState::Failed) {
+      py::object error = g_pipeline_error(py::str(result_.error));
+      error.attr("stage") = result_.failed_stage;
+      PyErr_SetObject(g_pipeline_error.ptr(), error.ptr());
+      throw py::error_already_set();
+    }
+  }
+
+  // One step of a feed sink: a list with one dict of DlTensor per device, in device order. Each
+  // slice's slot goes back to the feed when the last tensor made from it is dropped.
+  py::object next_feed_step() {
+    const int devices = feed_->devices();
+    py::list step;
+    for (int d = 0; d < devices; ++d) {
+      FeedSlice slice;
+      for (;;) {
+        FeedStatus status;
+        {
+          py::gil_scoped_release release;
+          status = feed_->next(d, slice, std::chrono::milliseconds(100));
+        }
+        if (status == FeedStatus::Ready) break;
+        if (status == FeedStatus::End || status == FeedStatus::Stopped) {
+          finish_and_raise();
+          throw py::stop_iteration();
+        }
+        if (PyErr_CheckSignals() != 0) {
+          py::error_already_set interrupted;
+          close();
+          throw interrupted;
+        }
+      }
+      {
+        py::gil_scoped_release release;
+        feed_->wait_ready(slice);
+      }
+      Feed* feed = feed_;
+      auto slot = std::shared_ptr<void>(nullptr, [feed, slice](void*) { feed->release(slice); });
+      py::dict fields;
+      for (const auto& f : slice.fields)
+        fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed_->emulated() ? kDLCPU : kDLCUDA,
+                                                    feed_->emulated() ? 0 : slice.ordinal});
+      fields["valid_rows"] = slice.valid_rows;
+      step.append(fields);
+    }
+    return step;
+  }
+
+  std::unique_ptr<MetricsServer> server_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<ElementQueue> queue_;
+  std::string queue_handle_, feed_stage_;
+  Feed* feed_ = nullptr;
+  spec::PipelineSpec spec_;
+  RunResult result_;
+  std::string state_ = "created";
+  std::mutex latest_mutex_;
+  metrics::MetricsSnapshot latest_, final_;
+};
+
+}  // namespace
+}  // namespace sluice::python
+
+PYBIND11_MODULE(_sluice, m) {
+  using namespace sluice;
+  using namespace sluice::python;
+  m.doc() = "The native part of the sluice package: runs pipelines on Sluice's engine.";
+
+  g_spec_error = py::reinterpret_borrow<py::object>(PyErr_NewExceptionWithDoc(
+      "sluice.SpecError", "A pipeline that cannot run: .problems lists each (file, line, stage, parameter, message).", PyExc_ValueError, nullptr));
+  g_pipeline_error = py::reinterpret_borrow<py::object>(PyErr_NewExceptionWithDoc(
+      "sluice.PipelineError", "A run that failed: the message names the stage, the element and where it came from; .stage is the stage's id.",
+      PyExc_RuntimeError, nullptr));
+  m.attr("SpecError") = g_spec_error;
+  m.attr("PipelineError") = g_pipeline_error;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SpecError& e) {
+      PyErr_SetString(g_spec_error.ptr(), e.what());
+    }
+  });
+
+  m.def("operators", [](const std::vector<std::string>& plugin_dirs) {
+    py::list out;
+    for (const auto& op : loaded_registry(plugin_dirs).operators()) {
+      py::dict d;
+      d["name"] = op->info.name;
+      d["kind"] = operator_kind_name(op->info.kind);
+      d["summary"] = op->info.summary;
+      d["plugin"] = op->plugin_name;
+      d["stateless"] = op->info.traits.stateless;
+      py::list params;
+      for (const auto& p : op->info.params) {
+        py::dict pd;
+        pd["name"] = p.name;
+        pd["type"] = param_type_name(p.type);
+        pd["doc"] = p.doc;
+        pd["default"] = p.default_value ? py::cast(*p.default_value) : py::none();
+        pd["choices"] = p.choices;
+        params.append(pd);
+      }
+      d["params"] = params;
+      out.append(d);
+    }
+    return out;
+  }, py::arg("plugin_dirs") = std::vector<std::string>{});
+
+  m.def("closest", [](const std::string& name) { return loaded_registry({}).closest(name); });
+
+  m.def("validate", [](const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
+                       std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, bool iterate) {
+    Registry& r = loaded_registry(plugin_dirs);
+    PipelineDocument doc = document_of(text, file, sets, seed);
+    const spec::PipelineSpec as_written = doc.spec;
+    std::string feed_stage;
+    if (iterate) attach_iterator(doc, r, feed_stage);
+    auto problems = validate_pipeline(doc, r);
+    if (!problems.empty()) raise_spec_error(SpecError(problems));
+    return pipeline_to_text(as_written);
+  }, py::arg("text"), py::arg("file"), py::arg("sets") = std::map<std::string, std::string>{}, py::arg("seed") = std::nullopt,
+     py::arg("plugin_dirs") = std::vector<std::string>{}, py::arg("iterate") = true);
+
+  m.def("spec_from_json", [](const std::string& json) {
+    try {
+      return pipeline_to_text(parse_pipeline(json, "built in Python").spec);
+    } catch (const SpecError& e) {
+      raise_spec_error(e);
+    }
+  });
+
+  m.def("hold", [](py::object object) { return hold_object(std::move(object)); },
+        "Keeps a Python object (a stage's function, a dict of arrays) under a handle a spec can name.");
+  m.def("forget", [](const std::string& handle) { forget_object(handle); });
+
+  py::class_<DlTensor>(m, "Tensor", "A field of a batch, exported through DLPack without a copy (torch.from_dlpack, numpy.from_dlpack, JAX, CuPy).")
+      .def("__dlpack__", [](const DlTensor& t, py::object /*stream*/) { return to_dlpack(t); }, py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const DlTensor& t) { return py::make_tuple(t.device_type, t.device_id); })
+      .def_property_readonly("shape", [](const DlTensor& t) { return py::tuple(py::cast(std::vector<std::int64_t>(t.shape.begin(), t.shape.end()))); })
+      .def_property_readonly("dtype", [](const DlTensor& t) { return std::string(dtype_name(t.dtype)); })
+      .def_property_readonly("device", [](const DlTensor& t) {
+        return t.device_type == kDLCPU ? std::string("cpu") : "cuda:" + std::to_string(t.device_id);
+      })
+      .def_property_readonly("data_ptr", [](const DlTensor& t) { return reinterpret_cast<std::uintptr_t>(t.data); })
+      .def("numpy", [](const DlTensor& t) -> py::object {
+        if (t.device_type != kDLCPU) throw py::value_error("a device tensor has no NumPy view; use torch.from_dlpack or cupy.from_dlpack");
+        auto* owner = new DlTensor(t);
+        py::capsule base(owner, [](void* p) { delete static_cast<DlTensor*>(p); });
+        std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+        return py::array(numpy_dtype(t.dtype), shape, strides_of(t.shape, dtype_size(t.dtype)), t.data, base);
+      }, "A NumPy array over the same memory.");
+
+  py::class_<Runner>(m, "Runner")
+      .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
+                    const std::vector<std::string>&, const std::string&, bool>(),
+           py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
+           py::arg("iterate"))
+      .def("next", &Runner::next, py::arg("arrays") = true)
+      .def("close", &Runner::close)
+      .def("run_to_end", &Runner::run_to_end)
+      .def("snapshot_json", &Runner::snapshot_json)
+      .def("report", &Runner::report)
+      .def("spec_text", &Runner::spec_text)
+      .def_property_readonly("metrics_url", &Runner::metrics_url);
+}

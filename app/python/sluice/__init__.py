@@ -1,0 +1,172 @@
+"""Sluice from Python: run pipeline files, build pipelines the tf.data way (sluice.data), and feed
+a training loop with NumPy arrays or DLPack tensors (PyTorch, JAX, CuPy) over the batches' own
+memory.
+
+    import sluice
+    for batch in sluice.Pipeline("train.txtpb", set={"files.patterns": "data/*.tfrecord"}):
+        images, labels = batch["image"], batch["label"]   # numpy.ndarray views, no copy
+
+The engine is the CLI's: the same validation and messages (sluice.SpecError), the same output,
+the same metrics (snapshot(), report(), metrics_addr= for the studio to attach to).
+"""
+import atexit
+import json
+import os
+import weakref
+
+from . import _sluice
+from ._sluice import PipelineError, SpecError, Tensor
+
+__all__ = ["Pipeline", "SpecError", "PipelineError", "Tensor", "data"]
+
+# Every run not yet closed: closed before the interpreter tears itself down, so that no engine
+# thread is left running Python code (or waiting for the GIL) while the interpreter goes away.
+_live_runners = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_runners():
+    for runner in list(_live_runners):
+        runner.close()
+
+
+def _string_map(values):
+    return {str(k): _param_text(v) for k, v in (values or {}).items()}
+
+
+def _param_text(value):
+    """A Python value as the text a pipeline file's parameter holds."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_param_text(v) for v in value)
+    return str(value)
+
+
+class Pipeline:
+    """A pipeline to run: from a file (`Pipeline(path)`), from a file's text
+    (`Pipeline.from_spec(text)`) or from `sluice.data`.
+
+    Iterating runs it once and yields each element reaching its end (the input of its sink, which
+    is not run) as a dict of field -> numpy.ndarray, a view of the batch's memory; bytes fields
+    are lists of bytes. `torch()` yields torch.Tensors (through DLPack), `tensors()` yields
+    sluice.Tensor objects for any DLPack consumer. A pipeline ending in `gpu_feed` yields, per
+    step, a list with one dict of device tensors per device. `run()` runs it as it is, sinks
+    included, like `sluice run`.
+    """
+
+    def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, _text=None, _file=None,
+                 _keep=None):
+        if path is not None:
+            _file = os.path.abspath(os.fspath(path))
+            try:
+                with open(_file, "rb") as f:
+                    _text = f.read().decode("utf-8")
+            except OSError as e:
+                raise SpecError(f"{path}: cannot open the pipeline file ({e.strerror}); does it exist and is it readable?") from None
+        if _text is None:
+            raise TypeError("Pipeline() needs a pipeline file (or use Pipeline.from_spec(text) or sluice.data)")
+        self._text = _text
+        self._file = _file or os.path.join(os.getcwd(), "pipeline.txtpb")
+        self._sets = _string_map(set)
+        self._seed = seed
+        self._plugin_dirs = [os.fspath(d) for d in (plugin_dirs or [])]
+        self._metrics_addr = metrics_addr or ""
+        self._keep = _keep  # Python functions and arrays the stages use
+        self._runner = None
+        self._last = None
+        # The same validation as `sluice validate`: every problem, before anything runs.
+        self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs)
+
+    @classmethod
+    def from_spec(cls, text, *, base_dir=None, **options):
+        """A pipeline from the text of a pipeline file; its relative paths are taken from
+        `base_dir` (default: the current directory)."""
+        folder = os.path.abspath(base_dir or os.getcwd())
+        return cls(_text=text, _file=os.path.join(folder, "pipeline.txtpb"), **options)
+
+    def spec(self):
+        """The pipeline file's text, with `set=` and `seed=` applied."""
+        return self._checked
+
+    def _start(self, iterate):
+        runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate)
+        _live_runners.add(runner)
+        self._runner = runner
+        return runner
+
+    def _iterate(self, arrays):
+        runner = self._start(True)
+        try:
+            while True:
+                try:
+                    item = runner.next(arrays)
+                except StopIteration:
+                    return
+                yield item
+        finally:
+            runner.close()
+
+    def __iter__(self):
+        return self._iterate(True)
+
+    def tensors(self):
+        """Iterates like the pipeline itself, with each field a sluice.Tensor (DLPack)."""
+        return self._iterate(False)
+
+    def torch(self):
+        """Iterates with each field a torch.Tensor over the batch's memory (through DLPack)."""
+        from torch.utils.dlpack import from_dlpack
+
+        def convert(value):
+            if isinstance(value, Tensor):
+                return from_dlpack(value)
+            if isinstance(value, dict):
+                return {k: convert(v) for k, v in value.items()}
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                return [convert(v) for v in value]
+            return value
+
+        for item in self._iterate(False):
+            yield convert(item)
+
+    def run(self):
+        """Runs the pipeline as it is (its own sinks write their files), to the end; returns its
+        end state ("finished"). Raises PipelineError when a stage fails."""
+        runner = self._start(False)
+        try:
+            return runner.run_to_end()
+        finally:
+            runner.close()
+
+    @property
+    def metrics_url(self):
+        """Where the current run serves /metrics, /stream and /pipeline (metrics_addr=)."""
+        return self._runner.metrics_url if self._runner is not None else ""
+
+    def snapshot(self):
+        """The current (or last) run's metrics: a dict like one line of a --metrics-log."""
+        if self._runner is None:
+            raise RuntimeError("the pipeline has not run yet")
+        return json.loads(self._runner.snapshot_json())
+
+    def report(self):
+        """The end-of-run report of the current (or last) run, as `sluice run` prints it."""
+        if self._runner is None:
+            raise RuntimeError("the pipeline has not run yet")
+        return self._runner.report()
+
+    def close(self):
+        """Stops the current run, if any, and joins its threads."""
+        if self._runner is not None:
+            self._runner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+from . import data  # noqa: E402  (uses Pipeline)
