@@ -667,7 +667,7 @@ class Runner {
         server_ = std::make_unique<MetricsServer>(parse_metrics_address(metrics_addr));
         server_->set_pipeline("# " + file + ", run from Python\n" + pipeline_to_text(spec_));
       }
-      engine_ = std::make_unique<Engine>(std::move(*graph));
+      engine_ = std::make_shared<Engine>(std::move(*graph));
       engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) {
         if (server_) server_->publish(snapshot);
         std::lock_guard lock(latest_mutex_);
@@ -838,7 +838,13 @@ class Runner {
         feed_->wait_ready(slice);
       }
       Feed* feed = feed_;
-      auto slot = std::shared_ptr<void>(nullptr, [feed, slice](void*) { feed->release(slice); });
+      std::shared_ptr<Engine> owner = engine_;
+      // Dropped by whoever frees the last tensor (torch may, without the GIL): the engine behind
+      // it was stopped and joined by close() before the Runner let go of it.
+      auto slot = std::shared_ptr<void>(nullptr, [feed, slice, owner](void*) mutable {
+        feed->release(slice);
+        owner.reset();
+      });
       py::dict fields;
       for (const auto& f : slice.fields)
         fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed_->emulated() ? kDLCPU : kDLCUDA,
@@ -850,7 +856,9 @@ class Runner {
   }
 
   std::unique_ptr<MetricsServer> server_;
-  std::unique_ptr<Engine> engine_;
+  // Shared with the slots of feed slices Python still holds: their memory is the feed's, freed
+  // with the engine, so the engine (stopped and joined by close()) lives until the last is dropped.
+  std::shared_ptr<Engine> engine_;
   std::shared_ptr<ElementQueue> queue_;
   std::string queue_handle_, feed_stage_;
   Feed* feed_ = nullptr;
@@ -868,6 +876,12 @@ PYBIND11_MODULE(_sluice, m) {
   using namespace sluice;
   using namespace sluice::python;
   m.doc() = "The native part of the sluice package: runs pipelines on Sluice's engine.";
+  // NumPy's C API (pybind11 initialises it in a function-local static) and traceback are loaded
+  // here, on the importing thread: loaded first by two engine workers at once, the static's guard
+  // and the import lock wait on each other.
+  py::module_::import("numpy");
+  (void)py::array(py::dtype::of<std::uint8_t>(), std::vector<py::ssize_t>{0});
+  py::module_::import("traceback");
 
   g_spec_error = py::reinterpret_borrow<py::object>(PyErr_NewExceptionWithDoc(
       "sluice.SpecError", "A pipeline that cannot run: .problems lists each (file, line, stage, parameter, message).", PyExc_ValueError, nullptr));

@@ -17,7 +17,7 @@ import weakref
 from . import _sluice
 from ._sluice import PipelineError, SpecError, Tensor
 
-__all__ = ["Pipeline", "SpecError", "PipelineError", "Tensor", "data"]
+__all__ = ["Pipeline", "SpecError", "PipelineError", "Tensor", "data", "validate"]
 
 # Every run not yet closed: closed before the interpreter tears itself down, so that no engine
 # thread is left running Python code (or waiting for the GIL) while the interpreter goes away.
@@ -43,6 +43,18 @@ def _param_text(value):
     return str(value)
 
 
+def validate(path, *, set=None, seed=None, plugin_dirs=None):
+    """Checks a pipeline file as `sluice validate` does; returns its text with `set=` and `seed=`
+    applied, or raises SpecError listing every problem (the CLI's messages, word for word)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as e:
+        raise SpecError(f"{path}: cannot open the pipeline file (does it exist and is it readable?)") from None
+    return _sluice.validate(text, path, _string_map(set), seed, [os.fspath(d) for d in (plugin_dirs or [])], False)
+
+
 class Pipeline:
     """A pipeline to run: from a file (`Pipeline(path)`), from a file's text
     (`Pipeline.from_spec(text)`) or from `sluice.data`.
@@ -63,7 +75,7 @@ class Pipeline:
                 with open(_file, "rb") as f:
                     _text = f.read().decode("utf-8")
             except OSError as e:
-                raise SpecError(f"{path}: cannot open the pipeline file ({e.strerror}); does it exist and is it readable?") from None
+                raise SpecError(f"{path}: cannot open the pipeline file (does it exist and is it readable?)") from None
         if _text is None:
             raise TypeError("Pipeline() needs a pipeline file (or use Pipeline.from_spec(text) or sluice.data)")
         self._text = _text

@@ -10,8 +10,11 @@ parameters as keyword arguments:
           .options(seed=42))
     for batch in ds: ...
 
-Any stage also takes parallelism=, buffer_size=, error_policy= ("fail" or "skip") and, for
-expand stages, interleave=dict(cycle_length=, block_length=, deterministic=). Python functions
+Any stage also takes parallelism=, buffer_size= (its output buffer; output_buffer= where the
+operator has a buffer_size of its own, as shuffle and prefetch do), error_policy= ("fail" or
+"skip"), name= (the stage's id, which also keys its random draws: the same ids and seed give the
+same data as a pipeline file) and, for expand stages, interleave=dict(cycle_length=,
+block_length=, deterministic=). Python functions
 join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arrays).
 `ds.spec()` is the pipeline file's text: it opens in the studio and runs under `sluice run`
 (stages calling Python functions run only from Python).
@@ -21,7 +24,17 @@ import json
 
 from . import _sluice
 
-_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave")
+_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name")
+
+
+def _split_arguments(schema, kwargs):
+    """(operator parameters, engine settings). An operator's own parameter wins over the engine's
+    name (shuffle's and prefetch's buffer_size); output_buffer= always sets the stage's buffer."""
+    own = {p["name"] for p in schema["params"]}
+    engine = {k: kwargs.pop(k) for k in _ENGINE_ARGUMENTS if k in kwargs and k not in own}
+    if "output_buffer" in engine:
+        engine["buffer_size"] = engine.pop("output_buffer")
+    return kwargs, engine
 _operators = None
 
 
@@ -87,9 +100,14 @@ class Dataset:
                     hint = f" (did you mean '{near[0]}'?)" if near else ""
                     raise TypeError(f"{op}(): unknown parameter '{name}'{hint}; its parameters: {', '.join(sorted(known)) or 'none'}")
         taken = {s["id"] for s in self._stages}
-        stage_id, n = op, 2
-        while stage_id in taken:
-            stage_id, n = f"{op}_{n}", n + 1
+        stage_id = engine.pop("name", None)
+        if stage_id is not None:
+            if stage_id in taken:
+                raise ValueError(f"{op}(): a stage is already named {stage_id!r}")
+        else:
+            stage_id, n = op, 2
+            while stage_id in taken:
+                stage_id, n = f"{op}_{n}", n + 1
         stage = {"id": stage_id, "op": op, "params": {k: _param_text(v) for k, v in params.items()}}
         if self._stages:
             stage["input"] = [self._stages[-1]["id"]]
@@ -114,8 +132,7 @@ class Dataset:
             raise _unknown_operator(name, "operator")
 
         def add_stage(**kwargs):
-            engine = {k: kwargs.pop(k) for k in _ENGINE_ARGUMENTS if k in kwargs}
-            return self._with_stage(name, kwargs, engine)
+            return self._with_stage(name, *_split_arguments(schema, kwargs))
 
         add_stage.__name__ = name
         add_stage.__doc__ = _docstring(schema)
@@ -124,18 +141,20 @@ class Dataset:
     def __dir__(self):
         return sorted(set(super().__dir__()) | {n for n, s in _schemas().items() if s["kind"] != "source"})
 
-    def map(self, fn, *, parallelism=None, buffer_size=None, error_policy=None):
+    def map(self, fn, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
         """Calls fn(element) on each element (a dict of numpy arrays); fn returns the new element
         (a dict, or one value as field "value"). It runs on the engine's workers, holding the GIL."""
         held = _Held(fn)
         return self._with_stage("python_map", {"function": held.handle},
-                                {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy}, [held])
+                                {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
+                                [held])
 
-    def filter(self, predicate, *, parallelism=None, buffer_size=None, error_policy=None):
+    def filter(self, predicate, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
         """Keeps the elements for which predicate(element) is true."""
         held = _Held(predicate)
         return self._with_stage("python_filter", {"function": held.handle},
-                                {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy}, [held])
+                                {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
+                                [held])
 
     def options(self, *, seed=None, deterministic=None, error_policy=None, fuse_stages=None):
         """The pipeline's options: the seed of every random stage, whether parallel stages keep
@@ -181,21 +200,21 @@ def _docstring(schema):
     return "\n".join(lines)
 
 
-def from_generator(generator, *, buffer_size=None, error_policy=None):
+def from_generator(generator, *, buffer_size=None, error_policy=None, name=None):
     """Elements from a Python generator function (called again for each pass) or an iterable;
     each element is a dict of fields or one value (field "value")."""
     held = _Held(generator)
     return Dataset()._with_stage("python_generator", {"function": held.handle},
-                                 {"buffer_size": buffer_size, "error_policy": error_policy}, [held])
+                                 {"buffer_size": buffer_size, "error_policy": error_policy, "name": name}, [held])
 
 
-def from_tensor_slices(arrays):
+def from_tensor_slices(arrays, *, name=None):
     """Element i is row i of every array of `arrays` (a dict of name -> array), over the arrays'
     own memory (tf.data's from_tensor_slices)."""
     if not isinstance(arrays, dict):
         arrays = {"value": arrays}
     held = _Held(dict(arrays))
-    return Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {}, [held])
+    return Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
 
 
 def __getattr__(name):
@@ -204,8 +223,7 @@ def __getattr__(name):
         raise _unknown_operator(name, "source")
 
     def make_source(**kwargs):
-        engine = {k: kwargs.pop(k) for k in _ENGINE_ARGUMENTS if k in kwargs}
-        return Dataset()._with_stage(name, kwargs, engine)
+        return Dataset()._with_stage(name, *_split_arguments(schema, kwargs))
 
     make_source.__name__ = name
     make_source.__doc__ = _docstring(schema)

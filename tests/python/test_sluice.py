@@ -1,0 +1,274 @@
+"""What a training script relies on: the same data as the CLI, views instead of copies, memory
+that is reused, Python functions with deterministic output at any parallelism, errors that name
+the stage, Ctrl-C that stops everything, and no hang whatever the script does."""
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+import sluice
+from conftest import CLI, FIXTURE_PLUGINS, SOURCE_DIR, cli, stage, thread_count
+
+SHUFFLED = ("options { seed: 5 }\n" + stage("src", "range", "", {"count": "1000"}) +
+            stage("mix", "shuffle", "src", {"buffer_size": "100"}) +
+            stage("work", "simulate_work", "mix", {"us": "5", "jitter_us": "5"}, "parallelism: 2") +
+            stage("drop", "filter_random", "work", {"p": "0.8"}) + stage("batch", "batch", "drop", {"batch_size": "16"}))
+
+
+def jsonl_rows(path):
+    rows = []
+    for line in open(path):
+        obj = json.loads(line)
+        rows.append({k: v for k, v in obj.items()})
+    return rows
+
+
+def as_plain(batch):
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in batch.items()}
+
+
+def test_operators_come_from_the_plugins_with_their_docs():
+    sources = dir(sluice.data)
+    assert "range" in sources and "list_files" in sources and "tfrecord_reader" not in sources
+    assert "tfrecord_reader" in dir(sluice.data.range())
+    assert "count" in sluice.data.range.__doc__
+    with pytest.raises(AttributeError, match=r"unknown source 'rnage' \(did you mean 'range'\?\)"):
+        sluice.data.rnage(count=3)
+    with pytest.raises(AttributeError, match=r"did you mean 'batch'"):
+        sluice.data.range().bacth(batch_size=2)
+    with pytest.raises(TypeError, match=r"unknown parameter 'batchsize' \(did you mean 'batch_size'\?\)"):
+        sluice.data.range().batch(batchsize=2)
+
+
+def test_file_and_python_built_pipelines_give_the_cli_output(write, tmp_path):
+    # The CLI writes the file's output with jsonl_sink.
+    out = tmp_path / "cli.jsonl"
+    path = write("p.txtpb", SHUFFLED + stage("out", "jsonl_sink", "batch", {"path": str(out)}))
+    cli("run", "--quiet", str(path))
+    expected = jsonl_rows(out)
+    assert len(expected) > 40
+    # The same file iterated from Python: what reaches the sink, batch by batch.
+    assert [as_plain(b) for b in sluice.Pipeline(path)] == expected
+    # Built the tf.data way: the same stages (their names key their random draws).
+    ds = (sluice.data.range(count=1000, name="src").shuffle(buffer_size=100, name="mix")
+          .simulate_work(us=5, jitter_us=5, parallelism=2, name="work").filter_random(p=0.8, name="drop")
+          .batch(batch_size=16, name="batch").options(seed=5))
+    assert [as_plain(b) for b in ds] == expected
+    # Its spec runs under the CLI with the same bytes, and back in Python.
+    again = tmp_path / "again.jsonl"
+    spec = ds.jsonl_sink(path=str(again), name="out").spec()
+    cli("run", "--quiet", str(write("built.txtpb", spec)))
+    assert again.read_bytes() == out.read_bytes()
+    assert [as_plain(b) for b in sluice.Pipeline.from_spec(ds.spec())] == expected
+    # run(): as `sluice run`, sinks included.
+    third = tmp_path / "third.jsonl"
+    assert sluice.Pipeline(path, set={"out.path": str(third)}).run() == "finished"
+    assert third.read_bytes() == out.read_bytes()
+
+
+def test_arrays_are_views_of_the_batch_and_memory_is_reused():
+    ds = sluice.data.tensors(count=8000, shape=[224, 224, 3], dtype="f32").batch(batch_size=4)
+    pipeline = ds.pipeline()
+    addresses = set()
+    rss = []
+    for i, batch in enumerate(pipeline):
+        data = batch["data"]
+        assert data.shape == (4, 224, 224, 3) and data.dtype == np.float32
+        assert not data.flags.owndata  # a view: the memory is the batch's
+        addresses.add(data.__array_interface__["data"][0])
+        if i in (199, 1999):
+            rss.append(int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    assert i == 1999
+    # Released batches come back from the pool: a handful of buffers, and no growth.
+    assert len(addresses) < 64, len(addresses)
+    assert rss[1] - rss[0] < 64 << 20, rss
+    # A tensor's NumPy view, its torch tensor and numpy.from_dlpack all point at the batch.
+    for batch in ds.pipeline().tensors():
+        t = batch["data"]
+        assert isinstance(t, sluice.Tensor) and t.device == "cpu" and t.shape == (4, 224, 224, 3)
+        assert t.numpy().__array_interface__["data"][0] == t.data_ptr
+        assert torch.from_dlpack(t).data_ptr() == t.data_ptr
+        assert np.from_dlpack(t).__array_interface__["data"][0] == t.data_ptr
+        break
+
+
+def test_torch_tensors_equal_the_arrays():
+    ds = sluice.data.tensors(count=40, shape=[8, 8], dtype="u8").batch(batch_size=8).options(seed=3)
+    arrays = [b for b in ds]
+    tensors = [b for b in ds.torch()]
+    assert len(arrays) == len(tensors) == 5
+    for a, t in zip(arrays, tensors):
+        assert isinstance(t["data"], torch.Tensor) and t["data"].dtype == torch.uint8
+        assert np.array_equal(t["data"].numpy(), a["data"])
+        assert np.array_equal(t["index"].numpy(), a["index"])
+
+
+def test_python_functions_give_the_same_output_at_any_parallelism():
+    def numbers():
+        for i in range(300):
+            yield {"x": np.int64(i), "name": f"n{i}"}
+
+    def square(e):
+        return {"x": e["x"] * e["x"], "name": e["name"]}
+
+    def build(parallelism):
+        return (sluice.data.from_generator(numbers).map(square, parallelism=parallelism)
+                .filter(lambda e: e["x"] % 3 != 0, parallelism=parallelism)
+                .filter_random(p=0.5).batch(batch_size=10).options(seed=11))
+
+    one = [as_plain(b) for b in build(1)]
+    four = [as_plain(b) for b in build(4)]
+    assert one == four and len(one) > 5
+    flat = [x for b in one for x in b["x"]]
+    assert all(x % 3 != 0 for x in flat) and all(int(np.sqrt(x)) ** 2 == x for x in flat)
+    assert one[0]["name"][0].startswith(b"n")
+
+
+def test_from_tensor_slices_hands_out_rows_of_the_arrays_without_a_copy():
+    images = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    labels = np.arange(6, dtype=np.int64)
+    rows = list(sluice.data.from_tensor_slices({"image": images, "label": labels}))
+    assert [int(r["label"]) for r in rows] == list(range(6))
+    assert all(np.shares_memory(r["image"], images) for r in rows)
+    batches = list(sluice.data.from_tensor_slices({"image": images, "label": labels}).batch(batch_size=4))
+    assert np.array_equal(batches[0]["image"], images[:4])
+
+
+def test_an_exception_in_a_function_follows_the_error_policy():
+    def fragile(e):
+        if int(e["value"]) % 7 == 3:
+            raise ValueError(f"cannot take {int(e['value'])}")
+        return e
+
+    failing = sluice.data.range(count=50).map(fragile)
+    with pytest.raises(sluice.PipelineError) as error:
+        list(failing)
+    message = str(error.value)
+    assert "python_map" in message and "cannot take 3" in message and "Traceback" in message and "fragile" in message
+    assert error.value.stage == "python_map"
+    skipping = sluice.data.range(count=50).map(fragile, error_policy="skip").pipeline()
+    kept = [int(b["value"]) for b in skipping]
+    assert kept == [i for i in range(50) if i % 7 != 3]
+    stage_metrics = {s["id"]: s for s in skipping.snapshot()["stage"]}
+    assert int(stage_metrics["python_map"]["errors_skipped"]) == 7
+    assert any("cannot take" in reason for reason in stage_metrics["python_map"]["skip_reasons"])
+
+
+def test_ctrl_c_stops_the_run_within_a_second_and_joins_its_threads():
+    before = thread_count()
+    endless = sluice.data.range(count=10**12).simulate_work(us=200, parallelism=2).batch(batch_size=4).pipeline()
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in endless:
+            pass
+    assert time.monotonic() - start < 1.5
+    timer.join()
+    deadline = time.monotonic() + 1
+    while thread_count() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert thread_count() == before
+
+
+def test_two_pipelines_iterated_at_once():
+    a = sluice.data.range(count=100).batch(batch_size=10)
+    b = sluice.data.range(count=100, start=1000).batch(batch_size=10)
+    pairs = list(zip(a, b))
+    assert len(pairs) == 10
+    assert all(int(y["value"][0]) - int(x["value"][0]) == 1000 for x, y in pairs)
+
+
+def test_an_abandoned_iterator_and_exit_during_a_run_do_not_hang(tmp_path):
+    script = tmp_path / "leave.py"
+    script.write_text(
+        "import sluice\n"
+        "it = iter(sluice.data.range(count=10**12).simulate_work(us=100, parallelism=2)"
+        ".map(lambda e: e, parallelism=2).batch(batch_size=8))\n"
+        "next(it); next(it)\n"
+        "half = iter(sluice.data.range(count=10**12).batch(batch_size=8)); next(half); del half\n"
+        "print('leaving', flush=True)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "leaving" in done.stdout
+    assert time.monotonic() - start < 20
+
+
+def test_bad_pipelines_give_the_cli_messages(write):
+    cases = {
+        "syntax.txtpb": 'stage { id: "a" op: "range" \n',
+        "unknown_op.txtpb": stage("a", "rnage") + stage("out", "null_sink", "a"),
+        "bad_param.txtpb": stage("a", "range", "", {"count": "twelve"}) + stage("out", "null_sink", "a"),
+        "unknown_param.txtpb": stage("a", "range", "", {"cuont": "3"}) + stage("out", "null_sink", "a"),
+        "wiring.txtpb": stage("a", "range") + stage("b", "batch", "nowhere", {"batch_size": "2"}) + stage("out", "null_sink", "b"),
+        "cycle.txtpb": stage("a", "identity", "b") + stage("b", "identity", "a") + stage("out", "null_sink", "b"),
+        "no_sink.txtpb": stage("a", "range") + stage("b", "batch", "a", {"batch_size": "2"}),
+    }
+    for name, text in cases.items():
+        path = write(name, text)
+        said = cli("validate", str(path), check=False)
+        assert said.returncode != 0, name
+        expected = [line[len("error: "):] for line in said.stderr.splitlines() if line.startswith("error: ")]
+        with pytest.raises(sluice.SpecError) as error:
+            sluice.validate(path)
+        assert [p["text"] for p in error.value.problems] == expected, name
+        assert str(error.value).splitlines() == expected, name
+    with pytest.raises(sluice.SpecError, match="cannot open the pipeline file"):
+        sluice.Pipeline("/nonexistent/pipeline.txtpb")
+    said = cli("run", "--set", "a.nope=1", str(write("set.txtpb", stage("a", "range") + stage("o", "null_sink", "a"))), check=False)
+    with pytest.raises(sluice.SpecError) as error:
+        sluice.Pipeline(write("set2.txtpb", stage("a", "range") + stage("o", "null_sink", "a")), set={"a.nope": 1})
+    assert "nope" in str(error.value) and said.returncode != 0
+
+
+def test_metrics_are_served_while_python_iterates():
+    pipeline = sluice.data.range(count=10**9).simulate_work(us=50).batch(batch_size=16).pipeline(metrics_addr="127.0.0.1:0")
+    it = iter(pipeline)
+    next(it)
+    url = pipeline.metrics_url
+    assert url.startswith("http://127.0.0.1:")
+    spec = urllib.request.urlopen(url + "/pipeline", timeout=5).read().decode()
+    assert 'op: "simulate_work"' in spec and 'op: "python_iterator"' in spec
+    time.sleep(0.5)
+    snapshot = json.loads(urllib.request.urlopen(url + "/snapshot?format=json", timeout=5).read())
+    assert snapshot["state"] == "running" and any(s["id"] == "simulate_work" for s in snapshot["stage"])
+    assert pipeline.snapshot()["state"] == "running"
+    it.close()
+    assert "bottleneck" in pipeline.report().lower() or "stage" in pipeline.report()
+
+
+def test_a_gpu_feed_yields_one_slice_per_device_per_step():
+    ds = (sluice.data.tensors(count=64, shape=[4, 4], dtype="u8").batch(batch_size=8)
+          .gpu_feed(emulate=2, consume="external", split="uneven"))
+    expected = [b["data"].copy() for b in sluice.data.tensors(count=64, shape=[4, 4], dtype="u8").batch(batch_size=8)]
+    steps = 0
+    # Each step's tensors are dropped before the next: their slots go back to the feed's ring
+    # (a loop holding more steps than the ring's depth would wait for itself).
+    for step in ds.pipeline().torch():
+        assert len(step) == 2
+        assert [int(s["valid_rows"]) for s in step] == [4, 4]
+        assert all(isinstance(s["data"], torch.Tensor) and tuple(s["data"].shape) == (4, 4, 4) for s in step)
+        joined = np.concatenate([s["data"].numpy() for s in step])
+        assert np.array_equal(joined, expected[steps])
+        steps += 1
+    assert steps == 8
+
+
+def test_feed_tensors_kept_after_the_run_stay_readable():
+    ds = (sluice.data.tensors(count=16, shape=[4], dtype="u8").batch(batch_size=8)
+          .gpu_feed(emulate=2, consume="external", split="uneven"))
+    pipeline = ds.pipeline()
+    kept = next(iter(pipeline.torch()))
+    pipeline.close()
+    assert [int(s["data"].sum()) >= 0 for s in kept] == [True, True]
+    del kept  # the slots go back to a feed whose engine is already stopped
