@@ -133,6 +133,12 @@ class TestEngine : public QObject {
              text.c_str());
     QVERIFY2(text.find("move 'shard' before 'decode': it keeps 25% of its input") != std::string::npos, text.c_str());
     QVERIFY(text.find("cache` stage after 'flip'") == std::string::npos);  // random: not worth caching
+    // A Python function as the bottleneck: the report names the GIL, not more workers.
+    snap.set_bottleneck("decode");
+    decode->set_op("python_map");
+    const auto python = sluice::format_report(snap);
+    QVERIFY2(python.find("'decode' (python_map) runs a Python function, which holds the GIL") != std::string::npos, python.c_str());
+    QVERIFY(python.find("raise `parallelism` of stage 'decode'") == std::string::npos);
     // With a cache downstream, no cache is suggested.
     auto* cache = snap.mutable_stage(3);
     cache->set_op("cache");

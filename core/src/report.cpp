@@ -73,7 +73,18 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
   // 1. The stage that limits throughput.
   if (const auto* b = stage(snapshot.bottleneck())) {
     const bool held_up = snapshot.bottleneck_reason().find("no stage is clearly held up") == std::string::npos;
-    if (b->kind() == "source") {
+    // Stages of the Python face (python_map, python_generator, ...) call Python under the GIL.
+    const bool runs_python = b->op().rfind("python_", 0) == 0;
+    if (b->op() == "python_iterator") {
+      advice(fmt::format("the Python loop reading the batches (stage '{}') is the limit: the pipeline keeps up with it; "
+                         "a faster training step, or more of it on the GPU, is where time goes",
+                         b->id()));
+    } else if (runs_python) {
+      advice(fmt::format("'{}' ({}) runs a Python function, which holds the GIL: its workers take turns, so more parallelism "
+                         "helps only as far as the function releases the GIL (NumPy on large arrays does); move the work "
+                         "into Sluice operators, or vectorise the function",
+                         b->id(), b->op()));
+    } else if (b->kind() == "source") {
       advice(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
                                 "(an interleaved reader with parallelism), or make each element cheaper to produce",
                                 b->id(), b->op()));
