@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
@@ -675,6 +676,15 @@ class Runner {
       });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
       engine_->start();
+      if (queue_) {
+        // The sink is finished only in Engine::wait(); this tells the iterator the moment the
+        // workers are done, so the end of a run costs no polling delay.
+        watcher_ = std::thread([engine = engine_, queue = queue_] {
+          while (!engine->wait_for(std::chrono::milliseconds(200))) {
+          }
+          queue->close();
+        });
+      }
     } catch (const std::exception& e) {
       engine_.reset();
       forget_queue();
@@ -736,6 +746,7 @@ class Runner {
       py::gil_scoped_release release;
       engine_->stop();
       if (queue_) queue_->cancel();
+      if (watcher_.joinable()) watcher_.join();
       result_ = engine_->wait();
       final_ = engine_->snapshot();
       std::lock_guard lock(latest_mutex_);
@@ -860,6 +871,7 @@ class Runner {
   // with the engine, so the engine (stopped and joined by close()) lives until the last is dropped.
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<ElementQueue> queue_;
+  std::thread watcher_;  // closes queue_ once the engine's workers are done
   std::string queue_handle_, feed_stage_;
   Feed* feed_ = nullptr;
   spec::PipelineSpec spec_;
