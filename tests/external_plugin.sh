@@ -23,3 +23,20 @@ if [ "$(cat "$work/out.jsonl")" != "$expected" ]; then
   echo "unexpected output:"; cat "$work/out.jsonl"; exit 1
 fi
 echo "external plugin built with find_package(Sluice) and run: ok"
+
+# The installed Python package: `import sluice` from the prefix's dist-packages finds the
+# installed plugins by itself, and the third party's plugin joins sluice.data with plugin_dirs.
+python=${SLUICE_PYTHON:-/usr/bin/python3}
+package=$(find "$work/prefix" -path '*/dist-packages/sluice/__init__.py' | head -1)
+if [ -n "$package" ]; then
+  site=$(dirname "$(dirname "$package")")
+  (cd "$work" && PYTHONPATH="$site" SLUICE_PLUGIN_PATH="$work/plugins" "$python" -c "
+import sluice
+assert sluice.__file__.startswith('$work/prefix'), sluice.__file__
+values = [int(v) for b in sluice.data.range(count=4).example_scale(factor=3).batch(batch_size=2) for v in b['value']]
+assert values == [0, 3, 6, 9], values
+print('installed python package imported and run: ok')
+")
+else
+  echo "no Python package in the install (a sanitizer build has none): not tried"
+fi

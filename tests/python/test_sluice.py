@@ -272,3 +272,21 @@ def test_feed_tensors_kept_after_the_run_stay_readable():
     pipeline.close()
     assert [int(s["data"].sum()) >= 0 for s in kept] == [True, True]
     del kept  # the slots go back to a feed whose engine is already stopped
+
+
+def test_the_examples_train_on_a_small_sample(tmp_path):
+    # A small copy of the sample data, made by the sample-data pipeline.
+    cli("run", "--quiet", os.path.join(SOURCE_DIR, "resources", "pipelines", "sample_data_tfrecord.txtpb"),
+        "--set", "images.count=256", "--set", "images.height=64", "--set", "images.width=64",
+        "--set", f"shards.prefix={tmp_path}/train", "--set", "shards.max_records=64")
+    data = f"{tmp_path}/*.tfrecord"
+    env = dict(os.environ)
+    examples = os.path.join(SOURCE_DIR, "resources", "examples")
+    torch_run = subprocess.run([sys.executable, os.path.join(examples, "train_pytorch.py"), "--steps", "20", "--size", "32",
+                                "--data", data], capture_output=True, text=True, timeout=120, env=env)
+    assert torch_run.returncode == 0, torch_run.stderr
+    assert "epoch 1:" in torch_run.stdout and "elements/s" in torch_run.stdout  # its closing report
+    numpy_run = subprocess.run([sys.executable, os.path.join(examples, "numpy_loop.py"), "--epochs", "2", "--data", data],
+                               capture_output=True, text=True, timeout=120, env=env)
+    assert numpy_run.returncode == 0, numpy_run.stderr
+    assert "epoch 2: loss" in numpy_run.stdout
