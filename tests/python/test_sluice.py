@@ -69,6 +69,11 @@ def test_file_and_python_built_pipelines_give_the_cli_output(write, tmp_path):
     cli("run", "--quiet", str(write("built.txtpb", spec)))
     assert again.read_bytes() == out.read_bytes()
     assert [as_plain(b) for b in sluice.Pipeline.from_spec(ds.spec())] == expected
+    # seed= as --seed.
+    reseeded = tmp_path / "seed9.jsonl"
+    cli("run", "--quiet", "--seed", "9", "--set", f"out.path={reseeded}", str(path))
+    seeded = [as_plain(b) for b in sluice.Pipeline(path, seed=9)]
+    assert seeded == jsonl_rows(reseeded) and seeded != expected
     # run(): as `sluice run`, sinks included.
     third = tmp_path / "third.jsonl"
     assert sluice.Pipeline(path, set={"out.path": str(third)}).run() == "finished"
@@ -213,6 +218,10 @@ def test_bad_pipelines_give_the_cli_messages(write):
         "wiring.txtpb": stage("a", "range") + stage("b", "batch", "nowhere", {"batch_size": "2"}) + stage("out", "null_sink", "b"),
         "cycle.txtpb": stage("a", "identity", "b") + stage("b", "identity", "a") + stage("out", "null_sink", "b"),
         "no_sink.txtpb": stage("a", "range") + stage("b", "batch", "a", {"batch_size": "2"}),
+        "bad.json": '{"stage": [{"id": "a", "op": "range", "nonsense": 1}]}',
+        "choice.txtpb": stage("a", "tensors", "", {"dtype": "f31"}) + stage("out", "null_sink", "a"),
+        "range.txtpb": stage("a", "range") + stage("b", "batch", "a", {"batch_size": "0"}) + stage("out", "null_sink", "b"),
+        "duplicate.txtpb": stage("a", "range") + stage("a", "range") + stage("out", "null_sink", "a"),
     }
     for name, text in cases.items():
         path = write(name, text)
@@ -225,10 +234,15 @@ def test_bad_pipelines_give_the_cli_messages(write):
         assert str(error.value).splitlines() == expected, name
     with pytest.raises(sluice.SpecError, match="cannot open the pipeline file"):
         sluice.Pipeline("/nonexistent/pipeline.txtpb")
-    said = cli("run", "--set", "a.nope=1", str(write("set.txtpb", stage("a", "range") + stage("o", "null_sink", "a"))), check=False)
-    with pytest.raises(sluice.SpecError) as error:
-        sluice.Pipeline(write("set2.txtpb", stage("a", "range") + stage("o", "null_sink", "a")), set={"a.nope": 1})
-    assert "nope" in str(error.value) and said.returncode != 0
+    # Overrides: a stage that does not exist, a value that does not parse.
+    path = write("set.txtpb", stage("src", "range") + stage("o", "null_sink", "src"))
+    for key, value in (("sr.count", "1"), ("src.count", "twelve"), ("src.nope", "1")):
+        said = cli("validate", "--set", f"{key}={value}", str(path), check=False)
+        expected = [line[len("error: "):] for line in said.stderr.splitlines() if line.startswith("error: ")]
+        assert said.returncode != 0 and expected, key
+        with pytest.raises(sluice.SpecError) as error:
+            sluice.validate(path, set={key: value})
+        assert [p["text"] for p in error.value.problems] == expected, key
 
 
 def test_metrics_are_served_while_python_iterates():
@@ -290,3 +304,12 @@ def test_the_examples_train_on_a_small_sample(tmp_path):
                                capture_output=True, text=True, timeout=120, env=env)
     assert numpy_run.returncode == 0, numpy_run.stderr
     assert "epoch 2: loss" in numpy_run.stdout
+
+
+def test_third_party_plugins_join_sluice_data():
+    assert FIXTURE_PLUGINS, "ctest sets SLUICE_FIXTURE_PLUGIN_DIR"
+    sluice.data.load_plugins(os.path.join(FIXTURE_PLUGINS, "good"))
+    assert "fail_when" in dir(sluice.data.range())
+    with pytest.raises(sluice.PipelineError) as error:
+        list(sluice.data.range(count=10, start=1).fail_when(divisor=4, name="picky"))
+    assert error.value.stage == "picky" and "picky" in str(error.value)
