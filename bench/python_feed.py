@@ -53,13 +53,12 @@ def consume_cpp(pattern, images):
     return run
 
 
+def images_in(batches):
+    return sum(batch["image"].shape[0] for batch in batches)
+
+
 def consume_torch(pattern):
-    def run():
-        count = 0
-        for batch in image_pipeline(pattern, sink=False).torch():
-            count += batch["image"].shape[0]
-        return count
-    return run
+    return lambda: images_in(image_pipeline(pattern, sink=False).torch())
 
 
 def consume_dataloader(paths):
@@ -100,13 +99,7 @@ class Images(torch.utils.data.Dataset):
 
 
 def map_sluice(images):
-    def run():
-        count = 0
-        ds = sluice.data.from_tensor_slices({"image": images}).map(normalise, parallelism=2).batch(batch_size=64)
-        for batch in ds:
-            count += batch["image"].shape[0]
-        return count
-    return run
+    return lambda: images_in(sluice.data.from_tensor_slices({"image": images}).map(normalise, parallelism=2).batch(batch_size=64))
 
 
 def map_dataloader(images):

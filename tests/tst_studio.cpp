@@ -106,6 +106,13 @@ class TestStudio : public QObject {
     window_->attach_to(url);
   }
 
+  // Types into the operator search (which must have the keyboard) and enters the best match.
+  void search_and_add(const QString& text) {
+    QTRY_VERIFY(window_->palette().search()->hasFocus());
+    QTest::keyClicks(window_->palette().search(), text);
+    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+  }
+
   // Replaces a spin box's value by typing, and enters it.
   void type_into(QAbstractSpinBox* box, const QString& text) {
     QVERIFY(box);
@@ -778,9 +785,7 @@ class TestStudio : public QObject {
     QTRY_VERIFY(node("src"));
     click_node("src");
     QTest::keyClick(window_.get(), Qt::Key_F, Qt::ControlModifier);
-    QTRY_VERIFY(window_->palette().search()->hasFocus());
-    QTest::keyClicks(window_->palette().search(), "shuf");
-    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    search_and_add("shuf");
     QTRY_VERIFY(node("shuffle"));
     QCOMPARE(input_of(window_->document().spec(), "shuffle"), QString("src"));
     // One undo step takes the stage and its connection.
@@ -848,9 +853,7 @@ class TestStudio : public QObject {
 
     // "Add operator after" a stage that feeds another puts the new one in between.
     entry(window_->context_menu_at(at(node("src")->sceneBoundingRect().center())).get(), "Add operator after…")->trigger();
-    QTRY_VERIFY(window_->palette().search()->hasFocus());
-    QTest::keyClicks(window_->palette().search(), "identity");
-    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    search_and_add("identity");
     QTRY_VERIFY(node("identity"));
     QCOMPARE(input_of(spec, "identity"), QString("src"));
     QCOMPARE(input_of(spec, "decode"), QString("identity"));
@@ -863,9 +866,7 @@ class TestStudio : public QObject {
     menu = window_->context_menu_at(at(middle));
     QCOMPARE(menu->objectName(), QString("context_connection"));
     entry(menu.get(), "Insert operator here…")->trigger();
-    QTRY_VERIFY(window_->palette().search()->hasFocus());
-    QTest::keyClicks(window_->palette().search(), "prefetch");
-    QTest::keyClick(window_->palette().search(), Qt::Key_Return);
+    search_and_add("prefetch");
     QTRY_VERIFY(node("prefetch"));
     QCOMPARE(input_of(spec, "prefetch"), QString("decode"));
     QCOMPARE(input_of(spec, "out"), QString("prefetch"));

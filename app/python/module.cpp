@@ -203,41 +203,44 @@ ParamSpec handle_param(const std::string& name, const std::string& doc) {
   return p;
 }
 
+// Runs `use` on the stage's Python object with the GIL held; a Python exception becomes the
+// element's DataError, with its traceback, labelled `what`.
+template <class Use>
+auto with_python_object(const std::string& handle, const std::string& what, Use&& use) {
+  py::gil_scoped_acquire gil;
+  try {
+    return use(object_of(handle));
+  } catch (py::error_already_set& e) {
+    rethrow_python_error(e, what);
+  }
+}
+
 class PythonMap final : public Map {
  public:
   explicit PythonMap(const Params& p) : handle_(p.get_string("function")) {}
-  void start(const StageInfo& info) override { stage_ = info.id; }
+  void start(const StageInfo& info) override { what_ = "the function of stage '" + info.id + "'"; }
   Sample map(Sample in, const ElementContext&) override {
-    py::gil_scoped_acquire gil;
-    try {
-      py::object fn = object_of(handle_);
-      Sample out = sample_from_python(fn(to_python(in)), "the function of stage '" + stage_ + "'");
+    return with_python_object(handle_, what_, [&](const py::object& fn) {
+      Sample out = sample_from_python(fn(to_python(in)), what_);
       out.share_origin(in);
       return out;
-    } catch (py::error_already_set& e) {
-      rethrow_python_error(e, "the function of stage '" + stage_ + "'");
-    }
+    });
   }
 
  private:
-  std::string handle_, stage_;
+  std::string handle_, what_;
 };
 
 class PythonFilter final : public Filter {
  public:
   explicit PythonFilter(const Params& p) : handle_(p.get_string("function")) {}
-  void start(const StageInfo& info) override { stage_ = info.id; }
+  void start(const StageInfo& info) override { what_ = "the predicate of stage '" + info.id + "'"; }
   bool keep(const Sample& in, const ElementContext&) override {
-    py::gil_scoped_acquire gil;
-    try {
-      return py::bool_(object_of(handle_)(to_python(in)));
-    } catch (py::error_already_set& e) {
-      rethrow_python_error(e, "the predicate of stage '" + stage_ + "'");
-    }
+    return with_python_object(handle_, what_, [&](const py::object& fn) { return bool(py::bool_(fn(to_python(in)))); });
   }
 
  private:
-  std::string handle_, stage_;
+  std::string handle_, what_;
 };
 
 // Each pass calls the function again for a fresh iterator (a generator function), or iterates
@@ -253,35 +256,28 @@ class PythonGenerator final : public Source {
     py::gil_scoped_acquire gil;
     iterator_ = py::object();
   }
-  void start(const StageInfo& info) override { stage_ = info.id; }
+  void start(const StageInfo& info) override { what_ = "the generator of stage '" + info.id + "'"; }
   void begin_pass(std::uint64_t) override {
-    py::gil_scoped_acquire gil;
-    try {
-      py::object source = object_of(handle_);
+    with_python_object(handle_, what_, [&](const py::object& source) {
       iterator_ = py::iter(PyCallable_Check(source.ptr()) ? source() : source);
-    } catch (py::error_already_set& e) {
-      rethrow_python_error(e, "the generator of stage '" + stage_ + "'");
-    }
+    });
   }
   bool next(Sample& out, const ElementContext& ctx) override {
-    py::gil_scoped_acquire gil;
-    try {
+    return with_python_object(handle_, what_, [&](const py::object&) {
       py::handle item = PyIter_Next(iterator_.ptr());
       if (!item) {
         if (PyErr_Occurred()) throw py::error_already_set();
         return false;
       }
       py::object owned = py::reinterpret_steal<py::object>(item);
-      out = sample_from_python(owned, "the generator of stage '" + stage_ + "'");
-      out.set_origin("element " + std::to_string(ctx.index) + " of the generator of stage '" + stage_ + "'");
+      out = sample_from_python(owned, what_);
+      out.set_origin("element " + std::to_string(ctx.index) + " of " + what_);
       return true;
-    } catch (py::error_already_set& e) {
-      rethrow_python_error(e, "the generator of stage '" + stage_ + "'");
-    }
+    });
   }
 
  private:
-  std::string handle_, stage_;
+  std::string handle_, what_;
   py::object iterator_;
 };
 

@@ -22,7 +22,7 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 import difflib
 import json
 
-from . import _sluice
+from . import _param_text, _sluice
 
 _ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name")
 
@@ -70,14 +70,6 @@ class _Held:
             _sluice.forget(self.handle)
         except Exception:
             pass
-
-
-def _param_text(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(_param_text(v) for v in value)
-    return str(value)
 
 
 class Dataset:
