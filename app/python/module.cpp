@@ -195,13 +195,6 @@ Sample sample_from_python(const py::handle& result, const std::string& what) {
 
 // ---- the stages that call Python --------------------------------------------------------------
 
-ParamSpec handle_param(const std::string& name, const std::string& doc) {
-  ParamSpec p;
-  p.name = name;
-  p.type = ParamType::String;
-  p.doc = doc;
-  return p;
-}
 
 // Runs `use` on the stage's Python object with the GIL held; a Python exception becomes the
 // element's DataError, with its traceback, labelled `what`.
@@ -431,46 +424,45 @@ std::vector<fs::path> bundled_plugin_dirs() {
           (folder / ".." / ".." / ".." / "sluice" / "plugins").lexically_normal()};
 }
 
+// One host operator of plugin "python": its only parameter names a Python object (or queue) by
+// handle; empty by default, so that the registry can build it with defaults.
+template <class Op>
+void add_python_operator(Registry& r, std::string name, OperatorKind kind, std::string summary, std::string param,
+                         std::string param_doc, bool stateless) {
+  OperatorInfo info;
+  info.name = std::move(name);
+  info.kind = kind;
+  info.summary = std::move(summary);
+  ParamSpec handle;
+  handle.name = std::move(param);
+  handle.type = ParamType::String;
+  handle.doc = std::move(param_doc);
+  handle.default_value = "";
+  info.params = {handle};
+  info.traits.stateless = stateless;
+  info.create = [](const Params& p) { return std::make_unique<Op>(p); };
+  r.add_host_operator(std::move(info), "python");
+}
+
 void add_host_operators(Registry& r) {
-  auto info = [](std::string name, OperatorKind kind, std::string summary, std::vector<ParamSpec> params, bool stateless, auto make) {
-    OperatorInfo i;
-    i.name = std::move(name);
-    i.kind = kind;
-    i.summary = std::move(summary);
-    i.params = std::move(params);
-    i.traits.stateless = stateless;
-    i.create = make;
-    return i;
-  };
-  auto optional_handle = [](const std::string& name, const std::string& doc) {
-    ParamSpec p = handle_param(name, doc);
-    p.default_value = "";
-    return p;
-  };
-  r.add_host_operator(info("python_map", OperatorKind::Map,
-                           "Calls a Python function on each element (a dict of NumPy arrays); it returns the new element. Holds the GIL while it runs.",
-                           {optional_handle("function", "the function, as registered by sluice.data")}, true,
-                           [](const Params& p) { return std::make_unique<PythonMap>(p); }),
-                      "python");
-  r.add_host_operator(info("python_filter", OperatorKind::Filter,
-                           "Keeps the elements for which a Python predicate is true. Holds the GIL while it runs.",
-                           {optional_handle("function", "the predicate, as registered by sluice.data")}, true,
-                           [](const Params& p) { return std::make_unique<PythonFilter>(p); }),
-                      "python");
-  r.add_host_operator(info("python_generator", OperatorKind::Source,
-                           "Elements from a Python generator function (called again for each pass) or iterable. Holds the GIL while it runs.",
-                           {optional_handle("function", "the generator function or iterable, as registered by sluice.data")}, false,
-                           [](const Params& p) { return std::make_unique<PythonGenerator>(p); }),
-                      "python");
-  r.add_host_operator(info("python_tensor_slices", OperatorKind::Source,
-                           "Element i is row i of every array of a dict (tf.data's from_tensor_slices), over the arrays' own memory.",
-                           {optional_handle("tensors", "the dict of arrays, as registered by sluice.data")}, false,
-                           [](const Params& p) { return std::make_unique<PythonTensorSlices>(p); }),
-                      "python");
-  r.add_host_operator(info("python_iterator", OperatorKind::Sink, "Hands each element to Python's iterator (added by sluice.Pipeline).",
-                           {optional_handle("queue", "the iterator's queue")}, false,
-                           [](const Params& p) { return std::make_unique<PythonIterator>(p); }),
-                      "python");
+  add_python_operator<PythonMap>(r, "python_map", OperatorKind::Map,
+                                 "Calls a Python function on each element (a dict of NumPy arrays); it returns the new element. "
+                                 "Holds the GIL while it runs.",
+                                 "function", "the function, as registered by sluice.data", true);
+  add_python_operator<PythonFilter>(r, "python_filter", OperatorKind::Filter,
+                                    "Keeps the elements for which a Python predicate is true. Holds the GIL while it runs.",
+                                    "function", "the predicate, as registered by sluice.data", true);
+  add_python_operator<PythonGenerator>(r, "python_generator", OperatorKind::Source,
+                                       "Elements from a Python generator function (called again for each pass) or iterable. "
+                                       "Holds the GIL while it runs.",
+                                       "function", "the generator function or iterable, as registered by sluice.data", false);
+  add_python_operator<PythonTensorSlices>(r, "python_tensor_slices", OperatorKind::Source,
+                                          "Element i is row i of every array of a dict (tf.data's from_tensor_slices), over the "
+                                          "arrays' own memory.",
+                                          "tensors", "the dict of arrays, as registered by sluice.data", false);
+  add_python_operator<PythonIterator>(r, "python_iterator", OperatorKind::Sink,
+                                      "Hands each element to Python's iterator (added by sluice.Pipeline).", "queue",
+                                      "the iterator's queue", false);
 }
 
 // Loads the bundled plugins, SLUICE_PLUGIN_PATH and `extra` (once each), and the host operators.
@@ -703,28 +695,8 @@ class Runner {
         got = queue_->pop(sample, std::chrono::milliseconds(50));
       }
       if (got == ElementQueue::Pop::Item) break;
-      if (got == ElementQueue::Pop::TimedOut) {
-        // The sink is finished only in Engine::wait(): once every worker is done, whatever the
-        // sink took is in the queue.
-        bool done;
-        {
-          py::gil_scoped_release release;
-          done = engine_->wait_for(std::chrono::milliseconds(0)) &&
-                 queue_->pop(sample, std::chrono::milliseconds(0)) != ElementQueue::Pop::Item;
-        }
-        if (!done && !sample.empty()) break;
-        if (done) got = ElementQueue::Pop::Closed;
-      }
-      if (got == ElementQueue::Pop::Closed) {
-        finish_and_raise();
-        throw py::stop_iteration();
-      }
-      // Ctrl-C and other signals reach the training loop while it waits here.
-      if (PyErr_CheckSignals() != 0) {
-        py::error_already_set interrupted;
-        close();
-        throw interrupted;
-      }
+      if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
+      stop_if_interrupted();
     }
     if (arrays) return to_python(sample);
     py::dict out;
@@ -769,11 +741,7 @@ class Runner {
         done = engine_->wait_for(std::chrono::milliseconds(100));
       }
       if (done) break;
-      if (PyErr_CheckSignals() != 0) {
-        py::error_already_set interrupted;
-        close();
-        throw interrupted;
-      }
+      stop_if_interrupted();
     }
     finish_and_raise();
     return state_;
@@ -806,6 +774,19 @@ class Runner {
     queue_handle_.clear();
   }
 
+  // Ctrl-C and other signals reach the training loop while it waits for the engine: the run
+  // stops (every thread joined) and the signal's exception goes on.
+  void stop_if_interrupted() {
+    if (PyErr_CheckSignals() == 0) return;
+    py::error_already_set interrupted;
+    close();
+    throw interrupted;
+  }
+  [[noreturn]] void end_of_run() {
+    finish_and_raise();
+    throw py::stop_iteration();
+  }
+
   void finish_and_raise() {
     close();
     if (result_.state == RunState::Failed) {
@@ -830,15 +811,8 @@ class Runner {
           status = feed_->next(d, slice, std::chrono::milliseconds(100));
         }
         if (status == FeedStatus::Ready) break;
-        if (status == FeedStatus::End || status == FeedStatus::Stopped) {
-          finish_and_raise();
-          throw py::stop_iteration();
-        }
-        if (PyErr_CheckSignals() != 0) {
-          py::error_already_set interrupted;
-          close();
-          throw interrupted;
-        }
+        if (status == FeedStatus::End || status == FeedStatus::Stopped) end_of_run();
+        stop_if_interrupted();
       }
       {
         py::gil_scoped_release release;
