@@ -590,19 +590,25 @@ class TestStudio : public QObject {
     for (const auto& st : window_->document().spec().stage())
       QVERIFY2(monitor.throughput_legend()->text().contains(QString::fromStdString(st.id())), qPrintable(QString::fromStdString(st.id())));
     QVERIFY(monitor.throughput_legend()->isVisible() && monitor.throughput_legend()->wordWrap());
-    // The pointer on a line shows its stage and value.
+    // After the run (the charts no longer move): the pointer on a line shows its stage and value.
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    window_->findChild<QTabWidget*>("bottom_tabs")->setCurrentWidget(&monitor);  // the run's end showed the verdict
     QLineSeries* line = monitor.throughput_series("batch");  // far below the others on the log scale
-    const QPointF point = line->at(line->count() - 1);
-    const QPoint pixel = monitor.throughput_view()->mapFromScene(monitor.throughput_chart()->mapToPosition(point, line));
-    QTest::mouseMove(monitor.throughput_view()->viewport(), pixel - QPoint(3, 0));
-    QTest::mouseMove(monitor.throughput_view()->viewport(), pixel);
-    // (The sink takes the batches: its line lies on the batcher's.)
-    QTRY_VERIFY2(monitor.hover_text().startsWith("batch: ") || monitor.hover_text().startsWith("sink: "), qPrintable(monitor.hover_text()));
+    auto hover_on_line = [&] {
+      // Halfway along a segment of the line (in pixels: the axis is logarithmic), where nothing
+      // else lies; moved onto from beside it.
+      auto pixel_of = [&](int i) { return monitor.throughput_chart()->mapToPosition(line->at(i), line); };
+      const QPoint pixel = monitor.throughput_view()->mapFromScene((pixel_of(line->count() / 2) + pixel_of(line->count() / 2 + 1)) / 2);
+      QTest::mouseMove(monitor.throughput_view()->viewport(), pixel - QPoint(0, 6));
+      QTest::mouseMove(monitor.throughput_view()->viewport(), pixel);
+      // (The sink takes the batches: its line lies on the batcher's.)
+      return monitor.hover_text().startsWith("batch: ") || monitor.hover_text().startsWith("sink: ");
+    };
+    QTRY_VERIFY2(hover_on_line(), qPrintable(monitor.hover_text()));
     QVERIFY(monitor.hover_text().contains("elements/s at"));
 
     // The table sorted by a click on a header; the bottleneck stays first.
-    window_->stop_run();
-    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
     QTableWidget* table = monitor.table();
     auto rate = [&](int row) {
       QString text = table->item(row, 3)->text();

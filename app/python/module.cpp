@@ -15,6 +15,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -536,9 +537,29 @@ PipelineDocument document_of(const std::string& text, const std::string& file, c
 
 // A tensor Python code can hand to any DLPack consumer (torch.from_dlpack, numpy.from_dlpack,
 // JAX, CuPy) without a copy.
+// A feed slice's slot, given back when the last tensor made from it is dropped (by whoever drops
+// it: torch may, without the GIL). It keeps the engine whose memory the slice is in, stopped and
+// joined by close() before the Runner lets go of it.
+struct FeedSlot {
+  Feed* feed = nullptr;
+  FeedSlice slice;
+  std::shared_ptr<Engine> owner;
+  // The stream a DLPack consumer said it reads on (__dlpack__(stream=...)): the feed overwrites
+  // the slot only after the work queued there when the slot was given back.
+  std::atomic<void*> consumer_stream{nullptr};
+  ~FeedSlot() {
+    try {
+      feed->release(slice, consumer_stream.load());
+    } catch (const std::exception& e) {
+      // Released twice is a bug of this module; a destructor must not throw it.
+      std::fprintf(stderr, "sluice: giving a feed slice back failed: %s\n", e.what());
+    }
+  }
+};
+
 struct DlTensor {
-  std::shared_ptr<Buffer> buffer;  // null when `release` owns the memory (a feed slice)
-  std::shared_ptr<void> keep;      // a feed slice's slot, released when the last user is gone
+  std::shared_ptr<Buffer> buffer;  // null for a feed slice, whose memory is the feed's
+  std::shared_ptr<FeedSlot> slot;  // set for a feed slice
   void* data = nullptr;
   DType dtype = DType::U8;
   Shape shape;
@@ -818,14 +839,10 @@ class Runner {
         py::gil_scoped_release release;
         feed_->wait_ready(slice);
       }
-      Feed* feed = feed_;
-      std::shared_ptr<Engine> owner = engine_;
-      // Dropped by whoever frees the last tensor (torch may, without the GIL): the engine behind
-      // it was stopped and joined by close() before the Runner let go of it.
-      auto slot = std::shared_ptr<void>(nullptr, [feed, slice, owner](void*) mutable {
-        feed->release(slice);
-        owner.reset();
-      });
+      auto slot = std::make_shared<FeedSlot>();
+      slot->feed = feed_;
+      slot->slice = slice;
+      slot->owner = engine_;
       py::dict fields;
       for (const auto& f : slice.fields)
         fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed_->emulated() ? kDLCPU : kDLCUDA,
@@ -933,7 +950,15 @@ PYBIND11_MODULE(_sluice, m) {
   m.def("forget", [](const std::string& handle) { forget_object(handle); });
 
   py::class_<DlTensor>(m, "Tensor", "A field of a batch, exported through DLPack without a copy (torch.from_dlpack, numpy.from_dlpack, JAX, CuPy).")
-      .def("__dlpack__", [](const DlTensor& t, py::object /*stream*/) { return to_dlpack(t); }, py::arg("stream") = py::none())
+      .def("__dlpack__", [](const DlTensor& t, py::object stream) {
+        // DLPack's stream: the consumer's CUDA stream (1 the legacy default, 2 per-thread, -1 "do
+        // not synchronise"). Only a device slice's slot cares where it is read.
+        if (t.slot && !stream.is_none()) {
+          const auto value = stream.cast<std::intptr_t>();
+          if (value != -1) t.slot->consumer_stream.store(reinterpret_cast<void*>(value));
+        }
+        return to_dlpack(t);
+      }, py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const DlTensor& t) { return py::make_tuple(t.device_type, t.device_id); })
       .def_property_readonly("shape", [](const DlTensor& t) { return py::tuple(py::cast(std::vector<std::int64_t>(t.shape.begin(), t.shape.end()))); })
       .def_property_readonly("dtype", [](const DlTensor& t) { return std::string(dtype_name(t.dtype)); })

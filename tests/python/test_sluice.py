@@ -278,6 +278,18 @@ def test_a_gpu_feed_yields_one_slice_per_device_per_step():
     assert steps == 8
 
 
+def test_a_consumer_stream_named_through_dlpack_goes_with_the_slot():
+    ds = (sluice.data.tensors(count=32, shape=[4], dtype="u8").batch(batch_size=8)
+          .gpu_feed(emulate=2, consume="external", split="uneven"))
+    steps = 0
+    for step in ds.pipeline().tensors():
+        for device_slice in step:
+            capsule = device_slice["data"].__dlpack__(stream=7)  # a CUDA consumer names its stream
+            del capsule
+        steps += 1
+    assert steps == 4  # every slot came back: the feed ran to its end
+
+
 def test_feed_tensors_kept_after_the_run_stay_readable():
     ds = (sluice.data.tensors(count=16, shape=[4], dtype="u8").batch(batch_size=8)
           .gpu_feed(emulate=2, consume="external", split="uneven"))
