@@ -7,7 +7,7 @@ import pytest
 
 SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 CLI = os.environ.get("SLUICE_CLI", os.path.join(SOURCE_DIR, "build", "bin", "sluice"))
-FIXTURE_PLUGINS = os.environ.get("SLUICE_FIXTURE_PLUGIN_DIR", "")
+FIXTURE_PLUGINS = os.environ.get("SLUICE_FIXTURE_PLUGIN_DIR", os.path.join(SOURCE_DIR, "build", "tests", "fixture_plugins"))
 
 
 def stage(stage_id, op, input_id="", params=None, extra=""):

@@ -319,7 +319,7 @@ def test_the_examples_train_on_a_small_sample(tmp_path):
 
 
 def test_third_party_plugins_join_sluice_data():
-    assert FIXTURE_PLUGINS, "ctest sets SLUICE_FIXTURE_PLUGIN_DIR"
+    assert os.path.isdir(FIXTURE_PLUGINS), f"no fixture plugins at {FIXTURE_PLUGINS} (SLUICE_FIXTURE_PLUGIN_DIR)"
     sluice.data.load_plugins(os.path.join(FIXTURE_PLUGINS, "good"))
     assert "fail_when" in dir(sluice.data.range())
     with pytest.raises(sluice.PipelineError) as error:
