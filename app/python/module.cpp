@@ -100,6 +100,15 @@ std::vector<py::ssize_t> strides_of(const Shape& shape, std::size_t item) {
   return strides;
 }
 
+// A NumPy array over `data`; `owner` (freed with the array) keeps the memory alive.
+template <class Owner>
+py::array numpy_view(void* data, DType dtype, const Shape& shape, Owner owner) {
+  auto* held = new Owner(std::move(owner));
+  py::capsule base(held, [](void* p) { delete static_cast<Owner*>(p); });
+  return py::array(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()), strides_of(shape, dtype_size(dtype)),
+                   data, base);
+}
+
 // A NumPy array over the tensor's memory; the array keeps the buffer alive.
 py::object to_python(const Tensor& tensor) {
   if (tensor.dtype() == DType::Bytes) {
@@ -112,11 +121,7 @@ py::object to_python(const Tensor& tensor) {
     for (std::int64_t i = 0; i < tensor.num_elements(); ++i) out.append(as_bytes(i));
     return out;
   }
-  auto* owner = new std::shared_ptr<Buffer>(tensor.buffer());
-  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
-  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
-  return py::array(numpy_dtype(tensor.dtype()), shape, strides_of(tensor.shape(), dtype_size(tensor.dtype())),
-                   const_cast<std::byte*>(tensor.raw_data()), base);
+  return numpy_view(const_cast<std::byte*>(tensor.raw_data()), tensor.dtype(), tensor.shape(), tensor.buffer());
 }
 
 py::dict to_python(const Sample& sample) {
@@ -197,68 +202,93 @@ Sample sample_from_python(const py::handle& result, const std::string& what) {
 // ---- the stages that call Python --------------------------------------------------------------
 
 
-// Runs `use` on the stage's Python object with the GIL held; a Python exception becomes the
-// element's DataError, with its traceback, labelled `what`.
+// A reference to a Python object held by a stage, dropped with the GIL from whichever thread
+// destroys the stage (not at all once the interpreter is gone).
+class PythonRef {
+ public:
+  PythonRef() = default;
+  PythonRef(const PythonRef&) = delete;
+  PythonRef& operator=(const PythonRef&) = delete;
+  ~PythonRef() { reset(); }
+  void reset(py::object object = py::object()) {
+    if (!object_ && !object) return;
+    if (!interpreter_alive()) {
+      (void)object_.release();
+      (void)object.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    object_ = std::move(object);
+  }
+  const py::object& get() const { return object_; }
+
+ private:
+  py::object object_;
+};
+
+// Runs `use` with the GIL held; a Python exception becomes the element's DataError, with its
+// traceback, labelled `what`.
 template <class Use>
-auto with_python_object(const std::string& handle, const std::string& what, Use&& use) {
+auto calling_python(const std::string& what, Use&& use) {
   py::gil_scoped_acquire gil;
   try {
-    return use(object_of(handle));
+    return use();
   } catch (py::error_already_set& e) {
     rethrow_python_error(e, what);
   }
 }
 
-class PythonMap final : public Map {
+// A stage calling the Python object its spec names; the object is looked up once, at start, not
+// per element.
+class PythonStage {
+ protected:
+  explicit PythonStage(const Params& p) : handle_(p.get_string("function")) {}
+  void resolve(const StageInfo& info, const char* role) {
+    what_ = std::string("the ") + role + " of stage '" + info.id + "'";
+    py::gil_scoped_acquire gil;
+    object_.reset(object_of(handle_));
+  }
+  std::string handle_, what_;
+  PythonRef object_;
+};
+
+class PythonMap final : public Map, PythonStage {
  public:
-  explicit PythonMap(const Params& p) : handle_(p.get_string("function")) {}
-  void start(const StageInfo& info) override { what_ = "the function of stage '" + info.id + "'"; }
+  explicit PythonMap(const Params& p) : PythonStage(p) {}
+  void start(const StageInfo& info) override { resolve(info, "function"); }
   Sample map(Sample in, const ElementContext&) override {
-    return with_python_object(handle_, what_, [&](const py::object& fn) {
-      Sample out = sample_from_python(fn(to_python(in)), what_);
+    return calling_python(what_, [&] {
+      Sample out = sample_from_python(object_.get()(to_python(in)), what_);
       out.share_origin(in);
       return out;
     });
   }
-
- private:
-  std::string handle_, what_;
 };
 
-class PythonFilter final : public Filter {
+class PythonFilter final : public Filter, PythonStage {
  public:
-  explicit PythonFilter(const Params& p) : handle_(p.get_string("function")) {}
-  void start(const StageInfo& info) override { what_ = "the predicate of stage '" + info.id + "'"; }
+  explicit PythonFilter(const Params& p) : PythonStage(p) {}
+  void start(const StageInfo& info) override { resolve(info, "predicate"); }
   bool keep(const Sample& in, const ElementContext&) override {
-    return with_python_object(handle_, what_, [&](const py::object& fn) { return bool(py::bool_(fn(to_python(in)))); });
+    return calling_python(what_, [&] { return bool(py::bool_(object_.get()(to_python(in)))); });
   }
-
- private:
-  std::string handle_, what_;
 };
 
 // Each pass calls the function again for a fresh iterator (a generator function), or iterates
 // the iterable again.
-class PythonGenerator final : public Source {
+class PythonGenerator final : public Source, PythonStage {
  public:
-  explicit PythonGenerator(const Params& p) : handle_(p.get_string("function")) {}
-  ~PythonGenerator() override {
-    if (!interpreter_alive()) {
-      (void)iterator_.release();  // the interpreter is gone: nothing to decref
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    iterator_ = py::object();
-  }
-  void start(const StageInfo& info) override { what_ = "the generator of stage '" + info.id + "'"; }
+  explicit PythonGenerator(const Params& p) : PythonStage(p) {}
+  void start(const StageInfo& info) override { resolve(info, "generator"); }
   void begin_pass(std::uint64_t) override {
-    with_python_object(handle_, what_, [&](const py::object& source) {
-      iterator_ = py::iter(PyCallable_Check(source.ptr()) ? source() : source);
+    calling_python(what_, [&] {
+      const py::object& source = object_.get();
+      iterator_.reset(py::iter(PyCallable_Check(source.ptr()) ? source() : source));
     });
   }
   bool next(Sample& out, const ElementContext& ctx) override {
-    return with_python_object(handle_, what_, [&](const py::object&) {
-      py::handle item = PyIter_Next(iterator_.ptr());
+    return calling_python(what_, [&] {
+      py::handle item = PyIter_Next(iterator_.get().ptr());
       if (!item) {
         if (PyErr_Occurred()) throw py::error_already_set();
         return false;
@@ -271,8 +301,7 @@ class PythonGenerator final : public Source {
   }
 
  private:
-  std::string handle_, what_;
-  py::object iterator_;
+  PythonRef iterator_;
 };
 
 // from_tensor_slices: element i is row i of every array, over the arrays' own memory.
@@ -678,11 +707,7 @@ class Runner {
         server_->set_pipeline("# " + file + ", run from Python\n" + pipeline_to_text(spec_));
       }
       engine_ = std::make_shared<Engine>(std::move(*graph));
-      engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) {
-        if (server_) server_->publish(snapshot);
-        std::lock_guard lock(latest_mutex_);
-        latest_ = snapshot;
-      });
+      if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
       engine_->start();
       if (queue_) {
@@ -738,8 +763,6 @@ class Runner {
       if (watcher_.joinable()) watcher_.join();
       result_ = engine_->wait();
       final_ = engine_->snapshot();
-      std::lock_guard lock(latest_mutex_);
-      latest_ = final_;
     }
     state_ = run_state_name(result_.state);
     feed_ = nullptr;
@@ -864,8 +887,7 @@ class Runner {
   spec::PipelineSpec spec_;
   RunResult result_;
   std::string state_ = "created";
-  std::mutex latest_mutex_;
-  metrics::MetricsSnapshot latest_, final_;
+  metrics::MetricsSnapshot final_;  // the run's last snapshot, once closed
 };
 
 }  // namespace
@@ -968,10 +990,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("data_ptr", [](const DlTensor& t) { return reinterpret_cast<std::uintptr_t>(t.data); })
       .def("numpy", [](const DlTensor& t) -> py::object {
         if (t.device_type != kDLCPU) throw py::value_error("a device tensor has no NumPy view; use torch.from_dlpack or cupy.from_dlpack");
-        auto* owner = new DlTensor(t);
-        py::capsule base(owner, [](void* p) { delete static_cast<DlTensor*>(p); });
-        std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-        return py::array(numpy_dtype(t.dtype), shape, strides_of(t.shape, dtype_size(t.dtype)), t.data, base);
+        return numpy_view(t.data, t.dtype, t.shape, t);
       }, "A NumPy array over the same memory.");
 
   py::class_<Runner>(m, "Runner")

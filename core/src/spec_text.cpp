@@ -55,28 +55,24 @@ std::string multi_line(const pb::Message& message, const std::string& indent) {
   return out;
 }
 
-// `name: value` or `name { ... }` for one value of a field, on one line or indented over several.
-std::string field_text(const pb::Message& holder, const pb::FieldDescriptor* field, int index, bool multiline,
-                       const std::string& indent) {
-  const auto* reflection = holder.GetReflection();
-  if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-    pb::TextFormat::Printer printer = make_printer();
-    std::string value;
-    printer.PrintFieldValueToString(holder, field, field->is_repeated() ? index : -1, &value);
-    return field->name() + ": " + value;
-  }
-  const pb::Message& value =
-      field->is_repeated() ? reflection->GetRepeatedMessage(holder, field, index) : reflection->GetMessage(holder, field);
-  if (multiline) return field->name() + " {\n" + multi_line(value, indent + "  ") + indent + "}";
-  std::string body = single_line(value);
-  return field->name() + (body.empty() ? " {}" : " { " + body + " }");
-}
-
 std::string value_text(const pb::Message& holder, const pb::FieldDescriptor* field, int index) {
   pb::TextFormat::Printer printer = make_printer();
   std::string value;
   printer.PrintFieldValueToString(holder, field, index, &value);
   return value;
+}
+
+// `name: value` or `name { ... }` for one value of a field, on one line or indented over several.
+std::string field_text(const pb::Message& holder, const pb::FieldDescriptor* field, int index, bool multiline,
+                       const std::string& indent) {
+  const auto* reflection = holder.GetReflection();
+  if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE)
+    return field->name() + ": " + value_text(holder, field, field->is_repeated() ? index : -1);
+  const pb::Message& value =
+      field->is_repeated() ? reflection->GetRepeatedMessage(holder, field, index) : reflection->GetMessage(holder, field);
+  if (multiline) return field->name() + " {\n" + multi_line(value, indent + "  ") + indent + "}";
+  std::string body = single_line(value);
+  return field->name() + (body.empty() ? " {}" : " { " + body + " }");
 }
 
 struct Span {

@@ -43,16 +43,20 @@ def _param_text(value):
     return str(value)
 
 
+def _read_pipeline_file(path):
+    """The file's text, or SpecError with the CLI's message."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except OSError:
+        raise SpecError(f"{path}: cannot open the pipeline file (does it exist and is it readable?)") from None
+
+
 def validate(path, *, set=None, seed=None, plugin_dirs=None):
     """Checks a pipeline file as `sluice validate` does; returns its text with `set=` and `seed=`
     applied, or raises SpecError listing every problem (the CLI's messages, word for word)."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except OSError as e:
-        raise SpecError(f"{path}: cannot open the pipeline file (does it exist and is it readable?)") from None
-    return _sluice.validate(text, path, _string_map(set), seed, [os.fspath(d) for d in (plugin_dirs or [])], False)
+    return _sluice.validate(_read_pipeline_file(path), path, _string_map(set), seed, [os.fspath(d) for d in (plugin_dirs or [])], False)
 
 
 class Pipeline:
@@ -71,11 +75,7 @@ class Pipeline:
                  _keep=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
-            try:
-                with open(_file, "rb") as f:
-                    _text = f.read().decode("utf-8")
-            except OSError as e:
-                raise SpecError(f"{path}: cannot open the pipeline file (does it exist and is it readable?)") from None
+            _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
         if _text is None:
             raise TypeError("Pipeline() needs a pipeline file (or use Pipeline.from_spec(text) or sluice.data)")
         self._text = _text
@@ -86,7 +86,6 @@ class Pipeline:
         self._metrics_addr = metrics_addr or ""
         self._keep = _keep  # Python functions and arrays the stages use
         self._runner = None
-        self._last = None
         # The same validation as `sluice validate`: every problem, before anything runs.
         self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs)
 
