@@ -86,16 +86,12 @@ void Document::open(const QString& file) {
   const QByteArray bytes = in.readAll();
   std::string text(bytes.constData(), static_cast<size_t>(bytes.size()));
   PipelineDocument doc = parse_pipeline(text, file.toStdString());
-  bool placed = true;
-  for (const auto& st : doc.spec.stage()) placed = placed && st.has_layout();
+  std::map<std::string, bool> had_layout;
+  for (const auto& st : doc.spec.stage()) had_layout[st.id()] = st.has_layout();
   std::map<std::string, spec::Layout> chosen;
-  if (!placed) {
-    std::map<std::string, bool> had_layout;
-    for (const auto& st : doc.spec.stage()) had_layout[st.id()] = st.has_layout();
-    lay_out(doc.spec);
+  if (lay_out_unless_placed(doc.spec))
     for (const auto& st : doc.spec.stage())
       if (!had_layout[st.id()]) chosen[st.id()] = st.layout();
-  }
   reset(doc.spec, QFileInfo(file).absoluteFilePath());
   file_text_ = std::move(text);
   laid_out_on_open_ = std::move(chosen);
@@ -342,6 +338,15 @@ std::optional<QString> Document::rename_stage(const QString& id, const QString& 
 }
 
 void Document::arrange() { edit("Arrange", [](spec::PipelineSpec& s) { lay_out(s); }); }
+
+bool Document::lay_out_unless_placed(spec::PipelineSpec& s) {
+  for (const auto& st : s.stage())
+    if (!st.has_layout()) {
+      lay_out(s);
+      return true;
+    }
+  return false;
+}
 
 void Document::lay_out(spec::PipelineSpec& s) {
   std::map<std::string, int> position;

@@ -86,6 +86,8 @@ class Document : public QObject {
   // Positions for every stage: sources in a column on the left, each consumer right of its input
   // (a long chain wraps to the next row).
   static void lay_out(spec::PipelineSpec& spec);
+  // Lays out every stage when any has no position (a hand-written file); true when it did.
+  static bool lay_out_unless_placed(spec::PipelineSpec& spec);
 
  signals:
   void changed();

@@ -108,9 +108,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   });
   connect(&attach_, &AttachClient::pipeline, this, [this](spec::PipelineSpec spec) {
     if (!document_.read_only()) return;
-    bool placed = true;
-    for (const auto& st : spec.stage()) placed = placed && st.has_layout();
-    if (!placed) Document::lay_out(spec);
+    Document::lay_out_unless_placed(spec);
     document_.reset(spec, attach_.url(), true);
     attached_pipeline_known_ = true;
     live_graph_.reset();  // the next snapshot is drawn on this graph
