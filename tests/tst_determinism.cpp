@@ -1,6 +1,8 @@
 // The same seed gives byte-identical output at any parallelism; another seed gives another.
 #include <QtTest>
 
+#include <filesystem>
+
 #include "pipeline_runner.hpp"
 
 using namespace sluice::test;
@@ -119,6 +121,63 @@ class TestDeterminism : public QObject {
       }
       QVERIFY2(epochs_at(4) == serial, qPrintable(QString("%1: parallelism 4 differs from 1").arg(label)));
     }
+  }
+
+  // A run that continues earlier ones (EngineOptions::first_epoch, Python's next iter()) gives
+  // what one run with a repeat at its end gives: run k starts at epoch k, a repeat upstream scales
+  // it, and shuffles, random stages and a file cache draw and replay as in the one long run.
+  void consecutive_runs_continue_the_epochs_of_one_repeating_run() {
+    constexpr int kRuns = 3;
+    QTemporaryDir dir;
+    const std::string cache_file = dir.path().toStdString() + "/epochs.cache";
+    struct Case {
+      const char* name;
+      std::string body;  // ends with stage "last"
+    };
+    const std::vector<Case> cases = {
+        {"random filter, shuffle, batch",
+         stage("src", "range", "", {{"count", "300"}}) + stage("drop", "filter_random", "src", {{"p", "0.7"}}, "parallelism: 4") +
+             stage("shuf", "shuffle", "drop", {{"buffer_size", "64"}}) + stage("last", "batch", "shuf", {{"batch_size", "8"}})},
+        {"a repeat before the shuffle",
+         stage("src", "range", "", {{"count", "50"}}) + stage("drop", "filter_random", "src", {{"p", "0.5"}}) +
+             stage("rep", "repeat", "drop", {{"count", "2"}}) + stage("last", "shuffle", "rep", {{"buffer_size", "100"}})},
+        {"a file cache before the shuffle",
+         stage("src", "range", "", {{"count", "80"}}) + stage("drop", "filter_random", "src", {{"p", "0.5"}}) +
+             stage("keep", "cache", "drop", {{"path", cache_file}}) + stage("last", "shuffle", "keep", {{"buffer_size", "100"}})},
+    };
+    for (const auto& c : cases) {
+      const QString label = c.name;
+      const std::string options = "options { seed: 17 }\n";
+      std::filesystem::remove(cache_file);
+      const auto one = run_text(options + c.body + stage("more", "repeat", "last", {{"count", std::to_string(kRuns)}}) + sink_after("more"));
+      QVERIFY2(one.result.state == sluice::RunState::Finished, qPrintable(label + ": " + QString::fromStdString(one.error + one.result.error)));
+      std::filesystem::remove(cache_file);
+      std::vector<std::string> runs;
+      std::vector<std::string> first_run;
+      for (int k = 0; k < kRuns; ++k) {
+        sluice::EngineOptions engine_options;
+        engine_options.first_epoch = static_cast<std::uint64_t>(k);
+        const auto run = run_text(options + c.body + sink_after("last"), {}, engine_options);
+        QVERIFY2(run.result.state == sluice::RunState::Finished, qPrintable(label + ": " + QString::fromStdString(run.error + run.result.error)));
+        if (k == 0) first_run = run.lines;
+        else QVERIFY2(run.lines != first_run, qPrintable(label + QString(": run %1 repeated run 0").arg(k)));
+        runs.insert(runs.end(), run.lines.begin(), run.lines.end());
+      }
+      QVERIFY2(runs.size() > 30, qPrintable(label));
+      QVERIFY2(runs == one.lines, qPrintable(label + ": three runs differ from one run repeating three times"));
+    }
+  }
+
+  // A cache in memory records the first iteration of its run, whatever that iteration's epoch.
+  void memory_cache_replays_in_a_run_that_starts_at_a_later_epoch() {
+    sluice::EngineOptions options;
+    options.first_epoch = 4;
+    const auto out = run_text(stage("src", "range", "", {{"count", "10"}}) + stage("keep", "cache", "src") +
+                                  stage("rep", "repeat", "keep", {{"count", "3"}}) + sink_after("rep"),
+                              {}, options);
+    QCOMPARE(out.result.state, sluice::RunState::Finished);
+    QCOMPARE(out.lines.size(), std::size_t(30));
+    QCOMPARE(out.snapshot.stage(0).elements_out(), std::uint64_t(10));  // read once, replayed twice
   }
 
   void non_deterministic_mode_keeps_every_element() {

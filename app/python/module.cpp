@@ -683,7 +683,8 @@ spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::stri
 class Runner {
  public:
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
-         std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate) {
+         std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
+         std::uint64_t first_epoch) {
     Registry* r = nullptr;
     try {
       r = &loaded_registry(plugin_dirs);
@@ -706,7 +707,9 @@ class Runner {
         server_ = std::make_unique<MetricsServer>(parse_metrics_address(metrics_addr));
         server_->set_pipeline("# " + file + ", run from Python\n" + pipeline_to_text(spec_));
       }
-      engine_ = std::make_shared<Engine>(std::move(*graph));
+      EngineOptions options;
+      options.first_epoch = first_epoch;
+      engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
       engine_->start();
@@ -995,9 +998,9 @@ PYBIND11_MODULE(_sluice, m) {
 
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
-                    const std::vector<std::string>&, const std::string&, bool>(),
+                    const std::vector<std::string>&, const std::string&, bool, std::uint64_t>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
-           py::arg("iterate"))
+           py::arg("iterate"), py::arg("first_epoch") = 0)
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("close", &Runner::close)
       .def("run_to_end", &Runner::run_to_end)

@@ -115,6 +115,10 @@ struct StageRuntime {
   int workers = 1;
   std::int64_t demand = 1;                // output iterations wanted (kUnbounded: forever)
   std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
+  // The pipeline epochs of the first iteration of this stage's input (a source: of its first pass)
+  // and of its output; they differ only after a repeat. Operators see these epochs, which are not
+  // 0 when the run continues earlier ones (EngineOptions::first_epoch); channels count from 0.
+  std::uint64_t first_input_epoch = 0, first_output_epoch = 0;
   bool keeps_reading = false;
   bool started = false;
   std::atomic<std::int64_t> expected_elements{0};  // sources: what the run will read, 0 unknown
@@ -360,20 +364,21 @@ struct Engine::Impl {
     };
     for (std::uint64_t pass = 0; st.demand == kUnbounded || pass < static_cast<std::uint64_t>(st.demand); ++pass) {
       if (stopping.load() || st.output->skip_through.load() == kAllIterations) break;
+      const std::uint64_t epoch = st.first_output_epoch + pass;
       if (!st.output->skipped(pass)) {
         try {
-          st.source->begin_pass(pass);
+          st.source->begin_pass(epoch);
         } catch (const std::exception& e) {
-          fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), pass, e.what()), &st);
+          fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), epoch, e.what()), &st);
           return;
         }
-        ElementContext ctx{&st.info, pass, 0};
+        ElementContext ctx{&st.info, epoch, 0};
         while (!stopping.load(std::memory_order_relaxed) && !st.output->skipped(pass)) {
           Sample sample;
           try {
             if (!st.source->next(sample, ctx)) break;
           } catch (const std::exception& e) {
-            if (!element_error(st, e.what(), pass, ctx.index, sample.origin())) return;
+            if (!element_error(st, e.what(), epoch, ctx.index, sample.origin())) return;
             ++ctx.index;
             continue;
           }
@@ -438,9 +443,10 @@ struct Engine::Impl {
           if (control.kind == Item::Kind::EndOfIteration) {
             if (st.sink) {
               try {
-                st.sink->end_iteration(st.in_iteration);
+                st.sink->end_iteration(st.first_input_epoch + st.in_iteration);
               } catch (const std::exception& e) {
-                fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.in_iteration, e.what()), &st);
+                fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.first_input_epoch + st.in_iteration,
+                                 e.what()), &st);
                 return;
               }
             }
@@ -470,7 +476,8 @@ struct Engine::Impl {
 
       bool ok = true;
       ChunkIssues issues;
-      if (!st.input->skipped(epoch)) ok = process_chunk(st, in, out, epoch, base_index, ordered ? &issues : nullptr);
+      if (!st.input->skipped(epoch))
+        ok = process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr);
       in.clear();
       std::uint64_t t2 = now_ns();
 
@@ -687,7 +694,7 @@ struct Engine::Impl {
                                      ? fmt::format("{} (the whole input was dropped; it gave no output)", what)
                                      : fmt::format("{} (the rest of this input was dropped after its first {} outputs)", what,
                                                    slot.outputs_read);
-      return element_error(st, reason.c_str(), slot.epoch, slot.index, slot.origin);
+      return element_error(st, reason.c_str(), st.first_input_epoch + slot.epoch, slot.index, slot.origin);
     };
     // Opens the next input of the current iteration into `slot`; false if the run must stop.
     auto fill = [&](ExpandSlot& slot) -> bool {
@@ -714,7 +721,7 @@ struct Engine::Impl {
         if (st.input->skipped(epoch)) continue;
         std::string origin = item.sample.origin();
         try {
-          auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, epoch, my_index}, damage);
+          auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, st.first_input_epoch + epoch, my_index}, damage);
           std::lock_guard lock(mutex);
           slot = ExpandSlot{};
           slot.cursor = std::move(cursor);
@@ -725,7 +732,7 @@ struct Engine::Impl {
           changed.notify_all();
           return true;
         } catch (const std::exception& e) {
-          if (!element_error(st, e.what(), epoch, my_index, origin)) return false;
+          if (!element_error(st, e.what(), st.first_input_epoch + epoch, my_index, origin)) return false;
         }
       }
       return true;
@@ -905,21 +912,21 @@ struct Engine::Impl {
         call();
         return true;
       } catch (const std::exception& e) {
-        fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, out_iteration, e.what()), &st);
+        fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, st.first_output_epoch + out_iteration, e.what()), &st);
         return false;
       }
     };
     auto close_iteration = [&]() {
-      if (!guarded([&] { op.end_iteration(out_iteration, emitter); }, "at the end")) return false;
+      if (!guarded([&] { op.end_iteration(st.first_output_epoch + out_iteration, emitter); }, "at the end")) return false;
       out.push_back(Item::end_of_iteration(out_iteration));
       if (!flush(st, out)) return false;
       ++out_iteration;
       st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
       open = st.demand == kUnbounded || out_iteration < static_cast<std::uint64_t>(st.demand);
       emitter.iteration = out_iteration;
-      return !open || guarded([&] { op.begin_iteration(out_iteration); }, "at the start");
+      return !open || guarded([&] { op.begin_iteration(st.first_output_epoch + out_iteration); }, "at the start");
     };
-    if (open && !guarded([&] { op.begin_iteration(0); }, "at the start")) return;
+    if (open && !guarded([&] { op.begin_iteration(st.first_output_epoch); }, "at the start")) return;
 
     // Busy time is the time between two pops, less what flushing spent waiting downstream.
     std::uint64_t mark = now_ns(), blocked_at_mark = st.counters.blocked_ns.load();
@@ -952,14 +959,14 @@ struct Engine::Impl {
       add(st.counters.elements_in, in.size());
       add(st.counters.bytes_in, bytes_of(in));
       for (auto& item : in) {
-        ElementContext ctx{&st.info, in_iteration, in_index++};
+        ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, in_index++};
         if (st.input->skipped(in_iteration) || !open) continue;
         const Origin origin = item.sample.shared_origin();
         try {
           if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
             skip_input(st, static_cast<std::int64_t>(in_iteration));
         } catch (const std::exception& e) {
-          if (!element_error(st, e.what(), in_iteration, ctx.index, origin.text())) return;
+          if (!element_error(st, e.what(), ctx.epoch, ctx.index, origin.text())) return;
         }
         if (stopping.load(std::memory_order_relaxed)) return;
       }
@@ -970,7 +977,7 @@ struct Engine::Impl {
     if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
     while (open && !stopping.load() && st.output->skip_through.load() != kAllIterations) {
       bool replayed = false;
-      if (!guarded([&] { replayed = op.replay(out_iteration, emitter); }, "replaying")) return;
+      if (!guarded([&] { replayed = op.replay(st.first_output_epoch + out_iteration, emitter); }, "replaying")) return;
       if (!replayed || !close_iteration()) break;
     }
     account_busy(now_ns());
@@ -1163,6 +1170,15 @@ std::uint64_t stage_output_fingerprint(const GraphStage& spec, std::uint64_t see
   return mix64(stable_hash(text) ^ input_fingerprint);
 }
 
+// The epoch of the first input pass of an aggregate whose output starts at `output_epoch`, reading
+// `passes` input passes per output iteration. A repeat forever reads without end in one output
+// iteration: a later run's input starts 2^20 epochs further on, so that no run draws an earlier
+// run's shuffles (the random generators key 32 bits of the epoch: 4,096 such runs before any repeat).
+std::uint64_t input_epoch_of(std::uint64_t output_epoch, std::int64_t passes) {
+  if (passes == kUnbounded) return output_epoch << 20;
+  return passes > 0 ? output_epoch * static_cast<std::uint64_t>(passes) : output_epoch;
+}
+
 }  // namespace
 
 Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -1253,14 +1269,18 @@ void Engine::start() {
     }
   }
   // Iterations: each sink reads one iteration of its input; going upstream, a repeat multiplies
-  // the passes it needs and a filled cache needs none.
+  // the passes it needs and a filled cache needs none. Epochs scale the same way.
   for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
     auto& st = *I.stages[i];
     const int consumer = st.spec->consumer;
     if (consumer >= 0) {
       auto& c = *I.stages[consumer];
       st.demand = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
+      st.first_output_epoch = c.first_input_epoch;
+    } else {
+      st.first_output_epoch = I.options.first_epoch;
     }
+    st.first_input_epoch = st.first_output_epoch;
     if (st.source) {  // started above: a source knows its size now, if it can
       const std::int64_t per_pass = st.source->expected_elements();
       if (per_pass >= 0 && st.demand != kUnbounded) st.expected_elements.store(per_pass * st.demand);
@@ -1268,6 +1288,7 @@ void Engine::start() {
     if (st.aggregate) {
       st.passes_per_iteration = st.aggregate->input_passes(1);
       st.keeps_reading = st.aggregate->keeps_reading_when_skipped();
+      st.first_input_epoch = input_epoch_of(st.first_output_epoch, st.passes_per_iteration);
     }
   }
   // Fuse a stateless map with the stateless map or filter that reads it, when they run on as many

@@ -42,8 +42,9 @@ class Cache final : public Aggregate {
   }
   bool keeps_reading_when_skipped() const override { return true; }
 
-  void begin_iteration(std::uint64_t epoch) override {
-    if (epoch != 0 || ready_from_file_) return;
+  // The run's first iteration records, whatever its epoch (a run may continue earlier ones).
+  void begin_iteration(std::uint64_t) override {
+    if (begun_++ != 0 || ready_from_file_) return;
     recording_ = true;
     if (!path_.empty()) {
       file_.open(path_);
@@ -59,8 +60,8 @@ class Cache final : public Aggregate {
     out.push(std::move(in));
     return Flow::Continue;
   }
-  void end_iteration(std::uint64_t epoch, Emitter&) override {
-    if (epoch != 0 || !recording_) return;
+  void end_iteration(std::uint64_t, Emitter&) override {
+    if (!recording_) return;
     recording_ = false;
     complete_ = true;
     if (file_.is_open()) file_.commit();
@@ -123,6 +124,7 @@ class Cache final : public Aggregate {
   std::string path_;
   std::uint64_t fingerprint_ = 0;
   bool ready_from_file_ = false, recording_ = false, complete_ = false;
+  std::uint64_t begun_ = 0;  // iterations begun in this run
   AtomicOutputFile file_;
   std::vector<Sample> memory_;
 };

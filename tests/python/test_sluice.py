@@ -80,6 +80,34 @@ def test_file_and_python_built_pipelines_give_the_cli_output(write, tmp_path):
     assert third.read_bytes() == out.read_bytes()
 
 
+def test_each_new_iteration_is_the_next_epoch():
+    # Three iterations of one pipeline (or dataset) give what one run repeating three times gives:
+    # each iter() has the next epoch's shuffles and random draws.
+    def epochs(iterable, count):
+        return [[as_plain(b) for b in iterable] for _ in range(count)]
+
+    repeated = sluice.Pipeline.from_spec(SHUFFLED + stage("more", "repeat", "batch", {"count": "3"}))
+    one_run = [as_plain(b) for b in repeated]
+    pipeline = sluice.Pipeline.from_spec(SHUFFLED)
+    three = epochs(pipeline, 3)
+    assert three[0] != three[1] != three[2]
+    assert sum(three, []) == one_run
+    assert pipeline.epoch == 3
+    # Set the epoch to continue where another process stopped.
+    again = sluice.Pipeline.from_spec(SHUFFLED)
+    again.epoch = 2
+    assert [as_plain(b) for b in again] == three[2]
+    with pytest.raises(ValueError, match="epoch must be 0 or more"):
+        again.epoch = -1
+        next(iter(again))
+    # A sluice.data dataset iterated again moves on too; pipeline() starts a new one at epoch 0.
+    dataset = sluice.data.range(count=40).shuffle(buffer_size=40).batch(batch_size=10).options(seed=3)
+    first, second = epochs(dataset, 2)
+    assert first != second
+    assert sorted(sum((b["value"] for b in first), [])) == list(range(40))
+    assert [as_plain(b) for b in dataset.pipeline()] == first
+
+
 def test_arrays_are_views_of_the_batch_and_memory_is_reused():
     ds = sluice.data.tensors(count=8000, shape=[224, 224, 3], dtype="f32").batch(batch_size=4)
     pipeline = ds.pipeline()

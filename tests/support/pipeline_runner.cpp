@@ -25,11 +25,11 @@ std::string read_file(const std::string& path) {
 
 Graph graph_of(const std::string& text) { return build_graph(parse_pipeline(text, "test.txtpb"), registry()); }
 
-RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides) {
+RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides, const EngineOptions& options) {
   RunOutput out;
   try {
     apply_overrides(doc, overrides);
-    Engine engine(build_graph(doc, registry()));
+    Engine engine(build_graph(doc, registry()), options);
     engine.start();
     out.result = engine.wait();
     out.snapshot = engine.snapshot();
@@ -39,14 +39,14 @@ RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& ove
   return out;
 }
 
-RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides) {
+RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides, const EngineOptions& options) {
   RunOutput out;
   QTemporaryDir dir;
   std::string path = dir.path().toStdString() + "/out.jsonl";
   std::string resolved = text;
   for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
   try {
-    out = run_document(parse_pipeline(resolved, "test.txtpb"), overrides);
+    out = run_document(parse_pipeline(resolved, "test.txtpb"), overrides, options);
   } catch (const std::exception& e) {
     out.error = e.what();
   }

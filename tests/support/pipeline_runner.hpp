@@ -23,10 +23,10 @@ struct RunOutput {
 };
 
 // Runs a pipeline document with overrides; no output is read back.
-RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides = {});
+RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& overrides = {}, const EngineOptions& options = {});
 
 // Runs `text` (protobuf text format; every "$OUT" is replaced by a file in a temporary folder).
-RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides = {});
+RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides = {}, const EngineOptions& options = {});
 
 // The integers of a jsonl line like {"value":3} or {"value":[1,2,3]}, in order.
 std::vector<long long> integers(const std::string& line);

@@ -11,6 +11,7 @@ the same metrics (snapshot(), report(), metrics_addr= for the studio to attach t
 """
 import atexit
 import json
+import operator
 import os
 import weakref
 
@@ -69,6 +70,11 @@ class Pipeline:
     sluice.Tensor objects for any DLPack consumer. A pipeline ending in `gpu_feed` yields, per
     step, a list with one dict of device tensors per device. `run()` runs it as it is, sinks
     included, like `sluice run`.
+
+    Each run (an iteration, or `run()`) is the pipeline's next epoch: a new `iter()` gets the next
+    epoch's shuffles and random draws, as the same pipeline with a `repeat` at its end would give
+    in one run. `epoch` is the epoch the next run starts at; set it to continue where an earlier
+    process stopped. Upstream of a `repeat(count=k)`, one run is k epochs of its input.
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, _text=None, _file=None,
@@ -86,6 +92,7 @@ class Pipeline:
         self._metrics_addr = metrics_addr or ""
         self._keep = _keep  # Python functions and arrays the stages use
         self._runner = None
+        self.epoch = 0
         # The same validation as `sluice validate`: every problem, before anything runs.
         self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs)
 
@@ -101,7 +108,12 @@ class Pipeline:
         return self._checked
 
     def _start(self, iterate):
-        runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate)
+        epoch = operator.index(self.epoch)
+        if epoch < 0:
+            raise ValueError(f"Pipeline.epoch must be 0 or more, not {epoch}")
+        runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
+                                epoch)
+        self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner
         return runner

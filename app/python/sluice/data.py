@@ -73,12 +73,15 @@ class _Held:
 
 
 class Dataset:
-    """A pipeline being built: each method returns a new Dataset with one more stage."""
+    """A pipeline being built: each method returns a new Dataset with one more stage.
+
+    Iterating a dataset again gives its next epoch (the next shuffles), as in tf.data."""
 
     def __init__(self, stages=(), options=None, held=()):
         self._stages = list(stages)
         self._options = dict(options or {})
         self._held = list(held)
+        self._iterated = None  # the Pipeline that `for` and torch() run: it counts the epochs
 
     # -- building ------------------------------------------------------------------------------
 
@@ -168,17 +171,24 @@ class Dataset:
         return _sluice.spec_from_json(json.dumps(spec))
 
     def pipeline(self, **options):
-        """A sluice.Pipeline of this dataset (set=, seed=, plugin_dirs=, metrics_addr=)."""
+        """A new sluice.Pipeline of this dataset (set=, seed=, plugin_dirs=, metrics_addr=), at
+        epoch 0."""
         from . import Pipeline
         import os
 
         return Pipeline(_text=self.spec(), _file=os.path.join(os.getcwd(), "pipeline.txtpb"), _keep=self._held, **options)
 
+    def _pipeline_to_iterate(self):
+        if self._iterated is None:
+            self._iterated = self.pipeline()
+        return self._iterated
+
     def __iter__(self):
-        return iter(self.pipeline())
+        return iter(self._pipeline_to_iterate())
 
     def torch(self):
-        return self.pipeline().torch()
+        """Iterates with each field a torch.Tensor (see Pipeline.torch)."""
+        return self._pipeline_to_iterate().torch()
 
 
 def _docstring(schema):

@@ -67,6 +67,8 @@ struct StageInfo {
 
 // Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage
 // after a repeat sees a single long iteration), `index` its position within that iteration.
+// Epochs are the pipeline's, not the run's: a run that continues earlier ones (Python's next
+// iter()) starts above 0, so an operator that means "the run's first iteration" counts its own.
 struct ElementContext {
   const StageInfo* stage = nullptr;
   std::uint64_t epoch = 0;
@@ -126,7 +128,8 @@ class Operator {
 
 class Source : public Operator {
  public:
-  // A pass is one iteration over the data; repeats downstream ask for several.
+  // A pass is one iteration over the data; repeats downstream ask for several. `pass` is the
+  // pipeline epoch of the pass (see ElementContext), not a count from 0 within the run.
   virtual void begin_pass(std::uint64_t pass) = 0;
   // Fills `out` and returns true, or returns false at the end of the pass.
   virtual bool next(Sample& out, const ElementContext& ctx) = 0;

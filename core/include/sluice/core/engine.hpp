@@ -19,6 +19,10 @@ struct EngineOptions {
   std::uint64_t default_buffer_bytes = 128ull << 20;
   // Skip reasons kept per stage for the report.
   std::size_t kept_skip_reasons = 10;
+  // The epoch this run's output starts at: a run that continues earlier runs of the same pipeline
+  // (Python's next iter()) starts at the next epoch, with that epoch's shuffles and random draws.
+  // Upstream of a repeat(k) the epochs scale by k, as they would in one run of k·n passes.
+  std::uint64_t first_epoch = 0;
 };
 
 enum class RunState { Created, Running, Finished, Stopped, Failed };
