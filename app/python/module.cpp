@@ -32,6 +32,8 @@
 #include "sluice/core/spec.hpp"
 #include "sluice/operator.hpp"
 
+#include "cuda_driver.hpp"
+
 namespace py = pybind11;
 namespace fs = std::filesystem;
 
@@ -564,8 +566,14 @@ PipelineDocument document_of(const std::string& text, const std::string& file, c
 
 // ---- DLPack ------------------------------------------------------------------------------------
 
-// A tensor Python code can hand to any DLPack consumer (torch.from_dlpack, numpy.from_dlpack,
-// JAX, CuPy) without a copy.
+// Said once per process: the run goes on correctly, only with the host waiting for each copy.
+void warn_once_about_host_waits(const std::string& why) {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "sluice: feed slices are waited for on the host, not on the consumer's CUDA stream: %s\n", why.c_str());
+  });
+}
+
 // A feed slice's slot, given back when the last tensor made from it is dropped (by whoever drops
 // it: torch may, without the GIL). It keeps the engine whose memory the slice is in, stopped and
 // joined by close() before the Runner lets go of it.
@@ -576,6 +584,23 @@ struct FeedSlot {
   // The stream a DLPack consumer said it reads on (__dlpack__(stream=...)): the feed overwrites
   // the slot only after the work queued there when the slot was given back.
   std::atomic<void*> consumer_stream{nullptr};
+  std::atomic<bool> copied_on_host{false};  // wait_ready() returned: safe to read from anywhere
+
+  // Makes the slice safe to read for a consumer on DLPack stream `stream` (nullopt: on the host,
+  // as data_ptr readers do). A CUDA slice's copy event is waited on the consumer's stream, so
+  // the host goes on at once; where that cannot be done (no stream, -1 "do not synchronise",
+  // the driver refused) the host waits for the copies instead, which is always correct.
+  void make_ready(std::optional<std::intptr_t> stream) {
+    if (copied_on_host.load()) return;
+    if (slice.ready_event && stream && *stream != -1) {
+      std::string why;
+      if (cuda_stream_wait_event(*stream, slice.ready_event, slice.ordinal, why)) return;
+      warn_once_about_host_waits(why);
+    }
+    py::gil_scoped_release release;
+    feed->wait_ready(slice);
+    copied_on_host.store(true);
+  }
   ~FeedSlot() {
     try {
       feed->release(slice, consumer_stream.load());
@@ -586,6 +611,8 @@ struct FeedSlot {
   }
 };
 
+// A tensor Python code can hand to any DLPack consumer (torch.from_dlpack, numpy.from_dlpack,
+// JAX, CuPy) without a copy.
 struct DlTensor {
   std::shared_ptr<Buffer> buffer;  // null for a feed slice, whose memory is the feed's
   std::shared_ptr<FeedSlot> slot;  // set for a feed slice
@@ -861,14 +888,13 @@ class Runner {
         if (status == FeedStatus::End || status == FeedStatus::Stopped) end_of_run();
         stop_if_interrupted();
       }
-      {
-        py::gil_scoped_release release;
-        feed_->wait_ready(slice);
-      }
       auto slot = std::make_shared<FeedSlot>();
       slot->feed = feed_;
       slot->slice = slice;
       slot->owner = engine_;
+      // Emulated devices have no stream to wait on: their copies are waited for here. A CUDA
+      // slice is waited for where it is read (make_ready).
+      if (!slice.ready_event) slot->make_ready(std::nullopt);
       py::dict fields;
       for (const auto& f : slice.fields)
         fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed_->emulated() ? kDLCPU : kDLCUDA,
@@ -978,9 +1004,12 @@ PYBIND11_MODULE(_sluice, m) {
       .def("__dlpack__", [](const DlTensor& t, py::object stream) {
         // DLPack's stream: the consumer's CUDA stream (1 the legacy default, 2 per-thread, -1 "do
         // not synchronise"). Only a device slice's slot cares where it is read.
-        if (t.slot && !stream.is_none()) {
-          const auto value = stream.cast<std::intptr_t>();
+        if (t.slot) {
+          // None means the legacy default stream (1) to DLPack. (Emulated slices are host memory
+          // their feed ignores streams for, waited for when they were handed out.)
+          const std::intptr_t value = stream.is_none() ? (t.device_type == kDLCUDA ? 1 : -1) : stream.cast<std::intptr_t>();
           if (value != -1) t.slot->consumer_stream.store(reinterpret_cast<void*>(value));
+          if (t.device_type == kDLCUDA) t.slot->make_ready(value);
         }
         return to_dlpack(t);
       }, py::arg("stream") = py::none())
@@ -990,7 +1019,10 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("device", [](const DlTensor& t) {
         return t.device_type == kDLCPU ? std::string("cpu") : "cuda:" + std::to_string(t.device_id);
       })
-      .def_property_readonly("data_ptr", [](const DlTensor& t) { return reinterpret_cast<std::uintptr_t>(t.data); })
+      .def_property_readonly("data_ptr", [](const DlTensor& t) {
+        if (t.slot) t.slot->make_ready(std::nullopt);  // a raw pointer's reader may be anywhere
+        return reinterpret_cast<std::uintptr_t>(t.data);
+      }, "The address of the first element (for a feed slice: once its copies are complete).")
       .def("numpy", [](const DlTensor& t) -> py::object {
         if (t.device_type != kDLCPU) throw py::value_error("a device tensor has no NumPy view; use torch.from_dlpack or cupy.from_dlpack");
         return numpy_view(t.data, t.dtype, t.shape, t);
