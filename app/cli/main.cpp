@@ -197,6 +197,7 @@ struct RunOptions {
   std::optional<double> progress_every;  // seconds; default 0.5 on a terminal, 10 otherwise
   std::string metrics_log;
   std::string metrics_addr;
+  bool explain_autotune = false;
 };
 
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
@@ -230,6 +231,10 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   // final one, the same one the metrics log ends with.
   std::mutex latest_mutex;
   sluice::metrics::MetricsSnapshot latest;
+  // --explain-autotune: the tuner's decisions not printed yet (printed by this thread, between
+  // progress lines).
+  std::vector<std::string> unexplained;
+  int explained = 0;
   try {
     if (!options.metrics_log.empty()) log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
     if (metrics_address) {
@@ -244,6 +249,9 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
       if (server) server->publish(snapshot);
       std::lock_guard lock(latest_mutex);
       latest = snapshot;
+      if (options.explain_autotune)
+        for (; explained < snapshot.autotune().changes_size(); ++explained)
+          unexplained.push_back(sluice::format_autotune_change(snapshot.autotune().changes(explained)));
     });
     engine->start();
   } catch (const std::exception& e) {
@@ -272,6 +280,20 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     }
     std::fflush(stderr);
   };
+  auto explain = [&] {
+    std::vector<std::string> lines;
+    {
+      std::lock_guard lock(latest_mutex);
+      lines.swap(unexplained);
+    }
+    if (lines.empty()) return;
+    if (terminal && drawn) {  // above the progress line, which the next draw puts back
+      fmt::print(stderr, "\r{}\r", std::string(drawn, ' '));
+      drawn = 0;
+    }
+    for (const auto& line : lines) fmt::print(stderr, "{}\n", sluice::printable(line));
+    std::fflush(stderr);
+  };
   bool interrupted = false;
   std::chrono::steady_clock::time_point interrupted_at;
   constexpr auto kStopGrace = std::chrono::seconds(2);
@@ -291,12 +313,14 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
       std::fflush(stderr);
       std::_Exit(kExitInterrupted);
     }
+    explain();
     if (!options.quiet && std::chrono::steady_clock::now() >= next_progress) {
       draw_progress(false);
       next_progress += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
     }
   }
   auto result = engine->wait();
+  explain();
   if (!options.quiet && terminal && drawn) draw_progress(true);
   sluice::metrics::MetricsSnapshot final_snapshot;
   {
@@ -394,6 +418,8 @@ int main(int argc, char** argv) {
   run->add_option("--progress-every", run_options.progress_every,
                   "seconds between progress updates (default 0.5 on a terminal, 10 otherwise)")
       ->check(CLI::PositiveNumber);
+  run->add_flag("--explain-autotune", run_options.explain_autotune,
+                "print each decision of the autotuner (parallelism: -1, buffer_size: -1) as it is made, with its reason");
   run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
   run->add_option("--metrics-addr", run_options.metrics_addr,
                   "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");

@@ -41,7 +41,7 @@ class Channel {
  public:
   // `byte_limit` 0: bounded in elements only.
   Channel(std::size_t capacity, std::uint64_t byte_limit, const std::atomic<bool>& stopping)
-      : capacity_(std::max<std::size_t>(1, capacity)), ring_(std::min<std::size_t>(capacity_, kInitialSlots)),
+      : capacity_(std::max<std::size_t>(1, capacity)), ring_(std::min<std::size_t>(capacity_.load(), kInitialSlots)),
         ring_bytes_(ring_.size()), byte_limit_(byte_limit), stopping_(stopping), created_ns_(now_ns()),
         last_change_ns_(created_ns_) {}
 
@@ -109,6 +109,19 @@ class Channel {
 
   std::size_t available() const { return level_.load(std::memory_order_relaxed); }
 
+  // New bounds while the run goes on (the autotuner): a larger buffer lets waiting producers in
+  // at once; a smaller one admits nothing until its consumer has taken it below the new bounds.
+  void resize(std::size_t capacity, std::uint64_t byte_limit) {
+    {
+      std::lock_guard lock(mutex_);
+      account(now_ns());
+      capacity_.store(std::max<std::size_t>(1, capacity), std::memory_order_relaxed);
+      byte_limit_.store(byte_limit, std::memory_order_relaxed);
+      publish_level();
+    }
+    not_full_.notify_all();
+  }
+
   // Wakes every waiter (used when the run stops).
   void wake_all() {
     std::lock_guard lock(mutex_);
@@ -120,9 +133,9 @@ class Channel {
   bool consumer_waiting() const { return consumer_waiting_flag_.load(std::memory_order_relaxed); }
 
   std::size_t level() const { return level_.load(std::memory_order_relaxed); }
-  std::size_t capacity() const { return capacity_; }
+  std::size_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
   std::uint64_t level_bytes() const { return bytes_level_.load(std::memory_order_relaxed); }
-  std::uint64_t byte_limit() const { return byte_limit_; }
+  std::uint64_t byte_limit() const { return byte_limit_.load(std::memory_order_relaxed); }
 
   // Time-weighted mean fill since the channel was made; the fill is the larger of level over
   // capacity and bytes over the byte limit.
@@ -146,6 +159,17 @@ class Channel {
     const double elapsed = static_cast<double>(now - created_ns_);
     if (elapsed <= 0) return {0.0, 0.0};
     return {static_cast<double>(empty_ns_) / elapsed, static_cast<double>(full_ns_) / elapsed};
+  }
+
+  // Time empty and time full since the channel was made, and swings: the autotuner's window is
+  // the difference between two readings.
+  struct Extremes {
+    std::uint64_t empty_ns = 0, full_ns = 0, swings = 0;
+  };
+  Extremes extremes() {
+    std::lock_guard lock(mutex_);
+    account(now_ns());
+    return {empty_ns_, full_ns_, swings_};
   }
 
   // The consumer's request: nothing more of iterations <= this value is wanted.
@@ -175,7 +199,7 @@ class Channel {
   // millions costs memory only when that many elements are really held.
   static constexpr std::size_t kInitialSlots = 64;
   void grow() {
-    const std::size_t size = std::min(capacity_, ring_.size() * 2);
+    const std::size_t size = std::min(capacity(), ring_.size() * 2);
     std::vector<Item> ring(size);
     std::vector<std::uint64_t> bytes(size);
     for (std::size_t k = 0; k < count_; ++k) {
@@ -186,10 +210,14 @@ class Channel {
     ring_bytes_.swap(bytes);
     head_ = 0;
   }
-  bool has_room() const { return count_ < capacity_ && (byte_limit_ == 0 || count_ == 0 || bytes_ < byte_limit_); }
+  bool has_room() const {
+    const std::uint64_t limit = byte_limit();
+    return count_ < capacity() && (limit == 0 || count_ == 0 || bytes_ < limit);
+  }
   double fill() const {
-    double f = static_cast<double>(count_) / static_cast<double>(capacity_);
-    if (byte_limit_ > 0) f = std::max(f, std::min(1.0, static_cast<double>(bytes_) / static_cast<double>(byte_limit_)));
+    double f = std::min(1.0, static_cast<double>(count_) / static_cast<double>(capacity()));
+    if (const std::uint64_t limit = byte_limit(); limit > 0)
+      f = std::max(f, std::min(1.0, static_cast<double>(bytes_) / static_cast<double>(limit)));
     return f;
   }
   void publish_level() {
@@ -221,12 +249,12 @@ class Channel {
 
   std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;
-  std::size_t capacity_;
+  std::atomic<std::size_t> capacity_;  // written under mutex_; read anywhere
   std::vector<Item> ring_;
   std::vector<std::uint64_t> ring_bytes_;  // each slot's element size, as counted when it came in
   std::size_t head_ = 0, count_ = 0;
   std::uint64_t bytes_ = 0;
-  const std::uint64_t byte_limit_;
+  std::atomic<std::uint64_t> byte_limit_;  // written under mutex_; read anywhere
   std::atomic<bool> full_flag_{false};
   std::atomic<std::uint64_t> bytes_level_{0};
   int consumers_waiting_ = 0, producers_waiting_ = 0;

@@ -15,9 +15,11 @@
 
 #include <fmt/format.h>
 
+#include "autotune.hpp"
 #include "channel.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/report.hpp"
+#include "sluice/core/resources.hpp"
 
 namespace sluice {
 
@@ -131,6 +133,42 @@ struct StageRuntime {
   // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
   int threads() const { return expand ? 1 : workers; }
 
+  // Autotune: `workers` threads are started (the most the stage may get); those whose index is
+  // at or above `active_workers` wait until the tuner raises it, and a worker above a lowered
+  // count finishes its chunk first. Ordered commits make the count invisible in the output.
+  bool tuned_workers = false, tuned_buffer = false;
+  std::atomic<int> active_workers{1};
+  std::atomic<bool> input_finished{false};  // parked workers leave once the input has ended
+  std::mutex park_mutex;
+  std::condition_variable park_cv;
+  // Worker time available so far (active workers x time), for the busy fractions: guarded by
+  // park_mutex.
+  std::uint64_t worker_ns_before = 0, active_since_ns = 0;
+  int running_workers() const { return tuned_workers ? active_workers.load(std::memory_order_relaxed) : workers; }
+  double worker_capacity_ns(std::uint64_t now, std::uint64_t start) {
+    if (!tuned_workers) return static_cast<double>(now - start) * workers;
+    std::lock_guard lock(park_mutex);
+    const std::uint64_t since = active_since_ns ? active_since_ns : start;
+    return static_cast<double>(worker_ns_before) + static_cast<double>(now > since ? now - since : 0) * active_workers.load();
+  }
+  void set_active_workers(int count, std::uint64_t now, std::uint64_t start) {
+    {
+      std::lock_guard lock(park_mutex);
+      const std::uint64_t since = active_since_ns ? active_since_ns : start;
+      worker_ns_before += (now > since ? now - since : 0) * static_cast<std::uint64_t>(active_workers.load());
+      active_since_ns = now;
+      active_workers.store(count);
+    }
+    park_cv.notify_all();
+  }
+  void finish_input() {
+    {
+      std::lock_guard lock(park_mutex);
+      input_finished.store(true);
+    }
+    park_cv.notify_all();
+  }
+
   Counters counters;
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;
@@ -192,6 +230,56 @@ struct Engine::Impl {
   bool publisher_quit = false;
   mutable std::mutex snapshot_mutex;
   mutable std::uint64_t sequence = 0;
+
+  // Autotune (graph.autotunes()): the budgets, the tuner's thread and what it decided.
+  bool autotune = false;
+  double cpu_budget = 0;
+  std::string cpu_budget_source, ram_budget_source;
+  std::uint64_t ram_budget = 0, buffer_budget = 0;
+  std::thread tuner;
+  mutable std::mutex tune_mutex;
+  std::vector<metrics::AutotuneChange> tune_changes;
+  std::uint64_t tune_changes_left_out = 0;
+  // The CPU budget at every moment: a worker of a tuned stage holds one of `cores_total` while it
+  // computes, so that generous worker counts (a worker is not a core) never add up to more.
+  std::mutex cores_mutex;
+  std::condition_variable cores_cv;
+  int cores_total = 1, cores_in_use = 0;
+
+  // Holds a core of the budget for a tuned stage's work (nothing for other stages).
+  class CoreHold {
+   public:
+    CoreHold(Impl& impl, const StageRuntime& st) : impl_(impl), counted_(st.tuned_workers) {
+      if (!counted_) return;
+      std::unique_lock lock(impl_.cores_mutex);
+      while (impl_.cores_in_use >= impl_.cores_total && !impl_.stopping.load())
+        impl_.cores_cv.wait_for(lock, std::chrono::milliseconds(50));
+      held_ = !impl_.stopping.load();
+      if (held_) ++impl_.cores_in_use;
+    }
+    ~CoreHold() {
+      if (!counted_ || !held_) return;
+      {
+        std::lock_guard lock(impl_.cores_mutex);
+        --impl_.cores_in_use;
+      }
+      impl_.cores_cv.notify_one();
+    }
+    CoreHold(const CoreHold&) = delete;
+    CoreHold& operator=(const CoreHold&) = delete;
+    bool held() const { return held_ || !counted_; }
+
+   private:
+    Impl& impl_;
+    bool counted_, held_ = false;
+  };
+  void set_cores_for_tuned(int count) {
+    {
+      std::lock_guard lock(cores_mutex);
+      cores_total = std::max(1, count);
+    }
+    cores_cv.notify_all();
+  }
 
   // ---- control ----
 
@@ -401,14 +489,24 @@ struct Engine::Impl {
     handover();
   }
 
+  // A tuned stage's worker above the active count waits here; false when it should leave (the
+  // run stops, or the stage's input ended).
+  bool wait_until_active(StageRuntime& st, int index) {
+    std::unique_lock lock(st.park_mutex);
+    while (index >= st.active_workers.load() && !stopping.load() && !st.input_finished.load())
+      st.park_cv.wait_for(lock, std::chrono::milliseconds(50));
+    return !stopping.load() && !st.input_finished.load();
+  }
+
   // Map, filter, expand and sink stages: one or more workers take chunks of the input in order,
   // process them concurrently and commit their outputs in input order (deterministic) or as they
   // finish. Control items wait until every earlier chunk is committed.
-  void run_stateless(StageRuntime& st) {
+  void run_stateless(StageRuntime& st, int index) {
     const bool ordered = graph.deterministic && st.workers > 1;
     std::vector<Item> in, out;
     in.reserve(kChunk);
     for (;;) {
+      if (st.tuned_workers && index >= st.active_workers.load(std::memory_order_relaxed) && !wait_until_active(st, index)) return;
       std::uint64_t seq = 0, epoch = 0, base_index = 0;
       std::uint64_t t0 = now_ns();
       {
@@ -418,14 +516,14 @@ struct Engine::Impl {
           // Workers run ahead of the oldest unfinished chunk by a bounded amount (memory).
           std::unique_lock lock(st.commit_mutex);
           std::uint64_t w0 = now_ns();
-          st.commit_cv.wait(lock, [&] { return st.in_flight < kMaxChunksAhead * st.workers || stopping.load(); });
+          st.commit_cv.wait(lock, [&] { return st.in_flight < kMaxChunksAhead * st.running_workers() || stopping.load(); });
           add(st.counters.blocked_ns, now_ns() - w0);
           t0 = now_ns();
         }
         if (stopping.load()) return;
         // A fair share of what is waiting, and no more than a few milliseconds of work, so that
         // at the end of the input no worker is left alone with a long chunk.
-        const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.workers));
+        const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.running_workers()));
         const std::uint64_t cost = st.ns_per_element.load(std::memory_order_relaxed);
         const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : kChunk;
         if (!st.input->pop(in, std::min({kChunk, share, by_time}))) return;
@@ -439,7 +537,10 @@ struct Engine::Impl {
           }
           if (stopping.load()) return;
           Item control = std::move(in.front());
-          if (control.kind == Item::Kind::EndOfStream) st.input_done = true;
+          if (control.kind == Item::Kind::EndOfStream) {
+            st.input_done = true;
+            if (st.tuned_workers) st.finish_input();
+          }
           if (control.kind == Item::Kind::EndOfIteration) {
             if (st.sink) {
               try {
@@ -476,8 +577,10 @@ struct Engine::Impl {
 
       bool ok = true;
       ChunkIssues issues;
-      if (!st.input->skipped(epoch))
-        ok = process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr);
+      if (!st.input->skipped(epoch)) {
+        CoreHold core(*this, st);
+        ok = core.held() && process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr);
+      }
       in.clear();
       std::uint64_t t2 = now_ns();
 
@@ -766,13 +869,14 @@ struct Engine::Impl {
       changed.notify_all();
       return 1;
     };
-    auto fetch_loop = [&]() {
+    auto fetch_loop = [&](int fetcher) {
       name_this_thread(st.spec->id + "+");
       std::unique_lock lock(mutex);
       for (;;) {
         ExpandSlot* work = nullptr;
         auto pick = [&] {
           if (quit || stopping.load()) return true;
+          if (st.tuned_workers && fetcher >= st.active_workers.load(std::memory_order_relaxed)) return false;  // parked
           for (auto& s : slots)
             if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead) return (work = &s), true;
           return false;
@@ -784,14 +888,17 @@ struct Engine::Impl {
         lock.unlock();
         Sample sample;
         int got = 0;
-        std::uint64_t t0 = now_ns();
-        try {
-          got = work->cursor->next(sample) ? 1 : 0;
-          work->outputs_read += static_cast<std::uint64_t>(got);
-        } catch (const std::exception& e) {
-          got = input_failure(*work, e.what()) ? 0 : -1;
+        {
+          CoreHold core(*this, st);
+          std::uint64_t t0 = now_ns();
+          try {
+            got = !core.held() ? -1 : work->cursor->next(sample) ? 1 : 0;
+            work->outputs_read += static_cast<std::uint64_t>(std::max(got, 0));
+          } catch (const std::exception& e) {
+            got = input_failure(*work, e.what()) ? 0 : -1;
+          }
+          add(st.counters.busy_ns, now_ns() - t0);
         }
-        add(st.counters.busy_ns, now_ns() - t0);
         lock.lock();
         work->busy = false;
         if (got == 1) work->ready.push_back(std::move(sample));
@@ -806,7 +913,7 @@ struct Engine::Impl {
       ~JoinFetchers() { join(); }
     } join_fetchers{[&] { stop_fetchers(fetchers); }};
     try {
-      for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop);
+      for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop, i);
     } catch (const std::system_error& e) {
       throw Error(fmt::format("could not start reader thread {} of {}: {} (the process may be at its thread limit: lower "
                               "parallelism or cycle_length)",
@@ -985,13 +1092,13 @@ struct Engine::Impl {
     flush(st, out);
   }
 
-  void worker(StageRuntime& st) {
+  void worker(StageRuntime& st, int index) {
     name_this_thread(st.spec->id);
     try {
       if (st.source) run_source(st);
       else if (st.aggregate) run_aggregate(st);
       else if (st.expand) run_expand(st);
-      else run_stateless(st);
+      else run_stateless(st, index);
     } catch (const std::bad_alloc&) {
       fail(out_of_memory_message(st), &st);
     } catch (const std::exception& e) {
@@ -1029,6 +1136,7 @@ struct Engine::Impl {
       publish_cv.notify_all();
     }
     if (publisher.joinable()) publisher.join();
+    if (tuner.joinable()) tuner.join();
     publish(make_snapshot());
   }
 
@@ -1057,7 +1165,14 @@ struct Engine::Impl {
       m->set_id(st.spec->id);
       m->set_op(st.spec->op->info.name);
       m->set_kind(operator_kind_name(st.spec->op->info.kind));
-      m->set_workers(static_cast<std::uint32_t>(st.workers));
+      // A fused member runs in its head's workers.
+      StageRuntime& runner = st.fused_head ? *st.fused_head : st;
+      m->set_workers(static_cast<std::uint32_t>(runner.running_workers()));
+      if (runner.tuned_workers) {
+        m->set_workers_tuned(true);
+        m->set_max_workers(static_cast<std::uint32_t>(runner.workers));
+      }
+      m->set_buffer_tuned(st.tuned_buffer);
       for (int in : st.spec->inputs) m->add_inputs(graph.stages[in].id);
       const auto& c = st.counters;
       std::uint64_t el_out = c.elements_out.load(), by_out = c.bytes_out.load(), el_in = c.elements_in.load();
@@ -1065,7 +1180,7 @@ struct Engine::Impl {
       m->set_elements_out(el_out);
       m->set_bytes_in(c.bytes_in.load());
       m->set_bytes_out(by_out);
-      const double capacity_ns = elapsed_ns * st.workers;
+      const double capacity_ns = start_ns ? runner.worker_capacity_ns(now, start_ns) : 0.0;
       if (capacity_ns > 0) {
         m->set_busy_fraction(std::min(1.0, c.busy_ns.load() / capacity_ns));
         m->set_starved_fraction(std::min(1.0, c.starved_ns.load() / capacity_ns));
@@ -1128,6 +1243,17 @@ struct Engine::Impl {
       st.previous_elements = el_out;
       st.previous_bytes = by_out;
     }
+    if (autotune) {
+      auto* a = snap.mutable_autotune();
+      a->set_cpu_budget(cpu_budget);
+      a->set_cpu_budget_source(cpu_budget_source);
+      a->set_ram_budget(ram_budget);
+      a->set_ram_budget_source(ram_budget_source);
+      a->set_buffer_budget(buffer_budget);
+      std::lock_guard lock(tune_mutex);
+      for (const auto& change : tune_changes) *a->add_changes() = change;
+      a->set_changes_left_out(tune_changes_left_out);
+    }
     Bottleneck b = find_bottleneck(snap);
     if (b.stage >= 0) {
       snap.set_bottleneck(snap.stage(b.stage).id());
@@ -1144,6 +1270,128 @@ struct Engine::Impl {
         // An observer's failure must never disturb the run.
       }
     }
+  }
+
+  // ---- autotune ----
+
+  // The budgets (the pipeline's, else what the process may use) and the most workers each tuned
+  // stage may get: every core of the budget, and for an expand stage no more than its open inputs.
+  void set_autotune_budgets() {
+    autotune = true;
+    if (graph.cpu_budget > 0) {
+      cpu_budget = graph.cpu_budget;
+      cpu_budget_source = "options.autotune.cpu_budget";
+    } else {
+      const UsableCores cores = usable_cores();
+      cpu_budget = cores.cores;
+      cpu_budget_source = cores.why;
+    }
+    if (graph.ram_budget > 0) {
+      ram_budget = graph.ram_budget;
+      ram_budget_source = "options.autotune.ram_budget";
+    } else {
+      const UsableMemory memory = usable_memory();
+      ram_budget = memory.bytes / 2;
+      ram_budget_source = "half of " + memory.why;
+    }
+    // The buffers hold at most half of it together; the rest is for the elements in the workers'
+    // hands, the operators' own state (shuffle buffers, batches being filled) and the pools.
+    buffer_budget = ram_budget / 2;
+    cores_total = std::max(1, static_cast<int>(std::floor(cpu_budget)));
+    const int most = std::clamp(static_cast<int>(std::ceil(cpu_budget)), 1, 1024);
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      auto& st = *stages[i];
+      if (!graph.stages[i].autotune_workers || st.source || st.aggregate) continue;
+      st.tuned_workers = true;
+      st.workers = st.expand ? std::min(most, std::max(1, graph.stages[i].cycle_length)) : most;
+      st.active_workers.store(1);
+    }
+  }
+
+
+  static constexpr auto kTuneWindow = std::chrono::milliseconds(250);
+  static constexpr std::size_t kKeptTuneChanges = 500;
+
+  // Every window: what each stage (a fused group as one) did, the tuner's plan, applied at once.
+  void run_tuner() {
+    name_this_thread("autotune");
+    detail::Autotuner planner({cpu_budget, buffer_budget});
+    std::vector<StageRuntime*> runners;
+    for (auto& st : stages)
+      if (!st->fused_head) runners.push_back(st.get());
+    struct Reading {
+      std::uint64_t busy_ns = 0, elements_out = 0, bytes_out = 0;
+      Channel::Extremes extremes;
+    };
+    auto read = [&](StageRuntime& runner) {
+      Reading r;
+      r.busy_ns = runner.counters.busy_ns.load();
+      for (auto* member : runner.fused) r.busy_ns += member->counters.busy_ns.load();
+      StageRuntime& exit = runner.exit();
+      r.elements_out = exit.counters.elements_out.load();
+      r.bytes_out = exit.counters.bytes_out.load();
+      if (exit.output) r.extremes = exit.output->extremes();
+      return r;
+    };
+    std::vector<Reading> previous;
+    for (auto* runner : runners) previous.push_back(read(*runner));
+    std::vector<std::uint64_t> element_bytes(runners.size(), 0);
+    std::uint64_t previous_ns = now_ns();
+    std::unique_lock lock(publish_mutex);
+    while (!publisher_quit) {
+      publish_cv.wait_for(lock, kTuneWindow, [&] { return publisher_quit; });
+      if (publisher_quit || stopping.load()) break;
+      lock.unlock();
+      const std::uint64_t now = now_ns();
+      const double window_ns = static_cast<double>(now - previous_ns);
+      std::vector<detail::TunedStage> view;
+      for (std::size_t i = 0; i < runners.size(); ++i) {
+        StageRuntime& runner = *runners[i];
+        StageRuntime& exit = runner.exit();
+        const Reading r = read(runner);
+        const Reading& before = previous[i];
+        detail::TunedStage t;
+        t.id = runner.spec->id;
+        t.tunes_workers = runner.tuned_workers;
+        t.workers = runner.running_workers();
+        t.max_workers = runner.workers;
+        t.busy_cores = static_cast<double>(r.busy_ns - before.busy_ns) / window_ns;
+        if (exit.output) {
+          t.has_buffer = true;
+          t.tunes_buffer = exit.tuned_buffer;
+          t.capacity = exit.output->capacity();
+          t.byte_limit = exit.output->byte_limit();
+          t.empty_fraction = static_cast<double>(r.extremes.empty_ns - before.extremes.empty_ns) / window_ns;
+          t.full_fraction = static_cast<double>(r.extremes.full_ns - before.extremes.full_ns) / window_ns;
+          t.swings = r.extremes.swings - before.extremes.swings;
+          if (r.elements_out > before.elements_out)
+            element_bytes[i] = (r.bytes_out - before.bytes_out) / (r.elements_out - before.elements_out);
+          t.mean_element_bytes = element_bytes[i];
+        }
+        previous[i] = r;
+        view.push_back(std::move(t));
+      }
+      previous_ns = now;
+      for (const auto& change : planner.plan(view)) apply_tune_change(*runners[static_cast<std::size_t>(change.stage)], change, now);
+      set_cores_for_tuned(planner.cores_for_tuned());
+      lock.lock();
+    }
+  }
+
+  void apply_tune_change(StageRuntime& runner, const detail::TuneChange& change, std::uint64_t now) {
+    if (change.buffer) runner.exit().output->resize(static_cast<std::size_t>(change.to), change.byte_limit);
+    else runner.set_active_workers(static_cast<int>(change.to), now, start_ns);
+    metrics::AutotuneChange record;
+    record.set_at_s(static_cast<double>(now - start_ns) / 1e9);
+    record.set_stage(change.buffer ? runner.exit().spec->id : runner.spec->id);
+    record.set_what(change.buffer ? "buffer" : "workers");
+    record.set_from(change.from);
+    record.set_to(change.to);
+    record.set_byte_limit(change.byte_limit);
+    record.set_reason(change.reason);
+    std::lock_guard lock(tune_mutex);
+    if (tune_changes.size() < kKeptTuneChanges) tune_changes.push_back(std::move(record));
+    else ++tune_changes_left_out;
   }
 
   void run_publisher() {
@@ -1219,9 +1467,11 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     st->info.input_fingerprint = input_fingerprint;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
     st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;
+    st->tuned_buffer = spec.autotune_buffer;
     if (st->sink) ++impl_->sink_count;
     impl_->stages.push_back(std::move(st));
   }
+  if (g.autotunes()) impl_->set_autotune_budgets();
 }
 
 Engine::~Engine() {
@@ -1296,10 +1546,12 @@ void Engine::start() {
   if (I.graph.fuse) {
     for (auto& st_ptr : I.stages) {
       auto& st = *st_ptr;
-      if (!st.map || st.spec->consumer < 0 || st.spec->buffer_size > 0 || st.op->preferred_buffer() > 0) continue;
+      if (!st.map || st.spec->consumer < 0 || st.spec->buffer_size > 0 || st.tuned_buffer || st.op->preferred_buffer() > 0) continue;
       if (!st.spec->op->info.traits.stateless) continue;
       auto& next = *I.stages[st.spec->consumer];
-      if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers) continue;
+      if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
+          next.tuned_workers != st.tuned_workers)
+        continue;
       StageRuntime& head = st.fused_head ? *st.fused_head : st;
       head.fused.push_back(&next);
       next.fused_head = &head;
@@ -1312,12 +1564,24 @@ void Engine::start() {
     if (!st.sink && !feeds_own_group) {
       std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
       std::uint64_t byte_limit = 0;
-      if (capacity == 0) {
+      if (capacity == 0 || st.tuned_buffer) {
         capacity = I.options.default_buffer;
         byte_limit = I.options.default_buffer_bytes;
       }
       st.output = std::make_unique<Channel>(capacity, byte_limit, I.stopping);
     }
+  }
+  // Under autotune every buffer, an explicit one too, holds at most its share of the buffers'
+  // part of the RAM budget; the tuner moves memory to the buffers that need it.
+  if (I.autotune) {
+    std::size_t buffers = 0;
+    for (auto& st : I.stages) buffers += st->output ? 1 : 0;
+    const std::uint64_t share = buffers > 0 ? std::max<std::uint64_t>(1, I.buffer_budget / buffers) : 0;
+    for (auto& st : I.stages)
+      if (st->output) {
+        const std::uint64_t limit = st->output->byte_limit();
+        st->output->resize(st->output->capacity(), limit == 0 ? share : std::min(limit, share));
+      }
   }
   for (auto& st : I.stages) {
     if (!st->spec->inputs.empty() && !st->fused_head) {
@@ -1340,7 +1604,7 @@ void Engine::start() {
   for (auto& st : I.stages) {
     for (int w = 0; w < st->threads() && !st->fused_head && !thread_failed; ++w) {
       try {
-        I.threads.emplace_back([&I, s = st.get()] { I.worker(*s); });
+        I.threads.emplace_back([&I, s = st.get(), w] { I.worker(*s, w); });
       } catch (const std::system_error& e) {
         I.fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
                            "parallelism or cycle_length, or raise `ulimit -u`)",
@@ -1360,6 +1624,7 @@ void Engine::start() {
     }
   }
   try {
+    if (I.autotune) I.tuner = std::thread([&I] { I.run_tuner(); });
     I.publisher = std::thread([&I] { I.run_publisher(); });
   } catch (const std::system_error& e) {
     I.fail(fmt::format("the metrics thread could not start: {} (the process may be at its thread limit)", e.what()));

@@ -92,6 +92,13 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
       advice(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
                                 "(or a sink with parallelism, if it is stateless) would help",
                                 b->id(), b->op()));
+    } else if (b->stateless() && held_up && b->workers_tuned()) {
+      // The tuner already gives it what the budget allows.
+      const auto& tune = snapshot.autotune();
+      advice(fmt::format("the autotuner gives stage '{}' {} of its most {} workers within the CPU budget of {:.3g} cores ({}): "
+                         "where the machine has more cores, raise `options.autotune.cpu_budget`; otherwise make the stage "
+                         "cheaper, for instance decode smaller images, or run more machines",
+                         b->id(), b->workers(), b->max_workers(), tune.cpu_budget(), tune.cpu_budget_source()));
     } else if (b->stateless() && held_up) {
       const std::string head = b->fused_with().empty() ? b->id() : b->fused_with();
       std::vector<std::string> group;
@@ -140,7 +147,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
   // 3. Buffers that swing between empty and full: the consumer works in bursts.
   for (const auto& m : snapshot.stage()) {
     // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
-    if (!m.buffer_capacity() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
+    if (!m.buffer_capacity() || m.buffer_tuned() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
     // And both sides lost time to it: the producer waiting for room, the consumer for input.
     const metrics::StageMetrics* consumer = nullptr;
     for (const auto& next : snapshot.stage())
@@ -197,6 +204,7 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
                          d.bytes_per_s() / 1e6, fmt::format("{}/{}", d.ring_level(), d.ring_capacity()),
                          d.checked_slices() ? fmt::format("{}", d.checked_slices()) : "-");
   }
+  out += format_autotune_summary(snapshot);
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());
   const auto suggestions = suggest_changes(snapshot);
@@ -216,6 +224,65 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
       for (const auto& [count, kind] : kinds) out += fmt::format("  {:>8} x {}\n", count, kind);
     }
   }
+  return out;
+}
+
+namespace {
+// "0:03.1": minutes, seconds and tenths since the start.
+std::string moment_text(double seconds) {
+  const auto tenths = static_cast<long long>(seconds * 10 + 0.5);
+  return fmt::format("{}:{:02}.{}", tenths / 600, tenths / 10 % 60, tenths % 10);
+}
+std::string setting_text(const metrics::AutotuneChange& c, std::int64_t value) {
+  if (c.what() == "workers") return fmt::format("{} worker{}", value, value == 1 ? "" : "s");
+  return fmt::format("{} elements", value);
+}
+}  // namespace
+
+std::string format_autotune_change(const metrics::AutotuneChange& c) {
+  std::string text = fmt::format("{} autotune: '{}' {} {} -> {}", moment_text(c.at_s()), c.stage(), c.what() == "workers" ? "workers" : "buffer",
+                                 c.from(), c.to());
+  if (c.what() == "buffer" && c.byte_limit() > 0) text += " (at most " + byte_size_text(c.byte_limit()) + ")";
+  return text + ": " + c.reason();
+}
+
+std::string format_autotune_summary(const metrics::MetricsSnapshot& snapshot) {
+  if (!snapshot.has_autotune()) return {};
+  const auto& a = snapshot.autotune();
+  std::string out = fmt::format("Autotune: budget {:.3g} cores ({}) and {} of memory ({}), buffers at most {} together\n",
+                                a.cpu_budget(), a.cpu_budget_source(), byte_size_text(a.ram_budget()), a.ram_budget_source(),
+                                byte_size_text(a.buffer_budget()));
+  // Per stage and setting, in pipeline order: the first and last change.
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const auto& m : snapshot.stage()) {
+    if (m.workers_tuned()) keys.emplace_back(m.id(), "workers");
+    if (m.buffer_tuned()) keys.emplace_back(m.id(), "buffer");
+  }
+  for (const auto& [id, what] : keys) {
+    const metrics::AutotuneChange *first = nullptr, *last = nullptr;
+    int count = 0;
+    for (const auto& c : a.changes())
+      if (c.stage() == id && c.what() == what) {
+        if (!first) first = &c;
+        last = &c;
+        ++count;
+      }
+    if (!first) {
+      std::string now;
+      for (const auto& m : snapshot.stage())
+        if (m.id() == id) now = what == "workers" ? fmt::format("{} worker{}", m.workers(), m.workers() == 1 ? "" : "s")
+                                                  : fmt::format("{} elements", m.buffer_capacity());
+      out += fmt::format("  {}: kept {} (nothing called for a change)\n", id, now);
+    } else if (count == 1) {
+      out += fmt::format("  {}: {} -> {} at {} because {}\n", id, setting_text(*first, first->from()), setting_text(*first, first->to()),
+                         moment_text(first->at_s()), first->reason());
+    } else {
+      out += fmt::format("  {}: {} -> {} in {} changes, the last at {} ({} -> {}) because {}\n", id, setting_text(*first, first->from()),
+                         setting_text(*last, last->to()), count, moment_text(last->at_s()), last->from(), last->to(), last->reason());
+    }
+  }
+  if (a.changes_left_out() > 0)
+    out += fmt::format("  ({} later changes are not kept in the metrics)\n", a.changes_left_out());
   return out;
 }
 

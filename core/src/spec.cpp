@@ -4,6 +4,8 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -134,8 +136,25 @@ void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& over
                               : fmt::format("'{}' names no stage '{}'{}", text, stage, did_you_mean(closest_names(stage, ids)))});
       continue;
     }
-    (*target->mutable_params())[key.substr(best + 1)] = value;
-    doc.set_on_command_line.emplace(target->id(), key.substr(best + 1));
+    const std::string name = key.substr(best + 1);
+    if (name == "parallelism" || name == "output_buffer") {
+      // The stage's own fields: a count, or the engine's choice while it runs.
+      int number = 0;
+      const bool autotune = value == "autotune" || value == "AUTOTUNE" || value == "-1";
+      if (!autotune) {
+        auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+        if (error != std::errc() || end != value.data() + value.size() || number < 0) {
+          problems.push_back({"--set", 0, 0, target->id(), name,
+                              fmt::format("'{}': {} is a count of 0 or more, or 'autotune'", text, name)});
+          continue;
+        }
+      }
+      if (name == "parallelism") target->set_parallelism(autotune ? -1 : number);
+      else target->set_buffer_size(autotune ? -1 : number);
+      continue;
+    }
+    (*target->mutable_params())[name] = value;
+    doc.set_on_command_line.emplace(target->id(), name);
   }
   if (!problems.empty()) throw SpecError(problems);
 }
@@ -285,7 +304,27 @@ struct Validation {
     graph.seed = doc.spec.options().seed();
     graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
+    check_autotune_options(graph);
     graph.file = doc.file;
+  }
+
+  void check_autotune_options(Graph& graph) {
+    if (!doc.spec.options().has_autotune()) return;
+    const auto& tune = doc.spec.options().autotune();
+    graph.autotune_budgets_given = true;
+    if (tune.cpu_budget() < 0 || tune.cpu_budget() > kMaxParallelism)
+      problem(-1, "", fmt::format("options.autotune.cpu_budget {} is not a number of cores; use 0 (what this process may use) "
+                                  "or a positive number such as 4 or 1.5", tune.cpu_budget()));
+    else
+      graph.cpu_budget = tune.cpu_budget();
+    if (!tune.ram_budget().empty()) {
+      auto bytes = parse_byte_size(tune.ram_budget());
+      if (!bytes || *bytes == 0)
+        problem(-1, "", fmt::format("options.autotune.ram_budget '{}' is not a size; write it as \"4GiB\", \"512MiB\" or a "
+                                    "number of bytes (empty: half of the memory this process may use)", tune.ram_budget()));
+      else
+        graph.ram_budget = *bytes;
+    }
   }
 
   // Two stages writing one path would leave one file holding parts of both, or one's output
@@ -376,11 +415,16 @@ struct Validation {
         out.inputs.push_back(it->second);
       }
     }
-    if (st.parallelism() < 0) problem(i, "", fmt::format("parallelism {} is negative; use 1 or more", st.parallelism()));
+    if (st.parallelism() < -1)
+      problem(i, "", fmt::format("parallelism {} is negative; use 1 or more, or -1 to let the engine choose (autotune)", st.parallelism()));
     if (st.parallelism() > kMaxParallelism)
       problem(i, "", fmt::format("parallelism {} is more than the {} workers a stage may have; machines have far fewer cores",
                                  st.parallelism(), kMaxParallelism));
-    if (st.buffer_size() < 0) problem(i, "", fmt::format("buffer_size {} is negative; use 0 (automatic) or more", st.buffer_size()));
+    if (st.buffer_size() < -1)
+      problem(i, "", fmt::format("buffer_size {} is negative; use 0 (sized by the engine), -1 (tuned while it runs) or more",
+                                 st.buffer_size()));
+    out.autotune_workers = st.parallelism() == -1;
+    out.autotune_buffer = st.buffer_size() == -1;
     out.parallelism = std::max(1, st.parallelism());
     out.buffer_size = std::max(0, st.buffer_size());
     out.error_policy = policy(st.error_policy());
@@ -423,6 +467,11 @@ struct Validation {
     if (out.parallelism > 1 && !info.traits.stateless)
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
                                  info.name));
+    if (out.autotune_workers && !info.traits.stateless && info.kind != OperatorKind::Expand)
+      problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker: there is no parallelism to "
+                                 "tune; remove `parallelism: -1`", info.name));
+    if (out.autotune_buffer && info.kind == OperatorKind::Sink)
+      problem(i, "", fmt::format("'{}' is a sink and has no output buffer; remove `buffer_size: -1`", info.name));
 
     // Parameters: every given one known and valid, every required one given.
     std::vector<std::string> names;
@@ -471,6 +520,13 @@ Graph build_graph(const PipelineDocument& doc, const Registry& registry) {
   v.run();
   if (!v.problems.empty()) throw SpecError(v.problems);
   return std::move(v.graph);
+}
+
+bool Graph::autotunes() const {
+  if (autotune_budgets_given) return true;
+  for (const auto& st : stages)
+    if (st.autotune_workers || st.autotune_buffer) return true;
+  return false;
 }
 
 }  // namespace sluice

@@ -1,7 +1,11 @@
 #include "sluice/core/text.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <numeric>
+
+#include <fmt/format.h>
 
 namespace sluice {
 
@@ -71,6 +75,40 @@ std::string did_you_mean(const std::vector<std::string>& suggestions) {
     s += "'" + suggestions[i] + "'";
   }
   return s + "?)";
+}
+
+std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
+  std::size_t at = 0;
+  while (at < text.size() && (std::isdigit(static_cast<unsigned char>(text[at])) || text[at] == '.')) ++at;
+  if (at == 0) return std::nullopt;
+  double number = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + at, number);
+  if (error != std::errc() || end != text.data() + at) return std::nullopt;
+  std::string unit = text.substr(at);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::vector<std::pair<std::vector<std::string>, int>> units = {
+      {{"", "B"}, 0}, {{"K", "KB", "KIB"}, 10}, {{"M", "MB", "MIB"}, 20}, {{"G", "GB", "GIB"}, 30}, {{"T", "TB", "TIB"}, 40}};
+  for (const auto& [names, shift] : units)
+    for (const auto& name : names)
+      if (unit == name) {
+        const double bytes = std::ldexp(number, shift);
+        if (bytes >= 0x1p63) return std::nullopt;
+        return static_cast<std::uint64_t>(bytes);
+      }
+  return std::nullopt;
+}
+
+std::string byte_size_text(std::uint64_t bytes) {
+  static const char* const names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  return value >= 100 ? fmt::format("{:.0f} {}", value, names[unit]) : fmt::format("{:.3g} {}", value, names[unit]);
 }
 
 }  // namespace sluice

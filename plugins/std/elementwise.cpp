@@ -1,4 +1,4 @@
-#include <chrono>
+#include <ctime>
 
 #include "std_plugin.hpp"
 
@@ -83,23 +83,35 @@ class SimulateWork final : public Map {
             OperatorKind::Map,
             "Burns us microseconds of CPU per element (plus a random 0..jitter_us), passing it through",
             {ParamSpec::make("us", ParamType::Int, "CPU microseconds per element").def("100").range(0, 1e8),
-             ParamSpec::make("jitter_us", ParamType::Int, "extra random microseconds, drawn per element").def("0").range(0, 1e8)},
+             ParamSpec::make("jitter_us", ParamType::Int, "extra random microseconds, drawn per element").def("0").range(0, 1e8),
+             ParamSpec::make("later_us", ParamType::Int, "CPU microseconds per element from element later_from of each iteration on")
+                 .def("0")
+                 .range(0, 1e8),
+             ParamSpec::make("later_from", ParamType::Int, "the element index where later_us takes over; -1: never").def("-1").range(-1, std::nullopt)},
             {.stateless = true, .random = true, .keeps_shape = true},
             {}};
   }
-  explicit SimulateWork(const Params& p) : us_(p.get_int("us")), jitter_us_(p.get_int("jitter_us")) {}
+  explicit SimulateWork(const Params& p)
+      : us_(p.get_int("us")), jitter_us_(p.get_int("jitter_us")), later_us_(p.get_int("later_us")), later_from_(p.get_int("later_from")) {}
   Sample map(Sample in, const ElementContext& ctx) override {
-    std::int64_t us = us_;
+    std::int64_t us = later_from_ >= 0 && ctx.index >= static_cast<std::uint64_t>(later_from_) ? later_us_ : us_;
     if (jitter_us_ > 0) us += static_cast<std::int64_t>(ctx.rng().below(static_cast<std::uint64_t>(jitter_us_) + 1));
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    // The thread's CPU time, not the wall clock: work that waits for a core takes longer, as real
+    // work does, so more workers than cores buy nothing.
+    const std::int64_t until = thread_cpu_ns() + us * 1000;
     volatile std::uint64_t sink = 0;
-    while (std::chrono::steady_clock::now() < until)
-      for (int i = 0; i < 64; ++i) sink = sink + static_cast<std::uint64_t>(i);
+    while (thread_cpu_ns() < until)
+      for (int i = 0; i < 256; ++i) sink = sink + static_cast<std::uint64_t>(i);
     return in;
   }
 
  private:
-  std::int64_t us_, jitter_us_;
+  static std::int64_t thread_cpu_ns() {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+  }
+  std::int64_t us_, jitter_us_, later_us_, later_from_;
 };
 
 }  // namespace

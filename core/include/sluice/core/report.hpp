@@ -43,6 +43,14 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
 // then the bottleneck and the skip reasons.
 std::string format_report(const metrics::MetricsSnapshot& snapshot);
 
+// One decision of the autotuner as a log line (`sluice run --explain-autotune`):
+// "0:03.1 autotune: 'decode' workers 2 -> 6: busy 98% of its 2 workers; ...".
+std::string format_autotune_change(const metrics::AutotuneChange& change);
+// The report's autotune section: the budgets and where they come from, then per stage and
+// setting what the tuner did (first and final value, when, and the last reason). Empty when the
+// pipeline does not autotune.
+std::string format_autotune_summary(const metrics::MetricsSnapshot& snapshot);
+
 // One line of progress: time, elements (and batches), recent elements/s, epoch, how far the
 // sources are and the ETA when they know their size, the bottleneck.
 std::string format_progress(const metrics::MetricsSnapshot& snapshot);

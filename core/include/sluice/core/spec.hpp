@@ -67,8 +67,10 @@ std::string update_pipeline_text(const std::string& original, const spec::Pipeli
 std::string write_pipeline_file(const spec::PipelineSpec& spec, const std::filesystem::path& file,
                                 const std::string& original_text = {});
 
-// Applies `STAGE.PARAM=VALUE` overrides (the same text a params entry holds). Throws SpecError
-// naming an unknown stage or a malformed override.
+// Applies `STAGE.PARAM=VALUE` overrides (the same text a params entry holds). Two names set the
+// stage's own fields instead of a parameter: `STAGE.parallelism` and `STAGE.output_buffer` (its
+// buffer_size), each a number or `autotune`. Throws SpecError naming an unknown stage or a
+// malformed override.
 void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& overrides);
 
 enum class ErrorPolicyKind { Fail, Skip };
@@ -81,6 +83,8 @@ struct GraphStage {
   int consumer = -1;        // the stage reading this one's output; -1 for sinks
   int parallelism = 1;
   int buffer_size = 0;  // 0: engine chooses
+  bool autotune_workers = false;  // parallelism -1: the engine sets the workers while it runs
+  bool autotune_buffer = false;   // buffer_size -1: the engine sizes the buffer while it runs
   ErrorPolicyKind error_policy = ErrorPolicyKind::Fail;
   int cycle_length = 1;  // expand stages: interleave
   int block_length = 1;
@@ -96,7 +100,14 @@ struct Graph {
   bool deterministic = true;
   bool fuse = true;
   std::string file;
+  // Budgets of the autotuner (options.autotune): 0 leaves them to the engine (what the process
+  // may use: its CPU affinity and cgroup quota; half of the memory its cgroup or machine allows).
+  double cpu_budget = 0;
+  std::uint64_t ram_budget = 0;
+  bool autotune_budgets_given = false;
+  bool autotunes() const;  // a stage autotunes, or budgets were given
 };
+
 
 // Every problem of the pipeline against the registry (empty when it can run).
 std::vector<Problem> validate_pipeline(const PipelineDocument& doc, const Registry& registry);

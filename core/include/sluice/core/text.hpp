@@ -1,4 +1,6 @@
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,5 +22,10 @@ bool has_control_characters(std::string_view text);
 
 // " (did you mean 'a' or 'b'?)", or "" when nothing is close.
 std::string did_you_mean(const std::vector<std::string>& suggestions);
+
+// "4GiB", "512MB", "1.5G", "65536" -> bytes (K/M/G/T and their -iB forms are powers of 1024, as
+// memory is counted). Nullopt when it is not a size.
+std::optional<std::uint64_t> parse_byte_size(const std::string& text);
+std::string byte_size_text(std::uint64_t bytes);  // "1.5 GiB"
 
 }  // namespace sluice

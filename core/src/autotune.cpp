@@ -1,0 +1,132 @@
+#include "autotune.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "sluice/core/text.hpp"
+
+namespace sluice::detail {
+namespace {
+
+// A stage counts as able to keep up while its workers are busy at most this much of the time.
+constexpr double kUsable = 0.92;
+// Workers are sized so that each would be busy this much at the target speed.
+constexpr double kTarget = 0.9;
+// Below this many busy cores a stage says nothing about the pipeline's speed.
+constexpr double kIdle = 0.02;
+constexpr std::size_t kLargestBuffer = 1 << 16;
+
+std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? "" : "s"); }
+
+}  // namespace
+
+std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages) {
+  std::vector<TuneChange> changes;
+  plan_workers(stages, changes);
+  plan_buffers(stages, changes);
+  return changes;
+}
+
+void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes) {
+  const int n = static_cast<int>(stages.size());
+  double total_load = 0, fixed_load = 0;
+  int tuned = 0;
+  for (const auto& s : stages) {
+    total_load += s.busy_cores;
+    if (s.tunes_workers) ++tuned;
+    else fixed_load += s.busy_cores;
+  }
+  // The cores the tuned stages may keep busy at once: the budget less what the others use now.
+  cores_for_tuned_ = std::max(1, static_cast<int>(std::floor(budgets_.cores - fixed_load + 0.5)));
+  if (tuned == 0 || total_load < kIdle) return;  // nothing to tune, or nothing ran in the window
+
+  // How much faster the pipeline could run, and what holds it there.
+  double speedup = budgets_.cores / total_load;
+  std::string limit = fmt::format("the CPU budget of {:.3g} cores", budgets_.cores);
+  for (const auto& s : stages) {
+    if (s.busy_cores < kIdle) continue;
+    const int most = s.tunes_workers ? s.max_workers : s.workers;
+    const double can = most * kUsable / s.busy_cores;
+    if (can < speedup) {
+      speedup = can;
+      limit = s.tunes_workers ? fmt::format("'{}' at its most {}", s.id, workers_text(most))
+                              : fmt::format("'{}' on its {}", s.id, workers_text(most));
+    }
+  }
+  // Each tuned stage: the workers that speed needs, each busy kTarget of the time. Their sum may
+  // pass the budget (a worker is not a core): the engine lets only cores_for_tuned() of them work
+  // at once.
+  std::vector<int> proposal(n, 0);
+  std::vector<double> need(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!stages[i].tunes_workers) continue;
+    need[i] = stages[i].busy_cores * speedup;
+    proposal[i] = std::clamp(static_cast<int>(std::ceil(need[i] / kTarget - 1e-9)), 1, stages[i].max_workers);
+  }
+  proposals_.push_front(proposal);
+  if (proposals_.size() > static_cast<std::size_t>(kCalmWindows)) proposals_.pop_back();
+
+  for (int i = 0; i < n; ++i) {
+    const auto& s = stages[i];
+    if (!s.tunes_workers) continue;
+    int target = proposal[i];
+    if (target < s.workers) {
+      // Fewer only when the last windows all agree, and to the most any of them wanted.
+      if (proposals_.size() < static_cast<std::size_t>(kCalmWindows)) continue;
+      int largest = 0;
+      for (const auto& p : proposals_) largest = std::max(largest, p[i]);
+      target = std::min(s.workers, largest);
+    }
+    if (target == s.workers) continue;
+    const double busy = s.workers > 0 ? 100.0 * s.busy_cores / s.workers : 0.0;
+    std::string reason =
+        target > s.workers
+            ? fmt::format("busy {:.0f}% of its {}; {} lets the pipeline run {:.2g}x as fast, which needs {:.1f} cores here",
+                          busy, workers_text(s.workers), limit, speedup, need[i])
+            : fmt::format("busy {:.0f}% of its {} for {} windows: {} keep up with the speed {} allows", busy,
+                          workers_text(s.workers), kCalmWindows, target, limit);
+    changes.push_back({i, false, s.workers, target, 0, std::move(reason)});
+  }
+}
+
+void Autotuner::plan_buffers(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes) {
+  full_windows_.resize(stages.size(), 0);
+  std::uint64_t held = 0;  // bytes the buffers may hold together now
+  for (const auto& s : stages)
+    if (s.has_buffer) held += s.byte_limit > 0 ? s.byte_limit : s.capacity * s.mean_element_bytes;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const auto& s = stages[i];
+    if (!s.tunes_buffer || !s.has_buffer) continue;
+    if (s.swings >= 2 || (s.empty_fraction > 0.1 && s.full_fraction > 0.1)) {
+      full_windows_[i] = 0;
+      if (s.capacity >= kLargestBuffer) continue;
+      std::uint64_t bytes = s.byte_limit * 2;
+      const std::uint64_t others = held - s.byte_limit;
+      if (others + bytes > budgets_.buffer_bytes) bytes = budgets_.buffer_bytes > others ? budgets_.buffer_bytes - others : 0;
+      if (bytes <= s.byte_limit) continue;  // at the RAM budget
+      const std::size_t capacity = std::min(kLargestBuffer, s.capacity * 2);
+      held += bytes - s.byte_limit;
+      changes.push_back({static_cast<int>(i), true, static_cast<std::int64_t>(s.capacity), static_cast<std::int64_t>(capacity), bytes,
+                         fmt::format("went from empty to full and back {} times, empty {:.0f}% and full {:.0f}% of the time: a "
+                                     "larger buffer absorbs the swings (up to {})",
+                                     s.swings, 100 * s.empty_fraction, 100 * s.full_fraction, byte_size_text(bytes))});
+    } else if (s.full_fraction > 0.95) {
+      if (++full_windows_[i] < kCalmWindows || s.capacity <= kSmallestBuffer) continue;
+      full_windows_[i] = 0;
+      const std::size_t capacity = std::max(kSmallestBuffer, s.capacity / 2);
+      const std::uint64_t bytes = std::max<std::uint64_t>(s.byte_limit / 2, 1);
+      held -= s.byte_limit - bytes;
+      changes.push_back({static_cast<int>(i), true, static_cast<std::int64_t>(s.capacity), static_cast<std::int64_t>(capacity), bytes,
+                         fmt::format("stayed full for {} windows: its reader is the slower side, and the memory is better "
+                                     "left free",
+                                     kCalmWindows)});
+    } else {
+      full_windows_[i] = 0;
+    }
+  }
+}
+
+}  // namespace sluice::detail
