@@ -138,6 +138,37 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
                 "interleave applies to expand operators only"));
   }
 
+  // AUTOTUNE: -1 where the engine may choose; anything else negative, a stateful stage, a sink's
+  // buffer and unreadable budgets are refused with what to write instead.
+  void autotune_fields_are_checked() {
+    QCOMPARE(problems("options { autotune { cpu_budget: 2 ram_budget: \"1GiB\" } }\n" + stage("src", "range", "") +
+                      stage("m", "identity", "src", {}, "parallelism: -1 buffer_size: -1") + sink_after("m")),
+             std::string());
+    QVERIFY(has(problems(stage("src", "range", "") + stage("m", "identity", "src", {}, "parallelism: -2") + sink_after("m")),
+                "stage 'm': parallelism -2 is negative; use 1 or more, or -1 to let the engine choose (autotune)"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("m", "identity", "src", {}, "buffer_size: -5") + sink_after("m")),
+                "buffer_size -5 is negative; use 0 (sized by the engine), -1 (tuned while it runs) or more"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "parallelism: -1") + sink_after("b")),
+                "'batch' keeps state between elements and runs on one worker: there is no parallelism to tune"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("out", "null_sink", "src", {}, "buffer_size: -1")),
+                "'null_sink' is a sink and has no output buffer; remove `buffer_size: -1`"));
+    QVERIFY(has(problems("options { autotune { ram_budget: \"lots\" } }\n" + kValid),
+                "options.autotune.ram_budget 'lots' is not a size; write it as \"4GiB\""));
+    QVERIFY(has(problems("options { autotune { cpu_budget: -1 } }\n" + kValid), "options.autotune.cpu_budget -1 is not a number of cores"));
+    // --set takes the stage's own fields by name, as numbers or `autotune`.
+    auto doc = sluice::parse_pipeline(stage("src", "range", "") + stage("m", "identity", "src") + sink_after("m"), "p.txtpb");
+    sluice::apply_overrides(doc, {"m.parallelism=autotune", "m.output_buffer=32"});
+    QCOMPARE(doc.spec.stage(1).parallelism(), -1);
+    QCOMPARE(doc.spec.stage(1).buffer_size(), 32);
+    QVERIFY(doc.spec.stage(1).params().empty());
+    try {
+      sluice::apply_overrides(doc, {"m.parallelism=many"});
+      QFAIL("accepted parallelism=many");
+    } catch (const sluice::SpecError& e) {
+      QVERIFY(has(e.what(), "'m.parallelism=many': parallelism is a count of 0 or more, or 'autotune'"));
+    }
+  }
+
   void cycle_is_reported() {
     auto p = problems(stage("src", "range", "") + stage("a", "identity", "b") + stage("b", "identity", "a") + sink_after("src"));
     QVERIFY(has(p, "stages 'a' -> 'b' -> 'a' form a cycle"));

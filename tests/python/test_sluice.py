@@ -108,6 +108,18 @@ def test_each_new_iteration_is_the_next_epoch():
     assert [as_plain(b) for b in dataset.pipeline()] == first
 
 
+def test_autotune_is_written_as_in_tf_data():
+    ds = (sluice.data.range(count=2000).simulate_work(us=50, parallelism=sluice.AUTOTUNE, buffer_size=sluice.AUTOTUNE)
+          .batch(batch_size=100).options(seed=1))
+    assert "parallelism: -1" in ds.spec() and "buffer_size: -1" in ds.spec()
+    pipeline = ds.pipeline()
+    values = [v for b in pipeline for v in b["value"].tolist()]
+    assert values == list(range(2000))
+    work = [s for s in pipeline.snapshot()["stage"] if s["id"] == "simulate_work"][0]
+    assert work["workers_tuned"] and work["buffer_tuned"]
+    assert "Autotune: budget" in pipeline.report()
+
+
 def test_arrays_are_views_of_the_batch_and_memory_is_reused():
     ds = sluice.data.tensors(count=8000, shape=[224, 224, 3], dtype="f32").batch(batch_size=4)
     pipeline = ds.pipeline()
@@ -250,6 +262,8 @@ def test_bad_pipelines_give_the_cli_messages(write):
         "choice.txtpb": stage("a", "tensors", "", {"dtype": "f31"}) + stage("out", "null_sink", "a"),
         "range.txtpb": stage("a", "range") + stage("b", "batch", "a", {"batch_size": "0"}) + stage("out", "null_sink", "b"),
         "duplicate.txtpb": stage("a", "range") + stage("a", "range") + stage("out", "null_sink", "a"),
+        "autotune.txtpb": 'options { autotune { ram_budget: "lots" } }\n' + stage("a", "range") +
+                          stage("b", "batch", "a", {"batch_size": "2"}, "parallelism: -1") + stage("out", "null_sink", "b"),
     }
     for name, text in cases.items():
         path = write(name, text)
@@ -264,7 +278,7 @@ def test_bad_pipelines_give_the_cli_messages(write):
         sluice.Pipeline("/nonexistent/pipeline.txtpb")
     # Overrides: a stage that does not exist, a value that does not parse.
     path = write("set.txtpb", stage("src", "range") + stage("o", "null_sink", "src"))
-    for key, value in (("sr.count", "1"), ("src.count", "twelve"), ("src.nope", "1")):
+    for key, value in (("sr.count", "1"), ("src.count", "twelve"), ("src.nope", "1"), ("src.parallelism", "many")):
         said = cli("validate", "--set", f"{key}={value}", str(path), check=False)
         expected = [line[len("error: "):] for line in said.stderr.splitlines() if line.startswith("error: ")]
         assert said.returncode != 0 and expected, key

@@ -18,7 +18,10 @@ import weakref
 from . import _sluice
 from ._sluice import PipelineError, SpecError, Tensor
 
-__all__ = ["Pipeline", "SpecError", "PipelineError", "Tensor", "data", "validate"]
+__all__ = ["AUTOTUNE", "Pipeline", "SpecError", "PipelineError", "Tensor", "data", "validate"]
+
+# tf.data's name for "let the engine choose": parallelism=sluice.AUTOTUNE, buffer_size=sluice.AUTOTUNE.
+AUTOTUNE = -1
 
 # Every run not yet closed: closed before the interpreter tears itself down, so that no engine
 # thread is left running Python code (or waiting for the GIL) while the interpreter goes away.
