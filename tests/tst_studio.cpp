@@ -396,6 +396,26 @@ class TestStudio : public QObject {
     QVERIFY(window_->inspector().findChild<QWidget*>("row:folder")->findChild<QToolButton*>());
   }
 
+  // AUTOTUNE from the inspector: "autotune" typed into workers or output buffer is -1 in the file.
+  void the_inspector_offers_autotune_for_workers_and_buffer() {
+    open_text(sluice::test::stage("src", "range", "") + sluice::test::stage("m", "identity", "src") +
+                  sluice::test::stage("out", "null_sink", "m"),
+              "autotune.txtpb");
+    click_node("m");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "m");
+    auto* workers = window_->inspector().findChild<QSpinBox*>("stage:parallelism");
+    auto* buffer = window_->inspector().findChild<QSpinBox*>("stage:buffer_size");
+    type_into(workers, "autotune");
+    QCOMPARE(window_->document().spec().stage(1).parallelism(), -1);
+    type_into(buffer, "autotune");
+    QCOMPARE(window_->document().spec().stage(1).buffer_size(), -1);
+    click_node("m");  // the inspector shows it back as the word
+    QTRY_VERIFY(window_->inspector().settled());
+    QCOMPARE(window_->inspector().findChild<QSpinBox*>("stage:parallelism")->text(), QString("autotune"));
+    type_into(window_->inspector().findChild<QSpinBox*>("stage:parallelism"), "4");
+    QCOMPARE(window_->document().spec().stage(1).parallelism(), 4);
+  }
+
   // Pipeline files live in git with their comments and one line per stage: open and save keeps
   // every byte; an edit changes its own line and no other.
   void saving_an_opened_file_keeps_it_and_an_edit_changes_only_its_line() {

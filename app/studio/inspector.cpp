@@ -19,6 +19,36 @@
 namespace sluice::studio {
 
 namespace {
+
+// A count of the engine's: 0 reads as `zero_text` (the engine's default), and where the engine
+// may tune it, -1 as "autotune" (type "autotune" or pick it below the default).
+class CountBox final : public QSpinBox {
+ public:
+  CountBox(QString zero_text, bool autotune) : zero_text_(std::move(zero_text)) { setRange(autotune ? -1 : 0, 1 << 20); }
+
+ protected:
+  QString textFromValue(int value) const override {
+    if (value == -1) return "autotune";
+    if (value == 0) return zero_text_;
+    return QSpinBox::textFromValue(value);
+  }
+  int valueFromText(const QString& text) const override {
+    const QString t = text.trimmed();
+    if (t.compare("autotune", Qt::CaseInsensitive) == 0) return -1;
+    if (t == zero_text_) return 0;
+    return QSpinBox::valueFromText(t);
+  }
+  QValidator::State validate(QString& text, int& pos) const override {
+    const QString t = text.trimmed();
+    if (minimum() < 0 && QString("autotune").startsWith(t, Qt::CaseInsensitive)) return t.size() == 8 ? QValidator::Acceptable : QValidator::Intermediate;
+    if (t == zero_text_) return QValidator::Acceptable;
+    if (zero_text_.startsWith(t)) return QValidator::Intermediate;
+    return QSpinBox::validate(text, pos);
+  }
+
+ private:
+  QString zero_text_;
+};
 const spec::Stage* stage_in(const spec::PipelineSpec& s, const QString& id) {
   for (const auto& st : s.stage())
     if (st.id() == id.toStdString()) return &st;
@@ -130,11 +160,10 @@ void Inspector::rebuild() {
 
   // How the engine runs the stage, labelled apart from the operator's parameters (prefetch and
   // shuffle have a buffer_size parameter of their own).
-  auto add_count = [&](const QString& field, const QString& label, int value, const QString& special, const QString& tip) {
-    auto* box = new QSpinBox;
+  auto add_count = [&](const QString& field, const QString& label, int value, const QString& special, const QString& tip,
+                       bool autotune = false) {
+    auto* box = new CountBox(special, autotune);
     box->setObjectName("stage:" + field);
-    box->setRange(0, 1 << 20);
-    box->setSpecialValueText(special);
     box->setValue(value);
     box->setKeyboardTracking(false);
     box->setToolTip(tip);
@@ -143,9 +172,14 @@ void Inspector::rebuild() {
     name->setToolTip(tip);
     form_->addRow(name, box);
   };
-  add_count("parallelism", "workers", st->parallelism(), "auto (1)", "parallelism: workers running this stage (stateless operators only)");
+  add_count("parallelism", "workers", st->parallelism(), "auto (1)",
+            "parallelism: workers running this stage (stateless operators only); autotune: chosen while it runs, within "
+            "the pipeline's CPU budget",
+            true);
   add_count("buffer_size", "output buffer", st->buffer_size(), "auto",
-            "buffer_size: elements waiting between this stage and the next; auto: chosen by the engine");
+            "buffer_size: elements waiting between this stage and the next; auto: sized by the engine; autotune: sized "
+            "while it runs, within the pipeline's RAM budget",
+            true);
   const QString pipeline_policy = document_.spec().options().error_policy() == spec::skip ? "skip" : "fail";
   add_choice("stage:error_policy", "on error",
              {{"pipeline's (" + pipeline_policy + ")", spec::ERROR_POLICY_UNSET}, {"fail", spec::fail}, {"skip", spec::skip}},

@@ -98,7 +98,8 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
              [](const M& m) { return m.buffer_byte_limit(); });
   add_family(out, s, "sluice_stage_buffer_fill_ratio", "gauge", "Time-weighted mean fill of a stage's output buffer.",
              [](const M& m) { return m.mean_buffer_fill(); });
-  add_family(out, s, "sluice_stage_workers", "gauge", "Worker threads of a stage.", [](const M& m) { return m.workers(); });
+  add_family(out, s, "sluice_stage_workers", "gauge", "Workers of a stage now (with parallelism -1: what the autotuner gives it).",
+             [](const M& m) { return m.workers(); });
   add_family(out, s, "sluice_stage_epoch", "gauge", "Iterations of its input a stage has completed.", [](const M& m) { return m.epoch(); });
   bool feeds = false;
   for (const auto& m : s.stage()) feeds = feeds || m.devices_size() > 0;
