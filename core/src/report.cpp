@@ -255,7 +255,7 @@ std::string format_autotune_summary(const metrics::MetricsSnapshot& snapshot) {
   // Per stage and setting, in pipeline order: the first and last change.
   std::vector<std::pair<std::string, std::string>> keys;
   for (const auto& m : snapshot.stage()) {
-    if (m.workers_tuned()) keys.emplace_back(m.id(), "workers");
+    if (m.workers_tuned() && m.fused_with().empty()) keys.emplace_back(m.id(), "workers");  // a fused group's head speaks for it
     if (m.buffer_tuned()) keys.emplace_back(m.id(), "buffer");
   }
   for (const auto& [id, what] : keys) {
