@@ -158,6 +158,25 @@ class TestAutotune : public QObject {
     QVERIFY(tuned.lines == fixed.lines);
   }
 
+  // An interleaved reader whose readers the tuner adds and takes away (it reads on its own thread
+  // with one, on fetcher threads with more) gives the records of one reader, in the same order.
+  void a_tuned_interleaved_reader_reads_every_record_in_order() {
+    auto pipeline = [](const std::string& workers) {
+      return "options { seed: 2 autotune { cpu_budget: 4 } }\n" +
+             stage("files", "list_files", "", {{"patterns", testdata_dir() + "/tfrecord/*.tfrecord*"}}) +
+             stage("again", "repeat", "files", {{"count", "8"}}) +
+             stage("read", "tfrecord_reader", "again", {}, "interleave { cycle_length: 4 } parallelism: " + workers) +
+             stage("work", "simulate_work", "read", {{"us", "20"}}, "parallelism: " + workers) + sink_after("work");
+    };
+    const auto one = run_text(pipeline("1"));
+    const auto tuned = run_text(pipeline("-1"));
+    QCOMPARE(one.result.state, sluice::RunState::Finished);
+    QCOMPARE(tuned.result.state, sluice::RunState::Finished);
+    QVERIFY(one.lines.size() > 10000);
+    QCOMPARE(tuned.lines.size(), one.lines.size());
+    QVERIFY(tuned.lines == one.lines);
+  }
+
   // The default budget is what this thread may run on: restricted to one CPU, one core.
   void an_affinity_of_one_cpu_is_a_budget_of_one_core() {
     cpu_set_t original;

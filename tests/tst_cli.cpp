@@ -34,6 +34,30 @@ QString write(const QTemporaryDir& dir, const QString& name, const std::string& 
 class TestCli : public QObject {
   Q_OBJECT
  private slots:
+  // A process restricted to one CPU (taskset, as a Slurm binding does) gets a CPU budget of one
+  // core by default; --explain-autotune prints each decision as it is made.
+  void autotune_budget_follows_the_affinity_and_decisions_are_explained() {
+    if (QStandardPaths::findExecutable("taskset").isEmpty()) QSKIP("taskset (util-linux) is not installed");
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", "options { fuse_stages: false }\n" + stage("src", "range", "", {{"count", "3000"}}) +
+                                          stage("work", "simulate_work", "src", {{"us", "300"}}, "parallelism: -1") +
+                                          stage("out", "null_sink", "work"));
+    QProcess p;
+    p.start("taskset", {"-c", "0", SLUICE_CLI, "run", "--quiet", "--explain-autotune", file});
+    QVERIFY(p.waitForFinished(60000));
+    const QString out = QString::fromUtf8(p.readAllStandardOutput()), err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitCode(), 0);
+    QVERIFY2(out.contains("Autotune: budget 1 cores (1 CPU in this process's affinity)"), qPrintable(out));
+    QVERIFY2(out.contains("work: kept 1 worker"), qPrintable(out));  // one core: nothing to add
+    // With two cores of budget the stage gets a second worker, and the decision is explained.
+    auto two = sluice_cli({"run", "--quiet", "--explain-autotune", "--set", "work.parallelism=autotune", write(dir, "q.txtpb",
+                           "options { fuse_stages: false autotune { cpu_budget: 2 } }\n" + stage("src", "range", "", {{"count", "6000"}}) +
+                               stage("work", "simulate_work", "src", {{"us", "300"}}) + stage("out", "null_sink", "work"))});
+    QCOMPARE(two.code, 0);
+    QVERIFY2(two.err.contains(QRegularExpression("\\d:\\d\\d\\.\\d autotune: 'work' workers 1 -> 2: busy \\d+% of its 1 worker")), qPrintable(two.err));
+    QVERIFY2(two.out.contains("work: 1 worker -> 2 workers at"), qPrintable(two.out));
+  }
+
   void run_prints_report_and_writes_output() {
     QTemporaryDir dir;
     auto out_path = dir.filePath("o.jsonl").toStdString();

@@ -23,11 +23,60 @@ std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? 
 
 }  // namespace
 
-std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages) {
+// Windows an increase is watched for before it is judged (the first one lets it settle), and
+// windows a ceiling found that way holds (costs change; then it is tried again).
+constexpr int kTrialWindows = 3;
+constexpr int kCeilingWindows = 40;
+
+std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages, double output_rate) {
   std::vector<TuneChange> changes;
-  plan_workers(stages, changes);
+  if (ceiling_.size() != stages.size()) {
+    ceiling_.clear();
+    for (const auto& s : stages) ceiling_.push_back(s.max_workers);
+    ceiling_lapses_.assign(stages.size(), 0);
+  }
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    if (ceiling_lapses_[i] != 0 && windows_ >= ceiling_lapses_[i]) {  // costs change: try again, once in a while
+      ceiling_[i] = stages[i].max_workers;
+      ceiling_lapses_[i] = 0;
+    }
+  rates_.push_front(output_rate);
+  if (rates_.size() > 8) rates_.pop_back();
+  // The first window is the start-up (threads, files opening): nothing to judge by yet.
+  if (++windows_ == 1) return changes;
+  if (!undo_increases_that_slowed(stages, changes)) plan_workers(stages, changes);
   plan_buffers(stages, changes);
+  if (!trial_) {
+    Trial trial;
+    for (const auto& c : changes)
+      if (!c.buffer && c.to > c.from) trial.raised.emplace_back(c.stage, static_cast<int>(c.from));
+    if (!trial.raised.empty()) {
+      trial.rate_before = rates_[0];
+      trial_ = std::move(trial);
+    }
+  }
   return changes;
+}
+
+bool Autotuner::undo_increases_that_slowed(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes) {
+  if (!trial_ || ++trial_->windows < kTrialWindows) return false;
+  const Trial trial = std::move(*trial_);
+  trial_.reset();
+  double after = 0;
+  for (int k = 0; k < kTrialWindows - 1; ++k) after += rates_[static_cast<std::size_t>(k)];
+  after /= kTrialWindows - 1;
+  if (trial.rate_before <= 0 || after >= 0.9 * trial.rate_before) return false;
+  for (const auto& [i, before] : trial.raised) {
+    const auto& s = stages[static_cast<std::size_t>(i)];
+    ceiling_[static_cast<std::size_t>(i)] = before;
+    ceiling_lapses_[static_cast<std::size_t>(i)] = windows_ + kCeilingWindows;
+    if (s.workers <= before) continue;
+    changes.push_back({i, false, s.workers, before, 0,
+                       fmt::format("the pipeline ran slower with {}: {:.0f} elements/s at its end against {:.0f} before; back to {}, "
+                                   "and no more for the next {} windows",
+                                   workers_text(s.workers), after, trial.rate_before, before, kCeilingWindows)});
+  }
+  return true;
 }
 
 void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes) {
@@ -64,15 +113,24 @@ void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<
   for (int i = 0; i < n; ++i) {
     if (!stages[i].tunes_workers) continue;
     need[i] = stages[i].busy_cores * speedup;
-    proposal[i] = std::clamp(static_cast<int>(std::ceil(need[i] / kTarget - 1e-9)), 1, stages[i].max_workers);
+    proposal[i] = std::clamp(static_cast<int>(std::ceil(need[i] / kTarget - 1e-9)), 1,
+                             std::min(stages[i].max_workers, ceiling_[static_cast<std::size_t>(i)]));
   }
   proposals_.push_front(proposal);
   if (proposals_.size() > static_cast<std::size_t>(kCalmWindows)) proposals_.pop_back();
 
+  // One stage grows at a time, the one that needs it most, so that a trial's outcome is its own.
+  int grow = -1;
+  if (!trial_)
+    for (int i = 0; i < n; ++i)
+      if (stages[i].tunes_workers && proposal[i] > stages[i].workers &&
+          (grow < 0 || need[i] / stages[i].workers > need[grow] / stages[grow].workers))
+        grow = i;
   for (int i = 0; i < n; ++i) {
     const auto& s = stages[i];
     if (!s.tunes_workers) continue;
     int target = proposal[i];
+    if (target > s.workers && i != grow) continue;
     if (target < s.workers) {
       // Fewer only when the last windows all agree, and to the most any of them wanted.
       if (proposals_.size() < static_cast<std::size_t>(kCalmWindows)) continue;

@@ -10,12 +10,16 @@
 // kept by the engine, which lets only cores_for_tuned() of those workers compute at a time (two
 // stages needing 1.5 and 0.5 cores get 2 workers and 1, and share 2 cores). Workers are taken
 // away only when three windows in a row say so, so that a noisy window does not make them swing.
+// And the model is checked against the pipeline: an increase after which the pipeline ran more
+// than 10% slower is undone, and the stage gets no more than that for the next 10 seconds. One
+// stage grows at a time, so that each trial says what that stage's workers did.
 //
 // Buffers: one that swung between empty and full doubles, while the buffers' share of the RAM
 // budget allows; one that stayed full for three windows halves (its consumer is the slower side,
 // and the memory is better elsewhere).
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +55,9 @@ struct TuneChange {
 class Autotuner {
  public:
   explicit Autotuner(TuneBudgets budgets) : budgets_(budgets) {}
-  // The changes for this window; `stages` in pipeline order.
-  std::vector<TuneChange> plan(const std::vector<TunedStage>& stages);
+  // The changes for this window; `stages` in pipeline order, `output_rate` what reached the
+  // pipeline's end per second in the window.
+  std::vector<TuneChange> plan(const std::vector<TunedStage>& stages, double output_rate);
   // After plan(): how many workers of tuned stages may work at the same moment, so that the CPU
   // budget holds at every moment whatever the worker counts (at least 1).
   int cores_for_tuned() const { return cores_for_tuned_; }
@@ -62,12 +67,26 @@ class Autotuner {
 
  private:
   void plan_workers(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes);
+  // Undoes the last increase when the pipeline ran slower since (a hand-off per element can cost
+  // more than a second worker brings); the count it came from becomes the stage's ceiling.
+  bool undo_increases_that_slowed(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes);
   void plan_buffers(const std::vector<TunedStage>& stages, std::vector<TuneChange>& changes);
 
   TuneBudgets budgets_;
   int cores_for_tuned_ = 1;
+  int windows_ = 0;
   std::deque<std::vector<int>> proposals_;  // the last windows' worker proposals, newest first
   std::vector<int> full_windows_;           // per stage: windows in a row its buffer stayed full
+  std::deque<double> rates_;                // output rate of the last windows, newest first
+  std::vector<int> ceiling_;                // per stage: most workers found to help
+  std::vector<int> ceiling_lapses_;         // per stage: the window its ceiling lapses (0: none)
+  // The increases of one window, on trial until kTrialWindows have passed.
+  struct Trial {
+    std::vector<std::pair<int, int>> raised;  // (stage, count before)
+    double rate_before = 0;
+    int windows = 0;
+  };
+  std::optional<Trial> trial_;
 };
 
 }  // namespace sluice::detail

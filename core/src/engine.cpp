@@ -754,6 +754,9 @@ struct Engine::Impl {
     std::uint64_t epoch = 0, index = 0;
     // Outputs its cursor gave so far; written only by the thread calling the cursor (one at a time).
     std::uint64_t outputs_read = 0;
+    // A tuned stage reading on its coordinator holds its slots (busy) until it hands them back to
+    // fetchers: no lock and no wake-up per record. Written by the coordinator only.
+    bool owned = false;
   };
 
   void run_expand(StageRuntime& st) {
@@ -761,11 +764,26 @@ struct Engine::Impl {
     const int block = std::max(1, st.spec->block_length);
     const bool ordered = st.spec->interleave_deterministic.value_or(graph.deterministic);
     const int fetcher_count = st.workers > 1 ? std::min<int>(st.workers, static_cast<int>(cycle)) : 0;
+    // A tuned stage given one worker reads on its coordinator, its fetchers parked.
+    auto reading_alone = [&] { return st.tuned_workers && st.active_workers.load(std::memory_order_relaxed) <= 1; };
+    std::optional<CoreHold> reading_core;  // the coordinator's core of the budget while it reads
+    std::size_t reads_on_core = 0;
     const std::size_t read_ahead = static_cast<std::size_t>(std::max(2, block));
     StageDamage damage(*this, st);
     std::vector<ExpandSlot> slots(cycle);
     std::mutex mutex;  // guards slots' ready/exhausted/busy/cursor when fetchers run
     std::condition_variable changed;
+    auto release_owned = [&](ExpandSlot& slot) {
+      if (!slot.owned) return;
+      {
+        std::lock_guard lock(mutex);
+        slot.busy = slot.owned = false;
+      }
+      changed.notify_all();
+    };
+    auto release_all_owned = [&] {
+      for (auto& slot : slots) release_owned(slot);
+    };
     bool quit = false;
     std::vector<Item> inputs, out;
     std::size_t next_input = 0;
@@ -806,6 +824,7 @@ struct Engine::Impl {
           if (!out.empty() && !flush(st, out)) return false;  // never hold outputs while waiting
           account_busy();
           std::uint64_t t0 = now_ns();
+          reading_core.reset();  // no core held while waiting for inputs
           if (!st.input->pop(inputs, kChunk)) return false;
           add(st.counters.starved_ns, now_ns() - t0);
           next_input = 0;
@@ -842,32 +861,79 @@ struct Engine::Impl {
     };
     // The next output of `slot`: 1 produced, 0 exhausted, -1 the run must stop.
     auto take = [&](ExpandSlot& slot, Sample& sample) -> int {
-      if (fetcher_count == 0) {
-        try {
-          if (!slot.cursor->next(sample)) return 0;
-          ++slot.outputs_read;
-          return 1;
-        } catch (const std::exception& e) {
-          return input_failure(slot, e.what()) ? 0 : -1;
+      for (;;) {
+        if (fetcher_count == 0) {
+          try {
+            if (!slot.cursor->next(sample)) return 0;
+            ++slot.outputs_read;
+            return 1;
+          } catch (const std::exception& e) {
+            return input_failure(slot, e.what()) ? 0 : -1;
+          }
         }
-      }
-      std::unique_lock lock(mutex);
-      if (slot.ready.empty() && !slot.exhausted && !out.empty()) {
-        lock.unlock();
-        if (!flush(st, out)) return -1;
-        lock.lock();
-      }
-      std::uint64_t t0 = now_ns();
-      while (!changed.wait_for(lock, std::chrono::milliseconds(50),
-                               [&] { return !slot.ready.empty() || slot.exhausted || stopping.load(); })) {
-      }
-      add(st.counters.starved_ns, now_ns() - t0);
-      if (stopping.load()) return -1;
-      if (slot.ready.empty()) return 0;
-      sample = std::move(slot.ready.front());
-      slot.ready.pop_front();
-      changed.notify_all();
-      return 1;
+        if (reading_alone()) {
+          // The tuner gave the stage one worker: the coordinator reads itself, as an untuned stage
+          // with one worker does (a hand-off per record costs more than small records do), after
+          // what fetchers had read ahead. It holds the slot meanwhile, so that a fetcher woken by a
+          // new count does not read the same input.
+          if (!slot.owned) {
+            std::unique_lock lock(mutex);
+            while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy || stopping.load(); })) {
+            }
+            if (stopping.load()) return -1;
+            if (!slot.ready.empty()) {
+              sample = std::move(slot.ready.front());
+              slot.ready.pop_front();
+              return 1;
+            }
+            if (slot.exhausted) return 0;
+            slot.busy = slot.owned = true;
+          }
+          // A core of the budget, held for a run of records rather than taken for each.
+          if (!reading_core) reading_core.emplace(*this, st);
+          if (!reading_core->held()) return -1;
+          if (++reads_on_core >= kChunk) {
+            reading_core.reset();
+            reads_on_core = 0;
+          }
+          int got = 0;
+          try {
+            got = slot.cursor->next(sample) ? 1 : 0;
+            slot.outputs_read += static_cast<std::uint64_t>(got);
+          } catch (const std::exception& e) {
+            got = input_failure(slot, e.what()) ? 0 : -1;
+          }
+          if (got <= 0) {
+            release_owned(slot);
+            if (got == 0) {
+              std::lock_guard lock(mutex);
+              slot.exhausted = true;
+            }
+          }
+          return got;
+        }
+        reading_core.reset();
+        release_all_owned();
+        std::unique_lock lock(mutex);
+        if (slot.ready.empty() && !slot.exhausted && !out.empty()) {
+          lock.unlock();
+          if (!flush(st, out)) return -1;
+          lock.lock();
+        }
+        std::uint64_t t0 = now_ns();
+        while (!changed.wait_for(lock, std::chrono::milliseconds(50),
+                                 [&] { return !slot.ready.empty() || slot.exhausted || stopping.load() || reading_alone(); })) {
+        }
+        add(st.counters.starved_ns, now_ns() - t0);
+        if (stopping.load()) return -1;
+        if (!slot.ready.empty()) {
+          sample = std::move(slot.ready.front());
+          slot.ready.pop_front();
+          changed.notify_all();
+          return 1;
+        }
+        if (slot.exhausted) return 0;
+      }  // the tuner left the stage one worker while this waited: the coordinator reads on
     };
     auto fetch_loop = [&](int fetcher) {
       name_this_thread(st.spec->id + "+");
@@ -876,7 +942,7 @@ struct Engine::Impl {
         ExpandSlot* work = nullptr;
         auto pick = [&] {
           if (quit || stopping.load()) return true;
-          if (st.tuned_workers && fetcher >= st.active_workers.load(std::memory_order_relaxed)) return false;  // parked
+          if (st.tuned_workers && (reading_alone() || fetcher >= st.active_workers.load(std::memory_order_relaxed))) return false;  // parked
           for (auto& s : slots)
             if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead) return (work = &s), true;
           return false;
@@ -924,9 +990,15 @@ struct Engine::Impl {
       add(st.counters.elements_out, 1);
       add(st.counters.bytes_out, sample.nbytes());
       out.push_back(Item::element(std::move(sample)));
-      return out.size() < kChunk || flush(st, out);
+      if (out.size() < kChunk) return true;
+      // Busy time is counted chunk by chunk, not only when new inputs are taken (one input file
+      // may give records for seconds): the metrics and the autotuner see it as it happens.
+      account_busy();
+      reading_core.reset();  // no core held while waiting downstream
+      return flush(st, out);
     };
     auto close = [&](ExpandSlot& slot) {
+      release_owned(slot);
       std::unique_lock lock(mutex);
       while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
       }
@@ -1336,6 +1408,9 @@ struct Engine::Impl {
     std::vector<Reading> previous;
     for (auto* runner : runners) previous.push_back(read(*runner));
     std::vector<std::uint64_t> element_bytes(runners.size(), 0);
+    // What reaches the pipeline's end, for checking that a change helped.
+    StageRuntime& last = *stages.back();
+    std::uint64_t previous_reached = last.counters.elements_in.load();
     std::uint64_t previous_ns = now_ns();
     std::unique_lock lock(publish_mutex);
     while (!publisher_quit) {
@@ -1371,8 +1446,11 @@ struct Engine::Impl {
         previous[i] = r;
         view.push_back(std::move(t));
       }
+      const std::uint64_t reached = last.counters.elements_in.load();
+      const double output_rate = static_cast<double>(reached - previous_reached) / (window_ns / 1e9);
+      previous_reached = reached;
       previous_ns = now;
-      for (const auto& change : planner.plan(view)) apply_tune_change(*runners[static_cast<std::size_t>(change.stage)], change, now);
+      for (const auto& change : planner.plan(view, output_rate)) apply_tune_change(*runners[static_cast<std::size_t>(change.stage)], change, now);
       set_cores_for_tuned(planner.cores_for_tuned());
       lock.lock();
     }
