@@ -26,7 +26,11 @@ std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? 
 // Windows an increase is watched for before it is judged (the first one lets it settle), and
 // windows a ceiling found that way holds (costs change; then it is tried again).
 constexpr int kTrialWindows = 3;
-constexpr int kCeilingWindows = 40;
+constexpr int kCeilingWindows = 80;
+constexpr int kStartWindows = 2;
+// A stage grows only while its workers are this busy: one with time to spare is held up
+// elsewhere, and more workers would only wait.
+constexpr double kBusyToGrow = 0.7;
 
 std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages, double output_rate) {
   std::vector<TuneChange> changes;
@@ -34,6 +38,7 @@ std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages, d
     ceiling_.clear();
     for (const auto& s : stages) ceiling_.push_back(s.max_workers);
     ceiling_lapses_.assign(stages.size(), 0);
+    slowdowns_.assign(stages.size(), 0);
   }
   for (std::size_t i = 0; i < stages.size(); ++i)
     if (ceiling_lapses_[i] != 0 && windows_ >= ceiling_lapses_[i]) {  // costs change: try again, once in a while
@@ -42,8 +47,8 @@ std::vector<TuneChange> Autotuner::plan(const std::vector<TunedStage>& stages, d
     }
   rates_.push_front(output_rate);
   if (rates_.size() > 8) rates_.pop_back();
-  // The first window is the start-up (threads, files opening): nothing to judge by yet.
-  if (++windows_ == 1) return changes;
+  // The first windows are the start-up (threads, files opening): nothing to judge by yet.
+  if (++windows_ <= kStartWindows) return changes;
   if (!undo_increases_that_slowed(stages, changes)) plan_workers(stages, changes);
   plan_buffers(stages, changes);
   if (!trial_) {
@@ -69,12 +74,14 @@ bool Autotuner::undo_increases_that_slowed(const std::vector<TunedStage>& stages
   for (const auto& [i, before] : trial.raised) {
     const auto& s = stages[static_cast<std::size_t>(i)];
     ceiling_[static_cast<std::size_t>(i)] = before;
-    ceiling_lapses_[static_cast<std::size_t>(i)] = windows_ + kCeilingWindows;
+    // Each time it slows the pipeline again, the ceiling holds twice as long.
+    const int holds = kCeilingWindows << std::min(slowdowns_[static_cast<std::size_t>(i)]++, 6);
+    ceiling_lapses_[static_cast<std::size_t>(i)] = windows_ + holds;
     if (s.workers <= before) continue;
     changes.push_back({i, false, s.workers, before, 0,
                        fmt::format("the pipeline ran slower with {}: {:.0f} elements/s at its end against {:.0f} before; back to {}, "
-                                   "and no more for the next {} windows",
-                                   workers_text(s.workers), after, trial.rate_before, before, kCeilingWindows)});
+                                   "and no more for the next {:.0f} s",
+                                   workers_text(s.workers), after, trial.rate_before, before, holds * 0.25)});
   }
   return true;
 }
@@ -88,8 +95,10 @@ void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<
     if (s.tunes_workers) ++tuned;
     else fixed_load += s.busy_cores;
   }
-  // The cores the tuned stages may keep busy at once: the budget less what the others use now.
-  cores_for_tuned_ = std::max(1, static_cast<int>(std::floor(budgets_.cores - fixed_load + 0.5)));
+  // The cores the tuned stages may keep busy at once: the budget less what the others use now,
+  // rounded up from a fifth of a core (rounding 1.45 cores down to 1 would make two tuned stages
+  // take turns on one core while the other idles).
+  cores_for_tuned_ = std::max(1, static_cast<int>(std::floor(budgets_.cores - fixed_load + 0.8)));
   if (tuned == 0 || total_load < kIdle) return;  // nothing to tune, or nothing ran in the window
 
   // How much faster the pipeline could run, and what holds it there.
@@ -123,7 +132,7 @@ void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<
   int grow = -1;
   if (!trial_)
     for (int i = 0; i < n; ++i)
-      if (stages[i].tunes_workers && proposal[i] > stages[i].workers &&
+      if (stages[i].tunes_workers && proposal[i] > stages[i].workers && stages[i].busy_cores >= kBusyToGrow * stages[i].workers &&
           (grow < 0 || need[i] / stages[i].workers > need[grow] / stages[grow].workers))
         grow = i;
   for (int i = 0; i < n; ++i) {

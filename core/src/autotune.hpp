@@ -11,8 +11,9 @@
 // stages needing 1.5 and 0.5 cores get 2 workers and 1, and share 2 cores). Workers are taken
 // away only when three windows in a row say so, so that a noisy window does not make them swing.
 // And the model is checked against the pipeline: an increase after which the pipeline ran more
-// than 10% slower is undone, and the stage gets no more than that for the next 10 seconds. One
-// stage grows at a time, so that each trial says what that stage's workers did.
+// than 10% slower is undone, and the stage gets no more than that for the next 20 seconds (40,
+// 80... after further slowdowns). One stage grows at a time, so that each trial says what that
+// stage's workers did, and only while its workers are busy 70% of the time or more.
 //
 // Buffers: one that swung between empty and full doubles, while the buffers' share of the RAM
 // budget allows; one that stayed full for three windows halves (its consumer is the slower side,
@@ -80,6 +81,7 @@ class Autotuner {
   std::deque<double> rates_;                // output rate of the last windows, newest first
   std::vector<int> ceiling_;                // per stage: most workers found to help
   std::vector<int> ceiling_lapses_;         // per stage: the window its ceiling lapses (0: none)
+  std::vector<int> slowdowns_;              // per stage: increases undone so far
   // The increases of one window, on trial until kTrialWindows have passed.
   struct Trial {
     std::vector<std::pair<int, int>> raised;  // (stage, count before)
