@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
     fmt::print("\n{}: grid ({} s warm-up, {} s measured each)\n", shape.name, window.warmup_s, window.measure_s);
     double best = 0;
     std::string best_at;
+    std::vector<int> best_workers;
     for (int a : grid)
       for (int b : grid) {
         const auto result = sluice::run_bench(sluice::build_graph(sluice::parse_pipeline(shape.text({a, b}), "grid"), registry), window);
@@ -158,9 +159,17 @@ int main(int argc, char** argv) {
         if (result.elements_per_s > best) {
           best = result.elements_per_s;
           best_at = at;
+          best_workers = {a, b};
         }
       }
     const Trace trace = trace_autotune(registry, shape.text({-1, -1}), "batch");
+    // The best of nine noisy measurements is biased upwards, and this machine drifts: the best
+    // point is measured again right after AUTOTUNE, and AUTOTUNE is compared with the higher of
+    // the two measurements.
+    const double again =
+        sluice::run_bench(sluice::build_graph(sluice::parse_pipeline(shape.text(best_workers), "grid"), registry), window).elements_per_s;
+    fmt::print("  {:<28} {:>10.0f} elements/s (the best point measured again)\n", best_at, again);
+    best = std::max(best, again);
     const double steady = rate_between(trace, kSettleLimitS, kAutotuneRunS);
     double reached = -1;
     for (const auto& p : trace.points)
