@@ -40,7 +40,8 @@ sluice::RunResult run_watched(const std::string& text, const std::function<void(
   return result;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// (The TSan build hides __SANITIZE_THREAD__ for protobuf's sake and sets _GLIBCXX_TSAN instead.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_TSAN)
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
