@@ -1,8 +1,9 @@
 // AUTOTUNE against hand-tuning, in one run on the same machine: three pipelines of different
 // shapes, each run with every worker count of a grid (the baselines) and with parallelism -1 and
-// buffer_size -1. For each: the best grid point's steady-state rate, AUTOTUNE's steady-state rate
-// (from 10 s after its start), when AUTOTUNE first ran at 95% of the best over a 1-second
-// window, and the process's peak resident memory during the AUTOTUNE run against its RAM budget.
+// buffer_size -1. The grid's best point and AUTOTUNE are then run in alternation, three times
+// each, and compared by medians: AUTOTUNE's steady-state rate (from 10 s after its start) against
+// the best point's, when AUTOTUNE first ran at 95% of it over a 1-second window (its slowest
+// round), and the process's peak resident memory during the AUTOTUNE runs against the budget.
 //  1. images: read_file -> decode_image -> resize 224 -> batch 32 (CPU-heavy decode);
 //  2. tfrecords: an interleaved tfrecord_reader -> parse_example -> batch 256 (reading, light map);
 //  3. two heavy stages: simulate_work 300 us then 100 us of CPU per element.
@@ -29,6 +30,12 @@ namespace {
 constexpr double kSettleLimitS = 10;   // AUTOTUNE must reach 95% of the best within this
 constexpr double kAutotuneRunS = 14;   // its steady state is measured from kSettleLimitS on
 constexpr const char* kRamBudget = "1GiB";
+constexpr int kRounds = 3;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
 
 struct Shape {
   std::string name;
@@ -162,29 +169,46 @@ int main(int argc, char** argv) {
           best_workers = {a, b};
         }
       }
-    const Trace trace = trace_autotune(registry, shape.text({-1, -1}), "batch");
-    // The best of nine noisy measurements is biased upwards, and this machine drifts: the best
-    // point is measured again right after AUTOTUNE, and AUTOTUNE is compared with the higher of
-    // the two measurements.
-    const double again =
-        sluice::run_bench(sluice::build_graph(sluice::parse_pipeline(shape.text(best_workers), "grid"), registry), window).elements_per_s;
-    fmt::print("  {:<28} {:>10.0f} elements/s (the best point measured again)\n", best_at, again);
-    best = std::max(best, again);
-    const double steady = rate_between(trace, kSettleLimitS, kAutotuneRunS);
-    double reached = -1;
-    for (const auto& p : trace.points)
-      if (p.first >= 1 && rate_between(trace, p.first - 1, p.first) >= 0.95 * best) {
-        reached = p.first;
-        break;
-      }
+    // The best of nine noisy measurements is biased upwards, and this shared machine drifts by
+    // more than the target's 5%: AUTOTUNE and the best point are measured in alternation,
+    // kRounds times each, and compared by their medians.
+    std::vector<double> tuned_rates, best_rates;
+    std::vector<Trace> traces;
+    for (int round = 0; round < kRounds; ++round) {
+      traces.push_back(trace_autotune(registry, shape.text({-1, -1}), "batch"));
+      tuned_rates.push_back(rate_between(traces.back(), kSettleLimitS, kAutotuneRunS));
+      best_rates.push_back(
+          sluice::run_bench(sluice::build_graph(sluice::parse_pipeline(shape.text(best_workers), "grid"), registry), window).elements_per_s);
+      fmt::print("  round {}: AUTOTUNE {:>10.0f} elements/s, {} {:>10.0f} elements/s\n", round + 1, tuned_rates.back(), best_at,
+                 best_rates.back());
+    }
+    const double steady = median(tuned_rates);
+    best = median(best_rates);
+    // When AUTOTUNE first ran at 95% of that (over the previous second), in its slowest round.
+    double reached = 0;
+    for (const auto& trace : traces) {
+      double at = -1;
+      for (const auto& p : trace.points)
+        if (p.first >= 1 && rate_between(trace, p.first - 1, p.first) >= 0.95 * best) {
+          at = p.first;
+          break;
+        }
+      reached = at < 0 || reached < 0 ? -1 : std::max(reached, at);
+    }
+    std::uint64_t peak = 0;
+    bool peak_measured = true;
+    for (const auto& trace : traces) {
+      peak = std::max(peak, trace.peak_resident);
+      peak_measured = peak_measured && trace.peak_measured;
+    }
     const std::uint64_t budget = *sluice::parse_byte_size(kRamBudget);
-    const bool met = best > 0 && steady >= 0.95 * best && reached >= 0 && reached <= kSettleLimitS &&
-                     (!trace.peak_measured || trace.peak_resident <= budget);
+    const bool met = best > 0 && steady >= 0.95 * best && reached >= 0 && reached <= kSettleLimitS && (!peak_measured || peak <= budget);
     all_met = all_met && met;
-    fmt::print("  {:<28} {:>10.0f} elements/s from {:.0f} s on ({:.0f}% of the best, {}); 95% of the best first at {}; peak RSS {}\n",
-               "AUTOTUNE", steady, kSettleLimitS, best > 0 ? 100 * steady / best : 0.0, best_at,
+    fmt::print("  {:<28} {:>10.0f} elements/s (median) from {:.0f} s on: {:.0f}% of {}'s median {:.0f}; 95% of it at {}; peak RSS {}\n",
+               "AUTOTUNE", steady, kSettleLimitS, best > 0 ? 100 * steady / best : 0.0, best_at, best,
                reached >= 0 ? fmt::format("{:.1f} s", reached) : std::string("never"),
-               trace.peak_measured ? sluice::byte_size_text(trace.peak_resident) : std::string("not measured"));
+               peak_measured ? sluice::byte_size_text(peak) : std::string("not measured"));
+    const Trace trace{{}, peak, peak_measured};
     summary += fmt::format("| {:<17} | {:<24} | {:>9.0f} | {:>9.0f} | {:>5.0f}% | {:>9} | {:>10} |\n", shape.name, best_at, best, steady,
                            best > 0 ? 100 * steady / best : 0.0, reached >= 0 ? fmt::format("{:.1f} s", reached) : "never",
                            trace.peak_measured ? sluice::byte_size_text(trace.peak_resident) : "-");
