@@ -208,10 +208,9 @@ int main(int argc, char** argv) {
                "AUTOTUNE", steady, kSettleLimitS, best > 0 ? 100 * steady / best : 0.0, best_at, best,
                reached >= 0 ? fmt::format("{:.1f} s", reached) : std::string("never"),
                peak_measured ? sluice::byte_size_text(peak) : std::string("not measured"));
-    const Trace trace{{}, peak, peak_measured};
     summary += fmt::format("| {:<17} | {:<24} | {:>9.0f} | {:>9.0f} | {:>5.0f}% | {:>9} | {:>10} |\n", shape.name, best_at, best, steady,
                            best > 0 ? 100 * steady / best : 0.0, reached >= 0 ? fmt::format("{:.1f} s", reached) : "never",
-                           trace.peak_measured ? sluice::byte_size_text(trace.peak_resident) : "-");
+                           peak_measured ? sluice::byte_size_text(peak) : "-");
   }
   fmt::print("\n| pipeline          | best grid point          | best el/s | AUTOTUNE  | share  | 95% at    | peak RSS   |\n"
              "|-------------------|--------------------------|-----------|-----------|--------|-----------|------------|\n{}",
