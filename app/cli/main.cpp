@@ -163,15 +163,40 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
   return 0;
 }
 
-// Reads, overrides and validates; prints every problem and returns nullopt when invalid.
-// `as_run`, when given, receives the pipeline with the overrides and the seed applied.
+// --worker-index and --num-workers.
+struct WorkerArgs {
+  std::optional<int> index;
+  std::optional<int> count;
+};
+
+// Reads, overrides, makes it this worker's pipeline (see sluice::plan_for_worker) and validates;
+// prints every problem and returns nullopt when invalid. `as_run`, when given, receives the
+// pipeline as it will run: overrides, seed and the worker's shard applied.
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
-                                        sluice::spec::PipelineSpec* as_run = nullptr) {
+                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr) {
   try {
     auto doc = sluice::read_pipeline_file(file);
     sluice::apply_overrides(doc, sets);
     if (seed) doc.spec.mutable_options()->set_seed(*seed);
+    sluice::WorkerRequest request{worker_args.index, worker_args.count, "--worker-index/--num-workers"};
+    const auto& options = doc.spec.options();
+    if (!request.index && !request.count && (options.has_worker_index() || options.has_num_workers())) {
+      if (options.has_worker_index()) request.index = options.worker_index();
+      if (options.has_num_workers()) request.count = options.num_workers();
+      request.given_by = fmt::format("options of {} (worker_index, num_workers)", sluice::printable(file));
+    }
+    sluice::WorkerIdentity worker;
+    try {
+      worker = sluice::detect_worker_identity(sluice::process_environment(), request);
+    } catch (const sluice::WorkerIdentityError& e) {
+      fmt::print(stderr, "error: {}: {}\n", sluice::printable(file), sluice::printable(e.what()));
+      return std::nullopt;
+    }
+    const auto plan = sluice::plan_for_worker(doc, registry, worker);
+    if (worker.count > 1) fmt::print(stderr, "note: {}\n", sluice::printable(worker.describe()));
+    for (const auto& note : plan.notes) fmt::print(stderr, "note: {}\n", sluice::printable(note));
+    for (const auto& warning : plan.warnings) fmt::print(stderr, "warning: {}\n", sluice::printable(warning));
     if (as_run) *as_run = doc.spec;
     return sluice::build_graph(doc, registry);
   } catch (const sluice::SpecError& e) {
@@ -181,10 +206,11 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
   }
 }
 
-int cmd_validate(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets) {
+int cmd_validate(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
+                 const WorkerArgs& worker_args) {
   sluice::Registry registry;
   load_plugins(registry, common, true);
-  auto graph = load_graph(registry, file, sets, std::nullopt);
+  auto graph = load_graph(registry, file, sets, std::nullopt, worker_args);
   if (!graph) return kExitBadInput;
   fmt::print("{}: valid, {} stages\n", file, graph->stages.size());
   for (const auto& st : graph->stages)
@@ -201,7 +227,7 @@ struct RunOptions {
 };
 
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
-            std::optional<std::uint64_t> seed, const RunOptions& options) {
+            std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options) {
   std::optional<sluice::MetricsAddress> metrics_address;
   try {
     if (!options.metrics_addr.empty()) metrics_address = sluice::parse_metrics_address(options.metrics_addr);
@@ -215,7 +241,7 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   sluice::Registry registry;
   load_plugins(registry, common, true);
   sluice::spec::PipelineSpec as_run;
-  auto graph = load_graph(registry, file, sets, seed, &as_run);
+  auto graph = load_graph(registry, file, sets, seed, worker_args, &as_run);
   if (g_interrupted) {
     fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");
     return kExitInterrupted;
@@ -239,7 +265,8 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     if (!options.metrics_log.empty()) log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
     if (metrics_address) {
       server = std::make_unique<sluice::MetricsServer>(*metrics_address);
-      server->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file), sets.empty() && !seed ? "" : " (with --set/--seed applied)") +
+      server->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file),
+                                       sets.empty() && !seed && graph->worker.count == 1 ? "" : " (with --set/--seed and the worker's shard applied)") +
                            sluice::pipeline_to_text(as_run));
       fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream, /pipeline)\n", server->url());
     }
@@ -409,6 +436,13 @@ int main(int argc, char** argv) {
   auto add_plugin_dir = [&](CLI::App* cmd) {
     cmd->add_option("--plugin-dir", common.plugin_dirs, "extra folder of plugin libraries (repeatable)");
   };
+  WorkerArgs worker_args;
+  auto add_worker_options = [&](CLI::App* cmd) {
+    cmd->add_option("--worker-index", worker_args.index,
+                    "this process's index among the job's workers (default: from Slurm, MPI, TF_CONFIG, torchrun, ...)");
+    cmd->add_option("--num-workers", worker_args.count,
+                    "the job's number of workers (with JOB_COMPLETION_INDEX: the Kubernetes Job's completions)");
+  };
   auto* run = app.add_subcommand("run", "run a pipeline and print a per-stage report");
   run->add_option("pipeline", file, "pipeline file (.txtpb, or .json)")->required();
   run->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
@@ -424,6 +458,7 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-addr", run_options.metrics_addr,
                   "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_plugin_dir(run);
+  add_worker_options(run);
   auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
   bench->add_option("pipeline", file, "pipeline file")->required();
   bench->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
@@ -440,6 +475,7 @@ int main(int argc, char** argv) {
   validate->add_option("pipeline", file, "pipeline file")->required();
   validate->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
   add_plugin_dir(validate);
+  add_worker_options(validate);
   auto* plugins = app.add_subcommand("plugins", "list operators, or describe one");
   plugins->add_option("operator", op_name, "operator to describe");
   plugins->add_flag("--json", json, "machine-readable output");
@@ -452,10 +488,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
   try {
-    if (*run) return cmd_run(common, file, sets, seed, run_options);
+    if (*run) return cmd_run(common, file, sets, seed, worker_args, run_options);
     if (*report) return cmd_report(log_file);
     if (*bench) return cmd_bench(common, file, sets, ablate, bench_options);
-    if (*validate) return cmd_validate(common, file, sets);
+    if (*validate) return cmd_validate(common, file, sets, worker_args);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));

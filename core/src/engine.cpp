@@ -1231,6 +1231,14 @@ struct Engine::Impl {
       }
     }
     snap.set_cores(std::thread::hardware_concurrency());
+    {
+      auto* w = snap.mutable_worker();
+      w->set_index(graph.worker.index);
+      w->set_count(graph.worker.count);
+      w->set_source(graph.worker.variables.empty() ? graph.worker.source
+                                                   : graph.worker.source + ": " + graph.worker.variables);
+      for (const auto& note : graph.worker_notes) w->add_notes(note);
+    }
     for (const auto& st_ptr : stages) {
       auto& st = *st_ptr;
       auto* m = snap.add_stage();

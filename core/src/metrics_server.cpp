@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <condition_variable>
+#include <algorithm>
 #include <mutex>
 #include <atomic>
 #include <deque>
@@ -119,6 +120,10 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
   out += fmt::format("# HELP sluice_run_info The run's state and bottleneck stage.\n# TYPE sluice_run_info gauge\n"
                      "sluice_run_info{{state=\"{}\",bottleneck=\"{}\"}} 1\n",
                      label_value(s.state()), label_value(s.bottleneck()));
+  out += fmt::format("# HELP sluice_worker_info Which of the job's workers this process is, and who said so.\n"
+                     "# TYPE sluice_worker_info gauge\n"
+                     "sluice_worker_info{{index=\"{}\",count=\"{}\",source=\"{}\"}} 1\n",
+                     s.worker().index(), std::max(1, s.worker().count()), label_value(s.worker().source()));
   return out;
 }
 

@@ -186,6 +186,10 @@ std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapsho
 
 std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   std::string out = fmt::format("Run {} after {:.2f} s\n", snapshot.state(), snapshot.elapsed_s());
+  if (snapshot.worker().count() > 1) {
+    out += fmt::format("Worker {} of {} ({})\n", snapshot.worker().index(), snapshot.worker().count(), printable(snapshot.worker().source()));
+    for (const auto& note : snapshot.worker().notes()) out += "  " + printable(note) + "\n";
+  }
   out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", "wk",
                      "elements", "elements/s", "MB/s", "busy%", "starved%", "blocked%", "fill%", "skipped");
   for (const auto& m : snapshot.stage()) {
@@ -310,6 +314,7 @@ std::string format_progress(const metrics::MetricsSnapshot& snapshot) {
   for (const auto& m : snapshot.stage())
     if (m.op() == "batch") batch = &m;
   std::string line = fmt::format("{} {}", duration_text(snapshot.elapsed_s()), snapshot.state());
+  if (snapshot.worker().count() > 1) line = fmt::format("[worker {}/{}] {}", snapshot.worker().index(), snapshot.worker().count(), line);
   if (batch) {
     double rate = 0;
     for (const auto& m : snapshot.stage())

@@ -306,6 +306,8 @@ struct Validation {
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     check_autotune_options(graph);
     graph.file = doc.file;
+    graph.worker = doc.worker.value_or(WorkerIdentity{});
+    graph.worker_notes = doc.worker_notes;
   }
 
   void check_autotune_options(Graph& graph) {
@@ -389,13 +391,34 @@ struct Validation {
 
   // Paths written in the file are relative to its folder, as in build and compose files: the
   // bundled pipelines then run from any directory.
-  void resolve_paths(Params& params, const ParamSpec& spec) const {
+  // {worker} and {num_workers} are this worker's, in paths given either way.
+  void resolve_paths(Params& params, const ParamSpec& spec, bool relative_to_file) const {
+    const WorkerIdentity worker = doc.worker.value_or(WorkerIdentity{});
+    auto resolve = [&](const std::string& path) {
+      std::string p = substitute_worker_fields(path, worker);
+      return relative_to_file ? resolve_from_pipeline_folder(p, doc.file) : p;
+    };
     if (spec.type == ParamType::Path || spec.type == ParamType::OutputPath) {
-      params.set(spec.name, resolve_from_pipeline_folder(params.get_string(spec.name), doc.file));
+      params.set(spec.name, resolve(params.get_string(spec.name)));
     } else if (spec.type == ParamType::PathList) {
       auto paths = params.get_string_list(spec.name);
-      for (auto& p : paths) p = resolve_from_pipeline_folder(p, doc.file);
+      for (auto& p : paths) p = resolve(p);
       params.set(spec.name, paths);
+    }
+  }
+
+  // Parameters taking the `worker_index` or `num_workers` hint (a shard's index and count, a
+  // writer's worker number), not given or given as -1, are this worker's.
+  void fill_worker_params(GraphStage& out, const spec::Stage& st) const {
+    const WorkerIdentity worker = doc.worker.value_or(WorkerIdentity{});
+    for (const auto& p : out.op->info.params) {
+      if (p.hint_role != ParamSpec::HintRole::Takes || p.type != ParamType::Int) continue;
+      if (p.hint != "worker_index" && p.hint != "num_workers") continue;
+      auto given = st.params().find(p.name);
+      if (given != st.params().end() && given->second != "-1") continue;
+      const int value = p.hint == "worker_index" ? worker.index : worker.count;
+      out.params.set(p.name, static_cast<std::int64_t>(value));
+      if (worker.count > 1) out.notes.push_back(fmt::format("{} = {}, from the worker identity ({})", p.name, value, worker.describe()));
     }
   }
 
@@ -488,7 +511,7 @@ struct Validation {
       }
       try {
         out.params.set(name, parse_param(*spec, value));
-        if (!doc.set_on_command_line.count({st.id(), name})) resolve_paths(out.params, *spec);
+        resolve_paths(out.params, *spec, !doc.set_on_command_line.count({st.id(), name}));
       } catch (const ParamError& e) {
         problem(i, name, e.what());
         ok = false;
@@ -503,6 +526,7 @@ struct Validation {
         out.params.set(p.name, parse_param(p, *p.default_value));
       }
     }
+    if (ok) fill_worker_params(out, st);
     return ok;
   }
 };

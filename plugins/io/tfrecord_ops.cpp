@@ -205,11 +205,10 @@ class TFRecordWriter final : public Sink {
                              "beside each other")
                  .def("of_total")
                  .one_of({"of_total", "worker"}),
-             ParamSpec::make("worker", ParamType::Int,
-                             "worker index for naming=worker; -1 reads SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, RANK or "
-                             "JOB_COMPLETION_INDEX")
+             ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's (--worker-index, Slurm, MPI, torchrun, ...)")
                  .def("-1")
-                 .range(-1, std::nullopt)},
+                 .range(-1, std::nullopt)
+                 .takes_hint("worker_index")},
             {},
             {}};
   }
@@ -223,7 +222,7 @@ class TFRecordWriter final : public Sink {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
   }
   void start(const StageInfo&) override {
-    if (by_worker_ && worker_ < 0) worker_ = worker_from_environment();
+    if (worker_ < 0) worker_ = 0;  // a host that does not fill worker hints runs one process
     auto folder = fs::path(prefix_).parent_path();
     std::error_code ec;
     if (!folder.empty()) fs::create_directories(folder, ec);
@@ -292,17 +291,6 @@ class TFRecordWriter final : public Sink {
       else ours = rest.size() == 15 && rest[0] == '-' && digits(1, 5) && rest.compare(6, 4, "-of-") == 0 && digits(10, 5);
       if (ours) fs::remove(it->path(), ec);
     }
-  }
-  // The process's index under Slurm, MPI, torchrun or a Kubernetes indexed job; 0 alone.
-  static std::int64_t worker_from_environment() {
-    for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "JOB_COMPLETION_INDEX"})
-      if (const char* value = std::getenv(name)) {
-        char* end = nullptr;
-        long long v = std::strtoll(value, &end, 10);
-        if (end != value && *end == '\0' && v >= 0) return v;
-        throw Error(std::string("environment variable ") + name + "='" + value + "' is not a worker index");
-      }
-    return 0;
   }
   std::string suffix() const {
     return compression_ == Compression::Gzip ? ".gz" : compression_ == Compression::Zlib ? ".zz" : "";

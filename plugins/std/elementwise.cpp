@@ -34,22 +34,20 @@ class Prefetch final : public Map {
 };
 
 // Keeps elements index, index + n, ... of every iteration: a pure function of the element's
-// position, so it runs with any parallelism and gives disjoint, complete shards.
+// position, so it runs with any parallelism and gives disjoint, complete shards. Left unset (or
+// -1), the count and index are the worker's: the host fills parameters taking these hints from
+// the process's worker identity (Slurm, MPI, TF_CONFIG, torchrun, --worker-index).
 class Shard final : public Filter {
  public:
   static OperatorInfo describe() {
     return {"shard",
             OperatorKind::Filter,
             "Keeps every num_shards-th element starting at index (put it early, before shuffle)",
-            {ParamSpec::make("num_shards", ParamType::Int, "number of shards (workers)").def("1").range(1, std::nullopt),
-             ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards").def("0").range(0, std::nullopt)},
+            {shard_count_param(), shard_index_param()},
             {.stateless = true, .keeps_shape = true},
             {}};
   }
-  explicit Shard(const Params& p) : shards_(p.get_int("num_shards")), index_(p.get_int("index")) {
-    if (index_ >= shards_)
-      throw ParamError("index " + std::to_string(index_) + " must be less than num_shards " + std::to_string(shards_));
-  }
+  explicit Shard(const Params& p) : shards_(shard_count(p)), index_(shard_index(p, shards_)) {}
   bool keep(const Sample&, const ElementContext& ctx) override {
     return static_cast<std::int64_t>(ctx.index % static_cast<std::uint64_t>(shards_)) == index_;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sluice/core/registry.hpp"
+#include "sluice/core/workers.hpp"
 #include "sluice/error.hpp"
 #include "sluice/params.hpp"
 #include "pipeline.pb.h"
@@ -43,6 +44,11 @@ struct PipelineDocument {
   // (stage id, parameter) given on the command line: their relative paths are relative to the
   // current directory; those written in the file, to the file's folder.
   std::set<std::pair<std::string, std::string>> set_on_command_line;
+  // Which worker runs it (plan_for_worker sets it): fills {worker} and {num_workers} in path
+  // parameters and the parameters that take the `worker_index` or `num_workers` hint (shard,
+  // tfrecord_writer) when they are not given. Unset: a single process, worker 0 of 1.
+  std::optional<WorkerIdentity> worker;
+  std::vector<std::string> worker_notes;  // how the pipeline was made this worker's
 };
 
 // A path as the pipeline file means it: a relative one is taken from the folder of `pipeline_file`
@@ -106,6 +112,8 @@ struct Graph {
   std::uint64_t ram_budget = 0;
   bool autotune_budgets_given = false;
   bool autotunes() const;  // a stage autotunes, or budgets were given
+  WorkerIdentity worker;
+  std::vector<std::string> worker_notes;
 };
 
 
@@ -113,5 +121,20 @@ struct Graph {
 std::vector<Problem> validate_pipeline(const PipelineDocument& doc, const Registry& registry);
 // Validates and builds the graph; throws SpecError with every problem.
 Graph build_graph(const PipelineDocument& doc, const Registry& registry);
+
+// What plan_for_worker did, for the user: notes (where the shard went) and warnings (each worker
+// reads everything; shards that may overlap; steps that may still differ).
+struct WorkerPlan {
+  std::vector<std::string> notes;
+  std::vector<std::string> warnings;
+};
+
+// Makes `doc` the pipeline of `worker`: with several workers and `options.sharding` not off, a
+// pipeline with no shard stage gets one (by file right after a file list that has at least as
+// many files as workers, by record after its reader otherwise; `equal_steps` shards by record
+// with a stage that evens the counts out); with sharding off, the seed becomes the worker's own.
+// Records the identity in `doc` (see PipelineDocument::worker). Throws SpecError for a pipeline
+// that cannot be split as asked.
+WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker);
 
 }  // namespace sluice

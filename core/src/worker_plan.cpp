@@ -1,0 +1,212 @@
+// plan_for_worker: a pipeline written for one process, made the pipeline of one of N workers.
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "sluice/core/spec.hpp"
+
+namespace sluice {
+namespace {
+
+bool is_shard(const std::string& op) { return op == "shard" || op == "balanced_shard"; }
+
+// The files a file list will list, asked of the source itself (it globs in start()); -1 when it
+// cannot tell. A failure here is left to the run, which reports it with the stage named.
+std::int64_t files_listed(const GraphStage& source, const Graph& graph) {
+  try {
+    auto op = source.op->info.create(source.params);
+    auto* as_source = dynamic_cast<Source*>(op.get());
+    if (!as_source) return -1;
+    StageInfo info;
+    info.id = source.id;
+    info.seed = graph.seed;
+    as_source->start(info);
+    const std::int64_t n = as_source->expected_elements();
+    as_source->finish(false);
+    return n;
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::string unique_id(const PipelineDocument& doc, const std::string& wanted) {
+  std::set<std::string> ids;
+  for (const auto& st : doc.spec.stage()) ids.insert(st.id());
+  std::string id = wanted;
+  for (int k = 2; ids.count(id); ++k) id = fmt::format("{}_{}", wanted, k);
+  return id;
+}
+
+// Puts a new stage reading `after` in front of everything that read it, and just after it in the
+// file's order.
+void insert_after(PipelineDocument& doc, const std::string& after, spec::Stage stage) {
+  auto& stages = *doc.spec.mutable_stage();
+  int at = 0;
+  for (int i = 0; i < stages.size(); ++i) {
+    for (auto& in : *stages[i].mutable_input())
+      if (in == after) in = stage.id();
+    if (stages[i].id() == after) at = i + 1;
+  }
+  stage.add_input(after);
+  *stages.Add() = std::move(stage);
+  for (int i = stages.size() - 1; i > at; --i) stages.SwapElements(i, i - 1);
+  if (doc.stage_locations.size() + 1 == static_cast<std::size_t>(stages.size()))
+    doc.stage_locations.insert(doc.stage_locations.begin() + at, {0, 0});
+}
+
+// Stages after `from` (up to the sink) that can drop or multiply elements, so that equal counts at
+// the shard may still give different numbers of steps.
+std::vector<std::string> uneven_after(const Graph& graph, int from) {
+  std::vector<std::string> found;
+  for (int c = graph.stages[from].consumer; c >= 0; c = graph.stages[c].consumer) {
+    const auto& st = graph.stages[c];
+    const auto kind = st.op->info.kind;
+    if (kind == OperatorKind::Filter || kind == OperatorKind::Expand)
+      found.push_back(fmt::format("{} '{}'", operator_kind_name(kind), st.id));
+    else if (st.error_policy == ErrorPolicyKind::Skip && kind != OperatorKind::Sink)
+      found.push_back(fmt::format("'{}' (skips bad elements)", st.id));
+  }
+  return found;
+}
+
+int index_of(const Graph& graph, const std::string& id) {
+  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
+    if (graph.stages[i].id == id) return i;
+  return -1;
+}
+
+}  // namespace
+
+WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
+  WorkerPlan plan;
+  doc.worker = worker;
+  auto finish = [&] {
+    for (const auto& n : plan.notes) doc.worker_notes.push_back(n);
+    for (const auto& w : plan.warnings) doc.worker_notes.push_back("warning: " + w);
+    return plan;
+  };
+  const auto& options = doc.spec.options();
+  const int n = worker.count;
+  if (n <= 1) return finish();
+  const auto sharding = options.sharding();
+  const auto equal = options.equal_steps();
+  const std::string equal_name = equal == spec::pad ? "pad" : "drop";
+
+  if (sharding == spec::off) {
+    const auto seed = worker_seed(options.seed(), worker.index);
+    doc.spec.mutable_options()->set_seed(seed);
+    plan.notes.push_back(fmt::format("sharding: off: every worker reads the whole dataset, this one with seed {} (derived "
+                                     "from the pipeline's seed {} and worker index {})",
+                                     seed, options.seed(), worker.index));
+    return finish();
+  }
+
+  // A pipeline that shards itself keeps its shard stages (their unset count and index are the
+  // worker's); equal steps turn them into balanced ones.
+  bool has_shard = false;
+  for (auto& st : *doc.spec.mutable_stage()) {
+    if (!is_shard(st.op())) continue;
+    has_shard = true;
+    if (equal != spec::EQUAL_STEPS_UNSET && st.op() == "shard") {
+      st.set_op("balanced_shard");
+      st.set_parallelism(0);
+      (*st.mutable_params())["equal_steps"] = equal_name;
+      plan.notes.push_back(fmt::format("stage '{}' is a balanced_shard (equal_steps: {}): every worker gets the same number "
+                                       "of elements per epoch",
+                                       st.id(), equal_name));
+    }
+  }
+  if (has_shard) {
+    if (equal != spec::EQUAL_STEPS_UNSET) {
+      Graph graph = build_graph(doc, registry);
+      for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
+        if (!is_shard(graph.stages[i].op->info.name)) continue;
+        auto uneven = uneven_after(graph, i);
+        if (!uneven.empty())
+          plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
+                                              "different numbers of elements",
+                                              graph.stages[i].id, fmt::join(uneven, ", ")));
+      }
+    }
+    return finish();
+  }
+
+  if (!registry.find("shard") || !registry.find("balanced_shard"))
+    throw SpecError({{doc.file, 0, 0, "", "",
+                      fmt::format("{}: sharding needs the 'shard' and 'balanced_shard' operators of the std plugin, which "
+                                  "is not loaded; load it, add a shard stage yourself, or set `options {{ sharding: off }}`",
+                                  worker.describe())}});
+
+  Graph graph = build_graph(doc, registry);
+  int source = -1;
+  for (int i = 0; i < static_cast<int>(graph.stages.size()) && source < 0; ++i)
+    if (graph.stages[i].inputs.empty()) source = i;
+  const auto& src = graph.stages[source];
+  const int reader = src.consumer;
+  const bool file_list = reader >= 0 && graph.stages[reader].op->info.kind == OperatorKind::Expand;
+  const std::int64_t files = file_list ? files_listed(src, graph) : -1;
+
+  bool by_file = false;
+  std::string why;
+  if (sharding == spec::by_file) {
+    if (!file_list)
+      throw SpecError({{doc.file, 0, 0, src.id, "",
+                        fmt::format("options.sharding is by_file, but the source '{}' is not a file list read by an expand "
+                                    "stage (a reader); use by_record or automatic",
+                                    src.id)}});
+    if (equal != spec::EQUAL_STEPS_UNSET)
+      throw SpecError({{doc.file, 0, 0, "", "",
+                        "options.sharding: by_file cannot give equal steps (files hold different numbers of records, "
+                        "which no worker knows before reading them); use by_record or automatic with equal_steps"}});
+    by_file = true;
+    why = "options.sharding: by_file";
+  } else if (sharding == spec::by_record || !file_list) {
+    why = sharding == spec::by_record ? "options.sharding: by_record" : fmt::format("'{}' produces the records itself", src.id);
+  } else if (equal != spec::EQUAL_STEPS_UNSET) {
+    why = fmt::format("equal_steps: {} needs every worker to see every record's position", equal_name);
+  } else if (files >= 0 && files < n) {
+    why = fmt::format("{} file{} for {} workers", files, files == 1 ? "" : "s", n);
+  } else {
+    by_file = true;
+    why = files >= 0 ? fmt::format("{} files for {} workers", files, n) : "a file list";
+  }
+
+  spec::Stage shard;
+  shard.set_id(unique_id(doc, "shard_workers"));
+  shard.set_op(equal != spec::EQUAL_STEPS_UNSET ? "balanced_shard" : "shard");
+  (*shard.mutable_params())["num_shards"] = std::to_string(n);
+  (*shard.mutable_params())["index"] = std::to_string(worker.index);
+  if (equal != spec::EQUAL_STEPS_UNSET) (*shard.mutable_params())["equal_steps"] = equal_name;
+  const std::string after = by_file || !file_list ? src.id : graph.stages[reader].id;
+  insert_after(doc, after, shard);
+  plan.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}", by_file ? "file" : "record",
+                                   why, shard.id(), shard.op(), after, by_file ? "file" : "element", n));
+  if (!by_file && file_list)
+    plan.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
+                                        "of one share{}",
+                                        src.id, n, n,
+                                        equal == spec::EQUAL_STEPS_UNSET
+                                            ? "; write at least one file per worker (tfrecord_writer max_records) to shard by file"
+                                            : ""));
+  if (!by_file && file_list) {
+    const auto& rd = graph.stages[reader];
+    const bool ordered = rd.interleave_deterministic.value_or(graph.deterministic);
+    if (!ordered)
+      plan.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
+                                          "record's position differs between workers and their shards may overlap or miss "
+                                          "records; make it deterministic, or shard by file",
+                                          rd.id));
+  }
+  if (equal != spec::EQUAL_STEPS_UNSET) {
+    Graph planned = build_graph(doc, registry);
+    auto uneven = uneven_after(planned, index_of(planned, shard.id()));
+    if (!uneven.empty())
+      plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
+                                          "different numbers of elements",
+                                          shard.id(), fmt::join(uneven, ", ")));
+  }
+  return finish();
+}
+
+}  // namespace sluice
