@@ -246,11 +246,13 @@ class TestIo : public QObject {
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files, QDir::Name),
              (QStringList{"part-worker-0-00000.tfrecord", "part-worker-0-00001.tfrecord", "part-worker-3-00000.tfrecord",
                           "part-worker-3-00001.tfrecord"}));
-    qputenv("SLURM_PROCID", "7");
-    auto from_env = run_text(stage("src", "range", "", {{"count", "2"}}) +
-                             stage("w", "tfrecord_writer", "src", {{"prefix", prefix + "env"}, {"naming", "worker"}}));
-    qunsetenv("SLURM_PROCID");
-    QCOMPARE(from_env.result.state, sluice::RunState::Finished);
+    // Unset, the worker is the process's (here as told by --worker-index: the host fills it).
+    auto doc = sluice::parse_pipeline(stage("src", "range", "", {{"count", "2"}}) +
+                                          stage("w", "tfrecord_writer", "src", {{"prefix", prefix + "env"}, {"naming", "worker"}}),
+                                      "test.txtpb");
+    doc.worker = sluice::WorkerIdentity{7, 8, "--worker-index/--num-workers", ""};
+    auto from_identity = run_document(doc);
+    QCOMPARE(from_identity.result.state, sluice::RunState::Finished);
     QVERIFY(fs::exists(prefix + "env-worker-7-00000.tfrecord"));
   }
 

@@ -39,14 +39,21 @@ RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& ove
   return out;
 }
 
-RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides, const EngineOptions& options) {
+namespace {
+RunOutput run_text_with(const std::string& text, const std::vector<std::string>& overrides, const EngineOptions& options,
+                        const WorkerIdentity* worker, WorkerPlan* plan) {
   RunOutput out;
   QTemporaryDir dir;
   std::string path = dir.path().toStdString() + "/out.jsonl";
   std::string resolved = text;
   for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
   try {
-    out = run_document(parse_pipeline(resolved, "test.txtpb"), overrides, options);
+    auto doc = parse_pipeline(resolved, "test.txtpb");
+    if (worker) {
+      auto done = plan_for_worker(doc, registry(), *worker);
+      if (plan) *plan = done;
+    }
+    out = run_document(std::move(doc), overrides, options);
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -54,6 +61,15 @@ RunOutput run_text(const std::string& text, const std::vector<std::string>& over
   std::istringstream lines(read_file(path));
   for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
   return out;
+}
+}  // namespace
+
+RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides, const EngineOptions& options) {
+  return run_text_with(text, overrides, options, nullptr, nullptr);
+}
+
+RunOutput run_text_as_worker(const std::string& text, const WorkerIdentity& worker, WorkerPlan* plan) {
+  return run_text_with(text, {}, {}, &worker, plan);
 }
 
 std::vector<long long> integers(const std::string& line) {

@@ -28,6 +28,10 @@ RunOutput run_document(PipelineDocument doc, const std::vector<std::string>& ove
 // Runs `text` (protobuf text format; every "$OUT" is replaced by a file in a temporary folder).
 RunOutput run_text(const std::string& text, const std::vector<std::string>& overrides = {}, const EngineOptions& options = {});
 
+// Runs `text` as `worker` of a job (sluice::plan_for_worker first: automatic sharding, seeds);
+// `plan`, when given, receives what the planning did.
+RunOutput run_text_as_worker(const std::string& text, const WorkerIdentity& worker, WorkerPlan* plan = nullptr);
+
 // The integers of a jsonl line like {"value":3} or {"value":[1,2,3]}, in order.
 std::vector<long long> integers(const std::string& line);
 // All integers of all lines, flattened.
