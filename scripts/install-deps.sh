@@ -17,6 +17,8 @@ packages=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # resizing, other formats
   python3-dev pybind11-dev libdlpack-dev  # the Python face (app/python): `import sluice`
   python3-numpy python3-pytest python3-torch  # its test suite (NumPy views, DLPack into PyTorch)
+  openmpi-bin                  # mpirun: the many-workers tests (tests/cluster/)
+  munge slurmctld slurmd slurm-client  # a one-node Slurm cluster for the same tests
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/

@@ -30,6 +30,7 @@
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/operator.hpp"
 
 #include "cuda_driver.hpp"
@@ -550,6 +551,16 @@ py::object g_spec_error, g_pipeline_error;
   throw py::error_already_set();
 }
 
+// This process's place among the job's workers (torchrun's RANK and WORLD_SIZE, Slurm, MPI, ...),
+// or the one asked for; the same rules as the CLI's --worker-index/--num-workers.
+WorkerIdentity worker_of(std::optional<int> index, std::optional<int> count) {
+  try {
+    return detect_worker_identity(process_environment(), {index, count, "worker_index/num_workers"});
+  } catch (const WorkerIdentityError& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 PipelineDocument document_of(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
                              std::optional<std::uint64_t> seed) {
   try {
@@ -711,7 +722,7 @@ class Runner {
  public:
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
-         std::uint64_t first_epoch) {
+         std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers) {
     Registry* r = nullptr;
     try {
       r = &loaded_registry(plugin_dirs);
@@ -719,6 +730,14 @@ class Runner {
       throw py::value_error(e.what());
     }
     PipelineDocument doc = document_of(text, file, sets, seed);
+    const WorkerIdentity worker = worker_of(worker_index, num_workers);
+    try {
+      // One of several workers: this worker's shard (or seed), as `sluice run` makes it.
+      for (const auto& warning : plan_for_worker(doc, *r, worker).warnings)
+        std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
+    } catch (const SpecError& e) {
+      raise_spec_error(e);
+    }
     if (iterate)
       if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_)) queue_stage(*sink);
     spec_ = doc.spec;
@@ -988,6 +1007,12 @@ PYBIND11_MODULE(_sluice, m) {
   }, py::arg("text"), py::arg("file"), py::arg("sets") = std::map<std::string, std::string>{}, py::arg("seed") = std::nullopt,
      py::arg("plugin_dirs") = std::vector<std::string>{}, py::arg("iterate") = true);
 
+  m.def("worker_identity", [](std::optional<int> index, std::optional<int> count) {
+    const WorkerIdentity id = worker_of(index, count);
+    return py::make_tuple(id.index, id.count, id.variables.empty() ? id.source : id.source + ": " + id.variables);
+  }, py::arg("worker_index") = std::nullopt, py::arg("num_workers") = std::nullopt,
+     "(index, count, source) of this process among the job's workers, from the arguments or the launcher's variables.");
+
   m.def("spec_from_json", [](const std::string& json) {
     try {
       return pipeline_to_text(parse_pipeline(json, "built in Python").spec);
@@ -1030,9 +1055,10 @@ PYBIND11_MODULE(_sluice, m) {
 
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
-                    const std::vector<std::string>&, const std::string&, bool, std::uint64_t>(),
+                    const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
-           py::arg("iterate"), py::arg("first_epoch") = 0)
+           py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
+           py::arg("num_workers") = std::nullopt)
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("close", &Runner::close)
       .def("run_to_end", &Runner::run_to_end)

@@ -108,6 +108,11 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   for (auto& st : *doc.spec.mutable_stage()) {
     if (!is_shard(st.op())) continue;
     has_shard = true;
+    auto given = st.params().find("num_shards");
+    if (given != st.params().end() && given->second != "-1" && given->second != std::to_string(n))
+      plan.warnings.push_back(fmt::format("stage '{}' keeps num_shards {} as written, not this job's {} workers; remove its "
+                                          "num_shards and index to shard by worker",
+                                          st.id(), given->second, n));
     if (equal != spec::EQUAL_STEPS_UNSET && st.op() == "shard") {
       st.set_op("balanced_shard");
       st.set_parallelism(0);

@@ -296,8 +296,11 @@ class TFRecordWriter final : public Sink {
     return compression_ == Compression::Gzip ? ".gz" : compression_ == Compression::Zlib ? ".zz" : "";
   }
   void open_shard() {
-    char name[32];
-    std::snprintf(name, sizeof name, "-%05zu", shards_.size());
+    // The worker's number is in the temporary name too, so that a worker killed mid-run is seen
+    // by its own .partial files.
+    char name[64];
+    if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu", static_cast<long long>(worker_), shards_.size());
+    else std::snprintf(name, sizeof name, "-%05zu", shards_.size());
     shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_));
     shard_ = shards_.back().get();
     shard_closed_ = false;

@@ -56,6 +56,61 @@ class Shard final : public Filter {
   std::int64_t shards_, index_;
 };
 
+// z-scores of numeric columns with statistics known beforehand (a previous pass over the data, a
+// sensor's calibration): what tabular and sensor pipelines do before writing training records.
+class Standardize final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"standardize",
+            OperatorKind::Map,
+            "Replaces numeric fields by (value - mean) / std as f32, with a mean and std per field",
+            {ParamSpec::make("fields", ParamType::StringList, "the fields to standardize, comma-separated"),
+             ParamSpec::make("mean", ParamType::FloatList, "one mean per field"),
+             ParamSpec::make("std", ParamType::FloatList, "one standard deviation per field (> 0)")},
+            {.stateless = true, .keeps_shape = true},
+            {}};
+  }
+  explicit Standardize(const Params& p)
+      : fields_(p.get_string_list("fields")), mean_(p.get_float_list("mean")), std_(p.get_float_list("std")) {
+    if (fields_.empty()) throw ParamError("fields is empty; name at least one numeric field");
+    if (mean_.size() != fields_.size() || std_.size() != fields_.size())
+      throw ParamError("give one mean and one std per field: " + std::to_string(fields_.size()) + " fields, " +
+                       std::to_string(mean_.size()) + " means, " + std::to_string(std_.size()) + " stds");
+    for (std::size_t i = 0; i < std_.size(); ++i)
+      if (!(std_[i] > 0)) throw ParamError("std of field '" + fields_[i] + "' is " + std::to_string(std_[i]) + "; it must be above 0");
+  }
+  Sample map(Sample in, const ElementContext&) override {
+    for (std::size_t i = 0; i < fields_.size(); ++i) {
+      const Tensor* t = in.find(fields_[i]);
+      if (!t) throw DataError("standardize: the element has no field '" + fields_[i] + "'");
+      Tensor out = Tensor::empty(DType::F32, t->shape());
+      float* to = out.data<float>();
+      const std::size_t n = static_cast<std::size_t>(t->num_elements());
+      const double mean = mean_[i], inv = 1.0 / std_[i];
+      auto convert = [&](const auto* from) {
+        for (std::size_t k = 0; k < n; ++k) to[k] = static_cast<float>((static_cast<double>(from[k]) - mean) * inv);
+      };
+      switch (t->dtype()) {
+        case DType::U8: convert(t->data<std::uint8_t>()); break;
+        case DType::I16: convert(t->data<std::int16_t>()); break;
+        case DType::I32: convert(t->data<std::int32_t>()); break;
+        case DType::I64: convert(t->data<std::int64_t>()); break;
+        case DType::F32: convert(t->data<float>()); break;
+        case DType::F64: convert(t->data<double>()); break;
+        default:
+          throw DataError("standardize: field '" + fields_[i] + "' is " + dtype_name(t->dtype()) +
+                          ", not a number it can standardize (u8, i16, i32, i64, f32, f64)");
+      }
+      in.set(fields_[i], std::move(out));
+    }
+    return in;
+  }
+
+ private:
+  std::vector<std::string> fields_;
+  std::vector<double> mean_, std_;
+};
+
 class FilterRandom final : public Filter {
  public:
   static OperatorInfo describe() {
@@ -118,6 +173,7 @@ void register_elementwise(Registrar& registrar) {
   registrar.add<Identity>();
   registrar.add<Prefetch>();
   registrar.add<Shard>();
+  registrar.add<Standardize>();
   registrar.add<FilterRandom>();
   registrar.add<SimulateWork>();
 }

@@ -69,8 +69,6 @@ SlurmdParameters=config_overrides
 NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
-# An empty cgroup.conf keeps slurmd from reading the system's.
-: > "$dir/cgroup.conf"
 
 trap 'stop' ERR
 munged --key-file="$dir/munge/key" --socket="$dir/munge/socket" --pid-file="$dir/munged.pid" \

@@ -367,3 +367,29 @@ def test_third_party_plugins_join_sluice_data():
     with pytest.raises(sluice.PipelineError) as error:
         list(sluice.data.range(count=10, start=1).fail_when(divisor=4, name="picky"))
     assert error.value.stage == "picky" and "picky" in str(error.value)
+
+
+def test_workers_under_torchrun_read_disjoint_shards(tmp_path):
+    # torchrun's variables, as each of its processes sees them: every process iterates the same
+    # pipeline file and gets its own shard, together the whole dataset.
+    pipeline = tmp_path / "p.txtpb"
+    pipeline.write_text("options { seed: 3 }\n" + stage("src", "range", "", {"count": "50"}) +
+                        stage("mix", "shuffle", "src", {"buffer_size": "50"}) + stage("out", "null_sink", "mix"))
+    script = ("import json, sys, sluice\n"
+              "p = sluice.Pipeline(sys.argv[1])\n"
+              "print(json.dumps({'worker': p.worker, 'values': [int(b['value']) for b in p]}))\n")
+    outputs = []
+    for rank in range(3):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK=str(rank))
+        done = subprocess.run([sys.executable, "-c", script, str(pipeline)], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout))
+    assert [o["worker"][:2] for o in outputs] == [[0, 3], [1, 3], [2, 3]]
+    assert outputs[1]["worker"][2] == "torchrun: RANK=1, WORLD_SIZE=3"
+    values = [v for o in outputs for v in o["values"]]
+    assert sorted(values) == list(range(50))
+    # Asked for explicitly, over the environment; a malformed variable is an error naming it.
+    assert [int(b["value"]) for b in sluice.Pipeline(str(pipeline), worker_index=1, num_workers=3)] == outputs[1]["values"]
+    bad = subprocess.run([sys.executable, "-c", script, str(pipeline)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, RANK="one", WORLD_SIZE="3"))
+    assert bad.returncode != 0 and "RANK='one'" in bad.stderr

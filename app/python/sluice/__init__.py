@@ -78,10 +78,14 @@ class Pipeline:
     epoch's shuffles and random draws, as the same pipeline with a `repeat` at its end would give
     in one run. `epoch` is the epoch the next run starts at; set it to continue where an earlier
     process stopped. Upstream of a `repeat(count=k)`, one run is k epochs of its input.
+
+    Run as one of several workers (under torchrun, srun, mpirun, or with `worker_index=` and
+    `num_workers=`), each run reads this worker's shard as `sluice run` does: `worker` says which
+    worker this is, as (index, count, who said so).
     """
 
-    def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, _text=None, _file=None,
-                 _keep=None):
+    def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
+                 num_workers=None, _text=None, _file=None, _keep=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
             _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
@@ -96,6 +100,11 @@ class Pipeline:
         self._keep = _keep  # Python functions and arrays the stages use
         self._runner = None
         self.epoch = 0
+        # Which of the job's workers this process is (torchrun's RANK and WORLD_SIZE, Slurm, MPI,
+        # TF_CONFIG, ...; or as given): with several, each run reads this worker's shard.
+        self._worker_index = worker_index
+        self._num_workers = num_workers
+        self.worker = _sluice.worker_identity(worker_index, num_workers)
         # The same validation as `sluice validate`: every problem, before anything runs.
         self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs)
 
@@ -115,7 +124,7 @@ class Pipeline:
         if epoch < 0:
             raise ValueError(f"Pipeline.epoch must be 0 or more, not {epoch}")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
-                                epoch)
+                                epoch, self._worker_index, self._num_workers)
         self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner
