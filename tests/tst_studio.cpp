@@ -96,14 +96,26 @@ class TestStudio : public QObject {
 
   // Starts `sluice run FILE` serving metrics on any free port and attaches the window to it.
   void attach_to_headless_run(QProcess& headless, const QString& file, const QStringList& extra = {}) {
+    const QString url = start_headless(headless, file, extra);
+    if (!url.isEmpty()) window_->attach_to(url);
+  }
+  // Starts `sluice run FILE` serving metrics on any free port; returns its address ("" on failure).
+  QString start_headless(QProcess& headless, const QString& file, const QStringList& extra = {}) {
     headless.start(SLUICE_CLI, QStringList{"run", "--quiet", "--metrics-addr", "127.0.0.1:0"} + extra + QStringList{file});
-    QVERIFY(headless.waitForStarted());
+    if (!headless.waitForStarted()) return {};
     // It prints the address it bound (port 0: any free one) on stderr.
     headless.setReadChannel(QProcess::StandardError);
     QString said, url;
     const QRegularExpression address("metrics: (http://[0-9.:]+)");
-    QTRY_VERIFY_WITH_TIMEOUT((said += QString::fromUtf8(headless.readAll()), url = address.match(said).captured(1), !url.isEmpty()), 10000);
-    window_->attach_to(url);
+    QElapsedTimer waited;
+    waited.start();
+    while (url.isEmpty() && waited.elapsed() < 10000) {
+      headless.waitForReadyRead(100);
+      said += QString::fromUtf8(headless.readAll());
+      url = address.match(said).captured(1);
+    }
+    if (url.isEmpty()) qWarning("no metrics address from the headless run: %s", qPrintable(said));
+    return url;
   }
 
   // Types into the operator search (which must have the keyboard) and enters the best match.
@@ -998,6 +1010,50 @@ class TestStudio : public QObject {
     QVERIFY(!window_->start_run());
     QVERIFY2(window_->status_text().contains("count"), qPrintable(window_->status_text()));
     QVERIFY(!window_->runner().running());
+  }
+
+  void attaches_to_several_workers_and_shows_the_slowest() {
+    using sluice::test::stage;
+    const QString file = write_text(dir_.filePath("workers.txtpb"),
+                                    "options { seed: 4 }\n" + stage("numbers", "range", "", {{"count", "100000000"}}) +
+                                        stage("work", "simulate_work", "numbers", {{"us", "300"}}) + stage("drain", "null_sink", "work"));
+    // Three workers of one job; worker 1 does five times the work per element.
+    QProcess workers[3];
+    QStringList addresses;
+    for (int i = 0; i < 3; ++i) {
+      addresses << start_headless(workers[i], file, {"--num-workers", "3", "--worker-index", QString::number(i), "--set",
+                                                     QString("work.us=%1").arg(i == 1 ? 1500 : 300)});
+      QVERIFY(!addresses.last().isEmpty());
+    }
+    // Typed into the attach dialog, separated by commas.
+    QTimer::singleShot(0, this, [&] {
+      auto* dialog = qobject_cast<QInputDialog*>(QApplication::activeModalWidget());
+      if (!dialog) return;
+      auto* box = dialog->findChild<QComboBox*>();
+      box->lineEdit()->selectAll();
+      QTest::keyClicks(box->lineEdit(), addresses.join(", "));
+      QTest::keyClick(box->lineEdit(), Qt::Key_Return);
+    });
+    window_->action("attach")->trigger();
+    auto& panel = window_->workers();
+    QTRY_COMPARE_WITH_TIMEOUT(panel.attached_count(), 3, 5000);
+    QCOMPARE(window_->bottom_tabs()->currentWidget(), static_cast<QWidget*>(&panel));
+    QCOMPARE(panel.table()->rowCount(), 3);
+    // Each row says which worker it is (from its snapshots), and the slow one is marked.
+    QTRY_VERIFY_WITH_TIMEOUT(panel.table()->item(2, 0) && panel.table()->item(2, 0)->text() == "2 of 3", 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(panel.slowest_row(), 1, 8000);
+    QVERIFY2(panel.summary().contains("slowest: worker 1"), qPrintable(panel.summary()));
+    QVERIFY(panel.table()->item(1, 0)->text().contains("slowest"));
+    // The canvas shows the first worker's pipeline, with the shard it added.
+    QTRY_VERIFY_WITH_TIMEOUT(node("shard_workers") && node("work"), 5000);
+    for (auto& w : workers) {
+      w.kill();
+      w.waitForFinished();
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(panel.attached_count(), 0, 5000);
+    QCOMPARE(panel.table()->item(1, 2)->text(), QString("stream closed"));
+    window_->action("new")->trigger();
+    QCOMPARE(panel.table()->rowCount(), 0);
   }
 
   void attaches_to_a_headless_run_and_shows_its_stages() {

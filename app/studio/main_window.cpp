@@ -46,6 +46,8 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   bottom_tabs_->addTab(problems_, "Problems");
   bottom_tabs_->addTab(log_, "Log");
   bottom_tabs_->addTab(verdict_, "Verdict");
+  workers_ = new WorkersPanel;
+  bottom_tabs_->addTab(workers_, "Workers");
   bottom_tabs_->setObjectName("bottom_tabs");
   auto* bottom_dock = new QDockWidget("Run", this);
   bottom_dock->setObjectName("run");
@@ -183,6 +185,7 @@ void MainWindow::build_actions() {
   file->addAction(add("new", "&New", QKeySequence::New, [this] {
     if (!confirm_discard()) return;
     attach_.detach();
+    workers_->attach({});
     clear_live();
     clear_verdict();
     set_run_state("No run");
@@ -272,11 +275,15 @@ void MainWindow::build_actions() {
     QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent_attach").toStringList();
     if (recent.isEmpty()) recent << "127.0.0.1:9464";
     bool ok = false;
-    const QString address = QInputDialog::getItem(this, "Attach", "Metrics address of a headless run (sluice run --metrics-addr):",
-                                                  recent, 0, true, &ok);
+    const QString address = QInputDialog::getItem(
+        this, "Attach", "Metrics address of a headless run (sluice run --metrics-addr), or of each worker, comma-separated:",
+        recent, 0, true, &ok);
     if (ok && !address.trimmed().isEmpty()) attach_to(address.trimmed());
   }));
-  run->addAction(add("detach", "&Detach", QKeySequence(), [this] { attach_.detach(); }));
+  run->addAction(add("detach", "&Detach", QKeySequence(), [this] {
+    attach_.detach();
+    workers_->detach();
+  }));
   action("stop")->setEnabled(false);
   action("detach")->setEnabled(false);
 
@@ -356,6 +363,7 @@ bool MainWindow::confirm_discard() {
 bool MainWindow::open_file(const QString& file) {
   try {
     attach_.detach();
+    workers_->attach({});
     document_.open(file);
     clear_live();
     clear_verdict();
@@ -663,11 +671,16 @@ void MainWindow::attach_to(const QString& address) {
   clear_live();
   clear_verdict();
   log_->reset_run();
-  document_.reset({}, address, true);
+  const QStringList addresses = WorkersPanel::split_addresses(address);
+  if (addresses.isEmpty()) return;
+  document_.reset({}, addresses.first(), true);
   attached_pipeline_known_ = false;
   live_graph_.reset();
   remember_in("recent_attach", address);
-  attach_.attach(address);
+  // Several workers: each one's rate in the Workers panel; the canvas shows the first.
+  workers_->attach(addresses.size() > 1 ? addresses : QStringList{});
+  if (addresses.size() > 1) bottom_tabs_->setCurrentWidget(workers_);
+  attach_.attach(addresses.first());
   set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);
   log_->note("attaching to " + attach_.url());

@@ -15,6 +15,7 @@
 #include "document.hpp"
 #include "inspector.hpp"
 #include "live.hpp"
+#include "workers.hpp"
 #include "monitor.hpp"
 #include "palette.hpp"
 #include "verdict.hpp"
@@ -41,6 +42,8 @@ class MainWindow final : public QMainWindow {
   bool open_metrics_log(const QString& file);
   RunController& runner() { return runner_; }
   AttachClient& attach_client() { return attach_; }
+  WorkersPanel& workers() { return *workers_; }
+  QTabWidget* bottom_tabs() const { return bottom_tabs_; }
   QString status_text() const;
   // What the live numbers shown belong to: "No run", "Running …", "Finished …", "Failed at stage
   // 'x' …", "Stopped …", "Attached …", "Connection lost …" (also shown in the status bar).
@@ -60,6 +63,8 @@ class MainWindow final : public QMainWindow {
   bool save_to(const QString& file);
   bool start_run();
   void stop_run();
+  // One address, or several separated by commas (the workers of one job: the first one's
+  // pipeline is drawn, every worker is compared in the Workers panel).
   void attach_to(const QString& address);
 
  protected:
@@ -96,8 +101,9 @@ class MainWindow final : public QMainWindow {
   QListWidget* problems_;
   MonitorPanel* monitor_;
   LogPanel* log_;
+  WorkersPanel* workers_ = nullptr;
   VerdictPanel* verdict_;
-  QTabWidget* bottom_tabs_;  // Monitor, Problems, Log
+  QTabWidget* bottom_tabs_;  // Monitor, Problems, Log, Verdict, Workers
   RunController runner_;
   AttachClient attach_;
   QMenu* recent_menu_ = nullptr;

@@ -1,0 +1,150 @@
+#include "workers.hpp"
+
+#include <QHeaderView>
+#include <QRegularExpression>
+#include <QVBoxLayout>
+#include <algorithm>
+
+namespace sluice::studio {
+
+namespace {
+enum Column { kWorker, kAddress, kState, kRate, kDone, kBottleneck, kColumns };
+
+// What reaches the end of the pipeline: the input of its (last) sink.
+std::uint64_t elements_at_end(const metrics::MetricsSnapshot& snap) {
+  std::uint64_t done = 0;
+  for (const auto& st : snap.stage())
+    if (st.kind() == "sink") done = st.elements_in();
+  return done;
+}
+}  // namespace
+
+WorkersPanel::WorkersPanel(QWidget* parent) : QWidget(parent) {
+  table_ = new QTableWidget(0, kColumns);
+  table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements", "bottleneck"});
+  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->verticalHeader()->hide();
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  summary_ = new QLabel("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here.");
+  summary_->setWordWrap(true);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(summary_);
+  layout->addWidget(table_);
+}
+
+WorkersPanel::~WorkersPanel() { forget_clients(); }
+
+// Clients are let go of without telling this panel: a connection closing as it goes must not call
+// back into rows that are being cleared.
+void WorkersPanel::forget_clients() {
+  for (auto& w : workers_)
+    if (w.client) {
+      w.client->disconnect(this);
+      w.client->detach();
+    }
+  workers_.clear();
+}
+
+QStringList WorkersPanel::split_addresses(const QString& text) {
+  return text.split(QRegularExpression("[,\\s]+"), Qt::SkipEmptyParts);
+}
+
+void WorkersPanel::attach(const QStringList& addresses) {
+  forget_clients();
+  if (addresses.isEmpty()) {
+    table_->setRowCount(0);
+    summary_->setText("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here.");
+    slowest_ = -1;
+    return;
+  }
+  workers_.resize(static_cast<std::size_t>(addresses.size()));
+  table_->setRowCount(static_cast<int>(addresses.size()));
+  for (std::size_t row = 0; row < workers_.size(); ++row) {
+    auto& w = workers_[row];
+    w.address = addresses[static_cast<int>(row)];
+    w.client = std::make_unique<AttachClient>();
+    connect(w.client.get(), &AttachClient::snapshot, this, [this, row](const metrics::MetricsSnapshot& snap) { update(row, snap); });
+    connect(w.client.get(), &AttachClient::ended, this, [this, row](const QString& why) {
+      auto& ended = workers_[row];
+      if (ended.state == "connecting" || ended.state == "running")
+        ended.state = why.startsWith("detached") ? "detached" : ended.state == "connecting" ? "no answer" : "stream closed";
+      redraw();
+    });
+    w.client->attach(w.address);
+  }
+  redraw();
+}
+
+void WorkersPanel::detach() {
+  for (auto& w : workers_)
+    if (w.client) w.client->detach();
+}
+
+int WorkersPanel::attached_count() const {
+  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.client && w.client->attached(); }));
+}
+
+void WorkersPanel::update(std::size_t row, const metrics::MetricsSnapshot& snap) {
+  auto& w = workers_[row];
+  w.state = QString::fromStdString(snap.state());
+  w.index = snap.worker().index();
+  w.count = std::max(1, snap.worker().count());
+  w.done = elements_at_end(snap);
+  // The rate over the time between two snapshots; a finished worker keeps its last.
+  if (w.last_elapsed >= 0 && snap.elapsed_s() > w.last_elapsed + 0.05)
+    w.rate = static_cast<double>(w.done - std::min(w.done, w.last_done)) / (snap.elapsed_s() - w.last_elapsed);
+  else if (w.last_elapsed < 0 && snap.elapsed_s() > 0.05)
+    w.rate = static_cast<double>(w.done) / snap.elapsed_s();
+  w.last_elapsed = snap.elapsed_s();
+  w.last_done = w.done;
+  w.bottleneck = QString::fromStdString(snap.bottleneck());
+  redraw();
+}
+
+void WorkersPanel::redraw() {
+  // The slowest: the lowest rate among the workers still running (once two have a rate).
+  slowest_ = -1;
+  int rated = 0;
+  double fastest = 0, total = 0;
+  for (std::size_t row = 0; row < workers_.size(); ++row) {
+    const auto& w = workers_[row];
+    if (w.state != "running" || w.last_elapsed < 0) continue;
+    ++rated;
+    total += w.rate;
+    fastest = std::max(fastest, w.rate);
+    if (slowest_ < 0 || w.rate < workers_[static_cast<std::size_t>(slowest_)].rate) slowest_ = static_cast<int>(row);
+  }
+  if (rated < 2) slowest_ = -1;
+  for (std::size_t row = 0; row < workers_.size(); ++row) {
+    const auto& w = workers_[row];
+    const int r = static_cast<int>(row);
+    auto set = [&](int column, const QString& text) {
+      auto* item = table_->item(r, column);
+      if (!item) table_->setItem(r, column, item = new QTableWidgetItem);
+      item->setText(text);
+      const bool slow = r == slowest_;
+      item->setBackground(slow ? QColor(255, 224, 178) : QBrush());
+      item->setToolTip(slow ? "the slowest worker: synchronous training waits for it at every step" : QString());
+    };
+    set(kWorker, w.index < 0 ? "?" : QString("%1 of %2%3").arg(w.index).arg(w.count).arg(r == slowest_ ? "  (slowest)" : ""));
+    set(kAddress, w.address);
+    set(kState, w.state);
+    set(kRate, w.last_elapsed < 0 ? "" : QString::number(w.rate, 'f', 0));
+    set(kDone, w.last_elapsed < 0 ? "" : QString::number(w.done));
+    set(kBottleneck, w.bottleneck);
+  }
+  if (workers_.empty()) return;
+  QString text = QString("%1 workers, %2 running").arg(workers_.size()).arg(rated);
+  if (rated > 0) text += QString(", %1 elements/s in all").arg(total, 0, 'f', 0);
+  if (slowest_ >= 0) {
+    const auto& s = workers_[static_cast<std::size_t>(slowest_)];
+    text += QString("; slowest: worker %1 at %2 elements/s").arg(s.index).arg(s.rate, 0, 'f', 0);
+    if (fastest > 0) text += QString(" (%1% of the fastest)").arg(100 * s.rate / fastest, 0, 'f', 0);
+    if (!s.bottleneck.isEmpty()) text += QString(", its bottleneck '%1'").arg(s.bottleneck);
+  }
+  summary_->setText(text);
+}
+
+}  // namespace sluice::studio

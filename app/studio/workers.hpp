@@ -1,0 +1,53 @@
+#pragma once
+// The Workers panel: one row per worker of a job run headless on several processes (each with its
+// own `sluice run --metrics-addr`), followed at once: each worker's rate and progress, and which
+// worker is the slowest, the one synchronous training waits for.
+#include <QLabel>
+#include <QTableWidget>
+#include <QWidget>
+#include <memory>
+#include <vector>
+
+#include "live.hpp"
+
+namespace sluice::studio {
+
+class WorkersPanel final : public QWidget {
+  Q_OBJECT
+ public:
+  explicit WorkersPanel(QWidget* parent = nullptr);
+  ~WorkersPanel() override;
+  // Follows every address ("HOST:PORT", "PORT" or http://...), replacing what was followed.
+  void attach(const QStringList& addresses);
+  void detach();
+  int attached_count() const;
+  QTableWidget* table() const { return table_; }
+  QString summary() const { return summary_->text(); }
+  // The row of the slowest running worker, -1 when fewer than two report a rate.
+  int slowest_row() const { return slowest_; }
+
+  // "a:1, b:2 c:3" -> its addresses.
+  static QStringList split_addresses(const QString& text);
+
+ private:
+  struct Worker {
+    std::unique_ptr<AttachClient> client;
+    QString address;
+    QString state = "connecting";
+    int index = -1, count = 0;
+    double rate = 0;  // elements/s reaching the end of the pipeline, over the last snapshots
+    std::uint64_t done = 0;
+    double last_elapsed = -1;
+    std::uint64_t last_done = 0;
+    QString bottleneck;
+  };
+  void forget_clients();
+  void update(std::size_t row, const metrics::MetricsSnapshot& snap);
+  void redraw();
+  std::vector<Worker> workers_;
+  QTableWidget* table_;
+  QLabel* summary_;
+  int slowest_ = -1;
+};
+
+}  // namespace sluice::studio
