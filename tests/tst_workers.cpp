@@ -276,6 +276,28 @@ class TestWorkers : public QObject {
     QCOMPARE(read_file(dir.path().toStdString() + "/out-1-of-2.jsonl"), std::string("{\"value\":1}\n{\"value\":3}\n"));
   }
 
+  void workers_writing_one_path_are_refused() {
+    // Each would replace the others' file when it finishes: nothing but the last would remain.
+    QTemporaryDir dir;
+    auto out = run_text_as_worker(stage("src", "range", "", {{"count", "4"}}) +
+                                      stage("out", "jsonl_sink", "src", {{"path", dir.path().toStdString() + "/all.jsonl"}}),
+                                  worker(0, 2));
+    QVERIFY2(out.error.find("stage 'out': parameter 'path': all 2 workers would write") != std::string::npos &&
+                 out.error.find("{worker}") != std::string::npos,
+             out.error.c_str());
+    // Shards numbered "-of-N" by every worker would too; naming: worker is the way.
+    const std::string writer = stage("src", "range", "", {{"count", "4"}}) +
+                               stage("w", "tfrecord_writer", "src", {{"prefix", dir.path().toStdString() + "/part"}});
+    out = run_text_as_worker(writer, worker(1, 2));
+    QVERIFY2(out.error.find("stage 'w'") != std::string::npos && out.error.find("set naming to worker") != std::string::npos,
+             out.error.c_str());
+    out = run_text_as_worker(writer.substr(0, writer.size() - 3) + " params { key: \"naming\" value: \"worker\" } }\n", worker(1, 2));
+    QVERIFY2(out.error.empty(), out.error.c_str());
+    QVERIFY(fs::exists(dir.path().toStdString() + "/part-worker-1-00000.tfrecord"));
+    // A single process writes where it is told.
+    QCOMPARE(run_text_as_worker(writer, worker(0, 1)).error, std::string());
+  }
+
   // ---- sharding ----
 
   void enough_files_are_sharded_by_file_right_after_the_list() {

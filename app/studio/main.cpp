@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   cli.addHelpOption();
   cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
   QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
-  QCommandLineOption attach("attach", "follow a headless run's metrics endpoint", "HOST:PORT");
+  QCommandLineOption attach("attach", "follow a headless run's metrics endpoint, or each worker's (comma-separated)", "HOST:PORT");
   QCommandLineOption screenshot("screenshot", "run the pipeline, then save the window with the run's verdict as PNG to FILE, exit",
                                 "FILE");
   QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");

@@ -76,6 +76,38 @@ int index_of(const Graph& graph, const std::string& id) {
   return -1;
 }
 
+// Every worker writing one path would leave one worker's output and lose the others' (each
+// replaces the file when it finishes): with several workers, output paths must hold {worker},
+// unless the operator names its outputs by worker itself (it takes the worker_index hint).
+void refuse_shared_outputs(const PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
+  std::vector<Problem> problems;
+  for (int i = 0; i < doc.spec.stage_size(); ++i) {
+    const auto& st = doc.spec.stage(i);
+    auto op = registry.find(st.op());
+    if (!op) continue;  // validation says so
+    bool names_by_worker = false;
+    for (const auto& p : op->info.params)
+      if (p.hint_role == ParamSpec::HintRole::Takes && p.hint == "worker_index") names_by_worker = true;
+    if (names_by_worker) continue;
+    for (const auto& p : op->info.params) {
+      if (p.type != ParamType::OutputPath) continue;
+      auto given = st.params().find(p.name);
+      const std::string value = given != st.params().end() ? given->second : p.default_value.value_or("");
+      if (value.empty() || value.find("{worker}") != std::string::npos) continue;
+      Problem problem;
+      problem.file = doc.file;
+      if (i < static_cast<int>(doc.stage_locations.size())) std::tie(problem.line, problem.column) = doc.stage_locations[i];
+      problem.stage = st.id();
+      problem.param = p.name;
+      problem.message = fmt::format("all {} workers would write {} and replace each other's output; put {{worker}} in it "
+                                    "(e.g. --set {}.{}=out-{{worker}}.jsonl)",
+                                    worker.count, value, st.id(), p.name);
+      problems.push_back(std::move(problem));
+    }
+  }
+  if (!problems.empty()) throw SpecError(problems);
+}
+
 }  // namespace
 
 WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
@@ -89,6 +121,7 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   const auto& options = doc.spec.options();
   const int n = worker.count;
   if (n <= 1) return finish();
+  refuse_shared_outputs(doc, registry, worker);
   const auto sharding = options.sharding();
   const auto equal = options.equal_steps();
   const std::string equal_name = equal == spec::pad ? "pad" : "drop";

@@ -208,7 +208,11 @@ class TFRecordWriter final : public Sink {
              ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's (--worker-index, Slurm, MPI, torchrun, ...)")
                  .def("-1")
                  .range(-1, std::nullopt)
-                 .takes_hint("worker_index")},
+                 .takes_hint("worker_index"),
+             ParamSpec::make("workers", ParamType::Int, "processes writing beside each other; -1: the job's workers")
+                 .def("-1")
+                 .range(-1, std::nullopt)
+                 .takes_hint("num_workers")},
             {},
             {}};
   }
@@ -220,6 +224,11 @@ class TFRecordWriter final : public Sink {
         by_worker_(p.get_string("naming") == "worker"),
         worker_(p.get_int("worker")) {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
+    // Several workers numbering "-of-N" shards each would replace each other's, and a run's
+    // clean-up removes the shards it did not write: the other workers'.
+    if (!by_worker_ && p.get_int("workers") > 1)
+      throw ParamError(std::to_string(p.get_int("workers")) + " workers would each write PREFIX-00000-of-000NN and replace " +
+                       "each other's shards; set naming to worker (PREFIX-worker-W-00000 per worker)");
   }
   void start(const StageInfo&) override {
     if (worker_ < 0) worker_ = 0;  // a host that does not fill worker hints runs one process

@@ -44,9 +44,11 @@ RunOutput run_text_with(const std::string& text, const std::vector<std::string>&
                         const WorkerIdentity* worker, WorkerPlan* plan) {
   RunOutput out;
   QTemporaryDir dir;
-  std::string path = dir.path().toStdString() + "/out.jsonl";
+  // As one of several workers, the output is the worker's own ({worker} in its path).
+  const std::string written = dir.path().toStdString() + (worker ? "/out-{worker}.jsonl" : "/out.jsonl");
+  const std::string path = worker ? substitute_worker_fields(written, *worker) : written;
   std::string resolved = text;
-  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, path);
+  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, written);
   try {
     auto doc = parse_pipeline(resolved, "test.txtpb");
     if (worker) {
