@@ -731,20 +731,23 @@ class Runner {
     }
     PipelineDocument doc = document_of(text, file, sets, seed);
     const WorkerIdentity worker = worker_of(worker_index, num_workers);
+    if (iterate)
+      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_)) queue_stage(*sink);
     try {
-      // One of several workers: this worker's shard (or seed), as `sluice run` makes it.
+      // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after
+      // the iterator took the sink's place, whose output path then is not written.
       for (const auto& warning : plan_for_worker(doc, *r, worker).warnings)
         std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
     } catch (const SpecError& e) {
+      forget_queue();
       raise_spec_error(e);
     }
-    if (iterate)
-      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_)) queue_stage(*sink);
     spec_ = doc.spec;
     std::optional<Graph> graph;
     try {
       graph = build_graph(doc, *r);
     } catch (const SpecError& e) {
+      forget_queue();
       raise_spec_error(e);
     }
     py::gil_scoped_release release;

@@ -373,8 +373,11 @@ def test_workers_under_torchrun_read_disjoint_shards(tmp_path):
     # torchrun's variables, as each of its processes sees them: every process iterates the same
     # pipeline file and gets its own shard, together the whole dataset.
     pipeline = tmp_path / "p.txtpb"
+    # Its sink writes one file, which several workers running it could not share; iterated, the
+    # sink is not run, and the workers are not refused for it.
     pipeline.write_text("options { seed: 3 }\n" + stage("src", "range", "", {"count": "50"}) +
-                        stage("mix", "shuffle", "src", {"buffer_size": "50"}) + stage("out", "null_sink", "mix"))
+                        stage("mix", "shuffle", "src", {"buffer_size": "50"}) +
+                        stage("out", "jsonl_sink", "mix", {"path": str(tmp_path / "all.jsonl")}))
     script = ("import json, sys, sluice\n"
               "p = sluice.Pipeline(sys.argv[1])\n"
               "print(json.dumps({'worker': p.worker, 'values': [int(b['value']) for b in p]}))\n")
