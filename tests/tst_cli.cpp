@@ -13,9 +13,11 @@ struct Result {
   QString out, err;
 };
 
-Result sluice_cli(const QStringList& args, int timeout_ms = 60000, const QString& working_dir = {}) {
+Result sluice_cli(const QStringList& args, int timeout_ms = 60000, const QString& working_dir = {},
+                  const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
   if (!working_dir.isEmpty()) p.setWorkingDirectory(working_dir);
+  p.setProcessEnvironment(env);
   p.start(SLUICE_CLI, args);
   p.waitForFinished(timeout_ms);
   return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
@@ -67,6 +69,41 @@ class TestCli : public QObject {
     QVERIFY(r.out.contains("elements/s") && r.out.contains("busy%") && r.out.contains("starved%") && r.out.contains("blocked%"));
     QVERIFY(r.out.contains("fill%") && r.out.contains("skipped") && r.out.contains("Bottleneck: stage"));
     QCOMPARE(QString::fromStdString(read_file(out_path)).count('\n'), 7);
+  }
+
+  // One of several workers: the identity from the launcher's variables or the options, said on
+  // the progress line and in the report; what each worker runs shown by validate; bad variables
+  // named, exit 2.
+  void runs_as_one_of_several_workers() {
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "10"}}) +
+                                          stage("out", "jsonl_sink", "src", {{"path", dir.filePath("out-{worker}.jsonl").toStdString()}}));
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("SLURM_PROCID", "1");
+    env.insert("SLURM_NTASKS", "3");
+    auto r = sluice_cli({"run", file, "--progress-every", "0.05"}, 60000, {}, env);
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.out.contains("Worker 1 of 3 (Slurm: SLURM_PROCID=1, SLURM_NTASKS=3)"), qPrintable(r.out));
+    QVERIFY2(r.err.contains("note: sharded by record"), qPrintable(r.err));
+    QCOMPARE(QString::fromStdString(read_file(dir.filePath("out-1.jsonl").toStdString())),
+             QString("{\"value\":1}\n{\"value\":4}\n{\"value\":7}\n"));
+    // The command line decides over the environment.
+    r = sluice_cli({"validate", file, "--worker-index", "0", "--num-workers", "2"}, 60000, {}, env);
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.err.contains("worker 0 of 2 (--worker-index/--num-workers)") && r.err.contains("'shard_workers' (shard) added after 'src'"),
+             qPrintable(r.err));
+    env.insert("SLURM_PROCID", "one");
+    r = sluice_cli({"run", file}, 60000, {}, env);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("SLURM_PROCID='one' is not a worker index"), qPrintable(r.err));
+    // Every worker writing one file: refused before anything runs, with the fix.
+    env.insert("SLURM_PROCID", "0");
+    auto shared = write(dir, "shared.txtpb", stage("src", "range", "", {{"count", "10"}}) +
+                                                 stage("out", "jsonl_sink", "src", {{"path", dir.filePath("all.jsonl").toStdString()}}));
+    r = sluice_cli({"run", shared}, 60000, {}, env);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("stage 'out': parameter 'path': all 3 workers would write"), qPrintable(r.err));
+    QVERIFY(!QFile::exists(dir.filePath("all.jsonl")));
   }
 
   // The same pipeline file does the same from any directory: its relative paths are its folder's.
