@@ -81,6 +81,7 @@ class TestCli : public QObject {
     auto env = QProcessEnvironment::systemEnvironment();
     env.insert("SLURM_PROCID", "1");
     env.insert("SLURM_NTASKS", "3");
+    env.insert("SLURM_STEP_ID", "0");  // a task of srun, not the batch script
     auto r = sluice_cli({"run", file, "--progress-every", "0.05"}, 60000, {}, env);
     QCOMPARE(r.code, 0);
     QVERIFY2(r.out.contains("Worker 1 of 3 (Slurm: SLURM_PROCID=1, SLURM_NTASKS=3)"), qPrintable(r.out));

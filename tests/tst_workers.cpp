@@ -127,14 +127,14 @@ class TestWorkers : public QObject {
       std::string source;
     };
     const std::vector<Case> cases{
-        {{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}}, 2, 3, "Slurm"},
-        {{{"SLURM_PROCID", "1"}, {"SLURM_NPROCS", "4"}}, 1, 4, "Slurm"},
+        {{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_STEP_ID", "0"}}, 2, 3, "Slurm"},
+        {{{"SLURM_PROCID", "1"}, {"SLURM_NPROCS", "4"}, {"SLURM_STEPID", "0"}}, 1, 4, "Slurm"},
         {{{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"PMIX_RANK", "5"}}, 5, 8, "Open MPI"},
         {{{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}}, 0, 2, "PMI"},
         {{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}}, 3, 4, "torchrun"},
         {{{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"}}, 1, 2, "Horovod"},
         // srun --mpi=pmi2 sets PMI's variables too, and they agree.
-        {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}, 1, 2, "Slurm"},
+        {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}, 1, 2, "Slurm"},
     };
     for (const auto& c : cases) {
       auto id = detect(c.vars);
@@ -142,8 +142,12 @@ class TestWorkers : public QObject {
       QCOMPARE(id.count, c.count);
       QCOMPARE(id.source, c.source);
     }
-    auto slurm = detect({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}});
+    auto slurm = detect({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_STEP_ID", "0"}});
     QCOMPARE(slurm.describe(), std::string("worker 2 of 3 (Slurm: SLURM_PROCID=2, SLURM_NTASKS=3)"));
+    // sbatch's batch script itself (no step): one process, which must not take itself for task 0.
+    auto message = refusal({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}});
+    QVERIFY2(message.find("batch script") != std::string::npos && message.find("srun") != std::string::npos, message.c_str());
+    QCOMPARE(detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).count, 1);
   }
 
   void index_only_launchers_take_the_count_from_the_command_line() {
@@ -212,7 +216,7 @@ class TestWorkers : public QObject {
         {{{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "3"}}, {"SLURM_PROCID='x'", "not a worker index"}},
         {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "0"}}, {"SLURM_NTASKS='0'", "not a number of workers"}},
         {{{"SLURM_PROCID", "-1"}, {"SLURM_NTASKS", "2"}}, {"SLURM_PROCID='-1'"}},
-        {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "3"}}, {"SLURM_PROCID=3", "not below the number of workers 3"}},
+        {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "3"}, {"SLURM_STEP_ID", "0"}}, {"SLURM_PROCID=3", "not below the number of workers 3"}},
         {{{"OMPI_COMM_WORLD_RANK", "1 "}, {"OMPI_COMM_WORLD_SIZE", "2"}}, {"OMPI_COMM_WORLD_RANK='1 '"}},
         {{{"WORLD_SIZE", "4"}}, {"WORLD_SIZE=4", "index is not"}},
         {{{"RANK", "2"}}, {"RANK=2", "not the number of workers"}},
@@ -225,7 +229,7 @@ class TestWorkers : public QObject {
   }
 
   void contradictory_launchers_are_an_error_naming_both() {
-    auto message = refusal({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}});
+    auto message = refusal({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}});
     QVERIFY2(message.find("SLURM_PROCID=1") != std::string::npos && message.find("PMI_RANK=0") != std::string::npos &&
                  message.find("disagree") != std::string::npos,
              message.c_str());
@@ -252,9 +256,9 @@ class TestWorkers : public QObject {
     QCOMPARE(id.count, 5);
     QCOMPARE(id.source, std::string("--worker-index/--num-workers"));
     // A count alone must match the launcher's.
-    auto agreeing = detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}, {std::nullopt, 2, "--num-workers"});
+    auto agreeing = detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}}, {std::nullopt, 2, "--num-workers"});
     QCOMPARE(agreeing.index, 1);
-    auto message = refusal({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}, {std::nullopt, 3, "--num-workers"});
+    auto message = refusal({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}}, {std::nullopt, 3, "--num-workers"});
     QVERIFY2(message.find("--num-workers says 3") != std::string::npos && message.find("SLURM_NTASKS=2") != std::string::npos,
              message.c_str());
     QVERIFY(refusal({}, {1, std::nullopt, "--worker-index"}).find("not the number of workers") != std::string::npos);

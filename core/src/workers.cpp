@@ -187,6 +187,18 @@ WorkerIdentity detect_worker_identity(const Environment& env, const WorkerReques
     readings.erase(readings.begin());
   }
 
+  // The batch script of an sbatch job has the job's SLURM_PROCID=0 and SLURM_NTASKS but no step:
+  // a pipeline run there directly (not through srun) is one process, not task 0 of N, and taking
+  // it for task 0 would read 1/N of the data without a word.
+  if (!readings.empty() && readings.front().source == "Slurm" && !env("SLURM_STEP_ID") && !env("SLURM_STEPID")) {
+    const auto& slurm = readings.front();
+    if (slurm.count && *slurm.count > 1)
+      throw WorkerIdentityError(fmt::format(
+          "{} without SLURM_STEP_ID: this is the job's batch script, not one of its {} tasks; start the workers with "
+          "`srun sluice run ...`, or give --worker-index 0 --num-workers 1 to run this one process alone",
+          slurm.joined(), *slurm.count));
+  }
+
   // Every launcher read must give what it gives completely: an index needs a count from it, from
   // another launcher or from the request (PMIx and Kubernetes give no count).
   for (const auto& r : readings)
