@@ -115,8 +115,10 @@ class TestAutotune : public QObject {
   // which shows the check can fail.
   void a_ram_budget_smaller_than_the_buffers_bounds_the_memory() {
     // The consumer must be slower than the source for the buffers to fill: a sanitizer's
-    // instrumentation makes the source's 64 KiB writes 10 times as slow.
-    const std::string count = kSanitized ? "1500" : "3000", consumer_us = kSanitized ? "5000" : "300";
+    // instrumentation makes the source's 64 KiB writes 10 times as slow (under ThreadSanitizer,
+    // beside another suite, about 400 a second: a 5 ms consumer let only 751 accumulate once, so
+    // it takes 10 ms there: 1,100 or so at that pace, 900 at 250 a second, 768 being the budget).
+    const std::string count = kSanitized ? "1500" : "3000", consumer_us = kSanitized ? "10000" : "300";
     auto pipeline = [&](const std::string& options) {
       return "options { seed: 3 fuse_stages: false " + options + " }\n" +
              stage("src", "tensors", "", {{"count", count}, {"shape", "65536"}, {"dtype", "u8"}}, "buffer_size: 1000") +

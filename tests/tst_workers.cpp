@@ -323,6 +323,12 @@ class TestWorkers : public QObject {
     QVERIFY(mentions(plans[1].notes, "sharded by record (2 files for 3 workers)"));
     QVERIFY(mentions(plans[1].notes, "after 'read'"));
     QVERIFY(mentions(plans[1].warnings, "every worker reads all the files"));
+    // Forced by file, the workers beyond the files get nothing, and are told so.
+    plans.clear();
+    auto forced = run_workers("options { sharding: by_file }\n" + read_records(files.pattern()), 3, &plans);
+    check_partition(forced, files.total);
+    QVERIFY(forced[2].empty());
+    QVERIFY(mentions(plans[2].warnings, "2 files for 3 workers sharded by file: worker 2 reads nothing"));
   }
 
   void interleaved_parallel_reading_shards_the_same_as_plain_reading() {

@@ -220,6 +220,10 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   insert_after(doc, after, shard);
   plan.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}", by_file ? "file" : "record",
                                    why, shard.id(), shard.op(), after, by_file ? "file" : "element", n));
+  if (by_file && files >= 0 && files < n)
+    plan.warnings.push_back(fmt::format("{} file{} for {} workers sharded by file: {} nothing", files, files == 1 ? "" : "s", n,
+                                        files + 1 == n ? fmt::format("worker {} reads", files)
+                                                       : fmt::format("workers {} to {} read", files, n - 1)));
   if (!by_file && file_list)
     plan.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
                                         "of one share{}",
