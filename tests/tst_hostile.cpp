@@ -24,6 +24,14 @@ using namespace sluice::test;
 namespace fs = std::filesystem;
 
 namespace {
+// Whether process `pid` has a handler for SIGINT (the SigCgt mask of /proc/PID/status).
+bool catches_sigint(pid_t pid) {
+  QFile status(QString("/proc/%1/status").arg(pid));
+  if (!status.open(QIODevice::ReadOnly)) return false;
+  for (const QByteArray& line : status.readAll().split('\n'))
+    if (line.startsWith("SigCgt:")) return (line.mid(7).trimmed().toULongLong(nullptr, 16) >> (SIGINT - 1)) & 1;
+  return false;
+}
 
 struct Outcome {
   int code = -1;  // -1: crashed (killed by a signal) or did not finish
@@ -384,9 +392,13 @@ class TestHostile : public QObject {
       p.setChildProcessModifier([] { ::setpgid(0, 0); });
       p.start(SLUICE_CLI, {"run", QString::fromStdString(file), "--plugin-dir", plugins});
       QVERIFY(p.waitForStarted());
-      QTest::qWait(500);  // well inside the 3 s the sleeping plugin's probe is given
-      QCOMPARE(p.state(), QProcess::Running);
+      // Once it catches SIGINT (its handler is installed before plugins load; under a sanitizer
+      // on a loaded machine that took more than half a second once), then a little into the 3 s
+      // the sleeping plugin's probe is given.
       const auto group = static_cast<pid_t>(p.processId());
+      QTRY_VERIFY_WITH_TIMEOUT(catches_sigint(group), 10000);
+      QTest::qWait(300);
+      QCOMPARE(p.state(), QProcess::Running);
       QElapsedTimer timer;
       timer.start();
       ::kill(-group, SIGINT);
