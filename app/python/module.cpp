@@ -1012,7 +1012,7 @@ PYBIND11_MODULE(_sluice, m) {
 
   m.def("worker_identity", [](std::optional<int> index, std::optional<int> count) {
     const WorkerIdentity id = worker_of(index, count);
-    return py::make_tuple(id.index, id.count, id.variables.empty() ? id.source : id.source + ": " + id.variables);
+    return py::make_tuple(id.index, id.count, id.origin());
   }, py::arg("worker_index") = std::nullopt, py::arg("num_workers") = std::nullopt,
      "(index, count, source) of this process among the job's workers, from the arguments or the launcher's variables.");
 

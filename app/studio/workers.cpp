@@ -91,14 +91,14 @@ void WorkersPanel::update(std::size_t row, const metrics::MetricsSnapshot& snap)
   w.state = QString::fromStdString(snap.state());
   w.index = snap.worker().index();
   w.count = std::max(1, snap.worker().count());
-  w.done = elements_at_end(snap);
+  const std::uint64_t done = elements_at_end(snap);
   // The rate over the time between two snapshots; a finished worker keeps its last.
   if (w.last_elapsed >= 0 && snap.elapsed_s() > w.last_elapsed + 0.05)
-    w.rate = static_cast<double>(w.done - std::min(w.done, w.last_done)) / (snap.elapsed_s() - w.last_elapsed);
+    w.rate = static_cast<double>(done - std::min(done, w.done)) / (snap.elapsed_s() - w.last_elapsed);
   else if (w.last_elapsed < 0 && snap.elapsed_s() > 0.05)
-    w.rate = static_cast<double>(w.done) / snap.elapsed_s();
+    w.rate = static_cast<double>(done) / snap.elapsed_s();
+  w.done = done;
   w.last_elapsed = snap.elapsed_s();
-  w.last_done = w.done;
   w.bottleneck = QString::fromStdString(snap.bottleneck());
   redraw();
 }

@@ -37,8 +37,7 @@ class WorkersPanel final : public QWidget {
     int index = -1, count = 0;
     double rate = 0;  // elements/s reaching the end of the pipeline, over the last snapshots
     std::uint64_t done = 0;
-    double last_elapsed = -1;
-    std::uint64_t last_done = 0;
+    double last_elapsed = -1;  // of the last snapshot; -1 before the first
     QString bottleneck;
   };
   void forget_clients();

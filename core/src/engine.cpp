@@ -1235,8 +1235,7 @@ struct Engine::Impl {
       auto* w = snap.mutable_worker();
       w->set_index(graph.worker.index);
       w->set_count(graph.worker.count);
-      w->set_source(graph.worker.variables.empty() ? graph.worker.source
-                                                   : graph.worker.source + ": " + graph.worker.variables);
+      w->set_source(graph.worker.origin());
       for (const auto& note : graph.worker_notes) w->add_notes(note);
     }
     for (const auto& st_ptr : stages) {

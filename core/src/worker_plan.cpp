@@ -70,16 +70,10 @@ std::vector<std::string> uneven_after(const Graph& graph, int from) {
   return found;
 }
 
-int index_of(const Graph& graph, const std::string& id) {
-  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
-    if (graph.stages[i].id == id) return i;
-  return -1;
-}
-
 // Every worker writing one path would leave one worker's output and lose the others' (each
 // replaces the file when it finishes): with several workers, output paths must hold {worker},
 // unless the operator names its outputs by worker itself (it takes the worker_index hint).
-void refuse_shared_outputs(const PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
+void refuse_outputs_shared_by_workers(const PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
   std::vector<Problem> problems;
   for (int i = 0; i < doc.spec.stage_size(); ++i) {
     const auto& st = doc.spec.stage(i);
@@ -121,7 +115,7 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   const auto& options = doc.spec.options();
   const int n = worker.count;
   if (n <= 1) return finish();
-  refuse_shared_outputs(doc, registry, worker);
+  refuse_outputs_shared_by_workers(doc, registry, worker);
   const auto sharding = options.sharding();
   const auto equal = options.equal_steps();
   const std::string equal_name = equal == spec::pad ? "pad" : "drop";
@@ -241,8 +235,8 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
                                           rd.id));
   }
   if (equal != spec::EQUAL_STEPS_UNSET) {
-    Graph planned = build_graph(doc, registry);
-    auto uneven = uneven_after(planned, index_of(planned, shard.id()));
+    // The shard reads `after`, so the stages after it are those that were after `after`.
+    auto uneven = uneven_after(graph, by_file || !file_list ? source : reader);
     if (!uneven.empty())
       plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
                                           "different numbers of elements",

@@ -14,10 +14,9 @@
 
 namespace sluice {
 
-std::string WorkerIdentity::describe() const {
-  if (variables.empty()) return fmt::format("worker {} of {} ({})", index, count, source);
-  return fmt::format("worker {} of {} ({}: {})", index, count, source, variables);
-}
+std::string WorkerIdentity::origin() const { return variables.empty() ? source : source + ": " + variables; }
+
+std::string WorkerIdentity::describe() const { return fmt::format("worker {} of {} ({})", index, count, origin()); }
 
 Environment process_environment() {
   return [](const std::string& name) -> std::optional<std::string> {

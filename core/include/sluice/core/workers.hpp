@@ -19,6 +19,8 @@ struct WorkerIdentity {
   // The variables read, as "SLURM_PROCID=2, SLURM_NTASKS=3"; empty for a single process.
   std::string variables;
 
+  // "Slurm: SLURM_PROCID=2, SLURM_NTASKS=3", or the source alone when no variable was read.
+  std::string origin() const;
   // "worker 2 of 3 (Slurm: SLURM_PROCID=2, SLURM_NTASKS=3)"
   std::string describe() const;
 };
