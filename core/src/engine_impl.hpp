@@ -1,0 +1,382 @@
+#pragma once
+// The engine's insides, shared by the files that implement it (see core/README.md): what runs a
+// stage (StageRuntime) and the engine's state (Engine::Impl). Not installed; nothing outside
+// core/src includes it.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "autotune.hpp"
+#include "channel.hpp"
+#include "sluice/core/engine.hpp"
+
+namespace sluice {
+
+using detail::Channel;
+using detail::Item;
+using detail::kAllIterations;
+using detail::now_ns;
+
+inline constexpr std::size_t kChunk = 64;
+inline constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
+inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
+inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
+
+// Threads carry their stage's id (Linux keeps 15 characters), so that top -H, perf and gdb show
+// which stage a busy thread belongs to.
+void name_this_thread(const std::string& name);
+
+struct Counters {
+  std::atomic<std::uint64_t> elements_in{0}, elements_out{0}, bytes_in{0}, bytes_out{0};
+  std::atomic<std::uint64_t> busy_ns{0}, starved_ns{0}, blocked_ns{0};
+  std::atomic<std::uint64_t> errors_skipped{0}, epoch{0};
+};
+
+inline void add(std::atomic<std::uint64_t>& counter, std::uint64_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
+
+inline std::uint64_t bytes_of(const std::vector<Item>& items) {
+  std::uint64_t n = 0;
+  for (const auto& item : items) n += item.sample.nbytes();
+  return n;
+}
+
+// What went wrong in one chunk of an ordered parallel stage, reported on the chunk's commit turn
+// so that reasons and failures come in input order whichever worker met them first.
+struct StageRuntime;
+struct ChunkIssues {
+  std::string failure;
+  const StageRuntime* failed_stage = nullptr;
+  std::vector<std::pair<StageRuntime*, std::string>> skip_reasons;  // a fused group's members too
+};
+
+struct StageRuntime {
+  const GraphStage* spec = nullptr;
+  // Declared before `op`: the operator's code lives in the library this keeps loaded.
+  std::shared_ptr<const RegisteredOperator> registered;
+  std::unique_ptr<Operator> op;
+  Source* source = nullptr;
+  Map* map = nullptr;
+  Filter* filter = nullptr;
+  Expand* expand = nullptr;
+  Aggregate* aggregate = nullptr;
+  Sink* sink = nullptr;
+
+  StageInfo info;
+  std::unique_ptr<Channel> output;  // null for sinks
+  Channel* input = nullptr;
+  int input_stage = -1;
+  int workers = 1;
+  std::int64_t demand = 1;                // output iterations wanted (kUnbounded: forever)
+  std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
+  // The pipeline epochs of the first iteration of this stage's input (a source: of its first pass)
+  // and of its output; they differ only after a repeat. Operators see these epochs, which are not
+  // 0 when the run continues earlier ones (EngineOptions::first_epoch); channels count from 0.
+  std::uint64_t first_input_epoch = 0, first_output_epoch = 0;
+  bool keeps_reading = false;
+  bool started = false;
+  std::atomic<std::int64_t> expected_elements{0};  // sources: what the run will read, 0 unknown
+
+  // Fusion: adjacent stateless maps (and a last filter) with the same parallelism run in the
+  // workers of the first one, the head, without a channel between them. Each keeps its metrics.
+  std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
+  StageRuntime* fused_head = nullptr;  // on a member: the head running it
+  StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
+  // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
+  int threads() const { return expand ? 1 : workers; }
+
+  // Autotune: `workers` threads are started (the most the stage may get); those whose index is
+  // at or above `active_workers` wait until the tuner raises it, and a worker above a lowered
+  // count finishes its chunk first. Ordered commits make the count invisible in the output.
+  bool tuned_workers = false, tuned_buffer = false;
+  std::atomic<int> active_workers{1};
+  std::atomic<bool> input_finished{false};  // parked workers leave once the input has ended
+  std::mutex park_mutex;
+  std::condition_variable park_cv;
+  // Worker time available so far (active workers x time), for the busy fractions: guarded by
+  // park_mutex.
+  std::uint64_t worker_ns_before = 0, active_since_ns = 0;
+  int running_workers() const { return tuned_workers ? active_workers.load(std::memory_order_relaxed) : workers; }
+  double worker_capacity_ns(std::uint64_t now, std::uint64_t start) {
+    if (!tuned_workers) return static_cast<double>(now - start) * workers;
+    std::lock_guard lock(park_mutex);
+    const std::uint64_t since = active_since_ns ? active_since_ns : start;
+    return static_cast<double>(worker_ns_before) + static_cast<double>(now > since ? now - since : 0) * active_workers.load();
+  }
+  void set_active_workers(int count, std::uint64_t now, std::uint64_t start) {
+    {
+      std::lock_guard lock(park_mutex);
+      const std::uint64_t since = active_since_ns ? active_since_ns : start;
+      worker_ns_before += (now > since ? now - since : 0) * static_cast<std::uint64_t>(active_workers.load());
+      active_since_ns = now;
+      active_workers.store(count);
+    }
+    park_cv.notify_all();
+  }
+  void finish_input() {
+    {
+      std::lock_guard lock(park_mutex);
+      input_finished.store(true);
+    }
+    park_cv.notify_all();
+  }
+
+  Counters counters;
+  std::mutex reasons_mutex;
+  std::vector<std::string> skip_reasons;
+  std::map<std::string, std::uint64_t> skip_reason_counts;  // by reason_kind()
+
+  // Shared by the workers of one stage: input order, iteration bookkeeping and ordered commits.
+  std::mutex pop_mutex;
+  std::uint64_t next_seq = 0;
+  std::uint64_t in_iteration = 0, in_index = 0;
+  bool input_done = false;
+  std::mutex commit_mutex;
+  std::condition_variable commit_cv;
+  std::uint64_t next_commit = 0;
+  int in_flight = 0;  // chunks taken and not yet committed
+  // Ordered output: chunks finished before their turn wait here (by sequence number) while their
+  // worker goes on with the next one; whoever finishes the chunk in turn commits the run of them.
+  struct FinishedChunk {
+    std::vector<Item> out;
+    ChunkIssues issues;
+    bool ok = true;
+  };
+  std::map<std::uint64_t, FinishedChunk> finished;
+  // Recent cost of one element through the stage (or its fused group): sizes chunks, and picks
+  // element-major order for expensive fused groups (see process_chunk).
+  std::atomic<std::uint64_t> ns_per_element{0};
+
+  // For the recent rates of snapshots.
+  std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
+  std::vector<std::uint64_t> previous_device_bytes;  // feed sinks: per device
+};
+
+struct Engine::Impl {
+  Graph graph;
+  EngineOptions options;
+  std::vector<std::unique_ptr<StageRuntime>> stages;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> state{static_cast<int>(RunState::Created)};
+  std::atomic<int> sinks_done{0};
+  int sink_count = 0;
+
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  int live_workers = 0;
+  std::once_flag finalized;
+  std::vector<std::thread> threads;
+
+  mutable std::mutex error_mutex;
+  bool failed = false;
+  std::string error;
+  std::string failed_stage;  // the stage the error is about, when it is about one
+
+  std::uint64_t start_ns = 0;
+  std::atomic<std::uint64_t> end_ns{0};
+
+  std::vector<std::function<void(const metrics::MetricsSnapshot&)>> subscribers;
+  std::thread publisher;
+  std::mutex publish_mutex;
+  std::condition_variable publish_cv;
+  bool publisher_quit = false;
+  mutable std::mutex snapshot_mutex;
+  mutable std::uint64_t sequence = 0;
+
+  // Autotune (graph.autotunes()): the budgets, the tuner's thread and what it decided.
+  bool autotune = false;
+  double cpu_budget = 0;
+  std::string cpu_budget_source, ram_budget_source;
+  std::uint64_t ram_budget = 0, buffer_budget = 0;
+  std::thread tuner;
+  mutable std::mutex tune_mutex;
+  std::vector<metrics::AutotuneChange> tune_changes;
+  std::uint64_t tune_changes_left_out = 0;
+  // The CPU budget at every moment: a worker of a tuned stage holds one of `cores_total` while it
+  // computes, so that generous worker counts (a worker is not a core) never add up to more.
+  std::mutex cores_mutex;
+  std::condition_variable cores_cv;
+  int cores_total = 1, cores_in_use = 0;
+
+  // Holds a core of the budget for a tuned stage's work (nothing for other stages).
+  class CoreHold {
+   public:
+    CoreHold(Impl& impl, const StageRuntime& st) : impl_(impl), counted_(st.tuned_workers) {
+      if (!counted_) return;
+      std::unique_lock lock(impl_.cores_mutex);
+      while (impl_.cores_in_use >= impl_.cores_total && !impl_.stopping.load())
+        impl_.cores_cv.wait_for(lock, std::chrono::milliseconds(50));
+      held_ = !impl_.stopping.load();
+      if (held_) ++impl_.cores_in_use;
+    }
+    ~CoreHold() {
+      if (!counted_ || !held_) return;
+      {
+        std::lock_guard lock(impl_.cores_mutex);
+        --impl_.cores_in_use;
+      }
+      impl_.cores_cv.notify_one();
+    }
+    CoreHold(const CoreHold&) = delete;
+    CoreHold& operator=(const CoreHold&) = delete;
+    bool held() const { return held_ || !counted_; }
+
+   private:
+    Impl& impl_;
+    bool counted_, held_ = false;
+  };
+  void set_cores_for_tuned(int count);
+
+  // ---- control ----
+
+  void request_stop();
+
+  void fail(const std::string& message, const StageRuntime* at = nullptr);
+
+  std::string stage_label(const StageRuntime& st) const;
+
+  // Handles an exception thrown by an operator for one element. Returns true to go on.
+  // With `deferred`, the reason or failure is stored there instead (see ChunkIssues).
+  // Called inside a catch block. Running out of memory is no element's fault: it ends the run
+  // under any policy, blamed on the stage that asked, with no advice to skip elements.
+  bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index, const std::string& origin, ChunkIssues* deferred = nullptr);
+
+  // Ends the run blaming `st` now, or, with `deferred`, when its chunk is committed in order.
+  void fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred);
+
+  static bool handling_out_of_memory();
+  std::string out_of_memory_message(const StageRuntime& st) const;
+
+  void keep_skip_reason(StageRuntime& st, std::string reason);
+
+  void report_issues(ChunkIssues& issues);
+
+  // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
+  // upstream at once, so a source stops producing what would only be thrown away.
+  void skip_input(StageRuntime& st, std::int64_t iteration);
+
+  // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
+  bool flush(StageRuntime& st, std::vector<Item>& out);
+
+  // ---- workers ----
+
+  class CollectingEmitter final : public Emitter {
+   public:
+    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out) : impl_(impl), st_(st), out_(out) {}
+    std::uint64_t iteration = 0;
+    bool push(Sample sample) override {
+      if (impl_.stopping.load(std::memory_order_relaxed) || st_.exit().output->skipped(iteration)) return false;
+      add(st_.counters.elements_out, 1);
+      add(st_.counters.bytes_out, sample.nbytes());
+      out_.push_back(Item::element(std::move(sample)));
+      if (out_.size() >= kChunk) return impl_.flush(st_, out_);
+      return true;
+    }
+
+   private:
+    Impl& impl_;
+    StageRuntime& st_;
+    std::vector<Item>& out_;
+  };
+
+  void run_source(StageRuntime& st);
+
+  // A tuned stage's worker above the active count waits here; false when it should leave (the
+  // run stops, or the stage's input ended).
+  bool wait_until_active(StageRuntime& st, int index);
+
+  // Map, filter, expand and sink stages: one or more workers take chunks of the input in order,
+  // process them concurrently and commit their outputs in input order (deterministic) or as they
+  // finish. Control items wait until every earlier chunk is committed.
+  void run_stateless(StageRuntime& st, int index);
+
+  // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
+  // false), a sink consumes it. False when the run must stop (fail policy).
+  bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure);
+
+  // Runs one chunk through the stage, or through every member of its fused group. In a group,
+  // every member sees the element's index at the group's input: maps keep positions, and a filter
+  // can only be the last member. Cheap elements go stage by stage over the whole chunk (one clock
+  // reading per stage and chunk); expensive ones (decoded images) go element by element through
+  // all members, so that each stays in cache from one stage to the next.
+  bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure);
+
+  // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and
+  // block_length outputs are taken from each in turn; an exhausted input's slot takes the next
+  // input. With parallelism > 1, fetcher threads read ahead from the open inputs; the output order
+  // stays the sequential one unless the stage asks for completion order.
+  class StageDamage final : public DamageReport {
+   public:
+    StageDamage(Impl& impl, StageRuntime& st) : impl_(impl), st_(st) {}
+    bool skip_damaged(const std::string& reason) override {
+      if (st_.spec->error_policy != ErrorPolicyKind::Skip) return false;
+      add(st_.counters.errors_skipped, 1);
+      impl_.keep_skip_reason(st_, reason);
+      return true;
+    }
+
+   private:
+    Impl& impl_;
+    StageRuntime& st_;
+  };
+
+  struct ExpandSlot {
+    std::unique_ptr<ExpandCursor> cursor;
+    std::deque<Sample> ready;  // read ahead by fetchers
+    bool exhausted = false;
+    bool busy = false;  // a fetcher is inside cursor->next()
+    std::string origin;
+    std::uint64_t epoch = 0, index = 0;
+    // Outputs its cursor gave so far; written only by the thread calling the cursor (one at a time).
+    std::uint64_t outputs_read = 0;
+    // A tuned stage reading on its coordinator holds its slots (busy) until it hands them back to
+    // fetchers: no lock and no wake-up per record. Written by the coordinator only.
+    bool owned = false;
+  };
+
+  void run_expand(StageRuntime& st);
+
+  // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
+  // and iterations the input does not provide are replayed (cache).
+  void run_aggregate(StageRuntime& st);
+
+  void worker(StageRuntime& st, int index);
+
+  // After the last worker: join, finish every operator (sinks commit their files only when the
+  // run completed), settle the state, publish the final snapshot.
+  void finalize();
+
+  // ---- metrics ----
+
+  metrics::MetricsSnapshot make_snapshot() const;
+
+  void publish(const metrics::MetricsSnapshot& snap);
+
+  // ---- autotune ----
+
+  // The budgets (the pipeline's, else what the process may use) and the most workers each tuned
+  // stage may get: every core of the budget, and for an expand stage no more than its open inputs.
+  void set_autotune_budgets();
+
+
+  static constexpr auto kTuneWindow = std::chrono::milliseconds(250);
+  static constexpr std::size_t kKeptTuneChanges = 500;
+
+  // Every window: what each stage (a fused group as one) did, the tuner's plan, applied at once.
+  void run_tuner();
+
+  void apply_tune_change(StageRuntime& runner, const detail::TuneChange& change, std::uint64_t now);
+
+  void run_publisher();
+};
+
+}  // namespace sluice

@@ -1,0 +1,159 @@
+// Snapshots of every stage's counters, the bottleneck, and their publication to subscribers.
+#include "engine_impl.hpp"
+
+#include <chrono>
+
+#include "sluice/core/report.hpp"
+
+namespace sluice {
+
+metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
+  std::lock_guard lock(snapshot_mutex);
+  metrics::MetricsSnapshot snap;
+  const std::uint64_t now = end_ns.load() ? end_ns.load() : now_ns();
+  const double elapsed_ns = start_ns ? static_cast<double>(now - start_ns) : 0.0;
+  snap.set_sequence(++sequence);
+  snap.set_elapsed_s(elapsed_ns / 1e9);
+  snap.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  snap.set_state(run_state_name(static_cast<RunState>(state.load())));
+  {
+    std::lock_guard lock(error_mutex);
+    if (failed) {
+      snap.set_error(error);
+      snap.set_failed_stage(failed_stage);
+    }
+  }
+  snap.set_cores(std::thread::hardware_concurrency());
+  {
+    auto* w = snap.mutable_worker();
+    w->set_index(graph.worker.index);
+    w->set_count(graph.worker.count);
+    w->set_source(graph.worker.origin());
+    for (const auto& note : graph.worker_notes) w->add_notes(note);
+  }
+  for (const auto& st_ptr : stages) {
+    auto& st = *st_ptr;
+    auto* m = snap.add_stage();
+    m->set_id(st.spec->id);
+    m->set_op(st.spec->op->info.name);
+    m->set_kind(operator_kind_name(st.spec->op->info.kind));
+    // A fused member runs in its head's workers.
+    StageRuntime& runner = st.fused_head ? *st.fused_head : st;
+    m->set_workers(static_cast<std::uint32_t>(runner.running_workers()));
+    if (runner.tuned_workers) {
+      m->set_workers_tuned(true);
+      m->set_max_workers(static_cast<std::uint32_t>(runner.workers));
+    }
+    m->set_buffer_tuned(st.tuned_buffer);
+    for (int in : st.spec->inputs) m->add_inputs(graph.stages[in].id);
+    const auto& c = st.counters;
+    std::uint64_t el_out = c.elements_out.load(), by_out = c.bytes_out.load(), el_in = c.elements_in.load();
+    m->set_elements_in(el_in);
+    m->set_elements_out(el_out);
+    m->set_bytes_in(c.bytes_in.load());
+    m->set_bytes_out(by_out);
+    const double capacity_ns = start_ns ? runner.worker_capacity_ns(now, start_ns) : 0.0;
+    if (capacity_ns > 0) {
+      m->set_busy_fraction(std::min(1.0, c.busy_ns.load() / capacity_ns));
+      m->set_starved_fraction(std::min(1.0, c.starved_ns.load() / capacity_ns));
+      m->set_blocked_fraction(std::min(1.0, c.blocked_ns.load() / capacity_ns));
+      m->set_elements_per_s(el_out / (elapsed_ns / 1e9));
+      m->set_bytes_per_s(by_out / (elapsed_ns / 1e9));
+    }
+    std::uint64_t counted = st.source ? el_out : el_in;
+    if (counted) m->set_mean_element_us(c.busy_ns.load() / 1e3 / static_cast<double>(counted));
+    if (st.fused_head) m->set_fused_with(st.fused_head->spec->id);
+    if (st.output) {
+      m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
+      m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
+      m->set_buffer_bytes(st.output->level_bytes());
+      m->set_buffer_byte_limit(st.output->byte_limit());
+      m->set_mean_buffer_fill(st.output->mean_fill());
+      auto [empty, full] = st.output->empty_and_full_fractions();
+      m->set_buffer_empty_fraction(empty);
+      m->set_buffer_full_fraction(full);
+      m->set_buffer_swings(st.output->swings());
+    }
+    m->set_stateless(st.spec->op->info.traits.stateless);
+    m->set_random(st.spec->op->info.traits.random);
+    m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
+    m->set_errors_skipped(c.errors_skipped.load());
+    {
+      std::lock_guard rl(st.reasons_mutex);
+      for (const auto& r : st.skip_reasons) m->add_skip_reasons(r);
+      for (const auto& [kind, count] : st.skip_reason_counts) (*m->mutable_skip_reason_counts())[kind] = count;
+    }
+    m->set_epoch(c.epoch.load());
+    if (st.previous_ns && now > st.previous_ns) {
+      double dt = (now - st.previous_ns) / 1e9;
+      m->set_recent_elements_per_s((el_out - st.previous_elements) / dt);
+      m->set_recent_bytes_per_s((by_out - st.previous_bytes) / dt);
+    } else {
+      m->set_recent_elements_per_s(m->elements_per_s());
+      m->set_recent_bytes_per_s(m->bytes_per_s());
+    }
+    if (st.sink) {
+      auto devices = st.sink->device_counters();
+      st.previous_device_bytes.resize(devices.size(), 0);
+      for (std::size_t d = 0; d < devices.size(); ++d) {
+        auto* dm = m->add_devices();
+        dm->set_name(devices[d].name);
+        dm->set_bytes(devices[d].bytes);
+        dm->set_slices(devices[d].slices);
+        dm->set_ring_level(devices[d].ring_level);
+        dm->set_ring_capacity(devices[d].ring_capacity);
+        dm->set_checked_slices(devices[d].checked);
+        if (elapsed_ns > 0) dm->set_bytes_per_s(devices[d].bytes / (elapsed_ns / 1e9));
+        if (st.previous_ns && now > st.previous_ns)
+          dm->set_recent_bytes_per_s((devices[d].bytes - st.previous_device_bytes[d]) / ((now - st.previous_ns) / 1e9));
+        else
+          dm->set_recent_bytes_per_s(dm->bytes_per_s());
+        st.previous_device_bytes[d] = devices[d].bytes;
+      }
+    }
+    st.previous_ns = now;
+    st.previous_elements = el_out;
+    st.previous_bytes = by_out;
+  }
+  if (autotune) {
+    auto* a = snap.mutable_autotune();
+    a->set_cpu_budget(cpu_budget);
+    a->set_cpu_budget_source(cpu_budget_source);
+    a->set_ram_budget(ram_budget);
+    a->set_ram_budget_source(ram_budget_source);
+    a->set_buffer_budget(buffer_budget);
+    std::lock_guard lock(tune_mutex);
+    for (const auto& change : tune_changes) *a->add_changes() = change;
+    a->set_changes_left_out(tune_changes_left_out);
+  }
+  Bottleneck b = find_bottleneck(snap);
+  if (b.stage >= 0) {
+    snap.set_bottleneck(snap.stage(b.stage).id());
+    snap.set_bottleneck_reason(b.reason);
+  }
+  return snap;
+}
+
+void Engine::Impl::publish(const metrics::MetricsSnapshot& snap) {
+  for (auto& subscriber : subscribers) {
+    try {
+      subscriber(snap);
+    } catch (...) {
+      // An observer's failure must never disturb the run.
+    }
+  }
+}
+
+void Engine::Impl::run_publisher() {
+  name_this_thread("metrics");
+  std::unique_lock lock(publish_mutex);
+  while (!publisher_quit) {
+    publish_cv.wait_for(lock, options.snapshot_interval, [&] { return publisher_quit; });
+    if (publisher_quit) break;
+    lock.unlock();
+    publish(make_snapshot());
+    lock.lock();
+  }
+}
+
+}  // namespace sluice

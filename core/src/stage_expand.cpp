@@ -1,0 +1,327 @@
+// Expand stages: tf.data's interleave over cursors, with fetcher threads reading ahead.
+#include "engine_impl.hpp"
+
+#include <optional>
+#include <system_error>
+
+namespace sluice {
+
+void Engine::Impl::run_expand(StageRuntime& st) {
+  const std::size_t cycle = static_cast<std::size_t>(std::max(1, st.spec->cycle_length));
+  const int block = std::max(1, st.spec->block_length);
+  const bool ordered = st.spec->interleave_deterministic.value_or(graph.deterministic);
+  const int fetcher_count = st.workers > 1 ? std::min<int>(st.workers, static_cast<int>(cycle)) : 0;
+  // A tuned stage given one worker reads on its coordinator, its fetchers parked.
+  auto reading_alone = [&] { return st.tuned_workers && st.active_workers.load(std::memory_order_relaxed) <= 1; };
+  std::optional<CoreHold> reading_core;  // the coordinator's core of the budget while it reads
+  std::size_t reads_on_core = 0;
+  const std::size_t read_ahead = static_cast<std::size_t>(std::max(2, block));
+  StageDamage damage(*this, st);
+  std::vector<ExpandSlot> slots(cycle);
+  std::mutex mutex;  // guards slots' ready/exhausted/busy/cursor when fetchers run
+  std::condition_variable changed;
+  auto release_owned = [&](ExpandSlot& slot) {
+    if (!slot.owned) return;
+    {
+      std::lock_guard lock(mutex);
+      slot.busy = slot.owned = false;
+    }
+    changed.notify_all();
+  };
+  auto release_all_owned = [&] {
+    for (auto& slot : slots) release_owned(slot);
+  };
+  bool quit = false;
+  std::vector<Item> inputs, out;
+  std::size_t next_input = 0;
+  std::uint64_t epoch = 0, index = 0;
+  bool iteration_closed = false, input_done = false;
+  // The coordinator's busy time: its time less what it spent waiting (fetchers add their own).
+  std::uint64_t mark = now_ns(), waited_at_mark = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
+  auto account_busy = [&]() {
+    std::uint64_t now = now_ns(), waited = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
+    std::uint64_t spent = now - mark, idle = waited - waited_at_mark;
+    add(st.counters.busy_ns, spent > idle ? spent - idle : 0);
+    mark = now;
+    waited_at_mark = waited;
+  };
+
+  auto stop_fetchers = [&](std::vector<std::thread>& fetchers) {
+    {
+      std::lock_guard lock(mutex);
+      quit = true;
+    }
+    changed.notify_all();
+    for (auto& t : fetchers)
+      if (t.joinable()) t.join();
+  };
+  // An input that fails part-way loses the outputs it had left: the reason says how many it gave
+  // first, so that one skipped input is not mistaken for one lost record.
+  auto input_failure = [&](ExpandSlot& slot, const char* what) {
+    const std::string reason = slot.outputs_read == 0
+                                   ? fmt::format("{} (the whole input was dropped; it gave no output)", what)
+                                   : fmt::format("{} (the rest of this input was dropped after its first {} outputs)", what,
+                                                 slot.outputs_read);
+    return element_error(st, reason.c_str(), st.first_input_epoch + slot.epoch, slot.index, slot.origin);
+  };
+  // Opens the next input of the current iteration into `slot`; false if the run must stop.
+  auto fill = [&](ExpandSlot& slot) -> bool {
+    while (!iteration_closed) {
+      if (next_input == inputs.size()) {
+        if (!out.empty() && !flush(st, out)) return false;  // never hold outputs while waiting
+        account_busy();
+        std::uint64_t t0 = now_ns();
+        reading_core.reset();  // no core held while waiting for inputs
+        if (!st.input->pop(inputs, kChunk)) return false;
+        add(st.counters.starved_ns, now_ns() - t0);
+        next_input = 0;
+        if (inputs.front().is_element()) {
+          add(st.counters.elements_in, inputs.size());
+          add(st.counters.bytes_in, bytes_of(inputs));
+        }
+      }
+      Item& item = inputs[next_input++];
+      if (!item.is_element()) {
+        iteration_closed = true;
+        input_done = item.kind == Item::Kind::EndOfStream;
+        return true;
+      }
+      const std::uint64_t my_index = index++;
+      if (st.input->skipped(epoch)) continue;
+      std::string origin = item.sample.origin();
+      try {
+        auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, st.first_input_epoch + epoch, my_index}, damage);
+        std::lock_guard lock(mutex);
+        slot = ExpandSlot{};
+        slot.cursor = std::move(cursor);
+        slot.exhausted = !slot.cursor;
+        slot.origin = std::move(origin);
+        slot.epoch = epoch;
+        slot.index = my_index;
+        changed.notify_all();
+        return true;
+      } catch (const std::exception& e) {
+        if (!element_error(st, e.what(), st.first_input_epoch + epoch, my_index, origin)) return false;
+      }
+    }
+    return true;
+  };
+  // The next output of `slot`: 1 produced, 0 exhausted, -1 the run must stop.
+  auto take = [&](ExpandSlot& slot, Sample& sample) -> int {
+    for (;;) {
+      if (fetcher_count == 0) {
+        try {
+          if (!slot.cursor->next(sample)) return 0;
+          ++slot.outputs_read;
+          return 1;
+        } catch (const std::exception& e) {
+          return input_failure(slot, e.what()) ? 0 : -1;
+        }
+      }
+      if (reading_alone()) {
+        // The tuner gave the stage one worker: the coordinator reads itself, as an untuned stage
+        // with one worker does (a hand-off per record costs more than small records do), after
+        // what fetchers had read ahead. It holds the slot meanwhile, so that a fetcher woken by a
+        // new count does not read the same input.
+        if (!slot.owned) {
+          std::unique_lock lock(mutex);
+          while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy || stopping.load(); })) {
+          }
+          if (stopping.load()) return -1;
+          if (!slot.ready.empty()) {
+            sample = std::move(slot.ready.front());
+            slot.ready.pop_front();
+            return 1;
+          }
+          if (slot.exhausted) return 0;
+          slot.busy = slot.owned = true;
+        }
+        // A core of the budget, held for a run of records rather than taken for each.
+        if (!reading_core) reading_core.emplace(*this, st);
+        if (!reading_core->held()) return -1;
+        if (++reads_on_core >= kChunk) {
+          reading_core.reset();
+          reads_on_core = 0;
+        }
+        int got = 0;
+        try {
+          got = slot.cursor->next(sample) ? 1 : 0;
+          slot.outputs_read += static_cast<std::uint64_t>(got);
+        } catch (const std::exception& e) {
+          got = input_failure(slot, e.what()) ? 0 : -1;
+        }
+        if (got <= 0) {
+          release_owned(slot);
+          if (got == 0) {
+            std::lock_guard lock(mutex);
+            slot.exhausted = true;
+          }
+        }
+        return got;
+      }
+      reading_core.reset();
+      release_all_owned();
+      std::unique_lock lock(mutex);
+      if (slot.ready.empty() && !slot.exhausted && !out.empty()) {
+        lock.unlock();
+        if (!flush(st, out)) return -1;
+        lock.lock();
+      }
+      std::uint64_t t0 = now_ns();
+      while (!changed.wait_for(lock, std::chrono::milliseconds(50),
+                               [&] { return !slot.ready.empty() || slot.exhausted || stopping.load() || reading_alone(); })) {
+      }
+      add(st.counters.starved_ns, now_ns() - t0);
+      if (stopping.load()) return -1;
+      if (!slot.ready.empty()) {
+        sample = std::move(slot.ready.front());
+        slot.ready.pop_front();
+        changed.notify_all();
+        return 1;
+      }
+      if (slot.exhausted) return 0;
+    }  // the tuner left the stage one worker while this waited: the coordinator reads on
+  };
+  auto fetch_loop = [&](int fetcher) {
+    name_this_thread(st.spec->id + "+");
+    std::unique_lock lock(mutex);
+    for (;;) {
+      ExpandSlot* work = nullptr;
+      auto pick = [&] {
+        if (quit || stopping.load()) return true;
+        if (st.tuned_workers && (reading_alone() || fetcher >= st.active_workers.load(std::memory_order_relaxed))) return false;  // parked
+        for (auto& s : slots)
+          if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead) return (work = &s), true;
+        return false;
+      };
+      while (!changed.wait_for(lock, std::chrono::milliseconds(50), pick)) {
+      }
+      if (!work) return;
+      work->busy = true;
+      lock.unlock();
+      Sample sample;
+      int got = 0;
+      {
+        CoreHold core(*this, st);
+        std::uint64_t t0 = now_ns();
+        try {
+          got = !core.held() ? -1 : work->cursor->next(sample) ? 1 : 0;
+          work->outputs_read += static_cast<std::uint64_t>(std::max(got, 0));
+        } catch (const std::exception& e) {
+          got = input_failure(*work, e.what()) ? 0 : -1;
+        }
+        add(st.counters.busy_ns, now_ns() - t0);
+      }
+      lock.lock();
+      work->busy = false;
+      if (got == 1) work->ready.push_back(std::move(sample));
+      else work->exhausted = true;
+      changed.notify_all();
+    }
+  };
+  std::vector<std::thread> fetchers;
+  // However this function leaves (an exception included), its fetchers are told and joined.
+  struct JoinFetchers {
+    std::function<void()> join;
+    ~JoinFetchers() { join(); }
+  } join_fetchers{[&] { stop_fetchers(fetchers); }};
+  try {
+    for (int i = 0; i < fetcher_count; ++i) fetchers.emplace_back(fetch_loop, i);
+  } catch (const std::system_error& e) {
+    throw Error(fmt::format("could not start reader thread {} of {}: {} (the process may be at its thread limit: lower "
+                            "parallelism or cycle_length)",
+                            fetchers.size() + 1, fetcher_count, e.what()));
+  }
+
+  auto emit = [&](Sample sample) {
+    add(st.counters.elements_out, 1);
+    add(st.counters.bytes_out, sample.nbytes());
+    out.push_back(Item::element(std::move(sample)));
+    if (out.size() < kChunk) return true;
+    // Busy time is counted chunk by chunk, not only when new inputs are taken (one input file
+    // may give records for seconds): the metrics and the autotuner see it as it happens.
+    account_busy();
+    reading_core.reset();  // no core held while waiting downstream
+    return flush(st, out);
+  };
+  auto close = [&](ExpandSlot& slot) {
+    release_owned(slot);
+    std::unique_lock lock(mutex);
+    while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
+    }
+    slot.cursor.reset();
+    slot.ready.clear();
+    slot.exhausted = false;
+  };
+  bool ok = true;
+  for (auto& slot : slots)
+    if (!(ok = fill(slot))) break;
+  std::size_t turn = 0;
+  std::uint64_t last_flush = now_ns();
+  while (ok && !stopping.load()) {
+    bool any_open = false;
+    for (auto& slot : slots) any_open |= static_cast<bool>(slot.cursor);
+    if (!any_open) {
+      if (!iteration_closed) {  // every input of this iteration failed to open, or was skipped
+        for (auto& slot : slots)
+          if (!(ok = fill(slot))) break;
+        continue;
+      }
+      out.push_back(input_done ? Item::end_of_stream() : Item::end_of_iteration(epoch));
+      if (!(ok = flush(st, out)) || input_done) break;
+      ++epoch;
+      index = 0;
+      st.counters.epoch.store(epoch, std::memory_order_relaxed);
+      iteration_closed = false;
+      for (auto& slot : slots)
+        if (!(ok = fill(slot))) break;
+      turn = 0;
+      continue;
+    }
+    if (!ordered && fetcher_count > 0) {
+      // Completion order: the next slot in turn that has something ready.
+      std::lock_guard lock(mutex);
+      for (std::size_t k = 0; k < cycle; ++k) {
+        auto& s = slots[(turn + k) % cycle];
+        if (s.cursor && (!s.ready.empty() || s.exhausted)) {
+          turn = (turn + k) % cycle;
+          break;
+        }
+      }
+    }
+    ExpandSlot& slot = slots[turn];
+    if (slot.cursor) {
+      for (int taken = 0; taken < block; ++taken) {
+        Sample sample;
+        int got = take(slot, sample);
+        if (got < 0) {
+          ok = false;
+          break;
+        }
+        if (got == 0) {
+          close(slot);
+          ok = fill(slot);
+          break;
+        }
+        if (st.exit().output->skipped(slot.epoch)) {  // downstream wants no more of this epoch
+          close(slot);
+          ok = fill(slot);
+          break;
+        }
+        if (!(ok = emit(std::move(sample)))) break;
+      }
+    }
+    turn = (turn + 1) % cycle;
+    // A waiting consumer gets what there is soon, but not record by record (each hand-off may
+    // wake a thread).
+    if (ok && !out.empty() && st.output->consumer_waiting() &&
+        (out.size() >= kChunk / 4 || now_ns() - last_flush >= 50'000)) {
+      ok = flush(st, out);
+      last_flush = now_ns();
+    }
+  }
+  account_busy();
+  stop_fetchers(fetchers);
+}
+
+}  // namespace sluice

@@ -1,0 +1,231 @@
+// Map, filter and sink stages: ordered parallel workers over chunks, fused groups of stateless
+// maps, autotuned worker counts.
+#include "engine_impl.hpp"
+
+namespace sluice {
+
+bool Engine::Impl::wait_until_active(StageRuntime& st, int index) {
+  std::unique_lock lock(st.park_mutex);
+  while (index >= st.active_workers.load() && !stopping.load() && !st.input_finished.load())
+    st.park_cv.wait_for(lock, std::chrono::milliseconds(50));
+  return !stopping.load() && !st.input_finished.load();
+}
+
+void Engine::Impl::run_stateless(StageRuntime& st, int index) {
+  const bool ordered = graph.deterministic && st.workers > 1;
+  std::vector<Item> in, out;
+  in.reserve(kChunk);
+  for (;;) {
+    if (st.tuned_workers && index >= st.active_workers.load(std::memory_order_relaxed) && !wait_until_active(st, index)) return;
+    std::uint64_t seq = 0, epoch = 0, base_index = 0;
+    std::uint64_t t0 = now_ns();
+    {
+      std::lock_guard pop_lock(st.pop_mutex);
+      if (st.input_done) return;
+      if (ordered) {
+        // Workers run ahead of the oldest unfinished chunk by a bounded amount (memory).
+        std::unique_lock lock(st.commit_mutex);
+        std::uint64_t w0 = now_ns();
+        st.commit_cv.wait(lock, [&] { return st.in_flight < kMaxChunksAhead * st.running_workers() || stopping.load(); });
+        add(st.counters.blocked_ns, now_ns() - w0);
+        t0 = now_ns();
+      }
+      if (stopping.load()) return;
+      // A fair share of what is waiting, and no more than a few milliseconds of work, so that
+      // at the end of the input no worker is left alone with a long chunk.
+      const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.running_workers()));
+      const std::uint64_t cost = st.ns_per_element.load(std::memory_order_relaxed);
+      const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : kChunk;
+      if (!st.input->pop(in, std::min({kChunk, share, by_time}))) return;
+      add(st.counters.starved_ns, now_ns() - t0);
+      if (!in.front().is_element()) {
+        {
+          std::unique_lock lock(st.commit_mutex);
+          std::uint64_t w0 = now_ns();
+          st.commit_cv.wait(lock, [&] { return st.in_flight == 0 || stopping.load(); });
+          add(st.counters.blocked_ns, now_ns() - w0);
+        }
+        if (stopping.load()) return;
+        Item control = std::move(in.front());
+        if (control.kind == Item::Kind::EndOfStream) {
+          st.input_done = true;
+          if (st.tuned_workers) st.finish_input();
+        }
+        if (control.kind == Item::Kind::EndOfIteration) {
+          if (st.sink) {
+            try {
+              st.sink->end_iteration(st.first_input_epoch + st.in_iteration);
+            } catch (const std::exception& e) {
+              fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.first_input_epoch + st.in_iteration,
+                               e.what()), &st);
+              return;
+            }
+          }
+          ++st.in_iteration;
+          st.in_index = 0;
+          st.counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
+          for (auto* member : st.fused) member->counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
+        }
+        if (!st.sink) {
+          out.push_back(std::move(control));
+          if (!flush(st, out)) return;
+        } else if (st.input_done) {
+          sinks_done.fetch_add(1);
+        }
+        if (st.input_done) return;
+        continue;
+      }
+      seq = st.next_seq++;
+      epoch = st.in_iteration;
+      base_index = st.in_index;
+      st.in_index += in.size();
+      std::lock_guard lock(st.commit_mutex);
+      ++st.in_flight;
+    }
+    add(st.counters.elements_in, in.size());
+    add(st.counters.bytes_in, bytes_of(in));
+
+    bool ok = true;
+    ChunkIssues issues;
+    if (!st.input->skipped(epoch)) {
+      CoreHold core(*this, st);
+      ok = core.held() && process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr);
+    }
+    in.clear();
+    std::uint64_t t2 = now_ns();
+
+    if (!ordered) {
+      if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
+      out.clear();
+      {
+        std::lock_guard lock(st.commit_mutex);
+        --st.in_flight;
+        st.commit_cv.notify_all();
+      }
+    } else {
+      std::unique_lock lock(st.commit_mutex);
+      st.finished.emplace(seq, StageRuntime::FinishedChunk{std::move(out), std::move(issues), ok});
+      out = {};
+      // Taking the chunk in turn out of `finished` makes this thread its only committer.
+      for (auto it = st.finished.find(st.next_commit); it != st.finished.end(); it = st.finished.find(st.next_commit)) {
+        StageRuntime::FinishedChunk chunk = std::move(it->second);
+        st.finished.erase(it);
+        lock.unlock();
+        report_issues(chunk.issues);
+        bool pushed = !chunk.ok || st.sink || chunk.out.empty() || st.exit().output->push(chunk.out);
+        lock.lock();
+        ++st.next_commit;
+        --st.in_flight;
+        st.commit_cv.notify_all();
+        if (!chunk.ok || !pushed) {
+          ok = false;
+          break;
+        }
+      }
+    }
+    add(st.exit().counters.blocked_ns, now_ns() - t2);
+    if (!ok || stopping.load()) return;
+  }
+}
+
+bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure) {
+  const Origin origin = item.sample.shared_origin();  // the operator may consume the sample
+  try {
+    if (st.map) {
+      item.sample = st.map->map(std::move(item.sample), ctx);
+    } else if (st.filter) {
+      kept = st.filter->keep(item.sample, ctx);
+    } else if (st.sink) {
+      st.sink->consume(std::move(item.sample), ctx);
+    }
+    return true;
+  } catch (const std::exception& e) {
+    kept = false;
+    return element_error(st, e.what(), ctx.epoch, ctx.index, origin.text(), deferred_failure);
+  }
+}
+
+bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure) {
+  std::vector<StageRuntime*> members{&st};
+  members.insert(members.end(), st.fused.begin(), st.fused.end());
+  struct Tally {
+    std::uint64_t in = 0, in_bytes = 0, out = 0, out_bytes = 0, busy = 0;
+  };
+  std::vector<Tally> tally(members.size());
+  bool ok = true;
+  const std::uint64_t start = now_ns();
+  if (members.size() > 1 && st.ns_per_element.load(std::memory_order_relaxed) > kElementMajorNs) {
+    for (std::size_t i = 0; i < in.size() && ok; ++i) {
+      Item& item = in[i];
+      ElementContext ctx{nullptr, epoch, base_index + i};
+      bool kept = true;
+      std::uint64_t t = now_ns();
+      for (std::size_t m = 0; m < members.size() && kept && ok; ++m) {
+        if (m > 0) {
+          ++tally[m].in;
+          tally[m].in_bytes += item.sample.nbytes();
+        }
+        ctx.stage = &members[m]->info;
+        ok = apply(*members[m], item, ctx, kept, deferred_failure);
+        if (kept) {
+          ++tally[m].out;
+          tally[m].out_bytes += item.sample.nbytes();
+        }
+        std::uint64_t t2 = now_ns();
+        tally[m].busy += t2 - t;
+        t = t2;
+      }
+      if (kept && ok) out.push_back(std::move(item));
+      if (stopping.load(std::memory_order_relaxed)) ok = false;
+    }
+  } else {
+    std::vector<std::uint64_t> positions(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) positions[i] = base_index + i;
+    for (std::size_t m = 0; m < members.size() && ok; ++m) {
+      if (m > 0) {
+        in.swap(out);
+        out.clear();
+        tally[m].in = in.size();
+        tally[m].in_bytes = bytes_of(in);
+      }
+      const std::uint64_t t0 = now_ns();
+      ElementContext ctx{&members[m]->info, epoch, 0};
+      std::size_t kept_count = 0;
+      for (std::size_t i = 0; i < in.size() && ok; ++i) {
+        ctx.index = positions[i];
+        bool kept = true;
+        const std::size_t sink_bytes = members[m]->sink ? in[i].sample.nbytes() : 0;
+        ok = apply(*members[m], in[i], ctx, kept, deferred_failure);
+        if (kept && ok) {
+          ++tally[m].out;
+          tally[m].out_bytes += sink_bytes;
+          if (!members[m]->sink) {
+            tally[m].out_bytes += in[i].sample.nbytes();
+            positions[kept_count++] = positions[i];
+            out.push_back(std::move(in[i]));
+          }
+        }
+        if (stopping.load(std::memory_order_relaxed)) ok = false;
+      }
+      positions.resize(kept_count);
+      tally[m].busy = now_ns() - t0;
+    }
+  }
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    auto& c = members[m]->counters;
+    if (m > 0) {
+      add(c.elements_in, tally[m].in);
+      add(c.bytes_in, tally[m].in_bytes);
+    }
+    add(c.elements_out, tally[m].out);
+    add(c.bytes_out, tally[m].out_bytes);
+    add(c.busy_ns, tally[m].busy);
+  }
+  if (!in.empty()) {
+    const std::uint64_t per_element = (now_ns() - start) / in.size();
+    st.ns_per_element.store(per_element, std::memory_order_relaxed);
+  }
+  return ok;
+}
+
+}  // namespace sluice
