@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -266,6 +267,99 @@ class Channel {
   std::uint64_t empty_ns_ = 0, full_ns_ = 0;
   int last_extreme_ = 0;  // -1 empty, 1 full, 0 neither yet
   std::uint64_t swings_ = 0;
+};
+
+// A stage's output: a channel per reader. With several readers (a tee) every reader gets every
+// element in order through its own bounded buffer; the producer waits for the fullest, so the
+// slowest reader sets the pace and memory stays bounded. A reader that wants no more of an
+// iteration (a take downstream) or fewer iterations than the others gets only what it still
+// wants, and the producer stops early only once no reader wants more.
+class Outputs {
+ public:
+  Outputs(std::size_t readers, std::size_t capacity, std::uint64_t byte_limit, const std::atomic<bool>& stopping)
+      : wanted_(readers, -1) {
+    for (std::size_t k = 0; k < readers; ++k) channels_.push_back(std::make_unique<Channel>(capacity, byte_limit, stopping));
+  }
+
+  std::size_t readers() const { return channels_.size(); }
+  Channel& reader(std::size_t k) { return *channels_[k]; }
+  const Channel& reader(std::size_t k) const { return *channels_[k]; }
+  // Iterations reader `k` reads (-1: all of them); later ones are kept from it.
+  void set_wanted_iterations(std::size_t k, std::int64_t iterations) { wanted_[k] = iterations; }
+
+  // Moves every item to every reader that wants it; clears `items`. False if the run stops.
+  bool push(std::vector<Item>& items) {
+    if (channels_.size() == 1) return channels_.front()->push(items);
+    std::vector<Item> copy;
+    for (std::size_t k = 0; k < channels_.size(); ++k) {
+      copy.clear();
+      std::uint64_t iteration = iteration_;
+      for (const auto& item : items) {
+        const bool wanted = wanted_[k] < 0 || static_cast<std::int64_t>(iteration) < wanted_[k];
+        if (item.kind == Item::Kind::EndOfStream || (wanted && (!item.is_element() || !channels_[k]->skipped(iteration))))
+          copy.push_back(item);
+        if (item.kind == Item::Kind::EndOfIteration) iteration = item.iteration + 1;
+      }
+      if (!copy.empty() && !channels_[k]->push(copy)) return false;
+    }
+    for (const auto& item : items)
+      if (item.kind == Item::Kind::EndOfIteration) iteration_ = item.iteration + 1;
+    items.clear();
+    return true;
+  }
+
+  // Nothing more of iterations <= this is wanted by any reader (kAllIterations: nothing at all).
+  std::int64_t skip_through() const {
+    std::int64_t through = kAllIterations;
+    for (std::size_t k = 0; k < channels_.size(); ++k) {
+      std::int64_t reader_through = channels_[k]->skip_through.load(std::memory_order_relaxed);
+      if (wanted_[k] >= 0 && reader_through >= wanted_[k] - 1) reader_through = kAllIterations;
+      through = std::min(through, reader_through);
+    }
+    return through;
+  }
+  // No reader wants iteration `iteration`.
+  bool skipped(std::uint64_t iteration) const {
+    for (std::size_t k = 0; k < channels_.size(); ++k)
+      if ((wanted_[k] < 0 || static_cast<std::int64_t>(iteration) < wanted_[k]) && !channels_[k]->skipped(iteration)) return false;
+    return true;
+  }
+  bool consumer_waiting() const {
+    for (const auto& c : channels_)
+      if (c->consumer_waiting()) return true;
+    return false;
+  }
+  void resize(std::size_t capacity, std::uint64_t byte_limit) {
+    for (auto& c : channels_) c->resize(capacity, byte_limit);
+  }
+  void wake_all() {
+    for (auto& c : channels_) c->wake_all();
+  }
+  std::size_t capacity() const { return channels_.front()->capacity(); }
+  std::uint64_t byte_limit() const { return channels_.front()->byte_limit(); }
+  // The reader whose buffer is fullest now: the one holding the producer back.
+  Channel& fullest() {
+    Channel* best = channels_.front().get();
+    for (auto& c : channels_)
+      if (c->level() > best->level() || (c->level() == best->level() && c->level_bytes() > best->level_bytes())) best = c.get();
+    return *best;
+  }
+  // Per window for the autotuner: the most time any reader's buffer was empty or full.
+  Channel::Extremes extremes() {
+    Channel::Extremes e;
+    for (auto& c : channels_) {
+      const auto x = c->extremes();
+      e.empty_ns = std::max(e.empty_ns, x.empty_ns);
+      e.full_ns = std::max(e.full_ns, x.full_ns);
+      e.swings = std::max(e.swings, x.swings);
+    }
+    return e;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Channel>> channels_;
+  std::vector<std::int64_t> wanted_;
+  std::uint64_t iteration_ = 0;  // of the next element pushed (producer side; one pusher at a time)
 };
 
 }  // namespace sluice::detail

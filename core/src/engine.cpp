@@ -151,16 +151,25 @@ void Engine::Impl::report_issues(ChunkIssues& issues) {
   if (!issues.failure.empty()) fail(issues.failure, issues.failed_stage);
 }
 
-void Engine::Impl::skip_input(StageRuntime& st, std::int64_t iteration) {
+void Engine::Impl::skip_input(StageRuntime& st, std::int64_t iteration, int only_input) {
   if (st.fused_head) {
     skip_input(*st.fused_head, iteration);
     return;
   }
-  if (!st.input || st.input->skip_through.load() >= iteration) return;
-  st.input->request_skip(iteration);
-  StageRuntime& producer = *stages[st.input_stage];
-  if (producer.source) return;  // a source watches its output channel
-  if (!producer.aggregate) {
+  for (std::size_t k = 0; k < st.inputs.size(); ++k) {
+    if (only_input >= 0 && static_cast<int>(k) != only_input) continue;
+    Channel& input = *st.inputs[k];
+    if (input.skip_through.load() >= iteration) continue;
+    input.request_skip(iteration);
+    skip_upstream_of(*stages[st.input_stages[k]]);
+  }
+}
+
+void Engine::Impl::skip_upstream_of(StageRuntime& producer) {
+  if (producer.source) return;  // a source watches its output channels
+  const std::int64_t iteration = producer.output->skip_through();  // what none of its readers wants
+  if (iteration < 0) return;
+  if (!producer.aggregate) {  // maps, filters, expands, combines: an iteration is their inputs'
     skip_input(producer, iteration);
     return;
   }
@@ -188,6 +197,7 @@ void Engine::Impl::worker(StageRuntime& st, int index) {
     if (st.source) run_source(st);
     else if (st.aggregate) run_aggregate(st);
     else if (st.expand) run_expand(st);
+    else if (st.combine) run_combine(st);
     else run_stateless(st, index);
   } catch (const std::bad_alloc&) {
     fail(out_of_memory_message(st), &st);
@@ -277,13 +287,15 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
       case OperatorKind::Expand: st->expand = dynamic_cast<Expand*>(op); break;
       case OperatorKind::Aggregate: st->aggregate = dynamic_cast<Aggregate*>(op); break;
       case OperatorKind::Sink: st->sink = dynamic_cast<Sink*>(op); break;
+      case OperatorKind::Combine: st->combine = dynamic_cast<Combine*>(op); break;
     }
-    if (!st->source && !st->map && !st->filter && !st->expand && !st->aggregate && !st->sink)
+    if (!st->source && !st->map && !st->filter && !st->expand && !st->aggregate && !st->sink && !st->combine)
       throw Error(fmt::format("stage '{}': operator '{}' (from {}) declares kind {} but does not implement it", spec.id,
                               info.name, spec.op->library_path, operator_kind_name(info.kind)));
     st->info.id = spec.id;
     st->info.seed = g.seed;
     st->info.stage_hash = stable_hash(spec.id);
+    for (int input : spec.inputs) st->info.input_ids.push_back(g.stages[static_cast<std::size_t>(input)].id);
     std::uint64_t input_fingerprint = stable_hash("inputs");
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
@@ -318,13 +330,16 @@ void Engine::start() {
       st->op->start(st->info);
       st->started = true;
       Placement* placement = I.graph.deterministic ? st->op->offered_placement() : nullptr;
-      if (placement && !st->spec->inputs.empty() && I.stages[st->spec->inputs[0]]->map)
-        I.stages[st->spec->inputs[0]]->info.placement = placement;
+      // Only to a producer whose output this stage alone reads (a tee's elements go elsewhere too).
+      const int sole_input = st->spec->inputs.size() == 1 ? st->spec->inputs[0] : -1;
+      if (placement && sole_input >= 0 && I.stages[sole_input]->map && I.graph.stages[sole_input].sole_consumer() == i)
+        I.stages[sole_input]->info.placement = placement;
       if (Allocator* offered = st->op->offered_allocator()) {
-        for (int up = st->spec->inputs.empty() ? -1 : st->spec->inputs[0]; up >= 0;) {
+        for (int up = sole_input, reader = i; up >= 0 && I.graph.stages[up].sole_consumer() == reader;) {
           auto& producer = *I.stages[up];
           producer.info.allocator = offered;
-          if (!producer.spec->op->info.traits.keeps_shape || producer.spec->inputs.empty()) break;
+          if (!producer.spec->op->info.traits.keeps_shape || producer.spec->inputs.size() != 1) break;
+          reader = up;
           up = producer.spec->inputs[0];
         }
       }
@@ -341,14 +356,23 @@ void Engine::start() {
     }
   }
   // Iterations: each sink reads one iteration of its input; going upstream, a repeat multiplies
-  // the passes it needs and a filled cache needs none. Epochs scale the same way.
+  // the passes it needs and a filled cache needs none; a combine reads one iteration of each input
+  // per output iteration. Epochs scale the same way. A stage read by several stages makes what the
+  // most demanding reader wants, and each reader gets its own number of iterations (Outputs);
+  // its epochs are those its first reader sees.
+  std::vector<std::vector<std::int64_t>> wanted_by_reader(I.stages.size());
   for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
     auto& st = *I.stages[i];
-    const int consumer = st.spec->consumer;
-    if (consumer >= 0) {
-      auto& c = *I.stages[consumer];
-      st.demand = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
-      st.first_output_epoch = c.first_input_epoch;
+    const auto& consumers = st.spec->consumers;
+    if (!consumers.empty()) {
+      st.demand = 0;
+      for (int consumer : consumers) {
+        auto& c = *I.stages[consumer];
+        const std::int64_t wanted = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
+        wanted_by_reader[i].push_back(wanted);
+        if (st.demand != kUnbounded) st.demand = wanted == kUnbounded ? kUnbounded : std::max(st.demand, wanted);
+      }
+      st.first_output_epoch = I.stages[consumers.front()]->first_input_epoch;
     } else {
       st.first_output_epoch = I.options.first_epoch;
     }
@@ -368,9 +392,9 @@ void Engine::start() {
   if (I.graph.fuse) {
     for (auto& st_ptr : I.stages) {
       auto& st = *st_ptr;
-      if (!st.map || st.spec->consumer < 0 || st.spec->buffer_size > 0 || st.tuned_buffer || st.op->preferred_buffer() > 0) continue;
+      if (!st.map || st.spec->sole_consumer() < 0 || st.spec->buffer_size > 0 || st.tuned_buffer || st.op->preferred_buffer() > 0) continue;
       if (!st.spec->op->info.traits.stateless) continue;
-      auto& next = *I.stages[st.spec->consumer];
+      auto& next = *I.stages[st.spec->sole_consumer()];
       if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
           next.tuned_workers != st.tuned_workers)
         continue;
@@ -381,8 +405,9 @@ void Engine::start() {
   }
   for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
     auto& st = *I.stages[i];
-    const bool feeds_own_group = st.spec->consumer >= 0 && I.stages[st.spec->consumer]->fused_head &&
-                                 (I.stages[st.spec->consumer]->fused_head == &st || I.stages[st.spec->consumer]->fused_head == st.fused_head);
+    const int consumer = st.spec->sole_consumer();
+    const bool feeds_own_group = consumer >= 0 && I.stages[consumer]->fused_head &&
+                                 (I.stages[consumer]->fused_head == &st || I.stages[consumer]->fused_head == st.fused_head);
     if (!st.sink && !feeds_own_group) {
       std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
       std::uint64_t byte_limit = 0;
@@ -390,14 +415,15 @@ void Engine::start() {
         capacity = I.options.default_buffer;
         byte_limit = I.options.default_buffer_bytes;
       }
-      st.output = std::make_unique<Channel>(capacity, byte_limit, I.stopping);
+      st.output = std::make_unique<Outputs>(st.spec->consumers.size(), capacity, byte_limit, I.stopping);
+      for (std::size_t k = 0; k < st.spec->consumers.size(); ++k) st.output->set_wanted_iterations(k, wanted_by_reader[i][k]);
     }
   }
   // Under autotune every buffer, an explicit one too, holds at most its share of the buffers'
   // part of the RAM budget; the tuner moves memory to the buffers that need it.
   if (I.autotune) {
     std::size_t buffers = 0;
-    for (auto& st : I.stages) buffers += st->output ? 1 : 0;
+    for (auto& st : I.stages) buffers += st->output ? st->output->readers() : 0;
     const std::uint64_t share = buffers > 0 ? std::max<std::uint64_t>(1, I.buffer_budget / buffers) : 0;
     for (auto& st : I.stages)
       if (st->output) {
@@ -405,11 +431,17 @@ void Engine::start() {
         st->output->resize(st->output->capacity(), limit == 0 ? share : std::min(limit, share));
       }
   }
-  for (auto& st : I.stages) {
-    if (!st->spec->inputs.empty() && !st->fused_head) {
-      st->input_stage = st->spec->inputs[0];
-      st->input = I.stages[st->input_stage]->output.get();
+  // Each reader takes its own buffer of each of its inputs.
+  for (std::size_t i = 0; i < I.stages.size(); ++i) {
+    auto& st = *I.stages[i];
+    if (st.fused_head) continue;
+    for (int producer : st.spec->inputs) {
+      const auto& readers = I.graph.stages[producer].consumers;
+      const auto k = static_cast<std::size_t>(std::find(readers.begin(), readers.end(), static_cast<int>(i)) - readers.begin());
+      st.inputs.push_back(&I.stages[producer]->output->reader(k));
+      st.input_stages.push_back(producer);
     }
+    if (!st.inputs.empty()) st.input = st.inputs.front();
   }
   I.start_ns = now_ns();
   I.state.store(static_cast<int>(RunState::Running));

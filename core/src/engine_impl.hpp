@@ -23,6 +23,7 @@
 namespace sluice {
 
 using detail::Channel;
+using detail::Outputs;
 using detail::Item;
 using detail::kAllIterations;
 using detail::now_ns;
@@ -70,11 +71,15 @@ struct StageRuntime {
   Expand* expand = nullptr;
   Aggregate* aggregate = nullptr;
   Sink* sink = nullptr;
+  Combine* combine = nullptr;
 
   StageInfo info;
-  std::unique_ptr<Channel> output;  // null for sinks
+  std::unique_ptr<Outputs> output;  // a buffer per reader; null for sinks
+  // What the stage reads, in its inputs' order, and who produces each (a fused member reads
+  // nothing itself). `input` is the first: the only one of every kind but combine.
+  std::vector<Channel*> inputs;
+  std::vector<int> input_stages;
   Channel* input = nullptr;
-  int input_stage = -1;
   int workers = 1;
   std::int64_t demand = 1;                // output iterations wanted (kUnbounded: forever)
   std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
@@ -262,7 +267,10 @@ struct Engine::Impl {
 
   // The consumer `st` wants nothing more of its input iterations <= `iteration`; tell every stage
   // upstream at once, so a source stops producing what would only be thrown away.
-  void skip_input(StageRuntime& st, std::int64_t iteration);
+  // With `only_input`, only that input of a combine stage (the rest of an iteration it left unread).
+  void skip_input(StageRuntime& st, std::int64_t iteration, int only_input = -1);
+  // One of `producer`'s readers skipped more: send upstream what no reader wants any more.
+  void skip_upstream_of(StageRuntime& producer);
 
   // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
   bool flush(StageRuntime& st, std::vector<Item>& out);
@@ -344,6 +352,10 @@ struct Engine::Impl {
   };
 
   void run_expand(StageRuntime& st);
+
+  // Combine stages: one worker calling the operator once per output iteration, each reading one
+  // iteration of every input (stage_combine.cpp).
+  void run_combine(StageRuntime& st);
 
   // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
   // and iterations the input does not provide are replayed (cache).

@@ -64,15 +64,29 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     if (counted) m->set_mean_element_us(c.busy_ns.load() / 1e3 / static_cast<double>(counted));
     if (st.fused_head) m->set_fused_with(st.fused_head->spec->id);
     if (st.output) {
-      m->set_buffer_level(static_cast<std::uint32_t>(st.output->level()));
-      m->set_buffer_capacity(static_cast<std::uint32_t>(st.output->capacity()));
-      m->set_buffer_bytes(st.output->level_bytes());
-      m->set_buffer_byte_limit(st.output->byte_limit());
-      m->set_mean_buffer_fill(st.output->mean_fill());
-      auto [empty, full] = st.output->empty_and_full_fractions();
+      Channel& buffer = st.output->fullest();
+      m->set_buffer_level(static_cast<std::uint32_t>(buffer.level()));
+      m->set_buffer_capacity(static_cast<std::uint32_t>(buffer.capacity()));
+      m->set_buffer_bytes(buffer.level_bytes());
+      m->set_buffer_byte_limit(buffer.byte_limit());
+      m->set_mean_buffer_fill(buffer.mean_fill());
+      auto [empty, full] = buffer.empty_and_full_fractions();
       m->set_buffer_empty_fraction(empty);
       m->set_buffer_full_fraction(full);
-      m->set_buffer_swings(st.output->swings());
+      m->set_buffer_swings(buffer.swings());
+      for (std::size_t k = 0; k < st.output->readers(); ++k) {
+        Channel& edge = st.output->reader(k);
+        auto* r = m->add_readers();
+        r->set_reader(graph.stages[st.spec->consumers[k]].id);
+        r->set_level(static_cast<std::uint32_t>(edge.level()));
+        r->set_capacity(static_cast<std::uint32_t>(edge.capacity()));
+        r->set_bytes(edge.level_bytes());
+        r->set_byte_limit(edge.byte_limit());
+        r->set_mean_fill(edge.mean_fill());
+        auto [edge_empty, edge_full] = edge.empty_and_full_fractions();
+        r->set_empty_fraction(edge_empty);
+        r->set_full_fraction(edge_full);
+      }
     }
     m->set_stateless(st.spec->op->info.traits.stateless);
     m->set_random(st.spec->op->info.traits.random);

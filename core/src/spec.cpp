@@ -216,21 +216,21 @@ struct Validation {
     std::vector<bool> usable(n, false);
     for (int i = 0; i < n; ++i) usable[i] = check_stage(i, built[i], index_of, ids);
 
-    // Wiring: inputs exist, fan-in counts, one consumer per stage.
+    // Wiring: inputs exist and counted (check_stage); a stage read by several stages (a tee) gives
+    // each its own buffer of every element.
     std::vector<std::vector<int>> consumers(n);
     for (int i = 0; i < n; ++i)
       for (int input : built[i].inputs) consumers[input].push_back(i);
     for (int i = 0; i < n; ++i) {
-      if (consumers[i].size() > 1) {
-        std::vector<std::string> names;
-        for (int c : consumers[i]) names.push_back("'" + stages[c].id() + "'");
-        problem(i, "", fmt::format("its output is read by {} stages ({}); one stage may read each output (fan-out is not "
-                                   "supported yet)",
-                                   consumers[i].size(), fmt::join(names, ", ")));
-      }
-      if (consumers[i].size() == 1) built[i].consumer = consumers[i][0];
+      built[i].consumers = consumers[i];
       if (usable[i] && built[i].op->info.kind == OperatorKind::Sink && !consumers[i].empty())
         problem(consumers[i][0], "", fmt::format("its input '{}' is a sink, which has no output", stages[i].id()));
+      for (std::size_t a = 0; a < built[i].inputs.size(); ++a)
+        for (std::size_t b = a + 1; b < built[i].inputs.size(); ++b)
+          if (built[i].inputs[a] == built[i].inputs[b])
+            problem(i, "", fmt::format("it lists input '{}' twice (inputs {} and {}); a stage reads an output once: to pair "
+                                       "elements with themselves, use a map",
+                                       stages[built[i].inputs[a]].id(), a + 1, b + 1));
     }
 
     // Cycles (Kahn's algorithm): what is left after removing every stage whose inputs are done.
@@ -274,7 +274,7 @@ struct Validation {
     // Every stage must reach a sink. The end of each chain is found once, from the last stage of
     // the topological order backwards, so that long pipelines validate in linear time.
     std::vector<int> chain_end(n);
-    for (auto k = order.rbegin(); k != order.rend(); ++k) chain_end[*k] = built[*k].consumer >= 0 ? chain_end[built[*k].consumer] : *k;
+    for (auto k = order.rbegin(); k != order.rend(); ++k) chain_end[*k] = built[*k].consumers.empty() ? *k : chain_end[built[*k].consumers.front()];
     for (int i = 0; i < n; ++i) {
       if (!usable[i]) continue;
       const int s = chain_end[i];
@@ -287,6 +287,8 @@ struct Validation {
       }
     }
     if (!problems.empty()) return;
+    refuse_rejoining_branches(stages, built, order);
+    if (!problems.empty()) return;
     apply_hints(stages, built);
     refuse_shared_outputs(built);
     construct_every_operator(built);
@@ -298,7 +300,7 @@ struct Validation {
     for (int k = 0; k < n; ++k) {
       GraphStage st = std::move(built[order[k]]);
       for (auto& in : st.inputs) in = position[in];
-      if (st.consumer >= 0) st.consumer = position[st.consumer];
+      for (auto& c : st.consumers) c = position[c];
       graph.stages.push_back(std::move(st));
     }
     graph.seed = doc.spec.options().seed();
@@ -331,6 +333,35 @@ struct Validation {
 
   // Two stages writing one path would leave one file holding parts of both, or one's output
   // silently replaced by the other's.
+  // The readers of one stage get its elements in step, each through a bounded buffer: branches of
+  // it that meet again downstream could wait on each other forever (a concatenate reads all of one
+  // branch while the other's buffer, full, holds the shared stage). Refused, with the way out.
+  void refuse_rejoining_branches(const google::protobuf::RepeatedPtrField<spec::Stage>& stages,
+                                 const std::vector<GraphStage>& built, const std::vector<int>& order) {
+    const int n = static_cast<int>(built.size());
+    for (int s = 0; s < n; ++s) {
+      if (built[s].consumers.size() < 2) continue;
+      // Which branch (index among s's consumers) reaches each stage first, in topological order.
+      std::vector<int> branch(n, -1);
+      for (std::size_t b = 0; b < built[s].consumers.size(); ++b) branch[built[s].consumers[b]] = static_cast<int>(b);
+      for (int at : order) {
+        if (branch[at] < 0) continue;
+        for (int c : built[at].consumers) {
+          if (branch[c] >= 0 && branch[c] != branch[at]) {
+            problem(c, "", fmt::format("it reads stage '{}' through two branches (from '{}' and from '{}'); the readers of a "
+                                       "stage get its elements in step, so branches that meet again could wait on each "
+                                       "other forever: give one branch a source of its own (a copy of the stages up to "
+                                       "'{}')",
+                                       stages[s].id(), stages[built[s].consumers[branch[c]]].id(),
+                                       stages[built[s].consumers[branch[at]]].id(), stages[s].id()));
+            return;
+          }
+          branch[c] = branch[at];
+        }
+      }
+    }
+  }
+
   void refuse_shared_outputs(const std::vector<GraphStage>& built) {
     std::map<std::string, std::pair<int, std::string>> writer_of;
     for (int i = 0; i < static_cast<int>(built.size()); ++i) {
@@ -372,7 +403,7 @@ struct Validation {
     for (std::size_t i = 0; i < built.size(); ++i) {
       for (const auto& p : built[i].op->info.params) {
         if (p.hint_role != ParamSpec::HintRole::Takes || stages[static_cast<int>(i)].params().count(p.name)) continue;
-        for (int c = built[i].consumer; c >= 0; c = built[c].consumer) {
+        for (int c = built[i].sole_consumer(); c >= 0; c = built[c].sole_consumer()) {
           const ParamSpec* offer = nullptr;
           for (const auto& q : built[c].op->info.params)
             if (q.hint_role == ParamSpec::HintRole::Offers && q.hint == p.hint && q.type == p.type) offer = &q;
@@ -479,7 +510,16 @@ struct Validation {
     const bool is_source = info.kind == OperatorKind::Source;
     if (is_source && st.input_size() > 0)
       problem(i, "", fmt::format("'{}' is a source and takes no input; remove its `input`", info.name));
-    if (!is_source && st.input_size() != 1)
+    if (info.kind == OperatorKind::Combine) {
+      const bool any = info.max_inputs == kAnyNumberOfInputs;
+      if (st.input_size() < info.min_inputs || (!any && st.input_size() > info.max_inputs))
+        problem(i, "", fmt::format("'{}' takes {} inputs, got {}{}", info.name,
+                                   any ? fmt::format("{} or more", info.min_inputs)
+                                   : info.min_inputs == info.max_inputs ? std::to_string(info.min_inputs)
+                                                                        : fmt::format("{} to {}", info.min_inputs, info.max_inputs),
+                                   st.input_size(),
+                                   st.input_size() < info.min_inputs ? "; list each with `input: \"STAGE\"`, in order" : ""));
+    } else if (!is_source && st.input_size() != 1)
       problem(i, "", st.input_size() == 0
                          ? fmt::format("'{}' is a {} and needs an input; add `input: \"STAGE\"`", info.name,
                                        operator_kind_name(info.kind))

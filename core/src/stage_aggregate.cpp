@@ -79,7 +79,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
   // The input ended: close a partly received group (repeat whose input was cut short), then
   // replay the iterations the input did not provide.
   if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
-  while (open && !stopping.load() && st.output->skip_through.load() != kAllIterations) {
+  while (open && !stopping.load() && st.output->skip_through() != kAllIterations) {
     bool replayed = false;
     if (!guarded([&] { replayed = op.replay(st.first_output_epoch + out_iteration, emitter); }, "replaying")) return;
     if (!replayed || !close_iteration()) break;

@@ -19,7 +19,7 @@ void Engine::Impl::run_source(StageRuntime& st) {
     return ok;
   };
   for (std::uint64_t pass = 0; st.demand == kUnbounded || pass < static_cast<std::uint64_t>(st.demand); ++pass) {
-    if (stopping.load() || st.output->skip_through.load() == kAllIterations) break;
+    if (stopping.load() || st.output->skip_through() == kAllIterations) break;
     const std::uint64_t epoch = st.first_output_epoch + pass;
     if (!st.output->skipped(pass)) {
       try {

@@ -59,7 +59,7 @@ void insert_after(PipelineDocument& doc, const std::string& after, spec::Stage s
 // the shard may still give different numbers of steps.
 std::vector<std::string> uneven_after(const Graph& graph, int from) {
   std::vector<std::string> found;
-  for (int c = graph.stages[from].consumer; c >= 0; c = graph.stages[c].consumer) {
+  for (int c = graph.stages[from].sole_consumer(); c >= 0; c = graph.stages[c].sole_consumer()) {
     const auto& st = graph.stages[c];
     const auto kind = st.op->info.kind;
     if (kind == OperatorKind::Filter || kind == OperatorKind::Expand)
@@ -175,7 +175,7 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   for (int i = 0; i < static_cast<int>(graph.stages.size()) && source < 0; ++i)
     if (graph.stages[i].inputs.empty()) source = i;
   const auto& src = graph.stages[source];
-  const int reader = src.consumer;
+  const int reader = src.sole_consumer();
   const bool file_list = reader >= 0 && graph.stages[reader].op->info.kind == OperatorKind::Expand;
   const std::int64_t files = file_list ? files_listed(src, graph) : -1;
 

@@ -9,4 +9,5 @@ SLUICE_PLUGIN("std", "0.1.0", "Structural operators: sources, shuffle, batch, re
   register_batching(registrar);
   register_cache(registrar);
   register_sinks(registrar);
+  register_combinators(registrar);
 }

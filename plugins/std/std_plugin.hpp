@@ -14,6 +14,7 @@ void register_shuffle(Registrar& registrar);     // shuffle
 void register_batching(Registrar& registrar);    // batch, unbatch
 void register_cache(Registrar& registrar);       // cache
 void register_sinks(Registrar& registrar);       // null_sink, jsonl_sink
+void register_combinators(Registrar& registrar); // zip, concatenate, sample_from_datasets, choose_from_datasets, split
 
 // shard's and balanced_shard's count and index: -1 (the default) is this worker's, filled by the
 // host from the worker identity; a host that fills nothing gets one shard.

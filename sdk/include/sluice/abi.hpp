@@ -6,12 +6,16 @@ namespace sluice {
 // The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
 // Raise the minor for additions that old plugins need not know about; raise the major (and reset
 // the minor) for any change to an existing type, virtual function or descriptor field.
-inline constexpr std::uint32_t kAbiMajor = 4;
+inline constexpr std::uint32_t kAbiMajor = 5;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
 // trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
 // feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
 // StageInfo::input_fingerprint (appended; older plugins never read it); 4.2: ParamType::PathList, and
-// relative Path, OutputPath and PathList values resolved against the pipeline file's folder.
-inline constexpr std::uint32_t kAbiMinor = 2;
+// relative Path, OutputPath and PathList values resolved against the pipeline file's folder;
+// 5.0: OperatorKind::Combine (several inputs: Combine, CombineInputs), OperatorInfo::min_inputs and
+// max_inputs (a field added to a struct plugins build), and outputs read by several stages: a tensor
+// an operator is given may be shared with another reader, so operators build new tensors rather
+// than write into the ones they get.
+inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

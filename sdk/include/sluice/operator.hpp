@@ -16,7 +16,8 @@ namespace sluice {
 // "Forever" for repeat counts and iteration demands.
 inline constexpr std::int64_t kUnbounded = -1;
 
-enum class OperatorKind { Source, Map, Filter, Expand, Aggregate, Sink };
+// Combine (ABI 5.0): several inputs, one output (zip, concatenate, weighted mixing).
+enum class OperatorKind { Source, Map, Filter, Expand, Aggregate, Sink, Combine };
 
 inline const char* operator_kind_name(OperatorKind k) {
   switch (k) {
@@ -26,6 +27,7 @@ inline const char* operator_kind_name(OperatorKind k) {
     case OperatorKind::Expand: return "expand";
     case OperatorKind::Aggregate: return "aggregate";
     case OperatorKind::Sink: return "sink";
+    case OperatorKind::Combine: return "combine";
   }
   return "?";
 }
@@ -63,6 +65,9 @@ struct StageInfo {
   // they draw random numbers, seed and stage ids of every stage before it. A stage that keeps
   // data across runs (a file cache) stores it and refuses data made by another pipeline.
   std::uint64_t input_fingerprint = 0;
+  // (5.0) The ids of the stages this one reads, in order (a combine checks its parameters against
+  // their number in start()).
+  std::vector<std::string> input_ids;
 };
 
 // Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage
@@ -197,6 +202,32 @@ class Aggregate : public Operator {
   virtual bool replay(std::uint64_t /*epoch*/, Emitter& /*out*/) { return false; }
 };
 
+// (5.0) The inputs of a combine stage, in the order the pipeline file lists them (`input: "a"
+// input: "b"`). Used by the stage's one thread only.
+class CombineInputs {
+ public:
+  virtual ~CombineInputs() = default;
+  virtual std::size_t size() const = 0;
+  // The next element of input `k` in the current iteration: true with `out` filled; false once
+  // that input's iteration has ended (every later call for it returns false too) or the run stops.
+  virtual bool next(std::size_t k, Sample& out) = 0;
+  // The id of the stage input `k` reads, for messages ("input 'b' (stage 'eval')").
+  virtual const std::string& name(std::size_t k) const = 0;
+};
+
+// (5.0) Several inputs -> one output, with one worker. Each output iteration reads one iteration
+// of every input: what an input still holds when combine() returns is thrown away, and its
+// producer is told that nothing more of that iteration is wanted (zip ends with its shortest
+// input). A repeat before an input repeats that input; a repeat after the stage repeats them all.
+class Combine : public Operator {
+ public:
+  // One output iteration: pull from `inputs` in the operator's order, push outputs to `out` and
+  // return once done or once out.push() returns false. `iteration.epoch` is the iteration; an
+  // operator that draws random numbers keys its n-th output's draws with
+  // ElementContext{iteration.stage, iteration.epoch, n}.rng(), the same at any parallelism.
+  virtual void combine(CombineInputs& inputs, const ElementContext& iteration, Emitter& out) = 0;
+};
+
 class Sink : public Operator {
  public:
   virtual void consume(Sample in, const ElementContext& ctx) = 0;
@@ -216,6 +247,12 @@ struct OperatorInfo {
   std::vector<ParamSpec> params;
   OperatorTraits traits;
   std::function<std::unique_ptr<Operator>(const Params&)> create;
+  // (5.0) Combine operators: how many inputs a stage may list; kAnyNumberOfInputs for no limit.
+  // Other kinds take one input (sources none) and leave these as they are.
+  int min_inputs = 1;
+  int max_inputs = 1;
 };
+
+inline constexpr int kAnyNumberOfInputs = -1;
 
 }  // namespace sluice

@@ -85,8 +85,10 @@ struct GraphStage {
   std::string id;
   std::shared_ptr<const RegisteredOperator> op;
   Params params;
-  std::vector<int> inputs;  // indices into Graph::stages
-  int consumer = -1;        // the stage reading this one's output; -1 for sinks
+  std::vector<int> inputs;     // indices into Graph::stages, in the order the file lists them
+  std::vector<int> consumers;  // the stages reading this one's output, each through its own buffer
+  // The one stage reading this output, or -1 (a sink, or an output read by several stages).
+  int sole_consumer() const { return consumers.size() == 1 ? consumers.front() : -1; }
   int parallelism = 1;
   int buffer_size = 0;  // 0: engine chooses
   bool autotune_workers = false;  // parallelism -1: the engine sets the workers while it runs

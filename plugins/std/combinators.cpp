@@ -1,0 +1,264 @@
+// Operators with several inputs (tf.data's zip, concatenate, sample_from_datasets and
+// choose_from_datasets) and split, the deterministic train/evaluation split of a tee's branches.
+#include <cmath>
+#include <numeric>
+
+#include "std_plugin.hpp"
+
+namespace sluice::std_ops {
+namespace {
+
+std::string input_list(const CombineInputs& inputs) {
+  std::string names;
+  for (std::size_t k = 0; k < inputs.size(); ++k) names += (k ? ", '" : "'") + inputs.name(k) + "'";
+  return names;
+}
+
+class Zip final : public Combine {
+ public:
+  static OperatorInfo describe() {
+    OperatorInfo info{"zip",
+                      OperatorKind::Combine,
+                      "One element from each input, their fields merged (tf.data's zip); ends with the shortest input",
+                      {ParamSpec::make("prefixes", ParamType::StringList,
+                                       "one name per input, put before its fields as NAME/FIELD (empty: fields keep their "
+                                       "names, and a field two inputs share is refused)")
+                           .def("")},
+                      {},
+                      {}};
+    info.min_inputs = 2;
+    info.max_inputs = kAnyNumberOfInputs;
+    return info;
+  }
+  explicit Zip(const Params& p) : prefixes_(p.get_string_list("prefixes")) {}
+  void start(const StageInfo& info) override {
+    if (!prefixes_.empty() && prefixes_.size() != info.input_ids.size())
+      throw ParamError("prefixes names " + std::to_string(prefixes_.size()) + " inputs, but the stage has " +
+                       std::to_string(info.input_ids.size()) + "; give one per input, in order");
+  }
+  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
+    std::vector<std::size_t> field_input;  // which input each merged field came from
+    for (;;) {
+      Sample merged;
+      field_input.clear();
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        Sample part;
+        if (!inputs.next(k, part)) return;  // the shortest input ended: so does the zip
+        if (k == 0) merged.share_origin(part);
+        for (auto& field : part.fields()) {
+          std::string name = prefixes_.empty() ? field.name : prefixes_[k] + "/" + field.name;
+          if (merged.find(name)) {
+            throw DataError("zip: field '" + name + "' comes from input '" + inputs.name(field_input[merged_index(merged, name)]) +
+                            "' and from input '" + inputs.name(k) + "'" +
+                            (part.has_origin() ? " (element from " + part.origin() + ")" : std::string()) + "; set `prefixes` to one name per input (inputs " + input_list(inputs) + ") to keep both");
+          }
+          merged.set(std::move(name), std::move(field.tensor));
+          field_input.push_back(k);
+        }
+      }
+      if (!out.push(std::move(merged))) return;
+    }
+  }
+
+ private:
+  static std::size_t merged_index(const Sample& s, const std::string& name) {
+    for (std::size_t i = 0; i < s.fields().size(); ++i)
+      if (s.fields()[i].name == name) return i;
+    return 0;
+  }
+  std::vector<std::string> prefixes_;
+};
+
+class Concatenate final : public Combine {
+ public:
+  static OperatorInfo describe() {
+    OperatorInfo info{"concatenate", OperatorKind::Combine,
+                      "All elements of the first input, then all of the second, and so on (tf.data's concatenate)", {},
+                      {.keeps_shape = true}, {}};
+    info.min_inputs = 2;
+    info.max_inputs = kAnyNumberOfInputs;
+    return info;
+  }
+  explicit Concatenate(const Params&) {}
+  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      Sample sample;
+      while (inputs.next(k, sample))
+        if (!out.push(std::move(sample))) return;
+    }
+  }
+};
+
+ParamSpec stop_on_empty_param(bool stop) {
+  return ParamSpec::make("stop_on_empty_dataset", ParamType::Bool,
+                         "end the iteration as soon as a chosen input has run out (false: go on with the others)")
+      .def(stop ? "true" : "false");
+}
+
+class SampleFromDatasets final : public Combine {
+ public:
+  static OperatorInfo describe() {
+    OperatorInfo info{"sample_from_datasets",
+                      OperatorKind::Combine,
+                      "Picks the input of each element at random with the given weights (tf.data's sample_from_datasets); "
+                      "the same seed gives the same mixture at any parallelism",
+                      {ParamSpec::make("weights", ParamType::FloatList,
+                                       "relative weight of each input, in order (empty: equal weights)")
+                           .def(""),
+                       stop_on_empty_param(false)},
+                      {.random = true, .keeps_shape = true},
+                      {}};
+    info.min_inputs = 2;
+    info.max_inputs = kAnyNumberOfInputs;
+    return info;
+  }
+  explicit SampleFromDatasets(const Params& p)
+      : weights_(p.get_float_list("weights")), stop_on_empty_(p.get_bool("stop_on_empty_dataset")) {
+    double total = 0;
+    for (std::size_t k = 0; k < weights_.size(); ++k) {
+      if (!(weights_[k] >= 0) || !std::isfinite(weights_[k]))
+        throw ParamError("weights[" + std::to_string(k) + "] is " + std::to_string(weights_[k]) + "; weights are 0 or more");
+      total += weights_[k];
+    }
+    if (!weights_.empty() && !(total > 0)) throw ParamError("every weight is 0; give at least one input a weight above 0");
+  }
+  void start(const StageInfo& info) override {
+    if (weights_.empty()) weights_.assign(info.input_ids.size(), 1.0);
+    if (weights_.size() != info.input_ids.size())
+      throw ParamError("weights has " + std::to_string(weights_.size()) + " values, but the stage has " +
+                       std::to_string(info.input_ids.size()) + " inputs; give one weight per input, in order");
+  }
+  void combine(CombineInputs& inputs, const ElementContext& iteration, Emitter& out) override {
+    std::vector<double> live(weights_);  // an input that ran out weighs 0 from then on
+    double total = std::accumulate(live.begin(), live.end(), 0.0);
+    for (std::uint64_t n = 0; total > 0; ++n) {
+      Rng rng = ElementContext{iteration.stage, iteration.epoch, n}.rng();
+      for (;;) {
+        const double draw = rng.uniform() * total;
+        std::size_t k = 0;
+        double below = live[0];
+        while (k + 1 < live.size() && (draw >= below || live[k] == 0)) below += live[++k];
+        Sample sample;
+        if (inputs.next(k, sample)) {
+          if (!out.push(std::move(sample))) return;
+          break;
+        }
+        if (stop_on_empty_) return;
+        // tf.data renormalizes the remaining weights; drawing again from this element's
+        // generator keeps the choice a function of (seed, epoch, n) and of which inputs ran out.
+        total -= live[k];
+        live[k] = 0;
+        if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return;
+      }
+    }
+  }
+
+ private:
+  std::vector<double> weights_;
+  bool stop_on_empty_;
+};
+
+class ChooseFromDatasets final : public Combine {
+ public:
+  static OperatorInfo describe() {
+    OperatorInfo info{"choose_from_datasets",
+                      OperatorKind::Combine,
+                      "The last input says which of the others gives each element (its `field`, an integer: 0 for the "
+                      "first input); tf.data's choose_from_datasets",
+                      {ParamSpec::make("field", ParamType::String, "the integer field of the last input's elements").def("index"),
+                       stop_on_empty_param(true)},
+                      {.keeps_shape = true},
+                      {}};
+    info.min_inputs = 2;
+    info.max_inputs = kAnyNumberOfInputs;
+    return info;
+  }
+  explicit ChooseFromDatasets(const Params& p) : field_(p.get_string("field")), stop_on_empty_(p.get_bool("stop_on_empty_dataset")) {}
+  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
+    const std::size_t choices = inputs.size() - 1, datasets = choices;
+    Sample choice;
+    while (inputs.next(choices, choice)) {
+      const Tensor& t = choice.at(field_);
+      std::int64_t k = -1;
+      switch (t.dtype()) {
+        case DType::U8: k = t.item<std::uint8_t>(); break;
+        case DType::I16: k = t.item<std::int16_t>(); break;
+        case DType::I32: k = t.item<std::int32_t>(); break;
+        case DType::I64: k = t.item<std::int64_t>(); break;
+        default:
+          throw DataError("choose_from_datasets: field '" + field_ + "' of " + choice.origin() + " is " + dtype_name(t.dtype()) +
+                          ", not an integer");
+      }
+      if (k < 0 || k >= static_cast<std::int64_t>(datasets))
+        throw DataError("choose_from_datasets: choice " + std::to_string(k) + " from " + choice.origin() + " (input '" +
+                        inputs.name(choices) + "') is out of range: there are " + std::to_string(datasets) +
+                        " inputs to choose from, 0 to " + std::to_string(datasets - 1));
+      Sample sample;
+      if (inputs.next(static_cast<std::size_t>(k), sample)) {
+        if (!out.push(std::move(sample))) return;
+      } else if (stop_on_empty_) {
+        return;
+      }
+    }
+  }
+
+ private:
+  std::string field_;
+  bool stop_on_empty_;
+};
+
+// Keeps the elements whose hash falls in [from, to): branches of a tee given [0, 0.9) and
+// [0.9, 1) split the data between them, each element on one side only, the same in every run.
+// The hash is the pipeline seed's, not the stage's, so that the branches agree.
+class Split final : public Filter {
+ public:
+  static OperatorInfo describe() {
+    return {"split",
+            OperatorKind::Filter,
+            "Keeps the elements whose hash (of `key`, else of the element's position) falls in [from, to): "
+            "complementary ranges on two branches split the data between them",
+            {ParamSpec::make("from", ParamType::Float, "start of the kept range of hashes, 0..1").def("0").range(0, 1),
+             ParamSpec::make("to", ParamType::Float, "end of the kept range, from..1").def("1").range(0, 1),
+             ParamSpec::make("key", ParamType::String,
+                             "a field whose bytes decide the side (an element keeps its side when the order changes); "
+                             "empty: the element's position in the iteration")
+                 .def("")},
+            {.stateless = true, .keeps_shape = true},
+            {}};
+  }
+  explicit Split(const Params& p) : from_(p.get_float("from")), to_(p.get_float("to")), key_(p.get_string("key")) {
+    if (to_ < from_) throw ParamError("to (" + std::to_string(to_) + ") is below from (" + std::to_string(from_) + ")");
+  }
+  void start(const StageInfo& info) override { seed_ = info.seed; }
+  bool keep(const Sample& in, const ElementContext& ctx) override {
+    std::uint64_t h = 0;
+    if (key_.empty()) {
+      h = mix64(seed_ ^ mix64(ctx.index + 0x9e3779b97f4a7c15ull));
+    } else {
+      const Tensor& t = in.at(key_);
+      const std::string_view bytes = t.dtype() == DType::Bytes && t.num_elements() == 1
+                                         ? t.string_at(0)
+                                         : std::string_view(reinterpret_cast<const char*>(t.raw_data()), t.nbytes());
+      h = mix64(seed_ ^ stable_hash(bytes));
+    }
+    const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+    return u >= from_ && u < to_;
+  }
+
+ private:
+  double from_, to_;
+  std::string key_;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+void register_combinators(Registrar& registrar) {
+  registrar.add<Zip>();
+  registrar.add<Concatenate>();
+  registrar.add<SampleFromDatasets>();
+  registrar.add<ChooseFromDatasets>();
+  registrar.add<Split>();
+}
+
+}  // namespace sluice::std_ops
