@@ -122,8 +122,10 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     QVERIFY(has(problems(stage("a", "range", "", {}, "input: \"b\"") + stage("b", "identity", "a") + sink_after("b")),
                 "'range' is a source and takes no input"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("x", "identity", "") + sink_after("src")), "needs an input"));
+    // A stage read by two stages (a tee) is fine; each branch must still end in a sink.
     QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "src") + sink_after("a")),
-                "its output is read by 2 stages"));
+                "stage 'b': no path to a sink"));
+    QVERIFY(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "null_sink", "src") + sink_after("a")).empty());
     QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src")), "stage 'a': no path to a sink"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "a")),
                 "stage 'a': no path to a sink: its output ends at stage 'b', which is not a sink"));

@@ -153,6 +153,84 @@ class TestStudio : public QObject {
   }
   void cleanup() { window_.reset(); }
 
+  // A mixing stage's inputs are ports of their own, in order; an output port takes several
+  // connections (a tee); undo, save and reopen keep the order; a run shows every edge's buffer.
+  void wires_a_mixture_and_a_tee_with_the_mouse_and_shows_each_edge_live() {
+    drop_operator("range", QPoint(110, 90));
+    drop_operator("range", QPoint(110, 330));
+    drop_operator("sample_from_datasets", QPoint(430, 210));
+    drop_operator("null_sink", QPoint(740, 210));
+    drop_operator("null_sink", QPoint(430, 450));
+    const auto& spec = window_->document().spec();
+    QCOMPARE(spec.stage_size(), 5);
+    NodeItem* mix = node("sample_from_datasets");
+    QVERIFY(mix);
+    QCOMPARE(mix->input_ports(), 2);  // it takes two or more: two ports before any is connected
+    // Each input into its port; a free port takes the next input.
+    drag(at(node("range")->output_port()), at(mix->input_port(0)));
+    drag(at(node("range_2")->output_port()), at(mix->input_port(1)));
+    const auto* mixed = stage_of(spec, "sample_from_datasets");
+    QCOMPARE(mixed->input_size(), 2);
+    QCOMPARE(QString::fromStdString(mixed->input(0)), QString("range"));
+    QCOMPARE(QString::fromStdString(mixed->input(1)), QString("range_2"));
+    QCOMPARE(mix->input_ports(), 3);  // any number: a free port for one more
+    QVERIFY(window_->scene().edge_into("sample_from_datasets", 0) && window_->scene().edge_into("sample_from_datasets", 1));
+    QCOMPARE(window_->scene().edge_into("sample_from_datasets", 1)->from()->id(), QString("range_2"));
+    connect_ports("sample_from_datasets", "null_sink");
+    // A second connection out of range_2: a tee; the first one stays.
+    connect_ports("range_2", "null_sink_2");
+    QCOMPARE(input_of(spec, "null_sink_2"), QString("range_2"));
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(1)), QString("range_2"));
+    QVERIFY2(window_->document().problems().empty(),
+             window_->document().problems().empty() ? "" : window_->document().problems()[0].to_string().c_str());
+    // An input listed twice is refused while dragging, and nothing changes.
+    const std::string before = spec.SerializeAsString();
+    QString hint_while_dragging;
+    drag(at(node("range")->output_port()), at(node("sample_from_datasets")->input_port(1)),
+         [&] { hint_while_dragging = window_->scene().drag_hint(); });
+    QVERIFY2(hint_while_dragging.contains("already reads 'range'"), qPrintable(hint_while_dragging));
+    QCOMPARE(spec.SerializeAsString(), before);
+    // Dropped on a connected port, a connection replaces that input; undo puts the old one back.
+    drop_operator("range", QPoint(110, 560));
+    drag(at(node("range_3")->output_port()), at(node("sample_from_datasets")->input_port(0)));
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(0)), QString("range_3"));
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(1)), QString("range_2"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(0)), QString("range"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);  // the dropped range_3
+    QVERIFY(!node("range_3"));
+    // Undo takes the tee back, redo brings it.
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(input_of(spec, "null_sink_2"), QString());
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(1)), QString("range_2"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
+    QCOMPARE(input_of(spec, "null_sink_2"), QString("range_2"));
+    // Save and reopen: input order and layout as they were.
+    const QString file = dir_.filePath("mixture.txtpb");
+    QVERIFY(window_->save_to(file));
+    const sluice::spec::PipelineSpec saved = spec;
+    MainWindow reopened(sluice::test::registry());
+    QVERIFY(reopened.open_file(file));
+    QVERIFY(google::protobuf::util::MessageDifferencer::Equals(reopened.document().spec(), saved));
+    QCOMPARE(reopened.scene().edge_into("sample_from_datasets", 1)->from()->id(), QString("range_2"));
+    QCOMPARE(reopened.scene().node("sample_from_datasets")->input_ports(), 3);
+
+    // A run: the tee's source has a buffer per reader, and each edge draws its own.
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "400000"}}) + stage("fast", "null_sink", "src") +
+                  stage("slow", "simulate_work", "src", {{"us", "20"}}) + stage("other", "range", "", {{"count", "400000"}}) +
+                  stage("mix", "sample_from_datasets", "", {}, "input: \"slow\" input: \"other\"") + stage("sink", "null_sink", "mix"),
+              "tee.txtpb");
+    QCOMPARE(node("mix")->input_ports(), 3);
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(node("src")->live() && node("src")->live()->reader_buffers.size() == 2, 10000);
+    const auto buffers = node("src")->live()->reader_buffers;
+    QVERIFY(buffers.contains("fast") && buffers.contains("slow"));
+    QVERIFY(buffers.value("slow").second > 0);
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+  }
+
   void palette_lists_every_operator_grouped_and_searchable() {
     auto& palette = window_->palette();
     for (const auto& op : sluice::test::registry().operators()) {

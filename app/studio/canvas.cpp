@@ -41,7 +41,12 @@ void NodeItem::sync(const spec::Stage& stage, const RegisteredOperator* op, bool
   op_ = QString::fromStdString(stage.op());
   known_ = op != nullptr;
   summary_ = op ? QString::fromStdString(op->info.summary) : QString("no plugin loaded here has an operator '%1'").arg(op_);
-  takes_input_ = !op || op->info.kind != OperatorKind::Source;
+  const int inputs = stage.input_size();
+  if (op && op->info.kind == OperatorKind::Source) input_ports_ = 0;
+  else if (op && op->info.kind == OperatorKind::Combine) {
+    const bool any = op->info.max_inputs == kAnyNumberOfInputs;
+    input_ports_ = std::max(op->info.min_inputs, any ? inputs + 1 : std::min(inputs + 1, op->info.max_inputs));
+  } else input_ports_ = std::max(1, inputs);
   gives_output_ = !op || op->info.kind != OperatorKind::Sink;
   has_problem_ = has_problem;
   setPos(stage.layout().x(), stage.layout().y());
@@ -65,7 +70,8 @@ void NodeItem::update_tooltip() {
 int NodeItem::port_at(QPointF scene_pos) const {
   const double grab = kPortRadius + 5;
   if (QLineF(scene_pos, output_port()).length() <= grab) return 1;
-  if (QLineF(scene_pos, input_port()).length() <= grab) return -1;
+  for (int k = 0; k < input_ports_; ++k)
+    if (QLineF(scene_pos, input_port(k)).length() <= grab) return -1 - k;
   return 0;
 }
 
@@ -144,7 +150,8 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
     p->setBrush(usable ? QColor(70, 120, 200) : Qt::white);
     p->drawEllipse(at, kPortRadius, kPortRadius);
   };
-  port(QPointF(0, kHeight / 2), takes_input_);
+  for (int k = 0; k < input_ports_; ++k) port(input_port_local(k), true);
+  if (input_ports_ == 0) port(QPointF(0, kHeight / 2), false);
   port(QPointF(kWidth, kHeight / 2), gives_output_);
 }
 
@@ -156,7 +163,7 @@ QVariant NodeItem::itemChange(GraphicsItemChange change, const QVariant& value) 
 
 // ---- EdgeItem ----
 
-EdgeItem::EdgeItem(NodeItem* from, NodeItem* to) : from_(from), to_(to) {
+EdgeItem::EdgeItem(NodeItem* from, NodeItem* to, int input) : from_(from), to_(to), input_(input) {
   setFlag(ItemIsSelectable);
   setZValue(0);
   adjust();
@@ -164,7 +171,7 @@ EdgeItem::EdgeItem(NodeItem* from, NodeItem* to) : from_(from), to_(to) {
 
 void EdgeItem::adjust() {
   prepareGeometryChange();
-  const QPointF a = from_->output_port(), b = to_->input_port();
+  const QPointF a = from_->output_port(), b = to_->input_port(input_);
   QPainterPath path(a);
   if (b.x() >= a.x() + 40) {
     const double bend = std::max(40.0, (b.x() - a.x()) / 2);
@@ -199,9 +206,11 @@ void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   p->setPen(pen);
   p->setBrush(Qt::NoBrush);
   p->drawPath(path());
-  if (!live || fused || live->buffer_capacity == 0) return;
-  // The buffer between the stages, as a fill bar: level / capacity.
-  const double fill = double(live->buffer_level) / live->buffer_capacity;
+  if (!live || fused) return;
+  // The buffer between the stages, as a fill bar: level / capacity. A tee has one per reader.
+  auto [buffer_level, buffer_capacity] = live->reader_buffers.value(to_->id(), {live->buffer_level, live->buffer_capacity});
+  if (buffer_capacity == 0) return;
+  const double fill = double(buffer_level) / buffer_capacity;
   const QRectF bar = fill_bar_rect();
   p->setPen(QPen(QColor(80, 85, 95), 1));
   p->setBrush(Qt::white);
@@ -257,19 +266,19 @@ void PipelineScene::sync() {
     gone->deleteLater();  // it may be inside one of its own event handlers
   }
   for (const auto& st : spec.stage())
-    for (const auto& in : st.input()) {
-      NodeItem* from = nodes_.value(QString::fromStdString(in));
+    for (int k = 0; k < st.input_size(); ++k) {
+      NodeItem* from = nodes_.value(QString::fromStdString(st.input(k)));
       NodeItem* to = nodes_.value(QString::fromStdString(st.id()));
       if (!from || !to) continue;
-      auto* edge = new EdgeItem(from, to);
+      auto* edge = new EdgeItem(from, to, std::min(k, std::max(0, to->input_ports() - 1)));
       addItem(edge);
       edges_.push_back(edge);
     }
 }
 
-EdgeItem* PipelineScene::edge_into(const QString& to) const {
+EdgeItem* PipelineScene::edge_into(const QString& to, int input) const {
   for (EdgeItem* e : edges_)
-    if (e->to()->id() == to) return e;
+    if (e->to()->id() == to && e->input() == input) return e;
   return nullptr;
 }
 
@@ -317,14 +326,16 @@ NodeItem* PipelineScene::node_under(QPointF scene_pos) const {
   return nullptr;
 }
 
-std::optional<QString> PipelineScene::drag_refusal(const NodeItem* target) const {
+std::optional<QString> PipelineScene::drag_refusal(const NodeItem* target, int input) const {
   if (auto refusal = document_.output_refusal(drag_from_->id())) return refusal;
-  return target ? document_.connection_refusal(drag_from_->id(), target->id()) : std::nullopt;
+  return target ? document_.connection_refusal(drag_from_->id(), target->id(), input) : std::nullopt;
 }
 
-NodeItem* PipelineScene::drag_target(QPointF scene_pos) const {
+NodeItem* PipelineScene::drag_target(QPointF scene_pos, int* input) const {
   NodeItem* target = node_under(scene_pos);
-  return target == drag_from_ ? nullptr : target;  // letting go on its own node connects nothing
+  if (target == drag_from_) target = nullptr;  // letting go on its own node connects nothing
+  if (input) *input = target && target->port_at(scene_pos) < 0 ? -1 - target->port_at(scene_pos) : -1;
+  return target;
 }
 
 void PipelineScene::update_drag(QPointF scene_pos) {
@@ -332,9 +343,15 @@ void PipelineScene::update_drag(QPointF scene_pos) {
   QPainterPath path(a);
   path.cubicTo(a + QPointF(60, 0), scene_pos - QPointF(60, 0), scene_pos);
   drag_line_->setPath(path);
-  NodeItem* target = drag_target(scene_pos);
-  const auto refusal = drag_refusal(target);
+  int input = -1;
+  NodeItem* target = drag_target(scene_pos, &input);
+  const auto refusal = drag_refusal(target, input);
   if (refusal) drag_hint_ = "cannot connect: " + *refusal;
+  else if (target && target->input_ports() > 1)
+    drag_hint_ = QString("connect '%1' to input %2 of '%3'")
+                     .arg(drag_from_->id())
+                     .arg(document_.connection_slot(target->id(), input) + 1)
+                     .arg(target->id());
   else if (target) drag_hint_ = QString("connect '%1' to '%2'").arg(drag_from_->id(), target->id());
   else drag_hint_ = QString("drop on a stage's input to connect '%1'").arg(drag_from_->id());
   drag_line_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(40, 110, 230), 2, Qt::DashLine));
@@ -373,12 +390,13 @@ void PipelineScene::mouseMoveEvent(QGraphicsSceneMouseEvent* event) {
 
 void PipelineScene::mouseReleaseEvent(QGraphicsSceneMouseEvent* event) {
   if (drag_from_) {
-    NodeItem* target = drag_target(event->scenePos());
+    int input = -1;
+    NodeItem* target = drag_target(event->scenePos(), &input);
     const QString from = drag_from_->id();
-    const auto refusal = drag_refusal(target);
+    const auto refusal = drag_refusal(target, input);
     end_connection_drag();
     if (refusal) emit connection_refused(*refusal);
-    else if (target) document_.connect_stages(from, target->id());
+    else if (target) document_.connect_stages(from, target->id(), input);
     event->accept();
     return;
   }

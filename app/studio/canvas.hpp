@@ -27,6 +27,8 @@ struct LiveStage {
   QStringList devices;  // feed sinks: "cuda:0 11.8 GB/s, ring 3/4" per device
   std::uint64_t skipped = 0;
   QString failure;  // the run failed at this stage: the message
+  // Its output buffer as each reader sees it (a tee has one per reader): level and capacity.
+  QHash<QString, std::pair<std::uint32_t, std::uint32_t>> reader_buffers;
   bool averages = false;  // the rates are the ended run's averages, not the last interval's
 };
 
@@ -41,11 +43,14 @@ class NodeItem final : public QGraphicsObject {
   void sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem);
   void set_live(const std::optional<LiveStage>& live);
   const std::optional<LiveStage>& live() const { return live_; }
-  bool takes_input() const { return takes_input_; }
+  bool takes_input() const { return input_ports_ > 0; }
   bool gives_output() const { return gives_output_; }
-  QPointF input_port() const { return mapToScene(QPointF(0, kHeight / 2)); }
+  // Input ports, top to bottom in the order of the stage's inputs: one for most operators, one
+  // per input for a combine (and a free one more while it may take more).
+  int input_ports() const { return input_ports_; }
+  QPointF input_port(int k = 0) const { return mapToScene(input_port_local(k)); }
   QPointF output_port() const { return mapToScene(QPointF(kWidth, kHeight / 2)); }
-  // Which port, if any, is under a scene position: 1 output, -1 input, 0 none.
+  // Which port, if any, is under a scene position: 1 output, -1 - k input k, 0 none.
   int port_at(QPointF scene_pos) const;
 
   QRectF boundingRect() const override;
@@ -56,17 +61,21 @@ class NodeItem final : public QGraphicsObject {
 
  private:
   void update_tooltip();
+  QPointF input_port_local(int k) const { return QPointF(0, kHeight * (k + 1) / (input_ports_ + 1)); }
   PipelineScene& scene_;
   QString id_, op_, summary_;
-  bool takes_input_ = true, gives_output_ = true, known_ = true, has_problem_ = false;
+  int input_ports_ = 1;
+  bool gives_output_ = true, known_ = true, has_problem_ = false;
   std::optional<LiveStage> live_;
 };
 
 class EdgeItem final : public QGraphicsPathItem {
  public:
-  EdgeItem(NodeItem* from, NodeItem* to);
+  // The connection into input `input` of `to` (its port of that number).
+  EdgeItem(NodeItem* from, NodeItem* to, int input = 0);
   NodeItem* from() const { return from_; }
   NodeItem* to() const { return to_; }
+  int input() const { return input_; }
   void adjust();
   QRectF boundingRect() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
@@ -75,6 +84,7 @@ class EdgeItem final : public QGraphicsPathItem {
  private:
   NodeItem* from_;
   NodeItem* to_;
+  int input_;
 };
 
 class PipelineScene final : public QGraphicsScene {
@@ -83,7 +93,7 @@ class PipelineScene final : public QGraphicsScene {
   explicit PipelineScene(Document& document, QObject* parent = nullptr);
   Document& document() { return document_; }
   NodeItem* node(const QString& id) const { return nodes_.value(id); }
-  EdgeItem* edge_into(const QString& to) const;
+  EdgeItem* edge_into(const QString& to, int input = 0) const;
   QStringList selected_stage_ids() const;
   QStringList selected_edge_targets() const;  // consumers of the selected connections
   // Selects one stage; `reveal` scrolls it into view (a problem clicked in the list).
@@ -108,8 +118,9 @@ class PipelineScene final : public QGraphicsScene {
   NodeItem* node_under(QPointF scene_pos) const;
   // While a connection is dragged out of drag_from_: the stage under the pointer (not its own),
   // why the connection cannot be made there, and the line, label and hint drawn for it.
-  NodeItem* drag_target(QPointF scene_pos) const;
-  std::optional<QString> drag_refusal(const NodeItem* target) const;
+  // `input`: the input port dropped on, or -1 (the body: the operator's next free input).
+  NodeItem* drag_target(QPointF scene_pos, int* input = nullptr) const;
+  std::optional<QString> drag_refusal(const NodeItem* target, int input) const;
   void update_drag(QPointF scene_pos);
   void end_connection_drag();
 

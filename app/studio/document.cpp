@@ -1,5 +1,7 @@
 #include "document.hpp"
 
+#include <functional>
+
 #include <google/protobuf/util/message_differencer.h>
 
 #include <QFile>
@@ -198,7 +200,16 @@ std::optional<QString> Document::output_refusal(const QString& from) const {
   return std::nullopt;
 }
 
-std::optional<QString> Document::connection_refusal(const QString& from, const QString& to) const {
+int Document::connection_slot(const QString& to, int input) const {
+  const int t = index_of(to);
+  if (t < 0) return 0;
+  auto op = operator_of(to);
+  if (!op || op->info.kind != OperatorKind::Combine) return 0;
+  const int inputs = spec_.stage(t).input_size();
+  return input >= 0 && input < inputs ? input : inputs;
+}
+
+std::optional<QString> Document::connection_refusal(const QString& from, const QString& to, int input) const {
   const int f = index_of(from), t = index_of(to);
   if (f < 0 || t < 0) return QString("no such stage");
   if (f == t) return QString("a stage cannot feed itself");
@@ -206,28 +217,47 @@ std::optional<QString> Document::connection_refusal(const QString& from, const Q
   auto to_op = operator_of(to);
   if (to_op && to_op->info.kind == OperatorKind::Source)
     return QString("'%1' is a source (%2): it takes no input").arg(to, QString::fromStdString(to_op->info.name));
-  // Walking up from `from`: reaching `to` means `to` already feeds `from`.
+  // Walking up from `from` through every input: reaching `to` means `to` already feeds `from`.
   std::vector<bool> seen(spec_.stage_size());
-  for (int at = f; at >= 0 && !seen[at];) {
+  std::vector<int> pending{f};
+  while (!pending.empty()) {
+    const int at = pending.back();
+    pending.pop_back();
+    if (at < 0 || seen[at]) continue;
     seen[at] = true;
     if (at == t) return QString("'%1' already feeds '%2': the connection would make a cycle").arg(to, from);
-    at = spec_.stage(at).input_size() > 0 ? index_of(QString::fromStdString(spec_.stage(at).input(0))) : -1;
+    for (const auto& in : spec_.stage(at).input()) pending.push_back(index_of(QString::fromStdString(in)));
   }
-  for (const auto& st : spec_.stage())
-    for (const auto& in : st.input())
-      if (in == from.toStdString() && st.id() != to.toStdString())
-        return QString("'%1' already feeds '%2', and a stage's output goes to one stage: delete that connection first")
-            .arg(from, QString::fromStdString(st.id()));
+  const auto& target = spec_.stage(t);
+  const int slot = connection_slot(to, input);
+  const bool combine = to_op && to_op->info.kind == OperatorKind::Combine;
+  for (int k = 0; k < target.input_size(); ++k)
+    if (target.input(k) == from.toStdString() && (combine ? k != slot : false))
+      return QString("'%1' already reads '%2' (its input %3): a stage reads an output once").arg(to, from).arg(k + 1);
+  if (combine && to_op->info.max_inputs != kAnyNumberOfInputs && slot >= to_op->info.max_inputs)
+    return QString("'%1' (%2) takes at most %3 inputs: drop on one of its input ports to replace that input")
+        .arg(to, QString::fromStdString(to_op->info.name))
+        .arg(to_op->info.max_inputs);
   return std::nullopt;
 }
 
-void Document::connect_stages(const QString& from, const QString& to) {
-  if (connection_refusal(from, to)) return;
-  edit(QString("Connect %1 to %2").arg(from, to), [&](spec::PipelineSpec& s) {
-    auto* st = find_stage(s, to);
-    st->clear_input();
-    st->add_input(from.toStdString());
-  });
+void Document::connect_stages(const QString& from, const QString& to, int input) {
+  if (connection_refusal(from, to, input)) return;
+  const int slot = connection_slot(to, input);
+  auto op = operator_of(to);
+  const bool combine = op && op->info.kind == OperatorKind::Combine;
+  edit(combine ? QString("Connect %1 to input %2 of %3").arg(from).arg(slot + 1).arg(to) : QString("Connect %1 to %2").arg(from, to),
+       [&](spec::PipelineSpec& s) {
+         auto* st = find_stage(s, to);
+         if (!combine) {
+           st->clear_input();
+           st->add_input(from.toStdString());
+         } else if (slot < st->input_size()) {
+           st->set_input(slot, from.toStdString());
+         } else {
+           st->add_input(from.toStdString());
+         }
+       });
 }
 
 void Document::move_stage(const QString& id, QPointF position) {
@@ -351,30 +381,39 @@ bool Document::lay_out_unless_placed(spec::PipelineSpec& s) {
 void Document::lay_out(spec::PipelineSpec& s) {
   std::map<std::string, int> position;
   for (int i = 0; i < s.stage_size(); ++i) position[s.stage(i).id()] = i;
-  auto input_of = [&](int i) {
-    if (s.stage(i).input_size() == 0) return -1;
-    auto it = position.find(s.stage(i).input(0));
-    return it == position.end() ? -1 : it->second;
+  auto inputs_of = [&](int i) {
+    std::vector<int> found;
+    for (const auto& in : s.stage(i).input())
+      if (auto it = position.find(in); it != position.end() && it->second != i) found.push_back(it->second);
+    return found;
   };
-  // Each stage has one input at most and one consumer, so the graph is a set of chains: a chain
-  // per band of rows, in the order its first stage appears, each stage one column right of its
-  // input; a chain longer than a screen's width goes on in the next row, again from the left.
+  // A stage goes one column right of its furthest input. It continues the band of rows of its
+  // first input when it is that input's first reader; a second reader of a stage (a branch of a
+  // tee) and a source start bands of their own, in the order the stages appear; a chain longer
+  // than a screen's width goes on in the next row, again from the left.
   std::vector<int> depth(s.stage_size(), -1), chain(s.stage_size(), -1);
+  std::vector<bool> first_reader_placed(s.stage_size(), false);
   int chains = 0;
-  for (int i = 0; i < s.stage_size(); ++i) {
-    std::vector<int> path;
-    int at = i;
-    while (at >= 0 && depth[at] < 0 && std::find(path.begin(), path.end(), at) == path.end()) {
-      path.push_back(at);
-      at = input_of(at);
+  std::vector<int> state(s.stage_size(), 0);  // 0 not seen, 1 being placed (a cycle), 2 placed
+  std::function<void(int)> place = [&](int i) {
+    if (state[i] != 0) return;
+    state[i] = 1;
+    int d = 0;
+    const auto inputs = inputs_of(i);
+    for (int in : inputs) {
+      place(in);
+      if (state[in] == 2) d = std::max(d, depth[in] + 1);
     }
-    int d = at >= 0 && depth[at] >= 0 ? depth[at] + 1 : 0;
-    int c = at >= 0 && chain[at] >= 0 ? chain[at] : chains++;
-    for (auto it = path.rbegin(); it != path.rend(); ++it, ++d) {
-      depth[*it] = d;
-      chain[*it] = c;
+    depth[i] = d;
+    if (!inputs.empty() && state[inputs.front()] == 2 && !first_reader_placed[inputs.front()]) {
+      first_reader_placed[inputs.front()] = true;
+      chain[i] = chain[inputs.front()];
+    } else {
+      chain[i] = chains++;
     }
-  }
+    state[i] = 2;
+  };
+  for (int i = 0; i < s.stage_size(); ++i) place(i);
   std::vector<int> rows_of_chain(chains, 1), first_row(chains, 0);
   for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / kColumns + 1);
   for (int c = 1; c < chains; ++c) first_row[c] = first_row[c - 1] + rows_of_chain[c - 1];

@@ -58,7 +58,9 @@ class Document : public QObject {
   // The edits users make, each one undo step.
   QString add_stage(const QString& op, QPointF position);  // returns the new stage's id
   void remove_stages(const QStringList& ids);
-  void connect_stages(const QString& from, const QString& to);
+  // Into input `input` of `to` (-1: the next free input of a combine, the only one of others);
+  // an input a combine already has is replaced, one past its last is added.
+  void connect_stages(const QString& from, const QString& to, int input = -1);
   void move_stage(const QString& id, QPointF position);
   void set_param(const QString& id, const QString& name, const std::optional<QString>& value);  // nullopt: back to default
   // parallelism, buffer_size, error_policy (spec::ErrorPolicy), cycle_length, block_length,
@@ -76,15 +78,17 @@ class Document : public QObject {
   // Why nothing can be connected out of `from` (a sink), or nothing when something can.
   std::optional<QString> output_refusal(const QString& from) const;
   // Why `from`'s output cannot go into `to`, or nothing when it can.
-  std::optional<QString> connection_refusal(const QString& from, const QString& to) const;
+  std::optional<QString> connection_refusal(const QString& from, const QString& to, int input = -1) const;
+  // The input of `to` that a connection dropped on its port `input` (-1: its body) would take.
+  int connection_slot(const QString& to, int input) const;
 
   int index_of(const QString& id) const;  // -1 when absent
   std::shared_ptr<const RegisteredOperator> operator_of(const QString& id) const;
   // Every problem validation finds, as the CLI would report it.
   const std::vector<Problem>& problems() const { return problems_; }
 
-  // Positions for every stage: sources in a column on the left, each consumer right of its input
-  // (a long chain wraps to the next row).
+  // Positions for every stage: sources in a column on the left, each stage right of its inputs, a
+  // branch (a second reader of a stage) in rows of its own; a long chain wraps to the next row.
   static void lay_out(spec::PipelineSpec& spec);
   // Lays out every stage when any has no position (a hand-written file); true when it did.
   static bool lay_out_unless_placed(spec::PipelineSpec& spec);

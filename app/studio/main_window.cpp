@@ -699,6 +699,7 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
     l.busy = st.busy_fraction();
     l.buffer_level = st.buffer_level();
     l.buffer_capacity = st.buffer_capacity();
+    for (const auto& r : st.readers()) l.reader_buffers.insert(QString::fromStdString(r.reader()), {r.level(), r.capacity()});
     l.fused = !st.fused_with().empty();
     l.skipped = st.errors_skipped();
     // A failed run has no bottleneck worth showing: the outline that matters is the failure's.
