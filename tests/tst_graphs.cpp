@@ -11,6 +11,7 @@
 
 #include "pipeline_runner.hpp"
 #include "sluice/core/engine.hpp"
+#include "sluice/core/report.hpp"
 
 using namespace sluice::test;
 
@@ -284,6 +285,46 @@ class TestGraphs : public QObject {
     auto weights = run_text(range("a", 0, 3) + range("b", 0, 3) +
                             combine("mix", "sample_from_datasets", {"a", "b"}, {{"weights", "1,2,3"}}) + sink_after("mix"));
     QVERIFY2(weights.error.find("weights has 3 values, but the stage has 2 inputs") != std::string::npos, weights.error.c_str());
+  }
+
+  // The report names the branch that starves a mixing stage, and finds the bottleneck across
+  // branches.
+  void the_report_names_the_branch_that_starves_a_mixture() {
+    auto out = run_text(range("a", 0, 100000) + range("b", 1000000, 3000) +
+                        stage("slow", "simulate_work", "b", {{"us", "300"}}) +
+                        combine("mix", "sample_from_datasets", {"a", "slow"}, {{"stop_on_empty_dataset", "true"}}) +
+                        stage("out", "null_sink", "mix"));
+    QCOMPARE(out.result.state, sluice::RunState::Finished);
+    QCOMPARE(out.snapshot.bottleneck(), std::string("slow"));
+    std::string advice;
+    for (const auto& s : sluice::suggest_changes(out.snapshot)) advice += s + "\n";
+    QVERIFY2(advice.find("the branch ending at 'slow' starves 'mix'") != std::string::npos &&
+                 advice.find("its busiest stage is 'slow'") != std::string::npos,
+             advice.c_str());
+  }
+
+  // On several workers, each dataset of a mixture is sharded: the workers' outputs are disjoint
+  // and together hold every element.
+  void each_input_of_a_mixture_is_sharded_between_workers() {
+    const std::string text = "options { seed: 5 }\n" + range("a", 0, 300) + range("b", 1000, 200) +
+                             combine("mix", "sample_from_datasets", {"a", "b"}, {{"weights", "0.6,0.4"}}) + sink_after("mix");
+    std::vector<long long> all;
+    for (int index : {0, 1}) {
+      sluice::WorkerPlan plan;
+      auto out = run_text_as_worker(text, sluice::WorkerIdentity{index, 2, "test", "--worker-index"}, &plan);
+      QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+      std::string notes;
+      for (const auto& n : plan.notes) notes += n + "\n";
+      QVERIFY2(notes.find("added after 'a'") != std::string::npos && notes.find("added after 'b'") != std::string::npos, notes.c_str());
+      auto values = all_integers(out.lines);
+      QCOMPARE(values.size(), std::size_t{250});
+      all.insert(all.end(), values.begin(), values.end());
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<long long> expected;
+    for (int i = 0; i < 300; ++i) expected.push_back(i);
+    for (int i = 1000; i < 1200; ++i) expected.push_back(i);
+    QCOMPARE(all, expected);
   }
 
   // split: complementary ranges on two branches of a tee share the data out, each element once.

@@ -10,15 +10,27 @@
 
 namespace sluice {
 
+namespace {
+// The mean fill of `producer`'s output buffer that `reader` reads (its own, when it is one of
+// several readers).
+double reader_fill(const metrics::StageMetrics& producer, const std::string& reader) {
+  for (const auto& r : producer.readers())
+    if (r.reader() == reader) return r.mean_fill();
+  return producer.mean_buffer_fill();
+}
+}  // namespace
+
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   std::map<std::string, int> index_of;
   for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
   // A fused stage has no buffer before it: its group's input buffer is the one that matters.
+  // A stage waits on its emptiest input (a combine needs each of them); a reader of a tee reads
+  // its own buffer of the producer's output.
   std::function<double(const metrics::StageMetrics&)> input_fill = [&](const metrics::StageMetrics& m) {
     if (m.inputs_size() == 0) return 1.0;  // a source is never short of input
     if (!m.fused_with().empty()) return input_fill(snapshot.stage(index_of.at(m.inputs(0))));
-    double fill = 0;
-    for (const auto& in : m.inputs()) fill = std::max(fill, snapshot.stage(index_of.at(in)).mean_buffer_fill());
+    double fill = 1.0;
+    for (const auto& in : m.inputs()) fill = std::min(fill, reader_fill(snapshot.stage(index_of.at(in)), m.id()));
     return fill;
   };
   // A member of a fused group hands its output straight to the next member: the group's last
@@ -128,7 +140,35 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
     }
   }
 
-  // 2. A deterministic, expensive stage recomputed every epoch, with no cache after it.
+  // 2. A combine that waits for one of its inputs: the branch ending there is what to speed up.
+  for (const auto& m : snapshot.stage()) {
+    if (m.kind() != "combine" || m.inputs_size() < 2 || m.starved_fraction() < 0.2) continue;
+    const metrics::StageMetrics* starving = nullptr;
+    double emptiest = 2.0, others = 0.0;
+    for (const auto& in : m.inputs()) {
+      const auto* producer = stage(in);
+      if (!producer) continue;
+      const double fill = reader_fill(*producer, m.id());
+      if (fill < emptiest) {
+        if (starving) others = std::max(others, emptiest);
+        emptiest = fill;
+        starving = producer;
+      } else {
+        others = std::max(others, fill);
+      }
+    }
+    if (!starving || others - emptiest < 0.2) continue;  // no input clearly behind the others
+    // The busiest stage of that branch, walking up its first inputs.
+    const metrics::StageMetrics* busiest = starving;
+    for (const auto* up = starving; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
+      if (up->busy_fraction() > busiest->busy_fraction()) busiest = up;
+    advice(fmt::format("the branch ending at '{}' starves '{}' ({}): its buffer into '{}' was {:.0f}% full on average, the "
+                       "other inputs' up to {:.0f}%; speed that branch up (its busiest stage is '{}', {}, busy {:.0f}%)",
+                       starving->id(), m.id(), m.op(), m.id(), 100 * emptiest, 100 * others, busiest->id(), busiest->op(),
+                       100 * busiest->busy_fraction()));
+  }
+
+  // 3. A deterministic, expensive stage recomputed every epoch, with no cache after it.
   std::function<bool(const metrics::StageMetrics&)> cached_after = [&](const metrics::StageMetrics& m) {
     for (const auto& next : snapshot.stage())
       for (const auto& in : next.inputs())
@@ -144,7 +184,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
     break;  // the earliest such stage; a cache there covers the ones before it
   }
 
-  // 3. Buffers that swing between empty and full: the consumer works in bursts.
+  // 4. Buffers that swing between empty and full: the consumer works in bursts.
   for (const auto& m : snapshot.stage()) {
     // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
     if (!m.buffer_capacity() || m.buffer_tuned() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
@@ -163,7 +203,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
                    Suggestion::Change::SetBufferSize, m.id(), {}, 2 * static_cast<std::int64_t>(m.buffer_capacity())});
   }
 
-  // 4. A shard after work it throws away.
+  // 5. A shard after work it throws away.
   for (const auto& m : snapshot.stage()) {
     if (m.op() != "shard" || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
     const metrics::StageMetrics* costly = nullptr;

@@ -171,77 +171,79 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
                                   worker.describe())}});
 
   Graph graph = build_graph(doc, registry);
-  int source = -1;
-  for (int i = 0; i < static_cast<int>(graph.stages.size()) && source < 0; ++i)
-    if (graph.stages[i].inputs.empty()) source = i;
-  const auto& src = graph.stages[source];
-  const int reader = src.sole_consumer();
-  const bool file_list = reader >= 0 && graph.stages[reader].op->info.kind == OperatorKind::Expand;
-  const std::int64_t files = file_list ? files_listed(src, graph) : -1;
+  // Every source gets its shard (a pipeline mixing several datasets shards each of them).
+  auto shard_source = [&](int source) {
+    const auto& src = graph.stages[source];
+    const int reader = src.sole_consumer();
+    const bool file_list = reader >= 0 && graph.stages[reader].op->info.kind == OperatorKind::Expand;
+    const std::int64_t files = file_list ? files_listed(src, graph) : -1;
 
-  bool by_file = false;
-  std::string why;
-  if (sharding == spec::by_file) {
-    if (!file_list)
-      throw SpecError({{doc.file, 0, 0, src.id, "",
-                        fmt::format("options.sharding is by_file, but the source '{}' is not a file list read by an expand "
-                                    "stage (a reader); use by_record or automatic",
-                                    src.id)}});
-    if (equal != spec::EQUAL_STEPS_UNSET)
-      throw SpecError({{doc.file, 0, 0, "", "",
-                        "options.sharding: by_file cannot give equal steps (files hold different numbers of records, "
-                        "which no worker knows before reading them); use by_record or automatic with equal_steps"}});
-    by_file = true;
-    why = "options.sharding: by_file";
-  } else if (sharding == spec::by_record || !file_list) {
-    why = sharding == spec::by_record ? "options.sharding: by_record" : fmt::format("'{}' produces the records itself", src.id);
-  } else if (equal != spec::EQUAL_STEPS_UNSET) {
-    why = fmt::format("equal_steps: {} needs every worker to see every record's position", equal_name);
-  } else if (files >= 0 && files < n) {
-    why = fmt::format("{} file{} for {} workers", files, files == 1 ? "" : "s", n);
-  } else {
-    by_file = true;
-    why = files >= 0 ? fmt::format("{} files for {} workers", files, n) : "a file list";
-  }
+    bool by_file = false;
+    std::string why;
+    if (sharding == spec::by_file) {
+      if (!file_list)
+        throw SpecError({{doc.file, 0, 0, src.id, "",
+                          fmt::format("options.sharding is by_file, but the source '{}' is not a file list read by an expand "
+                                      "stage (a reader); use by_record or automatic",
+                                      src.id)}});
+      if (equal != spec::EQUAL_STEPS_UNSET)
+        throw SpecError({{doc.file, 0, 0, "", "",
+                          "options.sharding: by_file cannot give equal steps (files hold different numbers of records, "
+                          "which no worker knows before reading them); use by_record or automatic with equal_steps"}});
+      by_file = true;
+      why = "options.sharding: by_file";
+    } else if (sharding == spec::by_record || !file_list) {
+      why = sharding == spec::by_record ? "options.sharding: by_record" : fmt::format("'{}' produces the records itself", src.id);
+    } else if (equal != spec::EQUAL_STEPS_UNSET) {
+      why = fmt::format("equal_steps: {} needs every worker to see every record's position", equal_name);
+    } else if (files >= 0 && files < n) {
+      why = fmt::format("{} file{} for {} workers", files, files == 1 ? "" : "s", n);
+    } else {
+      by_file = true;
+      why = files >= 0 ? fmt::format("{} files for {} workers", files, n) : "a file list";
+    }
 
-  spec::Stage shard;
-  shard.set_id(unique_id(doc, "shard_workers"));
-  shard.set_op(equal != spec::EQUAL_STEPS_UNSET ? "balanced_shard" : "shard");
-  (*shard.mutable_params())["num_shards"] = std::to_string(n);
-  (*shard.mutable_params())["index"] = std::to_string(worker.index);
-  if (equal != spec::EQUAL_STEPS_UNSET) (*shard.mutable_params())["equal_steps"] = equal_name;
-  const std::string after = by_file || !file_list ? src.id : graph.stages[reader].id;
-  insert_after(doc, after, shard);
-  plan.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}", by_file ? "file" : "record",
-                                   why, shard.id(), shard.op(), after, by_file ? "file" : "element", n));
-  if (by_file && files >= 0 && files < n)
-    plan.warnings.push_back(fmt::format("{} file{} for {} workers sharded by file: {} nothing", files, files == 1 ? "" : "s", n,
-                                        files + 1 == n ? fmt::format("worker {} reads", files)
-                                                       : fmt::format("workers {} to {} read", files, n - 1)));
-  if (!by_file && file_list)
-    plan.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
-                                        "of one share{}",
-                                        src.id, n, n,
-                                        equal == spec::EQUAL_STEPS_UNSET
-                                            ? "; write at least one file per worker (tfrecord_writer max_records) to shard by file"
-                                            : ""));
-  if (!by_file && file_list) {
-    const auto& rd = graph.stages[reader];
-    const bool ordered = rd.interleave_deterministic.value_or(graph.deterministic);
-    if (!ordered)
-      plan.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
-                                          "record's position differs between workers and their shards may overlap or miss "
-                                          "records; make it deterministic, or shard by file",
-                                          rd.id));
-  }
-  if (equal != spec::EQUAL_STEPS_UNSET) {
-    // The shard reads `after`, so the stages after it are those that were after `after`.
-    auto uneven = uneven_after(graph, by_file || !file_list ? source : reader);
-    if (!uneven.empty())
-      plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
-                                          "different numbers of elements",
-                                          shard.id(), fmt::join(uneven, ", ")));
-  }
+    spec::Stage shard;
+    shard.set_id(unique_id(doc, "shard_workers"));
+    shard.set_op(equal != spec::EQUAL_STEPS_UNSET ? "balanced_shard" : "shard");
+    (*shard.mutable_params())["num_shards"] = std::to_string(n);
+    (*shard.mutable_params())["index"] = std::to_string(worker.index);
+    if (equal != spec::EQUAL_STEPS_UNSET) (*shard.mutable_params())["equal_steps"] = equal_name;
+    const std::string after = by_file || !file_list ? src.id : graph.stages[reader].id;
+    insert_after(doc, after, shard);
+    plan.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}", by_file ? "file" : "record",
+                                     why, shard.id(), shard.op(), after, by_file ? "file" : "element", n));
+    if (by_file && files >= 0 && files < n)
+      plan.warnings.push_back(fmt::format("{} file{} for {} workers sharded by file: {} nothing", files, files == 1 ? "" : "s", n,
+                                          files + 1 == n ? fmt::format("worker {} reads", files)
+                                                         : fmt::format("workers {} to {} read", files, n - 1)));
+    if (!by_file && file_list)
+      plan.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
+                                          "of one share{}",
+                                          src.id, n, n,
+                                          equal == spec::EQUAL_STEPS_UNSET
+                                              ? "; write at least one file per worker (tfrecord_writer max_records) to shard by file"
+                                              : ""));
+    if (!by_file && file_list) {
+      const auto& rd = graph.stages[reader];
+      const bool ordered = rd.interleave_deterministic.value_or(graph.deterministic);
+      if (!ordered)
+        plan.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
+                                            "record's position differs between workers and their shards may overlap or miss "
+                                            "records; make it deterministic, or shard by file",
+                                            rd.id));
+    }
+    if (equal != spec::EQUAL_STEPS_UNSET) {
+      // The shard reads `after`, so the stages after it are those that were after `after`.
+      auto uneven = uneven_after(graph, by_file || !file_list ? source : reader);
+      if (!uneven.empty())
+        plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
+                                            "different numbers of elements",
+                                            shard.id(), fmt::join(uneven, ", ")));
+    }
+  };
+  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
+    if (graph.stages[i].inputs.empty()) shard_source(i);
   return finish();
 }
 
