@@ -73,6 +73,45 @@ class TestPipelines : public QObject {
     }
     QCOMPARE(total, std::uint64_t(3 * 320));  // the two workers' files together: every record, each epoch
   }
+
+  // The graph pipelines: a tee writing a copy while training, a train/evaluation split, a mixture.
+  void tee_trains_and_writes_a_copy_of_the_same_elements() {
+    const std::string copy = dir_.path().toStdString() + "/copy/train224";
+    auto out = run_file("train_and_keep_copy.txtpb", {"files.patterns=" + tfrecords_ + "/*.tfrecord", "copy.prefix=" + copy,
+                                                      "copy.max_records=100"});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "resize"), std::uint64_t(320));
+    QCOMPARE(out_of(out, "batch"), std::uint64_t(5));
+    QCOMPARE(out_of(out, "copy"), std::uint64_t(320));
+    QVERIFY(fs::exists(copy + "-00003-of-00004.tfrecord"));
+    // The copy reads back: 320 images of the model's size.
+    auto back = run_text(stage("files", "list_files", "", {{"patterns", copy + "-*.tfrecord"}}) + stage("read", "tfrecord_reader", "files") +
+                         stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}) +
+                         stage("decode", "decode_image", "parse") + stage("out", "null_sink", "decode"));
+    QVERIFY2(back.error.empty() && back.result.state == sluice::RunState::Finished, (back.error + back.result.error).c_str());
+    QCOMPARE(out_of(back, "decode"), std::uint64_t(320));
+  }
+
+  void train_and_evaluation_branches_split_the_records() {
+    auto out = run_file("train_eval_split.txtpb", {"files.patterns=" + tfrecords_ + "/*.tfrecord"});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    const auto train = out_of(out, "train_part"), eval = out_of(out, "eval_part");
+    QCOMPARE(train + eval, std::uint64_t(320));
+    QVERIFY2(eval >= 15 && eval <= 55, qPrintable(QString::number(eval)));  // about 10%
+    // The same split on another run with the files in another order (by content, not position).
+    auto again = run_file("train_eval_split.txtpb", {"files.patterns=" + tfrecords_ + "/*.tfrecord", "files.shuffle=true",
+                                                     "read.parallelism=1"});
+    QVERIFY2(again.error.empty(), again.error.c_str());
+    QCOMPARE(out_of(again, "eval_part"), eval);
+  }
+
+  void two_datasets_mixed_by_weight() {
+    auto out = run_file("mix_two_datasets.txtpb", {"big.patterns=" + tfrecords_ + "/train-0000[0-2]-*.tfrecord",
+                                                   "small.patterns=" + tfrecords_ + "/train-0000[3-4]-*.tfrecord"});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "mix"), std::uint64_t(320));  // the mixture goes on when one runs out: every record
+    QCOMPARE(out_of(out, "batch"), std::uint64_t(5));
+  }
 };
 
 QTEST_APPLESS_MAIN(TestPipelines)

@@ -230,12 +230,14 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
     out += fmt::format("Worker {} of {} ({})\n", snapshot.worker().index(), snapshot.worker().count(), printable(snapshot.worker().source()));
     for (const auto& note : snapshot.worker().notes()) out += "  " + printable(note) + "\n";
   }
-  out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", "wk",
+  std::size_t op_width = 14;  // wide enough for the longest operator name (sample_from_datasets)
+  for (const auto& m : snapshot.stage()) op_width = std::max(op_width, m.op().size());
+  out += fmt::format("{:<16} {:<{}} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", op_width, "wk",
                      "elements", "elements/s", "MB/s", "busy%", "starved%", "blocked%", "fill%", "skipped");
   for (const auto& m : snapshot.stage()) {
     std::string fill = m.buffer_capacity() ? fmt::format("{:.0f}", 100 * m.mean_buffer_fill()) : m.kind() == "sink" ? "-" : "fused";
-    out += fmt::format("{:<16} {:<14} {:>3} {:>12} {:>12.0f} {:>9.2f} {:>6.0f} {:>8.0f} {:>8.0f} {:>6} {:>8}\n", m.id(),
-                       m.op(), m.workers(), m.elements_out(), m.elements_per_s(), m.bytes_per_s() / 1e6,
+    out += fmt::format("{:<16} {:<{}} {:>3} {:>12} {:>12.0f} {:>9.2f} {:>6.0f} {:>8.0f} {:>8.0f} {:>6} {:>8}\n", m.id(),
+                       m.op(), op_width, m.workers(), m.elements_out(), m.elements_per_s(), m.bytes_per_s() / 1e6,
                        100 * m.busy_fraction(), 100 * m.starved_fraction(), 100 * m.blocked_fraction(), fill,
                        m.errors_skipped());
   }

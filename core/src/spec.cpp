@@ -236,15 +236,16 @@ struct Validation {
     // Cycles (Kahn's algorithm): what is left after removing every stage whose inputs are done.
     std::vector<int> pending(n), order;
     for (int i = 0; i < n; ++i) pending[i] = static_cast<int>(built[i].inputs.size());
-    std::vector<int> ready;
+    // The earliest stage in the file among those ready: a file already in flow order keeps it.
+    std::set<int> ready;
     for (int i = 0; i < n; ++i)
-      if (pending[i] == 0) ready.push_back(i);
+      if (pending[i] == 0) ready.insert(i);
     while (!ready.empty()) {
-      int s = ready.back();
-      ready.pop_back();
+      const int s = *ready.begin();
+      ready.erase(ready.begin());
       order.push_back(s);
       for (int c : consumers[s])
-        if (--pending[c] == 0) ready.push_back(c);
+        if (--pending[c] == 0) ready.insert(c);
     }
     if (static_cast<int>(order.size()) < n) {
       // Stages left over are on a cycle or downstream of one: walk inputs from one of them until
