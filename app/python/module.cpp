@@ -11,6 +11,7 @@
 #include <pybind11/stl.h>
 
 #include <dlpack/dlpack.h>
+#include <fmt/format.h>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
@@ -687,13 +688,34 @@ DlTensor dl_tensor_of(const Tensor& tensor) {
 // The pipeline's output goes to Python: to a python_iterator stage taking the place of its sink
 // (or after its last stage when it has none), which is returned. A gpu_feed sink stays (its
 // slices are read through Engine::feed): `feed_stage` gets its id and nothing is returned.
-spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::string& feed_stage) {
+// `output` names the stage Python reads when the pipeline ends in several (a tee): a sink is
+// replaced, any other stage gets the iterator as one more reader. Without it, a pipeline with
+// several ends is refused when `ambiguous_is_error` (an iteration), else left as it is.
+spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::string& feed_stage, const std::string& output = "",
+                             bool ambiguous_is_error = false) {
   std::set<std::string> consumed;
   for (const auto& st : doc.spec.stage())
     for (const auto& in : st.input()) consumed.insert(in);
   std::vector<int> ends;
-  for (int i = 0; i < doc.spec.stage_size(); ++i)
-    if (!consumed.count(doc.spec.stage(i).id())) ends.push_back(i);
+  if (!output.empty()) {
+    for (int i = 0; i < doc.spec.stage_size(); ++i)
+      if (doc.spec.stage(i).id() == output) ends.push_back(i);
+    if (ends.empty()) {
+      std::string ids;
+      for (const auto& st : doc.spec.stage()) ids += (ids.empty() ? "'" : ", '") + st.id() + "'";
+      throw py::value_error(fmt::format("output='{}' names no stage of {}; its stages: {}", output, doc.file, ids));
+    }
+  } else {
+    for (int i = 0; i < doc.spec.stage_size(); ++i)
+      if (!consumed.count(doc.spec.stage(i).id())) ends.push_back(i);
+    if (ends.size() > 1 && ambiguous_is_error) {
+      std::string ids;
+      for (int i : ends) ids += (ids.empty() ? "'" : ", '") + doc.spec.stage(i).id() + "'";
+      throw py::value_error(fmt::format("{} ends in {} stages ({}): pass output='STAGE' to say which one Python iterates "
+                                        "(the others run as written, their sinks writing their files)",
+                                        doc.file, ends.size(), ids));
+    }
+  }
   if (ends.size() != 1) return nullptr;  // validation names what is wrong
   auto& last = *doc.spec.mutable_stage(ends.front());
   auto op = r.find(last.op());
@@ -710,10 +732,11 @@ spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::stri
   std::string id = "python";
   for (int n = 2; std::any_of(doc.spec.stage().begin(), doc.spec.stage().end(), [&](const auto& s) { return s.id() == id; }); ++n)
     id = "python_" + std::to_string(n);
+  const std::string input = last.id();
   auto* sink = doc.spec.add_stage();
   sink->set_id(id);
   sink->set_op("python_iterator");
-  sink->add_input(last.id());
+  sink->add_input(input);
   return sink;
 }
 
@@ -722,7 +745,8 @@ class Runner {
  public:
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
-         std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers) {
+         std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
+         const std::string& output) {
     Registry* r = nullptr;
     try {
       r = &loaded_registry(plugin_dirs);
@@ -732,7 +756,7 @@ class Runner {
     PipelineDocument doc = document_of(text, file, sets, seed);
     const WorkerIdentity worker = worker_of(worker_index, num_workers);
     if (iterate)
-      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_)) queue_stage(*sink);
+      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) queue_stage(*sink);
     try {
       // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after
       // the iterator took the sink's place, whose output path then is not written.
@@ -998,17 +1022,18 @@ PYBIND11_MODULE(_sluice, m) {
   m.def("closest", [](const std::string& name) { return loaded_registry({}).closest(name); });
 
   m.def("validate", [](const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
-                       std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, bool iterate) {
+                       std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, bool iterate,
+                       const std::string& output) {
     Registry& r = loaded_registry(plugin_dirs);
     PipelineDocument doc = document_of(text, file, sets, seed);
     const spec::PipelineSpec as_written = doc.spec;
     std::string feed_stage;
-    if (iterate) attach_iterator(doc, r, feed_stage);
+    if (iterate) attach_iterator(doc, r, feed_stage, output);
     auto problems = validate_pipeline(doc, r);
     if (!problems.empty()) raise_spec_error(SpecError(problems));
     return pipeline_to_text(as_written);
   }, py::arg("text"), py::arg("file"), py::arg("sets") = std::map<std::string, std::string>{}, py::arg("seed") = std::nullopt,
-     py::arg("plugin_dirs") = std::vector<std::string>{}, py::arg("iterate") = true);
+     py::arg("plugin_dirs") = std::vector<std::string>{}, py::arg("iterate") = true, py::arg("output") = "");
 
   m.def("worker_identity", [](std::optional<int> index, std::optional<int> count) {
     const WorkerIdentity id = worker_of(index, count);
@@ -1058,10 +1083,11 @@ PYBIND11_MODULE(_sluice, m) {
 
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
-                    const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>>(),
+                    const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
+                    const std::string&>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
-           py::arg("num_workers") = std::nullopt)
+           py::arg("num_workers") = std::nullopt, py::arg("output") = "")
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("close", &Runner::close)
       .def("run_to_end", &Runner::run_to_end)

@@ -396,3 +396,42 @@ def test_workers_under_torchrun_read_disjoint_shards(tmp_path):
     bad = subprocess.run([sys.executable, "-c", script, str(pipeline)], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, RANK="one", WORLD_SIZE="3"))
     assert bad.returncode != 0 and "RANK='one'" in bad.stderr
+
+
+def test_datasets_combine_the_tf_data_way_and_match_the_pipeline_file(tmp_path):
+    import sluice.data as sd
+    a, b = sd.range(start=1, count=3), sd.range(start=4, count=4)
+    # tf.data's documented examples of zip and concatenate.
+    assert [(int(e["a/value"]), int(e["b/value"])) for e in sd.zip(a, b, prefixes=["a", "b"])] == [(1, 4), (2, 5), (3, 6)]
+    assert [int(e["value"]) for e in a.concatenate(b)] == [1, 2, 3, 4, 5, 6, 7]
+    # A dataset given twice, or one built from another, is read twice, each from its own source.
+    doubled = sd.zip(a, a.map(lambda e: {"value": e["value"] * 10}), prefixes=["x", "y"])
+    assert [(int(e["x/value"]), int(e["y/value"])) for e in doubled] == [(1, 10), (2, 20), (3, 30)]
+    words = [sd.from_list(values=w, field="word").repeat(count=-1) for w in ("foo", "bar")]
+    assert [e["word"] for e in sd.choose_from_datasets(words, sd.range(count=2).repeat(count=2))] == [b"foo", b"bar"] * 2
+    # The same mixture as the pipeline file says, run by the CLI.
+    mix = sd.sample_from_datasets([sd.range(count=500), sd.range(start=1000, count=500)], weights=[0.7, 0.3]).options(seed=9)
+    python_values = [int(e["value"]) for e in mix]
+    spec = tmp_path / "mix.txtpb"
+    out = tmp_path / "mix.jsonl"
+    spec.write_text(mix.spec() + stage("out", "jsonl_sink", "sample_from_datasets", {"path": str(out)}))
+    cli("run", "--quiet", str(spec))
+    assert python_values == [json.loads(line)["value"] for line in out.read_text().splitlines()]
+    assert sorted(python_values) == list(range(500)) + list(range(1000, 1500))
+    with pytest.raises(TypeError, match="two or more datasets"):
+        sd.zip(a)
+
+
+def test_a_pipeline_with_several_ends_iterates_the_one_named(tmp_path):
+    copy = tmp_path / "all.jsonl"
+    text = (stage("src", "range", "", {"count": "50"}) + stage("all", "jsonl_sink", "src", {"path": str(copy)}) +
+            stage("first", "take", "src", {"count": "5"}) + stage("few", "null_sink", "first"))
+    pipeline = sluice.Pipeline.from_spec(text)
+    with pytest.raises(ValueError, match=r"ends in 2 stages \('all', 'few'\): pass output='STAGE'"):
+        next(iter(pipeline))
+    few = sluice.Pipeline.from_spec(text, output="few")
+    assert [int(e["value"]) for e in few] == [0, 1, 2, 3, 4]
+    # The other branch ran as written: its sink wrote every element.
+    assert [json.loads(line)["value"] for line in copy.read_text().splitlines()] == list(range(50))
+    with pytest.raises(ValueError, match="output='nope' names no stage"):
+        sluice.Pipeline.from_spec(text, output="nope")

@@ -72,7 +72,9 @@ class Pipeline:
     are lists of bytes. `torch()` yields torch.Tensors (through DLPack), `tensors()` yields
     sluice.Tensor objects for any DLPack consumer. A pipeline ending in `gpu_feed` yields, per
     step, a list with one dict of device tensors per device. `run()` runs it as it is, sinks
-    included, like `sluice run`.
+    included, like `sluice run`. A pipeline that ends in several stages (a tee) iterates the one
+    named by `output=` (a sink's input, or any stage as one more reader of it), the other
+    branches running as written.
 
     Each run (an iteration, or `run()`) is the pipeline's next epoch: a new `iter()` gets the next
     epoch's shuffles and random draws, as the same pipeline with a `repeat` at its end would give
@@ -85,7 +87,7 @@ class Pipeline:
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
-                 num_workers=None, _text=None, _file=None, _keep=None):
+                 num_workers=None, output=None, _text=None, _file=None, _keep=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
             _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
@@ -104,9 +106,11 @@ class Pipeline:
         # TF_CONFIG, ...; or as given): with several, each run reads this worker's shard.
         self._worker_index = worker_index
         self._num_workers = num_workers
+        # A pipeline that ends in several stages (a tee) says which one Python iterates.
+        self._output = output or ""
         self.worker = _sluice.worker_identity(worker_index, num_workers)
         # The same validation as `sluice validate`: every problem, before anything runs.
-        self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs)
+        self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs, True, self._output)
 
     @classmethod
     def from_spec(cls, text, *, base_dir=None, **options):
@@ -124,7 +128,7 @@ class Pipeline:
         if epoch < 0:
             raise ValueError(f"Pipeline.epoch must be 0 or more, not {epoch}")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
-                                epoch, self._worker_index, self._num_workers)
+                                epoch, self._worker_index, self._num_workers, self._output)
         self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner

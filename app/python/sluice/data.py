@@ -123,7 +123,7 @@ class Dataset:
         if name.startswith("_"):
             raise AttributeError(name)
         schema = _schemas().get(name)
-        if schema is None or schema["kind"] == "source":
+        if schema is None or schema["kind"] in ("source", "combine"):
             raise _unknown_operator(name, "operator")
 
         def add_stage(**kwargs):
@@ -134,7 +134,7 @@ class Dataset:
         return add_stage
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | {n for n, s in _schemas().items() if s["kind"] != "source"})
+        return sorted(set(super().__dir__()) | {n for n, s in _schemas().items() if s["kind"] not in ("source", "combine")})
 
     def map(self, fn, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
         """Calls fn(element) on each element (a dict of numpy arrays); fn returns the new element
@@ -150,6 +150,10 @@ class Dataset:
         return self._with_stage("python_filter", {"function": held.handle},
                                 {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
                                 [held])
+
+    def concatenate(self, *others, name=None):
+        """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
+        return _combine("concatenate", (self,) + others, {}, name)
 
     def options(self, *, seed=None, deterministic=None, error_policy=None, fuse_stages=None):
         """The pipeline's options: the seed of every random stage, whether parallel stages keep
@@ -200,6 +204,71 @@ def _docstring(schema):
     lines.append("  parallelism, buffer_size, error_policy" + (", interleave" if schema["kind"] == "expand" else "") +
                  ": how the engine runs the stage")
     return "\n".join(lines)
+
+
+def _combine(op, datasets, params, name):
+    """A stage reading several datasets, in order. Their stages join one pipeline; a stage id that
+    is taken already gets a number, so a dataset given twice (or one built from another) is read
+    twice, each from its own source, as tf.data iterates each input on its own."""
+    datasets = list(datasets)
+    if len(datasets) < 2:
+        raise TypeError(f"{op}() takes two or more datasets, got {len(datasets)}")
+    for d in datasets:
+        if not isinstance(d, Dataset):
+            raise TypeError(f"{op}(): {d!r} is not a sluice.data.Dataset")
+        if not d._stages:
+            raise ValueError(f"{op}(): a dataset has no stages")
+    stages, options, held, ends = [], {}, [], []
+    taken = set()
+    for d in datasets:
+        renamed = {}
+        for st in d._stages:
+            new_id, n = st["id"], 2
+            while new_id in taken:
+                new_id, n = f"{st['id']}_{n}", n + 1
+            renamed[st["id"]] = new_id
+            taken.add(new_id)
+            copy = dict(st, id=new_id)
+            if "input" in st:
+                copy["input"] = [renamed.get(i, i) for i in st["input"]]
+            stages.append(copy)
+        ends.append(renamed[d._stages[-1]["id"]])
+        for key, value in d._options.items():
+            options.setdefault(key, value)
+        held += d._held
+    stage_id, n = name or op, 2
+    if name is not None and name in taken:
+        raise ValueError(f"{op}(): a stage is already named {name!r}")
+    while stage_id in taken:
+        stage_id, n = f"{op}_{n}", n + 1
+    stage = {"id": stage_id, "op": op, "input": ends,
+             "params": {k: _param_text(v) for k, v in params.items() if v is not None}}
+    return Dataset(stages + [stage], options, held)
+
+
+def zip(*datasets, prefixes=None, name=None):
+    """One element from each dataset, their fields merged (tf.data's Dataset.zip); it ends with
+    the shortest. prefixes=["a", "b"] names the fields a/FIELD, b/FIELD (needed when they clash)."""
+    return _combine("zip", datasets, {"prefixes": prefixes}, name)
+
+
+def concatenate(*datasets, name=None):
+    """All elements of the first dataset, then of the second, and so on."""
+    return _combine("concatenate", datasets, {}, name)
+
+
+def sample_from_datasets(datasets, weights=None, *, stop_on_empty_dataset=False, name=None):
+    """Each element from one of `datasets`, picked at random with `weights` (equal by default),
+    the same for the same seed at any parallelism (tf.data's sample_from_datasets)."""
+    return _combine("sample_from_datasets", datasets,
+                    {"weights": weights, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+
+
+def choose_from_datasets(datasets, choice_dataset, *, field="value", stop_on_empty_dataset=True, name=None):
+    """Element i from datasets[c], c being the integer `field` of choice_dataset's element i
+    (tf.data's choose_from_datasets; sluice.data.range gives the field "value")."""
+    return _combine("choose_from_datasets", list(datasets) + [choice_dataset],
+                    {"field": field, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
 
 
 def from_generator(generator, *, buffer_size=None, error_policy=None, name=None):
