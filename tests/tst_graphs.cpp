@@ -66,6 +66,12 @@ class TestGraphs : public QObject {
     // The shortest input ends the zip.
     auto ad = run_text(range("a", 1, 3) + range("d", 13, 2) + combine("z", "zip", {"a", "d"}, {{"prefixes", "a,d"}}) + sink_after("z"));
     QCOMPARE(joined(ad), std::string("{\"a/value\":1,\"d/value\":13}\n{\"a/value\":2,\"d/value\":14}\n"));
+    // What the zip leaves of the longer input is not made: its source is told to stop.
+    auto shortest = run_text(range("a", 1, 3) + range("long", 0, 5000000) +
+                             combine("z", "zip", {"a", "long"}, {{"prefixes", "a,b"}}) + sink_after("z"));
+    QCOMPARE(shortest.lines.size(), std::size_t{3});
+    for (const auto& m : shortest.snapshot.stage())
+      if (m.id() == "long") QVERIFY2(m.elements_out() < 100000, qPrintable(QString::number(m.elements_out())));
   }
 
   // tf.data's Dataset.concatenate documentation: range(1, 4) then range(4, 8).

@@ -275,7 +275,8 @@ struct Engine::Impl {
   // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
   bool flush(StageRuntime& st, std::vector<Item>& out);
 
-  // ---- workers ----
+  // ---- the stage loops (stage_source.cpp, stage_parallel.cpp, stage_expand.cpp,
+  // stage_combine.cpp, stage_aggregate.cpp) ----
 
   class CollectingEmitter final : public Emitter {
    public:
@@ -318,10 +319,7 @@ struct Engine::Impl {
   // all members, so that each stays in cache from one stage to the next.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure);
 
-  // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and
-  // block_length outputs are taken from each in turn; an exhausted input's slot takes the next
-  // input. With parallelism > 1, fetcher threads read ahead from the open inputs; the output order
-  // stays the sequential one unless the stage asks for completion order.
+  // What an expand stage's operator reports of damage inside one input, under the stage's policy.
   class StageDamage final : public DamageReport {
    public:
     StageDamage(Impl& impl, StageRuntime& st) : impl_(impl), st_(st) {}
@@ -351,6 +349,10 @@ struct Engine::Impl {
     bool owned = false;
   };
 
+  // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and
+  // block_length outputs are taken from each in turn; an exhausted input's slot takes the next
+  // input. With parallelism > 1, fetcher threads read ahead from the open inputs; the output order
+  // stays the sequential one unless the stage asks for completion order.
   void run_expand(StageRuntime& st);
 
   // Combine stages: one worker calling the operator once per output iteration, each reading one
@@ -367,18 +369,17 @@ struct Engine::Impl {
   // run completed), settle the state, publish the final snapshot.
   void finalize();
 
-  // ---- metrics ----
+  // ---- metrics (engine_metrics.cpp) ----
 
   metrics::MetricsSnapshot make_snapshot() const;
 
   void publish(const metrics::MetricsSnapshot& snap);
 
-  // ---- autotune ----
+  // ---- autotune (engine_tuner.cpp) ----
 
   // The budgets (the pipeline's, else what the process may use) and the most workers each tuned
   // stage may get: every core of the budget, and for an expand stage no more than its open inputs.
   void set_autotune_budgets();
-
 
   static constexpr auto kTuneWindow = std::chrono::milliseconds(250);
   static constexpr std::size_t kKeptTuneChanges = 500;

@@ -1,6 +1,6 @@
 // libFuzzer target: pipeline files as text format and JSON (the first byte picks the overrides
 // applied), then what a user's file goes through before any plugin runs: the round trip to text
-// and validation of the wiring (ids, inputs, fan-out, cycles, reaching a sink) against an empty
+// and validation of the wiring (ids, inputs listed twice, cycles, reaching a sink) against an empty
 // registry; and the studio's save: the file's own text edited (a stage changed, one removed, one
 // added), which must read back as the edited pipeline. Any exception other than sluice::Error is
 // a bug.
