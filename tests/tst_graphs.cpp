@@ -258,6 +258,11 @@ class TestGraphs : public QObject {
         for (const auto& r : m.readers()) readers << QString::fromStdString(r.reader());
     readers.sort();
     QCOMPARE(readers, (QStringList{"fast", "first", "work"}));
+    // The report gives each reader's buffer too.
+    const std::string report = sluice::format_report(snap);
+    QVERIFY2(report.find("Buffers of 'src' per reader (mean fill): 'fast' ") != std::string::npos &&
+                 report.find("'work' ") != std::string::npos,
+             report.c_str());
   }
 
   void a_tee_branch_that_repeats_gets_its_iterations_and_the_other_one() {

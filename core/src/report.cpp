@@ -250,6 +250,14 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
                          d.bytes_per_s() / 1e6, fmt::format("{}/{}", d.ring_level(), d.ring_capacity()),
                          d.checked_slices() ? fmt::format("{}", d.checked_slices()) : "-");
   }
+  // A stage read by several stages has a buffer per reader; the table's fill is the fullest's.
+  for (const auto& m : snapshot.stage()) {
+    if (m.readers_size() < 2) continue;
+    std::string per_reader;
+    for (const auto& r : m.readers())
+      per_reader += fmt::format("{}'{}' {:.0f}%", per_reader.empty() ? "" : ", ", r.reader(), 100 * r.mean_fill());
+    out += fmt::format("Buffers of '{}' per reader (mean fill): {}\n", m.id(), per_reader);
+  }
   out += format_autotune_summary(snapshot);
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());
