@@ -79,9 +79,12 @@ std::string traits_text(const sluice::OperatorTraits& t) {
 
 void print_operator_json(std::string& out, const sluice::RegisteredOperator& op) {
   const auto& info = op.info;
-  out += fmt::format("{{\"name\":{},\"kind\":{},\"summary\":{},\"plugin\":{},\"library\":{},\"stateless\":{},\"random\":{},\"params\":[",
+  out += fmt::format("{{\"name\":{},\"kind\":{},\"summary\":{},\"plugin\":{},\"library\":{},\"stateless\":{},\"random\":{},",
                      json_string(info.name), json_string(sluice::operator_kind_name(info.kind)), json_string(info.summary),
                      json_string(op.plugin_name), json_string(op.library_path), info.traits.stateless, info.traits.random);
+  if (info.kind == sluice::OperatorKind::Combine)  // -1: any number
+    out += fmt::format("\"min_inputs\":{},\"max_inputs\":{},", info.min_inputs, info.max_inputs);
+  out += "\"params\":[";
   for (std::size_t i = 0; i < info.params.size(); ++i) {
     const auto& p = info.params[i];
     out += fmt::format("{}{{\"name\":{},\"type\":{},\"doc\":{},\"required\":{}", i ? "," : "", json_string(p.name),
@@ -140,8 +143,13 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
   } else {
     const auto& op = *ops.front();
     const auto& info = op.info;
-    fmt::print("{}\n  {}\n\n  kind:    {}\n  traits:  {}\n  plugin:  {} ({})\n\nParameters:\n", info.name, info.summary,
-               sluice::operator_kind_name(info.kind), traits_text(info.traits), op.plugin_name, op.library_path);
+    std::string kind = sluice::operator_kind_name(info.kind);
+    if (info.kind == sluice::OperatorKind::Combine)
+      kind += info.max_inputs == sluice::kAnyNumberOfInputs ? fmt::format(", {} or more inputs, in order", info.min_inputs)
+              : info.min_inputs == info.max_inputs       ? fmt::format(", {} inputs, in order", info.min_inputs)
+                                                          : fmt::format(", {} to {} inputs, in order", info.min_inputs, info.max_inputs);
+    fmt::print("{}\n  {}\n\n  kind:    {}\n  traits:  {}\n  plugin:  {} ({})\n\nParameters:\n", info.name, info.summary, kind,
+               traits_text(info.traits), op.plugin_name, op.library_path);
     if (info.params.empty()) fmt::print("  (none)\n");
     for (const auto& p : info.params)
       fmt::print("  {:<24} {}\n  {:<24} {}\n", p.name, sluice::describe_param_constraints(p), "", p.doc);
