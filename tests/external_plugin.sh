@@ -22,6 +22,18 @@ expected=$'{"value":0}\n{"value":3}\n{"value":6}\n{"value":9}'
 if [ "$(cat "$work/out.jsonl")" != "$expected" ]; then
   echo "unexpected output:"; cat "$work/out.jsonl"; exit 1
 fi
+# Its combine operator, reading two inputs.
+cat > "$work/two.txtpb" <<PIPE
+stage { id: "a" op: "range" params { key: "count" value: "3" } }
+stage { id: "b" op: "range" params { key: "count" value: "5" } params { key: "start" value: "10" } }
+stage { id: "both" op: "example_alternate" input: "a" input: "b" }
+stage { id: "out" op: "jsonl_sink" input: "both" params { key: "path" value: "$work/two.jsonl" } }
+PIPE
+SLUICE_PLUGIN_PATH="$work/plugins" "$work/prefix/bin/sluice" run "$work/two.txtpb" > /dev/null
+expected=$'{"value":0}\n{"value":10}\n{"value":1}\n{"value":11}\n{"value":2}\n{"value":12}'
+if [ "$(cat "$work/two.jsonl")" != "$expected" ]; then
+  echo "unexpected output of the combine operator:"; cat "$work/two.jsonl"; exit 1
+fi
 echo "external plugin built with find_package(Sluice) and run: ok"
 
 # The installed Python package: `import sluice` from the prefix's dist-packages finds the
