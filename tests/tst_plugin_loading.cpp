@@ -37,6 +37,10 @@ class TestPluginLoading : public QObject {
     QVERIFY(reason_for(registry, "libfixture_no_entry.so").find("has no entry symbol 'sluice_plugin_entry'") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_abi_major.so").find("major versions differ") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_abi_minor_newer.so").find("newer than this host") != std::string::npos);
+    auto no_inputs = reason_for(registry, "libfixture_combine_no_inputs.so");
+    QVERIFY2(no_inputs.find("combine operator 'fixture_no_inputs' takes 0 to 0 inputs; min_inputs must be 1 or more") !=
+                 std::string::npos,
+             no_inputs.c_str());
     auto dup = reason_for(registry, "libfixture_duplicate_name.so");
     QVERIFY2(dup.find("registers operator 'range', already registered by plugin 'std'") != std::string::npos, dup.c_str());
     auto ctor = reason_for(registry, "libfixture_ctor_throws.so");
@@ -44,7 +48,7 @@ class TestPluginLoading : public QObject {
                  ctor.find("cannot allocate the fixture's resources") != std::string::npos,
              ctor.c_str());
     QVERIFY(reason_for(registry, "libfixture_register_throws.so").find("registration failed on purpose") != std::string::npos);
-    QCOMPARE(registry.refused().size(), std::size_t(7));
+    QCOMPARE(registry.refused().size(), std::size_t(8));
     for (const auto& r : registry.refused()) QVERIFY(r.path.rfind(kBroken, 0) == 0);
   }
 

@@ -214,6 +214,17 @@ class TestStudio : public QObject {
     QVERIFY(google::protobuf::util::MessageDifferencer::Equals(reopened.document().spec(), saved));
     QCOMPARE(reopened.scene().edge_into("sample_from_datasets", 1)->from()->id(), QString("range_2"));
     QCOMPARE(reopened.scene().node("sample_from_datasets")->input_ports(), 3);
+    // Deleting the connection into the first port removes that input only; undo brings it back.
+    EdgeItem* first = window_->scene().edge_into("sample_from_datasets", 0);
+    QVERIFY(first);
+    QTest::mouseClick(viewport(), Qt::LeftButton, {}, at(first->path().pointAtPercent(0.25)));
+    QCOMPARE(window_->scene().selected_edge_targets(), QStringList{"sample_from_datasets"});
+    QTest::keyClick(viewport(), Qt::Key_Delete);
+    QCOMPARE(stage_of(spec, "sample_from_datasets")->input_size(), 1);
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(0)), QString("range_2"));
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(stage_of(spec, "sample_from_datasets")->input_size(), 2);
+    QCOMPARE(QString::fromStdString(stage_of(spec, "sample_from_datasets")->input(0)), QString("range"));
 
     // A run: the tee's source has a buffer per reader, and each edge draws its own.
     using sluice::test::stage;

@@ -296,6 +296,13 @@ QStringList PipelineScene::selected_edge_targets() const {
   return ids;
 }
 
+QList<QPair<QString, int>> PipelineScene::selected_edges() const {
+  QList<QPair<QString, int>> found;
+  for (auto* item : selectedItems())
+    if (auto* edge = dynamic_cast<EdgeItem*>(item)) found.push_back({edge->to()->id(), edge->input()});
+  return found;
+}
+
 void PipelineScene::select_stage(const QString& id, bool reveal) {
   clearSelection();
   if (NodeItem* n = nodes_.value(id)) {

@@ -96,6 +96,8 @@ class PipelineScene final : public QGraphicsScene {
   EdgeItem* edge_into(const QString& to, int input = 0) const;
   QStringList selected_stage_ids() const;
   QStringList selected_edge_targets() const;  // consumers of the selected connections
+  // The selected connections as (consumer, which of its inputs).
+  QList<QPair<QString, int>> selected_edges() const;
   // Selects one stage; `reveal` scrolls it into view (a problem clicked in the list).
   void select_stage(const QString& id, bool reveal = false);
   // Live values per stage id; an empty map clears them (no run).

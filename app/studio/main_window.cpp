@@ -1,11 +1,15 @@
 #include "main_window.hpp"
 
+#include <algorithm>
+#include <functional>
+
 #include <QCloseEvent>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QInputDialog>
 #include <QLineEdit>
+#include <QMap>
 #include <QMenuBar>
 #include <QSettings>
 #include <QStatusBar>
@@ -445,10 +449,17 @@ std::unique_ptr<QMenu> MainWindow::context_menu_at(QPoint view_pos) {
     const QString id = node->id();
     menu->setObjectName("context_stage");
     if (!node->isSelected()) scene_->select_stage(id);
-    // After a stage that feeds another, the new one goes in between.
+    // After a stage that feeds one other, the new one goes in between (after one read by several,
+    // it becomes one more reader).
     QString consumer;
+    int readers = 0;
     for (const auto& st : document_.spec().stage())
-      if (st.input_size() == 1 && st.input(0) == id.toStdString()) consumer = QString::fromStdString(st.id());
+      for (const auto& in : st.input())
+        if (in == id.toStdString()) {
+          ++readers;
+          consumer = QString::fromStdString(st.id());
+        }
+    if (readers != 1) consumer.clear();
     entry("Add operator after…", [this, id, consumer] {
       action("find_operator")->trigger();
       if (!consumer.isEmpty()) insert_between_ = std::make_pair(id, consumer);
@@ -510,17 +521,17 @@ void MainWindow::add_from_palette(const QString& op) {
     insert_between_.reset();
     if (document_.index_of(from) >= 0 && document_.index_of(to) >= 0) {
       const auto* consumer = &document_.spec().stage(document_.index_of(to));
-      if (consumer->input_size() == 1 && consumer->input(0) == from.toStdString()) {
+      const auto inputs = consumer->input();
+      const auto at = std::find(inputs.begin(), inputs.end(), from.toStdString());
+      if (at != inputs.end()) {
+        const int slot = static_cast<int>(at - inputs.begin());  // a combine's other inputs stay
         // Halfway along the connection; then from -> new -> to, one undo step.
         const QPointF middle = (scene_->node(from)->pos() + scene_->node(to)->pos()) / 2 + QPointF(0, NodeItem::kHeight);
         document_.undo_stack()->beginMacro(QString("Insert %1").arg(op));
         const QString id = document_.add_stage(op, middle);
         document_.edit(QString("Connect %1 to %2").arg(id, to), [&](spec::PipelineSpec& s) {
           for (auto& st : *s.mutable_stage())
-            if (st.id() == to.toStdString()) {
-              st.clear_input();
-              st.add_input(id.toStdString());
-            }
+            if (st.id() == to.toStdString() && slot < st.input_size()) st.set_input(slot, id.toStdString());
         });
         document_.connect_stages(from, id);
         document_.undo_stack()->endMacro();
@@ -544,15 +555,23 @@ void MainWindow::add_from_palette(const QString& op) {
 
 void MainWindow::delete_selection() {
   const QStringList stages = scene_->selected_stage_ids();
-  const QStringList edges = scene_->selected_edge_targets();
+  // A connection is one input of its consumer: a combine keeps its other inputs, in order.
+  QMap<QString, QList<int>> edges;
+  for (const auto& [to, input] : scene_->selected_edges()) edges[to].push_back(input);
   if (stages.isEmpty() && edges.isEmpty()) return;
   document_.undo_stack()->beginMacro("Delete");
-  for (const QString& to : edges)
+  for (auto it = edges.begin(); it != edges.end(); ++it) {
+    const QString to = it.key();
+    QList<int> inputs = it.value();
+    std::sort(inputs.begin(), inputs.end(), std::greater<int>());
     if (!stages.contains(to))
       document_.edit(QString("Disconnect %1").arg(to), [&](spec::PipelineSpec& s) {
         for (auto& st : *s.mutable_stage())
-          if (st.id() == to.toStdString()) st.clear_input();
+          if (st.id() == to.toStdString())
+            for (int input : inputs)
+              if (input < st.input_size()) st.mutable_input()->DeleteSubrange(input, 1);
       });
+  }
   document_.remove_stages(stages);
   document_.undo_stack()->endMacro();
 }

@@ -148,6 +148,11 @@ bool Registry::load_library(const fs::path& file) {
   for (const auto& info : registrar.operators) {
     if (info.name.empty()) return refuse("registers an operator with no name");
     if (!info.create) return refuse(fmt::format("operator '{}' has no factory", info.name));
+    if (info.kind == OperatorKind::Combine &&
+        (info.min_inputs < 1 || (info.max_inputs != kAnyNumberOfInputs && info.max_inputs < info.min_inputs)))
+      return refuse(fmt::format("combine operator '{}' takes {} to {} inputs; min_inputs must be 1 or more and max_inputs "
+                                "at least min_inputs (or kAnyNumberOfInputs)",
+                                info.name, info.min_inputs, info.max_inputs));
     if (!names_in_library.insert(info.name).second)
       return refuse(fmt::format("registers operator '{}' twice", info.name));
     if (auto existing = find(info.name))

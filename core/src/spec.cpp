@@ -332,8 +332,6 @@ struct Validation {
     }
   }
 
-  // Two stages writing one path would leave one file holding parts of both, or one's output
-  // silently replaced by the other's.
   // The readers of one stage get its elements in step, each through a bounded buffer: branches of
   // it that meet again downstream could wait on each other forever (a concatenate reads all of one
   // branch while the other's buffer, full, holds the shared stage). Refused, with the way out.
@@ -363,6 +361,8 @@ struct Validation {
     }
   }
 
+  // Two stages writing one path would leave one file holding parts of both, or one's output
+  // silently replaced by the other's.
   void refuse_shared_outputs(const std::vector<GraphStage>& built) {
     std::map<std::string, std::pair<int, std::string>> writer_of;
     for (int i = 0; i < static_cast<int>(built.size()); ++i) {
