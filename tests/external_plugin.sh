@@ -12,28 +12,28 @@ cmake --build "$work/plugin" > "$work/build.log"
 mkdir "$work/plugins"
 cp "$work/plugin/libexample_plugin.so" "$work/plugins/"
 "$work/prefix/bin/sluice" plugins example_scale --plugin-dir "$work/plugins" | grep -q "multiplier"
-cat > "$work/p.txtpb" <<PIPE
+# Runs the pipeline on stdin with the installed CLI and the plugin; its jsonl_sink writes
+# $work/out.jsonl, which must hold the lines given.
+run_expecting() {
+  cat > "$work/p.txtpb"
+  rm -f "$work/out.jsonl"
+  SLUICE_PLUGIN_PATH="$work/plugins" "$work/prefix/bin/sluice" run "$work/p.txtpb" > /dev/null
+  if [ "$(cat "$work/out.jsonl")" != "$1" ]; then
+    echo "unexpected output of $(grep -o 'example_[a-z]*' "$work/p.txtpb" | head -1):"; cat "$work/out.jsonl"; exit 1
+  fi
+}
+run_expecting $'{"value":0}\n{"value":3}\n{"value":6}\n{"value":9}' <<PIPE
 stage { id: "src" op: "range" params { key: "count" value: "4" } }
 stage { id: "x3" op: "example_scale" input: "src" params { key: "factor" value: "3" } }
 stage { id: "out" op: "jsonl_sink" input: "x3" params { key: "path" value: "$work/out.jsonl" } }
 PIPE
-SLUICE_PLUGIN_PATH="$work/plugins" "$work/prefix/bin/sluice" run "$work/p.txtpb" > /dev/null
-expected=$'{"value":0}\n{"value":3}\n{"value":6}\n{"value":9}'
-if [ "$(cat "$work/out.jsonl")" != "$expected" ]; then
-  echo "unexpected output:"; cat "$work/out.jsonl"; exit 1
-fi
 # Its combine operator, reading two inputs.
-cat > "$work/two.txtpb" <<PIPE
+run_expecting $'{"value":0}\n{"value":10}\n{"value":1}\n{"value":11}\n{"value":2}\n{"value":12}' <<PIPE
 stage { id: "a" op: "range" params { key: "count" value: "3" } }
 stage { id: "b" op: "range" params { key: "count" value: "5" } params { key: "start" value: "10" } }
 stage { id: "both" op: "example_alternate" input: "a" input: "b" }
-stage { id: "out" op: "jsonl_sink" input: "both" params { key: "path" value: "$work/two.jsonl" } }
+stage { id: "out" op: "jsonl_sink" input: "both" params { key: "path" value: "$work/out.jsonl" } }
 PIPE
-SLUICE_PLUGIN_PATH="$work/plugins" "$work/prefix/bin/sluice" run "$work/two.txtpb" > /dev/null
-expected=$'{"value":0}\n{"value":10}\n{"value":1}\n{"value":11}\n{"value":2}\n{"value":12}'
-if [ "$(cat "$work/two.jsonl")" != "$expected" ]; then
-  echo "unexpected output of the combine operator:"; cat "$work/two.jsonl"; exit 1
-fi
 echo "external plugin built with find_package(Sluice) and run: ok"
 
 # The installed Python package: `import sluice` from the prefix's dist-packages finds the
