@@ -132,6 +132,10 @@ class TestMetrics : public QObject {
     QCOMPARE(stages_seen.size(), std::size_t(3));
     QVERIFY(b.at("sluice_stage_elements_out_total{stage=\"work\",op=\"simulate_work\"}") >
             a.at("sluice_stage_elements_out_total{stage=\"work\",op=\"simulate_work\"}"));
+    // A buffer per edge, named by the stage and its reader; a sink has none.
+    QVERIFY(a.count("sluice_edge_buffer_level{stage=\"src\",reader=\"work\"}"));
+    QVERIFY(a.count("sluice_edge_buffer_fill_ratio{stage=\"work\",reader=\"out\"}"));
+    for (const auto& [key, value] : a) QVERIFY2(key.find("reader=\"\"") == std::string::npos && key.find("stage=\"out\",reader") == std::string::npos, key.c_str());
   }
 
   void snapshot_decodes_as_protobuf_and_json() {

@@ -71,6 +71,16 @@ void add_device_family(std::string& out, const metrics::MetricsSnapshot& snapsho
       out += fmt::format("{}{{stage=\"{}\",device=\"{}\"}} {}\n", name, label_value(m.id()), label_value(d.name()), get(d));
 }
 
+// One sample per edge: a stage's output buffer as each of its readers sees it (several: a tee).
+template <class Get>
+void add_edge_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type,
+                     const char* help, Get get) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  for (const auto& m : snapshot.stage())
+    for (const auto& r : m.readers())
+      out += fmt::format("{}{{stage=\"{}\",reader=\"{}\"}} {}\n", name, label_value(m.id()), label_value(r.reader()), get(r));
+}
+
 }  // namespace
 
 std::string prometheus_text(const metrics::MetricsSnapshot& s) {
@@ -99,6 +109,11 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
              [](const M& m) { return m.buffer_byte_limit(); });
   add_family(out, s, "sluice_stage_buffer_fill_ratio", "gauge", "Time-weighted mean fill of a stage's output buffer.",
              [](const M& m) { return m.mean_buffer_fill(); });
+  using R = metrics::ReaderBuffer;
+  add_edge_family(out, s, "sluice_edge_buffer_level", "gauge", "Elements in the buffer between a stage and one of its readers now.",
+                  [](const R& r) { return r.level(); });
+  add_edge_family(out, s, "sluice_edge_buffer_fill_ratio", "gauge",
+                  "Time-weighted mean fill of the buffer between a stage and one of its readers.", [](const R& r) { return r.mean_fill(); });
   add_family(out, s, "sluice_stage_workers", "gauge", "Workers of a stage now (with parallelism -1: what the autotuner gives it).",
              [](const M& m) { return m.workers(); });
   add_family(out, s, "sluice_stage_epoch", "gauge", "Iterations of its input a stage has completed.", [](const M& m) { return m.epoch(); });
