@@ -232,7 +232,7 @@ std::optional<QString> Document::connection_refusal(const QString& from, const Q
   const int slot = connection_slot(to, input);
   const bool combine = to_op && to_op->info.kind == OperatorKind::Combine;
   for (int k = 0; k < target.input_size(); ++k)
-    if (target.input(k) == from.toStdString() && (combine ? k != slot : false))
+    if (combine && k != slot && target.input(k) == from.toStdString())
       return QString("'%1' already reads '%2' (its input %3): a stage reads an output once").arg(to, from).arg(k + 1);
   if (combine && to_op->info.max_inputs != kAnyNumberOfInputs && slot >= to_op->info.max_inputs)
     return QString("'%1' (%2) takes at most %3 inputs: drop on one of its input ports to replace that input")

@@ -291,19 +291,25 @@ class Outputs {
   bool push(std::vector<Item>& items) {
     if (channels_.size() == 1) return channels_.front()->push(items);
     std::vector<Item> copy;
+    std::uint64_t iteration = iteration_;
     for (std::size_t k = 0; k < channels_.size(); ++k) {
       copy.clear();
-      std::uint64_t iteration = iteration_;
+      iteration = iteration_;
+      // Whether reader k wants this iteration changes only at an end of iteration: asked then,
+      // not for every element.
+      bool wants_iteration = wants(k, iteration);
+      bool wants_elements = wants_iteration && !channels_[k]->skipped(iteration);
       for (const auto& item : items) {
-        const bool wanted = wanted_[k] < 0 || static_cast<std::int64_t>(iteration) < wanted_[k];
-        if (item.kind == Item::Kind::EndOfStream || (wanted && (!item.is_element() || !channels_[k]->skipped(iteration))))
-          copy.push_back(item);
-        if (item.kind == Item::Kind::EndOfIteration) iteration = item.iteration + 1;
+        if (item.kind == Item::Kind::EndOfStream || (item.is_element() ? wants_elements : wants_iteration)) copy.push_back(item);
+        if (item.kind == Item::Kind::EndOfIteration) {
+          iteration = item.iteration + 1;
+          wants_iteration = wants(k, iteration);
+          wants_elements = wants_iteration && !channels_[k]->skipped(iteration);
+        }
       }
       if (!copy.empty() && !channels_[k]->push(copy)) return false;
     }
-    for (const auto& item : items)
-      if (item.kind == Item::Kind::EndOfIteration) iteration_ = item.iteration + 1;
+    iteration_ = iteration;
     items.clear();
     return true;
   }
@@ -321,7 +327,7 @@ class Outputs {
   // No reader wants iteration `iteration`.
   bool skipped(std::uint64_t iteration) const {
     for (std::size_t k = 0; k < channels_.size(); ++k)
-      if ((wanted_[k] < 0 || static_cast<std::int64_t>(iteration) < wanted_[k]) && !channels_[k]->skipped(iteration)) return false;
+      if (wants(k, iteration) && !channels_[k]->skipped(iteration)) return false;
     return true;
   }
   bool consumer_waiting() const {
@@ -357,6 +363,11 @@ class Outputs {
   }
 
  private:
+  // Reader k reads iteration `iteration` at all (it may still skip part of it).
+  bool wants(std::size_t k, std::uint64_t iteration) const {
+    return wanted_[k] < 0 || static_cast<std::int64_t>(iteration) < wanted_[k];
+  }
+
   std::vector<std::unique_ptr<Channel>> channels_;
   std::vector<std::int64_t> wanted_;
   std::uint64_t iteration_ = 0;  // of the next element pushed (producer side; one pusher at a time)

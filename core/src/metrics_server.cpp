@@ -61,24 +61,31 @@ void add_family(std::string& out, const metrics::MetricsSnapshot& snapshot, cons
     out += fmt::format("{}{{stage=\"{}\",op=\"{}\"}} {}\n", name, label_value(m.id()), label_value(m.op()), get(m));
 }
 
-// Feed sinks' devices, labelled by stage and device; a family without devices prints no samples.
+// A series per item of a stage's nested list (a feed sink's devices, a stage's readers), labelled
+// by stage and the item's own label; a family with no items prints no samples.
+template <class Items, class Label, class Get>
+void add_nested_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type,
+                       const char* help, const char* label, Items items, Label label_of, Get get) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  for (const auto& m : snapshot.stage())
+    for (const auto& item : items(m))
+      out += fmt::format("{}{{stage=\"{}\",{}=\"{}\"}} {}\n", name, label_value(m.id()), label, label_value(label_of(item)), get(item));
+}
+
+// Feed sinks' devices, labelled by stage and device.
 template <class Get>
 void add_device_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type,
                        const char* help, Get get) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  for (const auto& m : snapshot.stage())
-    for (const auto& d : m.devices())
-      out += fmt::format("{}{{stage=\"{}\",device=\"{}\"}} {}\n", name, label_value(m.id()), label_value(d.name()), get(d));
+  add_nested_family(out, snapshot, name, type, help, "device", [](const metrics::StageMetrics& m) -> const auto& { return m.devices(); },
+                    [](const metrics::DeviceMetrics& d) -> const std::string& { return d.name(); }, get);
 }
 
 // One sample per edge: a stage's output buffer as each of its readers sees it (several: a tee).
 template <class Get>
 void add_edge_family(std::string& out, const metrics::MetricsSnapshot& snapshot, const char* name, const char* type,
                      const char* help, Get get) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  for (const auto& m : snapshot.stage())
-    for (const auto& r : m.readers())
-      out += fmt::format("{}{{stage=\"{}\",reader=\"{}\"}} {}\n", name, label_value(m.id()), label_value(r.reader()), get(r));
+  add_nested_family(out, snapshot, name, type, help, "reader", [](const metrics::StageMetrics& m) -> const auto& { return m.readers(); },
+                    [](const metrics::ReaderBuffer& r) -> const std::string& { return r.reader(); }, get);
 }
 
 }  // namespace

@@ -37,23 +37,18 @@ class Zip final : public Combine {
                        std::to_string(info.input_ids.size()) + "; give one per input, in order");
   }
   void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
-    std::vector<std::size_t> field_input;  // which input each merged field came from
+    std::vector<std::size_t> first_field(inputs.size());  // where each input's fields start in the merged element
     for (;;) {
       Sample merged;
-      field_input.clear();
       for (std::size_t k = 0; k < inputs.size(); ++k) {
         Sample part;
         if (!inputs.next(k, part)) return;  // the shortest input ended: so does the zip
         if (k == 0) merged.share_origin(part);
+        first_field[k] = merged.size();
         for (auto& field : part.fields()) {
           std::string name = prefixes_.empty() ? field.name : prefixes_[k] + "/" + field.name;
-          if (merged.find(name)) {
-            throw DataError("zip: field '" + name + "' comes from input '" + inputs.name(field_input[merged_index(merged, name)]) +
-                            "' and from input '" + inputs.name(k) + "'" +
-                            (part.has_origin() ? " (element from " + part.origin() + ")" : std::string()) + "; set `prefixes` to one name per input (inputs " + input_list(inputs) + ") to keep both");
-          }
+          if (merged.find(name)) throw clash(inputs, first_field, merged, name, k, part);
           merged.set(std::move(name), std::move(field.tensor));
-          field_input.push_back(k);
         }
       }
       if (!out.push(std::move(merged))) return;
@@ -61,10 +56,16 @@ class Zip final : public Combine {
   }
 
  private:
-  static std::size_t merged_index(const Sample& s, const std::string& name) {
-    for (std::size_t i = 0; i < s.fields().size(); ++i)
-      if (s.fields()[i].name == name) return i;
-    return 0;
+  // A field of input k that an earlier input gave already: the message names both inputs.
+  static DataError clash(const CombineInputs& inputs, const std::vector<std::size_t>& first_field, const Sample& merged,
+                         const std::string& name, std::size_t k, const Sample& part) {
+    std::size_t at = 0;
+    while (merged.fields()[at].name != name) ++at;
+    std::size_t earlier = 0;
+    while (earlier + 1 < k && first_field[earlier + 1] <= at) ++earlier;
+    return DataError("zip: field '" + name + "' comes from input '" + inputs.name(earlier) + "' and from input '" +
+                     inputs.name(k) + "'" + (part.has_origin() ? " (element from " + part.origin() + ")" : std::string()) +
+                     "; set `prefixes` to one name per input (inputs " + input_list(inputs) + ") to keep both");
   }
   std::vector<std::string> prefixes_;
 };
