@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "sluice/core/bench.hpp"
+#include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
@@ -26,8 +27,12 @@ namespace {
 constexpr int kExitRunFailed = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitInterrupted = 130;
+// Stopped at a checkpoint on SIGTERM or SIGUSR1 (`--checkpoint`): the run can be resumed. 75 is
+// sysexits' EX_TEMPFAIL, "try again later", which is what a preempted job should be.
+constexpr int kExitCheckpointed = 75;
 
 volatile std::sig_atomic_t g_interrupted = 0;
+volatile std::sig_atomic_t g_checkpoint_and_stop = 0;
 // The first Ctrl-C (or SIGTERM, as Slurm sends before its kill) stops the pipeline cleanly; a
 // second one ends the process at once, whatever a stage is blocked in. Outputs stay .partial.
 extern "C" void on_interrupt(int) {
@@ -39,12 +44,26 @@ extern "C" void on_interrupt(int) {
   g_interrupted = 1;
 }
 
-void install_interrupt_handler() {
+// With --checkpoint, SIGTERM (Slurm's warning before its kill) and SIGUSR1 (`sbatch --signal`)
+// ask for a checkpoint at the next batch and a stop there; a second one stops at once.
+extern "C" void on_checkpoint_signal(int signal) {
+  if (g_checkpoint_and_stop) {
+    on_interrupt(signal);
+    return;
+  }
+  g_checkpoint_and_stop = 1;
+}
+
+void install_interrupt_handler(bool checkpoint_on_term) {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  struct sigaction term {};
+  term.sa_handler = checkpoint_on_term ? on_checkpoint_signal : on_interrupt;
+  sigemptyset(&term.sa_mask);
+  sigaction(SIGTERM, &term, nullptr);
+  sigaction(SIGUSR1, &term, nullptr);
 }
 
 struct CommonOptions {
@@ -232,7 +251,38 @@ struct RunOptions {
   std::string metrics_log;
   std::string metrics_addr;
   bool explain_autotune = false;
+  std::string checkpoint_dir;    // --checkpoint
+  std::string checkpoint_every;  // "N" batches (elements reaching the sinks) or "Ns" / "Nm" seconds
+  std::string resume;            // --resume DIR or FILE
 };
+
+// --checkpoint-every: a count of elements reaching the sinks, or a time ("30s", "5m").
+struct CheckpointEvery {
+  std::uint64_t elements = 0;
+  double seconds = 0;
+};
+CheckpointEvery parse_checkpoint_every(const std::string& text) {
+  CheckpointEvery every;
+  if (text.empty()) return every;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  if (used == 0 || value <= 0 || !(unit.empty() || unit == "s" || unit == "m" || unit == "h"))
+    throw sluice::Error(fmt::format("--checkpoint-every {}: give a number of batches (500) or a time (30s, 5m, 1h)", text));
+  if (unit.empty()) {
+    if (value != static_cast<double>(static_cast<std::uint64_t>(value)))
+      throw sluice::Error(fmt::format("--checkpoint-every {}: a number of batches is a whole number", text));
+    every.elements = static_cast<std::uint64_t>(value);
+  } else {
+    every.seconds = value * (unit == "s" ? 1 : unit == "m" ? 60 : 3600);
+  }
+  return every;
+}
 
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
             std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options) {
@@ -245,7 +295,23 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   }
   // Interrupts are caught from here on, not only once the engine runs: on a cold start, probing
   // the plugins takes a while, and a Ctrl-C then must still end with 130 and say so.
-  install_interrupt_handler();
+  const bool checkpointing = !options.checkpoint_dir.empty();
+  install_interrupt_handler(checkpointing);
+  CheckpointEvery checkpoint_every;
+  std::filesystem::path checkpoint_path;
+  sluice::EngineOptions engine_options;
+  try {
+    checkpoint_every = parse_checkpoint_every(options.checkpoint_every);
+    if (!options.checkpoint_every.empty() && !checkpointing)
+      throw sluice::Error("--checkpoint-every needs --checkpoint DIR (where the checkpoints go)");
+    if (checkpointing) checkpoint_path = sluice::checkpoint_file(options.checkpoint_dir);
+    if (!options.resume.empty())
+      engine_options.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(
+          sluice::read_checkpoint(sluice::checkpoint_file(options.resume)));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
   sluice::Registry registry;
   load_plugins(registry, common, true);
   sluice::spec::PipelineSpec as_run;
@@ -278,7 +344,23 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
                            sluice::pipeline_to_text(as_run));
       fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream, /pipeline)\n", server->url());
     }
-    engine = std::make_unique<sluice::Engine>(std::move(*graph));
+    try {
+      engine = std::make_unique<sluice::Engine>(std::move(*graph), engine_options);
+    } catch (const std::exception& e) {
+      if (!engine_options.resume_from) throw;
+      fmt::print(stderr, "error: cannot resume from {}: {}\n", sluice::checkpoint_file(options.resume).string(), sluice::printable(e.what(), true));
+      return kExitBadInput;
+    }
+    if (checkpointing) {
+      if (auto refusals = engine->checkpoint_refusals(); !refusals.empty()) {
+        fmt::print(stderr, "error: --checkpoint: this pipeline cannot be checkpointed:\n");
+        for (const auto& r : refusals) fmt::print(stderr, "  {}\n", sluice::printable(r, true));
+        return kExitBadInput;
+      }
+    }
+    if (engine_options.resume_from)
+      fmt::print(stderr, "resuming from checkpoint {} ({} elements had reached the sinks)\n", engine_options.resume_from->sequence(),
+                 engine_options.resume_from->sink_elements());
     engine->subscribe([&](const sluice::metrics::MetricsSnapshot& snapshot) {
       if (log) log->append(snapshot);
       if (server) server->publish(snapshot);
@@ -332,7 +414,52 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   bool interrupted = false;
   std::chrono::steady_clock::time_point interrupted_at;
   constexpr auto kStopGrace = std::chrono::seconds(2);
+  // Checkpoints: every N elements reaching the sinks or every S seconds, and one to stop at on
+  // SIGTERM/SIGUSR1. A failed write ends the run: training on without the checkpoints asked for
+  // would lose the work they were to keep.
+  bool stopped_for_checkpoint = false, checkpoint_failed = false;
+  std::uint64_t sink_elements_at_last = engine_options.resume_from ? engine_options.resume_from->sink_elements() : 0;
+  auto last_checkpoint_at = std::chrono::steady_clock::now();
+  auto sink_elements_now = [&] {
+    std::uint64_t n = engine_options.resume_from ? engine_options.resume_from->sink_elements() : 0;
+    std::lock_guard lock(latest_mutex);
+    for (const auto& stage : latest.stage())
+      if (stage.kind() == "sink") n += stage.elements_in();
+    return n;
+  };
+  auto take_checkpoint = [&](bool then_stop) {
+    try {
+      auto taken = engine->checkpoint(then_stop);
+      if (!taken) return;  // the run ended first: nothing to continue
+      sluice::write_checkpoint(checkpoint_path, *taken);
+      sink_elements_at_last = taken->sink_elements();
+      last_checkpoint_at = std::chrono::steady_clock::now();
+      if (terminal && drawn) {
+        fmt::print(stderr, "\r{}\r", std::string(drawn, ' '));
+        drawn = 0;
+      }
+      fmt::print(stderr, "checkpoint {} written to {} ({} elements had reached the sinks; cut in {:.3f} s)\n", taken->sequence(),
+                 checkpoint_path.string(), taken->sink_elements(), taken->save_seconds());
+      std::fflush(stderr);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: checkpoint: {}\n", sluice::printable(e.what(), true));
+      checkpoint_failed = true;
+      engine->stop();
+    }
+  };
   while (!engine->wait_for(std::chrono::milliseconds(50))) {
+    if (g_checkpoint_and_stop && !stopped_for_checkpoint && !checkpoint_failed && !interrupted) {
+      stopped_for_checkpoint = true;
+      fmt::print(stderr, "{}signal received: checkpointing at the next batch, then stopping...\n", terminal && drawn ? "\n" : "");
+      drawn = 0;
+      take_checkpoint(true);
+      continue;
+    }
+    if (checkpointing && !stopped_for_checkpoint && !checkpoint_failed && !interrupted &&
+        ((checkpoint_every.elements > 0 && sink_elements_now() >= sink_elements_at_last + checkpoint_every.elements) ||
+         (checkpoint_every.seconds > 0 &&
+          std::chrono::steady_clock::now() - last_checkpoint_at >= std::chrono::duration<double>(checkpoint_every.seconds))))
+      take_checkpoint(false);
     if (g_interrupted && !interrupted) {
       interrupted = true;
       interrupted_at = std::chrono::steady_clock::now();
@@ -376,6 +503,12 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     fmt::print(stderr, "error: {}\n", sluice::printable(result.error, true));
     return kExitRunFailed;
   }
+  if (checkpoint_failed) return kExitRunFailed;
+  if (result.stopped_at_checkpoint) {
+    fmt::print(stderr, "stopped at the checkpoint; continue with: sluice run {} --resume {}\n", sluice::printable(file),
+               sluice::printable(options.checkpoint_dir));
+    return kExitCheckpointed;
+  }
   if (interrupted || g_interrupted) return kExitInterrupted;
   // Under the skip policy a run whose every element was skipped "succeeds" with nothing done:
   // that is a failure the user must see, not an exit 0.
@@ -415,6 +548,18 @@ int cmd_bench(const CommonOptions& common, const std::string& file, const std::v
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;
+  }
+}
+
+int cmd_checkpoint_info(const std::string& path) {
+  try {
+    const auto file = sluice::checkpoint_file(path);
+    const auto checkpoint = sluice::read_checkpoint(file);
+    fmt::print("{}", sluice::describe_checkpoint(checkpoint, std::filesystem::file_size(file)));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
   }
 }
 
@@ -465,6 +610,12 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
   run->add_option("--metrics-addr", run_options.metrics_addr,
                   "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");
+  run->add_option("--checkpoint", run_options.checkpoint_dir,
+                  "write checkpoints to this folder (checkpoint.sluice, replaced atomically); SIGTERM or SIGUSR1 then writes one "
+                  "and stops with exit code 75");
+  run->add_option("--checkpoint-every", run_options.checkpoint_every,
+                  "also write one every N batches (elements reaching the sinks) or every time span (30s, 5m, 1h)");
+  run->add_option("--resume", run_options.resume, "continue from the checkpoint in this folder (or file) exactly where it was");
   add_plugin_dir(run);
   add_worker_options(run);
   auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
@@ -479,6 +630,11 @@ int main(int argc, char** argv) {
   std::string log_file;
   auto* report = app.add_subcommand("report", "print the end-of-run report again from a metrics log");
   report->add_option("log", log_file, "JSON-lines file written by `sluice run --metrics-log`")->required();
+  auto* checkpoint = app.add_subcommand("checkpoint", "inspect checkpoints written by `sluice run --checkpoint`");
+  checkpoint->require_subcommand(1);
+  std::string checkpoint_path;
+  auto* checkpoint_info = checkpoint->add_subcommand("info", "print where each stage stood, what the checkpoint holds and its size");
+  checkpoint_info->add_option("checkpoint", checkpoint_path, "checkpoint folder or file")->required();
   auto* validate = app.add_subcommand("validate", "check a pipeline without running it");
   validate->add_option("pipeline", file, "pipeline file")->required();
   validate->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
@@ -498,6 +654,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(common, file, sets, seed, worker_args, run_options);
     if (*report) return cmd_report(log_file);
+    if (*checkpoint_info) return cmd_checkpoint_info(checkpoint_path);
     if (*bench) return cmd_bench(common, file, sets, ablate, bench_options);
     if (*validate) return cmd_validate(common, file, sets, worker_args);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);

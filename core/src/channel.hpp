@@ -27,7 +27,9 @@ inline std::uint64_t now_ns() {
 inline constexpr std::int64_t kAllIterations = std::numeric_limits<std::int64_t>::max();
 
 struct Item {
-  enum class Kind : std::uint8_t { Element, EndOfIteration, EndOfStream };
+  // Barrier: a checkpoint's cut (see engine_checkpoint.cpp); every element before it is in the
+  // state its consumer saves when it takes the barrier, none after it.
+  enum class Kind : std::uint8_t { Element, EndOfIteration, EndOfStream, Barrier };
   Kind kind = Kind::Element;
   std::uint64_t iteration = 0;  // for EndOfIteration
   Sample sample;
@@ -36,6 +38,7 @@ struct Item {
   static Item element(Sample s) { return {Kind::Element, 0, std::move(s)}; }
   static Item end_of_iteration(std::uint64_t it) { return {Kind::EndOfIteration, it, {}}; }
   static Item end_of_stream() { return {Kind::EndOfStream, 0, {}}; }
+  static Item barrier() { return {Kind::Barrier, 0, {}}; }
 };
 
 class Channel {
@@ -300,7 +303,7 @@ class Outputs {
       bool wants_iteration = wants(k, iteration);
       bool wants_elements = wants_iteration && !channels_[k]->skipped(iteration);
       for (const auto& item : items) {
-        if (item.kind == Item::Kind::EndOfStream || (item.is_element() ? wants_elements : wants_iteration)) copy.push_back(item);
+        if (item.kind == Item::Kind::EndOfStream || item.kind == Item::Kind::Barrier || (item.is_element() ? wants_elements : wants_iteration)) copy.push_back(item);
         if (item.kind == Item::Kind::EndOfIteration) {
           iteration = item.iteration + 1;
           wants_iteration = wants(k, iteration);
@@ -313,6 +316,9 @@ class Outputs {
     items.clear();
     return true;
   }
+
+  // A run resumed from a checkpoint: the producer's next element belongs to `iteration`.
+  void set_iteration(std::uint64_t iteration) { iteration_ = iteration; }
 
   // Nothing more of iterations <= this is wanted by any reader (kAllIterations: nothing at all).
   std::int64_t skip_through() const {

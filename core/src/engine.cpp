@@ -216,7 +216,8 @@ void Engine::Impl::worker(StageRuntime& st, int index) {
 void Engine::Impl::finalize() {
   for (auto& t : threads) t.join();
   threads.clear();
-  bool complete = sinks_done.load() == sink_count && !failed;
+  // A run stopped at a checkpoint is complete up to it: its sinks keep what they wrote.
+  bool complete = (sinks_done.load() == sink_count || stopped_at_checkpoint.load()) && !failed;
   for (auto& st : stages) {
     if (!st->started) continue;
     try {
@@ -227,7 +228,7 @@ void Engine::Impl::finalize() {
     }
     st->started = false;
   }
-  state.store(static_cast<int>(failed ? RunState::Failed : complete ? RunState::Finished : RunState::Stopped));
+  state.store(static_cast<int>(failed ? RunState::Failed : complete && !stopped_at_checkpoint.load() ? RunState::Finished : RunState::Stopped));
   {
     std::lock_guard lock(publish_mutex);
     publisher_quit = true;
@@ -300,12 +301,19 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
+    st->output_fingerprint = output_fingerprints.back();
     st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;
     st->tuned_buffer = spec.autotune_buffer;
     if (st->sink) ++impl_->sink_count;
     impl_->stages.push_back(std::move(st));
   }
   if (g.autotunes()) impl_->set_autotune_budgets();
+  if (options.resume_from) {
+    if (auto refusals = checkpoint_refusals(); !refusals.empty())
+      throw Error("this pipeline cannot resume from a checkpoint: " + refusals.front());
+    impl_->resume = options.resume_from;
+    impl_->attach_resume_state();
+  }
 }
 
 Engine::~Engine() {
@@ -353,6 +361,22 @@ void Engine::start() {
           other->started = false;
         }
       throw Error(fmt::format("stage '{}' ({}) could not start: {}", st->spec->id, st->spec->op->info.name, e.what()));
+    }
+  }
+  // A resumed run: every operator takes back the state it saved (after start(), which checks its
+  // parameters and inputs as in any run).
+  for (auto& st : I.stages) {
+    try {
+      I.restore_operator(*st);
+    } catch (const std::exception& e) {
+      for (auto& other : I.stages) {
+        try {
+          other->op->finish(false);
+        } catch (...) {
+        }
+        other->started = false;
+      }
+      throw Error(fmt::format("stage '{}' ({}) could not resume from the checkpoint: {}", st->spec->id, st->spec->op->info.name, e.what()));
     }
   }
   // Iterations: each sink reads one iteration of its input; going upstream, a repeat multiplies
@@ -443,6 +467,16 @@ void Engine::start() {
     }
     if (!st.inputs.empty()) st.input = st.inputs.front();
   }
+  // A resumed run: ordered parallel stages go on from their saved positions (the loops of the
+  // other kinds read their own).
+  for (auto& st : I.stages) {
+    if (!st->restore || st->restore->ended() || st->fused_head || st->source || st->aggregate || st->expand || st->combine) continue;
+    auto positions = I.engine_state_reader(*st);
+    st->in_iteration = positions->get<std::uint64_t>();
+    st->in_index = positions->get<std::uint64_t>();
+    st->counters.epoch.store(st->in_iteration);
+    if (!st->sink) st->exit().output->set_iteration(st->in_iteration);
+  }
   I.start_ns = now_ns();
   I.state.store(static_cast<int>(RunState::Running));
   int planned_workers = 0;
@@ -503,7 +537,7 @@ RunResult Engine::wait() {
   }
   std::call_once(I.finalized, [&I] { I.finalize(); });
   std::lock_guard lock(I.error_mutex);
-  return {static_cast<RunState>(I.state.load()), I.error, I.failed_stage};
+  return {static_cast<RunState>(I.state.load()), I.error, I.failed_stage, I.stopped_at_checkpoint.load() && !I.failed};
 }
 
 RunState Engine::state() const { return static_cast<RunState>(impl_->state.load()); }

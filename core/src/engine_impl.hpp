@@ -18,6 +18,7 @@
 
 #include "autotune.hpp"
 #include "channel.hpp"
+#include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 
 namespace sluice {
@@ -161,6 +162,15 @@ struct StageRuntime {
   // element-major order for expensive fused groups (see process_chunk).
   std::atomic<std::uint64_t> ns_per_element{0};
 
+  // Checkpoints (engine_checkpoint.cpp): the cut this stage saved its state for last, whether it
+  // has handed on its end of stream, what a resumed run restores it from, and the elements it
+  // read again to get back there (an interleave's open inputs up to where they were).
+  std::uint64_t output_fingerprint = 0;  // StageInfo::input_fingerprint of its readers, in part
+  std::uint64_t saved_cut = 0;
+  std::atomic<bool> ended{false};
+  const checkpoint::StageState* restore = nullptr;
+  std::atomic<std::uint64_t> reread{0};
+
   // For the recent rates of snapshots.
   std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
   std::vector<std::uint64_t> previous_device_bytes;  // feed sinks: per device
@@ -275,6 +285,46 @@ struct Engine::Impl {
   // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
   bool flush(StageRuntime& st, std::vector<Item>& out);
 
+  // ---- checkpoints (engine_checkpoint.cpp) ----
+  // A checkpoint is a cut: sources (and stages producing on their own: an interleave, a replaying
+  // cache) stop at an element boundary, save where they are and hand on a barrier; every other
+  // stage saves its state when the barrier reaches it, after everything before it. When every
+  // stage has saved (or ended), the run goes on, or stops there.
+  struct Cut {
+    std::uint64_t generation = 0;
+    std::vector<std::optional<checkpoint::StageState>> states;
+    bool complete = false;
+  };
+  std::mutex cut_mutex;
+  std::condition_variable cut_cv;
+  std::unique_ptr<Cut> cut;                        // guarded by cut_mutex
+  std::atomic<std::uint64_t> cut_wanted{0};        // the generation being taken; 0: none
+  std::atomic<std::uint64_t> cut_released{0};      // the last generation the run went on after
+  std::uint64_t cut_generations = 0;
+  std::atomic<bool> stopped_at_checkpoint{false};
+  std::uint64_t checkpoints_taken = 0;
+  std::shared_ptr<const checkpoint::Checkpoint> resume;  // what this run continues
+
+  bool cut_requested(const StageRuntime& st) const {
+    const std::uint64_t wanted = cut_wanted.load(std::memory_order_relaxed);
+    return wanted != 0 && st.saved_cut != wanted;
+  }
+  // Saves `st` (and the members of its fused group) for the cut being taken: `engine` writes the
+  // engine's positions, then the operator writes its own. False when the run must stop.
+  bool save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary);
+  // A stage that paused for the cut waits here until the run goes on; false when it stops.
+  bool wait_for_release(const StageRuntime& st);
+  // `st` handed on its end of stream: it has nothing to save in any later cut.
+  void stage_ended(StageRuntime& st);
+  void complete_cut_if_ready_locked();
+  // Matches the graph against `resume` and hands every stage its saved state; throws Error
+  // naming what differs.
+  void attach_resume_state();
+  // Restores the operator of `st` from its saved state (after start()); throws Error.
+  void restore_operator(StageRuntime& st);
+  // Reads the engine's positions a stage saved (the same order `engine` wrote them).
+  std::unique_ptr<CheckpointStateReader> engine_state_reader(const StageRuntime& st) const;
+
   // ---- the stage loops (stage_source.cpp, stage_parallel.cpp, stage_expand.cpp,
   // stage_combine.cpp, stage_aggregate.cpp) ----
 
@@ -347,6 +397,13 @@ struct Engine::Impl {
     // A tuned stage reading on its coordinator holds its slots (busy) until it hands them back to
     // fetchers: no lock and no wake-up per record. Written by the coordinator only.
     bool owned = false;
+    // For checkpoints: the input it reads (to open it again), the outputs the coordinator handed
+    // on and the origin of the last one (a cursor that can seek goes straight after it), and
+    // whether a cut came while the slot waited for its next input.
+    Sample input;
+    std::uint64_t emitted = 0;
+    std::int64_t last_record = -1, last_offset = -1;
+    bool awaiting_fill = false;
   };
 
   // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and

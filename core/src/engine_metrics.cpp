@@ -92,6 +92,7 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     m->set_random(st.spec->op->info.traits.random);
     m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
     m->set_errors_skipped(c.errors_skipped.load());
+    m->set_elements_reread(st.reread.load());
     {
       std::lock_guard rl(st.reasons_mutex);
       for (const auto& r : st.skip_reasons) m->add_skip_reasons(r);

@@ -4,6 +4,32 @@
 
 namespace sluice {
 
+namespace {
+
+// The outputs of a replay (cache), counted so that a checkpoint taken in the middle of one can
+// say how far it got; a resumed run replays that iteration again and drops what it had given.
+class ReplayEmitter final : public Emitter {
+ public:
+  ReplayEmitter(Emitter& out, std::function<bool(std::uint64_t)> cut_hook) : out_(out), cut_hook_(std::move(cut_hook)) {}
+  std::uint64_t given = 0, drop = 0;
+  bool push(Sample sample) override {
+    if (drop > 0) {
+      --drop;
+      ++given;
+      return true;
+    }
+    if (!cut_hook_(given)) return false;
+    ++given;
+    return out_.push(std::move(sample));
+  }
+
+ private:
+  Emitter& out_;
+  std::function<bool(std::uint64_t)> cut_hook_;
+};
+
+}  // namespace
+
 void Engine::Impl::run_aggregate(StageRuntime& st) {
   Aggregate& op = *st.aggregate;
   std::vector<Item> in, out;
@@ -11,6 +37,8 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
   std::uint64_t out_iteration = 0, in_iteration = 0, in_index = 0;
   std::int64_t inputs_in_group = 0;
   bool open = st.demand != 0;
+  bool replaying = false;       // the input ended; iterations come from replay()
+  std::uint64_t replay_drop = 0;  // a resumed replay: outputs given before the checkpoint
   auto guarded = [&](auto&& call, const char* what) {
     try {
       call();
@@ -30,7 +58,45 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     emitter.iteration = out_iteration;
     return !open || guarded([&] { op.begin_iteration(st.first_output_epoch + out_iteration); }, "at the start");
   };
-  if (open && !guarded([&] { op.begin_iteration(st.first_output_epoch); }, "at the start")) return;
+  // The cut reaches the stage between two inputs, or between two outputs of a replay: what it
+  // emitted goes first, then its state, then the barrier.
+  auto save_for_cut = [&](std::uint64_t replay_given) {
+    if (!flush(st, out)) return false;
+    const auto positions = [&](StateWriter& w) {
+      w.put(out_iteration);
+      w.put(in_iteration);
+      w.put(in_index);
+      w.put(inputs_in_group);
+      w.put<std::uint8_t>(open);
+      w.put<std::uint8_t>(replaying);
+      w.put(replay_given);
+    };
+    const std::string where = replaying ? fmt::format("replaying epoch {}, {} elements given", st.first_output_epoch + out_iteration, replay_given)
+                                        : fmt::format("epoch {}, {} inputs taken", st.first_input_epoch + in_iteration, in_index);
+    if (!save_stage(st, positions, where)) return false;
+    out.push_back(Item::barrier());
+    return flush(st, out);
+  };
+  if (st.restore) {
+    if (st.restore->ended()) {
+      out.push_back(Item::end_of_stream());
+      if (flush(st, out)) stage_ended(st);
+      return;
+    }
+    auto positions = engine_state_reader(st);
+    out_iteration = positions->get<std::uint64_t>();
+    in_iteration = positions->get<std::uint64_t>();
+    in_index = positions->get<std::uint64_t>();
+    inputs_in_group = positions->get<std::int64_t>();
+    open = positions->get<std::uint8_t>() != 0;
+    replaying = positions->get<std::uint8_t>() != 0;
+    replay_drop = positions->get<std::uint64_t>();
+    emitter.iteration = out_iteration;
+    st.output->set_iteration(out_iteration);
+    st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
+  } else if (open && !guarded([&] { op.begin_iteration(st.first_output_epoch); }, "at the start")) {
+    return;
+  }
 
   // Busy time is the time between two pops, less what flushing spent waiting downstream.
   std::uint64_t mark = now_ns(), blocked_at_mark = st.counters.blocked_ns.load();
@@ -40,13 +106,17 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     add(st.counters.busy_ns, spent > waited ? spent - waited : 0);
     blocked_at_mark = blocked;
   };
-  for (;;) {
+  while (!replaying) {
     std::uint64_t t0 = now_ns();
     account_busy(t0);
     if (!st.input->pop(in, kChunk)) return;
     mark = now_ns();
     add(st.counters.starved_ns, mark - t0);
     if (in.front().kind == Item::Kind::EndOfStream) break;
+    if (in.front().kind == Item::Kind::Barrier) {
+      if (!save_for_cut(0)) return;
+      continue;
+    }
     if (in.front().kind == Item::Kind::EndOfIteration) {
       // Repeating forever over a pass that yielded nothing would spin without end: as in
       // tf.data, an empty pass ends the repetition.
@@ -77,16 +147,29 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     if (!flush(st, out)) return;
   }
   // The input ended: close a partly received group (repeat whose input was cut short), then
-  // replay the iterations the input did not provide.
-  if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
+  // replay the iterations the input did not provide. No barrier comes from an input that ended:
+  // a checkpoint is cut here, between replays or between two outputs of one.
+  if (!replaying) {
+    replaying = true;
+    if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
+  }
+  auto cut_during_replay = [&](std::uint64_t given) {
+    if (!cut_requested(st)) return !stopping.load(std::memory_order_relaxed);
+    return save_for_cut(given) && wait_for_release(st);
+  };
+  ReplayEmitter replay_out(emitter, cut_during_replay);
   while (open && !stopping.load() && st.output->skip_through() != kAllIterations) {
+    if (cut_requested(st) && !(save_for_cut(0) && wait_for_release(st))) return;
     bool replayed = false;
-    if (!guarded([&] { replayed = op.replay(st.first_output_epoch + out_iteration, emitter); }, "replaying")) return;
+    replay_out.given = 0;
+    replay_out.drop = std::exchange(replay_drop, 0);
+    if (!guarded([&] { replayed = op.replay(st.first_output_epoch + out_iteration, replay_out); }, "replaying")) return;
+    if (stopping.load()) return;
     if (!replayed || !close_iteration()) break;
   }
   account_busy(now_ns());
   out.push_back(Item::end_of_stream());
-  flush(st, out);
+  if (flush(st, out)) stage_ended(st);
 }
 
 }  // namespace sluice

@@ -36,6 +36,8 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   std::size_t next_input = 0;
   std::uint64_t epoch = 0, index = 0;
   bool iteration_closed = false, input_done = false;
+  bool barrier_taken = false;  // fill() took the cut's barrier from the input
+  std::uint64_t turn_for_cut = 0;  // the interleave's turn, saved and restored
   // The coordinator's busy time: its time less what it spent waiting (fetchers add their own).
   std::uint64_t mark = now_ns(), waited_at_mark = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
   auto account_busy = [&]() {
@@ -67,6 +69,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   // Opens the next input of the current iteration into `slot`; false if the run must stop.
   auto fill = [&](ExpandSlot& slot) -> bool {
     while (!iteration_closed) {
+      if (barrier_taken) {  // the cut is being taken: the slot is filled once the run goes on
+        slot.awaiting_fill = true;
+        return true;
+      }
       if (next_input == inputs.size()) {
         if (!out.empty() && !flush(st, out)) return false;  // never hold outputs while waiting
         account_busy();
@@ -81,6 +87,11 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         }
       }
       Item& item = inputs[next_input++];
+      if (item.kind == Item::Kind::Barrier) {
+        barrier_taken = true;
+        slot.awaiting_fill = true;
+        return true;
+      }
       if (!item.is_element()) {
         iteration_closed = true;
         input_done = item.kind == Item::Kind::EndOfStream;
@@ -90,6 +101,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       if (st.input->skipped(epoch)) continue;
       std::string origin = item.sample.origin();
       try {
+        Sample input = item.sample;  // shares its tensors: kept for checkpoints
         auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, st.first_input_epoch + epoch, my_index}, damage);
         std::lock_guard lock(mutex);
         slot = ExpandSlot{};
@@ -98,6 +110,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         slot.origin = std::move(origin);
         slot.epoch = epoch;
         slot.index = my_index;
+        slot.input = std::move(input);
         changed.notify_all();
         return true;
       } catch (const std::exception& e) {
@@ -219,6 +232,123 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       changed.notify_all();
     }
   };
+  // ---- checkpoints ----
+  // The cut: take the input up to the barrier (what comes before it is this stage's to keep:
+  // inputs not opened yet), then save the slots (each input, and how many outputs it gave), the
+  // inputs waiting and the interleave's turn; the outputs read ahead are not saved (a resumed run
+  // reads them again).
+  auto take_input_through_barrier = [&]() {
+    for (std::size_t k = next_input; k < inputs.size(); ++k)
+      if (inputs[k].kind == Item::Kind::EndOfStream) return true;  // no barrier comes after the end
+    if (input_done) return true;
+    std::vector<Item> more;
+    for (;;) {
+      if (!st.input->pop(more, kChunk)) return false;
+      if (more.front().kind == Item::Kind::Barrier) return true;
+      const bool ended = more.front().kind == Item::Kind::EndOfStream;
+      if (more.front().is_element()) {
+        add(st.counters.elements_in, more.size());
+        add(st.counters.bytes_in, bytes_of(more));
+      }
+      for (auto& item : more) inputs.push_back(std::move(item));
+      if (ended) return true;
+    }
+  };
+  auto save_for_cut = [&]() {
+    if (!barrier_taken && !take_input_through_barrier()) return false;
+    barrier_taken = false;
+    if (!flush(st, out)) return false;
+    const auto positions = [&](StateWriter& w) {
+      w.put(epoch);
+      w.put(index);
+      w.put<std::uint64_t>(turn_for_cut);
+      w.put<std::uint8_t>(iteration_closed);
+      w.put<std::uint8_t>(input_done);
+      w.put<std::uint64_t>(inputs.size() - next_input);
+      for (std::size_t k = next_input; k < inputs.size(); ++k) {
+        w.put<std::uint8_t>(static_cast<std::uint8_t>(inputs[k].kind));
+        w.put(inputs[k].iteration);
+        if (inputs[k].is_element()) w.put_element(inputs[k].sample);
+      }
+      for (auto& slot : slots) {
+        const std::uint8_t slot_state = slot.cursor ? 1 : slot.awaiting_fill ? 2 : 0;
+        w.put(slot_state);
+        if (slot_state != 1) continue;
+        w.put_element(slot.input);
+        w.put_string(slot.origin);
+        w.put(slot.epoch);
+        w.put(slot.index);
+        w.put(slot.emitted);
+        w.put(slot.last_record);
+        w.put(slot.last_offset);
+      }
+    };
+    const std::string where = fmt::format("epoch {}, {} inputs opened", st.first_input_epoch + epoch, index);
+    if (!save_stage(st, positions, where)) return false;
+    out.push_back(Item::barrier());
+    return flush(st, out) && wait_for_release(st);
+  };
+  // A resumed run opens the inputs the slots read again and goes on after the outputs they had
+  // given, by seeking when the operator can and by reading them again when not (counted).
+  auto restore_slots = [&]() {
+    auto positions = engine_state_reader(st);
+    epoch = positions->get<std::uint64_t>();
+    index = positions->get<std::uint64_t>();
+    turn_for_cut = positions->get<std::uint64_t>();
+    if (turn_for_cut >= cycle) throw DataError("the checkpoint's interleave turn is out of range: it is damaged");
+    iteration_closed = positions->get<std::uint8_t>() != 0;
+    input_done = positions->get<std::uint8_t>() != 0;
+    const auto waiting = positions->get<std::uint64_t>();
+    inputs.clear();
+    next_input = 0;
+    for (std::uint64_t k = 0; k < waiting; ++k) {
+      const auto kind = static_cast<Item::Kind>(positions->get<std::uint8_t>());
+      const auto iteration = positions->get<std::uint64_t>();
+      if (kind == Item::Kind::Element) inputs.push_back(Item::element(positions->get_element()));
+      else if (kind == Item::Kind::EndOfIteration) inputs.push_back(Item::end_of_iteration(iteration));
+      else if (kind == Item::Kind::EndOfStream) inputs.push_back(Item::end_of_stream());
+      else throw DataError("the checkpoint's waiting inputs hold an unknown item: it is damaged");
+    }
+    for (auto& slot : slots) {
+      const auto slot_state = positions->get<std::uint8_t>();
+      slot.awaiting_fill = slot_state == 2;
+      if (slot_state != 1) continue;
+      slot.input = positions->get_element();
+      slot.origin = positions->get_string();
+      slot.epoch = positions->get<std::uint64_t>();
+      slot.index = positions->get<std::uint64_t>();
+      slot.emitted = positions->get<std::uint64_t>();
+      slot.last_record = positions->get<std::int64_t>();
+      slot.last_offset = positions->get<std::int64_t>();
+      slot.cursor = st.expand->open(Sample(slot.input), ElementContext{&st.info, st.first_input_epoch + slot.epoch, slot.index}, damage);
+      if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
+      if (slot.emitted == 0) continue;
+      if (slot.last_offset >= 0 && slot.cursor->seek_after(slot.last_record, slot.last_offset)) continue;
+      for (std::uint64_t k = 0; k < slot.emitted; ++k) {
+        Sample skipped;
+        if (!slot.cursor->next(skipped))
+          throw DataError(fmt::format("input {} gave {} outputs before the checkpoint and only {} now: it changed", slot.origin, slot.emitted, k));
+      }
+      add(st.reread, slot.emitted);
+      slot.outputs_read = slot.emitted;
+    }
+    st.counters.epoch.store(epoch, std::memory_order_relaxed);
+    st.output->set_iteration(epoch);
+  };
+  if (st.restore) {
+    if (st.restore->ended()) {
+      out.push_back(Item::end_of_stream());
+      if (flush(st, out)) stage_ended(st);
+      return;
+    }
+    try {
+      restore_slots();
+    } catch (const std::exception& e) {
+      fail(fmt::format("{} could not resume from the checkpoint: {}", stage_label(st), e.what()), &st);
+      return;
+    }
+  }
+
   std::vector<std::thread> fetchers;
   // However this function leaves (an exception included), its fetchers are told and joined.
   struct JoinFetchers {
@@ -254,11 +384,24 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     slot.exhausted = false;
   };
   bool ok = true;
-  for (auto& slot : slots)
-    if (!(ok = fill(slot))) break;
-  std::size_t turn = 0;
+  std::size_t turn = turn_for_cut;
+  if (!st.restore)
+    for (auto& slot : slots)
+      if (!(ok = fill(slot))) break;
   std::uint64_t last_flush = now_ns();
   while (ok && !stopping.load()) {
+    if (cut_requested(st) || barrier_taken) {
+      turn_for_cut = turn;
+      if (!(ok = save_for_cut())) break;
+    }
+    // Slots a cut left waiting for their input are filled in the order they would have been.
+    for (auto& slot : slots)
+      if (slot.awaiting_fill && !slot.cursor) {
+        slot.awaiting_fill = false;
+        if (!(ok = fill(slot))) break;
+      }
+    if (!ok) break;
+    if (barrier_taken) continue;
     bool any_open = false;
     for (auto& slot : slots) any_open |= static_cast<bool>(slot.cursor);
     if (!any_open) {
@@ -268,7 +411,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         continue;
       }
       out.push_back(input_done ? Item::end_of_stream() : Item::end_of_iteration(epoch));
-      if (!(ok = flush(st, out)) || input_done) break;
+      if (!(ok = flush(st, out)) || input_done) {
+        if (ok) stage_ended(st);
+        break;
+      }
       ++epoch;
       index = 0;
       st.counters.epoch.store(epoch, std::memory_order_relaxed);
@@ -308,6 +454,9 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           ok = fill(slot);
           break;
         }
+        ++slot.emitted;
+        slot.last_record = sample.shared_origin().record;
+        slot.last_offset = sample.shared_origin().byte_offset;
         if (!(ok = emit(std::move(sample)))) break;
       }
     }

@@ -47,6 +47,15 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
         }
         if (stopping.load()) return;
         Item control = std::move(in.front());
+        if (control.kind == Item::Kind::Barrier) {
+          // Every chunk before the barrier is committed: the stage stands between two elements.
+          const auto positions = [&](StateWriter& w) {
+            w.put(st.in_iteration);
+            w.put(st.in_index);
+          };
+          if (!save_stage(st, positions, fmt::format("epoch {}, before element {}", st.first_input_epoch + st.in_iteration, st.in_index)))
+            return;
+        }
         if (control.kind == Item::Kind::EndOfStream) {
           st.input_done = true;
           if (st.tuned_workers) st.finish_input();
@@ -72,7 +81,10 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
         } else if (st.input_done) {
           sinks_done.fetch_add(1);
         }
-        if (st.input_done) return;
+        if (st.input_done) {
+          stage_ended(st);
+          return;
+        }
         continue;
       }
       seq = st.next_seq++;

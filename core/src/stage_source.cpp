@@ -18,18 +18,54 @@ void Engine::Impl::run_source(StageRuntime& st) {
     mark = now_ns();
     return ok;
   };
-  for (std::uint64_t pass = 0; st.demand == kUnbounded || pass < static_cast<std::uint64_t>(st.demand); ++pass) {
+  // A resumed run starts where the checkpoint's cut left the source: inside a pass (the operator
+  // restored its place in it), or before one.
+  std::uint64_t first_pass = 0, resume_index = 0;
+  bool resume_inside_pass = false;
+  if (st.restore) {
+    if (st.restore->ended()) {
+      out.push_back(Item::end_of_stream());
+      handover();
+      stage_ended(st);
+      return;
+    }
+    auto positions = engine_state_reader(st);
+    first_pass = positions->get<std::uint64_t>();
+    resume_index = positions->get<std::uint64_t>();
+    resume_inside_pass = positions->get<std::uint8_t>() != 0;
+    st.output->set_iteration(first_pass);
+    st.counters.epoch.store(first_pass, std::memory_order_relaxed);
+  }
+  // The cut: what was made before goes first, then the barrier; the source waits until the
+  // checkpoint is complete.
+  auto pause_for_cut = [&](std::uint64_t pass, std::uint64_t index, bool inside_pass) {
+    if (!handover()) return false;
+    const auto positions = [&](StateWriter& w) {
+      w.put(pass);
+      w.put(index);
+      w.put<std::uint8_t>(inside_pass);
+    };
+    const std::string where = inside_pass ? fmt::format("pass {}, before element {}", st.first_output_epoch + pass, index)
+                                          : fmt::format("before pass {}", st.first_output_epoch + pass);
+    if (!save_stage(st, positions, where)) return false;
+    out.push_back(Item::barrier());
+    return handover() && wait_for_release(st);
+  };
+  for (std::uint64_t pass = first_pass; st.demand == kUnbounded || pass < static_cast<std::uint64_t>(st.demand); ++pass) {
     if (stopping.load() || st.output->skip_through() == kAllIterations) break;
     const std::uint64_t epoch = st.first_output_epoch + pass;
     if (!st.output->skipped(pass)) {
+      const bool resumed_inside = resume_inside_pass && pass == first_pass;
+      if (!resumed_inside && cut_requested(st) && !pause_for_cut(pass, 0, false)) return;
       try {
-        st.source->begin_pass(epoch);
+        if (!resumed_inside) st.source->begin_pass(epoch);
       } catch (const std::exception& e) {
         fail(fmt::format("{} could not begin pass {}: {}", stage_label(st), epoch, e.what()), &st);
         return;
       }
-      ElementContext ctx{&st.info, epoch, 0};
+      ElementContext ctx{&st.info, epoch, resumed_inside ? resume_index : 0};
       while (!stopping.load(std::memory_order_relaxed) && !st.output->skipped(pass)) {
+        if (cut_requested(st) && !pause_for_cut(pass, ctx.index, true)) return;
         Sample sample;
         try {
           if (!st.source->next(sample, ctx)) break;
@@ -54,7 +90,7 @@ void Engine::Impl::run_source(StageRuntime& st) {
     st.counters.epoch.store(pass + 1, std::memory_order_relaxed);
   }
   out.push_back(Item::end_of_stream());
-  handover();
+  if (handover()) stage_ended(st);
 }
 
 }  // namespace sluice

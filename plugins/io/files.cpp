@@ -94,7 +94,7 @@ class ListFiles final : public Source {
              ParamSpec::make("shuffle", ParamType::Bool, "shuffle the list (the same order on every worker for a seed)").def("false"),
              ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
              ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "a different order in each epoch").def("true")},
-            {.stateless = false, .random = true},
+            {.stateless = false, .random = true, .saves_state = true},
             {}};
   }
   explicit ListFiles(const Params& p)
@@ -132,8 +132,55 @@ class ListFiles final : public Source {
     out.set_origin(path);
     return true;
   }
+  // The files matched and their sizes, so that a resumed run over other files is refused rather
+  // than continued at a place that means something else; then the pass's order and place.
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint64_t>(files_.size());
+    for (const auto& path : files_) {
+      w.put_string(path);
+      w.put(file_size(path));
+    }
+    w.put<std::uint64_t>(order_.size());
+    for (auto i : order_) w.put<std::uint64_t>(i);
+    w.put<std::uint64_t>(next_);
+    w.describe(std::to_string(next_) + " of " + std::to_string(files_.size()) + " files listed");
+  }
+  void restore_state(StateReader& r) override {
+    const auto count = r.get<std::uint64_t>();
+    std::vector<std::pair<std::string, std::int64_t>> saved;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string path = r.get_string();
+      saved.emplace_back(std::move(path), r.get<std::int64_t>());
+    }
+    for (std::size_t i = 0; i < std::max<std::size_t>(saved.size(), files_.size()); ++i) {
+      if (i >= files_.size())
+        throw Error("the checkpoint's run read " + std::to_string(saved.size()) + " files, the patterns now match " + std::to_string(files_.size()) +
+                    " (" + saved[i].first + " is gone): resume over the same files");
+      if (i >= saved.size())
+        throw Error("the patterns now match " + std::to_string(files_.size()) + " files, the checkpoint's run read " + std::to_string(saved.size()) +
+                    " (" + files_[i] + " is new): resume over the same files");
+      if (saved[i].first != files_[i])
+        throw Error("file " + std::to_string(i + 1) + " of the list was " + saved[i].first + " in the checkpoint's run and is " + files_[i] +
+                    " now: resume over the same files");
+      if (const std::int64_t size = file_size(files_[i]); size != saved[i].second)
+        throw Error(files_[i] + " had " + std::to_string(saved[i].second) + " bytes in the checkpoint's run and has " + std::to_string(size) +
+                    " now: resume over the same files");
+    }
+    const auto ordered = r.get<std::uint64_t>();
+    if (ordered > files_.size()) throw DataError("the saved order lists more files than there are");
+    order_.assign(static_cast<std::size_t>(ordered), 0);
+    for (auto& i : order_) {
+      i = static_cast<std::size_t>(r.get<std::uint64_t>());
+      if (i >= files_.size()) throw DataError("the saved order names a file past the list");
+    }
+    next_ = static_cast<std::size_t>(r.get<std::uint64_t>());
+  }
 
  private:
+  static std::int64_t file_size(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
+  }
   std::vector<std::string> patterns_, files_;
   bool shuffle_;
   std::int64_t seed_;

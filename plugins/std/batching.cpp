@@ -34,7 +34,7 @@ class Batch final : public Aggregate, public Placement {
             "Stacks batch_size consecutive elements into one, field by field, along a new first dimension",
             {ParamSpec::make("batch_size", ParamType::Int, "elements per batch").range(1, 1e9),
              ParamSpec::make("drop_remainder", ParamType::Bool, "drop the short last batch of each iteration").def("false")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit Batch(const Params& p)
@@ -101,6 +101,62 @@ class Batch final : public Aggregate, public Placement {
     for (auto it = placed_.begin(); it != placed_.end();) it = it->first.first <= epoch ? placed_.erase(it) : std::next(it);
     done_epoch_ = epoch + 1;
     done_batches_ = 0;
+  }
+  // The rows gathered so far, as one element of `count_` rows, and which batch they belong to.
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint64_t>(count_);
+    w.put(first_index_);
+    w.put(epoch_);
+    w.put(number_);
+    w.put(done_epoch_);
+    w.put(done_batches_);
+    if (count_ == 0) return;
+    Sample partial;
+    for (const auto& field : fields_) {
+      Shape shape = field.shape;
+      shape.insert(shape.begin(), static_cast<std::int64_t>(count_));
+      if (field.dtype == DType::Bytes) {
+        std::vector<std::string_view> views(field.strings.begin(), field.strings.end());
+        partial.set(field.name, Tensor::from_strings(views, shape));
+      } else {
+        partial.set(field.name, Tensor::view(field.dtype, shape, field.rows.buffer(), field.rows.byte_offset()));
+      }
+    }
+    partial.share_origin(first_);
+    w.put_element(partial);
+    w.describe(std::to_string(count_) + " of " + std::to_string(batch_size_) + " rows of batch " + std::to_string(number_) + " gathered");
+  }
+  void restore_state(StateReader& r) override {
+    reset();
+    count_ = static_cast<std::size_t>(r.get<std::uint64_t>());
+    first_index_ = r.get<std::uint64_t>();
+    epoch_ = r.get<std::uint64_t>();
+    number_ = r.get<std::uint64_t>();
+    done_epoch_ = r.get<std::uint64_t>();
+    done_batches_ = r.get<std::uint64_t>();
+    if (count_ == 0) return;
+    if (count_ >= batch_size_) throw DataError("the saved batch holds " + std::to_string(count_) + " rows, not fewer than batch_size");
+    const Sample partial = r.get_element();
+    for (const auto& f : partial.fields()) {
+      if (f.tensor.rank() == 0 || f.tensor.shape()[0] != static_cast<std::int64_t>(count_))
+        throw DataError("the saved batch's field '" + f.name + "' does not hold " + std::to_string(count_) + " rows");
+    }
+    // The first row stands for the batch's first element (its shapes); the rows go in after it.
+    Sample first_row;
+    for (const auto& f : partial.fields()) first_row.set(f.name, f.tensor.row(0));
+    first_row.share_origin(partial);
+    const std::size_t rows = count_;
+    begin_batch(first_row, epoch_);
+    count_ = rows;
+    for (std::size_t f = 0; f < fields_.size(); ++f) {
+      FieldAssembly& field = fields_[f];
+      const Tensor& saved = partial.fields()[f].tensor;
+      if (field.dtype == DType::Bytes) {
+        for (std::int64_t k = 0; k < saved.num_elements(); ++k) field.strings.emplace_back(saved.string_at(k));
+      } else {
+        std::memcpy(field.rows.raw_data(), saved.raw_data(), saved.nbytes());
+      }
+    }
   }
 
  private:

@@ -24,7 +24,7 @@ class Cache final : public Aggregate {
             OperatorKind::Aggregate,
             "Records the first iteration and replays it for the next ones (in memory, or in a file reused across runs)",
             {ParamSpec::make("path", ParamType::OutputPath, "cache file; empty keeps the cache in memory").def("")},
-            {.keeps_shape = true},
+            {.keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit Cache(const Params& p) : path_(p.get_string("path")) {}
@@ -54,8 +54,12 @@ class Cache final : public Aggregate {
   }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
     if (recording_) {
-      if (file_.is_open()) write_sample(file_.stream(), in);
-      else memory_.push_back(in);  // shares the tensors' buffers
+      if (file_.is_open()) {
+        write_sample(file_.stream(), in);
+        ++recorded_;
+      } else {
+        memory_.push_back(in);  // shares the tensors' buffers
+      }
     }
     out.push(std::move(in));
     return Flow::Continue;
@@ -75,6 +79,64 @@ class Cache final : public Aggregate {
   }
   void finish(bool) override {
     if (file_.is_open()) file_.abandon(/*keep=*/false);  // an interrupted recording is worth nothing
+  }
+
+  // While recording, the elements recorded so far (a recording file is read back for them: it is
+  // removed when the run stops); once complete, a cache file holds them and a memory cache keeps
+  // them in the checkpoint. A replay saves nothing of its own: the engine counts its outputs.
+  void save_state(StateWriter& w) const override {
+    w.put(begun_);
+    w.put<std::uint8_t>(recording_);
+    w.put<std::uint8_t>(complete_);
+    w.put<std::uint8_t>(ready_from_file_);
+    if (file_.is_open()) {
+      std::fflush(file_.stream());
+      w.put<std::uint64_t>(recorded_);
+      std::FILE* f = std::fopen(file_.writing_path().c_str(), "rb");
+      if (!f) throw Error("cannot read back the cache being recorded, " + file_.writing_path() + ": " + std::strerror(errno));
+      try {
+        read_header(f);
+        Sample s;
+        for (std::uint64_t i = 0; i < recorded_; ++i) {
+          if (!read_sample(f, s, file_.writing_path())) throw Error("the cache being recorded ends early");
+          w.put_element(s);
+        }
+      } catch (...) {
+        std::fclose(f);
+        throw;
+      }
+      std::fclose(f);
+      w.describe("recording, " + std::to_string(recorded_) + " elements so far");
+      return;
+    }
+    const bool keeps_memory = path_.empty();
+    w.put<std::uint64_t>(keeps_memory ? memory_.size() : 0);
+    if (keeps_memory)
+      for (const auto& s : memory_) w.put_element(s);
+    w.describe(recording_ ? "recording, " + std::to_string(memory_.size()) + " elements so far"
+                          : complete_ ? "complete" : "empty");
+  }
+  void restore_state(StateReader& r) override {
+    const bool file_exists_now = ready_from_file_;  // as start() found it
+    begun_ = r.get<std::uint64_t>();
+    recording_ = r.get<std::uint8_t>() != 0;
+    complete_ = r.get<std::uint8_t>() != 0;
+    ready_from_file_ = r.get<std::uint8_t>() != 0;
+    if (!path_.empty() && (ready_from_file_ || complete_) && !file_exists_now)
+      throw Error("cache file " + path_ + ", complete in the checkpoint's run, is gone: it cannot be replayed");
+    if (!path_.empty() && recording_ && file_exists_now)
+      throw Error("cache file " + path_ + " exists now but was being written in the checkpoint's run: move it away to resume");
+    const auto held = r.get<std::uint64_t>();
+    memory_.clear();
+    if (recording_ && !path_.empty()) {
+      file_.open(path_);
+      file_.write(kCacheMagic, sizeof kCacheMagic);
+      file_.write(&fingerprint_, sizeof fingerprint_);
+      for (std::uint64_t i = 0; i < held; ++i) write_sample(file_.stream(), r.get_element());
+      recorded_ = held;
+      return;
+    }
+    for (std::uint64_t i = 0; i < held; ++i) memory_.push_back(r.get_element());
   }
 
  private:
@@ -125,6 +187,7 @@ class Cache final : public Aggregate {
   std::uint64_t fingerprint_ = 0;
   bool ready_from_file_ = false, recording_ = false, complete_ = false;
   std::uint64_t begun_ = 0;  // iterations begun in this run
+  std::uint64_t recorded_ = 0;  // elements written to the recording file
   AtomicOutputFile file_;
   std::vector<Sample> memory_;
 };

@@ -14,7 +14,7 @@ class Repeat final : public Aggregate {
             OperatorKind::Aggregate,
             "Repeats its input count times (-1: forever); a shuffle before it reshuffles each epoch",
             {ParamSpec::make("count", ParamType::Int, "number of passes, -1 for forever").def("-1").range(-1, std::nullopt)},
-            {.keeps_shape = true},
+            {.keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit Repeat(const Params& p) : count_(p.get_int("count")) {}
@@ -27,6 +27,9 @@ class Repeat final : public Aggregate {
     out.push(std::move(in));
     return Flow::Continue;
   }
+  // Its passes are the engine's positions: nothing of its own to save.
+  void save_state(StateWriter&) const override {}
+  void restore_state(StateReader&) override {}
 
  private:
   std::int64_t count_;
@@ -39,7 +42,7 @@ class Take final : public Aggregate {
             OperatorKind::Aggregate,
             "Keeps the first count elements of each iteration and stops reading the rest",
             {ParamSpec::make("count", ParamType::Int, "elements to keep, -1 for all").def("-1").range(-1, std::nullopt)},
-            {.keeps_shape = true},
+            {.keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit Take(const Params& p) : count_(p.get_int("count")) {}
@@ -50,6 +53,8 @@ class Take final : public Aggregate {
     out.push(std::move(in));
     return (count_ >= 0 && taken_ >= count_) ? Flow::SkipRestOfIteration : Flow::Continue;
   }
+  void save_state(StateWriter& w) const override { w.put(taken_); }
+  void restore_state(StateReader& r) override { taken_ = r.get<std::int64_t>(); }
 
  private:
   std::int64_t count_, taken_ = 0;
@@ -62,7 +67,7 @@ class Skip final : public Aggregate {
             OperatorKind::Aggregate,
             "Drops the first count elements of each iteration",
             {ParamSpec::make("count", ParamType::Int, "elements to drop").def("0").range(0, std::nullopt)},
-            {.keeps_shape = true},
+            {.keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit Skip(const Params& p) : count_(p.get_int("count")) {}
@@ -71,6 +76,8 @@ class Skip final : public Aggregate {
     if (seen_++ >= count_) out.push(std::move(in));
     return Flow::Continue;
   }
+  void save_state(StateWriter& w) const override { w.put(seen_); }
+  void restore_state(StateReader& r) override { seen_ = r.get<std::int64_t>(); }
 
  private:
   std::int64_t count_, seen_ = 0;
@@ -92,7 +99,7 @@ class BalancedShard final : public Aggregate {
              ParamSpec::make("equal_steps", ParamType::Choice, "drop: every shard gets the fewest; pad: every shard gets the most")
                  .def("drop")
                  .one_of({"drop", "pad"})},
-            {.keeps_shape = true},
+            {.keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit BalancedShard(const Params& p)
@@ -134,6 +141,26 @@ class BalancedShard final : public Aggregate {
     }
     first_.reset();
     first_is_own_ = false;
+  }
+  void save_state(StateWriter& w) const override {
+    for (const auto* held : {&held_, &first_}) {
+      w.put<std::uint8_t>(held->has_value());
+      if (*held) w.put_element(**held);
+    }
+    w.put<std::uint8_t>(first_is_own_);
+    w.put(held_round_end_);
+    w.put(seen_);
+    w.put(given_);
+  }
+  void restore_state(StateReader& r) override {
+    for (auto* held : {&held_, &first_}) {
+      held->reset();
+      if (r.get<std::uint8_t>()) *held = r.get_element();
+    }
+    first_is_own_ = r.get<std::uint8_t>() != 0;
+    held_round_end_ = r.get<std::uint64_t>();
+    seen_ = r.get<std::uint64_t>();
+    given_ = r.get<std::uint64_t>();
   }
 
  private:

@@ -16,7 +16,7 @@ class Shuffle final : public Aggregate {
             {ParamSpec::make("buffer_size", ParamType::Int, "elements held and drawn from").range(1, 1e9),
              ParamSpec::make("seed", ParamType::Int, "seed for this stage; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
              ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "a different order in each epoch").def("true")},
-            {.stateless = false, .random = true, .keeps_shape = true},
+            {.stateless = false, .random = true, .keeps_shape = true, .saves_state = true},
             {}};
   }
   explicit Shuffle(const Params& p)
@@ -39,6 +39,23 @@ class Shuffle final : public Aggregate {
     while (!buffer_.empty())
       if (!emit_one(out)) break;
     buffer_.clear();
+  }
+  // The generator's place and the elements held, in their order in the buffer.
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint8_t>(rng_.has_value());
+    if (rng_) w.put(*rng_);
+    w.put<std::uint64_t>(buffer_.size());
+    for (const auto& s : buffer_) w.put_element(s);
+    w.describe(std::to_string(buffer_.size()) + " of " + std::to_string(buffer_size_) + " elements held");
+  }
+  void restore_state(StateReader& r) override {
+    rng_.reset();
+    if (r.get<std::uint8_t>()) rng_ = r.get<Rng>();
+    const auto held = r.get<std::uint64_t>();
+    if (held > buffer_size_) throw DataError("the saved buffer holds " + std::to_string(held) + " elements, more than buffer_size");
+    buffer_.clear();
+    buffer_.reserve(static_cast<std::size_t>(held));
+    for (std::uint64_t i = 0; i < held; ++i) buffer_.push_back(r.get_element());
   }
 
  private:

@@ -15,7 +15,7 @@ class Range final : public Source {
             {ParamSpec::make("count", ParamType::Int, "how many integers to emit").def("10").range(0, std::nullopt),
              ParamSpec::make("start", ParamType::Int, "first integer").def("0"),
              ParamSpec::make("step", ParamType::Int, "difference between consecutive integers").def("1")},
-            {.stateless = false, .random = false},
+            {.stateless = false, .random = false, .saves_state = true},
             {}};
   }
   explicit Range(const Params& p) : count_(p.get_int("count")), start_(p.get_int("start")), step_(p.get_int("step")) {}
@@ -26,6 +26,8 @@ class Range final : public Source {
     out.set("value", Tensor::scalar<std::int64_t>(start_ + step_ * next_++));
     return true;
   }
+  void save_state(StateWriter& w) const override { w.put(next_); }
+  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
 
  private:
   std::int64_t count_, start_, step_, next_ = 0;
@@ -43,7 +45,7 @@ class FromList final : public Source {
                  .def("auto")
                  .one_of({"auto", "int64", "float", "bytes"}),
              ParamSpec::make("field", ParamType::String, "name of the output field").def("value")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit FromList(const Params& p) : values_(p.get_string_list("values")), field_(p.get_string("field")) {
@@ -72,6 +74,8 @@ class FromList final : public Source {
     else out.set(field_, Tensor::from_string(v));
     return true;
   }
+  void save_state(StateWriter& w) const override { w.put<std::uint64_t>(next_); }
+  void restore_state(StateReader& r) override { next_ = static_cast<std::size_t>(r.get<std::uint64_t>()); }
 
  private:
   static bool parses_int(const std::string& s) {
@@ -104,7 +108,7 @@ class Tensors final : public Source {
              ParamSpec::make("shape", ParamType::IntList, "shape of each element's tensor").def("224,224,3").range(1, 1e9),
              ParamSpec::make("dtype", ParamType::Choice, "element type").one_of({"u8", "i32", "i64", "f32", "f64"}).def("f32"),
              ParamSpec::make("field", ParamType::String, "name of the tensor field").def("data")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit Tensors(const Params& p)
@@ -128,6 +132,8 @@ class Tensors final : public Source {
     out.set("index", Tensor::scalar<std::int64_t>(i));
     return true;
   }
+  void save_state(StateWriter& w) const override { w.put(next_); }
+  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
 
  private:
   std::int64_t count_;

@@ -136,7 +136,7 @@ class SyntheticImages final : public Source {
              ParamSpec::make("height", ParamType::Int, "image height").def("240").range(1, 16384),
              ParamSpec::make("width", ParamType::Int, "image width").def("320").range(1, 16384),
              ParamSpec::make("classes", ParamType::Int, "number of classes").def("10").range(1, 100000)},
-            {.stateless = false, .random = true},
+            {.stateless = false, .random = true, .saves_state = true},
             {}};
   }
   explicit SyntheticImages(const Params& p)
@@ -180,6 +180,8 @@ class SyntheticImages final : public Source {
     ++next_;
     return true;
   }
+  void save_state(StateWriter& w) const override { w.put(next_); }
+  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
 
  private:
   std::int64_t count_;

@@ -6,7 +6,7 @@ namespace sluice {
 // The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
 // Raise the minor for additions that old plugins need not know about; raise the major (and reset
 // the minor) for any change to an existing type, virtual function or descriptor field.
-inline constexpr std::uint32_t kAbiMajor = 5;
+inline constexpr std::uint32_t kAbiMajor = 6;
 // 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
 // trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
 // feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
@@ -15,7 +15,9 @@ inline constexpr std::uint32_t kAbiMajor = 5;
 // 5.0: OperatorKind::Combine (several inputs: Combine, CombineInputs), OperatorInfo::min_inputs and
 // max_inputs (a field added to a struct plugins build), and outputs read by several stages: a tensor
 // an operator is given may be shared with another reader, so operators build new tensors rather
-// than write into the ones they get.
+// than write into the ones they get; 6.0: checkpoints: Operator::save_state/restore_state with
+// StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek_after
+// (new virtual functions and a descriptor field).
 inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

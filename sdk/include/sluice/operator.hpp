@@ -10,6 +10,7 @@
 #include "sluice/params.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/sample.hpp"
+#include "sluice/state.hpp"
 
 namespace sluice {
 
@@ -40,6 +41,11 @@ struct OperatorTraits {
   // Every output element has the shapes of the input it came from (flips, colour changes,
   // normalisation, shuffling, repeating): size hints of later stages pass through it.
   bool keeps_shape = false;
+  // (6.0) Implements save_state() and restore_state(): a run through it can be checkpointed and
+  // resumed. Sources, aggregates, combines and maps or filters that are not stateless must say
+  // so, or `--checkpoint` refuses the pipeline naming the stage; expands and sinks need not (the
+  // host re-opens an expand's inputs where they were; a sink's state is outside the data).
+  bool saves_state = false;
 };
 
 // Offered by a stage that assembles its input into larger blocks (batch) to the map right before
@@ -129,6 +135,18 @@ class Operator {
   // Called from any thread once the run is asked to stop: a stage blocked inside one of its own
   // calls (a sink waiting for room on a device) must return from it promptly.
   virtual void cancel() {}
+
+  // (6.0) Checkpoints, for operators whose traits say saves_state. save_state() writes what the
+  // operator needs to go on exactly as it would have: positions, counters, and the elements it
+  // holds (through put_element(), so that the host can keep small references to them rather
+  // than their bytes). It is called on the stage's thread between two calls the operator gets
+  // (never inside one), after start(). restore_state() is called instead of the calls that led
+  // there, right after start() of a fresh operator with the same parameters, and reads the same
+  // values in the same order; it throws Error when the state cannot be used (naming what
+  // differs: another input file list, a different parameter).
+  // Random draws keyed by ElementContext need no saving: the host restores the contexts.
+  virtual void save_state(StateWriter&) const { throw Error("this operator cannot save its state"); }
+  virtual void restore_state(StateReader&) { throw Error("this operator cannot restore a saved state"); }
 };
 
 class Source : public Operator {
@@ -140,6 +158,9 @@ class Source : public Operator {
   virtual bool next(Sample& out, const ElementContext& ctx) = 0;
   // Elements in one pass when known once started (progress and ETA), -1 when not.
   virtual std::int64_t expected_elements() const { return -1; }
+  // (6.0) A source's saved state is taken between two next() calls of a pass: restore_state()
+  // puts it back inside that pass, and the host calls next() without begin_pass() for it.
+
 };
 
 // 1 -> 1
@@ -172,6 +193,10 @@ class ExpandCursor {
   virtual ~ExpandCursor() = default;
   // Fills `out` and returns true, or returns false once this input is exhausted.
   virtual bool next(Sample& out) = 0;
+  // (6.0) Resuming from a checkpoint: positions a cursor fresh from open() so that its next output
+  // is the one after the output whose origin named `record` and `byte_offset`; false if it cannot
+  // (the host then calls next() until it gets there). Called before any next().
+  virtual bool seek_after(std::int64_t /*record*/, std::int64_t /*byte_offset*/) { return false; }
 };
 
 // 1 -> N (a file path into its records)
@@ -195,6 +220,9 @@ class Aggregate : public Operator {
 
   virtual void begin_iteration(std::uint64_t /*epoch*/) {}
   virtual Flow push(Sample in, const ElementContext& ctx, Emitter& out) = 0;
+  // (6.0) With saves_state, save_state() may also be called while the stage replays (between two
+  // pushes of replay()): a replay must not change what save_state() writes. A restored run
+  // calls replay() again for that iteration and drops the outputs given before the checkpoint.
   // The input iteration(s) making up this output iteration ended: flush what is held.
   virtual void end_iteration(std::uint64_t /*epoch*/, Emitter& /*out*/) {}
   // Produce an output iteration the input did not provide (input_passes asked for fewer passes

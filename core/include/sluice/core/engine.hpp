@@ -2,8 +2,11 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
+#include "checkpoint.pb.h"
 #include "metrics.pb.h"
 #include "sluice/core/spec.hpp"
 
@@ -23,6 +26,11 @@ struct EngineOptions {
   // (Python's next iter()) starts at the next epoch, with that epoch's shuffles and random draws.
   // Upstream of a repeat(k) the epochs scale by k, as they would in one run of k·n passes.
   std::uint64_t first_epoch = 0;
+  // Continue from this checkpoint (Engine::checkpoint) as if the run it came from had never
+  // stopped. The engine refuses, naming what differs, one taken of another pipeline or seed; an
+  // operator refuses its own state when its inputs changed (another file list). `first_epoch`
+  // comes from the checkpoint.
+  std::shared_ptr<const checkpoint::Checkpoint> resume_from;
 };
 
 enum class RunState { Created, Running, Finished, Stopped, Failed };
@@ -32,6 +40,9 @@ struct RunResult {
   RunState state = RunState::Created;
   std::string error;  // when Failed: names the stage, the element and its origin
   std::string failed_stage;  // when Failed because of one stage: its id
+  // Stopped at a checkpoint (Engine::checkpoint with then_stop): the sinks kept their outputs,
+  // which hold exactly the data before the checkpoint.
+  bool stopped_at_checkpoint = false;
 };
 
 // Runs a validated graph: worker threads per stage, bounded channels between stages (a stage's
@@ -63,6 +74,16 @@ class Engine {
   void subscribe(std::function<void(const metrics::MetricsSnapshot&)> callback);
 
   const Graph& graph() const;
+
+  // Why this pipeline cannot be checkpointed (a stage whose operator cannot save its state, a run
+  // that is not deterministic), one line per stage; empty when it can.
+  std::vector<std::string> checkpoint_refusals() const;
+  // Takes a checkpoint while the pipeline runs: sources pause at their next element, what they
+  // made before reaches the sinks, every stage saves where it stands, and the run goes on (or,
+  // with `then_stop`, stops there; its sinks keep their outputs). Blocks until then. nullopt when
+  // the run ended or stopped first. Throws Error when the pipeline cannot be checkpointed or the
+  // run is not running. One at a time; from any thread but a stage's.
+  std::optional<checkpoint::Checkpoint> checkpoint(bool then_stop = false);
   // The consumer side of a feed sink (gpu_feed) for the training loop; valid until the engine is
   // destroyed. Throws Error when the stage does not exist or is not a feed sink.
   Feed* feed(const std::string& stage_id) const;

@@ -1,0 +1,62 @@
+#pragma once
+// Checkpoint files: a run's positions at one cut (checkpoint.proto), written atomically with a
+// checksum so that a damaged or half-copied file is refused rather than resumed from.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "checkpoint.pb.h"
+#include "sluice/state.hpp"
+
+namespace sluice {
+
+inline constexpr std::uint32_t kCheckpointFormat = 1;
+// The file a checkpoint directory holds; `--resume` takes the directory or the file.
+inline constexpr const char* kCheckpointFileName = "checkpoint.sluice";
+
+// DIR/checkpoint.sluice for a directory (existing or not, when it has no extension), else `path`.
+std::filesystem::path checkpoint_file(const std::filesystem::path& dir_or_file);
+// Writes under an exclusive temporary name, then renames: the previous checkpoint stays whole
+// until the new one is. Creates the directory. Throws Error naming the path.
+void write_checkpoint(const std::filesystem::path& file, const checkpoint::Checkpoint& checkpoint);
+// Throws Error naming the file and what is wrong (missing, not a checkpoint, damaged, newer).
+checkpoint::Checkpoint read_checkpoint(const std::filesystem::path& file);
+// What `sluice checkpoint info` prints.
+std::string describe_checkpoint(const checkpoint::Checkpoint& checkpoint, std::uint64_t file_bytes);
+
+// An operator's or the engine's state as bytes, with the elements it holds kept apart.
+class CheckpointStateWriter final : public StateWriter {
+ public:
+  explicit CheckpointStateWriter(checkpoint::StageState& stage, std::string& bytes, std::string& summary)
+      : stage_(stage), bytes_(bytes), summary_(summary) {}
+  void put_bytes(const void* data, std::size_t size) override;
+  void put_element(const Sample& element) override;
+  void describe(std::string text) override { summary_ = std::move(text); }
+
+ private:
+  checkpoint::StageState& stage_;
+  std::string& bytes_;
+  std::string& summary_;
+};
+
+class CheckpointStateReader final : public StateReader {
+ public:
+  // `what` names the state in errors ("stage 'shuffle' (operator state)").
+  CheckpointStateReader(const checkpoint::StageState& stage, const std::string& bytes, std::string what)
+      : stage_(stage), bytes_(bytes), what_(std::move(what)) {}
+  void get_bytes(void* data, std::size_t size) override;
+  Sample get_element() override;
+  bool at_end() const { return at_ == bytes_.size(); }
+
+ private:
+  const checkpoint::StageState& stage_;
+  const std::string& bytes_;
+  std::string what_;
+  std::size_t at_ = 0;
+};
+
+// The compact form of one element (its fields and origin), for elements kept by value.
+std::string encode_element(const Sample& sample);
+Sample decode_element(const std::string& bytes, const std::string& what);
+
+}  // namespace sluice

@@ -1,0 +1,231 @@
+// Checkpoint files and the byte form of saved states (see checkpoint.hpp).
+#include "sluice/core/checkpoint.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sluice/core/atomic_file.hpp"
+#include "sluice/rng.hpp"
+#include "sluice/tensor.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice {
+namespace {
+
+// The file: magic, the payload's length and checksum, the payload (a Checkpoint message). A
+// protobuf message cut short often still parses: the length and checksum catch that.
+constexpr char kMagic[8] = {'S', 'L', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr std::size_t kHeaderBytes = sizeof kMagic + 2 * sizeof(std::uint64_t);
+
+std::uint64_t checksum(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, then mixed: damage, not tampering
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(h);
+}
+
+// Byte strings read from a checkpoint: every length is checked before memory is taken for it.
+class ByteCursor {
+ public:
+  ByteCursor(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
+  void get(void* data, std::size_t size) {
+    if (size > bytes_.size() - at_)
+      throw DataError(fmt::format("{} is damaged: it ends {} bytes early (at byte {})", what_, size - (bytes_.size() - at_), at_));
+    std::memcpy(data, bytes_.data() + at_, size);
+    at_ += size;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v;
+    get(&v, sizeof v);
+    return v;
+  }
+  std::string_view view(std::uint64_t size) {
+    if (size > bytes_.size() - at_) throw DataError(fmt::format("{} is damaged: a length of {} bytes at byte {}", what_, size, at_));
+    std::string_view v(bytes_.data() + at_, size);
+    at_ += size;
+    return v;
+  }
+  std::size_t remaining() const { return bytes_.size() - at_; }
+
+ private:
+  const std::string& bytes_;
+  const std::string& what_;
+  std::size_t at_ = 0;
+};
+
+void append(std::string& out, const void* data, std::size_t size) { out.append(static_cast<const char*>(data), size); }
+void append_u64(std::string& out, std::uint64_t v) { append(out, &v, sizeof v); }
+void append_string(std::string& out, std::string_view s) {
+  append_u64(out, s.size());
+  out.append(s);
+}
+
+}  // namespace
+
+fs::path checkpoint_file(const fs::path& dir_or_file) {
+  std::error_code ec;
+  if (fs::is_directory(dir_or_file, ec) || !dir_or_file.has_extension()) return dir_or_file / kCheckpointFileName;
+  return dir_or_file;
+}
+
+void write_checkpoint(const fs::path& file, const checkpoint::Checkpoint& checkpoint) {
+  std::error_code ec;
+  if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
+  if (ec) throw Error(fmt::format("cannot create checkpoint directory {}: {}", file.parent_path().string(), ec.message()));
+  std::string payload;
+  if (!checkpoint.SerializeToString(&payload)) throw Error("could not encode the checkpoint for " + file.string());
+  std::string content(kMagic, sizeof kMagic);
+  append_u64(content, payload.size());
+  append_u64(content, checksum(payload));
+  content += payload;
+  try {
+    write_file_atomically(file, content);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("could not write checkpoint {}: {} (the previous checkpoint there, if any, is unchanged)", file.string(), e.what()));
+  }
+}
+
+checkpoint::Checkpoint read_checkpoint(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) throw Error(fmt::format("no checkpoint at {} (give the directory --checkpoint wrote to, or its {})", file.string(), kCheckpointFileName));
+  if (!fs::is_regular_file(file, ec)) throw Error(fmt::format("{} is not a regular file: give a checkpoint file or its directory", file.string()));
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (!in && !in.eof()) throw Error(fmt::format("cannot read checkpoint {}", file.string()));
+  const std::string content = buffer.str();
+  if (content.size() < kHeaderBytes || std::memcmp(content.data(), kMagic, sizeof kMagic) != 0)
+    throw Error(fmt::format("{} is not a Sluice checkpoint (it does not start with the checkpoint header)", file.string()));
+  std::uint64_t size = 0, sum = 0;
+  std::memcpy(&size, content.data() + sizeof kMagic, sizeof size);
+  std::memcpy(&sum, content.data() + sizeof kMagic + sizeof size, sizeof sum);
+  if (size != content.size() - kHeaderBytes)
+    throw Error(fmt::format("checkpoint {} is damaged: it should hold {} bytes after its header, it holds {} (cut short or "
+                            "appended to); resume from an earlier checkpoint",
+                            file.string(), size, content.size() - kHeaderBytes));
+  std::string_view payload(content.data() + kHeaderBytes, size);
+  if (checksum(payload) != sum)
+    throw Error(fmt::format("checkpoint {} is damaged: its checksum does not match its contents; resume from an earlier checkpoint", file.string()));
+  checkpoint::Checkpoint checkpoint;
+  if (!checkpoint.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    throw Error(fmt::format("checkpoint {} is damaged: its contents do not decode", file.string()));
+  if (checkpoint.format() != kCheckpointFormat)
+    throw Error(fmt::format("checkpoint {} has format {}; this Sluice reads format {} (made by another version)", file.string(),
+                            checkpoint.format(), kCheckpointFormat));
+  return checkpoint;
+}
+
+std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t file_bytes) {
+  std::string out;
+  const auto created = std::chrono::system_clock::time_point(std::chrono::milliseconds(c.created_unix_ms()));
+  const std::time_t t = std::chrono::system_clock::to_time_t(created);
+  char when[64] = "?";
+  std::tm tm{};
+  if (gmtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  out += fmt::format("checkpoint {} of pipeline {} (seed {}), taken {}\n", c.sequence(), c.pipeline_file(), c.seed(), when);
+  out += fmt::format("  {} elements had reached the sinks; the cut took {:.3f} s; {} bytes\n", c.sink_elements(), c.save_seconds(), file_bytes);
+  std::size_t id_width = 5, op_width = 8;
+  for (const auto& s : c.stages()) {
+    id_width = std::max(id_width, s.id().size());
+    op_width = std::max(op_width, s.op().size());
+  }
+  out += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>10}  {}\n", "stage", id_width, "operator", op_width, "elements", "state", "where");
+  for (const auto& s : c.stages()) {
+    std::size_t bytes = s.engine_state().size() + s.operator_state().size();
+    for (const auto& e : s.elements()) bytes += e.value().size();
+    std::string where = s.ended() ? "ended" : s.summary();
+    if (!s.operator_summary().empty()) where += (where.empty() ? "" : "; ") + s.operator_summary();
+    out += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>8} B  {}\n", s.id(), id_width, s.op(), op_width, s.elements_size(), bytes, where);
+  }
+  return out;
+}
+
+void CheckpointStateWriter::put_bytes(const void* data, std::size_t size) { append(bytes_, data, size); }
+
+void CheckpointStateWriter::put_element(const Sample& element) {
+  append_u64(bytes_, static_cast<std::uint64_t>(stage_.elements_size()));
+  stage_.add_elements()->set_value(encode_element(element));
+}
+
+void CheckpointStateReader::get_bytes(void* data, std::size_t size) {
+  if (size > bytes_.size() - at_)
+    throw DataError(fmt::format("checkpoint state of {} is damaged or from another operator version: it ends early", what_));
+  std::memcpy(data, bytes_.data() + at_, size);
+  at_ += size;
+}
+
+Sample CheckpointStateReader::get_element() {
+  const auto number = get<std::uint64_t>();
+  if (number >= static_cast<std::uint64_t>(stage_.elements_size()))
+    throw DataError(fmt::format("checkpoint state of {} is damaged: it names element {} of {}", what_, number, stage_.elements_size()));
+  return decode_element(stage_.elements(static_cast<int>(number)).value(), fmt::format("element {} of {}", number, what_));
+}
+
+std::string encode_element(const Sample& sample) {
+  std::string out;
+  append_u64(out, sample.size());
+  for (const auto& field : sample.fields()) {
+    const Tensor& t = field.tensor;
+    append_string(out, field.name);
+    const auto dtype = static_cast<std::uint8_t>(t.dtype());
+    append(out, &dtype, 1);
+    append_u64(out, t.rank());
+    for (auto d : t.shape()) append_u64(out, static_cast<std::uint64_t>(d));
+    if (t.dtype() == DType::Bytes) {
+      for (std::int64_t i = 0; i < t.num_elements(); ++i) append_string(out, t.string_at(i));
+    } else {
+      append(out, t.raw_data(), t.nbytes());
+    }
+  }
+  const Origin& origin = sample.shared_origin();
+  append_string(out, origin.where ? *origin.where : std::string());
+  append_u64(out, static_cast<std::uint64_t>(origin.record));
+  append_u64(out, static_cast<std::uint64_t>(origin.byte_offset));
+  return out;
+}
+
+Sample decode_element(const std::string& bytes, const std::string& what) {
+  ByteCursor in(bytes, what);
+  const std::uint64_t fields = in.u64();
+  if (fields > 4096) throw DataError(fmt::format("{} is damaged: {} fields", what, fields));
+  Sample sample;
+  sample.reserve(static_cast<std::size_t>(fields));
+  for (std::uint64_t f = 0; f < fields; ++f) {
+    std::string name(in.view(in.u64()));
+    std::uint8_t dtype = 0;
+    in.get(&dtype, 1);
+    if (dtype > static_cast<std::uint8_t>(DType::Bytes)) throw DataError(fmt::format("{} is damaged: dtype {}", what, dtype));
+    const std::uint64_t rank = in.u64();
+    if (rank > 32) throw DataError(fmt::format("{} is damaged: rank {}", what, rank));
+    Shape shape(rank);
+    for (auto& d : shape) {
+      const std::uint64_t dim = in.u64();
+      if (dim > in.remaining() * 8 + 1) throw DataError(fmt::format("{} is damaged: dimension {}", what, dim));
+      d = static_cast<std::int64_t>(dim);
+    }
+    const std::int64_t count = shape_elements(shape);
+    if (static_cast<DType>(dtype) == DType::Bytes) {
+      if (static_cast<std::uint64_t>(count) > in.remaining() / 8) throw DataError(fmt::format("{} is damaged: shape {}", what, shape_string(shape)));
+      std::vector<std::string_view> views(static_cast<std::size_t>(count));
+      for (auto& v : views) v = in.view(in.u64());
+      sample.set(std::move(name), Tensor::from_strings(views, shape));
+    } else {
+      const std::uint64_t size = static_cast<std::uint64_t>(count) * dtype_size(static_cast<DType>(dtype));
+      std::string_view data = in.view(size);
+      Tensor t = Tensor::empty(static_cast<DType>(dtype), shape);
+      if (size) std::memcpy(t.raw_data(), data.data(), size);
+      sample.set(std::move(name), std::move(t));
+    }
+  }
+  std::string where(in.view(in.u64()));
+  const auto record = static_cast<std::int64_t>(in.u64());
+  const auto offset = static_cast<std::int64_t>(in.u64());
+  if (!where.empty()) sample.set_origin(std::make_shared<const std::string>(std::move(where)), record, offset);
+  return sample;
+}
+
+}  // namespace sluice

@@ -1,0 +1,265 @@
+// Checkpoints of a running pipeline and resuming from them (see Engine::Impl::Cut).
+//
+// The cut: a checkpoint asks every stage that makes elements on its own (sources; an interleave,
+// which reads its open inputs; an aggregate replaying a cache) to stop at an element boundary,
+// save where it is and hand on a barrier. Every other stage saves its state when the barrier
+// reaches it, after the elements before it: an aggregate (shuffle, batch) the elements it holds,
+// an ordered parallel stage its position once earlier chunks are committed. In deterministic runs
+// every element before a barrier is in the state of the stage that took it, and none after, so
+// the saved states fit together, and a resumed run makes exactly what the interrupted one would
+// have made next.
+#include <chrono>
+
+#include "engine_impl.hpp"
+#include "sluice/core/param_parse.hpp"
+
+namespace sluice {
+namespace {
+
+std::string params_text(const GraphStage& spec) {
+  std::string text;
+  for (const auto& [name, value] : spec.params.values()) text += name + '=' + format_param(value) + '\n';
+  return text;
+}
+
+// Operators whose state the engine cannot see must save it themselves.
+bool must_save_state(const OperatorInfo& info) {
+  switch (info.kind) {
+    case OperatorKind::Source:
+    case OperatorKind::Aggregate:
+    case OperatorKind::Combine: return true;
+    case OperatorKind::Map:
+    case OperatorKind::Filter: return !info.traits.stateless;
+    case OperatorKind::Expand:
+    case OperatorKind::Sink: return false;
+  }
+  return true;
+}
+
+// The first line of `a` that `b` lacks, for "parameter x=1 was x=2".
+std::string first_difference(const std::string& was, const std::string& now) {
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const std::size_t end = text.find('\n', at);
+      out.push_back(text.substr(at, end - at));
+      at = end == std::string::npos ? text.size() : end + 1;
+    }
+    return out;
+  };
+  const auto a = lines(was), b = lines(now);
+  for (const auto& line : a)
+    if (std::find(b.begin(), b.end(), line) == b.end()) {
+      const std::string name = line.substr(0, line.find('='));
+      for (const auto& other : b)
+        if (other.substr(0, other.find('=')) == name) return fmt::format("parameter {} (the checkpoint's run had {})", other, line);
+      return fmt::format("parameter {} is gone", line);
+    }
+  for (const auto& line : b)
+    if (std::find(a.begin(), a.end(), line) == a.end()) return fmt::format("parameter {} is new", line);
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> Engine::checkpoint_refusals() const {
+  const auto& I = *impl_;
+  std::vector<std::string> out;
+  if (!I.graph.deterministic)
+    out.push_back("the pipeline runs with `deterministic: false`: its order depends on timing, so no saved position can be "
+                  "continued exactly; set `deterministic: true` to checkpoint it");
+  for (const auto& st : I.stages) {
+    const auto& info = st->spec->op->info;
+    if (st->expand && st->spec->interleave_deterministic.value_or(I.graph.deterministic) == false)
+      out.push_back(fmt::format("{} interleaves in completion order (interleave deterministic: false); make it deterministic to checkpoint",
+                                I.stage_label(*st)));
+    if (st->combine)
+      out.push_back(fmt::format("{} combines several inputs; combine stages cannot be checkpointed in this version", I.stage_label(*st)));
+    else if (must_save_state(info) && !info.traits.saves_state)
+      out.push_back(fmt::format("{} (from {}) keeps state between elements and cannot save it (its operator does not set "
+                                "OperatorTraits::saves_state)",
+                                I.stage_label(*st), st->spec->op->library_path));
+  }
+  return out;
+}
+
+std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
+  auto& I = *impl_;
+  if (auto refusals = checkpoint_refusals(); !refusals.empty()) {
+    std::string text = "this pipeline cannot be checkpointed:";
+    for (const auto& r : refusals) text += "\n  " + r;
+    throw Error(text);
+  }
+  if (I.state.load() != static_cast<int>(RunState::Running)) throw Error("checkpoint(): the engine is not running (start() it first)");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock lock(I.cut_mutex);
+  if (I.cut) throw Error("checkpoint(): a checkpoint is already being taken");
+  I.cut = std::make_unique<Impl::Cut>();
+  I.cut->generation = ++I.cut_generations;
+  I.cut->states.resize(I.stages.size());
+  I.cut_wanted.store(I.cut->generation);
+  I.complete_cut_if_ready_locked();
+  // Stages that wait for something (a pausing source blocked on a full buffer) are woken.
+  for (auto& st : I.stages)
+    if (st->output) st->output->wake_all();
+  while (!I.cut->complete && !I.stopping.load()) I.cut_cv.wait_for(lock, std::chrono::milliseconds(50));
+  std::unique_ptr<Impl::Cut> cut = std::move(I.cut);
+  if (!cut->complete) {
+    I.cut_wanted.store(0);
+    I.cut_released.store(cut->generation);
+    I.cut_cv.notify_all();
+    return std::nullopt;
+  }
+  bool all_ended = true;
+  for (auto& st : I.stages) all_ended &= st->ended.load();
+  checkpoint::Checkpoint c;
+  c.set_format(kCheckpointFormat);
+  c.set_pipeline_file(I.graph.file);
+  c.set_seed(I.graph.seed);
+  c.set_first_epoch(I.options.first_epoch);
+  c.set_sequence((I.resume ? I.resume->sequence() : 0) + ++I.checkpoints_taken);
+  c.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  for (std::size_t i = 0; i < I.stages.size(); ++i) {
+    const auto& st = *I.stages[i];
+    auto* identity = c.add_stages_identity();
+    identity->set_id(st.spec->id);
+    identity->set_op(st.spec->op->info.name);
+    identity->set_params(params_text(*st.spec));
+    identity->set_output_fingerprint(st.output_fingerprint);
+    checkpoint::StageState state;
+    if (cut->states[i]) {
+      state = std::move(*cut->states[i]);
+    } else {
+      state.set_id(st.spec->id);
+      state.set_op(st.spec->op->info.name);
+      state.set_ended(true);
+    }
+    if (st.sink) c.set_sink_elements(c.sink_elements() + state.elements_in());  // in this run
+    *c.add_stages() = std::move(state);
+  }
+  if (I.resume) c.set_sink_elements(c.sink_elements() + I.resume->sink_elements());
+  if (then_stop) {
+    I.stopped_at_checkpoint.store(true);
+    lock.unlock();
+    I.request_stop();
+    lock.lock();
+  }
+  I.cut_wanted.store(0);
+  I.cut_released.store(cut->generation);
+  I.cut_cv.notify_all();
+  lock.unlock();
+  c.set_save_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (all_ended && !then_stop) return std::nullopt;  // the run ended: nothing is left to continue
+  return c;
+}
+
+bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary) {
+  const std::uint64_t generation = cut_wanted.load();
+  if (generation == 0) return true;
+  std::vector<StageRuntime*> members{&st};
+  members.insert(members.end(), st.fused.begin(), st.fused.end());
+  std::vector<checkpoint::StageState> states;
+  for (StageRuntime* member : members) {
+    checkpoint::StageState state;
+    state.set_id(member->spec->id);
+    state.set_op(member->spec->op->info.name);
+    state.set_elements_in(member->counters.elements_in.load());
+    std::string engine_bytes, engine_words, op_bytes, op_words;
+    CheckpointStateWriter engine_writer(state, engine_bytes, engine_words);
+    engine(engine_writer);
+    if (member->spec->op->info.traits.saves_state) {
+      CheckpointStateWriter op_writer(state, op_bytes, op_words);
+      try {
+        member->op->save_state(op_writer);
+      } catch (const std::exception& e) {
+        fail(fmt::format("{} could not save its state for a checkpoint: {}", stage_label(*member), e.what()), member);
+        return false;
+      }
+    }
+    state.set_engine_state(std::move(engine_bytes));
+    state.set_operator_state(std::move(op_bytes));
+    state.set_summary(summary);
+    state.set_operator_summary(std::move(op_words));
+    states.push_back(std::move(state));
+  }
+  std::lock_guard lock(cut_mutex);
+  if (!cut || cut->generation != generation) return true;  // abandoned meanwhile
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    members[m]->saved_cut = generation;
+    const auto index = static_cast<std::size_t>(std::find_if(stages.begin(), stages.end(), [&](const auto& s) { return s.get() == members[m]; }) - stages.begin());
+    cut->states[index] = std::move(states[m]);
+  }
+  complete_cut_if_ready_locked();
+  return true;
+}
+
+void Engine::Impl::complete_cut_if_ready_locked() {
+  if (!cut || cut->complete) return;
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    if (!cut->states[i] && !stages[i]->ended.load()) return;
+  cut->complete = true;
+  cut_cv.notify_all();
+}
+
+bool Engine::Impl::wait_for_release(const StageRuntime& st) {
+  std::unique_lock lock(cut_mutex);
+  while (cut_released.load() < st.saved_cut && !stopping.load()) cut_cv.wait_for(lock, std::chrono::milliseconds(50));
+  return !stopping.load();
+}
+
+void Engine::Impl::stage_ended(StageRuntime& st) {
+  st.ended.store(true);
+  for (auto* member : st.fused) member->ended.store(true);
+  std::lock_guard lock(cut_mutex);
+  complete_cut_if_ready_locked();
+}
+
+void Engine::Impl::attach_resume_state() {
+  const checkpoint::Checkpoint& c = *resume;
+  const std::string file = c.pipeline_file().empty() ? "its pipeline" : c.pipeline_file();
+  if (c.seed() != graph.seed)
+    throw Error(fmt::format("the checkpoint was taken with seed {}, this run's seed is {}: resume with the same seed (set `seed: {}`)",
+                            c.seed(), graph.seed, c.seed()));
+  if (static_cast<std::size_t>(c.stages_identity_size()) != stages.size() || static_cast<std::size_t>(c.stages_size()) != stages.size()) {
+    std::string ids;
+    for (const auto& s : c.stages_identity()) ids += (ids.empty() ? "" : ", ") + s.id();
+    throw Error(fmt::format("the checkpoint is of another pipeline ({}): it has {} stages ({}), this one {}", file,
+                            c.stages_identity_size(), ids, stages.size()));
+  }
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    auto& st = *stages[i];
+    const auto& was = c.stages_identity(static_cast<int>(i));
+    if (was.id() != st.spec->id || was.op() != st.spec->op->info.name)
+      throw Error(fmt::format("the checkpoint is of another pipeline ({}): its stage {} is '{}' ({}), here it is '{}' ({})", file, i + 1,
+                              was.id(), was.op(), st.spec->id, st.spec->op->info.name));
+    if (st.sink) {
+      st.restore = &c.stages(static_cast<int>(i));
+      continue;  // a sink's parameters (its output path) do not change the data
+    }
+    if (const std::string diff = first_difference(was.params(), params_text(*st.spec)); !diff.empty())
+      throw Error(fmt::format("the checkpoint is of another pipeline ({}): stage '{}' has {}; only the sinks' parameters may change",
+                              file, st.spec->id, diff));
+    if (was.output_fingerprint() != st.output_fingerprint)
+      throw Error(fmt::format("the checkpoint is of another pipeline ({}): what reaches stage '{}' is made differently (an input "
+                              "order or a parameter before it changed)", file, st.spec->id));
+    st.restore = &c.stages(static_cast<int>(i));
+    if (st.restore->id() != st.spec->id) throw Error(fmt::format("the checkpoint is damaged: its state {} is for stage '{}', not '{}'", i + 1, st.restore->id(), st.spec->id));
+  }
+  options.first_epoch = c.first_epoch();
+}
+
+std::unique_ptr<CheckpointStateReader> Engine::Impl::engine_state_reader(const StageRuntime& st) const {
+  return std::make_unique<CheckpointStateReader>(*st.restore, st.restore->engine_state(), fmt::format("stage '{}' (engine positions)", st.spec->id));
+}
+
+void Engine::Impl::restore_operator(StageRuntime& st) {
+  if (!st.restore || st.restore->ended() || !st.spec->op->info.traits.saves_state) return;
+  CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name));
+  st.op->restore_state(reader);
+  if (!reader.at_end())
+    throw Error(fmt::format("its saved state has bytes left over: the operator ({}) reads another state form than the one that saved it",
+                            st.spec->op->library_path));
+}
+
+}  // namespace sluice
