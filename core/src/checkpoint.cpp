@@ -133,12 +133,18 @@ std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t f
     id_width = std::max(id_width, s.id().size());
     op_width = std::max(op_width, s.op().size());
   }
-  out += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>10}  {}\n", "stage", id_width, "operator", op_width, "elements", "state", "where");
+  out += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>10}  {}\n", "stage", id_width, "operator", op_width, "held", "state", "where");
   for (const auto& s : c.stages()) {
     std::size_t bytes = s.engine_state().size() + s.operator_state().size();
-    for (const auto& e : s.elements()) bytes += e.value().size();
+    std::size_t by_reference = 0;
+    for (const auto& e : s.elements()) {
+      bytes += e.has_ref() ? e.ref().ByteSizeLong() : e.value().size();
+      by_reference += e.has_ref();
+    }
+    for (const auto& input : s.read_inputs()) bytes += input.ByteSizeLong();
     std::string where = s.ended() ? "ended" : s.summary();
     if (!s.operator_summary().empty()) where += (where.empty() ? "" : "; ") + s.operator_summary();
+    if (by_reference > 0) where += fmt::format(" ({} by reference, read again on resume)", by_reference);
     out += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>8} B  {}\n", s.id(), id_width, s.op(), op_width, s.elements_size(), bytes, where);
   }
   return out;
@@ -148,7 +154,8 @@ void CheckpointStateWriter::put_bytes(const void* data, std::size_t size) { appe
 
 void CheckpointStateWriter::put_element(const Sample& element) {
   append_u64(bytes_, static_cast<std::uint64_t>(stage_.elements_size()));
-  stage_.add_elements()->set_value(encode_element(element));
+  auto* saved = stage_.add_elements();
+  if (!reference_ || !reference_(element, *saved)) saved->set_value(encode_element(element));
 }
 
 void CheckpointStateReader::get_bytes(void* data, std::size_t size) {
@@ -162,7 +169,12 @@ Sample CheckpointStateReader::get_element() {
   const auto number = get<std::uint64_t>();
   if (number >= static_cast<std::uint64_t>(stage_.elements_size()))
     throw DataError(fmt::format("checkpoint state of {} is damaged: it names element {} of {}", what_, number, stage_.elements_size()));
-  return decode_element(stage_.elements(static_cast<int>(number)).value(), fmt::format("element {} of {}", number, what_));
+  const auto& element = stage_.elements(static_cast<int>(number));
+  if (element.has_ref()) {
+    if (!referenced_) throw DataError(fmt::format("checkpoint state of {} names element {} by reference, which cannot be read here", what_, number));
+    return referenced_(static_cast<std::size_t>(number));
+  }
+  return decode_element(element.value(), fmt::format("element {} of {}", number, what_));
 }
 
 std::string encode_element(const Sample& sample) {

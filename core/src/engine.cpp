@@ -365,6 +365,7 @@ void Engine::start() {
   }
   // A resumed run: every operator takes back the state it saved (after start(), which checks its
   // parameters and inputs as in any run).
+  I.find_read_paths();
   for (auto& st : I.stages) {
     try {
       I.restore_operator(*st);

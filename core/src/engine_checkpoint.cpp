@@ -169,7 +169,10 @@ bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWr
     CheckpointStateWriter engine_writer(state, engine_bytes, engine_words);
     engine(engine_writer);
     if (member->spec->op->info.traits.saves_state) {
-      CheckpointStateWriter op_writer(state, op_bytes, op_words);
+      std::unordered_map<const std::string*, std::uint32_t> inputs;
+      CheckpointStateWriter op_writer(state, op_bytes, op_words, [&](const Sample& element, checkpoint::Element& out) {
+        return refer_to(*member, element, state, inputs, out);
+      });
       try {
         member->op->save_state(op_writer);
       } catch (const std::exception& e) {
@@ -253,9 +256,126 @@ std::unique_ptr<CheckpointStateReader> Engine::Impl::engine_state_reader(const S
   return std::make_unique<CheckpointStateReader>(*st.restore, st.restore->engine_state(), fmt::format("stage '{}' (engine positions)", st.spec->id));
 }
 
+void Engine::Impl::find_read_paths() {
+  for (auto& st : stages) {
+    if (!st->aggregate || st->spec->inputs.size() != 1) continue;
+    std::vector<StageRuntime*> maps;
+    int at = st->spec->inputs[0];
+    while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1) {
+      maps.insert(maps.begin(), stages[at].get());
+      at = stages[at]->spec->inputs[0];
+    }
+    const auto& reader = *stages[at];
+    if (!reader.expand || !reader.spec->interleave_deterministic.value_or(graph.deterministic)) continue;
+    st->reads_from = at;
+    st->maps_since_read = std::move(maps);
+  }
+}
+
+bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpoint::StageState& state,
+                            std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out) {
+  const Origin& origin = element.shared_origin();
+  if (holder.reads_from < 0 || !origin.where || origin.record < 0 || origin.byte_offset < 0 || origin.read_index < 0) return false;
+  StageRuntime& reader = *stages[holder.reads_from];
+  auto known = inputs.find(origin.where.get());
+  if (known == inputs.end()) {
+    StageRuntime::ReadInput input;
+    {
+      std::lock_guard lock(reader.read_inputs_mutex);
+      auto it = reader.read_inputs.find(origin.where.get());
+      if (it == reader.read_inputs.end()) return false;
+      input = it->second;
+    }
+    auto* saved = state.add_read_inputs();
+    saved->set_stage(reader.spec->id);
+    saved->set_input(encode_element(input.input));
+    saved->set_epoch(input.epoch);
+    saved->set_index(input.index);
+    known = inputs.emplace(origin.where.get(), static_cast<std::uint32_t>(state.read_inputs_size() - 1)).first;
+  }
+  auto* ref = out.mutable_ref();
+  ref->set_input(known->second);
+  ref->set_record(origin.record);
+  ref->set_byte_offset(origin.byte_offset);
+  ref->set_epoch(origin.read_epoch);
+  ref->set_index(static_cast<std::uint64_t>(origin.read_index));
+  return true;
+}
+
+std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
+  const checkpoint::StageState& state = *st.restore;
+  std::vector<Sample> out(static_cast<std::size_t>(state.elements_size()));
+  // By input, then in file order: each input is opened once and read forward.
+  std::vector<int> refs;
+  for (int i = 0; i < state.elements_size(); ++i)
+    if (state.elements(i).has_ref()) refs.push_back(i);
+  if (refs.empty()) return out;
+  if (st.reads_from < 0)
+    throw DataError("its saved state names elements by where they were read, but nothing before it reads them (the pipeline differs)");
+  StageRuntime& reader = *stages[st.reads_from];
+  std::sort(refs.begin(), refs.end(), [&](int a, int b) {
+    const auto &x = state.elements(a).ref(), &y = state.elements(b).ref();
+    return std::make_pair(x.input(), x.record()) < std::make_pair(y.input(), y.record());
+  });
+  StageDamage damage(*this, reader);
+  std::unique_ptr<ExpandCursor> cursor;
+  std::int64_t open_input = -1, next_record = -1;
+  std::string input_name;
+  for (int number : refs) {
+    const auto& ref = state.elements(number).ref();
+    if (ref.input() >= static_cast<std::uint32_t>(state.read_inputs_size()))
+      throw DataError(fmt::format("element {} names input {} of {}: the checkpoint is damaged", number, ref.input(), state.read_inputs_size()));
+    const auto& input = state.read_inputs(static_cast<int>(ref.input()));
+    if (input.stage() != reader.spec->id)
+      throw DataError(fmt::format("element {} was read by stage '{}', which is not the one before it now ('{}')", number, input.stage(), reader.spec->id));
+    if (static_cast<std::int64_t>(ref.input()) != open_input) {
+      Sample opened = decode_element(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
+      input_name = opened.has_origin() ? opened.origin() : fmt::format("input {}", ref.input());
+      cursor = reader.expand->open(std::move(opened), ElementContext{&reader.info, input.epoch(), input.index()}, damage);
+      if (!cursor) throw DataError(fmt::format("{} opened to nothing", input_name));
+      open_input = ref.input();
+      next_record = 0;
+    }
+    Sample element;
+    if (cursor->seek(ref.record(), ref.byte_offset())) {
+      if (!cursor->next(element)) throw DataError(fmt::format("{} has no record {} at byte {} any more: it changed since the checkpoint", input_name, ref.record(), ref.byte_offset()));
+      add(reader.reread, 1);
+    } else {  // a cursor that cannot seek is read forward to the record
+      if (next_record > ref.record()) {
+        Sample again = decode_element(input.input(), "input");
+        cursor = reader.expand->open(std::move(again), ElementContext{&reader.info, input.epoch(), input.index()}, damage);
+        next_record = 0;
+      }
+      do {
+        if (!cursor->next(element)) throw DataError(fmt::format("{} ends before its record {}: it changed since the checkpoint", input_name, ref.record()));
+        add(reader.reread, 1);
+        next_record = element.shared_origin().record + 1;
+      } while (element.shared_origin().record < ref.record());
+    }
+    if (element.shared_origin().record != ref.record())
+      throw DataError(fmt::format("{} has record {} where record {} was (byte {}): it changed since the checkpoint", input_name,
+                                  element.shared_origin().record, ref.record(), ref.byte_offset()));
+    element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
+    for (StageRuntime* map : st.maps_since_read) {
+      StageInfo info = map->info;
+      info.placement = nullptr;  // what is made again goes back to the holder, not into a batch's rows
+      try {
+        element = map->map->map(std::move(element), ElementContext{&info, ref.epoch(), ref.index()});
+      } catch (const std::exception& e) {
+        throw DataError(fmt::format("stage '{}' failed on element {} of epoch {} read again from {} record {}: {}", map->spec->id, ref.index(),
+                                    ref.epoch(), input_name, ref.record(), e.what()));
+      }
+    }
+    out[static_cast<std::size_t>(number)] = std::move(element);
+  }
+  return out;
+}
+
 void Engine::Impl::restore_operator(StageRuntime& st) {
   if (!st.restore || st.restore->ended() || !st.spec->op->info.traits.saves_state) return;
-  CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name));
+  auto referenced = std::make_shared<std::vector<Sample>>(read_referenced(st));
+  CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name),
+                               [referenced](std::size_t number) { return (*referenced)[number]; });
   st.op->restore_state(reader);
   if (!reader.at_end())
     throw Error(fmt::format("its saved state has bytes left over: the operator ({}) reads another state form than the one that saved it",

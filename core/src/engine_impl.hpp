@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -170,6 +171,19 @@ struct StageRuntime {
   std::atomic<bool> ended{false};
   const checkpoint::StageState* restore = nullptr;
   std::atomic<std::uint64_t> reread{0};
+  // An interleave's inputs, by the origin their outputs share: a checkpoint names an element a
+  // later stage holds by its input and place in it (kept for the run: one entry per input).
+  struct ReadInput {
+    std::shared_ptr<const std::string> where;
+    Sample input;
+    std::uint64_t epoch = 0, index = 0;  // the context it was opened with
+  };
+  std::mutex read_inputs_mutex;
+  std::unordered_map<const std::string*, ReadInput> read_inputs;
+  // A stage that holds elements (an aggregate): the interleave its input comes from through
+  // stateless maps only (-1: none), and those maps in order. Its elements can be read again.
+  int reads_from = -1;
+  std::vector<StageRuntime*> maps_since_read;
 
   // For the recent rates of snapshots.
   std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
@@ -322,6 +336,13 @@ struct Engine::Impl {
   void attach_resume_state();
   // Restores the operator of `st` from its saved state (after start()); throws Error.
   void restore_operator(StageRuntime& st);
+  // Which interleave each aggregate's elements can be read again from (StageRuntime::reads_from).
+  void find_read_paths();
+  // Describes an element `holder` holds as a reference when it can be read again.
+  bool refer_to(StageRuntime& holder, const Sample& element, checkpoint::StageState& state,
+                std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out);
+  // Reads again every element `st`'s saved state names by reference, in file order.
+  std::vector<Sample> read_referenced(StageRuntime& st);
   // Reads the engine's positions a stage saved (the same order `engine` wrote them).
   std::unique_ptr<CheckpointStateReader> engine_state_reader(const StageRuntime& st) const;
 
@@ -404,6 +425,7 @@ struct Engine::Impl {
     std::uint64_t emitted = 0;
     std::int64_t last_record = -1, last_offset = -1;
     bool awaiting_fill = false;
+    const std::string* registered_where = nullptr;  // in StageRuntime::read_inputs
   };
 
   // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and

@@ -38,6 +38,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   bool iteration_closed = false, input_done = false;
   bool barrier_taken = false;  // fill() took the cut's barrier from the input
   std::uint64_t turn_for_cut = 0;  // the interleave's turn, saved and restored
+  std::uint64_t emitted_in_epoch = 0;  // outputs handed on in this iteration
   // The coordinator's busy time: its time less what it spent waiting (fetchers add their own).
   std::uint64_t mark = now_ns(), waited_at_mark = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
   auto account_busy = [&]() {
@@ -261,6 +262,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     const auto positions = [&](StateWriter& w) {
       w.put(epoch);
       w.put(index);
+      w.put(emitted_in_epoch);
       w.put<std::uint64_t>(turn_for_cut);
       w.put<std::uint8_t>(iteration_closed);
       w.put<std::uint8_t>(input_done);
@@ -294,6 +296,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     auto positions = engine_state_reader(st);
     epoch = positions->get<std::uint64_t>();
     index = positions->get<std::uint64_t>();
+    emitted_in_epoch = positions->get<std::uint64_t>();
     turn_for_cut = positions->get<std::uint64_t>();
     if (turn_for_cut >= cycle) throw DataError("the checkpoint's interleave turn is out of range: it is damaged");
     iteration_closed = positions->get<std::uint8_t>() != 0;
@@ -323,7 +326,16 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.cursor = st.expand->open(Sample(slot.input), ElementContext{&st.info, st.first_input_epoch + slot.epoch, slot.index}, damage);
       if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
       if (slot.emitted == 0) continue;
-      if (slot.last_offset >= 0 && slot.cursor->seek_after(slot.last_record, slot.last_offset)) continue;
+      // Seek to the last output given, read it again and check it is the one: the next is new.
+      if (slot.last_offset >= 0 && slot.cursor->seek(slot.last_record, slot.last_offset)) {
+        Sample last;
+        if (!slot.cursor->next(last) || last.shared_origin().record != slot.last_record)
+          throw DataError(fmt::format("input {} no longer has its output {} at byte {}: it changed since the checkpoint", slot.origin,
+                                      slot.last_record, slot.last_offset));
+        add(st.reread, 1);
+        slot.outputs_read = slot.emitted;
+        continue;
+      }
       for (std::uint64_t k = 0; k < slot.emitted; ++k) {
         Sample skipped;
         if (!slot.cursor->next(skipped))
@@ -417,6 +429,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       }
       ++epoch;
       index = 0;
+      emitted_in_epoch = 0;
       st.counters.epoch.store(epoch, std::memory_order_relaxed);
       iteration_closed = false;
       for (auto& slot : slots)
@@ -455,8 +468,15 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           break;
         }
         ++slot.emitted;
-        slot.last_record = sample.shared_origin().record;
-        slot.last_offset = sample.shared_origin().byte_offset;
+        const Origin& origin = sample.shared_origin();
+        slot.last_record = origin.record;
+        slot.last_offset = origin.byte_offset;
+        if (origin.where && origin.where.get() != slot.registered_where) {
+          slot.registered_where = origin.where.get();
+          std::lock_guard lock(st.read_inputs_mutex);
+          st.read_inputs[slot.registered_where] = {origin.where, slot.input, st.first_input_epoch + slot.epoch, slot.index};
+        }
+        sample.set_read_position(st.first_output_epoch + epoch, static_cast<std::int64_t>(emitted_in_epoch++));
         if (!(ok = emit(std::move(sample)))) break;
       }
     }

@@ -68,6 +68,10 @@ class FileSource final : public ByteSource {
       if (errno != EINTR) throw DataError("reading " + path_ + " failed: " + std::strerror(errno));
     }
   }
+  bool seek(std::uint64_t offset) override {
+    if (::lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) throw DataError("seeking in " + path_ + " failed: " + std::strerror(errno));
+    return true;
+  }
 
  private:
   std::string path_;
@@ -82,6 +86,10 @@ class MemorySource final : public ByteSource {
     if (k) std::memcpy(dst, data_ + at_, k);
     at_ += k;
     return k;
+  }
+  bool seek(std::uint64_t offset) override {
+    at_ = static_cast<std::size_t>(std::min<std::uint64_t>(offset, size_));
+    return true;
   }
 
  private:
@@ -101,6 +109,11 @@ class PeekedSource final : public ByteSource {
       return k;
     }
     return inner_->read(dst, n);
+  }
+  bool seek(std::uint64_t offset) override {
+    if (!inner_->seek(offset)) return false;
+    at_ = head_.size();  // the inner source is past its head now
+    return true;
   }
 
  private:

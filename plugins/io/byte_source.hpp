@@ -23,6 +23,9 @@ class ByteSource {
   virtual ~ByteSource() = default;
   // Reads up to n bytes; 0 only at the end. Throws DataError on an I/O or decompression error.
   virtual std::size_t read(std::byte* dst, std::size_t n) = 0;
+  // Moves the read position to byte `offset` of the (uncompressed) stream; false if this source
+  // cannot (a compressed stream), and nothing moved.
+  virtual bool seek(std::uint64_t /*offset*/) { return false; }
 };
 
 // `Auto` looks at the first bytes: gzip magic, else a valid TFRecord header (plain), else a zlib

@@ -122,6 +122,20 @@ bool RecordReader::next(Record& out, DamageReport* damage) {
   }
 }
 
+bool RecordReader::seek(std::uint64_t index, std::uint64_t file_offset) {
+  if (chunk_ && file_offset >= chunk_offset_ && file_offset <= chunk_offset_ + end_) {
+    begin_ = static_cast<std::size_t>(file_offset - chunk_offset_);
+  } else {
+    if (!source_->seek(file_offset)) return false;
+    chunk_.reset();  // records handed out keep their own reference to it
+    begin_ = end_ = 0;
+    chunk_offset_ = file_offset;
+    eof_ = false;
+  }
+  index_ = index;
+  return true;
+}
+
 void append_record(std::string& out, const void* data, std::size_t size) {
   char header[12];
   std::uint64_t length = size;

@@ -37,6 +37,10 @@ class RecordReader {
   bool next(Record& out, DamageReport* damage);
 
   std::uint64_t records_read() const { return index_; }
+  // Goes to the record numbered `index` whose header starts at byte `file_offset` (as a Record
+  // read earlier said): within the bytes buffered, without reading; else by seeking the source.
+  // False when the source cannot seek (compressed).
+  bool seek(std::uint64_t index, std::uint64_t file_offset);
 
   // The whole file as one memory mapping, when it was mapped; null otherwise.
 

@@ -72,6 +72,9 @@ class TFRecordReader final : public Expand {
       out.set_origin(path_, numbers[0], numbers[1]);
       return true;
     }
+    bool seek(std::int64_t record, std::int64_t byte_offset) override {
+      return record >= 0 && byte_offset >= 0 && reader_.seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
+    }
 
    private:
     static constexpr std::size_t kScalarsPerBlock = 512;

@@ -16,7 +16,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 // max_inputs (a field added to a struct plugins build), and outputs read by several stages: a tensor
 // an operator is given may be shared with another reader, so operators build new tensors rather
 // than write into the ones they get; 6.0: checkpoints: Operator::save_state/restore_state with
-// StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek_after
+// StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek,
+// Origin::read_epoch/read_index
 // (new virtual functions and a descriptor field).
 inline constexpr std::uint32_t kAbiMinor = 0;
 

@@ -193,10 +193,11 @@ class ExpandCursor {
   virtual ~ExpandCursor() = default;
   // Fills `out` and returns true, or returns false once this input is exhausted.
   virtual bool next(Sample& out) = 0;
-  // (6.0) Resuming from a checkpoint: positions a cursor fresh from open() so that its next output
-  // is the one after the output whose origin named `record` and `byte_offset`; false if it cannot
-  // (the host then calls next() until it gets there). Called before any next().
-  virtual bool seek_after(std::int64_t /*record*/, std::int64_t /*byte_offset*/) { return false; }
+  // (6.0) Checkpoints: positions the cursor so that its next output is the one whose origin named
+  // `record` and `byte_offset` (an output it gave before, or will give); false if it cannot, and
+  // nothing moved (the host then reads from the start). A resumed run seeks to the outputs a
+  // checkpoint names instead of reading every output before them.
+  virtual bool seek(std::int64_t /*record*/, std::int64_t /*byte_offset*/) { return false; }
 };
 
 // 1 -> N (a file path into its records)

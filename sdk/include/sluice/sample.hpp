@@ -22,6 +22,11 @@ struct Origin {
   std::shared_ptr<const std::string> where;
   std::int64_t record = -1;       // -1: not a record inside `where`
   std::int64_t byte_offset = -1;  // -1: unknown
+  // (6.0) Set by the host on what an interleave (expand stage) hands on: the iteration and the
+  // position there of the element, so that a checkpoint can name an element a later stage holds
+  // (by its input, record and byte offset) rather than keep its bytes. -1: not set.
+  std::uint64_t read_epoch = 0;
+  std::int64_t read_index = -1;
 
   bool empty() const { return !where || where->empty(); }
   // "WHERE", or "WHERE record N (byte offset B)".
@@ -97,6 +102,10 @@ class Sample {
     origin_ = Origin{std::move(where), record, byte_offset};
   }
   void share_origin(const Sample& from) { origin_ = from.origin_; }
+  void set_read_position(std::uint64_t epoch, std::int64_t index) {
+    origin_.read_epoch = epoch;
+    origin_.read_index = index;
+  }
   const Origin& shared_origin() const { return origin_; }
 
  private:

@@ -3,6 +3,7 @@
 // checksum so that a damaged or half-copied file is refused rather than resumed from.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "checkpoint.pb.h"
@@ -27,8 +28,10 @@ std::string describe_checkpoint(const checkpoint::Checkpoint& checkpoint, std::u
 // An operator's or the engine's state as bytes, with the elements it holds kept apart.
 class CheckpointStateWriter final : public StateWriter {
  public:
-  explicit CheckpointStateWriter(checkpoint::StageState& stage, std::string& bytes, std::string& summary)
-      : stage_(stage), bytes_(bytes), summary_(summary) {}
+  // `reference`, when given, may describe an element as a reference instead (true: it did).
+  using Reference = std::function<bool(const Sample&, checkpoint::Element&)>;
+  explicit CheckpointStateWriter(checkpoint::StageState& stage, std::string& bytes, std::string& summary, Reference reference = {})
+      : stage_(stage), bytes_(bytes), summary_(summary), reference_(std::move(reference)) {}
   void put_bytes(const void* data, std::size_t size) override;
   void put_element(const Sample& element) override;
   void describe(std::string text) override { summary_ = std::move(text); }
@@ -37,13 +40,16 @@ class CheckpointStateWriter final : public StateWriter {
   checkpoint::StageState& stage_;
   std::string& bytes_;
   std::string& summary_;
+  Reference reference_;
 };
 
 class CheckpointStateReader final : public StateReader {
  public:
   // `what` names the state in errors ("stage 'shuffle' (operator state)").
-  CheckpointStateReader(const checkpoint::StageState& stage, const std::string& bytes, std::string what)
-      : stage_(stage), bytes_(bytes), what_(std::move(what)) {}
+  // `referenced` gives the element a reference names (read again); without it, references are refused.
+  using Referenced = std::function<Sample(std::size_t number)>;
+  CheckpointStateReader(const checkpoint::StageState& stage, const std::string& bytes, std::string what, Referenced referenced = {})
+      : stage_(stage), bytes_(bytes), what_(std::move(what)), referenced_(std::move(referenced)) {}
   void get_bytes(void* data, std::size_t size) override;
   Sample get_element() override;
   bool at_end() const { return at_ == bytes_.size(); }
@@ -52,6 +58,7 @@ class CheckpointStateReader final : public StateReader {
   const checkpoint::StageState& stage_;
   const std::string& bytes_;
   std::string what_;
+  Referenced referenced_;
   std::size_t at_ = 0;
 };
 
