@@ -306,6 +306,101 @@ class TestCli : public QObject {
     auto out = QString::fromUtf8(p.readAllStandardOutput());
     QVERIFY(out.contains("Run stopped") && out.contains("simulate_work"));
   }
+
+  // A preempted job, as Slurm does it (SIGTERM, a grace period, requeue) or `timeout -s TERM`:
+  // each run writes a checkpoint when told to stop, exits 75, and the next one resumes; the pieces
+  // together are exactly the uninterrupted run's output.
+  void preempted_runs_resume_exactly_with_exit_75() {
+    if (QStandardPaths::findExecutable("timeout").isEmpty()) QSKIP("coreutils' timeout is not installed");
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", "options { seed: 9 }\n" + stage("src", "range", "", {{"count", "60000"}}) +
+                                          stage("work", "simulate_work", "src", {{"us", "60"}}, "parallelism: 2") +
+                                          stage("mix", "shuffle", "work", {{"buffer_size", "500"}}) +
+                                          stage("b", "batch", "mix", {{"batch_size", "8"}}, "buffer_size: 2") + sink_after("b"));
+    auto whole = sluice_cli({"run", "--quiet", file, "--set", "out.path=" + dir.filePath("whole.jsonl")});
+    QCOMPARE(whole.code, 0);
+    const QString ck = dir.filePath("ck");
+    QStringList pieces;
+    int stops = 0;
+    for (int part = 0; part < 30; ++part) {
+      const QString out = dir.filePath(QString("part%1.jsonl").arg(part));
+      QStringList args{"--preserve-status", "-s", "TERM", "0.6", SLUICE_CLI, "run", "--quiet", file, "--checkpoint", ck, "--set", "out.path=" + out};
+      if (part > 0) args << "--resume" << ck;
+      QProcess p;
+      p.start("timeout", args);
+      QVERIFY(p.waitForFinished(60000));
+      const QString err = QString::fromUtf8(p.readAllStandardError());
+      pieces << out;
+      if (p.exitCode() == 0) break;
+      QCOMPARE(p.exitCode(), 75);
+      QVERIFY2(err.contains("checkpoint " + QString::number(part + 1) + " written to " + ck) &&
+                   err.contains("continue with: sluice run " + file + " --resume " + ck),
+               qPrintable(err));
+      ++stops;
+    }
+    QVERIFY2(stops >= 2, "the run was not preempted twice: make it longer");
+    QByteArray joined;
+    for (const auto& piece : pieces) {
+      QFile f(piece);
+      QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(piece));
+      joined += f.readAll();
+    }
+    QFile w(dir.filePath("whole.jsonl"));
+    QVERIFY(w.open(QIODevice::ReadOnly));
+    QVERIFY2(joined == w.readAll(), "the resumed pieces differ from the uninterrupted run");
+  }
+
+  // A checkpoint is replaced atomically: a process killed at any moment (here while it writes one
+  // every few batches) leaves the previous checkpoint whole, and a run resumes from it.
+  void kill_9_leaves_the_previous_checkpoint_valid() {
+    QTemporaryDir dir;
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "100000"}}) +
+                                          stage("work", "simulate_work", "src", {{"us", "20"}}) +
+                                          stage("mix", "shuffle", "work", {{"buffer_size", "2000"}}) + sink_after("mix"));
+    const QString ck = dir.filePath("ck");
+    int checked = 0;
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      QProcess p;
+      p.start(SLUICE_CLI, {"run", "--quiet", file, "--checkpoint", ck, "--checkpoint-every", "1", "--set", "out.path=" + dir.filePath("x.jsonl")});
+      QVERIFY(p.waitForStarted());
+      QTest::qWait(300 + 97 * attempt);
+      ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+      p.waitForFinished(10000);
+      if (!QFile::exists(ck + "/checkpoint.sluice")) continue;
+      auto info = sluice_cli({"checkpoint", "info", ck});
+      QCOMPARE(info.code, 0);
+      QVERIFY2(info.out.contains("elements had reached the sinks") && info.out.contains("mix"), qPrintable(info.out));
+      ++checked;
+    }
+    QVERIFY(checked >= 4);
+    auto resumed = sluice_cli({"run", "--quiet", file, "--resume", ck, "--set", "out.path=" + dir.filePath("rest.jsonl")});
+    QCOMPARE(resumed.code, 0);
+    QVERIFY2(resumed.err.contains("resuming from checkpoint"), qPrintable(resumed.err));
+  }
+
+  void checkpoint_errors_are_clear() {
+    QTemporaryDir dir;
+    auto zipped = write(dir, "z.txtpb", stage("a", "range", "", {{"count", "10"}}) + stage("b", "range", "", {{"count", "10"}}) +
+                                            stage("z", "zip", "", {{"prefixes", "a,b"}}, "input: \"a\" input: \"b\"") + stage("out", "null_sink", "z"));
+    auto refused = sluice_cli({"run", zipped, "--checkpoint", dir.filePath("ck")});
+    QCOMPARE(refused.code, 2);
+    QVERIFY2(refused.err.contains("cannot be checkpointed") && refused.err.contains("stage 'z' (zip)"), qPrintable(refused.err));
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "10"}}) + stage("out", "null_sink", "src"));
+    auto missing = sluice_cli({"run", file, "--resume", dir.filePath("nowhere")});
+    QCOMPARE(missing.code, 2);
+    QVERIFY2(missing.err.contains("no checkpoint at " + dir.filePath("nowhere/checkpoint.sluice")), qPrintable(missing.err));
+    QDir(dir.path()).mkpath("bad");
+    write(dir, "bad/checkpoint.sluice", "SLCKPT01 and then nonsense");
+    auto damaged = sluice_cli({"checkpoint", "info", dir.filePath("bad")});
+    QCOMPARE(damaged.code, 2);
+    QVERIFY2(damaged.err.contains("is damaged"), qPrintable(damaged.err));
+    auto every = sluice_cli({"run", file, "--checkpoint", dir.filePath("ck"), "--checkpoint-every", "soon"});
+    QCOMPARE(every.code, 2);
+    QVERIFY2(every.err.contains("--checkpoint-every soon: give a number of batches (500) or a time (30s, 5m, 1h)"), qPrintable(every.err));
+    auto alone = sluice_cli({"run", file, "--checkpoint-every", "5"});
+    QCOMPARE(alone.code, 2);
+    QVERIFY2(alone.err.contains("--checkpoint-every needs --checkpoint DIR"), qPrintable(alone.err));
+  }
 };
 
 QTEST_MAIN(TestCli)

@@ -113,6 +113,12 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
   }
   bool all_ended = true;
   for (auto& st : I.stages) all_ended &= st->ended.load();
+  if (all_ended) {  // the run ended before the cut reached anything: nothing is left to continue
+    I.cut_wanted.store(0);
+    I.cut_released.store(cut->generation);
+    I.cut_cv.notify_all();
+    return std::nullopt;
+  }
   checkpoint::Checkpoint c;
   c.set_format(kCheckpointFormat);
   c.set_pipeline_file(I.graph.file);
@@ -134,6 +140,21 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
       state.set_id(st.spec->id);
       state.set_op(st.spec->op->info.name);
       state.set_ended(true);
+      // Its threads are done with it. What it saves still identifies its inputs (a file list's
+      // files), so that a resumed run over other files is refused even after the list ended.
+      if (st.spec->op->info.traits.saves_state) {
+        std::string bytes, words;
+        CheckpointStateWriter writer(state, bytes, words);
+        try {
+          st.op->save_state(writer);
+        } catch (const std::exception& e) {
+          lock.unlock();
+          I.fail(fmt::format("{} could not save its state for a checkpoint: {}", I.stage_label(st), e.what()), &st);
+          return std::nullopt;
+        }
+        state.set_operator_state(std::move(bytes));
+        state.set_operator_summary(std::move(words));
+      }
     }
     if (st.sink) c.set_sink_elements(c.sink_elements() + state.elements_in());  // in this run
     *c.add_stages() = std::move(state);
@@ -150,11 +171,11 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
   I.cut_cv.notify_all();
   lock.unlock();
   c.set_save_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (all_ended && !then_stop) return std::nullopt;  // the run ended: nothing is left to continue
   return c;
 }
 
-bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary) {
+bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary,
+                              std::uint64_t open_inputs_to_seek) {
   const std::uint64_t generation = cut_wanted.load();
   if (generation == 0) return true;
   std::vector<StageRuntime*> members{&st};
@@ -183,6 +204,7 @@ bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWr
     state.set_engine_state(std::move(engine_bytes));
     state.set_operator_state(std::move(op_bytes));
     state.set_summary(summary);
+    if (member == &st) state.set_open_inputs_to_seek(open_inputs_to_seek);
     state.set_operator_summary(std::move(op_words));
     states.push_back(std::move(state));
   }
@@ -372,7 +394,8 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
 }
 
 void Engine::Impl::restore_operator(StageRuntime& st) {
-  if (!st.restore || st.restore->ended() || !st.spec->op->info.traits.saves_state) return;
+  if (!st.restore || !st.spec->op->info.traits.saves_state) return;
+  if (st.restore->ended() && st.restore->operator_state().empty()) return;
   auto referenced = std::make_shared<std::vector<Sample>>(read_referenced(st));
   CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name),
                                [referenced](std::size_t number) { return (*referenced)[number]; });

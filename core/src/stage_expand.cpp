@@ -285,8 +285,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         w.put(slot.last_offset);
       }
     };
-    const std::string where = fmt::format("epoch {}, {} inputs opened", st.first_input_epoch + epoch, index);
-    if (!save_stage(st, positions, where)) return false;
+    std::uint64_t to_seek = 0;
+    for (const auto& slot : slots) to_seek += slot.cursor && slot.emitted > 0;
+    const std::string where = fmt::format("epoch {}, {} inputs opened, {} open", st.first_input_epoch + epoch, index, to_seek);
+    if (!save_stage(st, positions, where, to_seek)) return false;
     out.push_back(Item::barrier());
     return flush(st, out) && wait_for_release(st);
   };

@@ -1,0 +1,329 @@
+// Checkpoints and exact resume: a run stopped at a checkpoint and resumed makes, together, exactly
+// what one uninterrupted run makes, at any parallelism and wherever the cut falls; the checkpoint
+// names buffered elements instead of holding them and a resumed run reads only those again;
+// checkpoints of another pipeline, seed or file list, and damaged files, are refused.
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "pipeline_runner.hpp"
+#include "sluice/core/checkpoint.hpp"
+#include "sluice/core/engine.hpp"
+
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  std::vector<std::string> lines;
+  std::optional<sluice::checkpoint::Checkpoint> checkpoint;
+  sluice::RunResult result;
+  sluice::metrics::MetricsSnapshot snapshot;
+};
+
+std::uint64_t sink_elements(const sluice::metrics::MetricsSnapshot& snap) {
+  std::uint64_t n = 0;
+  for (const auto& s : snap.stage())
+    if (s.kind() == "sink") n += s.elements_in();
+  return n;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Runs `text` (its jsonl_sink writes $OUT) to the end, or, with stop_after >= 0, until the sinks
+// took that many elements, then checkpoints and stops there. `resume`: continue that checkpoint.
+Run run(const std::string& text, const QTemporaryDir& dir, const std::string& name, long stop_after,
+        std::shared_ptr<const sluice::checkpoint::Checkpoint> resume = {}) {
+  std::string resolved = text;
+  const std::string out = dir.filePath(QString::fromStdString(name)).toStdString();
+  for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, out);
+  sluice::EngineOptions options;
+  options.resume_from = std::move(resume);
+  sluice::Engine engine(graph_of(resolved), options);
+  engine.start();
+  Run r;
+  if (stop_after >= 0) {
+    while (sink_elements(engine.snapshot()) < static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    r.checkpoint = engine.checkpoint(/*then_stop=*/true);
+  }
+  r.result = engine.wait();
+  r.snapshot = engine.snapshot();
+  r.lines = lines_of(out);
+  return r;
+}
+
+std::uint64_t reread(const sluice::metrics::MetricsSnapshot& snap) {
+  std::uint64_t n = 0;
+  for (const auto& s : snap.stage()) n += s.elements_reread();
+  return n;
+}
+
+std::uint64_t referenced(const sluice::checkpoint::Checkpoint& c) {
+  std::uint64_t n = 0;
+  for (const auto& s : c.stages())
+    for (const auto& e : s.elements()) n += e.has_ref();
+  return n;
+}
+
+std::uint64_t open_inputs(const sluice::checkpoint::Checkpoint& c) {
+  std::uint64_t n = 0;
+  for (const auto& s : c.stages()) n += s.open_inputs_to_seek();
+  return n;
+}
+
+const sluice::checkpoint::StageState& state_of(const sluice::checkpoint::Checkpoint& c, const std::string& id) {
+  for (const auto& s : c.stages())
+    if (s.id() == id) return s;
+  throw std::runtime_error("no stage " + id);
+}
+
+// 8 TFRecord shards of 300 small JPEG images with labels, written by the pipeline itself.
+std::string make_shards(const QTemporaryDir& dir) {
+  const std::string prefix = dir.filePath("shards/train").toStdString();
+  fs::create_directories(dir.filePath("shards").toStdString());
+  auto made = run_text("options { seed: 3 }\n" +
+                       stage("img", "synthetic_images", "", {{"count", "2400"}, {"height", "8"}, {"width", "8"}, {"classes", "10"}}) +
+                       stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                       stage("w", "tfrecord_writer", "enc", {{"prefix", prefix}, {"max_records", "300"}}));
+  if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing shards failed: " + made.result.error);
+  return dir.filePath("shards").toStdString();
+}
+
+// The issue's pipeline: shards read interleaved by parallel readers, parsed, decoded, randomly
+// flipped, shuffled through 1000, batched, three epochs. Small buffers after the batch keep the
+// cut close to where the test asks for it (the barrier follows every batch already made).
+std::string tfrecord_pipeline(const std::string& shards, int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 11 deterministic: true }\n" +
+         stage("files", "list_files", "", {{"patterns", shards + "/*"}, {"shuffle", "true"}}) +
+         stage("read", "tfrecord_reader", "files", {}, p + " interleave { cycle_length: 4 block_length: 2 }") +
+         stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, p) +
+         stage("decode", "decode_image", "parse", {}, p) + stage("flip", "random_flip", "decode", {}, p) +
+         stage("shuffle", "shuffle", "flip", {{"buffer_size", "1000"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
+// A cache of a randomly augmented first pass, replayed for the next two, shuffled each epoch.
+std::string cached_pipeline(int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 5 deterministic: true }\n" +
+         stage("img", "synthetic_images", "", {{"count", "3000"}, {"height", "4"}, {"width", "4"}}) +
+         stage("flip", "random_flip", "img", {}, p) + stage("cache", "cache", "flip") + stage("epochs", "repeat", "cache", {{"count", "3"}}) +
+         stage("shuffle", "shuffle", "epochs", {{"buffer_size", "200"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "10"}}, "buffer_size: 2") +
+         sink_after("batch");
+}
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+class TestCheckpoint : public QObject {
+  Q_OBJECT
+  QTemporaryDir data_;
+  std::string shards_;
+
+ private slots:
+  void initTestCase() { shards_ = make_shards(data_); }
+
+  void resume_is_exact_data() {
+    QTest::addColumn<QString>("pipeline");
+    QTest::addColumn<int>("parallelism");
+    QTest::addColumn<int>("stop_after");
+    for (int p : {1, 4}) {
+      // 450 batches in all, 150 per epoch: the first, mid-epoch, the end of the first epoch, the third.
+      for (int k : {1, 60, 150, 320}) QTest::addRow("tfrecord p%d k%d", p, k) << "tfrecord" << p << k;
+      // 900 batches, 300 per epoch; the cache's first pass is the first epoch.
+      for (int k : {1, 100, 400}) QTest::addRow("cached p%d k%d", p, k) << "cached" << p << k;
+    }
+  }
+  void resume_is_exact() {
+    QFETCH(QString, pipeline);
+    QFETCH(int, parallelism);
+    QFETCH(int, stop_after);
+    const std::string text = pipeline == "tfrecord" ? tfrecord_pipeline(shards_, parallelism) : cached_pipeline(parallelism);
+    QTemporaryDir dir;
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    QCOMPARE(whole.result.state, sluice::RunState::Finished);
+    QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
+
+    const Run first = run(text, dir, "first.jsonl", stop_after);
+    QVERIFY2(first.checkpoint.has_value(), "the run ended before the checkpoint");
+    QCOMPARE(first.result.state, sluice::RunState::Stopped);
+    QVERIFY(first.result.stopped_at_checkpoint);
+    QCOMPARE(first.checkpoint->sink_elements(), std::uint64_t(first.lines.size()));
+    QVERIFY(first.lines.size() >= std::size_t(stop_after) && first.lines.size() < whole.lines.size());
+
+    // Through the file, as a resumed process would read it.
+    const fs::path file = dir.filePath("ck/checkpoint.sluice").toStdString();
+    sluice::write_checkpoint(file, *first.checkpoint);
+    auto saved = std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(file));
+    const Run rest = run(text, dir, "rest.jsonl", -1, saved);
+    QCOMPARE(rest.result.state, sluice::RunState::Finished);
+    QCOMPARE(joined(first.lines, rest.lines), whole.lines);
+
+    if (pipeline == "tfrecord") {
+      // The shuffle buffer is named, not held, and only it and the last record of each open
+      // input are read again (one seek each), not the records before the cut.
+      QVERIFY(state_of(*saved, "shuffle").elements_size() > 0);
+      QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size()));
+      QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
+    } else if (stop_after < 300) {
+      // Inside the cache's first pass the cache is recording: what it recorded is in the checkpoint.
+      QVERIFY2(first.lines.size() < 300, "the cut fell after the first epoch");
+      QVERIFY(state_of(*saved, "cache").operator_summary().find("recording") != std::string::npos);
+    }
+  }
+
+  // A resumed run can itself be checkpointed and resumed: three pieces make the whole.
+  void chain_of_resumes_is_exact() {
+    const std::string text = tfrecord_pipeline(shards_, 4);
+    QTemporaryDir dir;
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    const Run a = run(text, dir, "a.jsonl", 100);
+    auto first = std::make_shared<const sluice::checkpoint::Checkpoint>(*a.checkpoint);
+    const Run b = run(text, dir, "b.jsonl", 150, first);
+    QVERIFY(b.checkpoint.has_value());
+    QCOMPARE(b.checkpoint->sequence(), std::uint64_t(2));
+    QCOMPARE(b.checkpoint->sink_elements(), std::uint64_t(a.lines.size() + b.lines.size()));
+    const Run c = run(text, dir, "c.jsonl", -1, std::make_shared<const sluice::checkpoint::Checkpoint>(*b.checkpoint));
+    QCOMPARE(joined(joined(a.lines, b.lines), c.lines), whole.lines);
+  }
+
+  // A checkpoint taken while the run goes on changes nothing in its output.
+  void checkpoint_without_stopping_changes_nothing() {
+    const std::string text = tfrecord_pipeline(shards_, 4);
+    QTemporaryDir dir;
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    std::string resolved = text;
+    const std::string out = dir.filePath("on.jsonl").toStdString();
+    resolved.replace(resolved.find("$OUT"), 4, out);
+    sluice::Engine engine(graph_of(resolved));
+    engine.start();
+    int taken = 0;
+    for (int i = 0; i < 5; ++i)
+      if (engine.checkpoint(false)) ++taken;
+    QVERIFY(taken > 0);
+    QCOMPARE(engine.wait().state, sluice::RunState::Finished);
+    QCOMPARE(lines_of(out), whole.lines);
+  }
+
+  void refuses_other_pipelines_seeds_and_files() {
+    QTemporaryDir dir;
+    const std::string text = tfrecord_pipeline(shards_, 2);
+    const Run first = run(text, dir, "first.jsonl", 10);
+    auto saved = std::make_shared<const sluice::checkpoint::Checkpoint>(*first.checkpoint);
+    auto refusal = [&](const std::string& other) -> std::string {
+      std::string resolved = other;
+      resolved.replace(resolved.find("$OUT"), 4, dir.filePath("x.jsonl").toStdString());
+      sluice::EngineOptions options;
+      options.resume_from = saved;
+      try {
+        sluice::Engine engine(graph_of(resolved), options);
+        engine.start();
+        engine.wait();
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+      return "";
+    };
+    auto replaced = [&](std::string s, const std::string& from, const std::string& to) {
+      s.replace(s.find(from), from.size(), to);
+      return s;
+    };
+    const std::string seed = refusal(replaced(text, "seed: 11", "seed: 12"));
+    QVERIFY2(seed.find("seed 11") != std::string::npos && seed.find("seed is 12") != std::string::npos, seed.c_str());
+    const std::string param = refusal(replaced(text, "\"buffer_size\" value: \"1000\"", "\"buffer_size\" value: \"999\""));
+    QVERIFY2(param.find("stage 'shuffle'") != std::string::npos && param.find("buffer_size=999") != std::string::npos, param.c_str());
+    const std::string stages = refusal(replaced(text, "op: \"random_flip\"", "op: \"identity\""));
+    QVERIFY2(stages.find("another pipeline") != std::string::npos && stages.find("'flip' (random_flip)") != std::string::npos, stages.c_str());
+    // The sink's parameters do not change the data: allowed.
+    QCOMPARE(refusal(text), std::string());
+
+    // Another file list: one more shard, then a shard of another size (each put back after).
+    const std::string extra = shards_ + "/zz-extra";
+    fs::copy_file(fs::directory_iterator(shards_)->path(), extra);  // a copy of some shard
+    const std::string added = refusal(text);
+    fs::remove(extra);
+    QVERIFY2(added.find("zz-extra is new") != std::string::npos && added.find("resume over the same files") != std::string::npos, added.c_str());
+    std::vector<fs::path> shards;
+    for (const auto& entry : fs::directory_iterator(shards_)) shards.push_back(entry.path());
+    const fs::path shard = *std::min_element(shards.begin(), shards.end());
+    const fs::path kept = dir.filePath("kept").toStdString();
+    fs::copy_file(shard, kept);
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    const std::string shorter = refusal(text);
+    fs::copy_file(kept, shard, fs::copy_options::overwrite_existing);
+    QVERIFY2(shorter.find(shard.filename().string()) != std::string::npos && shorter.find("bytes in the checkpoint's run") != std::string::npos,
+             shorter.c_str());
+    QCOMPARE(refusal(text), std::string());
+  }
+
+  void refuses_what_cannot_be_checkpointed() {
+    QTemporaryDir dir;
+    std::string text = "options { deterministic: false }\n" + stage("n", "range", "", {{"count", "10"}}) + sink_after("n");
+    text.replace(text.find("$OUT"), 4, dir.filePath("x.jsonl").toStdString());
+    sluice::Engine nondeterministic(graph_of(text));
+    const auto refusals = nondeterministic.checkpoint_refusals();
+    QCOMPARE(refusals.size(), std::size_t(1));
+    QVERIFY(refusals[0].find("deterministic: false") != std::string::npos);
+    nondeterministic.start();
+    QVERIFY_THROWS_EXCEPTION(sluice::Error, nondeterministic.checkpoint());
+    nondeterministic.wait();
+
+    std::string zipped = stage("a", "range", "", {{"count", "10"}}) + stage("b", "range", "", {{"count", "10"}}) +
+                         stage("z", "zip", "", {{"prefixes", "a,b"}}, "input: \"a\" input: \"b\"") + sink_after("z");
+    zipped.replace(zipped.find("$OUT"), 4, dir.filePath("z.jsonl").toStdString());
+    sluice::Engine combine(graph_of(zipped));
+    QVERIFY(!combine.checkpoint_refusals().empty() && combine.checkpoint_refusals()[0].find("stage 'z' (zip)") != std::string::npos);
+  }
+
+  void damaged_checkpoint_files_are_refused() {
+    QTemporaryDir dir;
+    const Run first = run(cached_pipeline(1), dir, "first.jsonl", 5);
+    const fs::path file = sluice::checkpoint_file(dir.filePath("ck").toStdString());
+    QCOMPARE(file.filename().string(), std::string("checkpoint.sluice"));
+    sluice::write_checkpoint(file, *first.checkpoint);
+    QCOMPARE(sluice::read_checkpoint(file).sink_elements(), first.checkpoint->sink_elements());
+    std::string bytes = read_file(file.string());
+    auto refused = [&](const std::string& content) -> std::string {
+      const fs::path bad = dir.filePath("bad.sluice").toStdString();
+      std::ofstream(bad, std::ios::binary | std::ios::trunc) << content;
+      try {
+        sluice::read_checkpoint(bad);
+      } catch (const sluice::Error& e) {
+        return e.what();
+      }
+      return "";
+    };
+    QVERIFY(refused(bytes.substr(0, bytes.size() - 7)).find("damaged") != std::string::npos);
+    std::string flipped = bytes;
+    flipped[flipped.size() / 2] ^= 0x20;
+    QVERIFY(refused(flipped).find("checksum") != std::string::npos);
+    QVERIFY(refused("not a checkpoint at all").find("is not a Sluice checkpoint") != std::string::npos);
+    QVERIFY(refused("").find("is not a Sluice checkpoint") != std::string::npos);
+    try {
+      sluice::read_checkpoint(dir.filePath("nowhere/checkpoint.sluice").toStdString());
+      QFAIL("a missing checkpoint was read");
+    } catch (const sluice::Error& e) {
+      QVERIFY(std::string(e.what()).find("no checkpoint at") != std::string::npos);
+    }
+    // What `sluice checkpoint info` prints names every stage and where it stood.
+    const std::string info = sluice::describe_checkpoint(*first.checkpoint, bytes.size());
+    for (const char* id : {"img", "flip", "cache", "epochs", "shuffle", "batch", "out"}) QVERIFY2(info.find(id) != std::string::npos, info.c_str());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCheckpoint)
+#include "tst_checkpoint.moc"
