@@ -225,4 +225,44 @@ EOF
   echo "  worker 1 killed mid-run: $(ls "$work/killed" | grep -c -- "-worker-1-") .partial file(s), no complete-looking shard"
 fi
 
+if [ "$launcher" = slurm ]; then
+  echo "slurm: a job preempted twice (scontrol requeue: SIGTERM, then requeued) resumes exactly"
+  cat > "$work/resumable.txtpb" <<EOF
+options { seed: 9 }
+stage { id: "src" op: "range" params { key: "count" value: "150000" } }
+stage { id: "work" op: "simulate_work" input: "src" parallelism: 2 params { key: "us" value: "60" } }
+stage { id: "mix" op: "shuffle" input: "work" params { key: "buffer_size" value: "500" } }
+stage { id: "b" op: "batch" input: "mix" buffer_size: 2 params { key: "batch_size" value: "8" } }
+stage { id: "out" op: "jsonl_sink" input: "b" params { key: "path" value: "$work/resumable.jsonl" } }
+EOF
+  "$sluice" run -q "$work/resumable.txtpb" --set "out.path=$work/whole.jsonl" > /dev/null
+  job_state() { scontrol show job "$1" | grep -o "JobState=[A-Z_]*" | cut -d= -f2; }
+  restarts() { scontrol show job "$1" | grep -o "Restarts=[0-9]*" | cut -d= -f2; }
+  wait_for() {  # job state [restarts]
+    for _ in $(seq 300); do
+      if [ "$(job_state "$1")" = "$2" ] && { [ -z "${3:-}" ] || [ "$(restarts "$1")" = "$3" ]; }; then return 0; fi
+      sleep 0.1
+    done
+    fail "slurm: job $1 never reached $2 (it is $(job_state "$1"))"
+  }
+  # About 5 s of work: each of the first two runs is preempted after about a second.
+  job=$(cd "$repo" && SLUICE="$sluice" PIPELINE="$work/resumable.txtpb" CHECKPOINT_DIR="$work/resumable-ck" \
+    sbatch --parsable --output="$work/resumable.out" resources/slurm/resumable.sbatch)
+  for part in 0 1; do
+    wait_for "$job" RUNNING "$part"
+    sleep 1.2
+    scontrol requeue "$job"
+    wait_for "$job" PENDING  # the run stopped at its checkpoint and the job is queued again
+    [ -f "$work/resumable.jsonl" ] || { cat "$work/resumable.out" >&2; fail "slurm: run $part left no output"; }
+    mv "$work/resumable.jsonl" "$work/part-$part.jsonl"
+    scontrol update jobid="$job" StartTime=now  # a requeued job otherwise waits before it may start
+  done
+  wait_for "$job" COMPLETED
+  mv "$work/resumable.jsonl" "$work/part-2.jsonl"
+  grep -q "checkpoint 2 written" "$work/resumable.out" || { cat "$work/resumable.out" >&2; fail "slurm: the second preemption wrote no checkpoint"; }
+  cat "$work/part-0.jsonl" "$work/part-1.jsonl" "$work/part-2.jsonl" | cmp -s - "$work/whole.jsonl" ||
+    { cat "$work/resumable.out" >&2; fail "slurm: the resumed job's output differs from the uninterrupted run's"; }
+  echo "  3 runs ($(wc -l < "$work/part-0.jsonl") + $(wc -l < "$work/part-1.jsonl") + $(wc -l < "$work/part-2.jsonl") batches) make exactly the uninterrupted output"
+fi
+
 echo "$launcher: all checks passed"
