@@ -113,12 +113,14 @@ std::string tfrecord_pipeline(const std::string& shards, int parallelism) {
 }
 
 // A cache of a randomly augmented first pass, replayed for the next two, shuffled each epoch.
+// Small buffers keep the cache close behind the sink: a cut soon after the start is in its first pass.
 std::string cached_pipeline(int parallelism) {
   const std::string p = "parallelism: " + std::to_string(parallelism);
   return "options { seed: 5 deterministic: true }\n" +
          stage("img", "synthetic_images", "", {{"count", "3000"}, {"height", "4"}, {"width", "4"}}) +
-         stage("flip", "random_flip", "img", {}, p) + stage("cache", "cache", "flip") + stage("epochs", "repeat", "cache", {{"count", "3"}}) +
-         stage("shuffle", "shuffle", "epochs", {{"buffer_size", "200"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "10"}}, "buffer_size: 2") +
+         stage("flip", "random_flip", "img", {}, p) + stage("cache", "cache", "flip", {}, "buffer_size: 8") +
+         stage("epochs", "repeat", "cache", {{"count", "3"}}, "buffer_size: 8") +
+         stage("shuffle", "shuffle", "epochs", {{"buffer_size", "200"}}, "buffer_size: 8") + stage("batch", "batch", "shuffle", {{"batch_size", "10"}}, "buffer_size: 2") +
          sink_after("batch");
 }
 

@@ -25,6 +25,9 @@
 #include <set>
 #include <thread>
 
+#include <future>
+
+#include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
@@ -344,6 +347,8 @@ class PythonTensorSlices final : public Source {
     if (columns_.empty()) throw ParamError("from_tensor_slices: no fields");
   }
   void begin_pass(std::uint64_t) override { next_ = 0; }
+  void save_state(StateWriter& w) const override { w.put(next_); }
+  void restore_state(StateReader& r) override { next_ = r.get<decltype(next_)>(); }
   bool next(Sample& out, const ElementContext&) override {
     if (columns_.empty() || next_ >= columns_.front().tensor.shape()[0]) return false;
     out.reserve(columns_.size());
@@ -370,6 +375,15 @@ class ElementQueue {
  public:
   explicit ElementQueue(std::size_t capacity) : capacity_(capacity) {}
   // False when the consumer went away.
+  // Takes what is queued now (a checkpoint empties the queue while it waits for the cut).
+  void drain_into(std::deque<Sample>& out) {
+    std::lock_guard lock(mutex_);
+    while (!items_.empty()) {
+      out.push_back(std::move(items_.front()));
+      items_.pop_front();
+    }
+    room_.notify_all();
+  }
   bool push(Sample sample) {
     std::unique_lock lock(mutex_);
     room_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
@@ -474,6 +488,7 @@ void add_python_operator(Registry& r, std::string name, OperatorKind kind, std::
   handle.default_value = "";
   info.params = {handle};
   info.traits.stateless = stateless;
+  info.traits.saves_state = std::is_same_v<Op, PythonTensorSlices>;  // a generator's place cannot be saved
   info.create = [](const Params& p) { return std::make_unique<Op>(p); };
   r.add_host_operator(std::move(info), "python");
 }
@@ -746,7 +761,22 @@ class Runner {
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
-         const std::string& output) {
+         const std::string& output, const std::string& resume) {
+    std::shared_ptr<checkpoint::Checkpoint> resume_from;
+    first_epoch_ = first_epoch;
+    if (!resume.empty()) {
+      resume_from = std::make_shared<checkpoint::Checkpoint>();
+      if (!resume_from->ParseFromString(resume) || resume_from->format() != kCheckpointFormat)
+        throw py::value_error("the state given to load_state_dict() is not a Sluice pipeline state (or comes from another version)");
+      for (const auto& e : resume_from->undelivered()) pending_.push_back(decode_element(e.value(), "an undelivered element of the state"));
+      restored_left_ = pending_.size();
+      first_epoch = first_epoch_ = resume_from->first_epoch();
+      resumed_sink_elements_ = resume_from->sink_elements();
+      if (resume_from->run_ended()) {  // the run had ended: only what Python had not taken yet is left
+        state_ = "finished";
+        return;
+      }
+    }
     Registry* r = nullptr;
     try {
       r = &loaded_registry(plugin_dirs);
@@ -782,6 +812,7 @@ class Runner {
       }
       EngineOptions options;
       options.first_epoch = first_epoch;
+      options.resume_from = resume_from;
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
@@ -807,9 +838,16 @@ class Runner {
 
   // The next element as a dict of NumPy arrays (arrays=false: of DlTensor), or None at the end.
   py::object next(bool arrays) {
+    Sample sample;
+    if (!pending_.empty()) {  // restored from a state, or taken off the queue by a checkpoint
+      sample = std::move(pending_.front());
+      pending_.pop_front();
+      if (restored_left_ > 0) --restored_left_;
+      else ++taken_from_sink_;
+      return element_to_python(std::move(sample), arrays);
+    }
     if (!engine_) throw py::stop_iteration();
     if (feed_) return next_feed_step();
-    Sample sample;
     for (;;) {
       ElementQueue::Pop got;
       {
@@ -820,6 +858,10 @@ class Runner {
       if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
       stop_if_interrupted();
     }
+    ++taken_from_sink_;
+    return element_to_python(std::move(sample), arrays);
+  }
+  py::object element_to_python(Sample sample, bool arrays) {
     if (arrays) return to_python(sample);
     py::dict out;
     for (const auto& field : sample.fields()) {
@@ -876,6 +918,57 @@ class Runner {
     return format_report(final_);
   }
   std::string spec_text() const { return pipeline_to_text(spec_); }
+
+  // Where the iteration stands, as the bytes of a checkpoint: the engine's cut, plus the elements
+  // its sink had taken that Python had not yet (queued, or given back by an earlier state).
+  py::bytes checkpoint() {
+    checkpoint::Checkpoint state;
+    if (engine_ && feed_) throw py::value_error("state_dict(): a pipeline ending in gpu_feed cannot be checkpointed from Python yet");
+    if (engine_) {
+      if (auto refusals = engine_->checkpoint_refusals(); !refusals.empty()) {
+        std::string text = "state_dict(): this pipeline cannot be checkpointed:";
+        for (const auto& r : refusals) text += "\n  " + r;
+        throw py::value_error(text);
+      }
+      std::optional<checkpoint::Checkpoint> taken;
+      std::string failure;
+      {
+        py::gil_scoped_release release;
+        // The cut waits for the sink to take every element before it: Python is not taking them
+        // now, so the queue is emptied here meanwhile (they stay first in line for Python).
+        auto cut = std::async(std::launch::async, [engine = engine_] { return engine->checkpoint(false); });
+        while (cut.wait_for(std::chrono::milliseconds(2)) != std::future_status::ready) queue_->drain_into(pending_);
+        queue_->drain_into(pending_);  // every element before the cut is past the sink now
+        try {
+          taken = cut.get();
+        } catch (const std::exception& e) {
+          failure = e.what();
+        }
+        if (!taken && failure.empty()) {  // the run ended first: what is left is all queued
+          if (watcher_.joinable()) watcher_.join();
+          queue_->drain_into(pending_);
+        }
+      }
+      if (!failure.empty()) throw std::runtime_error("state_dict(): " + failure);
+      if (taken) state = std::move(*taken);
+    }
+    std::uint64_t undelivered = pending_.size();
+    if (state.stages_size() > 0) {
+      std::uint64_t sink_took = state.sink_elements() - (resumed_sink_elements_);
+      undelivered = restored_left_ + (sink_took - taken_from_sink_);
+    } else {
+      state.set_format(kCheckpointFormat);
+      state.set_run_ended(true);
+      state.set_first_epoch(first_epoch_);
+    }
+    if (undelivered > pending_.size())
+      throw std::runtime_error(fmt::format("state_dict(): {} elements should be waiting for Python and only {} are", undelivered, pending_.size()));
+    for (std::uint64_t i = 0; i < undelivered; ++i) state.add_undelivered()->set_value(encode_element(pending_[i]));
+    std::string bytes;
+    state.SerializeToString(&bytes);
+    return py::bytes(bytes);
+  }
+  bool running() const { return engine_ != nullptr || !pending_.empty(); }
 
  private:
   void queue_stage(spec::Stage& stage) {
@@ -963,6 +1056,11 @@ class Runner {
   RunResult result_;
   std::string state_ = "created";
   metrics::MetricsSnapshot final_;  // the run's last snapshot, once closed
+  // Checkpoints: elements to give Python before the queue's (restored from a state, or taken off
+  // the queue while a checkpoint waited), how many of them came from the state, how many the sink
+  // of this run took that Python has taken, and where the state's run had got to.
+  std::deque<Sample> pending_;
+  std::uint64_t restored_left_ = 0, taken_from_sink_ = 0, resumed_sink_elements_ = 0, first_epoch_ = 0;
 };
 
 }  // namespace
@@ -1084,11 +1182,13 @@ PYBIND11_MODULE(_sluice, m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
-           py::arg("num_workers") = std::nullopt, py::arg("output") = "")
+           py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "")
       .def("next", &Runner::next, py::arg("arrays") = true)
+      .def("checkpoint", &Runner::checkpoint)
+      .def_property_readonly("running", &Runner::running)
       .def("close", &Runner::close)
       .def("run_to_end", &Runner::run_to_end)
       .def("snapshot_json", &Runner::snapshot_json)

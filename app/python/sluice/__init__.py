@@ -81,6 +81,10 @@ class Pipeline:
     in one run. `epoch` is the epoch the next run starts at; set it to continue where an earlier
     process stopped. Upstream of a `repeat(count=k)`, one run is k epochs of its input.
 
+    `state_dict()` says where an iteration stands, to save with the model (torch.save takes it);
+    `load_state_dict(state)` on a Pipeline of the same file makes the next `iter()` continue
+    exactly there, with the same shuffles and random draws, after a preempted job restarts.
+
     Run as one of several workers (under torchrun, srun, mpirun, or with `worker_index=` and
     `num_workers=`), each run reads this worker's shard as `sluice run` does: `worker` says which
     worker this is, as (index, count, who said so).
@@ -101,6 +105,7 @@ class Pipeline:
         self._metrics_addr = metrics_addr or ""
         self._keep = _keep  # Python functions and arrays the stages use
         self._runner = None
+        self._resume = None  # a state from load_state_dict(), for the next run
         self.epoch = 0
         # Which of the job's workers this process is (torchrun's RANK and WORLD_SIZE, Slurm, MPI,
         # TF_CONFIG, ...; or as given): with several, each run reads this worker's shard.
@@ -127,8 +132,11 @@ class Pipeline:
         epoch = operator.index(self.epoch)
         if epoch < 0:
             raise ValueError(f"Pipeline.epoch must be 0 or more, not {epoch}")
+        resume, self._resume = self._resume, None
+        if resume is not None and not iterate:
+            raise RuntimeError("run() cannot continue a state from load_state_dict(): iterate the pipeline instead")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
-                                epoch, self._worker_index, self._num_workers, self._output)
+                                epoch, self._worker_index, self._num_workers, self._output, resume or b"")
         self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner
@@ -168,6 +176,31 @@ class Pipeline:
 
         for item in self._iterate(False):
             yield convert(item)
+
+    def state_dict(self):
+        """Where the pipeline stands, as a dict to save with the model: during an iteration, a
+        checkpoint of the run (positions, the elements held in buffers by reference, and the
+        elements already made that the loop has not taken yet); between iterations, the next
+        epoch. Taking it does not disturb the iteration. Raises ValueError when a stage cannot
+        save its state (a Python generator source, a pipeline with `deterministic: false`)."""
+        runner = self._runner
+        if runner is not None and runner.running:
+            return {"epoch": self.epoch - 1, "checkpoint": runner.checkpoint()}
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state):
+        """Makes the next iteration continue from `state` (from state_dict(), maybe of another
+        process): the elements it had not given yet first, then the rest of its run, exactly as
+        the interrupted iteration would have gone on. A state of another pipeline, seed or file
+        list is refused when the iteration starts, saying what differs."""
+        if not isinstance(state, dict) or "epoch" not in state:
+            raise ValueError("load_state_dict() takes a dict made by Pipeline.state_dict()")
+        self.close()
+        self.epoch = operator.index(state["epoch"])
+        checkpoint = state.get("checkpoint")
+        if checkpoint is not None and not isinstance(checkpoint, (bytes, bytearray)):
+            raise ValueError("load_state_dict(): 'checkpoint' must be the bytes state_dict() made")
+        self._resume = bytes(checkpoint) if checkpoint is not None else None
 
     def run(self):
         """Runs the pipeline as it is (its own sinks write their files), to the end; returns its
