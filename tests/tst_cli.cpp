@@ -375,7 +375,7 @@ class TestCli : public QObject {
     QVERIFY(checked >= 4);
     auto resumed = sluice_cli({"run", "--quiet", file, "--resume", ck, "--set", "out.path=" + dir.filePath("rest.jsonl")});
     QCOMPARE(resumed.code, 0);
-    QVERIFY2(resumed.err.contains("resuming from checkpoint"), qPrintable(resumed.err));
+    QVERIFY2(resumed.err.contains("resumed from checkpoint"), qPrintable(resumed.err));
   }
 
   void checkpoint_errors_are_clear() {

@@ -358,9 +358,6 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
         return kExitBadInput;
       }
     }
-    if (engine_options.resume_from)
-      fmt::print(stderr, "resuming from checkpoint {} ({} elements had reached the sinks)\n", engine_options.resume_from->sequence(),
-                 engine_options.resume_from->sink_elements());
     engine->subscribe([&](const sluice::metrics::MetricsSnapshot& snapshot) {
       if (log) log->append(snapshot);
       if (server) server->publish(snapshot);
@@ -370,7 +367,16 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
         for (; explained < snapshot.autotune().changes_size(); ++explained)
           unexplained.push_back(sluice::format_autotune_change(snapshot.autotune().changes(explained)));
     });
+    const auto starting = std::chrono::steady_clock::now();
     engine->start();
+    if (engine_options.resume_from) {
+      std::uint64_t reread = 0;
+      const auto now = engine->snapshot();
+      for (const auto& stage : now.stage()) reread += stage.elements_reread();
+      fmt::print(stderr, "resumed from checkpoint {} ({} elements had reached the sinks) in {:.2f} s ({} held elements read again)\n",
+                 engine_options.resume_from->sequence(), engine_options.resume_from->sink_elements(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - starting).count(), reread);
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;
@@ -430,7 +436,10 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   auto take_checkpoint = [&](bool then_stop) {
     try {
       auto taken = engine->checkpoint(then_stop);
-      if (!taken) return;  // the run ended first: nothing to continue
+      if (!taken) {  // every source and reader had ended: the run finishes what its buffers hold
+        if (then_stop) fmt::print(stderr, "the run is in its last elements (every source has ended): finishing it instead of checkpointing\n");
+        return;
+      }
       sluice::write_checkpoint(checkpoint_path, *taken);
       sink_elements_at_last = taken->sink_elements();
       last_checkpoint_at = std::chrono::steady_clock::now();

@@ -327,6 +327,7 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
 std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
   const checkpoint::StageState& state = *st.restore;
   std::vector<Sample> out(static_cast<std::size_t>(state.elements_size()));
+  std::vector<std::string> names(out.size());  // the input each was read from, for messages
   // By input, then in file order: each input is opened once and read forward.
   std::vector<int> refs;
   for (int i = 0; i < state.elements_size(); ++i)
@@ -378,18 +379,48 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
       throw DataError(fmt::format("{} has record {} where record {} was (byte {}): it changed since the checkpoint", input_name,
                                   element.shared_origin().record, ref.record(), ref.byte_offset()));
     element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
-    for (StageRuntime* map : st.maps_since_read) {
-      StageInfo info = map->info;
-      info.placement = nullptr;  // what is made again goes back to the holder, not into a batch's rows
-      try {
-        element = map->map->map(std::move(element), ElementContext{&info, ref.epoch(), ref.index()});
-      } catch (const std::exception& e) {
-        throw DataError(fmt::format("stage '{}' failed on element {} of epoch {} read again from {} record {}: {}", map->spec->id, ref.index(),
-                                    ref.epoch(), input_name, ref.record(), e.what()));
+    out[static_cast<std::size_t>(number)] = std::move(element);
+    names[static_cast<std::size_t>(number)] = input_name;
+  }
+  // Then through the maps between, on as many threads as the widest of them runs (decoding a
+  // shuffle buffer of images again is most of a resume's time). They are stateless: any thread,
+  // any order, the same result.
+  if (st.maps_since_read.empty()) return out;
+  std::vector<StageInfo> infos;
+  int threads = 1;
+  for (StageRuntime* map : st.maps_since_read) {
+    infos.push_back(map->info);
+    infos.back().placement = nullptr;  // what is made again goes back to the holder, not into a batch's rows
+    threads = std::max(threads, map->workers);
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::string failure;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < refs.size();) {
+      const int number = refs[i];
+      const auto& ref = state.elements(number).ref();
+      Sample& element = out[static_cast<std::size_t>(number)];
+      for (std::size_t m = 0; m < st.maps_since_read.size(); ++m) {
+        StageRuntime* map = st.maps_since_read[m];
+        try {
+          element = map->map->map(std::move(element), ElementContext{&infos[m], ref.epoch(), ref.index()});
+        } catch (const std::exception& e) {
+          std::lock_guard lock(failure_mutex);
+          if (failure.empty())
+            failure = fmt::format("stage '{}' failed on element {} of epoch {} read again from {} record {}: {}", map->spec->id, ref.index(),
+                                  ref.epoch(), names[static_cast<std::size_t>(number)], ref.record(), e.what());
+          next.store(refs.size());
+          return;
+        }
       }
     }
-    out[static_cast<std::size_t>(number)] = std::move(element);
-  }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(refs.size())); ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+  if (!failure.empty()) throw DataError(failure);
   return out;
 }
 
