@@ -93,6 +93,7 @@ std::string traits_text(const sluice::OperatorTraits& t) {
   std::string s = t.stateless ? "stateless (parallel workers allowed)" : "stateful (one worker)";
   if (t.random) s += ", random (per-element generator)";
   if (t.keeps_shape) s += ", keeps shapes (size hints pass through)";
+  if (t.saves_state) s += ", saves its state (checkpoints)";
   return s;
 }
 
