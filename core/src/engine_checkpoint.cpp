@@ -74,9 +74,7 @@ std::vector<std::string> Engine::checkpoint_refusals() const {
     if (st->expand && st->spec->interleave_deterministic.value_or(I.graph.deterministic) == false)
       out.push_back(fmt::format("{} interleaves in completion order (interleave deterministic: false); make it deterministic to checkpoint",
                                 I.stage_label(*st)));
-    if (st->combine)
-      out.push_back(fmt::format("{} combines several inputs; combine stages cannot be checkpointed in this version", I.stage_label(*st)));
-    else if (must_save_state(info) && !info.traits.saves_state)
+    if (must_save_state(info) && !info.traits.saves_state)
       out.push_back(fmt::format("{} (from {}) keeps state between elements and cannot save it (its operator does not set "
                                 "OperatorTraits::saves_state)",
                                 I.stage_label(*st), st->spec->op->library_path));
@@ -175,7 +173,7 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
 }
 
 bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary,
-                              std::uint64_t open_inputs_to_seek) {
+                              std::uint64_t open_inputs_to_seek, const std::function<void(StateWriter&)>* operator_state) {
   const std::uint64_t generation = cut_wanted.load();
   if (generation == 0) return true;
   std::vector<StageRuntime*> members{&st};
@@ -195,7 +193,8 @@ bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWr
         return refer_to(*member, element, state, inputs, out);
       });
       try {
-        member->op->save_state(op_writer);
+        if (operator_state && member == &st) (*operator_state)(op_writer);
+        else member->op->save_state(op_writer);
       } catch (const std::exception& e) {
         fail(fmt::format("{} could not save its state for a checkpoint: {}", stage_label(*member), e.what()), member);
         return false;

@@ -24,7 +24,7 @@ class Zip final : public Combine {
                                        "one name per input, put before its fields as NAME/FIELD (empty: fields keep their "
                                        "names, and a field two inputs share is refused)")
                            .def("")},
-                      {},
+                      {.saves_state = true},
                       {}};
     info.min_inputs = 2;
     info.max_inputs = kAnyNumberOfInputs;
@@ -36,24 +36,25 @@ class Zip final : public Combine {
       throw ParamError("prefixes names " + std::to_string(prefixes_.size()) + " inputs, but the stage has " +
                        std::to_string(info.input_ids.size()) + "; give one per input, in order");
   }
-  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
+  bool next(CombineInputs& inputs, Sample& merged) override {
     std::vector<std::size_t> first_field(inputs.size());  // where each input's fields start in the merged element
-    for (;;) {
-      Sample merged;
-      for (std::size_t k = 0; k < inputs.size(); ++k) {
-        Sample part;
-        if (!inputs.next(k, part)) return;  // the shortest input ended: so does the zip
-        if (k == 0) merged.share_origin(part);
-        first_field[k] = merged.size();
-        for (auto& field : part.fields()) {
-          std::string name = prefixes_.empty() ? field.name : prefixes_[k] + "/" + field.name;
-          if (merged.find(name)) throw clash(inputs, first_field, merged, name, k, part);
-          merged.set(std::move(name), std::move(field.tensor));
-        }
+    merged = Sample();
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      Sample part;
+      if (!inputs.next(k, part)) return false;  // the shortest input ended: so does the zip
+      if (k == 0) merged.share_origin(part);
+      first_field[k] = merged.size();
+      for (auto& field : part.fields()) {
+        std::string name = prefixes_.empty() ? field.name : prefixes_[k] + "/" + field.name;
+        if (merged.find(name)) throw clash(inputs, first_field, merged, name, k, part);
+        merged.set(std::move(name), std::move(field.tensor));
       }
-      if (!out.push(std::move(merged))) return;
     }
+    return true;
   }
+  // An output takes one element of each input: nothing is carried from one to the next.
+  void save_state(StateWriter&) const override {}
+  void restore_state(StateReader&) override {}
 
  private:
   // A field of input k that an earlier input gave already: the message names both inputs.
@@ -75,19 +76,23 @@ class Concatenate final : public Combine {
   static OperatorInfo describe() {
     OperatorInfo info{"concatenate", OperatorKind::Combine,
                       "All elements of the first input, then all of the second, and so on (tf.data's concatenate)", {},
-                      {.keeps_shape = true}, {}};
+                      {.keeps_shape = true, .saves_state = true}, {}};
     info.min_inputs = 2;
     info.max_inputs = kAnyNumberOfInputs;
     return info;
   }
   explicit Concatenate(const Params&) {}
-  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      Sample sample;
-      while (inputs.next(k, sample))
-        if (!out.push(std::move(sample))) return;
-    }
+  void begin_iteration(const ElementContext&) override { input_ = 0; }
+  bool next(CombineInputs& inputs, Sample& out) override {
+    for (; input_ < inputs.size(); ++input_)
+      if (inputs.next(input_, out)) return true;
+    return false;
   }
+  void save_state(StateWriter& w) const override { w.put<std::uint64_t>(input_); }
+  void restore_state(StateReader& r) override { input_ = static_cast<std::size_t>(r.get<std::uint64_t>()); }
+
+ private:
+  std::size_t input_ = 0;  // the input being read
 };
 
 ParamSpec stop_on_empty_param(bool stop) {
@@ -107,7 +112,7 @@ class SampleFromDatasets final : public Combine {
                                        "relative weight of each input, in order (empty: equal weights)")
                            .def(""),
                        stop_on_empty_param(false)},
-                      {.random = true, .keeps_shape = true},
+                      {.random = true, .keeps_shape = true, .saves_state = true},
                       {}};
     info.min_inputs = 2;
     info.max_inputs = kAnyNumberOfInputs;
@@ -124,37 +129,62 @@ class SampleFromDatasets final : public Combine {
     if (!weights_.empty() && !(total > 0)) throw ParamError("every weight is 0; give at least one input a weight above 0");
   }
   void start(const StageInfo& info) override {
+    info_ = info;
     if (weights_.empty()) weights_.assign(info.input_ids.size(), 1.0);
     if (weights_.size() != info.input_ids.size())
       throw ParamError("weights has " + std::to_string(weights_.size()) + " values, but the stage has " +
                        std::to_string(info.input_ids.size()) + " inputs; give one weight per input, in order");
   }
-  void combine(CombineInputs& inputs, const ElementContext& iteration, Emitter& out) override {
-    std::vector<double> live(weights_);  // an input that ran out weighs 0 from then on
-    double total = std::accumulate(live.begin(), live.end(), 0.0);
-    for (std::uint64_t n = 0; total > 0; ++n) {
-      Rng rng = ElementContext{iteration.stage, iteration.epoch, n}.rng();
-      for (;;) {
-        const double draw = rng.uniform() * total;
-        std::size_t k = 0;
-        double below = live[0];
-        while (k + 1 < live.size() && (draw >= below || live[k] == 0)) below += live[++k];
-        Sample sample;
-        if (inputs.next(k, sample)) {
-          if (!out.push(std::move(sample))) return;
-          break;
-        }
-        if (stop_on_empty_) return;
-        // tf.data renormalizes the remaining weights; drawing again from this element's
-        // generator keeps the choice a function of (seed, epoch, n) and of which inputs ran out.
-        total -= live[k];
-        live[k] = 0;
-        if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return;
+  void begin_iteration(const ElementContext& iteration) override {
+    epoch_ = iteration.epoch;
+    live_ = weights_;
+    n_ = 0;
+  }
+  bool next(CombineInputs& inputs, Sample& out) override {
+    double total = std::accumulate(live_.begin(), live_.end(), 0.0);
+    if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return false;
+    Rng rng = ElementContext{&info_, epoch_, n_}.rng();
+    for (;;) {
+      const double draw = rng.uniform() * total;
+      std::size_t k = 0;
+      double below = live_[0];
+      while (k + 1 < live_.size() && (draw >= below || live_[k] == 0)) below += live_[++k];
+      if (inputs.next(k, out)) {
+        ++n_;
+        return true;
       }
+      if (stop_on_empty_) {
+        live_.assign(live_.size(), 0.0);
+        return false;
+      }
+      // tf.data renormalizes the remaining weights; drawing again from this element's
+      // generator keeps the choice a function of (seed, epoch, n) and of which inputs ran out.
+      total -= live_[k];
+      live_[k] = 0;
+      if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return false;
     }
+  }
+  // The outputs given (they key the draws) and the inputs that ran out.
+  void save_state(StateWriter& w) const override {
+    w.put(epoch_);
+    w.put(n_);
+    w.put<std::uint64_t>(live_.size());
+    for (double weight : live_) w.put(weight);
+  }
+  void restore_state(StateReader& r) override {
+    epoch_ = r.get<std::uint64_t>();
+    n_ = r.get<std::uint64_t>();
+    const auto count = r.get<std::uint64_t>();
+    if (count != weights_.size()) throw DataError("the saved mixture has " + std::to_string(count) + " inputs, this one " + std::to_string(weights_.size()));
+    live_.resize(static_cast<std::size_t>(count));
+    for (double& weight : live_) weight = r.get<double>();
   }
 
  private:
+  StageInfo info_;
+  std::uint64_t epoch_ = 0;   // of the iteration being made
+  std::vector<double> live_;  // an input that ran out weighs 0 from then on
+  std::uint64_t n_ = 0;       // outputs given in it: the n-th draws with ElementContext{epoch, n}
   std::vector<double> weights_;
   bool stop_on_empty_;
 };
@@ -168,14 +198,14 @@ class ChooseFromDatasets final : public Combine {
                       "first input); tf.data's choose_from_datasets",
                       {ParamSpec::make("field", ParamType::String, "the integer field of the last input's elements").def("index"),
                        stop_on_empty_param(true)},
-                      {.keeps_shape = true},
+                      {.keeps_shape = true, .saves_state = true},
                       {}};
     info.min_inputs = 2;
     info.max_inputs = kAnyNumberOfInputs;
     return info;
   }
   explicit ChooseFromDatasets(const Params& p) : field_(p.get_string("field")), stop_on_empty_(p.get_bool("stop_on_empty_dataset")) {}
-  void combine(CombineInputs& inputs, const ElementContext&, Emitter& out) override {
+  bool next(CombineInputs& inputs, Sample& out) override {
     const std::size_t choices = inputs.size() - 1, datasets = choices;
     Sample choice;
     while (inputs.next(choices, choice)) {
@@ -194,14 +224,14 @@ class ChooseFromDatasets final : public Combine {
         throw DataError("choose_from_datasets: choice " + std::to_string(k) + " from " + choice.origin() + " (input '" +
                         inputs.name(choices) + "') is out of range: there are " + std::to_string(datasets) +
                         " inputs to choose from, 0 to " + std::to_string(datasets - 1));
-      Sample sample;
-      if (inputs.next(static_cast<std::size_t>(k), sample)) {
-        if (!out.push(std::move(sample))) return;
-      } else if (stop_on_empty_) {
-        return;
-      }
+      if (inputs.next(static_cast<std::size_t>(k), out)) return true;
+      if (stop_on_empty_) return false;
     }
+    return false;
   }
+  // Each output follows the next choice: nothing is carried from one to the next.
+  void save_state(StateWriter&) const override {}
+  void restore_state(StateReader&) override {}
 
  private:
   std::string field_;

@@ -25,21 +25,29 @@ class Scale final : public sluice::Map {
   std::int64_t factor_;
 };
 
-// Several inputs: one call per output iteration, pulling from the inputs in the operator's order.
+// Several inputs: one call per output, pulling from the inputs in the operator's order. Where it
+// is (the input whose turn it is) lives in a member, which it saves for checkpoints.
 class Alternate final : public sluice::Combine {
  public:
   static sluice::OperatorInfo describe() {
     sluice::OperatorInfo info{"example_alternate", sluice::OperatorKind::Combine,
-                              "An element of the first input, then of the second, and so on, until either runs out", {}, {}, {}};
+                              "An element of the first input, then of the second, and so on, until either runs out", {},
+                              {.saves_state = true}, {}};
     info.min_inputs = info.max_inputs = 2;
     return info;
   }
   explicit Alternate(const sluice::Params&) {}
-  void combine(sluice::CombineInputs& inputs, const sluice::ElementContext&, sluice::Emitter& out) override {
-    sluice::Sample sample;
-    for (std::size_t k = 0; inputs.next(k, sample); k = 1 - k)
-      if (!out.push(std::move(sample))) return;  // downstream wants no more: return promptly
+  void begin_iteration(const sluice::ElementContext&) override { turn_ = 0; }
+  bool next(sluice::CombineInputs& inputs, sluice::Sample& out) override {
+    if (!inputs.next(turn_, out)) return false;  // either input ran out: so does the iteration
+    turn_ = 1 - turn_;
+    return true;
   }
+  void save_state(sluice::StateWriter& w) const override { w.put<std::uint64_t>(turn_); }
+  void restore_state(sluice::StateReader& r) override { turn_ = static_cast<std::size_t>(r.get<std::uint64_t>()); }
+
+ private:
+  std::size_t turn_ = 0;
 };
 
 }  // namespace

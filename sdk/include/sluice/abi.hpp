@@ -18,7 +18,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 // than write into the ones they get; 6.0: checkpoints: Operator::save_state/restore_state with
 // StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek,
 // Origin::read_epoch/read_index
-// (new virtual functions and a descriptor field).
+// (new virtual functions and a descriptor field); Combine makes one output per next() call, after
+// begin_iteration(), instead of one iteration per combine() call.
 inline constexpr std::uint32_t kAbiMinor = 0;
 
 }  // namespace sluice

@@ -245,16 +245,20 @@ class CombineInputs {
 };
 
 // (5.0) Several inputs -> one output, with one worker. Each output iteration reads one iteration
-// of every input: what an input still holds when combine() returns is thrown away, and its
+// of every input: what an input still holds when the iteration ends is thrown away, and its
 // producer is told that nothing more of that iteration is wanted (zip ends with its shortest
 // input). A repeat before an input repeats that input; a repeat after the stage repeats them all.
+// (6.0) Output by output, so that a checkpoint can come between two: the operator keeps where it
+// is in members (the input it reads, how many outputs it gave), which save_state() writes.
 class Combine : public Operator {
  public:
-  // One output iteration: pull from `inputs` in the operator's order, push outputs to `out` and
-  // return once done or once out.push() returns false. `iteration.epoch` is the iteration; an
-  // operator that draws random numbers keys its n-th output's draws with
+  // Output iteration `iteration.epoch` starts: every input is at the start of its iteration.
+  virtual void begin_iteration(const ElementContext& /*iteration*/) {}
+  // The iteration's next output: pull from `inputs` in the operator's order and return true with
+  // `out` filled, or false once the iteration is over (not called again until the next begins).
+  // An operator that draws random numbers keys its n-th output's draws with
   // ElementContext{iteration.stage, iteration.epoch, n}.rng(), the same at any parallelism.
-  virtual void combine(CombineInputs& inputs, const ElementContext& iteration, Emitter& out) = 0;
+  virtual bool next(CombineInputs& inputs, Sample& out) = 0;
 };
 
 class Sink : public Operator {
