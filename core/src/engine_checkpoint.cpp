@@ -273,6 +273,31 @@ void Engine::Impl::attach_resume_state() {
   options.first_epoch = c.first_epoch();
 }
 
+bool Engine::Impl::end_if_ended_before(StageRuntime& st, std::vector<Item>& out) {
+  if (!st.restore || !st.restore->ended()) return false;
+  out.push_back(Item::end_of_stream());
+  if (flush(st, out)) stage_ended(st);
+  return true;
+}
+
+void Engine::Impl::put_item(StateWriter& w, const Item& item) {
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(item.kind));
+  w.put(item.iteration);
+  if (item.is_element()) w.put_element(item.sample);
+}
+
+Item Engine::Impl::get_item(StateReader& r) {
+  const auto kind = static_cast<Item::Kind>(r.get<std::uint8_t>());
+  const auto iteration = r.get<std::uint64_t>();
+  switch (kind) {
+    case Item::Kind::Element: return Item::element(r.get_element());
+    case Item::Kind::EndOfIteration: return Item::end_of_iteration(iteration);
+    case Item::Kind::EndOfStream: return Item::end_of_stream();
+    case Item::Kind::Barrier: break;
+  }
+  throw DataError("the checkpoint's waiting inputs hold an unknown item: it is damaged");
+}
+
 std::unique_ptr<CheckpointStateReader> Engine::Impl::engine_state_reader(const StageRuntime& st) const {
   return std::make_unique<CheckpointStateReader>(*st.restore, st.restore->engine_state(), fmt::format("stage '{}' (engine positions)", st.spec->id));
 }

@@ -346,6 +346,11 @@ struct Engine::Impl {
                 std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out);
   // Reads again every element `st`'s saved state names by reference, in file order.
   std::vector<Sample> read_referenced(StageRuntime& st);
+  // A stage the checkpoint's run had ended: it hands on its end of stream at once. True if so.
+  bool end_if_ended_before(StageRuntime& st, std::vector<Item>& out);
+  // Items a stage held (an interleave's inputs waiting, a combine's), saved and read back.
+  static void put_item(StateWriter& w, const Item& item);
+  static Item get_item(StateReader& r);
   // Reads the engine's positions a stage saved (the same order `engine` wrote them).
   std::unique_ptr<CheckpointStateReader> engine_state_reader(const StageRuntime& st) const;
 

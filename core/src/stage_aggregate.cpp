@@ -77,12 +77,8 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     out.push_back(Item::barrier());
     return flush(st, out);
   };
+  if (end_if_ended_before(st, out)) return;
   if (st.restore) {
-    if (st.restore->ended()) {
-      out.push_back(Item::end_of_stream());
-      if (flush(st, out)) stage_ended(st);
-      return;
-    }
     auto positions = engine_state_reader(st);
     out_iteration = positions->get<std::uint64_t>();
     in_iteration = positions->get<std::uint64_t>();

@@ -156,16 +156,8 @@ void Engine::Impl::run_combine(StageRuntime& st) {
         w.put<std::uint8_t>(in.ended_at_output_start);
         w.put<std::uint8_t>(in.stream_ended_at_output_start);
         w.put<std::uint64_t>(in.given.size() + in.waiting.size());
-        for (const auto& item : in.given) {
-          w.put<std::uint8_t>(static_cast<std::uint8_t>(item.kind));
-          w.put(item.iteration);
-          if (item.is_element()) w.put_element(item.sample);
-        }
-        for (const auto& item : in.waiting) {
-          w.put<std::uint8_t>(static_cast<std::uint8_t>(item.kind));
-          w.put(item.iteration);
-          if (item.is_element()) w.put_element(item.sample);
-        }
+        for (const auto& item : in.given) put_item(w, item);
+        for (const auto& item : in.waiting) put_item(w, item);
       }
     };
     const std::string where = fmt::format("epoch {}{}", st.first_output_epoch + iteration,
@@ -177,12 +169,8 @@ void Engine::Impl::run_combine(StageRuntime& st) {
     return flush(st, out) && wait_for_release(st);
   };
 
+  if (end_if_ended_before(st, out)) return;
   if (st.restore) {
-    if (st.restore->ended()) {
-      out.push_back(Item::end_of_stream());
-      if (flush(st, out)) stage_ended(st);
-      return;
-    }
     try {
       auto positions = engine_state_reader(st);
       iteration = positions->get<std::uint64_t>();
@@ -194,14 +182,7 @@ void Engine::Impl::run_combine(StageRuntime& st) {
         in.iteration_ended = positions->get<std::uint8_t>() != 0;
         in.stream_ended = positions->get<std::uint8_t>() != 0;
         const auto count = positions->get<std::uint64_t>();
-        for (std::uint64_t i = 0; i < count; ++i) {
-          const auto kind = static_cast<Item::Kind>(positions->get<std::uint8_t>());
-          const auto item_iteration = positions->get<std::uint64_t>();
-          if (kind == Item::Kind::Element) in.waiting.push_back(Item::element(positions->get_element()));
-          else if (kind == Item::Kind::EndOfIteration) in.waiting.push_back(Item::end_of_iteration(item_iteration));
-          else if (kind == Item::Kind::EndOfStream) in.waiting.push_back(Item::end_of_stream());
-          else throw DataError("the checkpoint's waiting inputs hold an unknown item: it is damaged");
-        }
+        for (std::uint64_t i = 0; i < count; ++i) in.waiting.push_back(get_item(*positions));
       }
     } catch (const std::exception& e) {
       fail(fmt::format("{} could not resume from the checkpoint: {}", stage_label(st), e.what()), &st);

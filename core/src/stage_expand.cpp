@@ -267,11 +267,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       w.put<std::uint8_t>(iteration_closed);
       w.put<std::uint8_t>(input_done);
       w.put<std::uint64_t>(inputs.size() - next_input);
-      for (std::size_t k = next_input; k < inputs.size(); ++k) {
-        w.put<std::uint8_t>(static_cast<std::uint8_t>(inputs[k].kind));
-        w.put(inputs[k].iteration);
-        if (inputs[k].is_element()) w.put_element(inputs[k].sample);
-      }
+      for (std::size_t k = next_input; k < inputs.size(); ++k) put_item(w, inputs[k]);
       for (auto& slot : slots) {
         const std::uint8_t slot_state = slot.cursor ? 1 : slot.awaiting_fill ? 2 : 0;
         w.put(slot_state);
@@ -306,14 +302,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     const auto waiting = positions->get<std::uint64_t>();
     inputs.clear();
     next_input = 0;
-    for (std::uint64_t k = 0; k < waiting; ++k) {
-      const auto kind = static_cast<Item::Kind>(positions->get<std::uint8_t>());
-      const auto iteration = positions->get<std::uint64_t>();
-      if (kind == Item::Kind::Element) inputs.push_back(Item::element(positions->get_element()));
-      else if (kind == Item::Kind::EndOfIteration) inputs.push_back(Item::end_of_iteration(iteration));
-      else if (kind == Item::Kind::EndOfStream) inputs.push_back(Item::end_of_stream());
-      else throw DataError("the checkpoint's waiting inputs hold an unknown item: it is damaged");
-    }
+    for (std::uint64_t k = 0; k < waiting; ++k) inputs.push_back(get_item(*positions));
     for (auto& slot : slots) {
       const auto slot_state = positions->get<std::uint8_t>();
       slot.awaiting_fill = slot_state == 2;
@@ -349,12 +338,8 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     st.counters.epoch.store(epoch, std::memory_order_relaxed);
     st.output->set_iteration(epoch);
   };
+  if (end_if_ended_before(st, out)) return;
   if (st.restore) {
-    if (st.restore->ended()) {
-      out.push_back(Item::end_of_stream());
-      if (flush(st, out)) stage_ended(st);
-      return;
-    }
     try {
       restore_slots();
     } catch (const std::exception& e) {

@@ -22,13 +22,8 @@ void Engine::Impl::run_source(StageRuntime& st) {
   // restored its place in it), or before one.
   std::uint64_t first_pass = 0, resume_index = 0;
   bool resume_inside_pass = false;
+  if (end_if_ended_before(st, out)) return;
   if (st.restore) {
-    if (st.restore->ended()) {
-      out.push_back(Item::end_of_stream());
-      handover();
-      stage_ended(st);
-      return;
-    }
     auto positions = engine_state_reader(st);
     first_pass = positions->get<std::uint64_t>();
     resume_index = positions->get<std::uint64_t>();
