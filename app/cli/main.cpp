@@ -305,7 +305,21 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     checkpoint_every = parse_checkpoint_every(options.checkpoint_every);
     if (!options.checkpoint_every.empty() && !checkpointing)
       throw sluice::Error("--checkpoint-every needs --checkpoint DIR (where the checkpoints go)");
-    if (checkpointing) checkpoint_path = sluice::checkpoint_file(options.checkpoint_dir);
+    if (checkpointing) {
+      // Where checkpoints go is checked before any work: a run that cannot write its first
+      // checkpoint would find out only when it matters.
+      checkpoint_path = sluice::checkpoint_file(options.checkpoint_dir);
+      std::error_code ec;
+      const auto folder = checkpoint_path.has_parent_path() ? checkpoint_path.parent_path() : std::filesystem::path(".");
+      std::filesystem::create_directories(folder, ec);
+      if (!std::filesystem::is_directory(folder))
+        throw sluice::Error(fmt::format("--checkpoint {}: cannot make the folder {}{}", options.checkpoint_dir, folder.string(),
+                                        ec ? ": " + ec.message() : std::string(" (a file is in the way)")));
+      if (std::filesystem::exists(checkpoint_path) && !std::filesystem::is_regular_file(checkpoint_path))
+        throw sluice::Error(fmt::format("--checkpoint {}: {} exists and is not a regular file", options.checkpoint_dir, checkpoint_path.string()));
+      if (::access(folder.c_str(), W_OK) != 0)
+        throw sluice::Error(fmt::format("--checkpoint {}: the folder {} is not writable", options.checkpoint_dir, folder.string()));
+    }
     if (!options.resume.empty())
       engine_options.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(
           sluice::read_checkpoint(sluice::checkpoint_file(options.resume)));
