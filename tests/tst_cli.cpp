@@ -324,7 +324,9 @@ class TestCli : public QObject {
     int stops = 0;
     for (int part = 0; part < 30; ++part) {
       const QString out = dir.filePath(QString("part%1.jsonl").arg(part));
-      QStringList args{"--preserve-status", "-s", "TERM", "0.6", SLUICE_CLI, "run", "--quiet", file, "--checkpoint", ck, "--set", "out.path=" + out};
+      // Slurm's preemption sends SIGTERM; `sbatch --signal` before a time limit, SIGUSR1: both.
+      const QString signal = part % 2 == 0 ? "TERM" : "USR1";
+      QStringList args{"--preserve-status", "-s", signal, "0.6", SLUICE_CLI, "run", "--quiet", file, "--checkpoint", ck, "--set", "out.path=" + out};
       if (part > 0) args << "--resume" << ck;
       QProcess p;
       p.start("timeout", args);
