@@ -12,30 +12,36 @@ namespace {
 // middle of an output, and the cut then is where that output began.
 class StateSnapshot final : public StateWriter {
  public:
+  // Kept in buffers reused from one output to the next: no allocation per output once warm.
   void put_bytes(const void* data, std::size_t size) override {
-    parts_.push_back({std::string(static_cast<const char*>(data), size), {}, false});
+    bytes_.append(static_cast<const char*>(data), size);
+    ends_.push_back({bytes_.size(), elements_.size()});
   }
-  void put_element(const Sample& element) override { parts_.push_back({{}, element, true}); }
+  void put_element(const Sample& element) override {
+    elements_.push_back(element);
+    ends_.push_back({bytes_.size(), elements_.size()});
+  }
   void describe(std::string text) override { words_ = std::move(text); }
   void clear() {
-    parts_.clear();
+    bytes_.clear();
+    elements_.clear();
+    ends_.clear();
     words_.clear();
   }
   void replay(StateWriter& into) const {
-    for (const auto& part : parts_) {
-      if (part.is_element) into.put_element(part.element);
-      else into.put_bytes(part.bytes.data(), part.bytes.size());
+    std::size_t at = 0, element = 0;
+    for (const auto& [bytes_end, elements_end] : ends_) {
+      if (elements_end > element) into.put_element(elements_[element++]);
+      else into.put_bytes(bytes_.data() + at, bytes_end - at);
+      at = bytes_end;
     }
     if (!words_.empty()) into.describe(words_);
   }
 
  private:
-  struct Part {
-    std::string bytes;
-    Sample element;
-    bool is_element;
-  };
-  std::vector<Part> parts_;
+  std::string bytes_;
+  std::vector<Sample> elements_;
+  std::vector<std::pair<std::size_t, std::size_t>> ends_;  // after each call: bytes and elements so far
   std::string words_;
 };
 
