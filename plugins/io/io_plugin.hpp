@@ -6,5 +6,6 @@ namespace sluice::io {
 void register_files(Registrar& registrar);     // list_files, read_file, label_from_path
 void register_tfrecord(Registrar& registrar);  // tfrecord_reader, parse_example, tfrecord_writer
 void register_csv(Registrar& registrar);       // csv_reader
+void register_text(Registrar& registrar);      // text_lines, fixed_length_records
 
 }  // namespace sluice::io

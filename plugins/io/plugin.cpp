@@ -1,7 +1,8 @@
 #include "io_plugin.hpp"
 
-SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV") {
+SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV, text lines and fixed-length records") {
   sluice::io::register_files(registrar);
   sluice::io::register_tfrecord(registrar);
   sluice::io::register_csv(registrar);
+  sluice::io::register_text(registrar);
 }

@@ -10,4 +10,6 @@ SLUICE_PLUGIN("std", "0.1.0", "Structural operators: sources, shuffle, batch, re
   register_cache(registrar);
   register_sinks(registrar);
   register_combinators(registrar);
+  register_sequences(registrar);
+  register_field_ops(registrar);
 }

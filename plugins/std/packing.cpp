@@ -1,0 +1,200 @@
+// pack_sequences: short sequences packed into rows of a fixed token budget.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "std_plugin.hpp"
+
+namespace sluice::std_ops {
+namespace {
+
+// First-fit packing, the way Grain and the large-model trainers feed sequences without padding:
+// up to open_rows rows of `length` tokens are open at once; each sequence goes into the first
+// open row with room for it, else a new row opens (the oldest row leaves when open_rows are
+// open). Each row carries FIELD for every packed field, padded with 0 after its last sequence,
+// plus segment ids (1, 2, ... per sequence in the row, 0 on padding) and positions (0, 1, ...
+// within each sequence), which attention masks and position embeddings are built from.
+// Deterministic: rows depend on the input order only.
+class PackSequences final : public Aggregate {
+ public:
+  static OperatorInfo describe() {
+    return {"pack_sequences",
+            OperatorKind::Aggregate,
+            "Packs variable-length sequences first-fit into rows of `length` tokens, with segment ids and positions",
+            {ParamSpec::make("fields", ParamType::StringList,
+                             "the sequence fields to pack (equal lengths within an element); the element may hold no others"),
+             ParamSpec::make("length", ParamType::Int, "tokens per packed row").range(1, 1e9),
+             ParamSpec::make("open_rows", ParamType::Int, "rows open for first-fit at once; more packs tighter").def("8").range(1, 1e5),
+             ParamSpec::make("too_long", ParamType::Choice,
+                             "a sequence longer than length: split into pieces of length (no token lost), truncate it, or fail")
+                 .def("split")
+                 .one_of({"split", "truncate", "fail"}),
+             ParamSpec::make("segment_field", ParamType::String, "name of the segment ids field (int32)").def("segment_ids"),
+             ParamSpec::make("position_field", ParamType::String, "name of the positions field (int32)").def("positions")},
+            {.saves_state = true},
+            {}};
+  }
+  explicit PackSequences(const Params& p)
+      : fields_(p.get_string_list("fields")),
+        length_(p.get_int("length")),
+        open_rows_(static_cast<std::size_t>(p.get_int("open_rows"))),
+        too_long_(p.get_string("too_long")),
+        segment_field_(p.get_string("segment_field")),
+        position_field_(p.get_string("position_field")) {
+    if (fields_.empty()) throw ParamError("fields is empty; name the sequence fields to pack");
+    for (const auto& f : fields_)
+      if (f == segment_field_ || f == position_field_)
+        throw ParamError("field '" + f + "' is packed and also names the segment ids or positions; rename one");
+  }
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_iteration(std::uint64_t) override { rows_.clear(); }
+
+  Flow push(Sample in, const ElementContext&, Emitter& out) override {
+    const std::int64_t tokens = check(in);
+    if (tokens > length_ && too_long_ == "fail")
+      throw DataError("a sequence of " + std::to_string(tokens) + " tokens is longer than a packed row (length " +
+                      std::to_string(length_) + "); raise length, or set too_long: split or truncate");
+    const std::int64_t kept = too_long_ == "truncate" ? std::min(tokens, length_) : tokens;
+    // An empty sequence has no token to place: it takes no segment.
+    for (std::int64_t from = 0; from < kept; from += length_) place(in, from, std::min(length_, kept - from), out);
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    for (auto& row : rows_)
+      if (!out.push(std::move(row.sample))) break;
+    rows_.clear();
+  }
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint64_t>(rows_.size());
+    for (const auto& row : rows_) {
+      w.put(row.used);
+      w.put(row.segments);
+      w.put_element(row.sample);
+    }
+    w.describe(std::to_string(rows_.size()) + " rows open");
+  }
+  void restore_state(StateReader& r) override {
+    rows_.clear();
+    const auto n = r.get<std::uint64_t>();
+    if (n > open_rows_) throw DataError("the saved state holds " + std::to_string(n) + " open rows, more than open_rows");
+    for (std::uint64_t k = 0; k < n; ++k) {
+      Row row;
+      row.used = r.get<std::int64_t>();
+      row.segments = r.get<std::int32_t>();
+      row.sample = r.get_element();
+      // A saved row is a copy the host made; later sequences are written into it.
+      for (auto& f : row.sample.fields()) f.tensor = own_copy(f.tensor);
+      rows_.push_back(std::move(row));
+    }
+  }
+
+ private:
+  struct Row {
+    Sample sample;
+    std::int64_t used = 0;     // tokens placed
+    std::int32_t segments = 0; // sequences placed
+  };
+
+  // The element's length; throws DataError when it cannot be packed with the others.
+  std::int64_t check(const Sample& in) {
+    for (const auto& f : in.fields())
+      if (std::find(fields_.begin(), fields_.end(), f.name) == fields_.end())
+        throw DataError("the element has a field '" + f.name +
+                        "' that is not packed; list it in fields, or remove it before this stage (select_fields)");
+    std::int64_t tokens = -1;
+    for (const auto& name : fields_) {
+      const Tensor& t = in.at(name);
+      if (t.rank() == 0 || t.dtype() == DType::Bytes)
+        throw DataError("field '" + name + "' is " + dtype_name(t.dtype()) + shape_string(t.shape()) +
+                        ": packing takes numeric sequences (token ids, features per step)");
+      if (tokens >= 0 && t.shape()[0] != tokens)
+        throw DataError("field '" + name + "' has " + std::to_string(t.shape()[0]) + " steps and '" + fields_.front() + "' " +
+                        std::to_string(tokens) + ": packed fields must be equally long within an element");
+      tokens = t.shape()[0];
+      auto it = step_shapes_.find(name);
+      Shape step(t.shape().begin() + 1, t.shape().end());
+      if (it != step_shapes_.end() && (it->second.first != t.dtype() || it->second.second != step))
+        throw DataError("field '" + name + "' has steps of " + dtype_name(t.dtype()) + shape_string(step) + " here and " +
+                        dtype_name(it->second.first) + shape_string(it->second.second) + " before");
+    }
+    for (const auto& name : fields_) {
+      const Tensor& t = in.at(name);
+      step_shapes_.emplace(name, std::make_pair(t.dtype(), Shape(t.shape().begin() + 1, t.shape().end())));
+    }
+    return tokens;
+  }
+
+  // Tokens [from, from + count) of `in` into the first open row with room.
+  void place(const Sample& in, std::int64_t from, std::int64_t count, Emitter& out) {
+    Row* row = nullptr;
+    for (auto& r : rows_)
+      if (length_ - r.used >= count) {
+        row = &r;
+        break;
+      }
+    if (!row) {
+      if (rows_.size() == open_rows_) {
+        out.push(std::move(rows_.front().sample));
+        rows_.pop_front();
+      }
+      rows_.push_back(new_row(in));
+      row = &rows_.back();
+    }
+    for (const auto& name : fields_) {
+      const Tensor& src = in.at(name);
+      Tensor& dst = *row->sample.find(name);
+      const std::size_t step_bytes = count ? src.nbytes() / static_cast<std::size_t>(src.shape()[0]) : 0;
+      if (count) std::memcpy(dst.raw_data() + static_cast<std::size_t>(row->used) * step_bytes,
+                             src.raw_data() + static_cast<std::size_t>(from) * step_bytes,
+                             static_cast<std::size_t>(count) * step_bytes);
+    }
+    ++row->segments;
+    auto* segments = row->sample.find(segment_field_)->data<std::int32_t>();
+    auto* positions = row->sample.find(position_field_)->data<std::int32_t>();
+    for (std::int64_t j = 0; j < count; ++j) {
+      segments[row->used + j] = row->segments;
+      positions[row->used + j] = static_cast<std::int32_t>(j);
+    }
+    row->used += count;
+    if (!row->sample.has_origin()) row->sample.share_origin(in);
+  }
+  Row new_row(const Sample& like) const {
+    Row row;
+    for (const auto& name : fields_) {
+      const Tensor& t = like.at(name);
+      Shape shape = t.shape();
+      shape[0] = length_;
+      Tensor block = Tensor::empty(t.dtype(), shape, *allocator_);
+      std::memset(block.raw_data(), 0, block.nbytes());
+      row.sample.set(name, std::move(block));
+    }
+    for (const auto* name : {&segment_field_, &position_field_}) {
+      Tensor block = Tensor::empty(DType::I32, {length_}, *allocator_);
+      std::memset(block.raw_data(), 0, block.nbytes());
+      row.sample.set(*name, std::move(block));
+    }
+    row.sample.share_origin(like);
+    return row;
+  }
+  Tensor own_copy(const Tensor& t) const {
+    if (t.dtype() == DType::Bytes) throw DataError("the saved packed row holds a bytes field");
+    Tensor copy = Tensor::empty(t.dtype(), t.shape(), *allocator_);
+    if (t.nbytes()) std::memcpy(copy.raw_data(), t.raw_data(), t.nbytes());
+    return copy;
+  }
+
+  std::vector<std::string> fields_;
+  std::int64_t length_;
+  std::size_t open_rows_;
+  std::string too_long_, segment_field_, position_field_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  std::deque<Row> rows_;  // open rows, oldest first
+  std::map<std::string, std::pair<DType, Shape>> step_shapes_;  // each field's step, from the first element
+};
+
+}  // namespace
+
+void register_packing(Registrar& registrar) { registrar.add<PackSequences>(); }
+
+}  // namespace sluice::std_ops

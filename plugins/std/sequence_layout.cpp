@@ -1,0 +1,399 @@
+#include "sequence_layout.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace sluice::std_ops {
+namespace {
+
+std::string trim(std::string s) {
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  return s;
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// "64", "-1x40": dimensions separated by 'x'.
+Shape parse_dims(const std::string& text, const std::string& entry) {
+  Shape dims;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t x = text.find('x', at);
+    const std::string part = trim(text.substr(at, x == std::string::npos ? std::string::npos : x - at));
+    char* end = nullptr;
+    errno = 0;
+    const long long d = part.empty() ? 0 : std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || end != part.c_str() + part.size() || errno != 0 || d < -1)
+      throw ParamError("padded_shapes entry '" + entry + "': '" + part +
+                       "' is not a dimension (a size, or -1 for the longest of the batch); write FIELD:64 or FIELD:-1x40");
+    dims.push_back(d);
+    if (x == std::string::npos) break;
+    at = x + 1;
+  }
+  return dims;
+}
+
+// The padding value of `field`, as `dtype`, in `out` (dtype_size bytes). Throws DataError naming
+// the field when the value does not fit the type (a padding value is checked against the field's
+// type only once the field's type is known: at the first batch).
+void encode_value(const std::string& field, const std::string& text, DType dtype, std::byte* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  auto bad = [&](const std::string& why) {
+    return DataError("padding value '" + text + "' for field '" + field + "' (" + dtype_name(dtype) + "): " + why +
+                     "; set padding_values: \"" + field + ":VALUE\"");
+  };
+  if (text.empty() || end != text.c_str() + text.size()) throw bad("not a number");
+  auto integral = [&](double lo, double hi) {
+    if (v != std::floor(v) || v < lo || v > hi) throw bad("not an integer in the type's range");
+  };
+  switch (dtype) {
+    case DType::U8: integral(0, 255); { const std::uint8_t x = static_cast<std::uint8_t>(v); std::memcpy(out, &x, 1); } break;
+    case DType::I16: integral(-32768, 32767); { const std::int16_t x = static_cast<std::int16_t>(v); std::memcpy(out, &x, 2); } break;
+    case DType::I32: integral(-2147483648.0, 2147483647.0); { const std::int32_t x = static_cast<std::int32_t>(v); std::memcpy(out, &x, 4); } break;
+    case DType::I64: {
+      errno = 0;
+      const long long x = std::strtoll(text.c_str(), &end, 10);
+      if (end != text.c_str() + text.size() || errno != 0) throw bad("not an int64");
+      const std::int64_t y = x;
+      std::memcpy(out, &y, 8);
+      break;
+    }
+    case DType::F32: { const float x = static_cast<float>(v); std::memcpy(out, &x, 4); } break;
+    case DType::F64: std::memcpy(out, &v, 8); break;
+    case DType::BF16: {  // the high half of the float, rounded to nearest even
+      const float f = static_cast<float>(v);
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      bits += 0x7FFF + ((bits >> 16) & 1);
+      const std::uint16_t half = static_cast<std::uint16_t>(bits >> 16);
+      std::memcpy(out, &half, 2);
+      break;
+    }
+    case DType::F16: {
+      const _Float16 h = static_cast<_Float16>(v);
+      std::memcpy(out, &h, 2);
+      break;
+    }
+    case DType::Bytes: break;
+  }
+}
+
+// Calls copy(src_first, dst_first, count) for each innermost run of `src` (shape `from`, row-major)
+// inside a row of shape `to` (every dimension at least as large), in element units.
+template <class Copy>
+void for_each_run(const Shape& from, const Shape& to, Copy&& copy) {
+  const std::size_t rank = from.size();
+  if (rank == 0) {
+    copy(0, 0, 1);
+    return;
+  }
+  if (shape_elements(from) == 0) return;
+  std::vector<std::int64_t> from_stride(rank, 1), to_stride(rank, 1);
+  for (std::size_t d = rank - 1; d > 0; --d) {
+    from_stride[d - 1] = from_stride[d] * from[d];
+    to_stride[d - 1] = to_stride[d] * to[d];
+  }
+  std::vector<std::int64_t> at(rank, 0);  // index over the outer rank-1 dimensions
+  for (;;) {
+    std::int64_t src = 0, dst = 0;
+    for (std::size_t d = 0; d + 1 < rank; ++d) {
+      src += at[d] * from_stride[d];
+      dst += at[d] * to_stride[d];
+    }
+    copy(src, dst, from[rank - 1]);
+    std::size_t d = rank - 1;
+    for (;;) {
+      if (d == 0) return;
+      --d;
+      if (++at[d] < from[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+std::string row_name(const Sample& s, std::size_t k) {
+  return "row " + std::to_string(k) + (s.has_origin() ? " (" + s.origin() + ")" : "");
+}
+
+}  // namespace
+
+std::vector<ParamSpec> PaddingRules::param_specs() {
+  return {ParamSpec::make("padded_shapes", ParamType::StringList,
+                          "FIELD:DIMS entries, DIMS like 64 or -1x40 (-1: the longest of the batch); fields not named are "
+                          "padded to the longest of the batch in every dimension")
+              .def(""),
+          ParamSpec::make("padding_values", ParamType::StringList,
+                          "VALUE for every field, or FIELD:VALUE entries (numbers; text for bytes fields)")
+              .def("0"),
+          ParamSpec::make("lengths", ParamType::StringList, "fields to report each row's length of, as FIELD_length (int64)").def(""),
+          ParamSpec::make("masks", ParamType::StringList, "fields to give a FIELD_mask of (u8, 1 where there is data along dimension 0)")
+              .def("")};
+}
+
+PaddingRules PaddingRules::from_params(const Params& p) {
+  PaddingRules rules;
+  for (const auto& entry : p.get_string_list("padded_shapes")) {
+    const auto colon = entry.rfind(':');
+    if (colon == std::string::npos || trim(entry.substr(0, colon)).empty())
+      throw ParamError("padded_shapes entry '" + entry + "' is not FIELD:DIMS (tokens:64, frames:-1x40)");
+    const std::string field = trim(entry.substr(0, colon));
+    if (rules.shapes.count(field)) throw ParamError("padded_shapes names field '" + field + "' twice");
+    rules.shapes[field] = parse_dims(entry.substr(colon + 1), entry);
+  }
+  bool default_given = false;
+  for (const auto& entry : p.get_string_list("padding_values")) {
+    const auto colon = entry.find(':');
+    if (colon == std::string::npos) {
+      if (default_given) throw ParamError("padding_values gives two values for every field ('" + rules.default_value + "' and '" + entry + "')");
+      rules.default_value = trim(entry);
+      default_given = true;
+    } else {
+      const std::string field = trim(entry.substr(0, colon));
+      if (rules.values.count(field)) throw ParamError("padding_values names field '" + field + "' twice");
+      rules.values[field] = entry.substr(colon + 1);
+    }
+  }
+  rules.length_fields = p.get_string_list("lengths");
+  rules.mask_fields = p.get_string_list("masks");
+  return rules;
+}
+
+void HeldRows::check(const Sample& in, bool same_shapes) const {
+  if (rows_.empty()) return;
+  const Sample& first = rows_.front();
+  const std::string against = row_name(first, 0);
+  for (const auto& f : first.fields()) {
+    const Tensor* t = in.find(f.name);
+    if (!t) throw DataError("this element has no field '" + f.name + "', which " + against + " of the output has");
+    if (t->dtype() != f.tensor.dtype() || t->rank() != f.tensor.rank() || (same_shapes && t->shape() != f.tensor.shape()))
+      throw DataError("field '" + f.name + "' is " + dtype_name(t->dtype()) + shape_string(t->shape()) + " here and " +
+                      dtype_name(f.tensor.dtype()) + shape_string(f.tensor.shape()) + " in " + against +
+                      (same_shapes ? " (this stage stacks rows: give them one shape first)"
+                                   : " (rows may differ in their sizes, not in their type or number of dimensions)"));
+  }
+  if (in.size() != first.size())
+    for (const auto& f : in.fields())
+      if (!first.find(f.name)) throw DataError("this element has a field '" + f.name + "' that " + against + " has not");
+}
+
+void HeldRows::add(Sample in, std::uint64_t index) {
+  rows_.push_back(std::move(in));
+  indices_.push_back(index);
+}
+
+void HeldRows::save(StateWriter& w) const {
+  w.put<std::uint64_t>(rows_.size());
+  for (std::size_t k = 0; k < rows_.size(); ++k) {
+    w.put(indices_[k]);
+    w.put_element(rows_[k]);
+  }
+}
+
+void HeldRows::restore(StateReader& r, std::size_t at_most) {
+  clear();
+  const auto n = r.get<std::uint64_t>();
+  if (n > at_most) throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
+  for (std::uint64_t k = 0; k < n; ++k) {
+    const auto index = r.get<std::uint64_t>();
+    add(r.get_element(), index);
+  }
+}
+
+void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
+                const std::vector<std::string>& dim0_fields) {
+  for (const auto& f : in.fields()) {
+    const Shape& have = f.tensor.shape();
+    auto rule = rules.shapes.find(f.name);
+    if (rule != rules.shapes.end()) {
+      if (rule->second.size() != have.size())
+        throw DataError("field '" + f.name + "' is " + shape_string(have) + ", which has " + std::to_string(have.size()) +
+                        " dimensions; padded_shapes gives " + std::to_string(rule->second.size()) + " (" +
+                        shape_string(rule->second) + ")");
+      for (std::size_t d = 0; d < have.size(); ++d)
+        if (rule->second[d] >= 0 && have[d] > rule->second[d])
+          throw DataError("field '" + f.name + "' is " + shape_string(have) + ", longer than its padded shape " +
+                          shape_string(rule->second) + " in dimension " + std::to_string(d) +
+                          "; raise padded_shapes, or cut or filter long elements before this stage");
+    }
+    if (dim0_limit && !have.empty() && contains(dim0_fields, f.name) && have[0] > *dim0_limit)
+      throw DataError("field '" + f.name + "' has length " + std::to_string(have[0]) + ", more than the " +
+                      std::to_string(*dim0_limit) + " its bucket pads to");
+    if ((contains(rules.length_fields, f.name) || contains(rules.mask_fields, f.name)) && have.empty())
+      throw DataError("field '" + f.name + "' is a scalar: it has no length to report (lengths, masks)");
+  }
+  for (const auto& name : rules.length_fields)
+    if (!in.find(name)) throw DataError("lengths names field '" + name + "', which this element has not");
+  for (const auto& name : rules.mask_fields)
+    if (!in.find(name)) throw DataError("masks names field '" + name + "', which this element has not");
+}
+
+Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator,
+                     std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {
+  Sample out;
+  if (rows.empty()) return out;
+  const auto batch = static_cast<std::int64_t>(rows.size());
+  for (std::size_t f = 0; f < rows.front().fields().size(); ++f) {
+    const Field& first = rows.front().fields()[f];
+    const DType dtype = first.tensor.dtype();
+    const std::size_t rank = first.tensor.rank();
+    // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
+    Shape padded(rank, 0);
+    auto rule = rules.shapes.find(first.name);
+    for (const auto& row : rows) {
+      const Shape& s = row.at(first.name).shape();
+      for (std::size_t d = 0; d < rank; ++d) padded[d] = std::max(padded[d], s[d]);
+    }
+    if (rule != rules.shapes.end())
+      for (std::size_t d = 0; d < rank; ++d)
+        if (rule->second[d] >= 0) padded[d] = rule->second[d];
+    if (dim0 && rank > 0 && contains(dim0_fields, first.name) && (rule == rules.shapes.end() || rule->second[0] < 0))
+      padded[0] = *dim0;
+    auto value = rules.values.find(first.name);
+    const std::string& pad_text = value != rules.values.end() ? value->second : rules.default_value;
+
+    Shape shape = padded;
+    shape.insert(shape.begin(), batch);
+    const std::int64_t row_elements = shape_elements(padded);
+    if (dtype == DType::Bytes) {
+      std::vector<std::string_view> strings(static_cast<std::size_t>(batch * row_elements), std::string_view(pad_text));
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const Tensor& t = rows[static_cast<std::size_t>(r)].at(first.name);
+        for_each_run(t.shape(), padded, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
+          for (std::int64_t k = 0; k < count; ++k) strings[static_cast<std::size_t>(r * row_elements + dst + k)] = t.string_at(src + k);
+        });
+      }
+      out.set(first.name, Tensor::from_strings(strings, shape));
+    } else {
+      const std::size_t elem = dtype_size(dtype);
+      Tensor block = Tensor::empty(dtype, shape, allocator);
+      std::byte pad[8] = {};
+      encode_value(first.name, trim(pad_text), dtype, pad);
+      std::byte* dst_base = block.raw_data();
+      const std::size_t total = static_cast<std::size_t>(batch * row_elements);
+      if (std::all_of(pad, pad + elem, [](std::byte b) { return b == std::byte{0}; })) {
+        std::memset(dst_base, 0, total * elem);
+      } else {
+        for (std::size_t k = 0; k < total; ++k) std::memcpy(dst_base + k * elem, pad, elem);
+      }
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const Tensor& t = rows[static_cast<std::size_t>(r)].at(first.name);
+        const std::byte* src_base = t.raw_data();
+        std::byte* row_base = dst_base + static_cast<std::size_t>(r * row_elements) * elem;
+        for_each_run(t.shape(), padded, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
+          std::memcpy(row_base + static_cast<std::size_t>(dst) * elem, src_base + static_cast<std::size_t>(src) * elem,
+                      static_cast<std::size_t>(count) * elem);
+        });
+      }
+      out.set(first.name, std::move(block));
+    }
+    if (contains(rules.length_fields, first.name)) {
+      Tensor lengths = Tensor::empty(DType::I64, {batch}, allocator);
+      for (std::int64_t r = 0; r < batch; ++r) lengths.data<std::int64_t>()[r] = rows[static_cast<std::size_t>(r)].at(first.name).shape()[0];
+      out.set(first.name + "_length", std::move(lengths));
+    }
+    if (contains(rules.mask_fields, first.name)) {
+      Tensor mask = Tensor::empty(DType::U8, {batch, padded[0]}, allocator);
+      auto* m = mask.data<std::uint8_t>();
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const std::int64_t len = rows[static_cast<std::size_t>(r)].at(first.name).shape()[0];
+        for (std::int64_t j = 0; j < padded[0]; ++j) m[r * padded[0] + j] = j < len ? 1 : 0;
+      }
+      out.set(first.name + "_mask", std::move(mask));
+    }
+  }
+  out.share_origin(rows.front());
+  return out;
+}
+
+Tensor stack_field(const std::vector<const Sample*>& rows, const std::string& name, Allocator& allocator) {
+  const Tensor& first = rows.front()->at(name);
+  Shape shape = first.shape();
+  shape.insert(shape.begin(), static_cast<std::int64_t>(rows.size()));
+  if (first.dtype() == DType::Bytes) {
+    std::vector<std::string_view> strings;
+    strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
+    for (const Sample* row : rows) {
+      const Tensor& t = row->at(name);
+      for (std::int64_t k = 0; k < t.num_elements(); ++k) strings.push_back(t.string_at(k));
+    }
+    return Tensor::from_strings(strings, shape);
+  }
+  Tensor block = Tensor::empty(first.dtype(), shape, allocator);
+  const std::size_t row_bytes = first.nbytes();
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    if (row_bytes) std::memcpy(block.raw_data() + r * row_bytes, rows[r]->at(name).raw_data(), row_bytes);
+  return block;
+}
+
+Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator) {
+  Sample out;
+  if (rows.empty()) return out;
+  for (const auto& f : rows.front()->fields()) out.set(f.name, stack_field(rows, f.name, allocator));
+  out.share_origin(*rows.front());
+  return out;
+}
+
+bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f) {
+  return ragged.empty() ? f.tensor.rank() >= 1 : contains(ragged, f.name);
+}
+
+Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+                    Allocator& allocator) {
+  Sample out;
+  if (rows.empty()) return out;
+  const auto batch = static_cast<std::int64_t>(rows.size());
+  for (const auto& f : rows.front().fields()) {
+    if (!is_ragged_field(ragged, f)) {
+      std::vector<const Sample*> all;
+      for (const auto& r : rows) all.push_back(&r);
+      out.set(f.name, stack_field(all, f.name, allocator));
+      continue;
+    }
+    std::int64_t total = 0;
+    for (const auto& r : rows) total += r.at(f.name).shape()[0];
+    Shape shape = f.tensor.shape();
+    shape[0] = total;
+    Tensor starts = Tensor::empty(DType::I64, {partition == RowPartition::Splits ? batch + 1 : batch}, allocator);
+    auto* s = starts.data<std::int64_t>();
+    std::int64_t at = 0;
+    for (std::int64_t r = 0; r < batch; ++r) {
+      const std::int64_t len = rows[static_cast<std::size_t>(r)].at(f.name).shape()[0];
+      if (partition == RowPartition::Splits) s[r] = at;
+      else s[r] = len;
+      at += len;
+    }
+    if (partition == RowPartition::Splits) s[batch] = at;
+    if (f.tensor.dtype() == DType::Bytes) {
+      std::vector<std::string_view> strings;
+      strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
+      for (const auto& r : rows) {
+        const Tensor& t = r.at(f.name);
+        for (std::int64_t k = 0; k < t.num_elements(); ++k) strings.push_back(t.string_at(k));
+      }
+      out.set(f.name, Tensor::from_strings(strings, shape));
+    } else {
+      Tensor values = Tensor::empty(f.tensor.dtype(), shape, allocator);
+      std::size_t offset = 0;
+      for (const auto& r : rows) {
+        const Tensor& t = r.at(f.name);
+        if (t.nbytes()) std::memcpy(values.raw_data() + offset, t.raw_data(), t.nbytes());
+        offset += t.nbytes();
+      }
+      out.set(f.name, std::move(values));
+    }
+    out.set(f.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
+  }
+  out.share_origin(rows.front());
+  return out;
+}
+
+}  // namespace sluice::std_ops

@@ -1,0 +1,81 @@
+#pragma once
+// Assembling elements of different shapes into one: padded to a common shape (padded_batch,
+// bucket_by_sequence_length), ragged as values plus row partitions (ragged_batch), or stacked when
+// every shape agrees (window). Shared by the sequence operators.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/sdk.hpp"
+
+namespace sluice::std_ops {
+
+// How padded batches are laid out: tf.data's padded_shapes and padding_values, by field name.
+struct PaddingRules {
+  // FIELD -> its padded shape; -1 in a dimension: the longest of the batch there. Fields not named
+  // are padded to the longest of the batch in every dimension.
+  std::map<std::string, Shape> shapes;
+  std::map<std::string, std::string> values;  // FIELD -> padding value, as written
+  std::string default_value = "0";           // for fields not named in `values`
+  std::vector<std::string> length_fields;     // add FIELD_length: each row's size in dimension 0
+  std::vector<std::string> mask_fields;       // add FIELD_mask: u8 [batch, padded length], 1 where data
+
+  // From the parameters padded_shapes ("tokens:64", "frames:-1x40"), padding_values ("-1",
+  // "tokens:0", "label:-1"), lengths and masks. Throws ParamError naming the bad entry.
+  static PaddingRules from_params(const Params& p);
+  static std::vector<ParamSpec> param_specs();
+};
+
+// The elements an aggregate holds for one output, each checked against the first when it comes
+// (so that a refused element is refused alone, by the engine's skip policy, and the output can
+// always be assembled): the same fields, each with the same type and rank; `same_shapes` asks
+// for equal shapes too (a stack). Numbers and where they came from are kept for messages.
+class HeldRows {
+ public:
+  // Throws DataError naming the field and the row it differs from; the rows stay as they were.
+  void check(const Sample& in, bool same_shapes) const;
+  void add(Sample in, std::uint64_t index);
+  std::size_t size() const { return rows_.size(); }
+  bool empty() const { return rows_.empty(); }
+  const std::vector<Sample>& rows() const { return rows_; }
+  std::uint64_t first_index() const { return indices_.empty() ? 0 : indices_.front(); }
+  void clear() {
+    rows_.clear();
+    indices_.clear();
+  }
+  // For checkpoints: the count, then each row and its index.
+  void save(StateWriter& w) const;
+  void restore(StateReader& r, std::size_t at_most);
+
+ private:
+  std::vector<Sample> rows_;
+  std::vector<std::uint64_t> indices_;
+};
+
+// Checks that every dimension of `in`'s fields fits the rules' fixed padded shapes (with
+// `dim0_limit`, when set, for dimension 0 of the fields it applies to). Throws DataError.
+void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
+                const std::vector<std::string>& dim0_fields);
+
+// One output of rows.size() rows, each field padded to its rule's shape (and `dim0`, when set,
+// for dimension 0 of `dim0_fields`), with the length and mask fields the rules ask for. The
+// output's origin is its first row's.
+Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator,
+                     std::optional<std::int64_t> dim0 = std::nullopt, const std::vector<std::string>& dim0_fields = {});
+
+// Rows of equal shapes stacked along a new first dimension (every field, or one).
+Tensor stack_field(const std::vector<const Sample*>& rows, const std::string& name, Allocator& allocator);
+Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator);
+
+// How a ragged batch names where each row starts: FIELD_row_lengths [batch] or FIELD_row_splits
+// [batch + 1] (tf.RaggedTensor's row_splits; PyTorch's nested tensors take offsets).
+enum class RowPartition { Lengths, Splits };
+// Fields named in `ragged` (every field of rank >= 1 when empty) become their rows' values
+// concatenated along dimension 0 plus a row partition field; the others are stacked.
+Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+                    Allocator& allocator);
+bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f);
+
+}  // namespace sluice::std_ops

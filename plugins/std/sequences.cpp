@@ -1,0 +1,431 @@
+// Variable-length data: padded_batch, ragged_batch, bucket_by_sequence_length, window,
+// window_field, pack_sequences.
+#include <algorithm>
+#include <deque>
+
+#include "sequence_layout.hpp"
+#include "std_plugin.hpp"
+
+namespace sluice::std_ops {
+namespace {
+
+ParamSpec batch_size_param() { return ParamSpec::make("batch_size", ParamType::Int, "elements per batch").range(1, 1e9); }
+ParamSpec drop_remainder_param(const char* what) {
+  return ParamSpec::make("drop_remainder", ParamType::Bool, what).def("false");
+}
+
+// tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
+// the longest of its batch or to a given shape, with per-field padding values.
+class PaddedBatch final : public Aggregate {
+ public:
+  static OperatorInfo describe() {
+    std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
+    for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
+    return {"padded_batch",
+            OperatorKind::Aggregate,
+            "Stacks batch_size consecutive elements, padding each field to the longest of the batch or to padded_shapes",
+            std::move(params),
+            {.saves_state = true},
+            {}};
+  }
+  explicit PaddedBatch(const Params& p)
+      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
+        drop_remainder_(p.get_bool("drop_remainder")),
+        rules_(PaddingRules::from_params(p)) {}
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_iteration(std::uint64_t) override { rows_.clear(); }
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    rows_.check(in, false);
+    check_fits(in, rules_, std::nullopt, {});
+    rows_.add(std::move(in), ctx.index);
+    if (rows_.size() == batch_size_) emit(out);
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    if (!rows_.empty() && !drop_remainder_) emit(out);
+    rows_.clear();
+  }
+  void save_state(StateWriter& w) const override {
+    rows_.save(w);
+    w.describe(std::to_string(rows_.size()) + " of " + std::to_string(batch_size_) + " rows gathered");
+  }
+  void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
+
+ private:
+  void emit(Emitter& out) {
+    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_);
+    rows_.clear();
+    out.push(std::move(batch));
+  }
+  std::size_t batch_size_;
+  bool drop_remainder_;
+  PaddingRules rules_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  HeldRows rows_;
+};
+
+// tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
+// becomes its rows' values, concatenated, and where each row starts.
+class RaggedBatch final : public Aggregate {
+ public:
+  static OperatorInfo describe() {
+    return {"ragged_batch",
+            OperatorKind::Aggregate,
+            "Batches elements whose fields differ in length as values plus FIELD_row_lengths (or FIELD_row_splits), "
+            "without padding",
+            {batch_size_param(), drop_remainder_param("drop the short last batch of each iteration"),
+             ParamSpec::make("fields", ParamType::StringList,
+                             "the variable-length fields; empty: every field that is not a scalar (others are stacked)")
+                 .def(""),
+             ParamSpec::make("row_partition", ParamType::Choice,
+                             "row_lengths: FIELD_row_lengths [batch]; row_splits: FIELD_row_splits [batch+1], the offsets "
+                             "tf.RaggedTensor and torch.nested take")
+                 .def("row_lengths")
+                 .one_of({"row_lengths", "row_splits"})},
+            {.saves_state = true},
+            {}};
+  }
+  explicit RaggedBatch(const Params& p)
+      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
+        drop_remainder_(p.get_bool("drop_remainder")),
+        fields_(p.get_string_list("fields")),
+        partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_iteration(std::uint64_t) override { rows_.clear(); }
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    rows_.check(in, false);
+    for (const auto& name : fields_) {
+      const Tensor* t = in.find(name);
+      if (!t) throw DataError("fields names '" + name + "', which this element has not");
+      if (t->rank() == 0) throw DataError("field '" + name + "' is a scalar: it has no length to batch ragged");
+    }
+    if (!rows_.empty()) {
+      const Sample& first = rows_.rows().front();
+      for (const auto& f : in.fields()) {
+        const Shape& want = first.at(f.name).shape();
+        const bool ragged = is_ragged_field(fields_, f);
+        if (!std::equal(f.tensor.shape().begin() + (ragged ? 1 : 0), f.tensor.shape().end(), want.begin() + (ragged ? 1 : 0)))
+          throw DataError("field '" + f.name + "' is " + shape_string(f.tensor.shape()) + " here and " + shape_string(want) +
+                          " in the batch's first row: " +
+                          (ragged ? "only the first dimension may differ in a ragged batch"
+                                  : "it is stacked (not listed in fields), so its shape must not change"));
+      }
+    }
+    rows_.add(std::move(in), ctx.index);
+    if (rows_.size() == batch_size_) emit(out);
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    if (!rows_.empty() && !drop_remainder_) emit(out);
+    rows_.clear();
+  }
+  void save_state(StateWriter& w) const override {
+    rows_.save(w);
+    w.describe(std::to_string(rows_.size()) + " of " + std::to_string(batch_size_) + " rows gathered");
+  }
+  void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
+
+ private:
+  void emit(Emitter& out) {
+    Sample batch = ragged_stack(rows_.rows(), fields_, partition_, *allocator_);
+    rows_.clear();
+    out.push(std::move(batch));
+  }
+  std::size_t batch_size_;
+  bool drop_remainder_;
+  std::vector<std::string> fields_;
+  RowPartition partition_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  HeldRows rows_;
+};
+
+// tf.data's bucket_by_sequence_length: elements go to the bucket of their length (bucket i holds
+// lengths in [boundaries[i-1], boundaries[i])), each bucket is padded-batched with its own batch
+// size as soon as it is full; at the end of an iteration the buckets left are emitted in bucket
+// order. Deterministic: the output depends on the input order only.
+class BucketBySequenceLength final : public Aggregate {
+ public:
+  static OperatorInfo describe() {
+    std::vector<ParamSpec> params{
+        ParamSpec::make("length_field", ParamType::String,
+                        "field whose length (its size in dimension 0; or its value, for an integer scalar) picks the bucket"),
+        ParamSpec::make("boundaries", ParamType::IntList, "upper length boundaries of the buckets, increasing").range(1, std::nullopt),
+        ParamSpec::make("batch_sizes", ParamType::IntList, "batch size of each bucket: one more than boundaries").range(1, 1e9),
+        ParamSpec::make("pad_to_bucket_boundary", ParamType::Bool,
+                        "pad the length field (and fields given -1 in padded_shapes' first dimension) to the bucket's "
+                        "boundary minus 1, not to the longest of the batch; lengths must stay below the last boundary")
+            .def("false"),
+        drop_remainder_param("drop each bucket's short batch at the end of an iteration")};
+    for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
+    return {"bucket_by_sequence_length",
+            OperatorKind::Aggregate,
+            "Groups elements of similar length into padded batches, a batch size per length bucket",
+            std::move(params),
+            {.saves_state = true},
+            {}};
+  }
+  explicit BucketBySequenceLength(const Params& p)
+      : length_field_(p.get_string("length_field")),
+        boundaries_(p.get_int_list("boundaries")),
+        pad_to_boundary_(p.get_bool("pad_to_bucket_boundary")),
+        drop_remainder_(p.get_bool("drop_remainder")),
+        rules_(PaddingRules::from_params(p)) {
+    for (auto size : p.get_int_list("batch_sizes")) batch_sizes_.push_back(static_cast<std::size_t>(size));
+    if (boundaries_.empty()) throw ParamError("boundaries is empty; give at least one length boundary");
+    for (std::size_t k = 1; k < boundaries_.size(); ++k)
+      if (boundaries_[k] <= boundaries_[k - 1])
+        throw ParamError("boundaries must increase: " + std::to_string(boundaries_[k]) + " follows " + std::to_string(boundaries_[k - 1]));
+    if (batch_sizes_.size() != boundaries_.size() + 1)
+      throw ParamError("batch_sizes has " + std::to_string(batch_sizes_.size()) + " sizes; " + std::to_string(boundaries_.size()) +
+                       " boundaries make " + std::to_string(boundaries_.size() + 1) + " buckets, one size each");
+    dim0_fields_.push_back(length_field_);
+    for (const auto& [field, shape] : rules_.shapes)
+      if (!shape.empty() && shape[0] < 0 && field != length_field_) dim0_fields_.push_back(field);
+    buckets_.resize(batch_sizes_.size());
+  }
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_iteration(std::uint64_t) override {
+    for (auto& b : buckets_) b.clear();
+  }
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    const std::int64_t length = length_of(in);
+    const std::size_t bucket = static_cast<std::size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), length) - boundaries_.begin());
+    if (pad_to_boundary_ && bucket == boundaries_.size())
+      throw DataError("length " + std::to_string(length) + " of field '" + length_field_ + "' is not below the last boundary " +
+                      std::to_string(boundaries_.back()) +
+                      ", which pad_to_bucket_boundary needs; add a boundary above it or filter long elements first");
+    auto& rows = buckets_[bucket];
+    rows.check(in, false);
+    check_fits(in, rules_, pad_limit(bucket), dim0_fields_);
+    rows.add(std::move(in), ctx.index);
+    if (rows.size() == batch_sizes_[bucket]) emit(bucket, out);
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!buckets_[b].empty() && !drop_remainder_) emit(b, out);
+    for (auto& b : buckets_) b.clear();
+  }
+  void save_state(StateWriter& w) const override {
+    std::size_t held = 0;
+    for (const auto& b : buckets_) {
+      b.save(w);
+      held += b.size();
+    }
+    w.describe(std::to_string(held) + " elements waiting in " + std::to_string(buckets_.size()) + " buckets");
+  }
+  void restore_state(StateReader& r) override {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].restore(r, batch_sizes_[b] - 1);
+  }
+
+ private:
+  std::int64_t length_of(const Sample& in) const {
+    const Tensor& t = in.at(length_field_);
+    if (t.rank() > 0) return t.shape()[0];
+    switch (t.dtype()) {
+      case DType::I64: return t.item<std::int64_t>();
+      case DType::I32: return t.item<std::int32_t>();
+      default:
+        throw DataError("length_field '" + length_field_ + "' is a " + dtype_name(t.dtype()) +
+                        " scalar; give a sequence field (its length is used) or an integer length");
+    }
+  }
+  std::optional<std::int64_t> pad_limit(std::size_t bucket) const {
+    if (!pad_to_boundary_) return std::nullopt;
+    return boundaries_[bucket] - 1;
+  }
+  void emit(std::size_t bucket, Emitter& out) {
+    Sample batch = pad_and_stack(buckets_[bucket].rows(), rules_, *allocator_, pad_limit(bucket), dim0_fields_);
+    buckets_[bucket].clear();
+    out.push(std::move(batch));
+  }
+  std::string length_field_;
+  std::vector<std::int64_t> boundaries_;
+  std::vector<std::size_t> batch_sizes_;
+  bool pad_to_boundary_, drop_remainder_;
+  PaddingRules rules_;
+  std::vector<std::string> dim0_fields_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  std::vector<HeldRows> buckets_;
+};
+
+// tf.data's window followed by a batch of each window: window k holds the elements at positions
+// k*shift + j*stride (j < size) of the iteration, stacked along a new first dimension. Without
+// drop_remainder the windows that start before the end come out short (as tf.data's).
+class Window final : public Aggregate {
+ public:
+  static OperatorInfo describe() {
+    return {"window",
+            OperatorKind::Aggregate,
+            "Stacks windows of consecutive elements: size elements, shift apart, stride between members",
+            {ParamSpec::make("size", ParamType::Int, "elements per window").range(1, 1e9),
+             ParamSpec::make("shift", ParamType::Int, "elements between the starts of two windows; 0: size").def("0").range(0, 1e9),
+             ParamSpec::make("stride", ParamType::Int, "step between the elements of a window").def("1").range(1, 1e9),
+             drop_remainder_param("drop the short windows at the end of each iteration")},
+            {.saves_state = true},
+            {}};
+  }
+  explicit Window(const Params& p)
+      : size_(p.get_int("size")),
+        shift_(p.get_int("shift") == 0 ? size_ : p.get_int("shift")),
+        stride_(p.get_int("stride")),
+        drop_remainder_(p.get_bool("drop_remainder")) {}
+  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void begin_iteration(std::uint64_t) override { reset(); }
+  Flow push(Sample in, const ElementContext&, Emitter& out) override {
+    if (!first_.empty()) {
+      HeldRows shape_of_first;
+      shape_of_first.add(first_, 0);
+      shape_of_first.check(in, true);
+    } else {
+      first_ = in;
+    }
+    const std::int64_t position = seen_++;
+    if (position < next_start_) return Flow::Continue;  // between two windows (shift > size * stride)
+    if (held_.empty()) base_ = position;
+    held_.push_back(std::move(in));
+    while (next_start_ + (size_ - 1) * stride_ == position) {
+      emit(size_, out);
+      advance();
+    }
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    while (!drop_remainder_ && next_start_ < seen_) {
+      emit((seen_ - 1 - next_start_) / stride_ + 1, out);
+      advance();
+    }
+    reset();
+  }
+  void save_state(StateWriter& w) const override {
+    w.put(seen_);
+    w.put(next_start_);
+    w.put(base_);
+    w.put<std::uint64_t>(held_.size());
+    for (const auto& s : held_) w.put_element(s);
+    w.put<std::uint8_t>(!first_.empty());
+    if (!first_.empty()) w.put_element(first_);
+    w.describe(std::to_string(held_.size()) + " elements held for the next window");
+  }
+  void restore_state(StateReader& r) override {
+    reset();
+    seen_ = r.get<std::int64_t>();
+    next_start_ = r.get<std::int64_t>();
+    base_ = r.get<std::int64_t>();
+    const auto held = r.get<std::uint64_t>();
+    if (held > static_cast<std::uint64_t>(size_ * stride_)) throw DataError("the saved window holds too many elements");
+    for (std::uint64_t k = 0; k < held; ++k) held_.push_back(r.get_element());
+    if (r.get<std::uint8_t>()) first_ = r.get_element();
+  }
+
+ private:
+  void emit(std::int64_t members, Emitter& out) {
+    std::vector<const Sample*> rows;
+    for (std::int64_t j = 0; j < members; ++j) rows.push_back(&held_[static_cast<std::size_t>(next_start_ + j * stride_ - base_)]);
+    out.push(stack(rows, *allocator_));
+  }
+  void advance() {
+    next_start_ += shift_;
+    while (!held_.empty() && base_ < next_start_) {
+      held_.pop_front();
+      ++base_;
+    }
+  }
+  void reset() {
+    held_.clear();
+    first_ = Sample();
+    seen_ = next_start_ = base_ = 0;
+  }
+  std::int64_t size_, shift_, stride_;
+  bool drop_remainder_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  std::deque<Sample> held_;  // the elements from position base_ on
+  Sample first_;             // the iteration's first element: every other must have its shapes
+  std::int64_t seen_ = 0, next_start_ = 0, base_ = 0;
+};
+
+// Windows over one field of each element (a whole recording of sensor readings, [T, D]), each
+// window an element with the field's rows k*shift + j*stride and the element's other fields.
+// With stride 1 a window is a view of the input: nothing is copied.
+class WindowField final : public Expand {
+ public:
+  static OperatorInfo describe() {
+    return {"window_field",
+            OperatorKind::Expand,
+            "Splits a field along its first dimension into windows (size rows, shift apart), one element each",
+            {ParamSpec::make("field", ParamType::String, "the field to window (rows along dimension 0)"),
+             ParamSpec::make("size", ParamType::Int, "rows per window").range(1, 1e9),
+             ParamSpec::make("shift", ParamType::Int, "rows between the starts of two windows; 0: size").def("0").range(0, 1e9),
+             ParamSpec::make("stride", ParamType::Int, "step between the rows of a window").def("1").range(1, 1e9),
+             drop_remainder_param("drop the short windows at the end of each element")},
+            {.stateless = true},
+            {}};
+  }
+  explicit WindowField(const Params& p)
+      : field_(p.get_string("field")),
+        size_(p.get_int("size")),
+        shift_(p.get_int("shift") == 0 ? size_ : p.get_int("shift")),
+        stride_(p.get_int("stride")),
+        drop_remainder_(p.get_bool("drop_remainder")) {}
+
+  class Windows final : public ExpandCursor {
+   public:
+    Windows(Sample in, const WindowField& op) : in_(std::move(in)), op_(op), data_(in_.at(op.field_)) {
+      if (data_.rank() == 0) throw DataError("cannot window field '" + op.field_ + "': it is a scalar");
+      rows_ = data_.shape()[0];
+    }
+    bool next(Sample& out) override {
+      const std::int64_t start = next_window_ * op_.shift_;
+      if (start >= rows_) return false;
+      const std::int64_t members = std::min(op_.size_, (rows_ - 1 - start) / op_.stride_ + 1);
+      if (members < op_.size_ && op_.drop_remainder_) return false;
+      ++next_window_;
+      out = Sample();
+      for (const auto& f : in_.fields()) {
+        if (f.name != op_.field_) {
+          out.set(f.name, f.tensor);
+        } else if (op_.stride_ == 1 || members == 1) {
+          out.set(f.name, data_.slice(start, start + members));
+        } else {
+          std::vector<Sample> rows(static_cast<std::size_t>(members));
+          std::vector<const Sample*> pointers;
+          for (std::int64_t j = 0; j < members; ++j) {
+            rows[static_cast<std::size_t>(j)].set(f.name, data_.row(start + j * op_.stride_));
+            pointers.push_back(&rows[static_cast<std::size_t>(j)]);
+          }
+          out.set(f.name, stack_field(pointers, f.name, HostAllocator::instance()));
+        }
+      }
+      out.share_origin(in_);
+      return true;
+    }
+
+   private:
+    Sample in_;
+    const WindowField& op_;
+    Tensor data_;
+    std::int64_t rows_ = 0, next_window_ = 0;
+  };
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport&) override {
+    return std::make_unique<Windows>(std::move(in), *this);
+  }
+
+ private:
+  std::string field_;
+  std::int64_t size_, shift_, stride_;
+  bool drop_remainder_;
+};
+
+}  // namespace
+
+void register_sequences(Registrar& registrar) {
+  registrar.add<PaddedBatch>();
+  registrar.add<RaggedBatch>();
+  registrar.add<BucketBySequenceLength>();
+  registrar.add<Window>();
+  registrar.add<WindowField>();
+  register_packing(registrar);
+}
+
+}  // namespace sluice::std_ops

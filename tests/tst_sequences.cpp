@@ -1,0 +1,398 @@
+// Variable-length data: padded, ragged and bucketed batches, windows, packing, text lines and
+// fixed-length records. The expected outputs of padded_batch, ragged_batch, window and
+// bucket_by_sequence_length are the element sequences tf.data's API documentation prints.
+#include <QtTest>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "pipeline_runner.hpp"
+
+using namespace sluice::test;
+namespace fs = std::filesystem;
+using Lines = std::vector<std::string>;
+using Ints = std::vector<long long>;
+
+namespace {
+
+RunOutput run_ok(const std::string& text) {
+  auto out = run_text(text);
+  if (!out.error.empty() || out.result.state != sluice::RunState::Finished)
+    qFatal("pipeline did not finish: %s %s", out.error.c_str(), out.result.error.c_str());
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// list_files(path) -> text_lines -> split_text(int64) as field `field`: one integer sequence per line.
+std::string int_lines(const std::string& path, const std::string& field = "x", const std::string& prefix = "",
+                      const std::string& lines_extra = "") {
+  return stage(prefix + "files", "list_files", "", {{"patterns", path}}) +
+         stage(prefix + "lines", "text_lines", prefix + "files", {}, lines_extra) +
+         stage(prefix + "split", "split_text", prefix + "lines", {{"to", "int64"}, {"output", field}}) +
+         stage(prefix + "seq", "select_fields", prefix + "split", {{"keep", field}});
+}
+
+std::string tf(const std::string& name) { return testdata_dir() + "/tfrecord/" + name; }
+
+}  // namespace
+
+class TestSequences : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+  std::string fill_;  // tf.fill([x], x) for x in 1..4, one line each (the padded_batch docs' A)
+
+  std::string path(const std::string& name) const { return dir_.path().toStdString() + "/" + name; }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    fill_ = path("fill.txt");
+    write_file(fill_, "1\n2 2\n3 3 3\n4 4 4 4\n");
+  }
+
+  // ---- padded_batch: tf.data.Dataset.padded_batch's documented examples ----
+  void padded_batch_pads_to_the_longest_of_each_batch() {
+    auto b = run_ok(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}}) + sink_after("pb"));
+    QCOMPARE(b.lines, (Lines{R"({"x":[[1,0],[2,2]]})", R"({"x":[[3,3,3,0],[4,4,4,4]]})"}));
+  }
+  void padded_batch_pads_to_a_fixed_size_with_a_value() {
+    auto c = run_ok(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:5"}}) + sink_after("pb"));
+    QCOMPARE(c.lines, (Lines{R"({"x":[[1,0,0,0,0],[2,2,0,0,0]]})", R"({"x":[[3,3,3,0,0],[4,4,4,4,0]]})"}));
+    auto d = run_ok(int_lines(fill_) +
+                    stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:5"}, {"padding_values", "-1"}}) +
+                    sink_after("pb"));
+    QCOMPARE(d.lines, (Lines{R"({"x":[[1,-1,-1,-1,-1],[2,2,-1,-1,-1]]})", R"({"x":[[3,3,3,-1,-1],[4,4,4,4,-1]]})"}));
+  }
+  void padded_batch_pads_fields_independently() {
+    // elements ([1, 2, 3], [10]) and ([4, 5], [11, 12]); padded_shapes ([4], [None]), padding_values (-1, 100).
+    write_file(path("a.txt"), "1 2 3\n4 5\n");
+    write_file(path("b.txt"), "10\n11 12\n");
+    const std::string zipped = int_lines(path("a.txt"), "a", "a_") + int_lines(path("b.txt"), "b", "b_") +
+                               "stage { id: \"zip\" op: \"zip\" input: \"a_seq\" input: \"b_seq\" }\n";
+    auto out = run_ok(zipped +
+                      stage("pb", "padded_batch", "zip",
+                            {{"batch_size", "2"}, {"padded_shapes", "a:4, b:-1"}, {"padding_values", "a:-1, b:100"}}) +
+                      sink_after("pb"));
+    QCOMPARE(out.lines, (Lines{R"({"a":[[1,2,3,-1],[4,5,-1,-1]],"b":[[10,100],[11,12]]})"}));
+    // Dataset.zip((A, A)).padded_batch(2, padding_values=-1): one value pads every field.
+    const std::string twice = int_lines(fill_, "a", "a_") + int_lines(fill_, "b", "b_") +
+                              "stage { id: \"zip\" op: \"zip\" input: \"a_seq\" input: \"b_seq\" }\n";
+    auto e = run_ok(twice + stage("pb", "padded_batch", "zip", {{"batch_size", "2"}, {"padding_values", "-1"}}) + sink_after("pb"));
+    QCOMPARE(e.lines, (Lines{R"({"a":[[1,-1],[2,2]],"b":[[1,-1],[2,2]]})", R"({"a":[[3,3,3,-1],[4,4,4,4]],"b":[[3,3,3,-1],[4,4,4,4]]})"}));
+  }
+  void padded_batch_drop_remainder_lengths_and_masks() {
+    auto out = run_ok(int_lines(fill_) +
+                      stage("pb", "padded_batch", "seq",
+                            {{"batch_size", "3"}, {"drop_remainder", "true"}, {"lengths", "x"}, {"masks", "x"}}) +
+                      sink_after("pb"));
+    QCOMPARE(out.lines, (Lines{R"({"x":[[1,0,0],[2,2,0],[3,3,3]],"x_length":[1,2,3],"x_mask":[[1,0,0],[1,1,0],[1,1,1]]})"}));
+  }
+  void padded_batch_refuses_an_element_longer_than_its_padded_shape() {
+    const std::string chain = int_lines(fill_);
+    auto failed = run_text(chain + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:3"}}) + sink_after("pb"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("field 'x' is [4], longer than its padded shape [3]") != std::string::npos, failed.result.error.c_str());
+    QVERIFY2(failed.result.error.find("fill.txt record 3") != std::string::npos, failed.result.error.c_str());
+    // Under the skip policy only that element goes, named in the report; its batch is kept.
+    auto skipped = run_ok(chain + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:3"}}, "error_policy: skip") +
+                          sink_after("pb"));
+    QCOMPARE(skipped.lines, (Lines{R"({"x":[[1,0,0],[2,2,0]]})", R"({"x":[[3,3,3]]})"}));
+    QCOMPARE(skipped.snapshot.stage(4).errors_skipped(), std::uint64_t(1));
+  }
+  void padded_batch_bad_parameters_are_named() {
+    auto bad = run_text(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:5y"}}) + sink_after("pb"));
+    QVERIFY2(bad.error.find("padded_shapes entry 'x:5y'") != std::string::npos, bad.error.c_str());
+    auto value = run_text(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padding_values", "x:1.5"}}) + sink_after("pb"));
+    QCOMPARE(value.result.state, sluice::RunState::Failed);
+    QVERIFY2(value.result.error.find("padding value '1.5' for field 'x' (i64)") != std::string::npos, value.result.error.c_str());
+  }
+
+  // ---- ragged_batch: dense_to_ragged_batch's example, range(x) for x in 0..5, batch 2 ----
+  void ragged_batch_keeps_rows_unpadded() {
+    write_file(path("ranges.txt"), "\n0\n0 1\n0 1 2\n0 1 2 3\n0 1 2 3 4\n");
+    auto lengths = run_ok(int_lines(path("ranges.txt")) + stage("rb", "ragged_batch", "seq", {{"batch_size", "2"}}) + sink_after("rb"));
+    QCOMPARE(lengths.lines, (Lines{R"({"x":[0],"x_row_lengths":[0,1]})", R"({"x":[0,1,0,1,2],"x_row_lengths":[2,3]})",
+                                   R"({"x":[0,1,2,3,0,1,2,3,4],"x_row_lengths":[4,5]})"}));
+    auto splits = run_ok(int_lines(path("ranges.txt")) + stage("rb", "ragged_batch", "seq", {{"batch_size", "4"}, {"row_partition", "row_splits"}}) +
+                         sink_after("rb"));
+    QCOMPARE(splits.lines, (Lines{R"({"x":[0,0,1,0,1,2],"x_row_splits":[0,0,1,3,6]})", R"({"x":[0,1,2,3,0,1,2,3,4],"x_row_splits":[0,4,9]})"}));
+  }
+
+  // ---- bucket_by_sequence_length's two documented examples ----
+  void bucket_by_sequence_length_as_documented() {
+    write_file(path("buckets.txt"), "0\n1 2 3 4\n5 6 7\n7 8 9 10 11\n13 14 15 16 19 20\n21 22\n");
+    auto out = run_ok(int_lines(path("buckets.txt")) +
+                      stage("b", "bucket_by_sequence_length", "seq", {{"length_field", "x"}, {"boundaries", "3,5"}, {"batch_sizes", "2,2,2"}}) +
+                      sink_after("b"));
+    QCOMPARE(out.lines, (Lines{R"({"x":[[1,2,3,4],[5,6,7,0]]})", R"({"x":[[7,8,9,10,11,0],[13,14,15,16,19,20]]})", R"({"x":[[0,0],[21,22]]})"}));
+
+    write_file(path("buckets2.txt"), "0 0\n1 2 3 4\n5 6 7\n7 8 9 10 11\n13 14 15 16 19 20\n21 22\n");
+    auto padded = run_ok(int_lines(path("buckets2.txt")) +
+                         stage("b", "bucket_by_sequence_length", "seq",
+                               {{"length_field", "x"}, {"boundaries", "4,7"}, {"batch_sizes", "2,2,2"}, {"pad_to_bucket_boundary", "true"},
+                                {"padding_values", "-1"}}) +
+                         sink_after("b"));
+    QCOMPARE(padded.lines, (Lines{R"({"x":[[0,0,-1],[5,6,7]]})", R"({"x":[[1,2,3,4,-1,-1],[7,8,9,10,11,-1]]})", R"({"x":[[21,22,-1]]})",
+                                  R"({"x":[[13,14,15,16,19,20]]})"}));
+  }
+  void bucket_by_sequence_length_refusals() {
+    auto sizes = run_text(int_lines(fill_) + stage("b", "bucket_by_sequence_length", "seq", {{"length_field", "x"}, {"boundaries", "3,5"}, {"batch_sizes", "2,2"}}) +
+                          sink_after("b"));
+    QVERIFY2(sizes.error.find("batch_sizes has 2 sizes; 2 boundaries make 3 buckets") != std::string::npos, sizes.error.c_str());
+    auto order = run_text(int_lines(fill_) + stage("b", "bucket_by_sequence_length", "seq", {{"length_field", "x"}, {"boundaries", "5,3"}, {"batch_sizes", "2,2,2"}}) +
+                          sink_after("b"));
+    QVERIFY2(order.error.find("boundaries must increase") != std::string::npos, order.error.c_str());
+    auto too_long = run_text(int_lines(fill_) +
+                             stage("b", "bucket_by_sequence_length", "seq",
+                                   {{"length_field", "x"}, {"boundaries", "2,4"}, {"batch_sizes", "1,1,1"}, {"pad_to_bucket_boundary", "true"}}) +
+                             sink_after("b"));
+    QCOMPARE(too_long.result.state, sluice::RunState::Failed);
+    QVERIFY2(too_long.result.error.find("length 4 of field 'x' is not below the last boundary 4") != std::string::npos, too_long.result.error.c_str());
+  }
+
+  // ---- window: Dataset.range(7).window(...) as documented (each window batched) ----
+  void window_as_documented() {
+    const std::string src = stage("src", "range", "", {{"count", "7"}});
+    auto windows = [&](std::vector<std::pair<std::string, std::string>> params) {
+      return run_ok(src + stage("w", "window", "src", std::move(params)) + sink_after("w")).lines;
+    };
+    QCOMPARE(windows({{"size", "3"}}), (Lines{R"({"value":[0,1,2]})", R"({"value":[3,4,5]})", R"({"value":[6]})"}));
+    QCOMPARE(windows({{"size", "3"}, {"drop_remainder", "true"}}), (Lines{R"({"value":[0,1,2]})", R"({"value":[3,4,5]})"}));
+    QCOMPARE(windows({{"size", "3"}, {"shift", "2"}, {"drop_remainder", "true"}}),
+             (Lines{R"({"value":[0,1,2]})", R"({"value":[2,3,4]})", R"({"value":[4,5,6]})"}));
+    QCOMPARE(windows({{"size", "3"}, {"shift", "1"}, {"stride", "2"}, {"drop_remainder", "true"}}),
+             (Lines{R"({"value":[0,2,4]})", R"({"value":[1,3,5]})", R"({"value":[2,4,6]})"}));
+    QCOMPARE(windows({{"size", "3"}, {"shift", "1"}}),
+             (Lines{R"({"value":[0,1,2]})", R"({"value":[1,2,3]})", R"({"value":[2,3,4]})", R"({"value":[3,4,5]})", R"({"value":[4,5,6]})",
+                    R"({"value":[5,6]})", R"({"value":[6]})"}));
+    // Windows that skip elements (shift larger than the window) and windows per iteration.
+    QCOMPARE(windows({{"size", "2"}, {"shift", "3"}}), (Lines{R"({"value":[0,1]})", R"({"value":[3,4]})", R"({"value":[6]})"}));
+    auto per_epoch = run_ok(stage("src", "range", "", {{"count", "5"}}) + stage("w", "window", "src", {{"size", "2"}}) +
+                            stage("rep", "repeat", "w", {{"count", "2"}}) + sink_after("rep"));
+    QCOMPARE(per_epoch.lines.size(), std::size_t(6));
+    QCOMPARE(per_epoch.lines[2], std::string(R"({"value":[4]})"));
+    QCOMPARE(per_epoch.lines[3], std::string(R"({"value":[0,1]})"));
+  }
+  void window_refuses_elements_of_another_shape() {
+    auto out = run_text(int_lines(fill_) + stage("w", "window", "seq", {{"size", "2"}}) + sink_after("w"));
+    QCOMPARE(out.result.state, sluice::RunState::Failed);
+    QVERIFY2(out.result.error.find("field 'x' is i64[2] here and i64[1]") != std::string::npos, out.result.error.c_str());
+  }
+  // A recording of 10 steps of 2 readings, windowed into 4 steps, 3 apart: the autoencoder's
+  // (num_timesteps x num_dimensions) inputs.
+  void window_field_windows_one_long_sequence() {
+    // Steps as rows: window_field over a [10, 2] field.
+    write_file(path("rows.txt"), "0 1\n10 11\n20 21\n30 31\n40 41\n50 51\n60 61\n70 71\n80 81\n90 91\n");
+    const std::string recording = int_lines(path("rows.txt")) + stage("rec", "window", "seq", {{"size", "10"}});  // one [10, 2] element
+    auto out = run_ok(recording + stage("wf", "window_field", "rec", {{"field", "x"}, {"size", "4"}, {"shift", "3"}, {"drop_remainder", "true"}}) +
+                      sink_after("wf"));
+    QCOMPARE(out.lines, (Lines{R"({"x":[[0,1],[10,11],[20,21],[30,31]]})", R"({"x":[[30,31],[40,41],[50,51],[60,61]]})",
+                               R"({"x":[[60,61],[70,71],[80,81],[90,91]]})"}));
+    auto strided = run_ok(recording + stage("wf", "window_field", "rec", {{"field", "x"}, {"size", "3"}, {"shift", "4"}, {"stride", "2"}}) +
+                          sink_after("wf"));
+    QCOMPARE(strided.lines, (Lines{R"({"x":[[0,1],[20,21],[40,41]]})", R"({"x":[[40,41],[60,61],[80,81]]})", R"({"x":[[80,81]]})"}));
+  }
+
+  // ---- SequenceExamples (torchdata's test file: 3, 5, 7, 9 frames of 10 values) ----
+  void sequence_examples_batched_padded_and_ragged() {
+    const std::string parsed = stage("files", "list_files", "", {{"patterns", tf("torchdata_sequence_example.tfrecord")}}) +
+                               stage("read", "tfrecord_reader", "files") +
+                               stage("parse", "parse_example", "read",
+                                     {{"features", "x_int:int64[10]"}, {"sequence_features", "x_int_seq:int64[10], x_float_seq:float[10]"}});
+    // Frame f of record r holds 100r + 10k (ints) and 10r + k (floats), k < 10.
+    auto frame_ints = [](int r) {
+      Ints v;
+      for (int k = 0; k < 10; ++k) v.push_back(100 * r + 10 * k);
+      return v;
+    };
+    auto padded = run_ok(parsed + stage("pb", "padded_batch", "parse", {{"batch_size", "2"}, {"lengths", "x_int_seq"}}) + sink_after("pb"));
+    QCOMPARE(padded.lines.size(), std::size_t(2));
+    for (int b = 0; b < 2; ++b) {
+      const std::string& line = padded.lines[static_cast<std::size_t>(b)];
+      const auto begin = line.find("\"x_int_seq\":"), end = line.find("\"x_int_seq_length\"");
+      const Ints seq = integers(line.substr(begin, end - begin));
+      const int longest = 5 + 4 * b;  // 5, then 9 frames
+      Ints expected;
+      for (int r = 2 * b; r < 2 * b + 2; ++r)
+        for (int f = 0; f < longest; ++f) {
+          const Ints frame = f < 3 + 2 * r ? frame_ints(r) : Ints(10, 0);
+          expected.insert(expected.end(), frame.begin(), frame.end());
+        }
+      QCOMPARE(seq, expected);
+      QVERIFY2(line.find("\"x_int_seq_length\":[" + std::to_string(3 + 4 * b) + "," + std::to_string(5 + 4 * b) + "]") != std::string::npos, line.c_str());
+      QVERIFY(line.find("\"x_float_seq\":[[[" + std::to_string(20 * b) + ",") != std::string::npos);
+    }
+    auto ragged = run_ok(parsed + stage("rb", "ragged_batch", "parse", {{"batch_size", "4"}, {"fields", "x_int_seq, x_float_seq"}}) + sink_after("rb"));
+    QCOMPARE(ragged.lines.size(), std::size_t(1));
+    const std::string& line = ragged.lines[0];
+    const auto begin = line.find("\"x_int_seq\":"), end = line.find("\"x_int_seq_row_lengths\"");
+    Ints expected;
+    for (int r = 0; r < 4; ++r)
+      for (int f = 0; f < 3 + 2 * r; ++f) {
+        const Ints frame = frame_ints(r);
+        expected.insert(expected.end(), frame.begin(), frame.end());
+      }
+    QCOMPARE(integers(line.substr(begin, end - begin)), expected);
+    QVERIFY2(line.find("\"x_int_seq_row_lengths\":[3,5,7,9]") != std::string::npos, line.c_str());
+    QVERIFY2(line.find("\"x_float_seq_row_lengths\":[3,5,7,9]") != std::string::npos, line.c_str());
+    QVERIFY2(line.find("\"x_int\":[[0,10,") != std::string::npos, line.c_str());  // a fixed field is stacked
+  }
+
+  // ---- packing ----
+  void packing_loses_and_duplicates_no_token() {
+    // 300 sequences of 0..40 tokens (some longer than the row), every token id distinct.
+    std::mt19937 gen(7);
+    std::string text;
+    std::vector<Ints> sequences;
+    long long next = 1;
+    for (int s = 0; s < 300; ++s) {
+      const int n = static_cast<int>(gen() % 41);
+      Ints seq;
+      for (int k = 0; k < n; ++k) {
+        text += (k ? " " : "") + std::to_string(next);
+        seq.push_back(next++);
+      }
+      text += "\n";
+      sequences.push_back(seq);
+    }
+    write_file(path("tokens.txt"), text);
+    const int length = 32;
+    auto out = run_ok(int_lines(path("tokens.txt"), "tokens") +
+                      stage("pack", "pack_sequences", "seq", {{"fields", "tokens"}, {"length", std::to_string(length)}, {"open_rows", "4"}}) +
+                      sink_after("pack"));
+    std::map<long long, int> seen;
+    std::set<long long> firsts;  // every segment's first token
+    long long used = 0;
+    for (const auto& line : out.lines) {
+      const auto t0 = line.find("\"tokens\":"), s0 = line.find("\"segment_ids\":"), p0 = line.find("\"positions\":");
+      const Ints tokens = integers(line.substr(t0, s0 - t0)), segments = integers(line.substr(s0, p0 - s0)), positions = integers(line.substr(p0));
+      QCOMPARE(tokens.size(), std::size_t(length));
+      QCOMPARE(segments.size(), std::size_t(length));
+      long long segment = 0;
+      for (int j = 0; j < length; ++j) {
+        if (segments[j] == 0) {  // padding: to the end of the row, zeros
+          for (int k = j; k < length; ++k) QVERIFY(segments[k] == 0 && tokens[k] == 0 && positions[k] == 0);
+          break;
+        }
+        ++used;
+        ++seen[tokens[j]];
+        if (segments[j] != segment) {
+          QCOMPARE(segments[j], segment + 1);  // segments numbered 1, 2, ... in the row
+          QCOMPARE(positions[j], 0LL);
+          segment = segments[j];
+          firsts.insert(tokens[j]);
+        } else {
+          QCOMPARE(positions[j], positions[j - 1] + 1);
+          QCOMPARE(tokens[j], tokens[j - 1] + 1);  // a segment is a run of one sequence
+        }
+      }
+    }
+    QCOMPARE(used, next - 1);
+    QCOMPARE(static_cast<long long>(seen.size()), next - 1);
+    for (const auto& [token, count] : seen) QCOMPARE(count, 1);
+    // Each sequence starts a segment; one longer than a row starts one more per row it fills.
+    for (const auto& seq : sequences)
+      for (std::size_t k = 0; k < seq.size(); k += length) QVERIFY(firsts.count(seq[k]));
+    qInfo("packed %lld tokens into %zu rows of %d: %.1f%% padding", used, out.lines.size(), length,
+          100.0 * (1.0 - double(used) / double(out.lines.size() * length)));
+
+    auto failed = run_text(int_lines(path("tokens.txt"), "tokens") +
+                           stage("pack", "pack_sequences", "seq", {{"fields", "tokens"}, {"length", "16"}, {"too_long", "fail"}}) + sink_after("pack"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("tokens is longer than a packed row (length 16)") != std::string::npos, failed.result.error.c_str());
+    auto extra = run_text(stage("files", "list_files", "", {{"patterns", path("tokens.txt")}}) + stage("lines", "text_lines", "files") +
+                          stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "tokens"}}) +
+                          stage("pack", "pack_sequences", "split", {{"fields", "tokens"}, {"length", "16"}}) + sink_after("pack"));
+    QVERIFY2(extra.result.error.find("has a field 'line' that is not packed") != std::string::npos, (extra.error + extra.result.error).c_str());
+  }
+
+  // ---- text_lines ----
+  void text_lines_line_ends_empty_lines_and_gzip() {
+    write_file(path("crlf.txt"), "first\r\n\r\nthird\nlast without end");
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", path("crlf.txt")}}) + stage("lines", "text_lines", "files") + sink_after("lines"));
+    // base64 of "first", "", "third", "last without end"
+    QCOMPARE(out.lines, (Lines{R"({"line":"Zmlyc3Q="})", R"({"line":""})", R"({"line":"dGhpcmQ="})", R"({"line":"bGFzdCB3aXRob3V0IGVuZA=="})"}));
+    write_file(path("plain.txt"), "a\nb\n\nc\n");
+    QCOMPARE(std::system(("gzip -c " + path("plain.txt") + " > " + path("plain.txt.gz")).c_str()), 0);
+    auto gz = run_ok(stage("files", "list_files", "", {{"patterns", path("plain.txt.gz")}}) +
+                     stage("lines", "text_lines", "files", {{"skip_header_lines", "1"}}) + sink_after("lines"));
+    QCOMPARE(gz.lines, (Lines{R"({"line":"Yg=="})", R"({"line":""})", R"({"line":"Yw=="})"}));
+    write_file(path("empty.txt"), "");
+    auto none = run_ok(stage("files", "list_files", "", {{"patterns", path("empty.txt")}}) + stage("lines", "text_lines", "files") + sink_after("lines"));
+    QVERIFY(none.lines.empty());
+  }
+  void text_lines_interleaves_many_files_and_spans_read_chunks() {
+    // Lines longer than the 1 MiB read chunk, across several files read four at a time.
+    std::set<std::string> want;
+    for (int f = 0; f < 6; ++f) {
+      std::string text;
+      for (int k = 0; k < 5; ++k) {
+        const std::string line = std::to_string(f) + "-" + std::to_string(k) + std::string(static_cast<std::size_t>(300000 * k), 'x');
+        text += line + "\n";
+        want.insert(std::to_string(f) + "-" + std::to_string(k) + ":" + std::to_string(line.size()));
+      }
+      write_file(path("many" + std::to_string(f) + ".txt"), text);
+    }
+    auto out = run_ok(stage("files", "list_files", "", {{"patterns", path("many*.txt")}}) +
+                      stage("lines", "text_lines", "files", {}, "parallelism: 2 interleave { cycle_length: 4 block_length: 2 }") +
+                      sink_after("lines"));
+    std::set<std::string> got;
+    for (const auto& line : out.lines) {
+      const auto begin = line.find(":\"") + 2;
+      const QByteArray text = QByteArray::fromBase64(QByteArray::fromStdString(line.substr(begin, line.rfind('"') - begin)));
+      got.insert(text.left(text.indexOf('x') < 0 ? text.size() : text.indexOf('x')).toStdString() + ":" + std::to_string(text.size()));
+    }
+    QCOMPARE(got, want);
+  }
+  void text_lines_refuses_a_1gb_line_naming_file_and_line() {
+    // A sparse 1 GiB line (no line end), then a short one: the limit stops the reader long before
+    // it would hold the line.
+    const std::string huge = path("huge.txt");
+    write_file(huge, "ok\n");
+    fs::resize_file(huge, (1ull << 30) + 3);
+    std::ofstream(huge, std::ios::binary | std::ios::app) << "\nafter\n";
+    const std::string chain = stage("files", "list_files", "", {{"patterns", huge}});
+    auto failed = run_text(chain + stage("lines", "text_lines", "files") + stage("out", "null_sink", "lines"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("huge.txt line 2 (byte offset 3): longer than max_line_bytes (67108864)") != std::string::npos,
+             failed.result.error.c_str());
+    auto skipped = run_ok(chain + stage("lines", "text_lines", "files", {{"max_line_bytes", "1000"}}, "error_policy: skip") + sink_after("lines"));
+    QCOMPARE(skipped.lines, (Lines{R"({"line":"b2s="})", R"({"line":"YWZ0ZXI="})"}));
+    QCOMPARE(skipped.snapshot.stage(1).errors_skipped(), std::uint64_t(1));
+    QVERIFY(skipped.snapshot.stage(1).skip_reasons(0).find("huge.txt line 2") != std::string::npos);
+    fs::remove(huge);
+  }
+
+  // ---- fixed_length_records ----
+  void fixed_length_records_header_footer_and_truncation() {
+    write_file(path("fixed.bin"), "HEAD" "aaaaa" "bbbbb" "ccccc" "FT");
+    const std::string chain = stage("files", "list_files", "", {{"patterns", path("fixed.bin")}});
+    const std::vector<std::pair<std::string, std::string>> params{{"record_bytes", "5"}, {"header_bytes", "4"}, {"footer_bytes", "2"}};
+    auto out = run_ok(chain + stage("rec", "fixed_length_records", "files", params) + sink_after("rec"));
+    QCOMPARE(out.lines, (Lines{R"({"record":"YWFhYWE="})", R"({"record":"YmJiYmI="})", R"({"record":"Y2NjY2M="})"}));
+    write_file(path("cut.bin"), "HEAD" "aaaaa" "bbbbb" "cc" "FT");
+    const std::string cut = stage("files", "list_files", "", {{"patterns", path("cut.bin")}});
+    auto failed = run_text(cut + stage("rec", "fixed_length_records", "files", params) + sink_after("rec"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("cut.bin record 2 (byte offset 14): truncated, 2 of 5 bytes") != std::string::npos, failed.result.error.c_str());
+    auto skipped = run_ok(cut + stage("rec", "fixed_length_records", "files", params, "error_policy: skip") + sink_after("rec"));
+    QCOMPARE(skipped.lines, (Lines{R"({"record":"YWFhYWE="})", R"({"record":"YmJiYmI="})"}));
+    QCOMPARE(skipped.snapshot.stage(1).errors_skipped(), std::uint64_t(1));
+    QVERIFY(skipped.snapshot.stage(1).skip_reasons(0).find("truncated") != std::string::npos);
+    // Compressed: the footer is found at the end of the stream.
+    QCOMPARE(std::system(("gzip -c " + path("fixed.bin") + " > " + path("fixed.bin.gz")).c_str()), 0);
+    auto gz = run_ok(stage("files", "list_files", "", {{"patterns", path("fixed.bin.gz")}}) + stage("rec", "fixed_length_records", "files", params) +
+                     sink_after("rec"));
+    QCOMPARE(gz.lines, out.lines);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestSequences)
+#include "tst_sequences.moc"
