@@ -146,6 +146,49 @@ std::string zip_pipeline(int parallelism) {
          stage("z", "zip", "", {{"prefixes", "a,b"}}, "input: \"a\" input: \"b\" buffer_size: 2") + sink_after("z");
 }
 
+// 6 text files of 400 lines of 0 to 30 token ids each, the lines' lengths varying.
+std::string make_token_files(const QTemporaryDir& dir) {
+  const std::string folder = dir.filePath("text").toStdString();
+  fs::create_directories(folder);
+  std::uint64_t state = 12345;
+  for (int f = 0; f < 6; ++f) {
+    std::ofstream out(folder + "/tokens" + std::to_string(f) + ".txt");
+    for (int line = 0; line < 400; ++line) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const int n = static_cast<int>((state >> 33) % 31);
+      for (int k = 0; k < n; ++k) out << (k ? " " : "") << (f * 100000 + line * 100 + k);
+      out << "\n";
+    }
+  }
+  return folder;
+}
+
+// Token lines read interleaved by parallel readers, split in parallel and shuffled (the held
+// elements are named by file, line and byte offset), then one of the sequence aggregates.
+std::string token_pipeline(const std::string& folder, int parallelism, const std::string& tail) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 21 deterministic: true }\n" +
+         stage("files", "list_files", "", {{"patterns", folder + "/*.txt"}, {"shuffle", "true"}}) +
+         stage("lines", "text_lines", "files", {}, p + " buffer_size: 16 interleave { cycle_length: 3 block_length: 2 }") +
+         stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "tokens"}}, p + " buffer_size: 16") +
+         stage("only", "select_fields", "split", {{"keep", "tokens"}}, p + " buffer_size: 16") +
+         stage("shuffle", "shuffle", "only", {{"buffer_size", "100"}}, "buffer_size: 4") + tail;
+}
+std::string sequences_pipeline(const std::string& folder, const std::string& which, int parallelism) {
+  if (which == "buckets")
+    return token_pipeline(folder, parallelism,
+                          stage("bucket", "bucket_by_sequence_length", "shuffle",
+                                {{"length_field", "tokens"}, {"boundaries", "8,16"}, {"batch_sizes", "6,4,3"}, {"lengths", "tokens"}}, "buffer_size: 2") +
+                              stage("epochs", "repeat", "bucket", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs"));
+  if (which == "packed")
+    return token_pipeline(folder, parallelism,
+                          stage("pack", "pack_sequences", "shuffle", {{"fields", "tokens"}, {"length", "40"}, {"open_rows", "4"}}, "buffer_size: 2") +
+                              stage("win", "window", "pack", {{"size", "3"}, {"shift", "2"}}, "buffer_size: 2") + sink_after("win"));
+  return token_pipeline(folder, parallelism,
+                        stage("pb", "padded_batch", "shuffle", {{"batch_size", "5"}, {"masks", "tokens"}}, "buffer_size: 2") +
+                            stage("epochs", "repeat", "pb", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs"));
+}
+
 std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -157,9 +200,13 @@ class TestCheckpoint : public QObject {
   Q_OBJECT
   QTemporaryDir data_;
   std::string shards_;
+  std::string token_files_;
 
  private slots:
-  void initTestCase() { shards_ = make_shards(data_); }
+  void initTestCase() {
+    shards_ = make_shards(data_);
+    token_files_ = make_token_files(data_);
+  }
 
   void resume_is_exact_data() {
     QTest::addColumn<QString>("pipeline");
@@ -175,16 +222,22 @@ class TestCheckpoint : public QObject {
       // zip of a fast input and a slow one: the stage waits for the slow one in the middle of
       // nearly every output, so the cut reaches it there.
       for (int k : {1, 150, 400}) QTest::addRow("zip p%d k%d", p, k) << "zip" << p << k;
+      // The sequence aggregates, holding rows between outputs: buckets (about 600 batches in two
+      // epochs), packed rows windowed (about 170 windows), padded batches (960 in two epochs).
+      for (int k : {1, 200, 450}) QTest::addRow("buckets p%d k%d", p, k) << "buckets" << p << k;
+      for (int k : {1, 60}) QTest::addRow("packed p%d k%d", p, k) << "packed" << p << k;
+      for (int k : {1, 300, 700}) QTest::addRow("padded p%d k%d", p, k) << "padded" << p << k;
     }
   }
   void resume_is_exact() {
     QFETCH(QString, pipeline);
     QFETCH(int, parallelism);
     QFETCH(int, stop_after);
-    const std::string text = pipeline == "tfrecord" ? tfrecord_pipeline(shards_, parallelism)
-                             : pipeline == "cached" ? cached_pipeline(parallelism)
-                             : pipeline == "zip"    ? zip_pipeline(parallelism)
-                                                    : mixture_pipeline(parallelism);
+    const std::string text = pipeline == "tfrecord"  ? tfrecord_pipeline(shards_, parallelism)
+                             : pipeline == "cached"  ? cached_pipeline(parallelism)
+                             : pipeline == "zip"     ? zip_pipeline(parallelism)
+                             : pipeline == "mixture" ? mixture_pipeline(parallelism)
+                                                     : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
