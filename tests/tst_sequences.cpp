@@ -61,6 +61,9 @@ class TestSequences : public QObject {
   void padded_batch_pads_to_the_longest_of_each_batch() {
     auto b = run_ok(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}}) + sink_after("pb"));
     QCOMPARE(b.lines, (Lines{R"({"x":[[1,0],[2,2]]})", R"({"x":[[3,3,3,0],[4,4,4,4]]})"}));
+    // The report's padding share: 2 of the 12 values written are padding.
+    QCOMPARE(b.snapshot.stage(4).padding_values(), std::uint64_t(2));
+    QCOMPARE(b.snapshot.stage(4).data_values(), std::uint64_t(10));
   }
   void padded_batch_pads_to_a_fixed_size_with_a_value() {
     auto c = run_ok(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}, {"padded_shapes", "x:5"}}) + sink_after("pb"));
@@ -302,6 +305,8 @@ class TestSequences : public QObject {
       for (std::size_t k = 0; k < seq.size(); k += length) QVERIFY(firsts.count(seq[k]));
     qInfo("packed %lld tokens into %zu rows of %d: %.1f%% padding", used, out.lines.size(), length,
           100.0 * (1.0 - double(used) / double(out.lines.size() * length)));
+    QCOMPARE(out.snapshot.stage(4).data_values(), std::uint64_t(used));
+    QCOMPARE(out.snapshot.stage(4).padding_values(), std::uint64_t(out.lines.size() * length - used));
 
     auto failed = run_text(int_lines(path("tokens.txt"), "tokens") +
                            stage("pack", "pack_sequences", "seq", {{"fields", "tokens"}, {"length", "16"}, {"too_long", "fail"}}) + sink_after("pack"));

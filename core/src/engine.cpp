@@ -300,6 +300,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     std::uint64_t input_fingerprint = stable_hash("inputs");
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
+    st->info.counters = &st->operator_counters;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
     st->output_fingerprint = output_fingerprints.back();
     st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;

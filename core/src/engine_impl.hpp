@@ -171,6 +171,14 @@ struct StageRuntime {
   std::atomic<bool> ended{false};
   const checkpoint::StageState* restore = nullptr;
   std::atomic<std::uint64_t> reread{0};
+  // What the operator reports through StageInfo::counters.
+  struct OperatorCounters final : StageCounters {
+    std::atomic<std::uint64_t> padding{0}, data{0};
+    void add_padding(std::uint64_t padding_values, std::uint64_t data_values) override {
+      padding.fetch_add(padding_values, std::memory_order_relaxed);
+      data.fetch_add(data_values, std::memory_order_relaxed);
+    }
+  } operator_counters;
   // An interleave's inputs, by the origin their outputs share: a checkpoint names an element a
   // later stage holds by its input and place in it (kept for the run: one entry per input).
   struct ReadInput {

@@ -93,6 +93,8 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
     m->set_errors_skipped(c.errors_skipped.load());
     m->set_elements_reread(st.reread.load());
+    m->set_padding_values(st.operator_counters.padding.load(std::memory_order_relaxed));
+    m->set_data_values(st.operator_counters.data.load(std::memory_order_relaxed));
     {
       std::lock_guard rl(st.reasons_mutex);
       for (const auto& r : st.skip_reasons) m->add_skip_reasons(r);

@@ -258,6 +258,14 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
       per_reader += fmt::format("{}'{}' {:.0f}%", per_reader.empty() ? "" : ", ", r.reader(), 100 * r.mean_fill());
     out += fmt::format("Buffers of '{}' per reader (mean fill): {}\n", m.id(), per_reader);
   }
+  // Stages that pad: how much of what they wrote is padding (packing and bucketing lower it).
+  for (const auto& m : snapshot.stage()) {
+    const std::uint64_t written = m.padding_values() + m.data_values();
+    if (written == 0) continue;
+    out += fmt::format("Padding of stage '{}' ({}): {:.1f}% of the {} values it wrote ({} padding, {} data)\n", m.id(), m.op(),
+                       100.0 * static_cast<double>(m.padding_values()) / static_cast<double>(written), written, m.padding_values(),
+                       m.data_values());
+  }
   out += format_autotune_summary(snapshot);
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());

@@ -47,7 +47,10 @@ class PackSequences final : public Aggregate {
       if (f == segment_field_ || f == position_field_)
         throw ParamError("field '" + f + "' is packed and also names the segment ids or positions; rename one");
   }
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void start(const StageInfo& info) override {
+    allocator_ = info.allocator;
+    counters_ = info.counters;
+  }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
 
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
@@ -62,7 +65,7 @@ class PackSequences final : public Aggregate {
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
     for (auto& row : rows_)
-      if (!out.push(std::move(row.sample))) break;
+      if (!emit(row, out)) break;
     rows_.clear();
   }
   void save_state(StateWriter& w) const override {
@@ -135,7 +138,7 @@ class PackSequences final : public Aggregate {
       }
     if (!row) {
       if (rows_.size() == open_rows_) {
-        out.push(std::move(rows_.front().sample));
+        emit(rows_.front(), out);
         rows_.pop_front();
       }
       rows_.push_back(new_row(in));
@@ -158,6 +161,14 @@ class PackSequences final : public Aggregate {
     }
     row->used += count;
     if (!row->sample.has_origin()) row->sample.share_origin(in);
+  }
+  bool emit(Row& row, Emitter& out) {
+    if (counters_) {
+      std::uint64_t step_values = 0;  // values per token, over the packed fields
+      for (const auto& name : fields_) step_values += static_cast<std::uint64_t>(row.sample.find(name)->num_elements() / length_);
+      counters_->add_padding(static_cast<std::uint64_t>(length_ - row.used) * step_values, static_cast<std::uint64_t>(row.used) * step_values);
+    }
+    return out.push(std::move(row.sample));
   }
   Row new_row(const Sample& like) const {
     Row row;
@@ -189,6 +200,7 @@ class PackSequences final : public Aggregate {
   std::size_t open_rows_;
   std::string too_long_, segment_field_, position_field_;
   Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
   std::deque<Row> rows_;  // open rows, oldest first
   std::map<std::string, std::pair<DType, Shape>> step_shapes_;  // each field's step, from the first element
 };

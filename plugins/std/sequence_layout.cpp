@@ -236,10 +236,11 @@ void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::
     if (!in.find(name)) throw DataError("masks names field '" + name + "', which this element has not");
 }
 
-Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator,
+Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {
   Sample out;
   if (rows.empty()) return out;
+  std::uint64_t written = 0, data = 0;
   const auto batch = static_cast<std::int64_t>(rows.size());
   for (std::size_t f = 0; f < rows.front().fields().size(); ++f) {
     const Field& first = rows.front().fields()[f];
@@ -263,6 +264,8 @@ Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules,
     Shape shape = padded;
     shape.insert(shape.begin(), batch);
     const std::int64_t row_elements = shape_elements(padded);
+    written += static_cast<std::uint64_t>(batch * row_elements);
+    for (const auto& row : rows) data += static_cast<std::uint64_t>(row.at(first.name).num_elements());
     if (dtype == DType::Bytes) {
       std::vector<std::string_view> strings(static_cast<std::size_t>(batch * row_elements), std::string_view(pad_text));
       for (std::int64_t r = 0; r < batch; ++r) {
@@ -310,6 +313,7 @@ Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules,
       out.set(first.name + "_mask", std::move(mask));
     }
   }
+  if (counters) counters->add_padding(written - data, data);
   out.share_origin(rows.front());
   return out;
 }
@@ -347,7 +351,7 @@ bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f) {
 }
 
 Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
-                    Allocator& allocator) {
+                    Allocator& allocator, StageCounters* counters) {
   Sample out;
   if (rows.empty()) return out;
   const auto batch = static_cast<std::int64_t>(rows.size());
@@ -391,6 +395,7 @@ Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::stri
       out.set(f.name, std::move(values));
     }
     out.set(f.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
+    if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));  // nothing padded
   }
   out.share_origin(rows.front());
   return out;

@@ -61,8 +61,9 @@ void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::
 
 // One output of rows.size() rows, each field padded to its rule's shape (and `dim0`, when set,
 // for dimension 0 of `dim0_fields`), with the length and mask fields the rules ask for. The
-// output's origin is its first row's.
-Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator,
+// output's origin is its first row's. The values written as padding and as data go to
+// `counters` when there are any.
+Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0 = std::nullopt, const std::vector<std::string>& dim0_fields = {});
 
 // Rows of equal shapes stacked along a new first dimension (every field, or one).
@@ -75,7 +76,7 @@ enum class RowPartition { Lengths, Splits };
 // Fields named in `ragged` (every field of rank >= 1 when empty) become their rows' values
 // concatenated along dimension 0 plus a row partition field; the others are stacked.
 Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
-                    Allocator& allocator);
+                    Allocator& allocator, StageCounters* counters);
 bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f);
 
 }  // namespace sluice::std_ops

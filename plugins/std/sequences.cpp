@@ -32,7 +32,10 @@ class PaddedBatch final : public Aggregate {
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
         drop_remainder_(p.get_bool("drop_remainder")),
         rules_(PaddingRules::from_params(p)) {}
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void start(const StageInfo& info) override {
+    allocator_ = info.allocator;
+    counters_ = info.counters;
+  }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
     rows_.check(in, false);
@@ -53,7 +56,7 @@ class PaddedBatch final : public Aggregate {
 
  private:
   void emit(Emitter& out) {
-    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_);
+    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_, counters_);
     rows_.clear();
     out.push(std::move(batch));
   }
@@ -61,6 +64,7 @@ class PaddedBatch final : public Aggregate {
   bool drop_remainder_;
   PaddingRules rules_;
   Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
   HeldRows rows_;
 };
 
@@ -90,7 +94,10 @@ class RaggedBatch final : public Aggregate {
         drop_remainder_(p.get_bool("drop_remainder")),
         fields_(p.get_string_list("fields")),
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void start(const StageInfo& info) override {
+    allocator_ = info.allocator;
+    counters_ = info.counters;
+  }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
     rows_.check(in, false);
@@ -127,7 +134,7 @@ class RaggedBatch final : public Aggregate {
 
  private:
   void emit(Emitter& out) {
-    Sample batch = ragged_stack(rows_.rows(), fields_, partition_, *allocator_);
+    Sample batch = ragged_stack(rows_.rows(), fields_, partition_, *allocator_, counters_);
     rows_.clear();
     out.push(std::move(batch));
   }
@@ -136,6 +143,7 @@ class RaggedBatch final : public Aggregate {
   std::vector<std::string> fields_;
   RowPartition partition_;
   Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
   HeldRows rows_;
 };
 
@@ -183,7 +191,10 @@ class BucketBySequenceLength final : public Aggregate {
       if (!shape.empty() && shape[0] < 0 && field != length_field_) dim0_fields_.push_back(field);
     buckets_.resize(batch_sizes_.size());
   }
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void start(const StageInfo& info) override {
+    allocator_ = info.allocator;
+    counters_ = info.counters;
+  }
   void begin_iteration(std::uint64_t) override {
     for (auto& b : buckets_) b.clear();
   }
@@ -235,7 +246,7 @@ class BucketBySequenceLength final : public Aggregate {
     return boundaries_[bucket] - 1;
   }
   void emit(std::size_t bucket, Emitter& out) {
-    Sample batch = pad_and_stack(buckets_[bucket].rows(), rules_, *allocator_, pad_limit(bucket), dim0_fields_);
+    Sample batch = pad_and_stack(buckets_[bucket].rows(), rules_, *allocator_, counters_, pad_limit(bucket), dim0_fields_);
     buckets_[bucket].clear();
     out.push(std::move(batch));
   }
@@ -246,6 +257,7 @@ class BucketBySequenceLength final : public Aggregate {
   PaddingRules rules_;
   std::vector<std::string> dim0_fields_;
   Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
   std::vector<HeldRows> buckets_;
 };
 
@@ -270,7 +282,10 @@ class Window final : public Aggregate {
         shift_(p.get_int("shift") == 0 ? size_ : p.get_int("shift")),
         stride_(p.get_int("stride")),
         drop_remainder_(p.get_bool("drop_remainder")) {}
-  void start(const StageInfo& info) override { allocator_ = info.allocator; }
+  void start(const StageInfo& info) override {
+    allocator_ = info.allocator;
+    counters_ = info.counters;
+  }
   void begin_iteration(std::uint64_t) override { reset(); }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
     if (!first_.empty()) {
@@ -339,6 +354,7 @@ class Window final : public Aggregate {
   std::int64_t size_, shift_, stride_;
   bool drop_remainder_;
   Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
   std::deque<Sample> held_;  // the elements from position base_ on
   Sample first_;             // the iteration's first element: every other must have its shapes
   std::int64_t seen_ = 0, next_start_ = 0, base_ = 0;

@@ -19,7 +19,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 // StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek,
 // Origin::read_epoch/read_index
 // (new virtual functions and a descriptor field); Combine makes one output per next() call, after
-// begin_iteration(), instead of one iteration per combine() call.
-inline constexpr std::uint32_t kAbiMinor = 0;
+// begin_iteration(), instead of one iteration per combine() call; 6.1: StageCounters and
+// StageInfo::counters (appended; plugins built for 6.0 never read it).
+inline constexpr std::uint32_t kAbiMinor = 1;
 
 }  // namespace sluice

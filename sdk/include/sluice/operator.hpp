@@ -60,6 +60,16 @@ class Placement {
   virtual Tensor place(std::uint64_t epoch, std::uint64_t index, const std::string& field, DType dtype, const Shape& shape) = 0;
 };
 
+// (6.1) What an operator adds to its stage's metrics beyond elements and bytes. Thread-safe.
+class StageCounters {
+ public:
+  virtual ~StageCounters() = default;
+  // Values (tensor elements) of the outputs just made that are padding, and that are data.
+  // Stages that pad to a common shape (padded_batch, bucket_by_sequence_length, pack_sequences)
+  // report both; the run report and the studio show the share of padding.
+  virtual void add_padding(std::uint64_t padding_values, std::uint64_t data_values) = 0;
+};
+
 // What the engine tells a stage about itself when it starts.
 struct StageInfo {
   std::string id;
@@ -74,6 +84,8 @@ struct StageInfo {
   // (5.0) The ids of the stages this one reads, in order (a combine checks its parameters against
   // their number in start()).
   std::vector<std::string> input_ids;
+  // (6.1) The stage's own metrics; null when an operator is run outside an engine (a test).
+  StageCounters* counters = nullptr;
 };
 
 // Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage
