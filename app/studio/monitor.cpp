@@ -83,14 +83,22 @@ QString percent(double fraction) { return QString::number(fraction * 100, 'f', 0
 
 // Rates below one per second sit on the log axis' floor.
 constexpr double kRateFloor = 1;
+
+// Of the values a stage that pads wrote, the share that is padding; -1 for other stages.
+double padding_share(const metrics::StageMetrics& st) {
+  const double written = double(st.padding_values()) + double(st.data_values());
+  return written > 0 ? double(st.padding_values()) / written : -1.0;
+}
 }  // namespace
 
 MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   auto* split = new QSplitter(Qt::Horizontal);
-  table_ = new QTableWidget(0, 10);
-  table_->setHorizontalHeaderLabels({"stage", "op", "workers", "elements/s", "MB/s", "busy", "starved", "blocked", "buffer", "skipped"});
+  table_ = new QTableWidget(0, 11);
+  table_->setHorizontalHeaderLabels({"stage", "op", "workers", "elements/s", "MB/s", "busy", "starved", "blocked", "buffer", "skipped", "padding"});
+  table_->horizontalHeaderItem(10)->setToolTip("Share of the values a batching stage wrote that are padding (padded_batch, "
+                                               "bucket_by_sequence_length, pack_sequences); bucketing and packing lower it");
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setSectionsClickable(true);
@@ -245,6 +253,7 @@ void MonitorPanel::fill_table() {
       case 7: return st.blocked_fraction();
       case 8: return st.buffer_capacity() ? double(st.buffer_level()) / st.buffer_capacity() : -1.0;
       case 9: return double(st.errors_skipped());
+      case 10: return padding_share(st);
       default: return 0.0;
     }
   };
@@ -275,6 +284,7 @@ void MonitorPanel::fill_table() {
                                : next_in_group.contains(id) ? QString("fused → %1").arg(next_in_group.value(id))
                                                             : QString("–")));
     table_->setItem(r, 9, cell(QString::number(st.errors_skipped())));
+    table_->setItem(r, 10, cell(padding_share(st) >= 0 ? percent(padding_share(st)) : QString("–")));
     if (bottleneck || failed_here)
       for (int c = 0; c < table_->columnCount(); ++c) table_->item(r, c)->setBackground(failed_here ? QColor(250, 205, 205) : QColor(255, 225, 190));
     ++r;
@@ -288,6 +298,7 @@ void MonitorPanel::fill_table() {
       for (int c = 5; c < 8; ++c) table_->setItem(r, c, cell(""));
       table_->setItem(r, 8, cell(QString("ring %1/%2").arg(d.ring_level()).arg(d.ring_capacity())));
       table_->setItem(r, 9, cell(""));
+      table_->setItem(r, 10, cell(""));
       ++r;
     }
   }

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 
+#include "sequence_layout.hpp"
 #include "std_plugin.hpp"
 
 namespace sluice::std_ops {
@@ -48,7 +49,7 @@ class PackSequences final : public Aggregate {
         throw ParamError("field '" + f + "' is packed and also names the segment ids or positions; rename one");
   }
   void start(const StageInfo& info) override {
-    allocator_ = info.allocator;
+    allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
@@ -199,6 +200,7 @@ class PackSequences final : public Aggregate {
   std::int64_t length_;
   std::size_t open_rows_;
   std::string too_long_, segment_field_, position_field_;
+  VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   std::deque<Row> rows_;  // open rows, oldest first

@@ -92,8 +92,8 @@ void encode_value(const std::string& field, const std::string& text, DType dtype
 template <class Copy>
 void for_each_run(const Shape& from, const Shape& to, Copy&& copy) {
   const std::size_t rank = from.size();
-  if (rank == 0) {
-    copy(0, 0, 1);
+  if (rank <= 1) {  // a scalar, or a sequence of scalars: one run
+    copy(0, 0, rank == 0 ? 1 : from[0]);
     return;
   }
   if (shape_elements(from) == 0) return;

@@ -12,6 +12,27 @@
 
 namespace sluice::std_ops {
 
+// Memory for outputs whose sizes vary from one to the next (a padded batch is as long as its
+// longest row): sizes are rounded up to a power of two so that released blocks are reused, as
+// batch's pool reuses its fixed-size blocks (fresh pages cost far more than reused ones). Unless
+// the stage was offered another allocator (pinned memory), which is then used as it is.
+class VaryingSizePool final : public Allocator {
+ public:
+  std::shared_ptr<Buffer> allocate(std::size_t bytes) override {
+    std::size_t rounded = 64;
+    while (rounded < bytes) rounded *= 2;
+    return pool_.allocate(rounded);
+  }
+  const char* name() const override { return "pooled-host"; }
+  // What a stage allocates from: this pool for host memory, else the offered allocator.
+  Allocator* for_stage(const StageInfo& info) {
+    return std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(this) : info.allocator;
+  }
+
+ private:
+  PooledHostAllocator pool_;
+};
+
 // How padded batches are laid out: tf.data's padded_shapes and padding_values, by field name.
 struct PaddingRules {
   // FIELD -> its padded shape; -1 in a dimension: the longest of the batch there. Fields not named

@@ -33,7 +33,7 @@ class PaddedBatch final : public Aggregate {
         drop_remainder_(p.get_bool("drop_remainder")),
         rules_(PaddingRules::from_params(p)) {}
   void start(const StageInfo& info) override {
-    allocator_ = info.allocator;
+    allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
@@ -63,6 +63,7 @@ class PaddedBatch final : public Aggregate {
   std::size_t batch_size_;
   bool drop_remainder_;
   PaddingRules rules_;
+  VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   HeldRows rows_;
@@ -95,7 +96,7 @@ class RaggedBatch final : public Aggregate {
         fields_(p.get_string_list("fields")),
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
   void start(const StageInfo& info) override {
-    allocator_ = info.allocator;
+    allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
@@ -142,6 +143,7 @@ class RaggedBatch final : public Aggregate {
   bool drop_remainder_;
   std::vector<std::string> fields_;
   RowPartition partition_;
+  VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   HeldRows rows_;
@@ -192,7 +194,7 @@ class BucketBySequenceLength final : public Aggregate {
     buckets_.resize(batch_sizes_.size());
   }
   void start(const StageInfo& info) override {
-    allocator_ = info.allocator;
+    allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override {
@@ -256,6 +258,7 @@ class BucketBySequenceLength final : public Aggregate {
   bool pad_to_boundary_, drop_remainder_;
   PaddingRules rules_;
   std::vector<std::string> dim0_fields_;
+  VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   std::vector<HeldRows> buckets_;
@@ -283,7 +286,7 @@ class Window final : public Aggregate {
         stride_(p.get_int("stride")),
         drop_remainder_(p.get_bool("drop_remainder")) {}
   void start(const StageInfo& info) override {
-    allocator_ = info.allocator;
+    allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { reset(); }
@@ -353,6 +356,7 @@ class Window final : public Aggregate {
   }
   std::int64_t size_, shift_, stride_;
   bool drop_remainder_;
+  VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   std::deque<Sample> held_;  // the elements from position base_ on

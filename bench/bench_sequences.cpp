@@ -1,0 +1,260 @@
+// Sequence batching against a plain loop doing the same work, in the same run: token lines read
+// from text files, split into int64 token ids, then (a) padded batches of 32, (b) batches of 32
+// bucketed by length (boundaries 16, 32, 64) and padded, (c) packed first-fit into rows of 128
+// tokens (8 rows open) with segment ids and positions, then batched by 32. Tokens per second on
+// one core and on every core, and the padding share of each layout on one length distribution.
+// Usage: bench_sequences [LINES_PER_FILE] [RUNS]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sluice/core/engine.hpp"
+#include "sluice/core/process.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr int kBatch = 32, kRow = 128, kOpenRows = 8;
+const std::vector<std::int64_t> kBoundaries{16, 32, 64};
+
+enum class Layout { Padded, Bucketed, Packed };
+const char* name(Layout l) { return l == Layout::Padded ? "padded" : l == Layout::Bucketed ? "bucketed" : "packed"; }
+
+// What one layout wrote: tokens (data) and padding slots, and a checksum the loop and the
+// pipeline can be compared by.
+struct Tally {
+  std::uint64_t tokens = 0, padding = 0;
+};
+
+// Pads rows (each a token sequence) to the longest into one [rows, longest] batch.
+void pad_batch(const std::vector<std::vector<std::int64_t>>& rows, std::vector<std::int64_t>& batch, Tally& t) {
+  std::size_t longest = 0;
+  for (const auto& r : rows) longest = std::max(longest, r.size());
+  batch.assign(rows.size() * longest, 0);
+  std::uint64_t data = 0;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (!rows[k].empty()) std::memcpy(batch.data() + k * longest, rows[k].data(), rows[k].size() * sizeof(std::int64_t));
+    data += rows[k].size();
+  }
+  t.tokens += data;
+  t.padding += rows.size() * longest - data;
+}
+
+struct PackedRow {
+  std::vector<std::int64_t> tokens = std::vector<std::int64_t>(kRow, 0);
+  std::vector<std::int32_t> segments = std::vector<std::int32_t>(kRow, 0), positions = std::vector<std::int32_t>(kRow, 0);
+  int used = 0, count = 0;
+};
+
+// The plain loop: one thread, the given files, one layout.
+Tally loop(const std::vector<std::string>& files, Layout layout) {
+  Tally t;
+  std::vector<std::int64_t> batch;
+  std::vector<std::vector<std::int64_t>> rows;
+  std::vector<std::vector<std::vector<std::int64_t>>> buckets(kBoundaries.size() + 1);
+  std::deque<PackedRow> open;
+  std::vector<std::int64_t> packed_tokens(kBatch * kRow);
+  std::vector<std::int32_t> packed_segments(kBatch * kRow), packed_positions(kBatch * kRow);
+  int packed_rows = 0;
+  auto emit_packed = [&](PackedRow& r) {
+    std::memcpy(packed_tokens.data() + packed_rows * kRow, r.tokens.data(), kRow * sizeof(std::int64_t));
+    std::memcpy(packed_segments.data() + packed_rows * kRow, r.segments.data(), kRow * sizeof(std::int32_t));
+    std::memcpy(packed_positions.data() + packed_rows * kRow, r.positions.data(), kRow * sizeof(std::int32_t));
+    t.tokens += static_cast<std::uint64_t>(r.used);
+    t.padding += static_cast<std::uint64_t>(kRow - r.used);
+    if (++packed_rows == kBatch) packed_rows = 0;
+  };
+  std::vector<std::int64_t> seq;
+  auto take = [&](std::vector<std::int64_t>& s) {
+    if (layout == Layout::Padded) {
+      rows.push_back(s);
+      if (rows.size() == kBatch) {
+        pad_batch(rows, batch, t);
+        rows.clear();
+      }
+    } else if (layout == Layout::Bucketed) {
+      const auto b = static_cast<std::size_t>(std::upper_bound(kBoundaries.begin(), kBoundaries.end(), static_cast<std::int64_t>(s.size())) - kBoundaries.begin());
+      buckets[b].push_back(s);
+      if (buckets[b].size() == kBatch) {
+        pad_batch(buckets[b], batch, t);
+        buckets[b].clear();
+      }
+    } else {
+      for (std::size_t from = 0; from < s.size(); from += kRow) {
+        const int n = static_cast<int>(std::min<std::size_t>(kRow, s.size() - from));
+        PackedRow* row = nullptr;
+        for (auto& r : open)
+          if (kRow - r.used >= n) {
+            row = &r;
+            break;
+          }
+        if (!row) {
+          if (open.size() == kOpenRows) {
+            emit_packed(open.front());
+            open.pop_front();
+          }
+          open.emplace_back();
+          row = &open.back();
+        }
+        std::memcpy(row->tokens.data() + row->used, s.data() + from, static_cast<std::size_t>(n) * sizeof(std::int64_t));
+        ++row->count;
+        for (int j = 0; j < n; ++j) {
+          row->segments[static_cast<std::size_t>(row->used + j)] = row->count;
+          row->positions[static_cast<std::size_t>(row->used + j)] = j;
+        }
+        row->used += n;
+      }
+    }
+  };
+  std::vector<char> chunk(1 << 20);
+  std::string carry;
+  for (const auto& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    carry.clear();
+    for (;;) {
+      const ssize_t got = ::read(fd, chunk.data(), chunk.size());
+      if (got <= 0) break;
+      carry.append(chunk.data(), static_cast<std::size_t>(got));
+      std::size_t at = 0;
+      for (std::size_t nl; (nl = carry.find('\n', at)) != std::string::npos; at = nl + 1) {
+        seq.clear();
+        const char* p = carry.data() + at;
+        const char* end = carry.data() + nl;
+        while (p < end) {
+          while (p < end && *p == ' ') ++p;
+          if (p == end) break;
+          char* stop = nullptr;
+          seq.push_back(std::strtoll(p, &stop, 10));
+          p = stop;
+        }
+        take(seq);
+      }
+      carry.erase(0, at);
+    }
+    ::close(fd);
+  }
+  // The iteration's end: what is held leaves.
+  if (!rows.empty()) pad_batch(rows, batch, t);
+  for (auto& b : buckets)
+    if (!b.empty()) pad_batch(b, batch, t);
+  for (auto& r : open) emit_packed(r);
+  return t;
+}
+
+std::string pipeline(const std::string& pattern, Layout layout, unsigned workers) {
+  std::string text = fmt::format(
+      "options {{ seed: 1 deterministic: true }}\n"
+      "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
+      "stage {{ id: \"lines\" op: \"text_lines\" input: \"files\" parallelism: {w} interleave {{ cycle_length: {w} block_length: 64 }} }}\n"
+      "stage {{ id: \"split\" op: \"split_text\" input: \"lines\" parallelism: {w} params {{ key: \"to\" value: \"int64\" }} }}\n",
+      pattern, fmt::arg("w", workers));
+  if (layout == Layout::Padded)
+    text += fmt::format("stage {{ id: \"layout\" op: \"padded_batch\" input: \"split\" params {{ key: \"batch_size\" value: \"{}\" }} }}\n", kBatch);
+  else if (layout == Layout::Bucketed)
+    text += fmt::format(
+        "stage {{ id: \"layout\" op: \"bucket_by_sequence_length\" input: \"split\" params {{ key: \"length_field\" value: \"line\" }} "
+        "params {{ key: \"boundaries\" value: \"16,32,64\" }} params {{ key: \"batch_sizes\" value: \"{b},{b},{b},{b}\" }} }}\n",
+        fmt::arg("b", kBatch));
+  else
+    text += fmt::format(
+        "stage {{ id: \"layout\" op: \"pack_sequences\" input: \"split\" params {{ key: \"fields\" value: \"line\" }} "
+        "params {{ key: \"length\" value: \"{}\" }} params {{ key: \"open_rows\" value: \"{}\" }} }}\n"
+        "stage {{ id: \"batch\" op: \"batch\" input: \"layout\" params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
+        kRow, kOpenRows, kBatch);
+  text += fmt::format("stage {{ id: \"out\" op: \"null_sink\" input: \"{}\" }}\n", layout == Layout::Packed ? "batch" : "layout");
+  return text;
+}
+
+// Runs the pipeline; returns seconds and what its layout stage wrote.
+double run_pipeline(const sluice::Registry& registry, const std::string& text, Tally& t) {
+  sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "bench_sequences"), registry));
+  const auto t0 = Clock::now();
+  engine.start();
+  const auto result = engine.wait();
+  const double s = since(t0);
+  if (result.state != sluice::RunState::Finished) throw sluice::Error(result.error);
+  const auto snap = engine.snapshot();
+  for (const auto& st : snap.stage())
+    if (st.id() == "layout") t = {st.data_values(), st.padding_values()};
+  return s;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long lines_per_file = argc > 1 ? std::atol(argv[1]) : 200000;
+  const int runs = argc > 2 ? std::atoi(argv[2]) : 3;
+  sluice::tune_process_for_streaming();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  sluice::Registry registry;
+  registry.load_search_path();
+
+  // One file per core; lengths 1..400, exponential with mean 32 (a long tail past the packed row).
+  const fs::path dir = fs::temp_directory_path() / fmt::format("sluice_bench_sequences_{}", ::getpid());
+  fs::create_directories(dir);
+  std::vector<std::string> files;
+  std::uint64_t state = 7, tokens = 0;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (unsigned f = 0; f < cores; ++f) {
+    files.push_back((dir / fmt::format("tokens{}.txt", f)).string());
+    std::ofstream out(files.back());
+    std::string line;
+    for (long l = 0; l < lines_per_file; ++l) {
+      const int n = std::min(400, 1 + static_cast<int>(-std::log(uniform()) * 31));
+      line.clear();
+      for (int k = 0; k < n; ++k) line += (k ? " " : "") + std::to_string(static_cast<int>(uniform() * 50000));
+      out << line << '\n';
+      tokens += static_cast<std::uint64_t>(n);
+    }
+  }
+  const std::string pattern = (dir / "tokens*.txt").string();
+  fmt::print("{} files of {} lines, {} tokens, {:.1f} MB; batches of {}, packed rows of {} ({} open); best of {} runs\n", cores,
+             lines_per_file, tokens, static_cast<double>(fs::file_size(files[0]) * cores) / 1e6, kBatch, kRow, kOpenRows, runs);
+  fmt::print("{:<9} {:>6} {:>14} {:>14} {:>8} {:>9}\n", "layout", "cores", "pipeline tok/s", "loop tok/s", "vs loop", "padding");
+  for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
+    for (unsigned workers : {1u, cores}) {
+      double best_loop = 1e9, best_ours = 1e9;
+      Tally ours, mine;
+      for (int r = 0; r < runs; ++r) {
+        auto t0 = Clock::now();
+        if (workers == 1) {
+          mine = loop(files, layout);
+        } else {  // a loop per core, each on its own file
+          std::vector<Tally> parts(workers);
+          std::vector<std::thread> threads;
+          for (unsigned c = 0; c < workers; ++c) threads.emplace_back([&, c] { parts[c] = loop({files[c]}, layout); });
+          for (auto& th : threads) th.join();
+          mine = {};
+          for (auto& p : parts) mine.tokens += p.tokens, mine.padding += p.padding;
+        }
+        best_loop = std::min(best_loop, since(t0));
+        best_ours = std::min(best_ours, run_pipeline(registry, pipeline(pattern, layout, workers), ours));
+      }
+      if (ours.tokens != tokens || mine.tokens != tokens)
+        fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}\n", tokens, ours.tokens, mine.tokens);
+      const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
+      fmt::print("{:<9} {:>6} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}%\n", name(layout), workers, tokens / best_ours, tokens / best_loop,
+                 100 * best_loop / best_ours, 100 * padding);
+    }
+  }
+  fs::remove_all(dir);
+  return 0;
+}
