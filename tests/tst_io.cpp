@@ -426,6 +426,31 @@ class TestIo : public QObject {
     QCOMPARE(skipped.lines.size(), std::size_t(2));
   }
 
+  // make_csv_dataset's select_columns, na_value and column_defaults.
+  void csv_selected_columns_and_missing_values() {
+    QTemporaryDir dir;
+    const std::string path = dir.path().toStdString() + "/na.csv";
+    write_file(path, "id,temp,site,count\n1,NA,north,5\n2,20.5,,\n3,,south,NA\n");
+    const std::string files = stage("files", "list_files", "", {{"patterns", path}});
+    const std::vector<std::pair<std::string, std::string>> base{
+        {"schema", "id:int64,temp:float,site:bytes,count:int64"}, {"select_columns", "count,temp,site"}, {"na_values", "NA,\"\""}};
+    auto with_defaults = base;
+    with_defaults.push_back({"defaults", "count:-1,site:unknown"});
+    auto out = run_ok(files + stage("csv", "csv_reader", "files", with_defaults) + sink_after("csv"));
+    // Selected columns in the order asked; a missing float is NaN, others take their default.
+    QCOMPARE(out.lines, (std::vector<std::string>{R"({"count":5,"temp":"nan","site":"bm9ydGg="})", R"({"count":-1,"temp":20.5,"site":"dW5rbm93bg=="})",
+                                                  R"({"count":-1,"temp":"nan","site":"c291dGg="})"}));
+    // A missing int64 without a default is the row's error, named; skipped alone under skip.
+    auto failed = run_text(files + stage("csv", "csv_reader", "files", base) + stage("out", "null_sink", "csv"));
+    QVERIFY2(failed.result.error.find(path + ":3: column 'count' is missing ('') and has no default") != std::string::npos, failed.result.error.c_str());
+    auto skipped = run_ok(files + stage("csv", "csv_reader", "files", base, "error_policy: skip") + sink_after("csv"));
+    QCOMPARE(skipped.lines.size(), std::size_t(1));
+    QCOMPARE(skipped.snapshot.stage(1).errors_skipped(), std::uint64_t(2));
+    auto unknown = run_text(files + stage("csv", "csv_reader", "files", {{"select_columns", "id,depth"}}) + stage("out", "null_sink", "csv"));
+    QVERIFY2(unknown.result.error.find("select_columns names 'depth', which is not a column (columns: id, temp, site, count)") != std::string::npos,
+             unknown.result.error.c_str());
+  }
+
   void label_from_path_uses_parent_folders() {
     QTemporaryDir dir;
     std::string root = dir.path().toStdString();

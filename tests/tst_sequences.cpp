@@ -183,6 +183,20 @@ class TestSequences : public QObject {
     QCOMPARE(per_epoch.lines[2], std::string(R"({"value":[4]})"));
     QCOMPARE(per_epoch.lines[3], std::string(R"({"value":[0,1]})"));
   }
+  // With a key, windows hold consecutive elements of one key only (one sensor's readings).
+  void window_by_key_and_stacked_channels() {
+    write_file(path("two_assets.csv"), "asset,t,a,b\n0,0,1,10\n0,1,2,20\n0,2,3,30\n1,0,4,40\n1,1,5,50\n1,2,6,60\n1,3,7,70\n");
+    const std::string rows = stage("files", "list_files", "", {{"patterns", path("two_assets.csv")}}) + stage("csv", "csv_reader", "files") +
+                             stage("stack", "stack_fields", "csv", {{"fields", "a,b"}, {"output", "x"}, {"dtype", "i64"}}) +
+                             stage("only", "select_fields", "stack", {{"keep", "asset, x"}});
+    auto out = run_ok(rows + stage("w", "window", "only", {{"size", "2"}, {"shift", "1"}, {"key_field", "asset"}, {"drop_remainder", "true"}}) +
+                      sink_after("w"));
+    QCOMPARE(out.lines, (Lines{R"({"asset":[0,0],"x":[[1,10],[2,20]]})", R"({"asset":[0,0],"x":[[2,20],[3,30]]})", R"({"asset":[1,1],"x":[[4,40],[5,50]]})",
+                               R"({"asset":[1,1],"x":[[5,50],[6,60]]})", R"({"asset":[1,1],"x":[[6,60],[7,70]]})"}));
+    auto short_ones = run_ok(rows + stage("w", "window", "only", {{"size", "2"}, {"key_field", "asset"}}) + sink_after("w"));
+    QCOMPARE(short_ones.lines, (Lines{R"({"asset":[0,0],"x":[[1,10],[2,20]]})", R"({"asset":[0],"x":[[3,30]]})", R"({"asset":[1,1],"x":[[4,40],[5,50]]})",
+                                      R"({"asset":[1,1],"x":[[6,60],[7,70]]})"}));
+  }
   void window_refuses_elements_of_another_shape() {
     auto out = run_text(int_lines(fill_) + stage("w", "window", "seq", {{"size", "2"}}) + sink_after("w"));
     QCOMPARE(out.result.state, sluice::RunState::Failed);

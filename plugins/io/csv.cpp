@@ -3,7 +3,10 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <sstream>
 
 #include "byte_source.hpp"
@@ -46,11 +49,34 @@ class CsvReader final : public Expand {
                              "types from the first row")
                  .def(""),
              ParamSpec::make("header", ParamType::Bool, "the first row names the columns").def("true"),
-             ParamSpec::make("delimiter", ParamType::String, "one character").def(",")},
+             ParamSpec::make("delimiter", ParamType::String, "one character").def(","),
+             ParamSpec::make("select_columns", ParamType::StringList, "the columns to keep, by name, in this order; empty: all").def(""),
+             ParamSpec::make("na_values", ParamType::StringList,
+                             "cells that mean a missing value (as written, e.g. NA,null,-); an empty cell is missing too when "
+                             "listed as \"\"")
+                 .def(""),
+             ParamSpec::make("defaults", ParamType::StringList,
+                             "COLUMN:VALUE for missing values; a missing float without one is NaN, a missing int64 is an error")
+                 .def("")},
             {.stateless = true},
             {}};
   }
-  explicit CsvReader(const Params& p) : field_(p.get_string("field")), header_(p.get_bool("header")) {
+  explicit CsvReader(const Params& p)
+      : field_(p.get_string("field")),
+        header_(p.get_bool("header")),
+        select_(p.get_string_list("select_columns")),
+        na_values_(p.get_string_list("na_values")) {
+    for (auto& v : na_values_)
+      if (v == "\"\"") v.clear();
+    for (const auto& entry : p.get_string_list("defaults")) {
+      const auto colon = entry.find(':');
+      if (colon == std::string::npos || colon == 0) throw ParamError("defaults entry '" + entry + "' is not COLUMN:VALUE");
+      if (!defaults_.emplace(entry.substr(0, colon), entry.substr(colon + 1)).second)
+        throw ParamError("defaults names column '" + entry.substr(0, colon) + "' twice");
+    }
+    for (std::size_t i = 0; i < select_.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (select_[i] == select_[j]) throw ParamError("select_columns names column '" + select_[i] + "' twice");
     const auto& d = p.get_string("delimiter");
     if (d.size() != 1) throw ParamError("delimiter must be one character, got '" + d + "'");
     delimiter_ = d[0];
@@ -73,16 +99,34 @@ class CsvReader final : public Expand {
       schema_.push_back(c);
     }
     if (schema_.empty() && !header_) throw ParamError("without a header row, give a schema");
+    for (const auto& name : select_)
+      if (!schema_.empty() && std::none_of(schema_.begin(), schema_.end(), [&](const Column& c) { return c.name == name; }))
+        throw ParamError("select_columns names '" + name + "', which the schema has not");
   }
 
   // Rows of one file, read in chunks as they are needed: memory holds the chunk and the row
   // being split, never the whole file.
   class Rows final : public ExpandCursor {
    public:
-    Rows(std::string path, std::vector<Column> schema, bool header, char delimiter, DamageReport& damage)
+    Rows(std::string path, std::vector<Column> schema, bool header, char delimiter, const CsvReader& op, DamageReport& damage)
         : path_(std::move(path)), fd_{open_regular_file(path_)}, parser_({}, delimiter, false), columns_(std::move(schema)),
-          damage_(damage) {
-      if (!header) return;
+          op_(op), damage_(damage) {
+      if (header) read_header();
+      // The columns handed out: the selected ones in their order, else all.
+      for (const auto& name : op_.select_) {
+        std::size_t k = 0;
+        while (k < columns_.size() && columns_[k].name != name) ++k;
+        if (k == columns_.size()) {
+          std::string have;
+          for (const auto& c : columns_) have += (have.empty() ? "" : ", ") + c.name;
+          throw DataError(path_ + ": select_columns names '" + name + "', which is not a column (columns: " + have + ")");
+        }
+        selected_.push_back(k);
+      }
+      if (op_.select_.empty())
+        for (std::size_t k = 0; k < columns_.size(); ++k) selected_.push_back(k);
+    }
+    void read_header() {
       std::vector<std::string> names;
       std::size_t line = 0;
       if (!next_fields(names, line)) return;
@@ -119,14 +163,32 @@ class CsvReader final : public Expand {
           if (fields.size() != columns_.size())
             throw DataError("row has " + std::to_string(fields.size()) + " fields, expected " + std::to_string(columns_.size()));
           if (infer_types_) {
+            // From the first row; a column missing there is taken as float (a missing float is
+            // NaN); give a schema when that guess is wrong.
             for (std::size_t i = 0; i < columns_.size(); ++i)
-              columns_[i].type = is_int(fields[i]) ? ColumnType::Int64 : is_float(fields[i]) ? ColumnType::Float : ColumnType::Bytes;
+              columns_[i].type = is_missing(fields[i]) ? ColumnType::Float
+                                 : is_int(fields[i])   ? ColumnType::Int64
+                                 : is_float(fields[i]) ? ColumnType::Float
+                                                       : ColumnType::Bytes;
             infer_types_ = false;
           }
           out = Sample();
-          for (std::size_t i = 0; i < columns_.size(); ++i) {
+          out.reserve(selected_.size());
+          for (std::size_t i : selected_) {
             const auto& c = columns_[i];
-            const auto& f = fields[i];
+            std::string f = fields[i];
+            if (is_missing(f)) {
+              auto d = op_.defaults_.find(c.name);
+              if (d != op_.defaults_.end()) {
+                f = d->second;
+              } else if (c.type == ColumnType::Float) {
+                out.set(c.name, Tensor::scalar<float>(std::numeric_limits<float>::quiet_NaN()));
+                continue;
+              } else if (c.type == ColumnType::Int64) {
+                throw DataError("column '" + c.name + "' is missing ('" + f + "') and has no default; give defaults: \"" + c.name +
+                                ":VALUE\" or make it a float column (missing floats are NaN)");
+              }
+            }
             if (c.type == ColumnType::Int64) {
               if (!is_int(f)) throw DataError("column '" + c.name + "': '" + f + "' is not an int64");
               out.set(c.name, Tensor::scalar<std::int64_t>(std::strtoll(f.c_str(), nullptr, 10)));
@@ -149,6 +211,9 @@ class CsvReader final : public Expand {
    private:
     static constexpr std::size_t kChunk = 1 << 20;
     static constexpr std::size_t kMaxRowBytes = 256u << 20;
+    bool is_missing(const std::string& cell) const {
+      return std::find(op_.na_values_.begin(), op_.na_values_.end(), cell) != op_.na_values_.end();
+    }
 
     // The next row, reading more of the file while the parser needs it.
     bool next_fields(std::vector<std::string>& fields, std::size_t& line) {
@@ -179,12 +244,14 @@ class CsvReader final : public Expand {
     std::string text_;
     CsvParser parser_;
     std::vector<Column> columns_;
+    std::vector<std::size_t> selected_;  // the columns handed out, in order
+    const CsvReader& op_;
     bool infer_types_ = false;
     DamageReport& damage_;
   };
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
-    return std::make_unique<Rows>(std::string(in.at(field_).string_at(0)), schema_, header_, delimiter_, damage);
+    return std::make_unique<Rows>(std::string(in.at(field_).string_at(0)), schema_, header_, delimiter_, *this, damage);
   }
 
  private:
@@ -192,6 +259,8 @@ class CsvReader final : public Expand {
   bool header_;
   char delimiter_ = ',';
   std::vector<Column> schema_;
+  std::vector<std::string> select_, na_values_;
+  std::map<std::string, std::string> defaults_;
 };
 
 }  // namespace

@@ -120,11 +120,74 @@ class SplitText final : public Map {
   std::string field_, separator_, to_, output_;
 };
 
+// tf.stack([x[f] for f in fields], axis=-1): several fields of one shape (a sensor's channels)
+// into one field with a last dimension of their number, converted to one type.
+class StackFields final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"stack_fields",
+            OperatorKind::Map,
+            "Stacks fields of one shape into one field along a new last dimension (the fields are removed)",
+            {ParamSpec::make("fields", ParamType::StringList, "the fields to stack, in order"),
+             ParamSpec::make("output", ParamType::String, "name of the stacked field"),
+             ParamSpec::make("dtype", ParamType::Choice, "type of the stacked field").def("f32").one_of({"f32", "f64", "i64", "i32"})},
+            {.stateless = true},
+            {}};
+  }
+  explicit StackFields(const Params& p) : fields_(p.get_string_list("fields")), output_(p.get_string("output")) {
+    if (fields_.size() < 1) throw ParamError("fields is empty; name the fields to stack");
+    const std::string& t = p.get_string("dtype");
+    dtype_ = t == "f64" ? DType::F64 : t == "i64" ? DType::I64 : t == "i32" ? DType::I32 : DType::F32;
+  }
+  Sample map(Sample in, const ElementContext&) override {
+    const Tensor& first = in.at(fields_.front());
+    Shape shape = first.shape();
+    const std::int64_t n = first.num_elements(), k = static_cast<std::int64_t>(fields_.size());
+    shape.push_back(k);
+    Tensor out = Tensor::empty(dtype_, shape);
+    for (std::int64_t f = 0; f < k; ++f) {
+      const Tensor& t = in.at(fields_[static_cast<std::size_t>(f)]);
+      if (t.shape() != first.shape())
+        throw DataError("stack_fields: field '" + fields_[static_cast<std::size_t>(f)] + "' is " + shape_string(t.shape()) + ", '" +
+                        fields_.front() + "' " + shape_string(first.shape()) + ": stacked fields need one shape");
+      for (std::int64_t i = 0; i < n; ++i) put(out, i * k + f, value(t, i, fields_[static_cast<std::size_t>(f)]));
+    }
+    for (const auto& name : fields_) in.erase(name);
+    in.set(output_, std::move(out));
+    return in;
+  }
+
+ private:
+  static double value(const Tensor& t, std::int64_t i, const std::string& name) {
+    switch (t.dtype()) {
+      case DType::U8: return t.data<std::uint8_t>()[i];
+      case DType::I16: return t.data<std::int16_t>()[i];
+      case DType::I32: return t.data<std::int32_t>()[i];
+      case DType::I64: return static_cast<double>(t.data<std::int64_t>()[i]);
+      case DType::F32: return t.data<float>()[i];
+      case DType::F64: return t.data<double>()[i];
+      default: throw DataError("stack_fields: field '" + name + "' is " + dtype_name(t.dtype()) + ", not a number");
+    }
+  }
+  void put(Tensor& out, std::int64_t i, double v) const {
+    switch (dtype_) {
+      case DType::F64: out.data<double>()[i] = v; break;
+      case DType::I64: out.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
+      case DType::I32: out.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
+      default: out.data<float>()[i] = static_cast<float>(v); break;
+    }
+  }
+  std::vector<std::string> fields_;
+  std::string output_;
+  DType dtype_ = DType::F32;
+};
+
 }  // namespace
 
 void register_field_ops(Registrar& registrar) {
   registrar.add<SelectFields>();
   registrar.add<SplitText>();
+  registrar.add<StackFields>();
 }
 
 }  // namespace sluice::std_ops

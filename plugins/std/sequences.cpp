@@ -266,7 +266,10 @@ class BucketBySequenceLength final : public Aggregate {
 
 // tf.data's window followed by a batch of each window: window k holds the elements at positions
 // k*shift + j*stride (j < size) of the iteration, stacked along a new first dimension. Without
-// drop_remainder the windows that start before the end come out short (as tf.data's).
+// drop_remainder the windows that start before the end come out short (as tf.data's). With a
+// key_field, windows never span two keys: a run of consecutive elements with one key (the rows
+// of one sensor's file) is windowed on its own, as if it were an iteration (tf.data's
+// group_by_window over consecutive elements).
 class Window final : public Aggregate {
  public:
   static OperatorInfo describe() {
@@ -276,7 +279,10 @@ class Window final : public Aggregate {
             {ParamSpec::make("size", ParamType::Int, "elements per window").range(1, 1e9),
              ParamSpec::make("shift", ParamType::Int, "elements between the starts of two windows; 0: size").def("0").range(0, 1e9),
              ParamSpec::make("stride", ParamType::Int, "step between the elements of a window").def("1").range(1, 1e9),
-             drop_remainder_param("drop the short windows at the end of each iteration")},
+             drop_remainder_param("drop the short windows at the end of each iteration (or key run)"),
+             ParamSpec::make("key_field", ParamType::String,
+                             "an integer or text scalar field; windows only hold consecutive elements with equal keys (empty: none)")
+                 .def("")},
             {.saves_state = true},
             {}};
   }
@@ -284,7 +290,8 @@ class Window final : public Aggregate {
       : size_(p.get_int("size")),
         shift_(p.get_int("shift") == 0 ? size_ : p.get_int("shift")),
         stride_(p.get_int("stride")),
-        drop_remainder_(p.get_bool("drop_remainder")) {}
+        drop_remainder_(p.get_bool("drop_remainder")),
+        key_field_(p.get_string("key_field")) {}
   void start(const StageInfo& info) override {
     allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
@@ -295,9 +302,15 @@ class Window final : public Aggregate {
       HeldRows shape_of_first;
       shape_of_first.add(first_, 0);
       shape_of_first.check(in, true);
-    } else {
-      first_ = in;
     }
+    if (!key_field_.empty()) {
+      std::string key = key_of(in);
+      if (key != key_) {  // a new run of keys: what the last run holds ends like an iteration
+        end_run(out);
+        key_ = std::move(key);
+      }
+    }
+    if (first_.empty()) first_ = in;
     const std::int64_t position = seen_++;
     if (position < next_start_) return Flow::Continue;  // between two windows (shift > size * stride)
     if (held_.empty()) base_ = position;
@@ -309,13 +322,11 @@ class Window final : public Aggregate {
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
-    while (!drop_remainder_ && next_start_ < seen_) {
-      emit((seen_ - 1 - next_start_) / stride_ + 1, out);
-      advance();
-    }
+    end_run(out);
     reset();
   }
   void save_state(StateWriter& w) const override {
+    w.put_string(key_);
     w.put(seen_);
     w.put(next_start_);
     w.put(base_);
@@ -327,6 +338,7 @@ class Window final : public Aggregate {
   }
   void restore_state(StateReader& r) override {
     reset();
+    key_ = r.get_string();
     seen_ = r.get<std::int64_t>();
     next_start_ = r.get<std::int64_t>();
     base_ = r.get<std::int64_t>();
@@ -352,10 +364,32 @@ class Window final : public Aggregate {
   void reset() {
     held_.clear();
     first_ = Sample();
+    key_.clear();
     seen_ = next_start_ = base_ = 0;
+  }
+  // The short windows of the run that ends (unless drop_remainder), then a fresh start.
+  void end_run(Emitter& out) {
+    while (!drop_remainder_ && next_start_ < seen_) {
+      emit((seen_ - 1 - next_start_) / stride_ + 1, out);
+      advance();
+    }
+    held_.clear();
+    seen_ = next_start_ = base_ = 0;
+  }
+  std::string key_of(const Sample& in) const {
+    const Tensor& t = in.at(key_field_);
+    if (t.num_elements() != 1) throw DataError("key_field '" + key_field_ + "' is " + shape_string(t.shape()) + ", not one value");
+    switch (t.dtype()) {
+      case DType::Bytes: return "s" + std::string(t.string_at(0));
+      case DType::I64: return "i" + std::to_string(t.item<std::int64_t>());
+      case DType::I32: return "i" + std::to_string(t.item<std::int32_t>());
+      default: throw DataError("key_field '" + key_field_ + "' is " + dtype_name(t.dtype()) + "; give an int64, int32 or text key");
+    }
   }
   std::int64_t size_, shift_, stride_;
   bool drop_remainder_;
+  std::string key_field_;
+  std::string key_;  // the key of the run being windowed
   VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;

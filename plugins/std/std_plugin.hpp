@@ -18,7 +18,7 @@ void register_combinators(Registrar& registrar); // zip, concatenate, sample_fro
 // padded_batch, ragged_batch, bucket_by_sequence_length, window, window_field (and pack_sequences)
 void register_sequences(Registrar& registrar);
 void register_packing(Registrar& registrar);     // pack_sequences
-void register_field_ops(Registrar& registrar);   // select_fields, split_text
+void register_field_ops(Registrar& registrar);   // select_fields, split_text, stack_fields
 
 // shard's and balanced_shard's count and index: -1 (the default) is this worker's, filled by the
 // host from the worker identity; a host that fills nothing gets one shard.
