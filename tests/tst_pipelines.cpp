@@ -2,7 +2,9 @@
 // sample-data pipelines (fewer images, so the test stays quick).
 #include <QtTest>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "pipeline_runner.hpp"
 
@@ -111,6 +113,50 @@ class TestPipelines : public QObject {
     QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
     QCOMPARE(out_of(out, "mix"), std::uint64_t(320));  // the mixture goes on when one runs out: every record
     QCOMPARE(out_of(out, "batch"), std::uint64_t(5));
+  }
+
+  // 002_*.txt's time-series workflow: CSV readings -> standardized -> windows of 16 steps that
+  // never span two assets -> TFRecord shards; then read back, shuffled and batched (32, 16, 3).
+  void sensor_windows_written_then_trained_on() {
+    const std::string windows = dir_.path().toStdString() + "/windows";
+    auto offline = run_file("sensor_windows.txtpb", {"write.prefix=" + windows + "/w"});
+    QVERIFY2(offline.error.empty() && offline.result.state == sluice::RunState::Finished, (offline.error + offline.result.error).c_str());
+    QCOMPARE(out_of(offline, "rows"), std::uint64_t(600));  // 6 assets of 120, 80, 150, 60, 100 and 90 steps
+    // (n - 16) / 4 + 1 windows of an asset of n steps: 27 + 17 + 34 + 12 + 22 + 19; one more if
+    // windows ran on from one asset into the next.
+    QCOMPARE(out_of(offline, "windows"), std::uint64_t(131));
+    const std::string batches = dir_.path().toStdString() + "/sensor_batches.jsonl";
+    auto train = run_file("train_sensor_windows.txtpb", {"files.patterns=" + windows + "/w-*.tfrecord", "out.path=" + batches});
+    QVERIFY2(train.error.empty() && train.result.state == sluice::RunState::Finished, (train.error + train.result.error).c_str());
+    QCOMPARE(out_of(train, "read"), std::uint64_t(131));
+    QCOMPARE(out_of(train, "batch"), std::uint64_t(4));
+    std::ifstream in(batches);
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      // 32 windows of 16 steps of 3 readings; each window's 16 asset ids are one asset's.
+      const auto r = line.find("\"readings\":"), a = line.find("\"asset\":");
+      QVERIFY(r != std::string::npos && a != std::string::npos);
+      std::string readings = r < a ? line.substr(r, a - r) : line.substr(r);
+      readings.erase(readings.rfind(']') + 1);
+      QCOMPARE(std::count(readings.begin(), readings.end(), ','), std::ptrdiff_t(32 * 16 * 3 - 1));
+      const auto assets = integers(a < r ? line.substr(a, r - a) : line.substr(a));
+      QCOMPARE(assets.size(), std::size_t(32 * 16));
+      for (std::size_t w = 0; w < 32; ++w)
+        for (std::size_t t = 1; t < 16; ++t) QCOMPARE(assets[w * 16 + t], assets[w * 16]);
+    }
+    QCOMPARE(lines, 4);
+  }
+
+  void sequence_examples_padded_and_ragged() {
+    const std::string padded = dir_.path().toStdString() + "/padded.jsonl", ragged = dir_.path().toStdString() + "/ragged.jsonl";
+    auto out = run_file("sequence_examples.txtpb", {"padded_out.path=" + padded, "ragged_out.path=" + ragged});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    QCOMPARE(out_of(out, "padded"), std::uint64_t(2));
+    QCOMPARE(out_of(out, "ragged"), std::uint64_t(2));
+    const std::string p = read_file(padded), r = read_file(ragged);
+    QVERIFY2(p.find("\"x_int_seq_length\":[3,5]") != std::string::npos && p.find("\"x_int_seq_length\":[7,9]") != std::string::npos, p.c_str());
+    QVERIFY2(r.find("\"x_int_seq_row_splits\":[0,3,8]") != std::string::npos && r.find("\"x_int_seq_row_splits\":[0,7,16]") != std::string::npos,
+             r.c_str());
   }
 };
 

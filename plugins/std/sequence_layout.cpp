@@ -359,7 +359,9 @@ Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::stri
     if (!is_ragged_field(ragged, f)) {
       std::vector<const Sample*> all;
       for (const auto& r : rows) all.push_back(&r);
-      out.set(f.name, stack_field(all, f.name, allocator));
+      Tensor stacked = stack_field(all, f.name, allocator);
+      if (counters) counters->add_padding(0, static_cast<std::uint64_t>(stacked.num_elements()));
+      out.set(f.name, std::move(stacked));
       continue;
     }
     std::int64_t total = 0;
