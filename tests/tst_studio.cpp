@@ -799,6 +799,33 @@ class TestStudio : public QObject {
   // After a run, nodes and table show the run's averages, the numbers the CLI's report gives for
   // it, not the last short interval; the table labels a fused group's shared buffer on the stage
   // that owns it.
+  // A padding batch: its padding share in the monitor, its output fields' types and shapes in the
+  // inspector.
+  void padded_batches_show_padding_and_output_shapes() {
+    using sluice::test::stage;
+    const std::string lines = write_text(dir_.filePath("seq.txt"), "1\n2 2\n3 3 3\n4 4 4 4\n").toStdString();
+    open_text(stage("files", "list_files", "", {{"patterns", lines}}) + stage("lines", "text_lines", "files") +
+                  stage("split", "split_text", "lines", {{"to", "int64"}}) + stage("pb", "padded_batch", "split", {{"batch_size", "2"}}) +
+                  stage("sink", "null_sink", "pb"),
+              "padded.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QTableWidget* table = window_->monitor().table();
+    QCOMPARE(table->horizontalHeaderItem(10)->text(), QString("padding"));
+    for (int r = 0; r < table->rowCount(); ++r) {
+      const QString id = table->item(r, 0)->text().split(' ').front();
+      QCOMPARE(table->item(r, 10)->text(), id == "pb" ? QString("17%") : QString("–"));  // 2 of 12 values
+    }
+    window_->scene().select_stage("pb");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "pb");
+    const QString outputs = window_->inspector().outputs_text();
+    QVERIFY2(outputs.contains("<tt>line</tt> &nbsp;i64[2, "), qPrintable(outputs));
+    QVERIFY2(outputs.contains("padding: 16.7%"), qPrintable(outputs));
+    window_->scene().select_stage("lines");
+    QTRY_VERIFY(window_->inspector().stage() == "lines");
+    QVERIFY2(window_->inspector().outputs_text().contains("<tt>line</tt> &nbsp;bytes[]"), qPrintable(window_->inspector().outputs_text()));
+  }
+
   void a_finished_run_shows_its_averages_as_the_report_does() {
     using sluice::test::stage;
     open_text(stage("src", "range", "", {{"count", "600"}}) + stage("slow", "simulate_work", "src", {{"us", "2000"}}) +

@@ -70,6 +70,13 @@ Inspector::Inspector(Document& document, QWidget* parent) : QWidget(parent), doc
   header_->setWordWrap(true);
   header_->setTextFormat(Qt::RichText);
   outer->addWidget(header_);
+  outputs_ = new QLabel;
+  outputs_->setObjectName("outputs");
+  outputs_->setWordWrap(true);
+  outputs_->setTextFormat(Qt::RichText);
+  outputs_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  outputs_->setVisible(false);
+  outer->addWidget(outputs_);
   auto* scroll = new QScrollArea;
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
@@ -92,6 +99,39 @@ void Inspector::show_stage(const QString& id) {
   stage_ = id;
   shown_.clear();
   schedule_rebuild();
+  show_outputs();
+}
+
+void Inspector::show_metrics(const metrics::MetricsSnapshot& snapshot) {
+  metrics_ = snapshot;
+  show_outputs();
+}
+
+QString Inspector::outputs_text() const { return outputs_->isVisible() ? outputs_->text() : QString(); }
+
+// "x  i64[32, 5…41]": a dimension whose size changed between the outputs looked at shows its
+// smallest and largest size (a padded batch's length, a ragged batch's values).
+void Inspector::show_outputs() {
+  const metrics::StageMetrics* found = nullptr;
+  for (const auto& m : metrics_.stage())
+    if (QString::fromStdString(m.id()) == stage_) found = &m;
+  if (!found || found->output_fields_size() == 0) {
+    outputs_->setVisible(false);
+    return;
+  }
+  QStringList rows;
+  for (const auto& f : found->output_fields()) {
+    QStringList dims;
+    for (int d = 0; d < f.min_dims_size() && d < f.max_dims_size(); ++d)
+      dims << (f.min_dims(d) == f.max_dims(d) ? QString::number(f.min_dims(d)) : QString("%1…%2").arg(f.min_dims(d)).arg(f.max_dims(d)));
+    rows << QString("<tt>%1</tt> &nbsp;%2[%3]").arg(QString::fromStdString(f.name()).toHtmlEscaped(), QString::fromStdString(f.dtype()), dims.join(", "));
+  }
+  QString text = QString("<b>Outputs</b> <span style='color:#666'>(%1 looked at)</span><br>%2").arg(found->output_samples()).arg(rows.join("<br>"));
+  const double written = double(found->padding_values()) + double(found->data_values());
+  if (written > 0)
+    text += QString("<br>padding: %1% of the values written").arg(100.0 * double(found->padding_values()) / written, 0, 'f', 1);
+  outputs_->setText(text);
+  outputs_->setVisible(true);
 }
 
 void Inspector::schedule_rebuild() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "document.hpp"
+#include "metrics.pb.h"
 
 namespace sluice::studio {
 
@@ -20,6 +21,11 @@ class Inspector final : public QWidget {
  public:
   explicit Inspector(Document& document, QWidget* parent = nullptr);
   void show_stage(const QString& id);  // empty: nothing selected
+  // The last run's metrics: the selected stage's output fields (names, types, shapes with the
+  // smallest and largest size seen in each dimension) and padding share are shown under its name.
+  void show_metrics(const metrics::MetricsSnapshot& snapshot);
+  // What the outputs line says now ("" when the stage has not run), for tests.
+  QString outputs_text() const;
   const QString& stage() const { return stage_; }
   bool settled() const { return !rebuild_pending_; }  // the form shows the document as it is
   // The editor of a parameter (object name "param:NAME"), for tests and focus keeping.
@@ -50,6 +56,9 @@ class Inspector final : public QWidget {
   QWidget* form_host_ = nullptr;
   QFormLayout* form_ = nullptr;
   QLabel* header_ = nullptr;
+  QLabel* outputs_ = nullptr;
+  void show_outputs();
+  metrics::MetricsSnapshot metrics_;
 };
 
 }  // namespace sluice::studio

@@ -664,6 +664,7 @@ void MainWindow::clear_live() {
   attached_final_state_.clear();
   scene_->set_live({});
   monitor_->clear();
+  inspector_->show_metrics({});
 }
 
 void MainWindow::clear_verdict() {
@@ -736,6 +737,7 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
   }
   scene_->set_live(live);
   monitor_->show_snapshot(snap, run_ended);
+  inspector_->show_metrics(snap);
   log_->show_snapshot(snap);
 }
 

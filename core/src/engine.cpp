@@ -185,6 +185,7 @@ void Engine::Impl::skip_upstream_of(StageRuntime& producer) {
 bool Engine::Impl::flush(StageRuntime& st, std::vector<Item>& out) {
   if (out.empty()) return !stopping.load(std::memory_order_relaxed);
   StageRuntime& exit = st.exit();
+  exit.observe_output(out);
   std::uint64_t t0 = now_ns();
   bool ok = exit.output->push(out);
   add(exit.counters.blocked_ns, now_ns() - t0);

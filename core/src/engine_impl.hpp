@@ -171,6 +171,48 @@ struct StageRuntime {
   std::atomic<bool> ended{false};
   const checkpoint::StageState* restore = nullptr;
   std::atomic<std::uint64_t> reread{0};
+  // Field names, types and the smallest and largest size of each dimension of this stage's
+  // outputs, from one output sampled per metrics snapshot: the studio's inspector shows them
+  // (ragged and padded batches change shape from one to the next). Set by observe_output().
+  struct ObservedField {
+    std::string name;
+    DType dtype = DType::U8;
+    Shape min, max;
+  };
+  std::atomic<bool> sample_output{true};
+  std::mutex observed_mutex;
+  std::vector<ObservedField> observed;
+  std::uint64_t observed_outputs = 0;
+  // The first element of `out` when a sample is wanted (one relaxed load per chunk otherwise).
+  void observe_output(const std::vector<Item>& out) {
+    if (!sample_output.load(std::memory_order_relaxed)) return;
+    for (const auto& item : out) {
+      if (!item.is_element()) continue;
+      if (!sample_output.exchange(false)) return;
+      std::lock_guard lock(observed_mutex);
+      merge_observed(item.sample);
+      return;
+    }
+  }
+  void merge_observed(const Sample& sample) {
+    ++observed_outputs;
+    for (const auto& f : sample.fields()) {
+      auto it = std::find_if(observed.begin(), observed.end(), [&](const ObservedField& o) { return o.name == f.name; });
+      if (it == observed.end()) {
+        observed.push_back({f.name, f.tensor.dtype(), f.tensor.shape(), f.tensor.shape()});
+        continue;
+      }
+      it->dtype = f.tensor.dtype();
+      if (it->min.size() != f.tensor.rank()) {  // another rank: start again from this one
+        it->min = it->max = f.tensor.shape();
+        continue;
+      }
+      for (std::size_t d = 0; d < f.tensor.rank(); ++d) {
+        it->min[d] = std::min(it->min[d], f.tensor.shape()[d]);
+        it->max[d] = std::max(it->max[d], f.tensor.shape()[d]);
+      }
+    }
+  }
   // What the operator reports through StageInfo::counters.
   struct OperatorCounters final : StageCounters {
     std::atomic<std::uint64_t> padding{0}, data{0};

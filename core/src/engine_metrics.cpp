@@ -93,6 +93,18 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
     m->set_errors_skipped(c.errors_skipped.load());
     m->set_elements_reread(st.reread.load());
+    {
+      std::lock_guard lock(st.observed_mutex);
+      for (const auto& f : st.observed) {
+        auto* shape = m->add_output_fields();
+        shape->set_name(f.name);
+        shape->set_dtype(dtype_name(f.dtype));
+        for (auto d : f.min) shape->add_min_dims(d);
+        for (auto d : f.max) shape->add_max_dims(d);
+      }
+      m->set_output_samples(st.observed_outputs);
+    }
+    st.sample_output.store(true, std::memory_order_relaxed);  // one more output for the next snapshot
     m->set_padding_values(st.operator_counters.padding.load(std::memory_order_relaxed));
     m->set_data_values(st.operator_counters.data.load(std::memory_order_relaxed));
     {

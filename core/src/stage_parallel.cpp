@@ -107,7 +107,10 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
     std::uint64_t t2 = now_ns();
 
     if (!ordered) {
-      if (ok && !st.sink && !out.empty()) ok = st.exit().output->push(out);
+      if (ok && !st.sink && !out.empty()) {
+        st.exit().observe_output(out);
+        ok = st.exit().output->push(out);
+      }
       out.clear();
       {
         std::lock_guard lock(st.commit_mutex);
@@ -124,6 +127,7 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
         st.finished.erase(it);
         lock.unlock();
         report_issues(chunk.issues);
+        if (chunk.ok && !st.sink) st.exit().observe_output(chunk.out);
         bool pushed = !chunk.ok || st.sink || chunk.out.empty() || st.exit().output->push(chunk.out);
         lock.lock();
         ++st.next_commit;
