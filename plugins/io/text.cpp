@@ -23,21 +23,24 @@ class ChunkedInput {
   // Bytes available from the read position, after reading more if fewer than `want` are.
   // Returns fewer only at the end of the stream.
   std::size_t fill(std::size_t want) {
-    if (end_ - pos_ >= want || eof_) return end_ - pos_;
-    const std::size_t have = end_ - pos_;
-    const std::size_t size = std::max({chunk_, want, 2 * have});  // doubling: a long line costs linear copying
-    auto next = allocator_.allocate(size);
-    if (have) std::memcpy(next->data(), buffer_->data() + pos_, have);
-    buffer_ = std::move(next);
-    pos_ = 0;
-    end_ = have;
-    while (end_ < size) {
-      const std::size_t got = source_->read(buffer_->data() + end_, size - end_);
-      if (got == 0) {
-        eof_ = true;
-        break;
+    while (end_ - pos_ < want && !eof_) {
+      // A larger buffer each time (doubling: a long line or record costs linear copying), never
+      // more than twice what is held: a huge record_bytes on a small file allocates nothing huge.
+      const std::size_t have = end_ - pos_;
+      const std::size_t size = std::max(chunk_, 2 * have);
+      auto next = allocator_.allocate(size);
+      if (have) std::memcpy(next->data(), buffer_->data() + pos_, have);
+      buffer_ = std::move(next);
+      pos_ = 0;
+      end_ = have;
+      while (end_ < size) {
+        const std::size_t got = source_->read(buffer_->data() + end_, size - end_);
+        if (got == 0) {
+          eof_ = true;
+          break;
+        }
+        end_ += got;
       }
-      end_ += got;
     }
     return end_ - pos_;
   }
@@ -223,7 +226,7 @@ class FixedLengthRecords final : public Expand {
    public:
     Records(std::string path, std::unique_ptr<ByteSource> source, const FixedLengthRecords& op, DamageReport& damage)
         : path_(std::make_shared<const std::string>(std::move(path))),
-          input_(std::move(source), op.pool_, std::max<std::size_t>(1 << 20, op.record_ + op.footer_)),
+          input_(std::move(source), op.pool_, 1 << 20),
           op_(op),
           damage_(damage) {}
     bool next(Sample& out) override {
