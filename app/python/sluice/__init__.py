@@ -18,7 +18,7 @@ import weakref
 from . import _sluice
 from ._sluice import PipelineError, SpecError, Tensor
 
-__all__ = ["AUTOTUNE", "Pipeline", "SpecError", "PipelineError", "Tensor", "data", "validate"]
+__all__ = ["AUTOTUNE", "Pipeline", "SpecError", "PipelineError", "Tensor", "data", "nested", "ragged_rows", "validate"]
 
 # tf.data's name for "let the engine choose": parallelism=sluice.AUTOTUNE, buffer_size=sluice.AUTOTUNE.
 AUTOTUNE = -1
@@ -45,6 +45,36 @@ def _param_text(value):
     if isinstance(value, (list, tuple)):
         return ",".join(_param_text(v) for v in value)
     return str(value)
+
+
+def ragged_rows(batch, field):
+    """The rows of a ragged field of a batch made by ragged_batch (or bucket/pack stages' ragged
+    output): its values split by FIELD_row_lengths or FIELD_row_splits, as a list of views of the
+    values (NumPy arrays or torch tensors, whichever the batch holds), nothing copied."""
+    values = batch[field]
+    if field + "_row_splits" in batch:
+        splits = [int(v) for v in batch[field + "_row_splits"]]
+    elif field + "_row_lengths" in batch:
+        splits = [0]
+        for length in batch[field + "_row_lengths"]:
+            splits.append(splits[-1] + int(length))
+    else:
+        raise KeyError(f"the batch has no {field}_row_lengths or {field}_row_splits: is '{field}' a ragged field "
+                       f"(ragged_batch)? its fields: {', '.join(batch)}")
+    if splits[-1] != len(values):
+        raise ValueError(f"'{field}' holds {len(values)} rows of values, its partition says {splits[-1]}")
+    return [values[splits[k]:splits[k + 1]] for k in range(len(splits) - 1)]
+
+
+def nested(batch, field):
+    """A ragged field as a torch nested tensor (torch.nested.nested_tensor), what PyTorch's
+    variable-length models take; its rows are copied once, into the nested tensor."""
+    import numpy
+    import torch
+
+    rows = ragged_rows(batch, field)
+    return torch.nested.nested_tensor([row if isinstance(row, torch.Tensor) else torch.from_numpy(numpy.ascontiguousarray(row))
+                                       for row in rows])
 
 
 def _read_pipeline_file(path):
