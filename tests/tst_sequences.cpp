@@ -262,6 +262,25 @@ class TestSequences : public QObject {
     QVERIFY2(line.find("\"x_int\":[[0,10,") != std::string::npos, line.c_str());  // a fixed field is stacked
   }
 
+  // TFX's SequenceExamples: frames of text (feature list s: "10500", "10501" in record 0, one more
+  // in each next record), batched ragged and padded with a text padding value.
+  void text_feature_lists_batched_ragged_and_padded() {
+    const std::string parsed = stage("files", "list_files", "", {{"patterns", tf("tfx_sequence_eval.tfrecord.gz")}}) +
+                               stage("read", "tfrecord_reader", "files") +
+                               stage("parse", "parse_example", "read", {{"features", "i:int64=-7"}, {"sequence_features", "s:bytes[]"}}) +
+                               stage("only", "select_fields", "parse", {{"keep", "s"}}) + stage("first", "take", "only", {{"count", "4"}});
+    auto b64 = [](int v) { return QByteArray::number(v).toBase64().toStdString(); };
+    auto ragged = run_ok(parsed + stage("rb", "ragged_batch", "first", {{"batch_size", "4"}}) + sink_after("rb"));
+    std::string values;
+    for (int r = 0; r < 4; ++r) values += (r ? ",[\"" : "[\"") + b64(10500 + r) + "\"],[\"" + b64(10501 + r) + "\"]";
+    QCOMPARE(ragged.lines, (Lines{R"({"s":[)" + values + R"(],"s_row_lengths":[2,2,2,2]})"}));
+    auto padded = run_ok(parsed + stage("pb", "padded_batch", "first", {{"batch_size", "2"}, {"padded_shapes", "s:3x1"}, {"padding_values", "s:<none>"}}) +
+                         sink_after("pb"));
+    const std::string none = "\"" + QByteArray("<none>").toBase64().toStdString() + "\"";
+    QCOMPARE(padded.lines.front(), R"({"s":[[[")" + b64(10500) + R"("],[")" + b64(10501) + R"("],[)" + none + R"(]],[[")" + b64(10501) + R"("],[")" +
+                                       b64(10502) + R"("],[)" + none + R"(]]]})");
+  }
+
   // ---- packing ----
   void packing_loses_and_duplicates_no_token() {
     // 300 sequences of 0..40 tokens (some longer than the row), every token id distinct.

@@ -172,7 +172,7 @@ struct StageRuntime {
   const checkpoint::StageState* restore = nullptr;
   std::atomic<std::uint64_t> reread{0};
   // Field names, types and the smallest and largest size of each dimension of this stage's
-  // outputs, from one output sampled per metrics snapshot: the studio's inspector shows them
+  // outputs, from its first outputs and then one per metrics snapshot: the studio's inspector shows them
   // (ragged and padded batches change shape from one to the next). Set by observe_output().
   struct ObservedField {
     std::string name;
@@ -180,11 +180,24 @@ struct StageRuntime {
     Shape min, max;
   };
   std::atomic<bool> sample_output{true};
+  // The first outputs are all looked at (a short run's, and the first batches' ranges); then one
+  // per snapshot: a relaxed load or two per chunk.
+  std::atomic<std::uint32_t> eager_samples{16};
   std::mutex observed_mutex;
   std::vector<ObservedField> observed;
   std::uint64_t observed_outputs = 0;
-  // The first element of `out` when a sample is wanted (one relaxed load per chunk otherwise).
   void observe_output(const std::vector<Item>& out) {
+    if (eager_samples.load(std::memory_order_relaxed) > 0) {
+      std::lock_guard lock(observed_mutex);
+      for (const auto& item : out) {
+        if (!item.is_element()) continue;
+        const std::uint32_t left = eager_samples.load(std::memory_order_relaxed);
+        if (left == 0) break;
+        eager_samples.store(left - 1, std::memory_order_relaxed);  // (under the lock: one writer at a time)
+        merge_observed(item.sample);
+      }
+      return;
+    }
     if (!sample_output.load(std::memory_order_relaxed)) return;
     for (const auto& item : out) {
       if (!item.is_element()) continue;

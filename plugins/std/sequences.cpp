@@ -14,24 +14,13 @@ ParamSpec drop_remainder_param(const char* what) {
   return ParamSpec::make("drop_remainder", ParamType::Bool, what).def("false");
 }
 
-// tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
-// the longest of its batch or to a given shape, with per-field padding values.
-class PaddedBatch final : public Aggregate {
+// Batches of batch_size rows held until the batch is full (or the iteration ends), each row
+// checked when it comes so that a refused element is refused alone; the subclass says what a row
+// must be like and how the rows become one output.
+class HeldRowBatch : public Aggregate {
  public:
-  static OperatorInfo describe() {
-    std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
-    for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
-    return {"padded_batch",
-            OperatorKind::Aggregate,
-            "Stacks batch_size consecutive elements, padding each field to the longest of the batch or to padded_shapes",
-            std::move(params),
-            {.saves_state = true},
-            {}};
-  }
-  explicit PaddedBatch(const Params& p)
-      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
-        drop_remainder_(p.get_bool("drop_remainder")),
-        rules_(PaddingRules::from_params(p)) {}
+  explicit HeldRowBatch(const Params& p)
+      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
   void start(const StageInfo& info) override {
     allocator_ = pool_.for_stage(info);
     counters_ = info.counters;
@@ -39,7 +28,7 @@ class PaddedBatch final : public Aggregate {
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
     rows_.check(in, false);
-    check_fits(in, rules_, std::nullopt, {});
+    check_row(in);
     rows_.add(std::move(in), ctx.index);
     if (rows_.size() == batch_size_) emit(out);
     return Flow::Continue;
@@ -54,24 +43,53 @@ class PaddedBatch final : public Aggregate {
   }
   void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
 
+ protected:
+  // Throws DataError when `in` cannot join the rows held (already checked: same fields, types, ranks).
+  virtual void check_row(const Sample& in) const = 0;
+  virtual Sample assemble(const std::vector<Sample>& rows) = 0;
+  const HeldRows& rows() const { return rows_; }
+  Allocator& allocator() const { return *allocator_; }
+  StageCounters* counters() const { return counters_; }
+
  private:
   void emit(Emitter& out) {
-    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_, counters_);
+    Sample batch = assemble(rows_.rows());
     rows_.clear();
     out.push(std::move(batch));
   }
   std::size_t batch_size_;
   bool drop_remainder_;
-  PaddingRules rules_;
   VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   HeldRows rows_;
 };
 
+// tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
+// the longest of its batch or to a given shape, with per-field padding values.
+class PaddedBatch final : public HeldRowBatch {
+ public:
+  static OperatorInfo describe() {
+    std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
+    for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
+    return {"padded_batch",
+            OperatorKind::Aggregate,
+            "Stacks batch_size consecutive elements, padding each field to the longest of the batch or to padded_shapes",
+            std::move(params),
+            {.saves_state = true},
+            {}};
+  }
+  explicit PaddedBatch(const Params& p) : HeldRowBatch(p), rules_(PaddingRules::from_params(p)) {}
+
+ private:
+  void check_row(const Sample& in) const override { check_fits(in, rules_, std::nullopt, {}); }
+  Sample assemble(const std::vector<Sample>& rows) override { return pad_and_stack(rows, rules_, allocator(), counters()); }
+  PaddingRules rules_;
+};
+
 // tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
 // becomes its rows' values, concatenated, and where each row starts.
-class RaggedBatch final : public Aggregate {
+class RaggedBatch final : public HeldRowBatch {
  public:
   static OperatorInfo describe() {
     return {"ragged_batch",
@@ -91,62 +109,34 @@ class RaggedBatch final : public Aggregate {
             {}};
   }
   explicit RaggedBatch(const Params& p)
-      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
-        drop_remainder_(p.get_bool("drop_remainder")),
+      : HeldRowBatch(p),
         fields_(p.get_string_list("fields")),
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
-  void start(const StageInfo& info) override {
-    allocator_ = pool_.for_stage(info);
-    counters_ = info.counters;
-  }
-  void begin_iteration(std::uint64_t) override { rows_.clear(); }
-  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    rows_.check(in, false);
+
+ private:
+  void check_row(const Sample& in) const override {
     for (const auto& name : fields_) {
       const Tensor* t = in.find(name);
       if (!t) throw DataError("fields names '" + name + "', which this element has not");
       if (t->rank() == 0) throw DataError("field '" + name + "' is a scalar: it has no length to batch ragged");
     }
-    if (!rows_.empty()) {
-      const Sample& first = rows_.rows().front();
-      for (const auto& f : in.fields()) {
-        const Shape& want = first.at(f.name).shape();
-        const bool ragged = is_ragged_field(fields_, f);
-        if (!std::equal(f.tensor.shape().begin() + (ragged ? 1 : 0), f.tensor.shape().end(), want.begin() + (ragged ? 1 : 0)))
-          throw DataError("field '" + f.name + "' is " + shape_string(f.tensor.shape()) + " here and " + shape_string(want) +
-                          " in the batch's first row: " +
-                          (ragged ? "only the first dimension may differ in a ragged batch"
-                                  : "it is stacked (not listed in fields), so its shape must not change"));
-      }
+    if (rows().empty()) return;
+    const Sample& first = rows().rows().front();
+    for (const auto& f : in.fields()) {
+      const Shape& want = first.at(f.name).shape();
+      const bool ragged = is_ragged_field(fields_, f);
+      if (!std::equal(f.tensor.shape().begin() + (ragged ? 1 : 0), f.tensor.shape().end(), want.begin() + (ragged ? 1 : 0)))
+        throw DataError("field '" + f.name + "' is " + shape_string(f.tensor.shape()) + " here and " + shape_string(want) +
+                        " in the batch's first row: " +
+                        (ragged ? "only the first dimension may differ in a ragged batch"
+                                : "it is stacked (not listed in fields), so its shape must not change"));
     }
-    rows_.add(std::move(in), ctx.index);
-    if (rows_.size() == batch_size_) emit(out);
-    return Flow::Continue;
   }
-  void end_iteration(std::uint64_t, Emitter& out) override {
-    if (!rows_.empty() && !drop_remainder_) emit(out);
-    rows_.clear();
+  Sample assemble(const std::vector<Sample>& rows) override {
+    return ragged_stack(rows, fields_, partition_, allocator(), counters());
   }
-  void save_state(StateWriter& w) const override {
-    rows_.save(w);
-    w.describe(std::to_string(rows_.size()) + " of " + std::to_string(batch_size_) + " rows gathered");
-  }
-  void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
-
- private:
-  void emit(Emitter& out) {
-    Sample batch = ragged_stack(rows_.rows(), fields_, partition_, *allocator_, counters_);
-    rows_.clear();
-    out.push(std::move(batch));
-  }
-  std::size_t batch_size_;
-  bool drop_remainder_;
   std::vector<std::string> fields_;
   RowPartition partition_;
-  VaryingSizePool pool_;
-  Allocator* allocator_ = &HostAllocator::instance();
-  StageCounters* counters_ = nullptr;
-  HeldRows rows_;
 };
 
 // tf.data's bucket_by_sequence_length: elements go to the bucket of their length (bucket i holds
