@@ -259,6 +259,36 @@ class TestHostile : public QObject {
     QCOMPARE(evil.code, 1);
     QVERIFY2(evil.err.contains("truncated") && evil.err.contains(QString::fromStdString(gz)) && !evil.err.contains("memory"),
              qPrintable(evil.err));
+    // A gzip text file inflating to 256 MiB of one line: refused at max_line_bytes (64 MiB), named,
+    // under a 1.5 GB address space; a record size of 2 GiB on a 10-byte file allocates nothing near it.
+    const std::string bomb = dir.filePath("bomb.txt.gz").toStdString();
+    {
+      gzFile z = gzopen(bomb.c_str(), "wb9");
+      const std::string zeros(1 << 20, 'a');
+      for (int k = 0; k < 256; ++k) gzwrite(z, zeros.data(), static_cast<unsigned>(zeros.size()));
+      gzclose(z);
+    }
+    auto line_bomb = run_cli_limited({"run",
+                                      QString::fromStdString(write_pipeline(dir, "bomb.txtpb",
+                                                                            stage("files", "list_files", "", {{"patterns", bomb}}) +
+                                                                                stage("lines", "text_lines", "files") + stage("out", "null_sink", "lines"))),
+                                      "--quiet"},
+                                     1500000);
+    EXPECT_FAILS_WITH(line_bomb, 1, "bomb.txt.gz line 1 (byte offset 0): longer than max_line_bytes (67108864)");
+    const std::string small = dir.filePath("small.bin").toStdString();
+    std::ofstream(small, std::ios::binary) << "0123456789";
+    auto big_record = run_cli_limited({"run",
+                                       QString::fromStdString(write_pipeline(dir, "records.txtpb",
+                                                                             stage("files", "list_files", "", {{"patterns", small}}) +
+                                                                                 stage("rec", "fixed_length_records", "files", {{"record_bytes", "2147483648"}}) +
+                                                                                 stage("out", "null_sink", "rec"))),
+                                       "--quiet"},
+                                      1500000);
+    EXPECT_FAILS_WITH(big_record, 1, "record 0 (byte offset 0): truncated, 10 of 2147483648 bytes");
+    // A padded shape no memory holds is refused with the parameters, before any element.
+    EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + stage("pb", "padded_batch", "src", {{"batch_size", "1000"}, {"padded_shapes", "value:100000000x1000"}}) +
+                                            stage("out", "null_sink", "pb")),
+                      2, "padded_shapes: a batch of 1000 rows of value:[100000000,1000] is 100000000000000 values");
 #ifndef SLUICE_SANITIZED  // (AddressSanitizer aborts on a 3.6 GB request over the limit instead of failing it)
     // Running out of memory is blamed on the stage that asked, with no advice to skip elements.
     auto oom = run_cli_limited({"run",

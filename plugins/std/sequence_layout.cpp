@@ -162,6 +162,18 @@ PaddingRules PaddingRules::from_params(const Params& p) {
       rules.values[field] = entry.substr(colon + 1);
     }
   }
+  // A fixed padded shape is known before any element: one no memory could hold is refused now.
+  const auto batch = p.has("batch_size") ? p.get_int("batch_size") : 1;
+  for (const auto& [field, shape] : rules.shapes) {
+    std::int64_t values = batch;
+    bool overflow = false;
+    for (auto d : shape)
+      if (d > 0) overflow = overflow || __builtin_mul_overflow(values, d, &values);
+    if (overflow || values > (std::int64_t{1} << 36))
+      throw ParamError("padded_shapes: a batch of " + std::to_string(batch) + " rows of " + field + ":" + shape_string(shape) + " is " +
+                       (overflow ? std::string("more than 2^63") : std::to_string(values)) +
+                       " values, more than any memory holds; give a smaller padded shape (or batch_size)");
+  }
   rules.length_fields = p.get_string_list("lengths");
   rules.mask_fields = p.get_string_list("masks");
   return rules;
