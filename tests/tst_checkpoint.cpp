@@ -272,6 +272,50 @@ class TestCheckpoint : public QObject {
     }
   }
 
+  // A cut asked for while a zip, in the middle of its first output, waits for an input that holds
+  // back (a shuffle filling its buffer from a slow source): the barrier reaches the zip there, and
+  // the element it was given from the other input goes back in front of it, not lost.
+  void cut_in_the_middle_of_a_combine_output() {
+    const std::string text = "options { seed: 6 deterministic: true }\n" + stage("a", "range", "", {{"count", "300"}}) +
+                             stage("b0", "range", "", {{"start", "5000"}, {"count", "600"}}, "buffer_size: 2") +
+                             stage("bw", "simulate_work", "b0", {{"us", "400"}}, "buffer_size: 2") +
+                             stage("bs", "shuffle", "bw", {{"buffer_size", "300"}}, "buffer_size: 2") +
+                             stage("z", "zip", "", {{"prefixes", "a,b"}}, "input: \"a\" input: \"bs\" buffer_size: 2") + sink_after("z");
+    QTemporaryDir dir;
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    QCOMPARE(whole.lines.size(), std::size_t(300));
+    auto stage_out = [](const sluice::metrics::MetricsSnapshot& snap, const std::string& id) {
+      for (const auto& m : snap.stage())
+        if (m.id() == id) return m.elements_out();
+      return std::uint64_t(0);
+    };
+    std::string resolved = text;
+    const std::string first_out = dir.filePath("first.jsonl").toStdString();
+    for (std::size_t at; (at = resolved.find("$OUT")) != std::string::npos;) resolved.replace(at, 4, first_out);
+    sluice::Engine engine(graph_of(resolved), {});
+    engine.start();
+    // The zip has taken a's first element (a is far ahead) and waits for b: its shuffle is filling
+    // (300 elements of 0.4 ms each), nothing of b has come.
+    for (int i = 0; i < 20000; ++i) {
+      const auto snap = engine.snapshot();
+      if (stage_out(snap, "a") >= 1 && stage_out(snap, "bw") >= 20 && stage_out(snap, "bs") == 0) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    const auto before = engine.snapshot();
+    QVERIFY2(stage_out(before, "bs") == 0 && stage_out(before, "z") == 0, "the shuffle had filled before the cut was asked for");
+    const auto taken = engine.checkpoint(/*then_stop=*/true);
+    QVERIFY2(taken.has_value(), "no checkpoint was taken");
+    auto cut = std::make_shared<const sluice::checkpoint::Checkpoint>(*taken);
+    QCOMPARE(engine.wait().state, sluice::RunState::Stopped);
+    const auto first = lines_of(first_out);
+    QVERIFY2(first.empty(), qPrintable(QString("%1 outputs before the cut").arg(first.size())));
+    // The zip's saved inputs: a's element it was given is among them.
+    QVERIFY2(state_of(*cut, "z").elements_size() >= 1, "the zip saved no element of a");
+    const Run rest = run(text, dir, "rest.jsonl", -1, cut);
+    QCOMPARE(rest.result.state, sluice::RunState::Finished);
+    QCOMPARE(joined(first, rest.lines), whole.lines);
+  }
+
   // A resumed run can itself be checkpointed and resumed: three pieces make the whole.
   void chain_of_resumes_is_exact() {
     const std::string text = tfrecord_pipeline(shards_, 4);
