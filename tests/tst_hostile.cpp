@@ -250,12 +250,12 @@ class TestHostile : public QObject {
     gzFile f = gzopen(gz.c_str(), "wb");
     gzwrite(f, header.data(), static_cast<unsigned>(header.size()));
     gzclose(f);
-    auto evil = run_cli_limited({"run",
-                                 QString::fromStdString(write_pipeline(dir, "gz.txtpb",
-                                                                       stage("files", "list_files", "", {{"patterns", gz}}) +
-                                                                           stage("read", "tfrecord_reader", "files") + stage("out", "null_sink", "read"))),
-                                 "--quiet"},
-                                1500000);
+    // `sluice run --quiet` of a pipeline file written in `dir`, under a 1.5 GB address space.
+    auto run_limited = [&](const char* name, const std::string& text) {
+      return run_cli_limited({"run", QString::fromStdString(write_pipeline(dir, name, text)), "--quiet"}, 1500000);
+    };
+    auto evil = run_limited("gz.txtpb", stage("files", "list_files", "", {{"patterns", gz}}) + stage("read", "tfrecord_reader", "files") +
+                                            stage("out", "null_sink", "read"));
     QCOMPARE(evil.code, 1);
     QVERIFY2(evil.err.contains("truncated") && evil.err.contains(QString::fromStdString(gz)) && !evil.err.contains("memory"),
              qPrintable(evil.err));
@@ -268,22 +268,14 @@ class TestHostile : public QObject {
       for (int k = 0; k < 256; ++k) gzwrite(z, zeros.data(), static_cast<unsigned>(zeros.size()));
       gzclose(z);
     }
-    auto line_bomb = run_cli_limited({"run",
-                                      QString::fromStdString(write_pipeline(dir, "bomb.txtpb",
-                                                                            stage("files", "list_files", "", {{"patterns", bomb}}) +
-                                                                                stage("lines", "text_lines", "files") + stage("out", "null_sink", "lines"))),
-                                      "--quiet"},
-                                     1500000);
+    auto line_bomb = run_limited("bomb.txtpb", stage("files", "list_files", "", {{"patterns", bomb}}) + stage("lines", "text_lines", "files") +
+                                                   stage("out", "null_sink", "lines"));
     EXPECT_FAILS_WITH(line_bomb, 1, "bomb.txt.gz line 1 (byte offset 0): longer than max_line_bytes (67108864)");
     const std::string small = dir.filePath("small.bin").toStdString();
     std::ofstream(small, std::ios::binary) << "0123456789";
-    auto big_record = run_cli_limited({"run",
-                                       QString::fromStdString(write_pipeline(dir, "records.txtpb",
-                                                                             stage("files", "list_files", "", {{"patterns", small}}) +
-                                                                                 stage("rec", "fixed_length_records", "files", {{"record_bytes", "2147483648"}}) +
-                                                                                 stage("out", "null_sink", "rec"))),
-                                       "--quiet"},
-                                      1500000);
+    auto big_record = run_limited("records.txtpb", stage("files", "list_files", "", {{"patterns", small}}) +
+                                                       stage("rec", "fixed_length_records", "files", {{"record_bytes", "2147483648"}}) +
+                                                       stage("out", "null_sink", "rec"));
     EXPECT_FAILS_WITH(big_record, 1, "record 0 (byte offset 0): truncated, 10 of 2147483648 bytes");
     // A padded shape no memory holds is refused with the parameters, before any element.
     EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + stage("pb", "padded_batch", "src", {{"batch_size", "1000"}, {"padded_shapes", "value:100000000x1000"}}) +

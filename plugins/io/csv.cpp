@@ -176,19 +176,20 @@ class CsvReader final : public Expand {
           out.reserve(selected_.size());
           for (std::size_t i : selected_) {
             const auto& c = columns_[i];
-            std::string f = fields[i];
-            if (is_missing(f)) {
+            const std::string* cell = &fields[i];  // the cell, or its column's default (no copy per cell)
+            if (is_missing(*cell)) {
               auto d = op_.defaults_.find(c.name);
               if (d != op_.defaults_.end()) {
-                f = d->second;
+                cell = &d->second;
               } else if (c.type == ColumnType::Float) {
                 out.set(c.name, Tensor::scalar<float>(std::numeric_limits<float>::quiet_NaN()));
                 continue;
               } else if (c.type == ColumnType::Int64) {
-                throw DataError("column '" + c.name + "' is missing ('" + f + "') and has no default; give defaults: \"" + c.name +
+                throw DataError("column '" + c.name + "' is missing ('" + *cell + "') and has no default; give defaults: \"" + c.name +
                                 ":VALUE\" or make it a float column (missing floats are NaN)");
               }
             }
+            const std::string& f = *cell;
             if (c.type == ColumnType::Int64) {
               if (!is_int(f)) throw DataError("column '" + c.name + "': '" + f + "' is not an int64");
               out.set(c.name, Tensor::scalar<std::int64_t>(std::strtoll(f.c_str(), nullptr, 10)));

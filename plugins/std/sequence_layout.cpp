@@ -330,24 +330,29 @@ Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules,
   return out;
 }
 
-Tensor stack_field(const std::vector<const Sample*>& rows, const std::string& name, Allocator& allocator) {
-  const Tensor& first = rows.front()->at(name);
+Tensor stack_tensors(const std::vector<const Tensor*>& rows, Allocator& allocator) {
+  const Tensor& first = *rows.front();
   Shape shape = first.shape();
   shape.insert(shape.begin(), static_cast<std::int64_t>(rows.size()));
   if (first.dtype() == DType::Bytes) {
     std::vector<std::string_view> strings;
     strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
-    for (const Sample* row : rows) {
-      const Tensor& t = row->at(name);
-      for (std::int64_t k = 0; k < t.num_elements(); ++k) strings.push_back(t.string_at(k));
-    }
+    for (const Tensor* t : rows)
+      for (std::int64_t k = 0; k < t->num_elements(); ++k) strings.push_back(t->string_at(k));
     return Tensor::from_strings(strings, shape);
   }
   Tensor block = Tensor::empty(first.dtype(), shape, allocator);
   const std::size_t row_bytes = first.nbytes();
   for (std::size_t r = 0; r < rows.size(); ++r)
-    if (row_bytes) std::memcpy(block.raw_data() + r * row_bytes, rows[r]->at(name).raw_data(), row_bytes);
+    if (row_bytes) std::memcpy(block.raw_data() + r * row_bytes, rows[r]->raw_data(), row_bytes);
   return block;
+}
+
+Tensor stack_field(const std::vector<const Sample*>& rows, const std::string& name, Allocator& allocator) {
+  std::vector<const Tensor*> tensors;
+  tensors.reserve(rows.size());
+  for (const Sample* row : rows) tensors.push_back(&row->at(name));
+  return stack_tensors(tensors, allocator);
 }
 
 Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator) {

@@ -87,7 +87,8 @@ void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::
 Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0 = std::nullopt, const std::vector<std::string>& dim0_fields = {});
 
-// Rows of equal shapes stacked along a new first dimension (every field, or one).
+// Rows of equal shapes stacked along a new first dimension (tensors, every field, or one).
+Tensor stack_tensors(const std::vector<const Tensor*>& rows, Allocator& allocator);
 Tensor stack_field(const std::vector<const Sample*>& rows, const std::string& name, Allocator& allocator);
 Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator);
 

@@ -288,11 +288,7 @@ class Window final : public Aggregate {
   }
   void begin_iteration(std::uint64_t) override { reset(); }
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    if (!first_.empty()) {
-      HeldRows shape_of_first;
-      shape_of_first.add(first_, 0);
-      shape_of_first.check(in, true);
-    }
+    first_.check(in, true);
     if (!key_field_.empty()) {
       std::string key = key_of(in);
       if (key != key_) {  // a new run of keys: what the last run holds ends like an iteration
@@ -300,7 +296,7 @@ class Window final : public Aggregate {
         key_ = std::move(key);
       }
     }
-    if (first_.empty()) first_ = in;
+    if (first_.empty()) first_.add(in, 0);
     const std::int64_t position = seen_++;
     if (position < next_start_) return Flow::Continue;  // between two windows (shift > size * stride)
     if (held_.empty()) base_ = position;
@@ -322,8 +318,7 @@ class Window final : public Aggregate {
     w.put(base_);
     w.put<std::uint64_t>(held_.size());
     for (const auto& s : held_) w.put_element(s);
-    w.put<std::uint8_t>(!first_.empty());
-    if (!first_.empty()) w.put_element(first_);
+    first_.save(w);
     w.describe(std::to_string(held_.size()) + " elements held for the next window");
   }
   void restore_state(StateReader& r) override {
@@ -335,7 +330,7 @@ class Window final : public Aggregate {
     const auto held = r.get<std::uint64_t>();
     if (held > static_cast<std::uint64_t>(size_ * stride_)) throw DataError("the saved window holds too many elements");
     for (std::uint64_t k = 0; k < held; ++k) held_.push_back(r.get_element());
-    if (r.get<std::uint8_t>()) first_ = r.get_element();
+    first_.restore(r, 1);
   }
 
  private:
@@ -353,7 +348,7 @@ class Window final : public Aggregate {
   }
   void reset() {
     held_.clear();
-    first_ = Sample();
+    first_.clear();
     key_.clear();
     seen_ = next_start_ = base_ = 0;
   }
@@ -384,7 +379,7 @@ class Window final : public Aggregate {
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   std::deque<Sample> held_;  // the elements from position base_ on
-  Sample first_;             // the iteration's first element: every other must have its shapes
+  HeldRows first_;           // the iteration's first element: every other must have its shapes
   std::int64_t seen_ = 0, next_start_ = 0, base_ = 0;
 };
 
@@ -431,13 +426,14 @@ class WindowField final : public Expand {
         } else if (op_.stride_ == 1 || members == 1) {
           out.set(f.name, data_.slice(start, start + members));
         } else {
-          std::vector<Sample> rows(static_cast<std::size_t>(members));
-          std::vector<const Sample*> pointers;
+          std::vector<Tensor> rows;
+          std::vector<const Tensor*> pointers;
+          rows.reserve(static_cast<std::size_t>(members));
           for (std::int64_t j = 0; j < members; ++j) {
-            rows[static_cast<std::size_t>(j)].set(f.name, data_.row(start + j * op_.stride_));
-            pointers.push_back(&rows[static_cast<std::size_t>(j)]);
+            rows.push_back(data_.row(start + j * op_.stride_));
+            pointers.push_back(&rows.back());
           }
-          out.set(f.name, stack_field(pointers, f.name, HostAllocator::instance()));
+          out.set(f.name, stack_tensors(pointers, HostAllocator::instance()));
         }
       }
       out.share_origin(in_);
