@@ -53,7 +53,7 @@ class Channel {
   bool push(std::vector<Item>& items) {
     std::size_t next = 0;
     while (next < items.size()) {
-      if (full_flag_.load(std::memory_order_relaxed)) spin_while([&] { return full_flag_.load(std::memory_order_relaxed); });
+      if (full_flag_.load(std::memory_order_relaxed)) spin_while([&] { return full_flag_.load(std::memory_order_relaxed); }, producer_spins_);
       bool wake = false;
       {
         std::unique_lock lock(mutex_);
@@ -86,7 +86,7 @@ class Channel {
   // stream) always comes alone, so a consumer sees it between chunks. False if the run stops.
   bool pop(std::vector<Item>& out, std::size_t max) {
     out.clear();
-    if (level_.load(std::memory_order_relaxed) == 0) spin_while([&] { return level_.load(std::memory_order_relaxed) == 0; });
+    if (level_.load(std::memory_order_relaxed) == 0) spin_while([&] { return level_.load(std::memory_order_relaxed) == 0; }, consumer_spins_);
     bool wake = false;
     {
       std::unique_lock lock(mutex_);
@@ -231,10 +231,23 @@ class Channel {
     note_extremes();
   }
   // A short wait without sleeping: a hand-off that comes within a few scheduler slices costs no
-  // futex sleep and wake-up. Yielding leaves the core to the threads that do the work.
-  template <class Condition> void spin_while(Condition condition) const {
-    for (int i = 0; i < 16 && condition() && !stopping_.load(std::memory_order_relaxed); ++i) std::this_thread::yield();
+  // futex sleep and wake-up. Yielding leaves the core to the threads that do the work. Adaptive,
+  // as glibc's adaptive mutexes: a spin that ended in a sleep anyway halves the next one, one that
+  // saw the condition end doubles it. A consumer that waits most of the time (a batching stage
+  // starved by its mappers) otherwise yielded 16 times per chunk, each a context switch on a busy
+  // machine: 100,000 switches a second in bench_sequences.
+  template <class Condition> void spin_while(Condition condition, std::atomic<int>& budget) const {
+    const int spins = budget.load(std::memory_order_relaxed);
+    for (int i = 0; i < spins; ++i) {
+      if (!condition() || stopping_.load(std::memory_order_relaxed)) {
+        budget.store(std::min(kMaxSpins, spins * 2 + 1), std::memory_order_relaxed);
+        return;
+      }
+      std::this_thread::yield();
+    }
+    if (condition()) budget.store(spins / 2, std::memory_order_relaxed);
   }
+  static constexpr int kMaxSpins = 16;
   // Counts swings: full after having been empty, or empty after having been full.
   void note_extremes() {
     const int extreme = count_ == 0 ? -1 : !has_room() ? 1 : 0;
@@ -264,6 +277,7 @@ class Channel {
   int consumers_waiting_ = 0, producers_waiting_ = 0;
   std::atomic<bool> consumer_waiting_flag_{false};
   std::atomic<std::size_t> level_{0};
+  std::atomic<int> producer_spins_{kMaxSpins}, consumer_spins_{kMaxSpins};  // see spin_while
   const std::atomic<bool>& stopping_;
   std::uint64_t created_ns_, last_change_ns_;
   double fill_integral_ = 0;

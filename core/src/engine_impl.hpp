@@ -32,6 +32,7 @@ using detail::now_ns;
 
 inline constexpr std::size_t kChunk = 64;
 inline constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
+inline constexpr std::uint64_t kFetchRunNs = 200'000;     // most work an interleave fetcher does before handing it on
 inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
 
@@ -480,6 +481,7 @@ struct Engine::Impl {
   struct ExpandSlot {
     std::unique_ptr<ExpandCursor> cursor;
     std::deque<Sample> ready;  // read ahead by fetchers
+    std::deque<Sample> taken;  // moved out of `ready` by the coordinator, which alone uses it
     bool exhausted = false;
     bool busy = false;  // a fetcher is inside cursor->next()
     std::string origin;

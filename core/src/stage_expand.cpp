@@ -122,6 +122,11 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   };
   // The next output of `slot`: 1 produced, 0 exhausted, -1 the run must stop.
   auto take = [&](ExpandSlot& slot, Sample& sample) -> int {
+    if (!slot.taken.empty()) {  // what the coordinator took from the fetchers in one go
+      sample = std::move(slot.taken.front());
+      slot.taken.pop_front();
+      return 1;
+    }
     for (;;) {
       if (fetcher_count == 0) {
         try {
@@ -188,16 +193,23 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       add(st.counters.starved_ns, now_ns() - t0);
       if (stopping.load()) return -1;
       if (!slot.ready.empty()) {
-        sample = std::move(slot.ready.front());
-        slot.ready.pop_front();
+        // All of it at once: one lock and one wake-up of the fetchers per run, not per record.
+        slot.taken.swap(slot.ready);
+        sample = std::move(slot.taken.front());
+        slot.taken.pop_front();
         changed.notify_all();
         return 1;
       }
       if (slot.exhausted) return 0;
     }  // the tuner left the stage one worker while this waited: the coordinator reads on
   };
+  // A fetcher reads a run of records from one input (up to what the slot may hold ahead, and
+  // no more than kFetchRunNs of work, so that an input of slow records still hands them on
+  // soon) and hands the run over under one lock with one wake-up: a lock and a broadcast per
+  // record cost more than a small record does.
   auto fetch_loop = [&](int fetcher) {
     name_this_thread(st.spec->id + "+");
+    std::vector<Sample> run;
     std::unique_lock lock(mutex);
     for (;;) {
       ExpandSlot* work = nullptr;
@@ -212,24 +224,41 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       }
       if (!work) return;
       work->busy = true;
+      const std::size_t room = read_ahead - work->ready.size();
       lock.unlock();
-      Sample sample;
-      int got = 0;
+      int got = 1;
+      bool reading = false;  // inside next(): the record it was filling is not one
       {
         CoreHold core(*this, st);
-        std::uint64_t t0 = now_ns();
+        const std::uint64_t t0 = now_ns();
+        std::uint64_t t = t0;
         try {
-          got = !core.held() ? -1 : work->cursor->next(sample) ? 1 : 0;
-          work->outputs_read += static_cast<std::uint64_t>(std::max(got, 0));
+          if (!core.held()) got = -1;
+          while (got == 1 && run.size() < room && t - t0 < kFetchRunNs) {
+            run.emplace_back();
+            reading = true;
+            const bool more = work->cursor->next(run.back());
+            reading = false;
+            if (!more) {
+              run.pop_back();
+              got = 0;
+              break;
+            }
+            ++work->outputs_read;
+            t = now_ns();
+          }
         } catch (const std::exception& e) {
+          if (reading) run.pop_back();
           got = input_failure(*work, e.what()) ? 0 : -1;
+          t = now_ns();
         }
-        add(st.counters.busy_ns, now_ns() - t0);
+        add(st.counters.busy_ns, t - t0);
       }
       lock.lock();
       work->busy = false;
-      if (got == 1) work->ready.push_back(std::move(sample));
-      else work->exhausted = true;
+      for (auto& sample : run) work->ready.push_back(std::move(sample));
+      run.clear();
+      if (got != 1) work->exhausted = true;
       changed.notify_all();
     }
   };
@@ -380,6 +409,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     }
     slot.cursor.reset();
     slot.ready.clear();
+    slot.taken.clear();
     slot.exhausted = false;
   };
   bool ok = true;
@@ -429,7 +459,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       std::lock_guard lock(mutex);
       for (std::size_t k = 0; k < cycle; ++k) {
         auto& s = slots[(turn + k) % cycle];
-        if (s.cursor && (!s.ready.empty() || s.exhausted)) {
+        if (s.cursor && (!s.taken.empty() || !s.ready.empty() || s.exhausted)) {
           turn = (turn + k) % cycle;
           break;
         }

@@ -182,19 +182,20 @@ PaddingRules PaddingRules::from_params(const Params& p) {
 void HeldRows::check(const Sample& in, bool same_shapes) const {
   if (rows_.empty()) return;
   const Sample& first = rows_.front();
-  const std::string against = row_name(first, 0);
+  // Formatted only for a message: every element is checked, and the origin's text costs more than the check.
+  const auto against = [&] { return row_name(first, 0); };
   for (const auto& f : first.fields()) {
     const Tensor* t = in.find(f.name);
-    if (!t) throw DataError("this element has no field '" + f.name + "', which " + against + " of the output has");
+    if (!t) throw DataError("this element has no field '" + f.name + "', which " + against() + " of the output has");
     if (t->dtype() != f.tensor.dtype() || t->rank() != f.tensor.rank() || (same_shapes && t->shape() != f.tensor.shape()))
       throw DataError("field '" + f.name + "' is " + dtype_name(t->dtype()) + shape_string(t->shape()) + " here and " +
-                      dtype_name(f.tensor.dtype()) + shape_string(f.tensor.shape()) + " in " + against +
+                      dtype_name(f.tensor.dtype()) + shape_string(f.tensor.shape()) + " in " + against() +
                       (same_shapes ? " (this stage stacks rows: give them one shape first)"
                                    : " (rows may differ in their sizes, not in their type or number of dimensions)"));
   }
   if (in.size() != first.size())
     for (const auto& f : in.fields())
-      if (!first.find(f.name)) throw DataError("this element has a field '" + f.name + "' that " + against + " has not");
+      if (!first.find(f.name)) throw DataError("this element has a field '" + f.name + "' that " + against() + " has not");
 }
 
 void HeldRows::add(Sample in, std::uint64_t index) {
