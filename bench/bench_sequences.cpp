@@ -5,6 +5,7 @@
 // one core and on every core, and the padding share of each layout on one length distribution.
 // Usage: bench_sequences [LINES_PER_FILE] [RUNS]
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,14 @@ namespace fs = std::filesystem;
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// CPU seconds (user and system, every thread) this process has used: a pipeline whose stages run
+// at once uses several cores even with one worker per stage, so speed alone hides its cost.
+double cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 constexpr int kBatch = 32, kRow = 128, kOpenRows = 8;
 const std::vector<std::int64_t> kBoundaries{16, 32, 64};
@@ -228,13 +237,15 @@ int main(int argc, char** argv) {
   const std::string pattern = (dir / "tokens*.txt").string();
   fmt::print("{} files of {} lines, {} tokens, {:.1f} MB; batches of {}, packed rows of {} ({} open); best of {} runs\n", cores,
              lines_per_file, tokens, static_cast<double>(fs::file_size(files[0]) * cores) / 1e6, kBatch, kRow, kOpenRows, runs);
-  fmt::print("{:<9} {:>6} {:>14} {:>14} {:>8} {:>9}\n", "layout", "cores", "pipeline tok/s", "loop tok/s", "vs loop", "padding");
+  fmt::print("{:<9} {:>6} {:>14} {:>14} {:>8} {:>9} {:>9} {:>8} {:>9}\n", "layout", "cores", "pipeline tok/s", "loop tok/s", "vs loop", "padding",
+             "cpu s", "loop cpu", "per cpu");
   for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
     for (unsigned workers : {1u, cores}) {
-      double best_loop = 1e9, best_ours = 1e9;
+      double best_loop = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
       Tally ours, mine;
       for (int r = 0; r < runs; ++r) {
         auto t0 = Clock::now();
+        const double c0 = cpu_seconds();
         if (workers == 1) {
           mine = loop(files, layout);
         } else {  // a loop per core, each on its own file
@@ -246,13 +257,16 @@ int main(int argc, char** argv) {
           for (auto& p : parts) mine.tokens += p.tokens, mine.padding += p.padding;
         }
         best_loop = std::min(best_loop, since(t0));
+        loop_cpu = std::min(loop_cpu, cpu_seconds() - c0);
+        const double c1 = cpu_seconds();
         best_ours = std::min(best_ours, run_pipeline(registry, pipeline(pattern, layout, workers), ours));
+        ours_cpu = std::min(ours_cpu, cpu_seconds() - c1);
       }
       if (ours.tokens != tokens || mine.tokens != tokens)
         fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}\n", tokens, ours.tokens, mine.tokens);
       const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
-      fmt::print("{:<9} {:>6} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}%\n", name(layout), workers, tokens / best_ours, tokens / best_loop,
-                 100 * best_loop / best_ours, 100 * padding);
+      fmt::print("{:<9} {:>6} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}%\n", name(layout), workers, tokens / best_ours,
+                 tokens / best_loop, 100 * best_loop / best_ours, 100 * padding, ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu);
     }
   }
   fs::remove_all(dir);

@@ -68,7 +68,8 @@ class SplitText final : public Map {
     if (t.dtype() != DType::Bytes || t.num_elements() != 1)
       throw DataError("split_text: field '" + field_ + "' is " + dtype_name(t.dtype()) + shape_string(t.shape()) + ", not one text");
     const std::string_view text = t.string_at(0);
-    thread_local std::vector<std::string_view> tokens;  // reused: one allocation per thread, not per element
+    Scratch& scratch = this_thread_scratch();
+    std::vector<std::string_view>& tokens = scratch.tokens;
     tokens.clear();
     if (separator_.empty()) {
       // A character test, not find_first_of: libstdc++ searches the set with a memchr per
@@ -95,12 +96,12 @@ class SplitText final : public Map {
     if (to_ == To::Bytes) {
       in.set(output_, Tensor::from_strings(tokens, {n}));
     } else if (to_ == To::Int64) {
-      Tensor out = from_slab(DType::I64, n);
+      Tensor out = from_slab(scratch, DType::I64, n);
       auto* values = out.data<std::int64_t>();
       for (std::int64_t k = 0; k < n; ++k) values[k] = number<std::int64_t>(tokens[static_cast<std::size_t>(k)], k);
       in.set(output_, std::move(out));
     } else {
-      Tensor out = from_slab(DType::F32, n);
+      Tensor out = from_slab(scratch, DType::F32, n);
       auto* values = out.data<float>();
       for (std::int64_t k = 0; k < n; ++k) values[k] = number<float>(tokens[static_cast<std::size_t>(k)], k);
       in.set(output_, std::move(out));
@@ -109,14 +110,26 @@ class SplitText final : public Map {
   }
 
  private:
+  // What a splitting thread reuses from line to line: its token list (one allocation per thread,
+  // not per line) and the block its numbers go to. One thread_local reached once per line: in a
+  // plugin every thread_local access is a call to __tls_get_addr (5% of the stage with three).
+  struct Scratch {
+    std::vector<std::string_view> tokens;
+    std::shared_ptr<Buffer> slab;
+    std::size_t used = 0;
+  };
+  static Scratch& this_thread_scratch() {
+    thread_local Scratch scratch;
+    return scratch;
+  }
   // The numbers of many lines share one 16 KiB block, carved on this thread: a line's tensor costs
   // no allocation, and no free on the thread that drops it (each one's own malloc and its free on
   // the batching thread, contending for malloc's arena locks, halved the pipeline's speed:
   // bench_sequences). A block lives while any of its lines does, as a read chunk lives while any
   // record viewing it does.
-  static Tensor from_slab(DType dtype, std::int64_t n) {
-    thread_local std::shared_ptr<Buffer> slab;
-    thread_local std::size_t used = 0;
+  static Tensor from_slab(Scratch& scratch, DType dtype, std::int64_t n) {
+    std::shared_ptr<Buffer>& slab = scratch.slab;
+    std::size_t& used = scratch.used;
     const std::size_t need = (static_cast<std::size_t>(n) * dtype_size(dtype) + 7) & ~std::size_t{7};  // 8-byte aligned
     if (need > kSlabBytes / 4) return Tensor::empty(dtype, {n});  // a long line has its own
     if (!slab || used + need > slab->size()) {
