@@ -36,6 +36,24 @@ inline constexpr std::uint64_t kFetchRunNs = 200'000;     // most work an interl
 inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
 
+// Where an element came from, kept across an operator call that consumes the element, for the
+// message should the call throw. The description (a file name) is shared by the elements of one
+// input: it is taken again only when it changes, not copied for every element, whose reference
+// count, touched by every stage thread for every element, bounced between the cores.
+class OriginKeeper {
+ public:
+  void keep(const Origin& origin) {
+    if (origin.where != where_) where_ = origin.where;
+    record_ = origin.record;
+    byte_offset_ = origin.byte_offset;
+  }
+  std::string text() const { return Origin{where_, record_, byte_offset_}.text(); }
+
+ private:
+  std::shared_ptr<const std::string> where_;
+  std::int64_t record_ = -1, byte_offset_ = -1;
+};
+
 // Threads carry their stage's id (Linux keeps 15 characters), so that top -H, perf and gdb show
 // which stage a busy thread belongs to.
 void name_this_thread(const std::string& name);
@@ -453,7 +471,7 @@ struct Engine::Impl {
 
   // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
   // false), a sink consumes it. False when the run must stop (fail policy).
-  bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure);
+  bool apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure, OriginKeeper& origin);
 
   // Runs one chunk through the stage, or through every member of its fused group. In a group,
   // every member sees the element's index at the group's input: maps keep positions, and a filter

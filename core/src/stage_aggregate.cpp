@@ -102,6 +102,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     add(st.counters.busy_ns, spent > waited ? spent - waited : 0);
     blocked_at_mark = blocked;
   };
+  OriginKeeper origin;  // of the element being pushed, for a message
   while (!replaying) {
     std::uint64_t t0 = now_ns();
     account_busy(t0);
@@ -131,7 +132,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     for (auto& item : in) {
       ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, in_index++};
       if (st.input->skipped(in_iteration) || !open) continue;
-      const Origin origin = item.sample.shared_origin();
+      origin.keep(item.sample.shared_origin());
       try {
         if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
           skip_input(st, static_cast<std::int64_t>(in_iteration));

@@ -144,8 +144,9 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
   }
 }
 
-bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure) {
-  const Origin origin = item.sample.shared_origin();  // the operator may consume the sample
+bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure,
+                         OriginKeeper& origin) {
+  origin.keep(item.sample.shared_origin());  // the operator may consume the sample
   try {
     if (st.map) {
       item.sample = st.map->map(std::move(item.sample), ctx);
@@ -169,6 +170,7 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
   };
   std::vector<Tally> tally(members.size());
   bool ok = true;
+  OriginKeeper origin;
   const std::uint64_t start = now_ns();
   if (members.size() > 1 && st.ns_per_element.load(std::memory_order_relaxed) > kElementMajorNs) {
     for (std::size_t i = 0; i < in.size() && ok; ++i) {
@@ -182,7 +184,7 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
           tally[m].in_bytes += item.sample.nbytes();
         }
         ctx.stage = &members[m]->info;
-        ok = apply(*members[m], item, ctx, kept, deferred_failure);
+        ok = apply(*members[m], item, ctx, kept, deferred_failure, origin);
         if (kept) {
           ++tally[m].out;
           tally[m].out_bytes += item.sample.nbytes();
@@ -211,7 +213,7 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
         ctx.index = positions[i];
         bool kept = true;
         const std::size_t sink_bytes = members[m]->sink ? in[i].sample.nbytes() : 0;
-        ok = apply(*members[m], in[i], ctx, kept, deferred_failure);
+        ok = apply(*members[m], in[i], ctx, kept, deferred_failure, origin);
         if (kept && ok) {
           ++tally[m].out;
           tally[m].out_bytes += sink_bytes;
