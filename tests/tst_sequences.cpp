@@ -57,6 +57,35 @@ class TestSequences : public QObject {
     write_file(fill_, "1\n2 2\n3 3 3\n4 4 4 4\n");
   }
 
+  // ---- split_text: str.split() then int() / float(), exact values ----
+  void split_text_reads_integers_exactly() {
+    // Signs, leading zeros, tabs and runs of blanks, an empty line, the largest int64s (19 digits:
+    // past the one-pass reader, read by the general one), "+-5" as strtoll reads it.
+    write_file(path("ints.txt"), "-3 +4 0 007  12\t-0\n\n 9223372036854775807 -9223372036854775808 \n999999999999999999 +-5\n");
+    auto ints = run_ok(int_lines(path("ints.txt")) + sink_after("seq"));
+    QCOMPARE(ints.lines, (Lines{R"({"x":[-3,4,0,7,12,0]})", R"({"x":[]})", R"({"x":[9223372036854775807,-9223372036854775808]})",
+                                R"({"x":[999999999999999999,-5]})"}));
+    // One bad token fails its line, naming the token, whichever reader met it first.
+    for (const std::string bad : {"1 2 3x 4", "1 - 2", "1 9999999999999999999", "1 2.5"}) {
+      write_file(path("bad.txt"), "5 6\n" + bad + "\n");
+      auto failed = run_text(int_lines(path("bad.txt")) + sink_after("seq"));
+      QVERIFY2(failed.result.state == sluice::RunState::Failed, bad.c_str());
+      QVERIFY2(failed.result.error.find("token 2 of field 'line'") != std::string::npos || failed.result.error.find("token 1 of field 'line'") != std::string::npos,
+               failed.result.error.c_str());
+      QVERIFY2(failed.result.error.find("is not an int64") != std::string::npos, failed.result.error.c_str());
+      QVERIFY2(failed.result.error.find("bad.txt record 1") != std::string::npos, failed.result.error.c_str());
+    }
+    // Floats and a separator keep their own paths.
+    write_file(path("floats.txt"), "1.5 -2 3e2\n");
+    auto floats = run_ok(stage("files", "list_files", "", {{"patterns", path("floats.txt")}}) + stage("lines", "text_lines", "files") +
+                         stage("split", "split_text", "lines", {{"to", "float"}}) + sink_after("split"));
+    QVERIFY2(floats.lines.size() == 1 && floats.lines[0].find("\"line\":[1.5,-2,300]") != std::string::npos, floats.lines[0].c_str());
+    write_file(path("csvish.txt"), "4,,5\n");
+    auto separated = run_text(stage("files", "list_files", "", {{"patterns", path("csvish.txt")}}) + stage("lines", "text_lines", "files") +
+                              stage("split", "split_text", "lines", {{"to", "int64"}, {"separator", ","}}) + sink_after("split"));
+    QVERIFY2(separated.result.error.find("token 1 of field 'line', '', is not an int64") != std::string::npos, separated.result.error.c_str());
+  }
+
   // ---- padded_batch: tf.data.Dataset.padded_batch's documented examples ----
   void padded_batch_pads_to_the_longest_of_each_batch() {
     auto b = run_ok(int_lines(fill_) + stage("pb", "padded_batch", "seq", {{"batch_size", "2"}}) + sink_after("pb"));
