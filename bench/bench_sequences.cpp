@@ -16,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -145,12 +146,17 @@ Tally loop(const std::vector<std::string>& files, Layout layout) {
         seq.clear();
         const char* p = carry.data() + at;
         const char* end = carry.data() + nl;
+        // The fastest reading we know, the one split_text's one-pass reader does (a sign, digits,
+        // a check that the token ends there): strtoll costs several times more per token.
         while (p < end) {
           while (p < end && *p == ' ') ++p;
           if (p == end) break;
-          char* stop = nullptr;
-          seq.push_back(std::strtoll(p, &stop, 10));
-          p = stop;
+          const bool negative = *p == '-';
+          if (*p == '-' || *p == '+') ++p;
+          std::uint64_t value = 0;
+          while (p < end && static_cast<unsigned char>(*p - '0') < 10) value = value * 10 + static_cast<unsigned>(*p++ - '0');
+          if (p < end && *p != ' ') throw std::runtime_error("the token file is damaged");
+          seq.push_back(negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value));
         }
         take(seq);
       }
