@@ -33,6 +33,8 @@ class TestPluginLoading : public QObject {
     registry.load_search_path({kBroken});
     QVERIFY(registry.find("range"));  // std still loaded, first
     QVERIFY(registry.find("fixture_noop"));  // the fine library among the broken ones loaded
+    // The ABI promise: a plugin built for an earlier minor of this major loads.
+    QVERIFY2(registry.find("fixture_older_minor"), reason_for(registry, "libfixture_abi_minor_older.so").c_str());
     QVERIFY(reason_for(registry, "libfixture_not_a_library.so").find("not a shared library") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_no_entry.so").find("has no entry symbol 'sluice_plugin_entry'") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_abi_major.so").find("major versions differ") != std::string::npos);

@@ -21,6 +21,7 @@
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
 #include "sluice/core/text.hpp"
+#include "new_plugin.hpp"
 
 namespace {
 
@@ -600,6 +601,26 @@ int cmd_report(const std::string& file) {
 
 }  // namespace
 
+int cmd_new_plugin(const CommonOptions& common, const NewPluginRequest& request) {
+  sluice::Registry registry;
+  load_plugins(registry, common, false);
+  std::string dir;
+  try {
+    dir = write_new_plugin(request, registry);
+  } catch (const sluice::Error& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
+  fmt::print("wrote a {} plugin project in {}/: CMakeLists.txt, {}.hpp (the operator), {}.cpp (the entry point), {}_test.cpp, "
+             "README.md, pipeline.txtpb\n",
+             request.kind, dir, request.name, request.name, request.name);
+  fmt::print("build and test it against this Sluice's installed SDK (cmake --install <build> --prefix P):\n"
+             "  cmake -S {0} -B {0}/build -DCMAKE_PREFIX_PATH=P && cmake --build {0}/build && ctest --test-dir {0}/build\n"
+             "  sluice run {0}/pipeline.txtpb --plugin-dir {0}/build\n",
+             dir);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   sluice::tune_process_for_streaming();
   CLI::App app{"Sluice: machine-learning input pipelines, headless"};
@@ -670,6 +691,13 @@ int main(int argc, char** argv) {
   plugins->add_flag("--verbose", verbose, "also list plugin libraries, the search path, and refused libraries");
   add_plugin_dir(plugins);
 
+  NewPluginRequest new_plugin;
+  auto* scaffold = app.add_subcommand("new-plugin", "write a ready out-of-tree plugin project (operator, test, CMake, README)");
+  scaffold->add_option("name", new_plugin.name, "the plugin's and its operator's name (lower-case, digits, underscores)")->required();
+  scaffold->add_option("--kind", new_plugin.kind, "the operator's kind")->required()->check(CLI::IsMember(new_plugin_kinds()));
+  scaffold->add_option("--dir", new_plugin.dir, "the project's folder (default: ./NAME); must be new or empty");
+  add_plugin_dir(scaffold);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -682,6 +710,7 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(common, file, sets, ablate, bench_options);
     if (*validate) return cmd_validate(common, file, sets, worker_args);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
+    if (*scaffold) return cmd_new_plugin(common, new_plugin);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;

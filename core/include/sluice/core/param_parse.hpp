@@ -3,7 +3,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/params.hpp"
+#include "sluice/param_text.hpp"  // format_param, describe_param_constraints
 
 namespace sluice {
 
@@ -11,14 +11,8 @@ namespace sluice {
 // choices. Throws ParamError with a message that says what was expected and what was given.
 ParamValue parse_param(const ParamSpec& spec, std::string_view text);
 
-// Text form of a value, as a pipeline file would hold it.
-std::string format_param(const ParamValue& value);
-
 // Parses every given value and fills defaults. Throws ParamError naming the first bad parameter;
 // use the per-parameter function to collect all problems.
 Params parse_params(const std::vector<ParamSpec>& schema, const std::vector<std::pair<std::string, std::string>>& given);
-
-// "int, default 1, range [0, inf)" and the like, for help output.
-std::string describe_param_constraints(const ParamSpec& spec);
 
 }  // namespace sluice

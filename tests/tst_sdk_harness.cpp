@@ -1,0 +1,187 @@
+// The plugin author's test harness (sdk/include/sluice/testing.hpp): it gives an operator the
+// contexts the engine gives, and each of its checks fails on the fault it exists to catch.
+#include <QtTest>
+
+#include <atomic>
+
+#include "sluice/testing.hpp"
+
+namespace t = sluice::testing;
+
+namespace {
+
+// Adds a draw of the element's generator to 'value': deterministic at any parallelism.
+class Jitter final : public sluice::Map {
+ public:
+  static sluice::OperatorInfo describe() {
+    return {"jitter", sluice::OperatorKind::Map, "adds a random draw", {sluice::ParamSpec::make("scale", sluice::ParamType::Float, "").def("1").range(0, 10)},
+            {.stateless = true, .random = true}, {}};
+  }
+  explicit Jitter(const sluice::Params& p) : scale_(p.get_float("scale")) {}
+  sluice::Sample map(sluice::Sample in, const sluice::ElementContext& ctx) override {
+    auto rng = ctx.rng();
+    in.set("draw", sluice::Tensor::scalar<double>(scale_ * rng.uniform()));
+    return in;
+  }
+
+ private:
+  double scale_;
+};
+
+// Numbers its outputs with a counter shared by every call: its outputs depend on the order the
+// workers call it in (the fault check_deterministic exists for).
+std::atomic<std::int64_t> racy_counter{0};
+class Racy final : public sluice::Map {
+ public:
+  static sluice::OperatorInfo describe() { return {"racy", sluice::OperatorKind::Map, "counts calls", {}, {.stateless = true}, {}}; }
+  explicit Racy(const sluice::Params&) {}
+  sluice::Sample map(sluice::Sample in, const sluice::ElementContext&) override {
+    in.set("call", sluice::Tensor::scalar<std::int64_t>(racy_counter++));
+    return in;
+  }
+};
+
+// Sums pairs; with Forgetful, its restore_state() loses the held half of a pair.
+template <bool Forgetful> class Pairs final : public sluice::Aggregate {
+ public:
+  static sluice::OperatorInfo describe() { return {"pairs", sluice::OperatorKind::Aggregate, "sums pairs", {}, {.saves_state = true}, {}}; }
+  explicit Pairs(const sluice::Params&) {}
+  void begin_iteration(std::uint64_t) override { held_ = -1; }
+  Flow push(sluice::Sample in, const sluice::ElementContext&, sluice::Emitter& out) override {
+    const auto v = in.at("value").item<std::int64_t>();
+    if (held_ < 0) {
+      held_ = v;
+    } else {
+      out.push(t::sample("value", held_ + v));
+      held_ = -1;
+    }
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, sluice::Emitter& out) override {
+    if (held_ >= 0) out.push(t::sample("value", held_));
+  }
+  void save_state(sluice::StateWriter& w) const override { w.put(held_); }
+  void restore_state(sluice::StateReader& r) override { held_ = Forgetful ? (r.get<std::int64_t>(), -1) : r.get<std::int64_t>(); }
+
+ private:
+  std::int64_t held_ = -1;
+};
+
+// Gives a record per byte of its input's 'text'; a '!' is damage it steps over.
+class Bytes final : public sluice::Expand {
+ public:
+  static sluice::OperatorInfo describe() { return {"bytes", sluice::OperatorKind::Expand, "a record per byte", {}, {.stateless = true}, {}}; }
+  explicit Bytes(const sluice::Params&) {}
+  std::unique_ptr<sluice::ExpandCursor> open(sluice::Sample in, const sluice::ElementContext&, sluice::DamageReport& damage) override {
+    return std::make_unique<Cursor>(std::string(in.at("text").string_at(0)), damage);
+  }
+
+ private:
+  class Cursor final : public sluice::ExpandCursor {
+   public:
+    Cursor(std::string text, sluice::DamageReport& damage) : text_(std::move(text)), damage_(damage) {}
+    bool next(sluice::Sample& out) override {
+      for (; at_ < text_.size(); ++at_) {
+        if (text_[at_] != '!') {
+          out.set("byte", sluice::Tensor::scalar<std::int64_t>(text_[at_++]));
+          return true;
+        }
+        if (!damage_.skip_damaged("byte " + std::to_string(at_) + " is damaged")) throw sluice::DataError("byte " + std::to_string(at_) + " is damaged");
+      }
+      return false;
+    }
+
+   private:
+    std::string text_;
+    sluice::DamageReport& damage_;
+    std::size_t at_ = 0;
+  };
+};
+
+std::vector<sluice::Sample> numbers(int n) {
+  std::vector<sluice::Sample> out;
+  for (int i = 0; i < n; ++i) out.push_back(t::sample("value", std::int64_t{i}));
+  return out;
+}
+
+}  // namespace
+
+class TestSdkHarness : public QObject {
+  Q_OBJECT
+ private slots:
+  void contexts_are_the_engines() {
+    // Element k of the call is index first_index + k of that epoch, keyed by seed and stage id.
+    t::Harness<Jitter> jitter({{"scale", "2"}}, t::Options{.seed = 42, .epoch = 3, .first_index = 100, .stage_id = "noise"});
+    const auto out = jitter.map(numbers(5));
+    for (std::uint64_t k = 0; k < 5; ++k) {
+      sluice::Rng rng(42, sluice::stable_hash("noise"), 3, 100 + k);
+      QCOMPARE(out[k].at("draw").item<double>(), 2 * rng.uniform());
+    }
+    jitter.check_deterministic(numbers(200), {1, 2, 3, 8});
+  }
+
+  void check_deterministic_catches_order_dependence() {
+    t::Harness<Racy> racy;
+    bool caught = false;
+    try {
+      racy.check_deterministic(numbers(100));
+    } catch (const t::Failure& e) {
+      caught = std::string(e.what()).find("racy on ") != std::string::npos && std::string(e.what()).find("field 'call' differs") != std::string::npos;
+      QVERIFY2(caught, e.what());
+    }
+    QVERIFY(caught);
+  }
+
+  void check_resume_catches_lost_state() {
+    t::Harness<Pairs<false>> pairs;
+    const auto out = pairs.aggregate(numbers(5));
+    QCOMPARE(out.size(), std::size_t(3));
+    QCOMPARE(out[2].at("value").item<std::int64_t>(), std::int64_t(4));
+    pairs.check_resume(numbers(5));
+    t::Harness<Pairs<true>> forgetful;
+    try {
+      forgetful.check_resume(numbers(5));
+      QFAIL("a restore that loses state passed check_resume");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("pairs saved after input 1 and restored") != std::string::npos, e.what());
+    }
+  }
+
+  void refusals_are_checked_by_their_reason() {
+    QVERIFY(t::refusal<Jitter>({{"scale", "11"}}).find("parameter 'scale' 11 is out of range; float, default 1, range [0, 10]") != std::string::npos);
+    QVERIFY(t::refusal<Jitter>({{"scale", "0.5"}}).empty());
+    QVERIFY(t::refusal<Jitter>({{"sclae", "1"}}).find("unknown parameter 'sclae'") != std::string::npos);
+    t::expect_refused<Jitter>({{"scale", "x"}}, "expects a number");
+    try {
+      t::expect_refused<Jitter>({{"scale", "1"}}, "anything");
+      QFAIL("expect_refused passed on parameters the operator takes");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("took parameters it should refuse") != std::string::npos, e.what());
+    }
+    try {
+      t::expect_refused<Jitter>({{"scale", "x"}}, "out of range");
+      QFAIL("expect_refused passed on another reason");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("expected 'out of range'") != std::string::npos, e.what());
+    }
+  }
+
+  void expand_damage_is_skipped_or_fails() {
+    t::Harness<Bytes> bytes;
+    const auto out = bytes.expand({t::sample("text", "a!b"), t::sample("text", "c")});
+    QCOMPARE(out.size(), std::size_t(3));
+    QCOMPARE(out[1].at("byte").item<std::int64_t>(), std::int64_t('b'));
+    QCOMPARE(bytes.damage_reports(), std::vector<std::string>{"byte 1 is damaged"});
+    QVERIFY_THROWS_EXCEPTION(sluice::DataError, bytes.expand({t::sample("text", "a!b")}, /*fail_on_damage=*/true));
+  }
+
+  void expect_same_names_the_difference() {
+    QVERIFY(t::difference(t::sample("v", std::int64_t{1}), t::sample("v", std::int64_t{1})).empty());
+    QCOMPARE(t::difference(t::sample("v", std::int64_t{1}), t::sample("v", std::int64_t{2})), std::string("field 'v' differs in its values"));
+    QCOMPARE(t::difference(t::sample("v", std::int64_t{1}), t::sample("v", 1.0)), std::string("field 'v' is i64[] in one and f64[] in the other"));
+    QCOMPARE(t::difference(t::sample("v", "a"), t::sample("w", "a")), std::string("field 0 is 'v' in one and 'w' in the other"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestSdkHarness)
+#include "tst_sdk_harness.moc"
