@@ -2,12 +2,14 @@
 // `--attach HOST:PORT` follows a headless run; `--screenshot FILE --run-seconds N` runs the
 // pipeline for N seconds (stopping it then if it still runs), saves the window as a PNG once the
 // run has ended (its averages and verdict shown) and exits: how the README's picture is made.
+// `--list-palette` prints the palette's operators and exits (a plugin author's check, offscreen).
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QSaveFile>
 #include <QTabWidget>
 #include <QTimer>
 #include <cstdio>
+#include <functional>
 
 #include "main_window.hpp"
 
@@ -26,7 +28,9 @@ int main(int argc, char** argv) {
   QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
   QCommandLineOption tab("tab", "with --screenshot: the bottom tab to show (Monitor, Problems, Log, Verdict; default: the verdict)",
                          "NAME");
-  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab});
+  QCommandLineOption list_palette("list-palette",
+                                  "print the palette's operators as the window shows them (plugin / kind / operator) and exit");
+  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab, list_palette});
   cli.process(app);
 
   sluice::Registry registry;
@@ -41,6 +45,18 @@ int main(int argc, char** argv) {
   if (cli.isSet(screenshot) && args.isEmpty()) {
     std::fprintf(stderr, "--screenshot needs a pipeline file to run\n");
     return 2;
+  }
+  if (cli.isSet(list_palette)) {
+    // What a user could drag onto the canvas: every entry of the window's own palette (a plugin
+    // built elsewhere shows up here, or does not, as it would on screen).
+    std::function<void(const QTreeWidgetItem*, const QString&)> print = [&](const QTreeWidgetItem* item, const QString& path) {
+      const QString here = path.isEmpty() ? item->text(0) : path + " / " + item->text(0);
+      if (!item->data(0, sluice::studio::OperatorTree::kOperatorRole).toString().isEmpty()) std::printf("%s\n", qPrintable(here));
+      for (int i = 0; i < item->childCount(); ++i) print(item->child(i), here);
+    };
+    const auto* tree = window.palette().tree();
+    for (int i = 0; i < tree->topLevelItemCount(); ++i) print(tree->topLevelItem(i), {});
+    return 0;
   }
   // The window first: a file that cannot be opened is explained in it (and on stderr), and the
   // app stays open on an empty pipeline, as it would after File > Open of the same file.
