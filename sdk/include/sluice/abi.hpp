@@ -3,24 +3,24 @@
 
 namespace sluice {
 
-// The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
-// Raise the minor for additions that old plugins need not know about; raise the major (and reset
-// the minor) for any change to an existing type, virtual function or descriptor field.
+/// The plugin ABI: a host loads a plugin whose major equals its own and whose minor is not newer.
+/// Raise the minor for additions that old plugins need not know about; raise the major (and reset
+/// the minor) for any change to an existing type, virtual function or descriptor field.
 inline constexpr std::uint32_t kAbiMajor = 6;
-// 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
-// trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
-// feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
-// StageInfo::input_fingerprint (appended; older plugins never read it); 4.2: ParamType::PathList, and
-// relative Path, OutputPath and PathList values resolved against the pipeline file's folder;
-// 5.0: OperatorKind::Combine (several inputs: Combine, CombineInputs), OperatorInfo::min_inputs and
-// max_inputs (a field added to a struct plugins build), and outputs read by several stages: a tensor
-// an operator is given may be shared with another reader, so operators build new tensors rather
-// than write into the ones they get; 6.0: checkpoints: Operator::save_state/restore_state with
-// StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek,
-// Origin::read_epoch/read_index
-// (new virtual functions and a descriptor field); Combine makes one output per next() call, after
-// begin_iteration(), instead of one iteration per combine() call; 6.1: StageCounters and
-// StageInfo::counters (appended; plugins built for 6.0 never read it).
+/// 2.0: cursor-based Expand with DamageReport; 3.0: parameter hints, the keeps_shape
+/// trait, shared sample origins, Source::expected_elements; 4.0: offered allocators, cancel(),
+/// feed sinks (Sink::feed, Sink::device_counters), placement (map-and-batch); 4.1: ParamType::OutputPath,
+/// StageInfo::input_fingerprint (appended; older plugins never read it); 4.2: ParamType::PathList, and
+/// relative Path, OutputPath and PathList values resolved against the pipeline file's folder;
+/// 5.0: OperatorKind::Combine (several inputs: Combine, CombineInputs), OperatorInfo::min_inputs and
+/// max_inputs (a field added to a struct plugins build), and outputs read by several stages: a tensor
+/// an operator is given may be shared with another reader, so operators build new tensors rather
+/// than write into the ones they get; 6.0: checkpoints: Operator::save_state/restore_state with
+/// StateWriter/StateReader (state.hpp), OperatorTraits::saves_state, ExpandCursor::seek,
+/// Origin::read_epoch/read_index
+/// (new virtual functions and a descriptor field); Combine makes one output per next() call, after
+/// begin_iteration(), instead of one iteration per combine() call; 6.1: StageCounters and
+/// StageInfo::counters (appended; plugins built for 6.0 never read it).
 inline constexpr std::uint32_t kAbiMinor = 1;
 
 }  // namespace sluice

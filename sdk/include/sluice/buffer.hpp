@@ -12,15 +12,15 @@
 
 namespace sluice {
 
-// A block of bytes with an owner. Tensors hold buffers through shared_ptr, so slices and record
-// views of one read buffer share it without copying. Small buffers keep their bytes inline, so a
-// scalar costs one allocation.
+/// A block of bytes with an owner. Tensors hold buffers through shared_ptr, so slices and record
+/// views of one read buffer share it without copying. Small buffers keep their bytes inline, so a
+/// scalar costs one allocation.
 class Buffer {
  public:
   using Release = std::function<void(std::byte*, std::size_t)>;
   static constexpr std::size_t kInlineBytes = 32;
 
-  // Owned memory: inline when small, otherwise 64-byte aligned heap memory.
+  /// Owned memory: inline when small, otherwise 64-byte aligned heap memory.
   explicit Buffer(std::size_t size) : size_(size) {
     if (size <= kInlineBytes) {
       data_ = inline_;
@@ -29,7 +29,7 @@ class Buffer {
       release_ = [](std::byte* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); };
     }
   }
-  // Memory owned elsewhere (a pool, pinned memory, a mapped file): release is called once.
+  /// Memory owned elsewhere (a pool, pinned memory, a mapped file): release is called once.
   Buffer(std::byte* data, std::size_t size, Release release)
       : data_(data), size_(size), release_(std::move(release)) {}
   Buffer(const Buffer&) = delete;
@@ -49,8 +49,8 @@ class Buffer {
   alignas(16) std::byte inline_[kInlineBytes];
 };
 
-// Where a stage's output buffers come from. A downstream stage may offer its allocator upstream
-// (pinned memory for a GPU feed), so a batch is assembled once, where it will be used.
+/// Where a stage's output buffers come from. A downstream stage may offer its allocator upstream
+/// (pinned memory for a GPU feed), so a batch is assembled once, where it will be used.
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -68,10 +68,10 @@ class HostAllocator final : public Allocator {
   }
 };
 
-// Reuses released blocks of the same size: fresh pages cost far more than reused ones for large
-// batch buffers (and pinned pages far more again). Blocks return to the pool when the last tensor
-// viewing them is gone, even after the pool object itself was destroyed (they are then freed).
-// Blocks come from plain aligned host memory unless a BlockSource says otherwise (pinned memory).
+/// Reuses released blocks of the same size: fresh pages cost far more than reused ones for large
+/// batch buffers (and pinned pages far more again). Blocks return to the pool when the last tensor
+/// viewing them is gone, even after the pool object itself was destroyed (they are then freed).
+/// Blocks come from plain aligned host memory unless a BlockSource says otherwise (pinned memory).
 class PooledHostAllocator final : public Allocator {
  public:
   struct Counters {
@@ -126,8 +126,8 @@ class PooledHostAllocator final : public Allocator {
     std::lock_guard lock(state_->mutex);
     return state_->counters;
   }
-  // True when [p, p + bytes) lies inside one block of this pool (pinned memory that needs no
-  // staging copy, say).
+  /// True when [p, p + bytes) lies inside one block of this pool (pinned memory that needs no
+  /// staging copy, say).
   bool owns(const std::byte* p, std::size_t bytes) const {
     std::lock_guard lock(state_->mutex);
     auto it = state_->owned.upper_bound(const_cast<std::byte*>(p));

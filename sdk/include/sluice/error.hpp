@@ -4,21 +4,21 @@
 
 namespace sluice {
 
-// Every failure that crosses the plugin boundary derives from Error; the engine catches it at
-// that boundary and turns it into a stage error naming the stage and the element's origin.
+/// Every failure that crosses the plugin boundary derives from Error; the engine catches it at
+/// that boundary and turns it into a stage error naming the stage and the element's origin.
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// A parameter value that does not fit the operator's schema or its own checks.
+/// A parameter value that does not fit the operator's schema or its own checks.
 class ParamError : public Error {
  public:
   using Error::Error;
 };
 
-// Input data that cannot be used (corrupt record, undecodable image, ragged batch...).
-// Under the skip policy the engine drops the element and counts it.
+/// Input data that cannot be used (corrupt record, undecodable image, ragged batch...).
+/// Under the skip policy the engine drops the element and counts it.
 class DataError : public Error {
  public:
   using Error::Error;

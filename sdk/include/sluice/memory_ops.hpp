@@ -1,5 +1,5 @@
 #pragma once
-// Copies for assembling large outputs (a batch of images is tens of MB: more than any cache).
+/// Copies for assembling large outputs (a batch of images is tens of MB: more than any cache).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,14 +10,14 @@
 
 namespace sluice {
 
-// Copies `bytes` into memory that will not be read again soon by this core (a row of a batch
-// bound for another thread or a device). Large copies use non-temporal stores: they skip
-// reading the cold destination into the cache before overwriting it, which costs a third of
-// the memory traffic of a plain memcpy. Ends with a store fence, so the bytes are visible to
-// whichever thread is handed the result next.
+/// Copies `bytes` into memory that will not be read again soon by this core (a row of a batch
+/// bound for another thread or a device). Large copies use non-temporal stores: they skip
+/// reading the cold destination into the cache before overwriting it, which costs a third of
+/// the memory traffic of a plain memcpy. Ends with a store fence, so the bytes are visible to
+/// whichever thread is handed the result next.
 inline void copy_to_cold(void* dst, const void* src, std::size_t bytes) {
 #if defined(__x86_64__) || defined(_M_X64)
-  constexpr std::size_t kStreamingFrom = 256 * 1024;  // below this, the destination fits a cache
+  constexpr std::size_t kStreamingFrom = 256 * 1024;  ///< below this, the destination fits a cache
   if (bytes < kStreamingFrom) {
     std::memcpy(dst, src, bytes);
     return;

@@ -1,11 +1,11 @@
 #pragma once
-// Output files that never destroy what is at their path and never look complete when they are
-// not: bytes go to a temporary file created exclusively beside the target (TARGET.partial-XXXXXX,
-// unique per writer, so two writers never share one), and the temporary is renamed over the
-// target only when the output is complete. A target that exists and is not a regular file (a
-// directory, FIFO, socket or block device) is refused; a character device such as /dev/null is
-// written through; a symbolic link is followed, so the file it points to is replaced and the link
-// stays. Header-only, for plugins and the host alike.
+/// Output files that never destroy what is at their path and never look complete when they are
+/// not: bytes go to a temporary file created exclusively beside the target (TARGET.partial-XXXXXX,
+/// unique per writer, so two writers never share one), and the temporary is renamed over the
+/// target only when the output is complete. A target that exists and is not a regular file (a
+/// directory, FIFO, socket or block device) is refused; a character device such as /dev/null is
+/// written through; a symbolic link is followed, so the file it points to is replaced and the link
+/// stays. Header-only, for plugins and the host alike.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@
 
 namespace sluice {
 
-// What a stat mode is, in words a user understands.
+/// What a stat mode is, in words a user understands.
 inline const char* file_kind_name(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
@@ -34,11 +34,11 @@ inline const char* file_kind_name(mode_t mode) {
 }
 
 struct OutputTarget {
-  std::string path;            // where the output ends up (a symlink resolved to what it names)
-  bool write_through = false;  // a character device: written directly, nothing to rename
+  std::string path;            ///< where the output ends up (a symlink resolved to what it names)
+  bool write_through = false;  ///< a character device: written directly, nothing to rename
 };
 
-// Decides where output for `path` goes, or throws an Error that says why it cannot.
+/// Decides where output for `path` goes, or throws an Error that says why it cannot.
 inline OutputTarget resolve_output_target(const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) throw Error("the output path is empty");
@@ -63,7 +63,7 @@ inline OutputTarget resolve_output_target(const std::string& path) {
   return target;
 }
 
-// One output file written atomically. Not thread-safe; one writer per object.
+/// One output file written atomically. Not thread-safe; one writer per object.
 class AtomicOutputFile {
  public:
   AtomicOutputFile() = default;
@@ -100,7 +100,7 @@ class AtomicOutputFile {
 
   bool is_open() const { return stream_ != nullptr; }
   std::FILE* stream() const { return stream_; }
-  // The file being written: the temporary, or the device written through.
+  /// The file being written: the temporary, or the device written through.
   const std::string& writing_path() const { return temporary_.empty() ? target_.path : temporary_; }
   const std::string& target_path() const { return target_.path; }
 
@@ -109,15 +109,15 @@ class AtomicOutputFile {
   }
   void write(std::string_view text) { write(text.data(), text.size()); }
 
-  // Flushes to disk and renames the temporary over the target. Throws, and leaves no target
-  // that looks complete, when any byte failed to reach the disk.
+  /// Flushes to disk and renames the temporary over the target. Throws, and leaves no target
+  /// that looks complete, when any byte failed to reach the disk.
   void commit() {
     if (!stream_) return;
     finish_writing();
     if (!target_.write_through) publish_as(requested_);
   }
-  // The two halves of commit(), for outputs whose final name is known only at the end (shards
-  // named -of-N): flush to disk and close; then rename the temporary to `path`.
+  /// The two halves of commit(), for outputs whose final name is known only at the end (shards
+  /// named -of-N): flush to disk and close; then rename the temporary to `path`.
   void finish_writing() {
     if (!stream_) return;
     const bool ok = std::fflush(stream_) == 0 && !std::ferror(stream_) && (target_.write_through || ::fsync(::fileno(stream_)) == 0);
@@ -134,7 +134,7 @@ class AtomicOutputFile {
     temporary_.clear();
     target_ = final_target;
   }
-  // Closes without renaming; `keep` leaves the .partial file for the user to see, else it goes.
+  /// Closes without renaming; `keep` leaves the .partial file for the user to see, else it goes.
   void abandon(bool keep) {
     close_stream();
     if (!keep && !temporary_.empty()) ::unlink(temporary_.c_str());
@@ -142,7 +142,7 @@ class AtomicOutputFile {
   }
 
  private:
-  // Read from /proc, not by setting umask(), which would race with other threads creating files.
+  /// Read from /proc, not by setting umask(), which would race with other threads creating files.
   static mode_t current_umask() {
     static const mode_t mask = [] {
       mode_t value = 022;

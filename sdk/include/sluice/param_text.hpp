@@ -1,8 +1,8 @@
 #pragma once
-// Parameter values as text (pipeline files, --set, the studio's inspector, the test harness):
-// parsed against an operator's schema, defaults filled in, ranges and choices checked. The host
-// and the SDK's test harness (sluice/testing.hpp) use this one reading, so that an operator
-// unit-tested with text parameters gets exactly the values a pipeline file would give it.
+/// Parameter values as text (pipeline files, --set, the studio's inspector, the test harness):
+/// parsed against an operator's schema, defaults filled in, ranges and choices checked. The host
+/// and the SDK's test harness (sluice/testing.hpp) use this one reading, so that an operator
+/// unit-tested with text parameters gets exactly the values a pipeline file would give it.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -59,7 +59,7 @@ inline double parse_float(std::string_view text) {
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size()) throw ParamError("expects a number, got '" + s + "'");
   if (errno == ERANGE && std::isinf(v)) throw ParamError("'" + s + "' is out of range");
-  // NaN compares false with every bound, so it would pass any range check.
+  /// NaN compares false with every bound, so it would pass any range check.
   if (std::isnan(v)) throw ParamError("expects a number, got '" + s + "' (not a number)");
   return v;
 }
@@ -72,7 +72,7 @@ inline bool parse_bool(std::string_view text) {
   throw ParamError("expects true or false, got '" + std::string(text) + "'");
 }
 
-// Shortest text that reads back as the same double; plain digits unless very small or large.
+/// Shortest text that reads back as the same double; plain digits unless very small or large.
 inline std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buffer[64];
@@ -91,7 +91,7 @@ inline std::string same(const std::string& s) { return s; }
 
 }  // namespace param_text_detail
 
-// "int, default 1, range [0, inf]" and the like: for help output and range errors.
+/// "int, default 1, range [0, inf]" and the like: for help output and range errors.
 inline std::string describe_param_constraints(const ParamSpec& spec) {
   using namespace param_text_detail;
   std::string s = param_type_name(spec.type);
@@ -103,8 +103,8 @@ inline std::string describe_param_constraints(const ParamSpec& spec) {
   return s;
 }
 
-// Parses one parameter's text against its spec and checks range and choices. Throws ParamError
-// saying what was expected and what was given (not naming the parameter: the caller does).
+/// Parses one parameter's text against its spec and checks range and choices. Throws ParamError
+/// saying what was expected and what was given (not naming the parameter: the caller does).
 inline ParamValue parse_param_text(const ParamSpec& spec, std::string_view text) {
   using namespace param_text_detail;
   auto check_range = [&](double v, std::string_view item) {
@@ -157,7 +157,7 @@ inline ParamValue parse_param_text(const ParamSpec& spec, std::string_view text)
   throw ParamError("unknown parameter type");
 }
 
-// Text form of a value, as a pipeline file would hold it.
+/// Text form of a value, as a pipeline file would hold it.
 inline std::string format_param(const ParamValue& value) {
   using namespace param_text_detail;
   struct Visitor {
@@ -176,8 +176,8 @@ inline std::string format_param(const ParamValue& value) {
   return std::visit(Visitor{}, value);
 }
 
-// Every given value parsed (by `parse`, parse_param_text unless the caller adds to it) and the
-// defaults filled in. Throws ParamError naming the first bad, missing or unknown parameter.
+/// Every given value parsed (by `parse`, parse_param_text unless the caller adds to it) and the
+/// defaults filled in. Throws ParamError naming the first bad, missing or unknown parameter.
 inline Params parse_param_texts(const std::vector<ParamSpec>& schema, const std::vector<std::pair<std::string, std::string>>& given,
                                 ParamValue (*parse)(const ParamSpec&, std::string_view) = parse_param_text) {
   Params params;

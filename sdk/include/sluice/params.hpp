@@ -10,11 +10,11 @@
 
 namespace sluice {
 
-// Path, OutputPath and PathList values written in a pipeline file are relative to that file's
-// folder (the host resolves them before the operator sees them); given with --set, to the current
-// directory. OutputPath (ABI 4.1) names what a stage writes: validation refuses two stages writing
-// one path, and the studio offers a save dialog for it. PathList (ABI 4.2): comma-separated paths
-// or glob patterns. Appended last so that older plugins keep their values.
+/// Path, OutputPath and PathList values written in a pipeline file are relative to that file's
+/// folder (the host resolves them before the operator sees them); given with --set, to the current
+/// directory. OutputPath (ABI 4.1) names what a stage writes: validation refuses two stages writing
+/// one path, and the studio offers a save dialog for it. PathList (ABI 4.2): comma-separated paths
+/// or glob patterns. Appended last so that older plugins keep their values.
 enum class ParamType { Int, Float, Bool, String, Path, Choice, IntList, FloatList, StringList, OutputPath, PathList };
 
 inline const char* param_type_name(ParamType t) {
@@ -34,28 +34,28 @@ inline const char* param_type_name(ParamType t) {
   return "?";
 }
 
-// One parameter of an operator's schema. The CLI help, validation and the app's inspector are all
-// generated from it. A parameter without a default is required. Values are written as text in
-// pipeline files and on the command line; lists are comma-separated.
+/// One parameter of an operator's schema. The CLI help, validation and the app's inspector are all
+/// generated from it. A parameter without a default is required. Values are written as text in
+/// pipeline files and on the command line; lists are comma-separated.
 struct ParamSpec {
   std::string name;
   ParamType type = ParamType::String;
   std::string doc;
   std::optional<std::string> default_value;
-  std::optional<double> min;  // inclusive; for lists, applies to every item
+  std::optional<double> min;  ///< inclusive; for lists, applies to every item
   std::optional<double> max;
-  std::vector<std::string> choices;  // for Choice
-  // Hints flow from later stages to earlier ones when a pipeline is built: a parameter that
-  // takes hint H, left unset by the user, gets the value of the first later stage's parameter
-  // that offers H, looking through stages whose traits say they keep shapes. (decode_image takes
-  // resize's height and width, and decodes at a reduced DCT scale.)
+  std::vector<std::string> choices;  ///< for Choice
+  /// Hints flow from later stages to earlier ones when a pipeline is built: a parameter that
+  /// takes hint H, left unset by the user, gets the value of the first later stage's parameter
+  /// that offers H, looking through stages whose traits say they keep shapes. (decode_image takes
+  /// resize's height and width, and decodes at a reduced DCT scale.)
   enum class HintRole : std::uint8_t { None, Offers, Takes };
   HintRole hint_role = HintRole::None;
   std::string hint;
 
   bool required() const { return !default_value.has_value(); }
 
-  // Builder helpers, so that schemas read as one declaration per line.
+  /// Builder helpers, so that schemas read as one declaration per line.
   static ParamSpec make(std::string name, ParamType type, std::string doc) {
     ParamSpec p;
     p.name = std::move(name);
@@ -91,8 +91,8 @@ struct ParamSpec {
 using ParamValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>,
                                 std::vector<double>, std::vector<std::string>>;
 
-// Parsed, validated parameter values handed to an operator's constructor. Every parameter of the
-// schema is present (defaults filled in) once the host has validated a stage.
+/// Parsed, validated parameter values handed to an operator's constructor. Every parameter of the
+/// schema is present (defaults filled in) once the host has validated a stage.
 class Params {
  public:
   void set(const std::string& name, ParamValue value) { values_[name] = std::move(value); }

@@ -4,7 +4,7 @@
 
 namespace sluice {
 
-// FNV-1a: a hash that is the same on every machine and every run (std::hash is not).
+/// FNV-1a: a hash that is the same on every machine and every run (std::hash is not).
 inline std::uint64_t stable_hash(std::string_view text) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : text) {
@@ -21,9 +21,9 @@ inline std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Counter-based generator (Philox4x32-10). Its stream is a pure function of
-// (seed, stage, epoch, element index), so a random operator gives the same result for an element
-// whichever worker thread handles it, in whatever order: determinism at any parallelism.
+/// Counter-based generator (Philox4x32-10). Its stream is a pure function of
+/// (seed, stage, epoch, element index), so a random operator gives the same result for an element
+/// whichever worker thread handles it, in whatever order: determinism at any parallelism.
 class Rng {
  public:
   Rng(std::uint64_t seed, std::uint64_t stage_hash, std::uint64_t epoch, std::uint64_t index) {
@@ -43,11 +43,11 @@ class Rng {
     std::uint64_t hi = next_u32();
     return (hi << 32) | next_u32();
   }
-  // Uniform in [0, 1) with 53 random bits.
+  /// Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   bool bernoulli(double p) { return uniform() < p; }
-  // Uniform in [0, n) without modulo bias (Lemire's method).
+  /// Uniform in [0, n) without modulo bias (Lemire's method).
   std::uint64_t below(std::uint64_t n) {
     if (n <= 1) return 0;
     for (;;) {

@@ -1,5 +1,5 @@
 #pragma once
-// Everything a plugin author needs.
+/// Everything a plugin author needs.
 #include "sluice/abi.hpp"
 #include "sluice/buffer.hpp"
 #include "sluice/error.hpp"

@@ -1,6 +1,6 @@
 #pragma once
-// (ABI 6.0) Checkpoints: what an operator that keeps state between elements writes so that a run
-// can stop and later continue exactly where it was (see Operator::save_state).
+/// (ABI 6.0) Checkpoints: what an operator that keeps state between elements writes so that a run
+/// can stop and later continue exactly where it was (see Operator::save_state).
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -15,16 +15,16 @@
 
 namespace sluice {
 
-// Receives one operator's state. Plain values go in as bytes, in an order the operator reads
-// back the same way; the elements it holds (a shuffle buffer, a partial batch) go in with
-// put_element(), which lets the host keep them as it sees fit.
+/// Receives one operator's state. Plain values go in as bytes, in an order the operator reads
+/// back the same way; the elements it holds (a shuffle buffer, a partial batch) go in with
+/// put_element(), which lets the host keep them as it sees fit.
 class StateWriter {
  public:
   virtual ~StateWriter() = default;
   virtual void put_bytes(const void* data, std::size_t size) = 0;
-  // An element the operator holds; read back with StateReader::get_element() in the same place.
+  /// An element the operator holds; read back with StateReader::get_element() in the same place.
   virtual void put_element(const Sample& element) = 0;
-  // One line for `sluice checkpoint info` ("1000 elements held, 4 drawn"); the last one counts.
+  /// One line for `sluice checkpoint info` ("1000 elements held, 4 drawn"); the last one counts.
   virtual void describe(std::string text) = 0;
 
   template <typename T>
@@ -38,8 +38,8 @@ class StateWriter {
   }
 };
 
-// Gives back what a StateWriter received, in the same order. Reading past the end, or a value
-// that does not fit, throws DataError (a damaged or foreign checkpoint).
+/// Gives back what a StateWriter received, in the same order. Reading past the end, or a value
+/// that does not fit, throws DataError (a damaged or foreign checkpoint).
 class StateReader {
  public:
   virtual ~StateReader() = default;

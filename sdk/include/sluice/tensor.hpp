@@ -49,8 +49,8 @@ template <> constexpr DType dtype_of<double>() { return DType::F64; }
 
 using Shape = std::vector<std::int64_t>;
 
-// The number of elements of a shape. Shapes come from files and parameters: a negative
-// dimension or a count that would overflow is an Error, never a wrapped-around small number.
+/// The number of elements of a shape. Shapes come from files and parameters: a negative
+/// dimension or a count that would overflow is an Error, never a wrapped-around small number.
 inline std::int64_t shape_elements(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) {
@@ -66,10 +66,10 @@ inline std::string shape_string(const Shape& shape) {
   return s + "]";
 }
 
-// A typed n-dimensional view of a reference-counted buffer. Fixed-size dtypes are dense row-major.
-// Bytes tensors hold variable-length strings: element i spans [offsets[i], offsets[i+1]) past the
-// tensor's byte offset, so a record view of a large read buffer costs no copy. A scalar view
-// (bytes_view) needs no offsets at all: it spans its nbytes, and costs no allocation.
+/// A typed n-dimensional view of a reference-counted buffer. Fixed-size dtypes are dense row-major.
+/// Bytes tensors hold variable-length strings: element i spans [offsets[i], offsets[i+1]) past the
+/// tensor's byte offset, so a record view of a large read buffer costs no copy. A scalar view
+/// (bytes_view) needs no offsets at all: it spans its nbytes, and costs no allocation.
 class Tensor {
  public:
   Tensor() = default;
@@ -101,7 +101,7 @@ class Tensor {
     return t;
   }
 
-  // Bytes tensor of the given strings (shape defaults to [n], or a scalar when `scalar` and n == 1).
+  /// Bytes tensor of the given strings (shape defaults to [n], or a scalar when `scalar` and n == 1).
   static Tensor from_strings(const std::vector<std::string_view>& values, Shape shape) {
     if (shape_elements(shape) != static_cast<std::int64_t>(values.size()))
       throw Error("Tensor::from_strings: " + std::to_string(values.size()) + " strings do not fill shape " +
@@ -126,7 +126,7 @@ class Tensor {
   }
   static Tensor from_string(std::string_view value) { return from_strings({value}, {}); }
 
-  // A scalar bytes tensor viewing [offset, offset + size) of an existing buffer, without a copy.
+  /// A scalar bytes tensor viewing [offset, offset + size) of an existing buffer, without a copy.
   static Tensor bytes_view(std::shared_ptr<Buffer> buffer, std::size_t offset, std::size_t size) {
     if (!buffer || offset + size > buffer->size()) throw Error("Tensor::bytes_view: range outside the buffer");
     Tensor t;
@@ -137,7 +137,7 @@ class Tensor {
     return t;
   }
 
-  // A dense tensor over an existing buffer (used by operators that assemble into their own memory).
+  /// A dense tensor over an existing buffer (used by operators that assemble into their own memory).
   static Tensor view(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, std::size_t offset = 0) {
     if (dtype == DType::Bytes) throw Error("Tensor::view: use bytes_view for bytes");
     Tensor t;
@@ -174,20 +174,20 @@ class Tensor {
     return *data<T>();
   }
 
-  // Element i of a bytes tensor (row-major over the shape).
+  /// Element i of a bytes tensor (row-major over the shape).
   std::string_view string_at(std::int64_t i) const {
     if (dtype_ != DType::Bytes) throw Error(std::string("Tensor::string_at on a ") + dtype_name(dtype_) + " tensor");
     const std::uint64_t begin = string_offset(i);
     return {reinterpret_cast<const char*>(raw_data()) + begin, static_cast<std::size_t>(string_offset(i + 1) - begin)};
   }
-  // Where element i of a bytes tensor starts, in bytes past byte_offset(); i == num_elements() gives
-  // the end of the last one.
+  /// Where element i of a bytes tensor starts, in bytes past byte_offset(); i == num_elements() gives
+  /// the end of the last one.
   std::uint64_t string_offset(std::int64_t i) const {
     if (!offsets_) return i == 0 ? 0 : nbytes_;
     return offsets_.get()[i];
   }
 
-  // Rows [begin, end) along the first dimension, sharing the buffer.
+  /// Rows [begin, end) along the first dimension, sharing the buffer.
   Tensor slice(std::int64_t begin, std::int64_t end) const {
     if (shape_.empty() || begin < 0 || end > shape_[0] || begin > end)
       throw Error("Tensor::slice [" + std::to_string(begin) + "," + std::to_string(end) + ") outside shape " +
@@ -211,7 +211,7 @@ class Tensor {
     return t;
   }
 
-  // Row i along the first dimension, with that dimension removed.
+  /// Row i along the first dimension, with that dimension removed.
   Tensor row(std::int64_t i) const {
     Tensor t = slice(i, i + 1);
     t.shape_.erase(t.shape_.begin());
@@ -229,7 +229,7 @@ class Tensor {
   std::shared_ptr<Buffer> buffer_;
   std::size_t offset_ = 0;
   std::size_t nbytes_ = 0;
-  std::shared_ptr<const std::uint64_t> offsets_;  // num_elements() + 1 of them; null for a scalar view
+  std::shared_ptr<const std::uint64_t> offsets_;  ///< num_elements() + 1 of them; null for a scalar view
 };
 
 }  // namespace sluice
