@@ -36,6 +36,43 @@ stage { id: "out" op: "jsonl_sink" input: "both" params { key: "path" value: "$w
 PIPE
 echo "external plugin built with find_package(Sluice) and run: ok"
 
+# A program embedding the engine: find_package(Sluice COMPONENTS core), Sluice::core, the bundled
+# plugins of the prefix, a pipeline run in-process with the third party's operator in it.
+mkdir "$work/embed"
+cat > "$work/embed/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(embed LANGUAGES CXX)
+find_package(Sluice REQUIRED COMPONENTS core)
+add_executable(embed embed.cpp)
+target_link_libraries(embed PRIVATE Sluice::core)
+CMAKE
+cat > "$work/embed/embed.cpp" <<'CPP'
+#include <cstdio>
+#include "sluice/core/engine.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+int main(int argc, char** argv) {
+  sluice::Registry registry;
+  registry.load_search_path({argv[1], argv[2]});
+  const std::string text = std::string("stage { id: \"src\" op: \"range\" params { key: \"count\" value: \"5\" } }\n") +
+                           "stage { id: \"x3\" op: \"example_scale\" input: \"src\" params { key: \"factor\" value: \"3\" } }\n" +
+                           "stage { id: \"out\" op: \"jsonl_sink\" input: \"x3\" params { key: \"path\" value: \"" + argv[3] + "\" } }\n";
+  sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "embedded"), registry));
+  engine.start();
+  const auto result = engine.wait();
+  std::printf("%s\n", result.state == sluice::RunState::Finished ? "finished" : result.error.c_str());
+  return result.state == sluice::RunState::Finished ? 0 : 1;
+}
+CPP
+cmake -S "$work/embed" -B "$work/embed/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/embed.log" 2>&1 || { tail -20 "$work/embed.log"; exit 1; }
+cmake --build "$work/embed/build" >> "$work/embed.log" 2>&1 || { tail -30 "$work/embed.log"; exit 1; }
+rm -f "$work/out.jsonl"
+SLUICE_PLUGIN_PATH= "$work/embed/build/embed" "$work/prefix/lib/sluice/plugins" "$work/plugins" "$work/out.jsonl" > /dev/null
+if [ "$(cat "$work/out.jsonl")" != $'{"value":0}\n{"value":3}\n{"value":6}\n{"value":9}\n{"value":12}' ]; then
+  echo "the embedded engine wrote:"; cat "$work/out.jsonl"; exit 1
+fi
+echo "engine embedded with find_package(Sluice COMPONENTS core) and run: ok"
+
 # The installed Python package: `import sluice` from the prefix's dist-packages finds the
 # installed plugins by itself, and the third party's plugin joins sluice.data with plugin_dirs.
 python=${SLUICE_PYTHON:-/usr/bin/python3}
