@@ -15,7 +15,10 @@ fail() {
   exit 1
 }
 
-cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log" || fail "cmake --install failed: $(tail -5 "$work/install.log")"
+# Installed in one place and moved to another: the prefix is relocatable (the CLI finds its
+# plugins beside it, the CMake package its files beside it).
+cmake --install "$build_dir" --prefix "$work/installed_here" > "$work/install.log" || fail "cmake --install failed: $(tail -5 "$work/install.log")"
+mv "$work/installed_here" "$work/prefix"
 prefix=$work/prefix
 sluice=$prefix/bin/sluice
 [ -x "$sluice" ] || fail "the install has no bin/sluice"
@@ -24,8 +27,6 @@ sluice=$prefix/bin/sluice
 # The installed CLI finds the installed plugins by itself (a relocatable prefix).
 SLUICE_PLUGIN_PATH= "$sluice" plugins range > /dev/null || fail "the installed sluice does not find its bundled plugins"
 
-generator=()
-command -v ninja > /dev/null && generator=(-G Ninja)
 cd "$work"
 for kind in source map filter expand aggregate sink; do
   name=my_$kind
@@ -33,14 +34,15 @@ for kind in source map filter expand aggregate sink; do
   for file in CMakeLists.txt "$name.hpp" "$name.cpp" "${name}_test.cpp" README.md pipeline.txtpb; do
     [ -f "$name/$file" ] || fail "new-plugin --kind $kind wrote no $file"
   done
-  # As the README says: configure against the prefix, build, test.
-  cmake -S "$name" -B "$name/build" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-    >> "$work/$kind.log" 2>&1 || fail "$kind: configure failed: $(tail -20 "$work/$kind.log")"
-  cmake --build "$name/build" >> "$work/$kind.log" 2>&1 || fail "$kind: build failed: $(tail -30 "$work/$kind.log")"
+  # The README's own commands (its "Build and test" block, P being the prefix): configure, build, test.
+  awk '/^## Build and test/ {on = 1} on && /^```sh/ {block = 1; next} block && /^```/ {exit} block' "$name/README.md" |
+    sed "s#PREFIX_PATH=P\$#PREFIX_PATH=$prefix -DCMAKE_EXPORT_COMPILE_COMMANDS=ON#" > "$work/$kind.steps"
+  [ "$(wc -l < "$work/$kind.steps")" -ge 3 ] && grep -q "ctest" "$work/$kind.steps" || fail "$kind: the README has no build-and-test commands: $(cat "$work/$kind.steps")"
+  (cd "$name" && bash -e "$work/$kind.steps") >> "$work/$kind.log" 2>&1 || fail "$kind: the README's commands failed: $(tail -30 "$work/$kind.log")"
   if grep -q -e "$source_dir" -e "$build_dir" "$name/build/compile_commands.json"; then
     fail "$kind: its compile lines reach into the source or build tree: $(grep -o -e "$source_dir[^ \"]*" -e "$build_dir[^ \"]*" "$name/build/compile_commands.json" | head -3)"
   fi
-  ctest --test-dir "$name/build" --output-on-failure >> "$work/$kind.log" 2>&1 || fail "$kind: the project's own test failed: $(tail -20 "$work/$kind.log")"
+  grep -q "100% tests passed" "$work/$kind.log" || fail "$kind: the project's own test did not pass: $(tail -20 "$work/$kind.log")"
   [ -f "$name/build/lib$name.so" ] || fail "$kind: no lib$name.so where its README says"
   # Listed, with its parameters, from the folder given.
   SLUICE_PLUGIN_PATH= "$sluice" plugins "$name" --plugin-dir "$name/build" > "$work/$kind.plugins" 2>&1 || fail "$kind: sluice plugins $name: $(cat "$work/$kind.plugins")"
