@@ -1,6 +1,10 @@
 #include "new_plugin.hpp"
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -102,12 +106,18 @@ std::string write_new_plugin(const NewPluginRequest& request, const sluice::Regi
     throw sluice::Error(fmt::format("--kind {} is not a kind of operator a project can be made for: one of {}", request.kind,
                                     fmt::join(new_plugin_kinds(), ", ")));
 
-  const fs::path dir = request.dir.empty() ? fs::path(name) : fs::path(request.dir);
+  const fs::path dir = fs::absolute(request.dir.empty() ? fs::path(name) : fs::path(request.dir)).lexically_normal();
   std::error_code ec;
   if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
     throw sluice::Error(fmt::format("{} exists and is not an empty folder: pick another --dir, or remove it first", dir.string()));
-  fs::create_directories(dir, ec);
-  if (ec) throw sluice::Error(fmt::format("cannot create the folder {}: {}", dir.string(), ec.message()));
+  // The project is written in a folder of its own beside the target and renamed into place once
+  // whole: an interrupted new-plugin leaves a .partial folder, never a project with files missing.
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::current_path();
+  fs::create_directories(parent, ec);
+  std::string pattern = (parent / (dir.filename().string() + ".partial-XXXXXX")).string();
+  if (ec || !::mkdtemp(pattern.data()))
+    throw sluice::Error(fmt::format("cannot create a folder in {}: {}", parent.string(), ec ? ec.message() : std::strerror(errno)));
+  const fs::path staging = pattern;
 
   std::string summary_lower = kind->summary;
   summary_lower[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(summary_lower[0])));
@@ -128,6 +138,14 @@ std::string write_new_plugin(const NewPluginRequest& request, const sluice::Regi
       {"README.md", replaced(template_text("README.md"), readme_values)},
       {"pipeline.txtpb", "# A pipeline using " + name + ": sluice run pipeline.txtpb --plugin-dir build\n" + pipeline + "\n"},
   };
-  for (const auto& [file, text] : files) sluice::write_file_atomically(dir / file, text);
-  return dir.string();
+  try {
+    for (const auto& [file, text] : files) sluice::write_file_atomically(staging / file, text);
+    fs::permissions(staging, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+    if (fs::exists(dir)) fs::remove(dir);  // the empty folder it was asked to fill
+    fs::rename(staging, dir);
+  } catch (const std::exception& e) {
+    fs::remove_all(staging, ec);
+    throw sluice::Error(fmt::format("cannot write the project to {}: {}", dir.string(), e.what()));
+  }
+  return (request.dir.empty() ? fs::path(name) : fs::path(request.dir)).string();
 }
