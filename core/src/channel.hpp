@@ -245,7 +245,7 @@ class Channel {
       }
       std::this_thread::yield();
     }
-    if (condition()) budget.store(spins / 2, std::memory_order_relaxed);
+    if (condition()) budget.store(std::max(1, spins / 2), std::memory_order_relaxed);  // at least one try: a budget of 0 could never grow again
   }
   static constexpr int kMaxSpins = 16;
   // Counts swings: full after having been empty, or empty after having been full.
