@@ -197,7 +197,8 @@ inline Params parse_param_texts(const std::vector<ParamSpec>& schema, const std:
       throw ParamError("parameter '" + spec.name + "' is required (" + spec.doc + ")");
     }
   }
-  for (const auto& [name, value] : given) {
+  for (const auto& entry : given) {  // not a structured binding: Clang before 16 cannot capture one in a lambda
+    const std::string& name = entry.first;
     const bool known = std::any_of(schema.begin(), schema.end(), [&](const ParamSpec& spec) { return spec.name == name; });
     if (!known) throw ParamError("unknown parameter '" + name + "'");
   }
