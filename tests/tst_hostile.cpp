@@ -493,7 +493,17 @@ class TestHostile : public QObject {
     std::memcpy(bmp_bytes.data() + 18, &side, 4);
     std::memcpy(bmp_bytes.data() + 22, &side, 4);
     std::ofstream(bmp, std::ios::binary) << bmp_bytes;
-    for (const auto& image : {pgm, bmp})
+    // A JPEG whose sampling factors turbojpeg cannot name (its header call refuses the file) but
+    // libjpeg decodes: its frame header, made to claim 1500x1000, is read before OpenCV allocates.
+    const std::string odd_jpeg = dir.filePath("odd_sampling.jpg").toStdString();
+    std::string jpeg_bytes = read_file(testdata_dir() + "/jpeg/jpeg-decoder/mozilla_jpg-size-33x33.jpg");
+    const std::size_t frame = jpeg_bytes.find("\xFF\xC0");
+    QVERIFY(frame != std::string::npos);
+    const unsigned char claim[] = {0x03, 0xE8, 0x05, 0xDC};  // height 1000, width 1500
+    std::memcpy(jpeg_bytes.data() + frame + 5, claim, 4);
+    jpeg_bytes[frame + 11] = 0x31;  // luma sampled 3x1
+    std::ofstream(odd_jpeg, std::ios::binary) << jpeg_bytes;
+    for (const auto& image : {pgm, bmp, odd_jpeg})
       EXPECT_FAILS_WITH(run_pipeline(dir, stage("files", "from_list", "", {{"values", image}, {"field", "path"}}) + stage("read", "read_file", "files") +
                                               stage("dec", "decode_image", "read", {{"max_pixels", "1000000"}}) + stage("out", "null_sink", "dec")),
                         1, "over max_pixels 1000000");

@@ -68,6 +68,12 @@ cv::Mat to_channels(cv::Mat img, int channels) {
   return out;
 }
 
+void refuse_over_limit(std::uint64_t width, std::uint64_t height, const DecodeOptions& options) {
+  if (width * height > options.max_pixels)
+    throw DataError("the image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
+                    " pixels, over max_pixels " + std::to_string(options.max_pixels) + " (raise max_pixels if such images are expected)");
+}
+
 cv::Mat decode_with_opencv(std::string_view bytes, const DecodeOptions& options, const std::string& jpeg_error) {
   cv::Mat raw(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));
   cv::Mat img;
@@ -79,6 +85,10 @@ cv::Mat decode_with_opencv(std::string_view bytes, const DecodeOptions& options,
   if (img.empty())
     throw DataError(jpeg_error.empty() ? "cannot decode the image (unknown or corrupt format)"
                                        : "cannot decode the JPEG: " + jpeg_error);
+  // Whatever the header said (or when nothing could read it first: OpenCV caps a decode at 2^30
+  // pixels), what OpenCV made is held to max_pixels too, so no format and no disagreement
+  // between a header reader and OpenCV's gets past the limit.
+  refuse_over_limit(static_cast<std::uint64_t>(img.cols), static_cast<std::uint64_t>(img.rows), options);
   return to_channels(img, options.channels);
 }
 
@@ -234,6 +244,29 @@ bool peek_sun_raster(std::string_view b, int& width, int& height) {
   return set_size(be32(p + 4), be32(p + 8), width, height);
 }
 
+// A JPEG's frame header (SOF0..SOF15, not DHT, JPG or DAC), read by walking the markers: the
+// size libjpeg decodes to when turbojpeg's own header call refuses the file (sampling factors it
+// cannot name), so that such a file is held to max_pixels before OpenCV allocates it.
+bool peek_jpeg_frame(std::string_view b, int& width, int& height) {
+  auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  const std::size_t n = b.size();
+  std::size_t at = 2;
+  while (at + 4 <= n && p[at] == 0xFF) {
+    const unsigned marker = p[at + 1];
+    if (marker == 0xFF) {  // fill byte before a marker
+      ++at;
+      continue;
+    }
+    if (marker == 0xD9 || marker == 0xDA) return false;  // no frame header before the scan
+    const std::size_t length = (std::size_t(p[at + 2]) << 8) | p[at + 3];
+    if (length < 2 || at + 2 + length > n) return false;
+    const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (frame) return length >= 7 && set_size((p[at + 7] << 8) | p[at + 8], (p[at + 5] << 8) | p[at + 6], width, height);
+    at += 2 + length;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool peek_size(std::string_view b, int& width, int& height) {
@@ -250,9 +283,9 @@ bool peek_size(std::string_view b, int& width, int& height) {
     tjhandle tj = thread_decoder();
     if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(b.data()), b.size(), &width, &height, &subsamp, &colorspace) == 0)
       return true;
-    bool usable = tjGetErrorCode(tj) == TJERR_WARNING && width > 0 && height > 0;
-    if (!usable) thread_handle().renew();
-    return usable;
+    if (tjGetErrorCode(tj) == TJERR_WARNING && width > 0 && height > 0) return true;
+    thread_handle().renew();
+    return peek_jpeg_frame(b, width, height);
   }
   return false;
 }
@@ -293,26 +326,13 @@ int exif_orientation(std::string_view b) {
   return 1;
 }
 
-namespace {
-void refuse_over_limit(std::uint64_t width, std::uint64_t height, const DecodeOptions& options) {
-  if (width * height > options.max_pixels)
-    throw DataError("the image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
-                    " pixels, over max_pixels " + std::to_string(options.max_pixels) + " (raise max_pixels if such images are expected)");
-}
-}  // namespace
 
 cv::Mat decode_image(std::string_view bytes, const DecodeOptions& options) {
   if (bytes.empty()) throw DataError("the image is empty (0 bytes)");
   int width = 0, height = 0;
   const bool known_size = peek_size(bytes, width, height);
   if (known_size) refuse_over_limit(static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), options);
-  if (!is_jpeg(bytes)) {
-    // A format whose size could not be read first: decoded (OpenCV caps it at 2^30 pixels), then
-    // held to the same limit, so no format gets past max_pixels.
-    cv::Mat img = decode_with_opencv(bytes, options, "");
-    if (!known_size) refuse_over_limit(static_cast<std::uint64_t>(img.cols), static_cast<std::uint64_t>(img.rows), options);
-    return img;
-  }
+  if (!is_jpeg(bytes)) return decode_with_opencv(bytes, options, "");
 
   tjhandle tj = thread_decoder();
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
