@@ -196,6 +196,20 @@ class TestVision : public QObject {
     QCOMPARE(img.size(), cv::Size(6000, 6000));
   }
 
+  void damaged_dicom_is_refused_not_fatal() {
+    // A fuzzer's file: "DICM" at byte 128 sends it to OpenCV's GDCM reader, whose assertion ended
+    // the process; decode_image refuses DICOM as a data error (skipped under error_policy skip).
+    std::string dicom(128, '\xda');
+    dicom.replace(0, 2, "P5");
+    dicom += "DICM";
+    try {
+      sluice::vision::decode_image(dicom, sluice::vision::DecodeOptions{});
+      QFAIL("not refused");
+    } catch (const sluice::DataError& e) {
+      QVERIFY2(std::string(e.what()).find("DICOM images are not decoded") != std::string::npos, e.what());
+    }
+  }
+
   void pets_images_match_their_stored_size() {
     auto out = run_ok(stage("files", "list_files", "", {{"patterns", testdata_dir() + "/tfrecord/pets_examples.record"}}) +
                       stage("read", "tfrecord_reader", "files") +

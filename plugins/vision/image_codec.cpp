@@ -332,7 +332,14 @@ cv::Mat decode_image(std::string_view bytes, const DecodeOptions& options) {
   int width = 0, height = 0;
   const bool known_size = peek_size(bytes, width, height);
   if (known_size) refuse_over_limit(static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), options);
-  if (!is_jpeg(bytes)) return decode_with_opencv(bytes, options, "");
+  if (!is_jpeg(bytes)) {
+    // OpenCV hands a file with "DICM" at byte 128 (and no earlier format's signature) to GDCM,
+    // whose assertions end the whole process on a damaged file: such files never reach it.
+    if (!known_size && bytes.size() >= 132 && bytes.substr(128, 4) == "DICM")
+      throw DataError("DICOM images are not decoded (OpenCV's DICOM reader aborts the process on a damaged file): "
+                      "convert them to PNG or TIFF first, e.g. with gdcmconv or dcmj2pnm");
+    return decode_with_opencv(bytes, options, "");
+  }
 
   tjhandle tj = thread_decoder();
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
