@@ -114,6 +114,17 @@ std::string tfrecord_pipeline(const std::string& shards, int parallelism) {
          stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
 }
 
+// Records read one file after another in chunks, parsed in chunks, batched from chunks (the
+// small-record path): a cut falls between two chunks, with a batch partly gathered.
+std::string chunked_pipeline(const std::string& shards, int parallelism) {
+  return "options { seed: 3 deterministic: true }\n" + stage("files", "list_files", "", {{"patterns", shards + "/*"}}) +
+         stage("read", "tfrecord_reader", "files", {}, "buffer_size: 2") +
+         stage("parse", "parse_example", "read", {{"features", "label:int64"}, {"keep", "index"}},
+               "parallelism: " + std::to_string(parallelism) + " buffer_size: 2") +
+         stage("batch", "batch", "parse", {{"batch_size", "13"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "batch", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
 // A cache of a randomly augmented first pass, replayed for the next two, shuffled each epoch.
 // Small buffers keep the cache close behind the sink: a cut soon after the start is in its first pass.
 std::string cached_pipeline(int parallelism) {
@@ -217,6 +228,7 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 60, 150, 310}) QTest::addRow("tfrecord p%d k%d", p, k) << "tfrecord" << p << k;
       // 900 batches, 300 per epoch; the cache's first pass is the first epoch.
       for (int k : {1, 100, 400}) QTest::addRow("cached p%d k%d", p, k) << "cached" << p << k;
+      for (int k : {1, 40, 120}) QTest::addRow("chunked p%d k%d", p, k) << "chunked" << p << k;
       // A weighted mixture of two branches, one after a filter, 1150 elements in two epochs.
       for (int k : {1, 300, 700}) QTest::addRow("mixture p%d k%d", p, k) << "mixture" << p << k;
       // zip of a fast input and a slow one: the stage waits for the slow one in the middle of
@@ -235,6 +247,7 @@ class TestCheckpoint : public QObject {
     QFETCH(int, stop_after);
     const std::string text = pipeline == "tfrecord"  ? tfrecord_pipeline(shards_, parallelism)
                              : pipeline == "cached"  ? cached_pipeline(parallelism)
+                             : pipeline == "chunked" ? chunked_pipeline(shards_, parallelism)
                              : pipeline == "zip"     ? zip_pipeline(parallelism)
                              : pipeline == "mixture" ? mixture_pipeline(parallelism)
                                                      : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
@@ -243,6 +256,10 @@ class TestCheckpoint : public QObject {
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
     if (pipeline == "tfrecord" || pipeline == "cached") QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
+    if (pipeline == "chunked") {  // the reader and the parser handed on chunks
+      QCOMPARE(whole.lines.size(), std::size_t(2 * 185));
+      QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0);
+    }
 
     const Run first = run(text, dir, "first.jsonl", stop_after);
     QVERIFY2(first.checkpoint.has_value(), "the run ended before the checkpoint");

@@ -293,6 +293,88 @@ class TestIo : public QObject {
     QCOMPARE(out.lines.front(), std::string(R"({"ints":[4,5,6],"floats":0.5,"text":"aGVsbG8="})"));
   }
 
+  void chunks_give_the_same_bytes_as_elements() {
+    // The reader, parse_example and batch hand on chunks (sluice/chunk.hpp) by default: on real
+    // files their outputs are those of the element-wise run byte for byte, at one and three parser
+    // workers, batched or not, and the chunked path is the one taken.
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    struct Case {
+      std::string file, features, keep;
+    };
+    const std::vector<Case> cases{
+        {"tfx_mnist.tfrecord", "image_floats:float[784], image_class:int64", ""},
+        {"tfx_penguin_train.tfrecord.gz", "body_mass_g:float, culmen_depth_mm:float, species:int64, missing:bytes=none", "path,index"},
+        {"torchdata_example.tfrecord", "x_float:float[10], x_int:int64[10], x_byte:bytes", "record"},
+        {"pets_examples.record", "image/encoded:bytes, image/height:int64, image/filename:bytes", "offset"}};
+    for (const auto& c : cases) {
+      for (int workers : {1, 3}) {
+        for (bool batched : {false, true}) {
+          const std::string text = reader_chain(tf(c.file)) +
+                                   stage("parse", "parse_example", "read", {{"features", c.features}, {"keep", c.keep}},
+                                         "parallelism: " + std::to_string(workers)) +
+                                   (batched ? stage("batch", "batch", "parse", {{"batch_size", "7"}}) + sink_after("batch") : sink_after("parse"));
+          const auto chunked = run_text(text);
+          const auto elements = run_text(text, {}, element_wise);
+          const std::string what = c.file + (batched ? " batched" : "") + " on " + std::to_string(workers) + " workers";
+          QVERIFY2(chunked.result.state == sluice::RunState::Finished, (what + ": " + chunked.result.error + chunked.error).c_str());
+          QVERIFY2(!chunked.lines.empty() && chunked.lines == elements.lines, what.c_str());
+          QVERIFY2(chunked.snapshot.stage(1).chunks_out() > 0, what.c_str());  // the reader made chunks
+          QCOMPARE(chunked.snapshot.stage(1).chunked_elements_out(), chunked.snapshot.stage(1).elements_out());
+          QCOMPARE(elements.snapshot.stage(1).chunks_out(), std::uint64_t(0));
+          // Parsed rows go on in chunks to a batch; a jsonl_sink takes elements.
+          QCOMPARE(chunked.snapshot.stage(2).chunks_out() > 0, batched);
+        }
+      }
+    }
+  }
+
+  void a_bad_record_inside_a_chunk_is_named_and_skipped_alone() {
+    // 600 records, one chunk holds many of them: record 300 is not an Example, record 450 has a
+    // broken data CRC. Under skip each is dropped alone and named by its record and byte offset;
+    // without skip the run stops at record 300 with the element-wise run's message.
+    QTemporaryDir dir;
+    const std::string path = dir.path().toStdString() + "/mixed.tfrecord";
+    std::string framed;
+    std::vector<std::size_t> offsets;
+    for (int i = 0; i < 600; ++i) {
+      sluice::tfexample::Example example;
+      (*example.mutable_features()->mutable_feature())["id"].mutable_int64_list()->add_value(i);
+      const std::string serialized = i == 300 ? std::string("\x0a\x7f\x01") : example.SerializeAsString();  // a field past the end
+      offsets.push_back(framed.size());
+      sluice::io::append_record(framed, serialized.data(), serialized.size());
+    }
+    framed[offsets[450] + 12] ^= 0x40;  // record 450's data: its CRC no longer matches
+    write_file(path, framed);
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::string skipping = reader_chain(path, "error_policy: skip") +
+                                 stage("parse", "parse_example", "read", {{"features", "id:int64"}}, "error_policy: skip parallelism: 2") +
+                                 stage("batch", "batch", "parse", {{"batch_size", "64"}}) + sink_after("batch");
+    for (bool chunks : {true, false}) {
+      const auto out = chunks ? run_text(skipping) : run_text(skipping, {}, element_wise);
+      QCOMPARE(out.result.state, sluice::RunState::Finished);
+      Ints expected;
+      for (int i = 0; i < 600; ++i)
+        if (i != 300 && i != 450) expected.push_back(i);
+      QCOMPARE(all_integers(out.lines), expected);
+      QCOMPARE(out.snapshot.stage(1).errors_skipped(), std::uint64_t(1));
+      QVERIFY2(out.snapshot.stage(1).skip_reasons(0).find("record 450 at byte offset " + std::to_string(offsets[450]) + ": data CRC mismatch") !=
+                   std::string::npos,
+               out.snapshot.stage(1).skip_reasons(0).c_str());
+      QCOMPARE(out.snapshot.stage(2).errors_skipped(), std::uint64_t(1));
+      QVERIFY2(out.snapshot.stage(2).skip_reasons(0).find("element 300 of epoch 0 from " + path + " record 300 (byte offset " +
+                                                          std::to_string(offsets[300]) + "): malformed record") != std::string::npos,
+               out.snapshot.stage(2).skip_reasons(0).c_str());
+    }
+    const std::string failing = reader_chain(path, "error_policy: skip") + stage("parse", "parse_example", "read", {{"features", "id:int64"}}) +
+                                stage("out", "null_sink", "parse");
+    const auto chunked = run_text(failing), elements = run_text(failing, {}, element_wise);
+    QCOMPARE(chunked.result.state, sluice::RunState::Failed);
+    QCOMPARE(chunked.result.error, elements.result.error);
+    QVERIFY2(chunked.result.error.find("record 300 (byte offset " + std::to_string(offsets[300]) + ")") != std::string::npos, chunked.result.error.c_str());
+  }
+
   void hand_built_unpacked_and_mixed_lists_parse_to_exact_values() {
     // Writers other than TensorFlow's may write Int64List and FloatList unpacked, one tag per
     // value (int64: tag 0x08, a varint each; float: tag 0x0d, 4 bytes each), and a packed block

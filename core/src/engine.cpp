@@ -470,6 +470,23 @@ void Engine::start() {
     }
     if (!st.inputs.empty()) st.input = st.inputs.front();
   }
+  // Chunks: a stage takes them when its operator offers the chunked form (a map running alone, not
+  // fused with others, or an aggregate); a stage that makes elements in runs (an expand, a chunked
+  // map) hands chunks on when every reader takes them, and elements otherwise.
+  if (I.options.chunks) {
+    for (auto& st : I.stages) {
+      if (st->fused_head || !st->fused.empty()) continue;
+      if (st->map)
+        if (auto* chunked = dynamic_cast<ChunkedMap*>(st->op.get()); chunked && chunked->maps_chunks()) st->chunked_map = chunked;
+      if (st->aggregate) st->chunked_aggregate = dynamic_cast<ChunkedAggregate*>(st->op.get());
+    }
+    for (auto& st : I.stages) {
+      if (!(st->expand || st->chunked_map) || st->spec->consumers.empty()) continue;
+      st->emits_chunks = std::all_of(st->spec->consumers.begin(), st->spec->consumers.end(), [&](int reader) {
+        return I.stages[static_cast<std::size_t>(reader)]->chunked_map || I.stages[static_cast<std::size_t>(reader)]->chunked_aggregate;
+      });
+    }
+  }
   // A resumed run: ordered parallel stages go on from their saved positions (the loops of the
   // other kinds read their own).
   for (auto& st : I.stages) {

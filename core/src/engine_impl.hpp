@@ -19,6 +19,7 @@
 
 #include "autotune.hpp"
 #include "channel.hpp"
+#include "chunk_carrier.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 
@@ -29,12 +30,15 @@ using detail::Outputs;
 using detail::Item;
 using detail::kAllIterations;
 using detail::now_ns;
+using detail::chunk_in;
+using detail::rows_of;
 
 inline constexpr std::size_t kChunk = 64;
 inline constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk of a parallel stage holds
 inline constexpr std::uint64_t kFetchRunNs = 200'000;     // most work an interleave fetcher does before handing it on
 inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
+inline constexpr std::size_t kChunkRows = 256;              // most elements in one chunk an expand hands on
 
 // Where an element came from, kept across an operator call that consumes the element, for the
 // message should the call throw. The description (a file name) is shared by the elements of one
@@ -62,6 +66,7 @@ struct Counters {
   std::atomic<std::uint64_t> elements_in{0}, elements_out{0}, bytes_in{0}, bytes_out{0};
   std::atomic<std::uint64_t> busy_ns{0}, starved_ns{0}, blocked_ns{0};
   std::atomic<std::uint64_t> errors_skipped{0}, epoch{0};
+  std::atomic<std::uint64_t> chunked_elements_out{0}, chunks_out{0};
 };
 
 inline void add(std::atomic<std::uint64_t>& counter, std::uint64_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
@@ -93,6 +98,11 @@ struct StageRuntime {
   Aggregate* aggregate = nullptr;
   Sink* sink = nullptr;
   Combine* combine = nullptr;
+  // Chunks (sluice/chunk.hpp): the chunked form of a map or an aggregate when the stage takes
+  // chunks, and whether it hands chunks on (every reader takes them). See Engine::start().
+  ChunkedMap* chunked_map = nullptr;
+  ChunkedAggregate* chunked_aggregate = nullptr;
+  bool emits_chunks = false;
 
   StageInfo info;
   std::unique_ptr<Outputs> output;  // a buffer per reader; null for sinks
@@ -227,6 +237,10 @@ struct StageRuntime {
     }
   }
   void merge_observed(const Sample& sample) {
+    if (const Chunk* chunk = detail::chunk_in(sample)) {  // its elements are its rows
+      if (chunk->rows() > 0) merge_observed(chunk->row(0));
+      return;
+    }
     ++observed_outputs;
     for (const auto& f : sample.fields()) {
       auto it = std::find_if(observed.begin(), observed.end(), [&](const ObservedField& o) { return o.name == f.name; });
@@ -479,6 +493,9 @@ struct Engine::Impl {
   // reading per stage and chunk); expensive ones (decoded images) go element by element through
   // all members, so that each stays in cache from one stage to the next.
   bool process_chunk(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure);
+  // The same for a stage that takes chunks (chunked_map, never fused): a chunk in one call, its
+  // failing rows reported one by one; elements (from a producer that makes no chunks) one by one.
+  bool process_chunked_map(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure);
 
   // What an expand stage's operator reports of damage inside one input, under the stage's policy.
   class StageDamage final : public DamageReport {
@@ -498,7 +515,9 @@ struct Engine::Impl {
 
   struct ExpandSlot {
     std::unique_ptr<ExpandCursor> cursor;
-    std::deque<Sample> ready;  // read ahead by fetchers
+    // The cursor's chunked form, when the stage hands chunks on (see run_expand); null otherwise.
+    ChunkedExpandCursor* chunked = nullptr;
+    std::deque<Sample> ready;  // read ahead by fetchers (a chunk is one of them)
     std::deque<Sample> taken;  // moved out of `ready` by the coordinator, which alone uses it
     bool exhausted = false;
     bool busy = false;  // a fetcher is inside cursor->next()

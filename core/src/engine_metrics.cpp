@@ -50,6 +50,8 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     std::uint64_t el_out = c.elements_out.load(), by_out = c.bytes_out.load(), el_in = c.elements_in.load();
     m->set_elements_in(el_in);
     m->set_elements_out(el_out);
+    m->set_chunked_elements_out(st.counters.chunked_elements_out.load(std::memory_order_relaxed));
+    m->set_chunks_out(st.counters.chunks_out.load(std::memory_order_relaxed));
     m->set_bytes_in(c.bytes_in.load());
     m->set_bytes_out(by_out);
     const double capacity_ns = start_ns ? runner.worker_capacity_ns(now, start_ns) : 0.0;

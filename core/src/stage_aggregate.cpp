@@ -127,9 +127,54 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
       }
       continue;
     }
-    add(st.counters.elements_in, in.size());
+    add(st.counters.elements_in, st.chunked_aggregate ? rows_of(in) : in.size());
     add(st.counters.bytes_in, bytes_of(in));
     for (auto& item : in) {
+      if (Chunk* chunk = st.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
+        const std::uint64_t first_index = in_index;
+        in_index += chunk->rows();
+        if (st.input->skipped(in_iteration) || !open) continue;
+        // Rows from `done` on are still to push; a refused row is reported (or ends the run) and
+        // the rows after it go on in a new call, as elements after a refused one do.
+        Chunk rest = std::move(*chunk);
+        item.sample = Sample();
+        std::size_t done = 0;
+        while (rest.rows() > 0) {
+          const ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, first_index + done};
+          try {
+            if (st.chunked_aggregate->push_chunk(rest, ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
+              skip_input(st, static_cast<std::int64_t>(in_iteration));
+            break;
+          } catch (const RowError& e) {
+            const std::size_t row = std::min(e.row(), rest.rows() - 1);
+            if (!element_error(st, e.what(), ctx.epoch, ctx.index + row, rest.origin(row).text())) return;
+            rest = rest.slice(row + 1, rest.rows());
+            done += row + 1;
+          } catch (const std::exception&) {
+            if (handling_out_of_memory()) {
+              fail(out_of_memory_message(st), &st);
+              return;
+            }
+            // Not one row's fault, or an operator that does not say which row: the rows go
+            // through the element form one by one, each taken, skipped or named as alone.
+            for (std::size_t r = 0; r < rest.rows(); ++r) {
+              const ElementContext row_ctx{&st.info, ctx.epoch, ctx.index + r};
+              try {
+                if (op.push(rest.row(r), row_ctx, emitter) == Aggregate::Flow::SkipRestOfIteration) {
+                  skip_input(st, static_cast<std::int64_t>(in_iteration));
+                  break;
+                }
+              } catch (const std::exception& e) {
+                if (!element_error(st, e.what(), row_ctx.epoch, row_ctx.index, rest.origin(r).text())) return;
+              }
+            }
+            break;
+          }
+          if (stopping.load(std::memory_order_relaxed)) return;
+        }
+        if (stopping.load(std::memory_order_relaxed)) return;
+        continue;
+      }
       ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, in_index++};
       if (st.input->skipped(in_iteration) || !open) continue;
       origin.keep(item.sample.shared_origin());

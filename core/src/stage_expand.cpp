@@ -16,6 +16,24 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   std::optional<CoreHold> reading_core;  // the coordinator's core of the budget while it reads
   std::size_t reads_on_core = 0;
   const std::size_t read_ahead = static_cast<std::size_t>(std::max(2, block));
+  // Chunks of a cursor's outputs go on when every reader takes them and one input is read at a
+  // time (with several open, block_length outputs of each alternate: element by element).
+  const bool chunks = st.emits_chunks && cycle == 1;
+  // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
+  // false once the input is exhausted. Called by the one thread reading the slot.
+  auto read_next = [&](ExpandSlot& slot, Sample& sample) {
+    if (slot.chunked) {
+      Chunk chunk;
+      if (!slot.chunked->next_chunk(chunk, kChunkRows)) return false;
+      if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
+      slot.outputs_read += chunk.rows();
+      sample = detail::carry(std::move(chunk));
+      return true;
+    }
+    if (!slot.cursor->next(sample)) return false;
+    ++slot.outputs_read;
+    return true;
+  };
   StageDamage damage(*this, st);
   std::vector<ExpandSlot> slots(cycle);
   std::mutex mutex;  // guards slots' ready/exhausted/busy/cursor when fetchers run
@@ -107,6 +125,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         std::lock_guard lock(mutex);
         slot = ExpandSlot{};
         slot.cursor = std::move(cursor);
+        slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
         slot.exhausted = !slot.cursor;
         slot.origin = std::move(origin);
         slot.epoch = epoch;
@@ -130,9 +149,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     for (;;) {
       if (fetcher_count == 0) {
         try {
-          if (!slot.cursor->next(sample)) return 0;
-          ++slot.outputs_read;
-          return 1;
+          return read_next(slot, sample) ? 1 : 0;
         } catch (const std::exception& e) {
           return input_failure(slot, e.what()) ? 0 : -1;
         }
@@ -164,8 +181,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         }
         int got = 0;
         try {
-          got = slot.cursor->next(sample) ? 1 : 0;
-          slot.outputs_read += static_cast<std::uint64_t>(got);
+          got = read_next(slot, sample) ? 1 : 0;
         } catch (const std::exception& e) {
           got = input_failure(slot, e.what()) ? 0 : -1;
         }
@@ -237,14 +253,13 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           while (got == 1 && run.size() < room && t - t0 < kFetchRunNs) {
             run.emplace_back();
             reading = true;
-            const bool more = work->cursor->next(run.back());
+            const bool more = read_next(*work, run.back());
             reading = false;
             if (!more) {
               run.pop_back();
               got = 0;
               break;
             }
-            ++work->outputs_read;
             t = now_ns();
           }
         } catch (const std::exception& e) {
@@ -345,6 +360,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.last_offset = positions->get<std::int64_t>();
       slot.cursor = st.expand->open(Sample(slot.input), ElementContext{&st.info, st.first_input_epoch + slot.epoch, slot.index}, damage);
       if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
+      slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
       if (slot.emitted == 0) continue;
       // Seek to the last output given, read it again and check it is the one: the next is new.
       if (slot.last_offset >= 0 && slot.cursor->seek(slot.last_record, slot.last_offset)) {
@@ -392,7 +408,11 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   }
 
   auto emit = [&](Sample sample) {
-    add(st.counters.elements_out, 1);
+    if (const Chunk* chunk = chunk_in(sample)) {
+      add(st.counters.chunks_out, 1);
+      add(st.counters.chunked_elements_out, chunk->rows());
+    }
+    add(st.counters.elements_out, rows_of(sample));
     add(st.counters.bytes_out, sample.nbytes());
     out.push_back(Item::element(std::move(sample)));
     if (out.size() < kChunk) return true;
@@ -407,6 +427,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     std::unique_lock lock(mutex);
     while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
     }
+    slot.chunked = nullptr;
     slot.cursor.reset();
     slot.ready.clear();
     slot.taken.clear();
@@ -484,16 +505,23 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           ok = fill(slot);
           break;
         }
-        ++slot.emitted;
+        Chunk* chunk = chunk_in(sample);
+        const std::size_t rows = chunk ? chunk->rows() : 1;
+        slot.emitted += rows;
         const Origin& origin = sample.shared_origin();
-        slot.last_record = origin.record;
-        slot.last_offset = origin.byte_offset;
+        slot.last_record = chunk ? chunk->origin(rows - 1).record : origin.record;
+        slot.last_offset = chunk ? chunk->origin(rows - 1).byte_offset : origin.byte_offset;
         if (origin.where && origin.where.get() != slot.registered_where) {
           slot.registered_where = origin.where.get();
           std::lock_guard lock(st.read_inputs_mutex);
           st.read_inputs[slot.registered_where] = {origin.where, slot.input, st.first_input_epoch + slot.epoch, slot.index};
         }
-        sample.set_read_position(st.first_output_epoch + epoch, static_cast<std::int64_t>(emitted_in_epoch++));
+        if (chunk) {
+          chunk->set_read_position(st.first_output_epoch + epoch, static_cast<std::int64_t>(emitted_in_epoch));
+          emitted_in_epoch += rows;
+        } else {
+          sample.set_read_position(st.first_output_epoch + epoch, static_cast<std::int64_t>(emitted_in_epoch++));
+        }
         if (!(ok = emit(std::move(sample)))) break;
       }
     }

@@ -90,18 +90,20 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
       seq = st.next_seq++;
       epoch = st.in_iteration;
       base_index = st.in_index;
-      st.in_index += in.size();
+      const std::uint64_t rows = st.chunked_map ? rows_of(in) : in.size();
+      st.in_index += rows;
       std::lock_guard lock(st.commit_mutex);
       ++st.in_flight;
     }
-    add(st.counters.elements_in, in.size());
+    add(st.counters.elements_in, st.chunked_map ? rows_of(in) : in.size());
     add(st.counters.bytes_in, bytes_of(in));
 
     bool ok = true;
     ChunkIssues issues;
     if (!st.input->skipped(epoch)) {
       CoreHold core(*this, st);
-      ok = core.held() && process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr);
+      ok = core.held() && (st.chunked_map ? process_chunked_map(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr)
+                                          : process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr));
     }
     in.clear();
     std::uint64_t t2 = now_ns();
@@ -243,6 +245,105 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
     const std::uint64_t per_element = (now_ns() - start) / in.size();
     st.ns_per_element.store(per_element, std::memory_order_relaxed);
   }
+  return ok;
+}
+
+namespace {
+
+// Where the rows of one input chunk came from, kept across the call that consumes it.
+struct RowOrigins {
+  std::shared_ptr<const std::string> where;
+  std::vector<std::int64_t> records, byte_offsets;
+  explicit RowOrigins(const Chunk& chunk) : where(chunk.where()), records(chunk.records()), byte_offsets(chunk.byte_offsets()) {}
+  std::string text(std::size_t row) const {
+    return Origin{where, row < records.size() ? records[row] : -1, row < byte_offsets.size() ? byte_offsets[row] : -1}.text();
+  }
+};
+
+}  // namespace
+
+bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
+                                       std::uint64_t base_index, ChunkIssues* deferred_failure) {
+  // Rows that fail go through the stage's policy as elements do, named by their own origin.
+  struct Issues final : RowIssues {
+    Engine::Impl& engine;
+    StageRuntime& stage;
+    const RowOrigins& origins;
+    std::uint64_t epoch, first_index;
+    ChunkIssues* deferred;
+    bool refused = false;  // a row ended the run: it is reported already
+    Issues(Engine::Impl& e, StageRuntime& s, const RowOrigins& o, std::uint64_t ep, std::uint64_t first, ChunkIssues* d)
+        : engine(e), stage(s), origins(o), epoch(ep), first_index(first), deferred(d) {}
+    bool skip_row(std::size_t row, const std::string& reason) override {
+      if (refused) return false;
+      refused = !engine.element_error(stage, reason.c_str(), epoch, first_index + row, origins.text(row), deferred);
+      return !refused;
+    }
+  };
+  const std::uint64_t start = now_ns();
+  std::uint64_t position = base_index, rows_out = 0, bytes_out = 0;
+  std::size_t rows_in = 0;
+  bool ok = true;
+  OriginKeeper origin;
+  for (std::size_t i = 0; i < in.size() && ok; ++i) {
+    Item& item = in[i];
+    Chunk* chunk = chunk_in(item.sample);
+    if (!chunk) {  // an element, from a producer that hands on no chunks
+      ElementContext ctx{&st.info, epoch, position++};
+      bool kept = true;
+      ++rows_in;
+      ok = apply(st, item, ctx, kept, deferred_failure, origin);
+      if (kept && ok) {
+        ++rows_out;
+        bytes_out += item.sample.nbytes();
+        out.push_back(std::move(item));
+      }
+      continue;
+    }
+    const std::size_t rows = chunk->rows();
+    rows_in += rows;
+    const ElementContext first{&st.info, epoch, position};
+    position += rows;
+    const RowOrigins origins(*chunk);
+    Issues issues(*this, st, origins, epoch, first.index, deferred_failure);
+    try {
+      Chunk result = st.chunked_map->map_chunk(*chunk, first, issues);
+      item.sample = Sample();  // the input's memory goes back now, not with the chunk of items
+      rows_out += result.rows();
+      bytes_out += result.nbytes();
+      if (st.emits_chunks && result.rows() > 0) {
+        add(st.counters.chunks_out, 1);
+        add(st.counters.chunked_elements_out, result.rows());
+      }
+      detail::hand_on(std::move(result), st.emits_chunks, out);
+    } catch (const RowError& e) {
+      ok = issues.refused || (element_error(st, e.what(), epoch, first.index + e.row(), origins.text(e.row()), deferred_failure), false);
+    } catch (const std::exception&) {
+      if (handling_out_of_memory()) {
+        fail_or_defer(st, out_of_memory_message(st), deferred_failure);
+        ok = false;
+        continue;
+      }
+      // Not one row's fault, or an operator that does not say which row: the chunk's rows go
+      // through the element form one by one, so that each is kept, skipped or named as alone.
+      for (std::size_t r = 0; r < rows && ok; ++r) {
+        Item row = Item::element(chunk->row(r));
+        bool kept = true;
+        ok = apply(st, row, ElementContext{&st.info, epoch, first.index + r}, kept, deferred_failure, origin);
+        if (kept && ok) {
+          ++rows_out;
+          bytes_out += row.sample.nbytes();
+          out.push_back(std::move(row));
+        }
+      }
+    }
+    if (stopping.load(std::memory_order_relaxed)) ok = false;
+  }
+  add(st.counters.elements_out, rows_out);
+  add(st.counters.bytes_out, bytes_out);
+  const std::uint64_t spent = now_ns() - start;
+  add(st.counters.busy_ns, spent);
+  if (rows_in > 0) st.ns_per_element.store(spent / in.size(), std::memory_order_relaxed);  // per item: sizes the next pop
   return ok;
 }
 

@@ -117,8 +117,12 @@ struct FeatureValues {
   }
 };
 
-FeatureValues decode_feature(Span feature) {
-  FeatureValues out;
+// Into `out`, whose vectors keep their memory from one record to the next (the chunked parser's).
+void decode_feature(Span feature, FeatureValues& out) {
+  out.kind.reset();
+  out.bytes.clear();
+  out.ints.clear();
+  out.floats.clear();
   Wire w(feature.data, feature.size);
   WireField f;
   Span list;
@@ -129,7 +133,7 @@ FeatureValues decode_feature(Span feature) {
       list = {f.data, f.size, true};
     }
   }
-  if (!which) return out;
+  if (!which) return;
   Wire values(list.data, list.size);
   if (which == 1) {
     out.kind = FeatureKind::Bytes;
@@ -164,6 +168,11 @@ FeatureValues decode_feature(Span feature) {
       }
     }
   }
+}
+
+FeatureValues decode_feature(Span feature) {
+  FeatureValues out;
+  decode_feature(feature, out);
   return out;
 }
 
@@ -382,6 +391,102 @@ void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t off
     if (spec.var_len) shape.push_back(static_cast<std::int64_t>(per_frame));
     else shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
     out.set(spec.name, make_tensor(spec, all, buffer, shape));
+  }
+}
+
+bool ExampleParser::columnar() const {
+  if (!sequence_.empty()) return false;
+  for (const auto& spec : features_)
+    if (spec.var_len || (spec.kind == FeatureKind::Bytes && !spec.shape.empty())) return false;
+  return true;
+}
+
+void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& out, std::vector<std::size_t>& kept,
+                               RowIssues& issues) const {
+  // Kept from one call to the next on this thread: no allocation per record.
+  thread_local std::vector<Span> found;
+  thread_local FeatureValues values;
+  const std::size_t count = features_.size();
+  std::vector<std::size_t> need(count), row_bytes(count);
+  std::vector<Tensor> numeric(count);
+  std::vector<std::vector<std::string_view>> strings(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const FeatureSpec& spec = features_[i];
+    need[i] = static_cast<std::size_t>(shape_elements(spec.shape));
+    if (spec.kind == FeatureKind::Bytes) {
+      strings[i].reserve(rows);
+      continue;
+    }
+    Shape shape = spec.shape;
+    shape.insert(shape.begin(), static_cast<std::int64_t>(rows));
+    numeric[i] = Tensor::empty(spec.kind == FeatureKind::Int64 ? DType::I64 : DType::F32, shape);
+    row_bytes[i] = need[i] * (spec.kind == FeatureKind::Int64 ? 8 : 4);
+  }
+  kept.clear();
+  kept.reserve(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::string_view record = records.string_at(r);
+    const std::size_t at = kept.size();  // the output row
+    try {
+      Span features_msg{nullptr, 0, true};
+      {
+        Wire w(reinterpret_cast<const std::uint8_t*>(record.data()), record.size());
+        WireField f;
+        while (w.next(f))
+          if (f.number == 1 && f.type == 2) features_msg = {f.data, f.size, true};
+      }
+      found.assign(count, Span{});
+      if (features_msg.data) collect_entries(features_msg, 1, feature_index_, found);
+      for (std::size_t i = 0; i < count; ++i) {
+        const FeatureSpec& spec = features_[i];
+        if (found[i].present) {
+          decode_feature(found[i], values);
+        } else {
+          values.kind.reset();
+        }
+        if (values.kind && *values.kind != spec.kind)
+          throw DataError("feature '" + spec.name + "' holds " + feature_kind_name(*values.kind) + " values, the spec says " +
+                          feature_kind_name(spec.kind));
+        const bool missing = !found[i].present || !values.kind;
+        if (missing) {
+          if (!spec.default_values)
+            throw DataError("feature '" + spec.name + "' is " + (found[i].present ? "empty" : "missing") +
+                            " and the spec gives no default (add =VALUE, or make it variable-length with [])");
+          values = default_values(spec, need[i]);
+        }
+        if (values.count() != need[i])
+          throw DataError("feature '" + spec.name + "' has " + std::to_string(values.count()) + " values, the spec's shape " +
+                          shape_string(spec.shape) + " needs " + std::to_string(need[i]));
+        switch (spec.kind) {
+          case FeatureKind::Bytes:
+            strings[i].emplace_back(reinterpret_cast<const char*>(values.bytes[0].first), values.bytes[0].second);
+            break;
+          case FeatureKind::Int64:
+            std::memcpy(numeric[i].raw_data() + at * row_bytes[i], values.ints.data(), row_bytes[i]);
+            break;
+          case FeatureKind::Float:
+            std::memcpy(numeric[i].raw_data() + at * row_bytes[i], values.floats.data(), row_bytes[i]);
+            break;
+        }
+      }
+      kept.push_back(r);
+    } catch (const DataError& e) {
+      for (auto& s : strings) s.resize(std::min(s.size(), at));  // what this record's features had added
+      if (!issues.skip_row(r, e.what())) throw RowError(r, e.what());
+    }
+  }
+  const auto parsed = static_cast<std::int64_t>(kept.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    const FeatureSpec& spec = features_[i];
+    Column& column = out.add(spec.name, Column::Layout::Rows);
+    if (spec.kind == FeatureKind::Bytes) {
+      // Defaults are views of the spec's text: copied here, as every value is.
+      column.tensor = Tensor::from_strings(strings[i], {parsed});
+      continue;
+    }
+    Shape shape = spec.shape;
+    shape.insert(shape.begin(), parsed);
+    column.tensor = parsed == static_cast<std::int64_t>(rows) ? numeric[i] : Tensor::view(numeric[i].dtype(), shape, numeric[i].buffer(), 0);
   }
 }
 

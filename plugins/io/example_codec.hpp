@@ -40,6 +40,15 @@ class ExampleParser {
   void parse(const std::shared_ptr<Buffer>& buffer, std::size_t offset, std::size_t length, Sample& out) const;
   bool sequence() const { return !sequence_.empty(); }
 
+  // Chunks: with every feature of a fixed shape (bytes features scalar) and no sequence features,
+  // records parse straight into one column per feature.
+  bool columnar() const;
+  // Parses the records of `records` (a column of scalar bytes, `rows` of them) into one column
+  // per feature, in the spec's order, added to `out`; `kept` lists the rows parsed, in order. A
+  // record parse() would refuse goes to issues.skip_row() with parse()'s reason (the caller's
+  // origin added), and is thrown as RowError when refused.
+  void parse_rows(const Column& records, std::size_t rows, Chunk& out, std::vector<std::size_t>& kept, RowIssues& issues) const;
+
  private:
   std::vector<FeatureSpec> features_, sequence_;
   // Feature name -> position in the spec, built once rather than per record.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "example_codec.hpp"
@@ -44,7 +45,9 @@ class TFRecordReader final : public Expand {
   // file, and the index and offset scalars are views of a block holding those of many records.
   // (Records are freed on the consumer's thread: every allocation made here per record would
   // cost a contended malloc on both sides.)
-  class Cursor final : public ExpandCursor {
+  // Its chunked form hands out up to max_rows records of one read buffer at once: the records as
+  // spans of that buffer, the path once, index and offset as two columns.
+  class Cursor final : public ExpandCursor, public ChunkedExpandCursor {
    public:
     Cursor(std::string path, std::unique_ptr<ByteSource> source, RecordReaderOptions options, Allocator& scalars,
            DamageReport& damage)
@@ -55,7 +58,7 @@ class TFRecordReader final : public Expand {
           damage_(damage) {}
     bool next(Sample& out) override {
       Record r;
-      if (!reader_.next(r, &damage_)) return false;
+      if (!read(r)) return false;
       if (!block_ || used_ == kScalarsPerBlock) {
         block_ = scalars_.allocate(kScalarsPerBlock * 2 * sizeof(std::int64_t));
         used_ = 0;
@@ -72,11 +75,61 @@ class TFRecordReader final : public Expand {
       out.set_origin(path_, numbers[0], numbers[1]);
       return true;
     }
+    bool next_chunk(Chunk& out, std::size_t max_rows) override {
+      Record r;
+      if (!read(r)) return false;
+      const std::shared_ptr<Buffer> buffer = r.buffer;
+      Tensor numbers = Tensor::empty(DType::I64, {2, static_cast<std::int64_t>(max_rows)});
+      auto* index = numbers.data<std::int64_t>();
+      auto* offset = index + max_rows;
+      out = Chunk();
+      Column& records = out.add("record", Column::Layout::Spans);
+      records.buffer = buffer;
+      records.spans.reserve(max_rows);
+      out.records().reserve(max_rows);
+      out.byte_offsets().reserve(max_rows);
+      std::size_t rows = 0;
+      for (;;) {
+        records.spans.push_back({r.offset, r.length});
+        index[rows] = static_cast<std::int64_t>(r.index);
+        offset[rows] = static_cast<std::int64_t>(r.file_offset);
+        out.records().push_back(index[rows]);
+        out.byte_offsets().push_back(offset[rows]);
+        if (++rows == max_rows || !read(r)) break;
+        if (r.buffer != buffer) {  // a new read buffer: that record starts the next chunk
+          pending_ = std::move(r);
+          break;
+        }
+      }
+      out.set_rows(rows);
+      out.add("path", Column::Layout::Constant).tensor = path_tensor_;
+      out.add("index", Column::Layout::Rows).tensor = Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), 0);
+      out.add("offset", Column::Layout::Rows).tensor =
+          Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), max_rows * sizeof(std::int64_t));
+      out.set_where(path_);
+      return true;
+    }
     bool seek(std::int64_t record, std::int64_t byte_offset) override {
+      pending_.reset();
+      ended_ = false;
       return record >= 0 && byte_offset >= 0 && reader_.seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
     }
 
    private:
+    // The record a chunk left for the next call, else the reader's next. Once the reader said
+    // the end, it is not asked again (a chunk that ended there is handed out first, and the
+    // reader would report trailing damage a second time).
+    bool read(Record& r) {
+      if (pending_) {
+        r = std::move(*pending_);
+        pending_.reset();
+        return true;
+      }
+      if (ended_) return false;
+      ended_ = !reader_.next(r, &damage_);
+      return !ended_;
+    }
+
     static constexpr std::size_t kScalarsPerBlock = 512;
     std::shared_ptr<const std::string> path_;
     Tensor path_tensor_;
@@ -85,6 +138,8 @@ class TFRecordReader final : public Expand {
     std::shared_ptr<Buffer> block_;
     std::size_t used_ = 0;
     DamageReport& damage_;
+    std::optional<Record> pending_;
+    bool ended_ = false;
   };
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
@@ -99,7 +154,9 @@ class TFRecordReader final : public Expand {
   RecordReaderOptions options_;
 };
 
-class ParseExample final : public Map {
+// Its chunked form parses a chunk's records into one column per feature (see
+// ExampleParser::parse_rows), when every feature has a fixed shape.
+class ParseExample final : public Map, public ChunkedMap {
  public:
   static OperatorInfo describe() {
     return {"parse_example",
@@ -126,6 +183,36 @@ class ParseExample final : public Map {
     parser_.parse(record.buffer(), record.byte_offset() + record.string_offset(0), view.size(), out);
     for (const auto& name : keep_) out.set(name, in.at(name));
     out.share_origin(in);
+    return out;
+  }
+
+  bool maps_chunks() const override { return parser_.columnar(); }
+  Chunk map_chunk(const Chunk& in, const ElementContext&, RowIssues& issues) override {
+    const Column& records = in.at(field_);
+    const bool scalar_bytes = records.layout == Column::Layout::Spans ||
+                              (records.tensor.dtype() == DType::Bytes &&
+                               (records.layout == Column::Layout::Constant ? records.tensor.rank() == 0 : records.tensor.rank() == 1));
+    // Anything else is refused per element, by map(): the host runs the rows through it.
+    if (!scalar_bytes) throw Error("field '" + field_ + "' is not a column of single records");
+    Chunk out;
+    std::vector<std::size_t> kept;
+    parser_.parse_rows(records, in.rows(), out, kept, issues);
+    out.set_rows(kept.size());
+    const bool all = kept.size() == in.rows();
+    for (const auto& name : keep_) {
+      const Column& column = in.at(name);
+      Column carried = all ? column : gather_rows(column, kept);
+      bool replaced = false;  // as Sample::set: a kept field named like a feature takes its place
+      for (auto& existing : out.columns())
+        if (existing.name == name) {
+          existing = std::move(carried);
+          replaced = true;
+          break;
+        }
+      if (!replaced) out.columns().push_back(std::move(carried));
+    }
+    if (all) out.share_origins(in, 0, in.rows());
+    else out.gather_origins(in, kept);
     return out;
   }
 

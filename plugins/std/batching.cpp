@@ -18,7 +18,23 @@ struct FieldAssembly {
   Shape shape;  // of one element
   std::size_t row_bytes = 0;
   Tensor rows;  // numeric: [batch_size, shape...]
-  std::vector<std::string> strings;
+  // Bytes: the strings one after another, and where each ends (no allocation per string).
+  std::string bytes;
+  std::vector<std::uint64_t> ends;
+  void add_string(std::string_view s) {
+    bytes.append(s);
+    ends.push_back(bytes.size());
+  }
+  std::vector<std::string_view> strings() const {
+    std::vector<std::string_view> views;
+    views.reserve(ends.size());
+    std::uint64_t begin = 0;
+    for (auto end : ends) {
+      views.emplace_back(bytes.data() + begin, end - begin);
+      begin = end;
+    }
+    return views;
+  }
 };
 
 // Stacks elements into batches. The map before it may build each element's large fields straight
@@ -26,7 +42,10 @@ struct FieldAssembly {
 // batch then has nothing to copy for them. Rows are handed out by element index, which is the
 // element's position in deterministic runs; an element that lands elsewhere (an element before
 // it was dropped) is copied from where it was built, which is always a later row or batch.
-class Batch final : public Aggregate, public Placement {
+//
+// Its chunked form copies runs of rows column by column: a chunk's rows of a fixed-size field lie
+// one after another, as they do in the batch.
+class Batch final : public Aggregate, public Placement, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     return {"batch",
@@ -85,13 +104,65 @@ class Batch final : public Aggregate, public Placement {
     for (std::size_t f = 0; f < fields_.size(); ++f) {
       FieldAssembly& field = fields_[f];
       if (field.dtype == DType::Bytes) {
-        for (std::int64_t k = 0; k < tensors[f]->num_elements(); ++k) field.strings.emplace_back(tensors[f]->string_at(k));
+        for (std::int64_t k = 0; k < tensors[f]->num_elements(); ++k) field.add_string(tensors[f]->string_at(k));
       } else {
         std::byte* row = field.rows.raw_data() + count_ * field.row_bytes;
         if (tensors[f]->raw_data() != row) copy_to_cold(row, tensors[f]->raw_data(), field.row_bytes);  // else built in place
       }
     }
     if (++count_ == batch_size_) emit_batch(out);
+    return Flow::Continue;
+  }
+  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
+    std::vector<const Column*> columns;
+    std::size_t r = 0;
+    while (r < in.rows()) {
+      if (count_ == 0) {
+        begin_batch(in.row(r), first.epoch);
+        first_index_ = first.index + r;
+        columns.clear();
+      }
+      if (columns.empty()) {
+        // As push() checks each element: every field of the batch, of the same type and shape. A
+        // chunk's rows share their types and shapes, so the first row of it stands for the rest.
+        for (const FieldAssembly& field : fields_) {
+          const Column* column = in.find(field.name);
+          auto first_element = [&] { return "the batch's first element (element " + std::to_string(first_index_) + " of the input)"; };
+          if (!column) throw RowError(r, "cannot batch: this element has no field '" + field.name + "', which " + first_element() + " has");
+          const Tensor one = column->row(r);
+          if (one.dtype() != field.dtype || one.shape() != field.shape)
+            throw RowError(r, "cannot batch field '" + field.name + "': this element is " + dtype_name(one.dtype()) +
+                                  shape_string(one.shape()) + ", " + first_element() + " is " + dtype_name(field.dtype) +
+                                  shape_string(field.shape) + " (resize or pad them to one shape first)");
+          columns.push_back(column);
+        }
+      }
+      const std::size_t take = std::min(in.rows() - r, batch_size_ - count_);
+      for (std::size_t f = 0; f < fields_.size(); ++f) {
+        FieldAssembly& field = fields_[f];
+        const Column& column = *columns[f];
+        if (field.dtype == DType::Bytes) {
+          const bool one_string = column.layout == Column::Layout::Spans ||
+                                  column.tensor.rank() == (column.layout == Column::Layout::Constant ? 0u : 1u);
+          for (std::size_t k = 0; k < take; ++k) {
+            if (!one_string) {  // several strings per row
+              const Tensor row = column.row(r + k);
+              for (std::int64_t j = 0; j < row.num_elements(); ++j) field.add_string(row.string_at(j));
+            } else {
+              field.add_string(column.string_at(r + k));
+            }
+          }
+        } else if (column.layout == Column::Layout::Rows) {
+          copy_to_cold(field.rows.raw_data() + count_ * field.row_bytes, column.tensor.raw_data() + r * field.row_bytes, take * field.row_bytes);
+        } else {  // one value for every row
+          for (std::size_t k = 0; k < take; ++k)
+            std::memcpy(field.rows.raw_data() + (count_ + k) * field.row_bytes, column.tensor.raw_data(), field.row_bytes);
+        }
+      }
+      count_ += take;
+      r += take;
+      if (count_ == batch_size_) emit_batch(out);
+    }
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t epoch, Emitter& out) override {
@@ -116,13 +187,14 @@ class Batch final : public Aggregate, public Placement {
       Shape shape = field.shape;
       shape.insert(shape.begin(), static_cast<std::int64_t>(count_));
       if (field.dtype == DType::Bytes) {
-        std::vector<std::string_view> views(field.strings.begin(), field.strings.end());
-        partial.set(field.name, Tensor::from_strings(views, shape));
+        partial.set(field.name, Tensor::from_strings(field.strings(), shape));
       } else {
         partial.set(field.name, Tensor::view(field.dtype, shape, field.rows.buffer(), field.rows.byte_offset()));
       }
     }
-    partial.share_origin(first_);
+    // Built here from several elements: kept by value, not as a reference to its first record.
+    const Origin& origin = first_.shared_origin();
+    partial.set_origin(origin.where, origin.record, origin.byte_offset);
     w.put_element(partial);
     w.describe(std::to_string(count_) + " of " + std::to_string(batch_size_) + " rows of batch " + std::to_string(number_) + " gathered");
   }
@@ -152,7 +224,7 @@ class Batch final : public Aggregate, public Placement {
       FieldAssembly& field = fields_[f];
       const Tensor& saved = partial.fields()[f].tensor;
       if (field.dtype == DType::Bytes) {
-        for (std::int64_t k = 0; k < saved.num_elements(); ++k) field.strings.emplace_back(saved.string_at(k));
+        for (std::int64_t k = 0; k < saved.num_elements(); ++k) field.add_string(saved.string_at(k));
       } else {
         std::memcpy(field.rows.raw_data(), saved.raw_data(), saved.nbytes());
       }
@@ -194,7 +266,8 @@ class Batch final : public Aggregate, public Placement {
       field.dtype = f.tensor.dtype();
       field.shape = f.tensor.shape();
       if (field.dtype == DType::Bytes) {
-        field.strings.reserve(batch_size_ * static_cast<std::size_t>(std::max<std::int64_t>(1, f.tensor.num_elements())));
+        field.ends.reserve(batch_size_ * static_cast<std::size_t>(std::max<std::int64_t>(1, f.tensor.num_elements())));
+        field.bytes.reserve(std::min<std::size_t>(batch_size_ * f.tensor.nbytes(), 64u << 20));
       } else {
         field.row_bytes = f.tensor.nbytes();
         std::lock_guard lock(placed_mutex_);
@@ -215,8 +288,7 @@ class Batch final : public Aggregate, public Placement {
       Shape shape = field.shape;
       shape.insert(shape.begin(), static_cast<std::int64_t>(count_));
       if (field.dtype == DType::Bytes) {
-        std::vector<std::string_view> views(field.strings.begin(), field.strings.end());
-        batch.set(field.name, Tensor::from_strings(views, shape));
+        batch.set(field.name, Tensor::from_strings(field.strings(), shape));
       } else if (count_ == batch_size_) {
         batch.set(field.name, std::move(field.rows));
       } else {  // a short last batch: its rows are the first count_ of the buffer

@@ -74,7 +74,11 @@ class PackSequences final : public Aggregate {
     for (const auto& row : rows_) {
       w.put(row.used);
       w.put(row.segments);
-      w.put_element(row.sample);
+      // Built here from several sequences: kept by value, not as a reference to its first record.
+      Sample built = row.sample;
+      const Origin& origin = row.sample.shared_origin();
+      built.set_origin(origin.where, origin.record, origin.byte_offset);
+      w.put_element(built);
     }
     w.describe(std::to_string(rows_.size()) + " rows open");
   }

@@ -20,7 +20,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// Origin::read_epoch/read_index
 /// (new virtual functions and a descriptor field); Combine makes one output per next() call, after
 /// begin_iteration(), instead of one iteration per combine() call; 6.1: StageCounters and
-/// StageInfo::counters (appended; plugins built for 6.0 never read it).
-inline constexpr std::uint32_t kAbiMinor = 1;
+/// StageInfo::counters (appended; plugins built for 6.0 never read it); 6.2: chunks (chunk.hpp:
+/// Chunk, ChunkedExpandCursor, ChunkedMap, ChunkedAggregate, RowError: new classes an operator may
+/// also derive from; the host finds them with dynamic_cast, so older plugins are run element-wise).
+inline constexpr std::uint32_t kAbiMinor = 2;
 
 }  // namespace sluice

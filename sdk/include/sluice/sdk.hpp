@@ -2,6 +2,7 @@
 /// Everything a plugin author needs.
 #include "sluice/abi.hpp"
 #include "sluice/buffer.hpp"
+#include "sluice/chunk.hpp"
 #include "sluice/error.hpp"
 #include "sluice/feed.hpp"
 #include "sluice/operator.hpp"

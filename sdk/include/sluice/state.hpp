@@ -23,6 +23,10 @@ class StateWriter {
   virtual ~StateWriter() = default;
   virtual void put_bytes(const void* data, std::size_t size) = 0;
   /// An element the operator holds; read back with StateReader::get_element() in the same place.
+  /// The host may keep an element whose origin has a read position (Origin::read_index) as a
+  /// reference to the record it was made from, and make it again on resume: an element the
+  /// operator built itself from several (a partial batch, a packed row) must not carry one (set
+  /// its origin with Sample::set_origin, which has none), or it comes back as the first of them.
   virtual void put_element(const Sample& element) = 0;
   /// One line for `sluice checkpoint info` ("1000 elements held, 4 drawn"); the last one counts.
   virtual void describe(std::string text) = 0;

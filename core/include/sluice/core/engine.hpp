@@ -31,6 +31,10 @@ struct EngineOptions {
   // operator refuses its own state when its inputs changed (another file list). `first_epoch`
   // comes from the checkpoint.
   std::shared_ptr<const checkpoint::Checkpoint> resume_from;
+  // Stages whose operators offer the chunked form (sluice/chunk.hpp) pass many elements per call
+  // where every stage of an edge can. Off: every stage goes element by element (the outputs are
+  // the same; tests and benchmarks compare the two).
+  bool chunks = true;
 };
 
 enum class RunState { Created, Running, Finished, Stopped, Failed };
