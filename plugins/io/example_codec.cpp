@@ -401,11 +401,62 @@ bool ExampleParser::columnar() const {
   return true;
 }
 
+namespace {
+
+// Reads a varint at p (before end); false when it runs past the end or past 10 bytes.
+inline bool read_varint(const std::uint8_t*& p, const std::uint8_t* end, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 70 && p < end; shift += 7) {
+    const std::uint8_t b = *p++;
+    v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+// The common shape of a fixed feature, written straight into its row: a Feature holding only a
+// list of the spec's kind whose only field is the values, packed (numbers) or one string (a
+// scalar bytes feature), exactly `need` of them. Anything else returns false and goes the general
+// way (decode_feature), which gives what parse() gives, values or error.
+bool decode_direct(const FeatureSpec& spec, Span feature, std::size_t need, std::byte* row, std::vector<std::string_view>& strings) {
+  const std::uint8_t* p = feature.data;
+  const std::uint8_t* end = p + feature.size;
+  const std::uint8_t tag = spec.kind == FeatureKind::Bytes ? 0x0a : spec.kind == FeatureKind::Float ? 0x12 : 0x1a;
+  std::uint64_t length = 0;
+  if (p == end || *p++ != tag || !read_varint(p, end, length) || length != static_cast<std::uint64_t>(end - p)) return false;
+  // The list: field 1, length-delimited, filling it.
+  if (p == end || *p++ != 0x0a || !read_varint(p, end, length) || length != static_cast<std::uint64_t>(end - p)) return false;
+  switch (spec.kind) {
+    case FeatureKind::Bytes:
+      if (need != 1) return false;
+      strings.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(length));
+      return true;
+    case FeatureKind::Float:
+      if (length != need * 4) return false;
+      std::memcpy(row, p, need * 4);
+      return true;
+    case FeatureKind::Int64: {
+      auto* values = reinterpret_cast<std::int64_t*>(row);
+      std::size_t n = 0;
+      for (std::uint64_t v; p < end; ++n) {
+        if (n == need || !read_varint(p, end, v)) return false;
+        values[n] = static_cast<std::int64_t>(v);
+      }
+      return n == need;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& out, std::vector<std::size_t>& kept,
                                RowIssues& issues) const {
   // Kept from one call to the next on this thread: no allocation per record.
-  thread_local std::vector<Span> found;
-  thread_local FeatureValues values;
+  thread_local std::vector<Span> found_per_thread;
+  thread_local FeatureValues values_per_thread;
+  std::vector<Span>& found = found_per_thread;
+  FeatureValues& values = values_per_thread;
   const std::size_t count = features_.size();
   std::vector<std::size_t> need(count), row_bytes(count);
   std::vector<Tensor> numeric(count);
@@ -436,9 +487,36 @@ void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& o
           if (f.number == 1 && f.type == 2) features_msg = {f.data, f.size, true};
       }
       found.assign(count, Span{});
-      if (features_msg.data) collect_entries(features_msg, 1, feature_index_, found);
+      if (features_msg.data) {
+        // As collect_entries, with the next feature of the spec tried first: records usually
+        // list their features in one order, and a compare costs less than a hash.
+        Wire w(features_msg.data, features_msg.size);
+        WireField f, e;
+        std::size_t guess = 0;
+        while (w.next(f)) {
+          if (f.number != 1 || f.type != 2) continue;
+          Wire entry(f.data, f.size);
+          std::string_view key;
+          Span value{nullptr, 0, true};
+          while (entry.next(e)) {
+            if (e.number == 1 && e.type == 2) key = {reinterpret_cast<const char*>(e.data), e.size};
+            else if (e.number == 2 && e.type == 2) value = {e.data, e.size, true};
+          }
+          std::size_t index = count;
+          if (guess < count && features_[guess].name == key) {
+            index = guess;
+          } else if (auto it = feature_index_.find(key); it != feature_index_.end()) {
+            index = it->second;
+          }
+          if (index == count) continue;
+          found[index] = value;
+          guess = index + 1;
+        }
+      }
       for (std::size_t i = 0; i < count; ++i) {
         const FeatureSpec& spec = features_[i];
+        if (found[i].present && decode_direct(spec, found[i], need[i], spec.kind == FeatureKind::Bytes ? nullptr : numeric[i].raw_data() + at * row_bytes[i], strings[i]))
+          continue;
         if (found[i].present) {
           decode_feature(found[i], values);
         } else {
