@@ -211,8 +211,10 @@ void loop_example(Schema schema, const std::uint8_t* data, std::size_t size, Loo
         if (key == "id") b.id[row] = x;
         else if (key == "label") b.label[row] = x;
       } else if (kind == 2) {  // float list, packed
-        if (key.size() < 2 || key[0] != 'f' || v_size != 4) throw std::runtime_error("unexpected float feature");
-        const std::size_t k = static_cast<std::size_t>(std::atoi(std::string(key.substr(1)).c_str()));
+        if (key.size() < 2 || key.size() > 3 || key[0] != 'f' || v_size != 4) throw std::runtime_error("unexpected float feature");
+        std::size_t k = 0;
+        for (char c : key.substr(1)) k = k * 10 + static_cast<std::size_t>(c - '0');
+        if (k >= kFloats) throw std::runtime_error("unexpected float feature");
         std::memcpy(&b.floats[row * kFloats + k], v, 4);
       } else if (kind == 1) {  // bytes list
         std::memcpy(b.payload.data() + b.offsets[row], v, v_size);

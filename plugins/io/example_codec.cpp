@@ -450,13 +450,44 @@ bool decode_direct(const FeatureSpec& spec, Span feature, std::size_t need, std:
 
 }  // namespace
 
+namespace {
+bool find_entries_direct(const Span& features_msg, const std::vector<FeatureSpec>& features_,
+                         const std::unordered_map<std::string_view, std::size_t>& feature_index_, std::vector<Span>& found) {
+  // The common layout of a Features message: entries (field 1) each holding a key (field 1) then
+  // a value (field 2), nothing else. Anything else returns false: the general walk reads it.
+  const std::uint8_t* p = features_msg.data;
+  const std::uint8_t* const end = p + features_msg.size;
+  const std::size_t count = features_.size();
+  std::size_t guess = 0;
+  std::uint64_t length = 0;
+  while (p < end) {
+    if (*p++ != 0x0a || !read_varint(p, end, length) || length > static_cast<std::uint64_t>(end - p)) return false;
+    const std::uint8_t* const entry_end = p + length;
+    if (p == entry_end || *p++ != 0x0a || !read_varint(p, entry_end, length) || length > static_cast<std::uint64_t>(entry_end - p)) return false;
+    const std::string_view key(reinterpret_cast<const char*>(p), static_cast<std::size_t>(length));
+    p += length;
+    if (p == entry_end || *p++ != 0x12 || !read_varint(p, entry_end, length) || length != static_cast<std::uint64_t>(entry_end - p)) return false;
+    const Span value{p, static_cast<std::size_t>(length), true};
+    p = entry_end;
+    std::size_t index = count;
+    if (guess < count && features_[guess].name == key) {
+      index = guess;
+    } else if (auto it = feature_index_.find(key); it != feature_index_.end()) {
+      index = it->second;
+    }
+    if (index == count) continue;
+    found[index] = value;
+    guess = index + 1;
+  }
+  return true;
+}
+}  // namespace
+
 void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& out, std::vector<std::size_t>& kept,
                                RowIssues& issues) const {
-  // Kept from one call to the next on this thread: no allocation per record.
-  thread_local std::vector<Span> found_per_thread;
-  thread_local FeatureValues values_per_thread;
-  std::vector<Span>& found = found_per_thread;
-  FeatureValues& values = values_per_thread;
+  // Made once per chunk and reused for its records: no allocation per record.
+  std::vector<Span> found;
+  FeatureValues values;
   const std::size_t count = features_.size();
   std::vector<std::size_t> need(count), row_bytes(count);
   std::vector<Tensor> numeric(count);
@@ -487,7 +518,8 @@ void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& o
           if (f.number == 1 && f.type == 2) features_msg = {f.data, f.size, true};
       }
       found.assign(count, Span{});
-      if (features_msg.data) {
+      if (features_msg.data && !find_entries_direct(features_msg, features_, feature_index_, found)) {
+        found.assign(count, Span{});
         // As collect_entries, with the next feature of the spec tried first: records usually
         // list their features in one order, and a compare costs less than a hash.
         Wire w(features_msg.data, features_msg.size);
