@@ -98,6 +98,42 @@ class Bytes final : public sluice::Expand {
   };
 };
 
+// Adds a draw to 'value', refusing negative values, element by element or a chunk at a time;
+// with WrongIndex its chunked form draws every row with row 0's context (the fault check_chunks
+// exists for).
+template <bool WrongIndex> class Draws final : public sluice::Map, public sluice::ChunkedMap {
+ public:
+  static sluice::OperatorInfo describe() { return {"draws", sluice::OperatorKind::Map, "adds a draw", {}, {.stateless = true, .random = true}, {}}; }
+  explicit Draws(const sluice::Params&) {}
+  sluice::Sample map(sluice::Sample in, const sluice::ElementContext& ctx) override {
+    const auto v = in.at("value").item<std::int64_t>();
+    if (v < 0) throw sluice::DataError("negative value " + std::to_string(v));
+    sluice::Sample out;
+    out.set("value", sluice::Tensor::scalar<double>(static_cast<double>(v) + ctx.rng().uniform()));
+    return out;
+  }
+  sluice::Chunk map_chunk(const sluice::Chunk& in, const sluice::ElementContext& first, sluice::RowIssues& issues) override {
+    const auto* values = in.at("value").tensor.data<std::int64_t>();
+    std::vector<double> out;
+    std::vector<std::size_t> kept;
+    for (std::size_t r = 0; r < in.rows(); ++r) {
+      if (values[r] < 0) {
+        const std::string reason = "negative value " + std::to_string(values[r]);
+        if (!issues.skip_row(r, reason)) throw sluice::RowError(r, reason);
+        continue;
+      }
+      const sluice::ElementContext row{first.stage, first.epoch, first.index + (WrongIndex ? 0 : r)};
+      out.push_back(static_cast<double>(values[r]) + row.rng().uniform());
+      kept.push_back(r);
+    }
+    sluice::Chunk result;
+    result.set_rows(out.size());
+    result.add("value", sluice::Column::Layout::Rows).tensor = sluice::Tensor::from_vector(out);
+    result.gather_origins(in, kept);
+    return result;
+  }
+};
+
 std::vector<sluice::Sample> numbers(int n) {
   std::vector<sluice::Sample> out;
   for (int i = 0; i < n; ++i) out.push_back(t::sample("value", std::int64_t{i}));
@@ -118,6 +154,27 @@ class TestSdkHarness : public QObject {
       QCOMPARE(out[k].at("draw").item<double>(), 2 * rng.uniform());
     }
     jitter.check_deterministic(numbers(200), {1, 2, 3, 8});
+  }
+
+  void check_chunks_compares_the_two_forms() {
+    auto inputs = numbers(50);
+    inputs[7] = t::sample("value", std::int64_t{-3});  // refused by both forms, as row 7
+    t::Harness<Draws<false>> right({}, t::Options{.seed = 9, .first_index = 1000});
+    right.check_chunks(inputs);
+    t::Harness<Draws<true>> wrong({}, t::Options{.seed = 9, .first_index = 1000});
+    try {
+      wrong.check_chunks(inputs);
+      QFAIL("a chunked form drawing with the wrong indices passed check_chunks");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("draws given a chunk of 50 rows: output 1: field 'value' differs") != std::string::npos, e.what());
+    }
+    t::Harness<Jitter> element_only;
+    try {
+      element_only.check_chunks(inputs);
+      QFAIL("check_chunks passed an operator without a chunked form");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("jitter has no chunked form") != std::string::npos, e.what());
+    }
   }
 
   void check_deterministic_catches_thread_dependence() {

@@ -10,6 +10,7 @@
 ///     auto out = scale.map({sluice::testing::sample("value", std::int64_t{2})});
 ///     sluice::testing::expect_equal(out[0].at("value").item<std::int64_t>(), std::int64_t{6}, "2 x 3");
 ///     scale.check_deterministic({...inputs...});            // same bytes on 1, 2 and 4 threads
+///     scale.check_chunks({...inputs...});                   // chunked form == element form
 ///     sluice::testing::expect_refused<MyScale>({{"factor", "x"}}, "expects an integer");
 ///
 /// A context is the engine's: element `first_index + i` of epoch `epoch`, stage id `stage_id`
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/chunk.hpp"
 #include "sluice/operator.hpp"
 #include "sluice/param_text.hpp"
 
@@ -57,6 +59,39 @@ template <class T> Sample sample(const std::string& field, T value) {
   if constexpr (std::is_convertible_v<T, std::string_view>) s.set(field, Tensor::from_string(std::string_view(value)));
   else s.set(field, Tensor::scalar<T>(value));
   return s;
+}
+
+/// The samples as one chunk (sluice/chunk.hpp): each field of the first a column of every row
+/// stacked; the rows must have the same fields, types and shapes (Failure otherwise). Row
+/// origins are the samples' own.
+inline Chunk chunk_of(const std::vector<Sample>& rows) {
+  Chunk chunk;
+  chunk.set_rows(rows.size());
+  if (rows.empty()) return chunk;
+  for (const auto& field : rows[0].fields()) {
+    const Tensor& first = field.tensor;
+    Shape shape = first.shape();
+    shape.insert(shape.begin(), static_cast<std::int64_t>(rows.size()));
+    std::vector<std::string_view> strings;
+    Tensor column = first.dtype() == DType::Bytes ? Tensor() : Tensor::empty(first.dtype(), shape);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Tensor* t = rows[r].find(field.name);
+      if (!t || t->dtype() != first.dtype() || t->shape() != first.shape())
+        throw Failure("chunk_of: row " + std::to_string(r) + "'s field '" + field.name + "' is missing or not of row 0's type and shape");
+      if (first.dtype() == DType::Bytes) {
+        for (std::int64_t k = 0; k < t->num_elements(); ++k) strings.push_back(t->string_at(k));
+      } else if (t->nbytes() > 0) {
+        std::memcpy(column.raw_data() + r * first.nbytes(), t->raw_data(), t->nbytes());
+      }
+    }
+    chunk.add(field.name, Column::Layout::Rows).tensor = first.dtype() == DType::Bytes ? Tensor::from_strings(strings, shape) : column;
+  }
+  chunk.set_where(rows[0].shared_origin().where);
+  for (const auto& row : rows) {
+    chunk.records().push_back(row.shared_origin().record);
+    chunk.byte_offsets().push_back(row.shared_origin().byte_offset);
+  }
+  return chunk;
 }
 
 /// Why two samples differ (field names and order, types, shapes, bytes), or empty when they are
@@ -246,6 +281,78 @@ template <class T> class Harness {
 
   /// Damage reasons an expand reported (see expand()).
   const std::vector<std::string>& damage_reports() const { return damage_; }
+
+  /// For an operator with a chunked form (ChunkedMap, ChunkedAggregate; see sluice/chunk.hpp):
+  /// `inputs` given as one chunk (chunk_of) give the element form's outputs byte for byte, and the
+  /// rows the element form refuses (DataError) are the rows the chunked form reports, with the
+  /// same reasons. Each form runs on a fresh operator. Throws Failure naming what differs.
+  void check_chunks(const std::vector<Sample>& inputs) {
+    std::vector<Sample> want, got;
+    std::vector<std::pair<std::size_t, std::string>> refused_want, refused_got;
+    const Chunk chunk = chunk_of(inputs);
+    T elements(params_), chunked(params_);
+    elements.start(stage_);
+    chunked.start(stage_);
+    if constexpr (std::is_base_of_v<ChunkedMap, T>) {
+      if (!chunked.maps_chunks()) throw Failure(info_.name + " says it takes no chunks with these parameters (maps_chunks())");
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        try {
+          want.push_back(elements.map(Sample(inputs[k]), context(k)));
+        } catch (const DataError& e) {
+          refused_want.emplace_back(k, e.what());
+        }
+      }
+      struct Rows final : RowIssues {
+        std::vector<std::pair<std::size_t, std::string>>& refused;
+        explicit Rows(std::vector<std::pair<std::size_t, std::string>>& r) : refused(r) {}
+        bool skip_row(std::size_t row, const std::string& reason) override {
+          refused.emplace_back(row, reason);
+          return true;
+        }
+      } rows(refused_got);
+      const Chunk out = chunked.map_chunk(chunk, context(0), rows);
+      for (std::size_t r = 0; r < out.rows(); ++r) got.push_back(out.row(r));
+    } else if constexpr (std::is_base_of_v<ChunkedAggregate, T>) {
+      Collect want_out, got_out;
+      elements.begin_iteration(options_.epoch);
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        try {
+          if (elements.push(Sample(inputs[k]), context(k), want_out) == Aggregate::Flow::SkipRestOfIteration) break;
+        } catch (const DataError& e) {
+          refused_want.emplace_back(k, e.what());
+        }
+      }
+      elements.end_iteration(options_.epoch, want_out);
+      chunked.begin_iteration(options_.epoch);
+      Chunk rest = chunk;
+      for (std::size_t done = 0; rest.rows() > 0;) {  // as the engine does: after a refused row, the rows after it
+        try {
+          if (chunked.push_chunk(rest, context(done), got_out) == Aggregate::Flow::SkipRestOfIteration) break;
+          break;
+        } catch (const RowError& e) {
+          refused_got.emplace_back(done + e.row(), e.what());
+          rest = rest.slice(e.row() + 1, rest.rows());
+          done += e.row() + 1;
+        }
+      }
+      chunked.end_iteration(options_.epoch, got_out);
+      want = std::move(want_out.samples);
+      got = std::move(got_out.samples);
+    } else {
+      throw Failure(info_.name + " has no chunked form: derive from ChunkedMap or ChunkedAggregate too");
+    }
+    elements.finish(true);
+    chunked.finish(true);
+    expect_same(got, want, info_.name + " given a chunk of " + std::to_string(inputs.size()) + " rows");
+    if (refused_got != refused_want) {
+      auto text = [](const std::vector<std::pair<std::size_t, std::string>>& v) {
+        std::string t;
+        for (const auto& [row, reason] : v) t += (t.empty() ? "" : "; ") + std::to_string(row) + ": " + reason;
+        return t.empty() ? std::string("none") : t;
+      };
+      throw Failure(info_.name + " given a chunk refused rows " + text(refused_got) + ", element by element " + text(refused_want));
+    }
+  }
 
   /// For stateless maps and filters (the engine runs them on several workers): the outputs on
   /// each of `threads` worker threads, each element with its own context, are the sequential
