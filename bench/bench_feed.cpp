@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_clock.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
@@ -30,8 +31,8 @@
 #endif
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using sluice::bench::Clock;
+using sluice::bench::since;
 
 struct Options {
   std::string devices = "0";

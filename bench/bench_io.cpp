@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <opencv2/imgproc.hpp>
 
+#include "bench_clock.hpp"
 #include "image_codec.hpp"
 #include "pixel_ops.hpp"
 #include "sluice/core/engine.hpp"
@@ -27,8 +28,8 @@
 #include "sluice/core/spec.hpp"
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using sluice::bench::Clock;
+using sluice::bench::since;
 
 std::vector<std::string> expand(const std::string& pattern) {
   glob_t g{};

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_clock.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -29,16 +30,9 @@
 namespace fs = std::filesystem;
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-// CPU seconds (user and system, every thread) this process has used: a pipeline whose stages run
-// at once uses several cores even with one worker per stage, so speed alone hides its cost.
-double cpu_seconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
+using sluice::bench::Clock;
+using sluice::bench::cpu_seconds;
+using sluice::bench::since;
 
 constexpr int kBatch = 32, kRow = 128, kOpenRows = 8;
 const std::vector<std::int64_t> kBoundaries{16, 32, 64};

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "crc32c.hpp"
+#include "bench_clock.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -33,14 +34,9 @@
 namespace fs = std::filesystem;
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double cpu_seconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
+using sluice::bench::Clock;
+using sluice::bench::cpu_seconds;
+using sluice::bench::since;
 
 constexpr std::size_t kBatch = 1024, kFloats = 20, kPayload = 100;
 

@@ -451,6 +451,16 @@ bool decode_direct(const FeatureSpec& spec, Span feature, std::size_t need, std:
 }  // namespace
 
 namespace {
+// The spec position of feature `key` (features.size(): not wanted). `guess`, the position after
+// the last one found, is compared first: records usually list their features in one order, and a
+// compare costs less than a hash.
+std::size_t feature_position(std::string_view key, std::size_t guess, const std::vector<FeatureSpec>& features,
+                             const std::unordered_map<std::string_view, std::size_t>& index) {
+  if (guess < features.size() && features[guess].name == key) return guess;
+  const auto it = index.find(key);
+  return it == index.end() ? features.size() : it->second;
+}
+
 bool find_entries_direct(const Span& features_msg, const std::vector<FeatureSpec>& features_,
                          const std::unordered_map<std::string_view, std::size_t>& feature_index_, std::vector<Span>& found) {
   // The common layout of a Features message: entries (field 1) each holding a key (field 1) then
@@ -469,12 +479,7 @@ bool find_entries_direct(const Span& features_msg, const std::vector<FeatureSpec
     if (p == entry_end || *p++ != 0x12 || !read_varint(p, entry_end, length) || length != static_cast<std::uint64_t>(entry_end - p)) return false;
     const Span value{p, static_cast<std::size_t>(length), true};
     p = entry_end;
-    std::size_t index = count;
-    if (guess < count && features_[guess].name == key) {
-      index = guess;
-    } else if (auto it = feature_index_.find(key); it != feature_index_.end()) {
-      index = it->second;
-    }
+    const std::size_t index = feature_position(key, guess, features_, feature_index_);
     if (index == count) continue;
     found[index] = value;
     guess = index + 1;
@@ -520,8 +525,7 @@ void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& o
       found.assign(count, Span{});
       if (features_msg.data && !find_entries_direct(features_msg, features_, feature_index_, found)) {
         found.assign(count, Span{});
-        // As collect_entries, with the next feature of the spec tried first: records usually
-        // list their features in one order, and a compare costs less than a hash.
+        // As collect_entries, with the next feature of the spec tried first (feature_position).
         Wire w(features_msg.data, features_msg.size);
         WireField f, e;
         std::size_t guess = 0;
@@ -534,12 +538,7 @@ void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& o
             if (e.number == 1 && e.type == 2) key = {reinterpret_cast<const char*>(e.data), e.size};
             else if (e.number == 2 && e.type == 2) value = {e.data, e.size, true};
           }
-          std::size_t index = count;
-          if (guess < count && features_[guess].name == key) {
-            index = guess;
-          } else if (auto it = feature_index_.find(key); it != feature_index_.end()) {
-            index = it->second;
-          }
+          const std::size_t index = feature_position(key, guess, features_, feature_index_);
           if (index == count) continue;
           found[index] = value;
           guess = index + 1;
