@@ -329,6 +329,23 @@ class TestIo : public QObject {
     }
   }
 
+  void chunks_read_by_two_stages_reach_both_whole() {
+    // A parser's chunks read by two batches (a tee): each gets every row, as element by element.
+    const std::string text = reader_chain(tf("tfx_mnist.tfrecord")) +
+                             stage("parse", "parse_example", "read", {{"features", "image_class:int64"}}) +
+                             stage("a", "batch", "parse", {{"batch_size", "5"}}) + stage("b", "batch", "parse", {{"batch_size", "7"}}) +
+                             stage("sink_a", "null_sink", "a") + sink_after("b");
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const auto chunked = run_text(text), elements = run_text(text, {}, element_wise);
+    QVERIFY2(chunked.result.state == sluice::RunState::Finished, chunked.result.error.c_str());
+    QVERIFY(chunked.snapshot.stage(2).chunks_out() > 0);
+    QCOMPARE(chunked.snapshot.stage(3).elements_in(), std::uint64_t(1000));
+    QCOMPARE(chunked.snapshot.stage(4).elements_in(), std::uint64_t(1000));
+    QCOMPARE(chunked.lines.size(), std::size_t(143));
+    QCOMPARE(chunked.lines, elements.lines);
+  }
+
   void a_bad_record_inside_a_chunk_is_named_and_skipped_alone() {
     // 600 records, one chunk holds many of them: record 300 is not an Example, record 450 has a
     // broken data CRC. Under skip each is dropped alone and named by its record and byte offset;

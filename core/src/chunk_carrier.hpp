@@ -39,6 +39,16 @@ inline Chunk* chunk_in(Sample& sample) {
 }
 inline const Chunk* chunk_in(const Sample& sample) { return chunk_in(const_cast<Sample&>(sample)); }
 
+// The chunk a carrier holds, for a stage that will change it: moved out when this carrier is its
+// only holder, else copied (a stage read by several readers hands each the same carrier).
+inline Chunk take_chunk(Sample& sample) {
+  Chunk* chunk = chunk_in(sample);
+  const bool sole = sample.fields()[0].tensor.buffer().use_count() == 1;
+  Chunk taken = sole ? std::move(*chunk) : *chunk;
+  sample = Sample();
+  return taken;
+}
+
 // Elements an item stands for: a chunk's rows, else one.
 inline std::size_t rows_of(const Sample& sample) {
   const Chunk* chunk = chunk_in(sample);

@@ -136,8 +136,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
         if (st.input->skipped(in_iteration) || !open) continue;
         // Rows from `done` on are still to push; a refused row is reported (or ends the run) and
         // the rows after it go on in a new call, as elements after a refused one do.
-        Chunk rest = std::move(*chunk);
-        item.sample = Sample();
+        Chunk rest = detail::take_chunk(item.sample);
         std::size_t done = 0;
         while (rest.rows() > 0) {
           const ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, first_index + done};
