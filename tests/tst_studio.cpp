@@ -1313,6 +1313,12 @@ class TestStudio : public QObject {
     tick.stop();
     window_->stop_run();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_TSAN)
+    // The run started, was watched and stopped (what the sanitizer checks); latency is not
+    // measured: instrumented repaints and snapshots cost several times their cost, and in
+    // .ci/run's ASan suite on 2 cores the median was 5 ms in one run and 61 ms in another.
+    QSKIP("event-loop latency is measured in the normal build only (a sanitizer's instrumentation slows the GUI thread)");
+#endif
     QVERIFY(late_ms.size() > 20);
     std::sort(late_ms.begin(), late_ms.end());
     const double median = late_ms[late_ms.size() / 2], p95 = late_ms[late_ms.size() * 95 / 100];
