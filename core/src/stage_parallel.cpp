@@ -248,35 +248,21 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
   return ok;
 }
 
-namespace {
-
-// Where the rows of one input chunk came from, kept across the call that consumes it.
-struct RowOrigins {
-  std::shared_ptr<const std::string> where;
-  std::vector<std::int64_t> records, byte_offsets;
-  explicit RowOrigins(const Chunk& chunk) : where(chunk.where()), records(chunk.records()), byte_offsets(chunk.byte_offsets()) {}
-  std::string text(std::size_t row) const {
-    return Origin{where, row < records.size() ? records[row] : -1, row < byte_offsets.size() ? byte_offsets[row] : -1}.text();
-  }
-};
-
-}  // namespace
-
 bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
                                        std::uint64_t base_index, ChunkIssues* deferred_failure) {
   // Rows that fail go through the stage's policy as elements do, named by their own origin.
   struct Issues final : RowIssues {
     Engine::Impl& engine;
     StageRuntime& stage;
-    const RowOrigins& origins;
+    const Chunk& input;  // alive through the call (map_chunk takes it by reference)
     std::uint64_t epoch, first_index;
     ChunkIssues* deferred;
     bool refused = false;  // a row ended the run: it is reported already
-    Issues(Engine::Impl& e, StageRuntime& s, const RowOrigins& o, std::uint64_t ep, std::uint64_t first, ChunkIssues* d)
-        : engine(e), stage(s), origins(o), epoch(ep), first_index(first), deferred(d) {}
+    Issues(Engine::Impl& e, StageRuntime& s, const Chunk& in, std::uint64_t ep, std::uint64_t first, ChunkIssues* d)
+        : engine(e), stage(s), input(in), epoch(ep), first_index(first), deferred(d) {}
     bool skip_row(std::size_t row, const std::string& reason) override {
       if (refused) return false;
-      refused = !engine.element_error(stage, reason.c_str(), epoch, first_index + row, origins.text(row), deferred);
+      refused = !engine.element_error(stage, reason.c_str(), epoch, first_index + row, input.origin(row).text(), deferred);
       return !refused;
     }
   };
@@ -304,8 +290,7 @@ bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, 
     rows_in += rows;
     const ElementContext first{&st.info, epoch, position};
     position += rows;
-    const RowOrigins origins(*chunk);
-    Issues issues(*this, st, origins, epoch, first.index, deferred_failure);
+    Issues issues(*this, st, *chunk, epoch, first.index, deferred_failure);
     try {
       Chunk result = st.chunked_map->map_chunk(*chunk, first, issues);
       item.sample = Sample();  // the input's memory goes back now, not with the chunk of items
@@ -317,7 +302,7 @@ bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, 
       }
       detail::hand_on(std::move(result), st.emits_chunks, out);
     } catch (const RowError& e) {
-      ok = issues.refused || (element_error(st, e.what(), epoch, first.index + e.row(), origins.text(e.row()), deferred_failure), false);
+      ok = issues.refused || (element_error(st, e.what(), epoch, first.index + e.row(), chunk->origin(e.row()).text(), deferred_failure), false);
     } catch (const std::exception&) {
       if (handling_out_of_memory()) {
         fail_or_defer(st, out_of_memory_message(st), deferred_failure);
