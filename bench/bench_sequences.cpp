@@ -3,7 +3,8 @@
 // bucketed by length (boundaries 16, 32, 64) and padded, (c) packed first-fit into rows of 128
 // tokens (8 rows open) with segment ids and positions, then batched by 32. Tokens per second on
 // one core and on every core, and the padding share of each layout on one length distribution.
-// Usage: bench_sequences [LINES_PER_FILE] [RUNS]
+// Usage: bench_sequences [LINES_PER_FILE] [RUNS] [ONLY] (ONLY: padded, bucketed or packed, and
+// optionally :1 or :N for one worker count, e.g. packed:2; for profiling one case)
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -208,6 +209,7 @@ double run_pipeline(const sluice::Registry& registry, const std::string& text, T
 int main(int argc, char** argv) {
   const long lines_per_file = argc > 1 ? std::atol(argv[1]) : 200000;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 3;
+  const std::string only = argc > 3 ? argv[3] : "";
   sluice::tune_process_for_streaming();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   sluice::Registry registry;
@@ -241,6 +243,7 @@ int main(int argc, char** argv) {
              "cpu s", "loop cpu", "per cpu");
   for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
     for (unsigned workers : {1u, cores}) {
+      if (!only.empty() && only != name(layout) && only != fmt::format("{}:{}", name(layout), workers)) continue;
       double best_loop = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
       Tally ours, mine;
       for (int r = 0; r < runs; ++r) {

@@ -176,8 +176,13 @@ std::string make_token_files(const QTemporaryDir& dir) {
 
 // Token lines read interleaved by parallel readers, split in parallel and shuffled (the held
 // elements are named by file, line and byte offset), then one of the sequence aggregates.
-std::string token_pipeline(const std::string& folder, int parallelism, const std::string& tail) {
+std::string token_pipeline(const std::string& folder, int parallelism, const std::string& tail, bool shuffled = true) {
   const std::string p = "parallelism: " + std::to_string(parallelism);
+  if (!shuffled)
+    return "options { seed: 21 deterministic: true }\n" + stage("files", "list_files", "", {{"patterns", folder + "/*.txt"}}) +
+           stage("lines", "text_lines", "files", {}, p + " buffer_size: 2 interleave { cycle_length: 3 block_length: 2 }") +
+           stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "tokens"}}, p + " buffer_size: 2") +
+           stage("only", "select_fields", "split", {{"keep", "tokens"}}, p + " buffer_size: 2") + tail;
   return "options { seed: 21 deterministic: true }\n" +
          stage("files", "list_files", "", {{"patterns", folder + "/*.txt"}, {"shuffle", "true"}}) +
          stage("lines", "text_lines", "files", {}, p + " buffer_size: 16 interleave { cycle_length: 3 block_length: 2 }") +
@@ -195,6 +200,10 @@ std::string sequences_pipeline(const std::string& folder, const std::string& whi
     return token_pipeline(folder, parallelism,
                           stage("pack", "pack_sequences", "shuffle", {{"fields", "tokens"}, {"length", "40"}, {"open_rows", "4"}}, "buffer_size: 2") +
                               stage("win", "window", "pack", {{"size", "3"}, {"shift", "2"}}, "buffer_size: 2") + sink_after("win"));
+  if (which == "padded chunks")  // no shuffle: lines, tokens and the held rows go in chunks
+    return token_pipeline(folder, parallelism, "", false) +
+           stage("pb", "padded_batch", "only", {{"batch_size", "5"}, {"masks", "tokens"}}, "buffer_size: 2") +
+           stage("epochs", "repeat", "pb", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs");
   return token_pipeline(folder, parallelism,
                         stage("pb", "padded_batch", "shuffle", {{"batch_size", "5"}, {"masks", "tokens"}}, "buffer_size: 2") +
                             stage("epochs", "repeat", "pb", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs"));
@@ -239,6 +248,7 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 200, 450}) QTest::addRow("buckets p%d k%d", p, k) << "buckets" << p << k;
       for (int k : {1, 60}) QTest::addRow("packed p%d k%d", p, k) << "packed" << p << k;
       for (int k : {1, 300, 700}) QTest::addRow("padded p%d k%d", p, k) << "padded" << p << k;
+      for (int k : {1, 300}) QTest::addRow("padded chunks p%d k%d", p, k) << "padded chunks" << p << k;
     }
   }
   void resume_is_exact() {
@@ -256,6 +266,8 @@ class TestCheckpoint : public QObject {
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
     if (pipeline == "tfrecord" || pipeline == "cached") QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
+    if (pipeline == "padded chunks")  // lines, tokens and kept fields went on in chunks
+      QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0 && whole.snapshot.stage(3).chunks_out() > 0);
     if (pipeline == "chunked") {  // the reader and the parser handed on chunks
       QCOMPARE(whole.lines.size(), std::size_t(2 * 185));
       QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0);

@@ -177,6 +177,36 @@ class TestSdkHarness : public QObject {
     }
   }
 
+  void chunk_of_rows_of_different_lengths_is_ragged() {
+    // Sequences of 0..4 values (and text of 1..3 tokens): one Ragged column each, whose rows
+    // are the samples again, read through row() and through the row_* readers alike.
+    std::vector<sluice::Sample> rows;
+    for (int n = 0; n < 5; ++n) {
+      sluice::Sample s;
+      std::vector<std::int64_t> values;
+      std::vector<std::string_view> words;
+      for (int k = 0; k < n; ++k) values.push_back(10 * n + k);
+      for (int k = 0; k <= n % 3; ++k) words.push_back(k % 2 ? "b" : "aa");
+      s.set("ids", sluice::Tensor::from_vector(values, {n}));
+      s.set("words", sluice::Tensor::from_strings(words, {static_cast<std::int64_t>(words.size())}));
+      rows.push_back(std::move(s));
+    }
+    const sluice::Chunk chunk = t::chunk_of(rows);
+    const sluice::Column& ids = chunk.at("ids");
+    QVERIFY(ids.layout == sluice::Column::Layout::Ragged);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      t::expect_same({chunk.row(r)}, {rows[r]}, "row " + std::to_string(r));
+      QCOMPARE(ids.row_length(r), static_cast<std::int64_t>(r));
+      QCOMPARE(ids.row_rank(), std::size_t(1));
+      for (std::size_t k = 0; k < r; ++k)
+        QCOMPARE(reinterpret_cast<const std::int64_t*>(ids.row_data(r))[k], static_cast<std::int64_t>(10 * r + k));
+      QCOMPARE(chunk.at("words").row_string(r, 0), std::string_view("aa"));
+    }
+    // A slice shares the values and keeps each row's span.
+    const sluice::Chunk tail = chunk.slice(3, 5);
+    t::expect_same({tail.row(0), tail.row(1)}, {rows[3], rows[4]}, "the slice's rows");
+  }
+
   void check_deterministic_catches_thread_dependence() {
     t::Harness<ThreadBound> bound;
     QCOMPARE(bound.map(numbers(3)).size(), std::size_t(3));

@@ -437,6 +437,91 @@ class TestSequences : public QObject {
     fs::remove(huge);
   }
 
+  // ---- chunks: text_lines, split_text, select_fields and the sequence aggregates ----
+  void text_chunks_give_what_elements_give() {
+    // Three files of token lines (0..90 tokens, empty lines, CRLF ends in one, no final newline in
+    // another), one over the 1 MiB read buffer: lines go on in chunks of one buffer. Interleaved
+    // two at a time in blocks of 5 (a chunk is cut at a block's end) or read one by one, then each
+    // sequence layout: the outputs are those of the element-wise run, line for line.
+    std::mt19937 gen(11);
+    for (int f = 0; f < 3; ++f) {
+      std::string text;
+      const int lines = f == 0 ? 6000 : 700;
+      for (int l = 0; l < lines; ++l) {
+        const int n = static_cast<int>(gen() % 91);
+        for (int k = 0; k < n; ++k) text += (k ? " " : "") + std::to_string(gen() % 100000);
+        if (l + 1 < lines || f != 1) text += f == 2 ? "\r\n" : "\n";
+      }
+      write_file(path("chunky" + std::to_string(f) + ".txt"), text);
+    }
+    QVERIFY(fs::file_size(path("chunky0.txt")) > (1u << 20));
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::vector<std::pair<std::string, std::string>> layouts{
+        {"padded", stage("out_layout", "padded_batch", "seq", {{"batch_size", "7"}, {"lengths", "x"}, {"masks", "x"}}) + sink_after("out_layout")},
+        {"bucketed", stage("out_layout", "bucket_by_sequence_length", "seq",
+                           {{"length_field", "x"}, {"boundaries", "8,16,32"}, {"batch_sizes", "3,5,7,9"}, {"padding_values", "-1"}}) +
+                         sink_after("out_layout")},
+        {"packed", stage("out_layout", "pack_sequences", "seq", {{"fields", "x"}, {"length", "24"}, {"open_rows", "3"}}) +
+                       stage("rows", "batch", "out_layout", {{"batch_size", "4"}}) + sink_after("rows")},
+        {"fixed padded", stage("out_layout", "padded_batch", "seq", {{"batch_size", "16"}, {"padded_shapes", "x:96"}, {"drop_remainder", "true"}}) +
+                             sink_after("out_layout")}};
+    for (const auto& [name, tail] : layouts) {
+      for (int workers : {1, 2}) {
+        const std::string lines_extra = workers == 1 ? "" : "parallelism: 2 interleave { cycle_length: 2 block_length: 5 }";
+        const std::string text = int_lines(path("chunky*.txt"), "x", "", lines_extra) + tail;
+        const auto chunked = run_text(text), elements = run_text(text, {}, element_wise);
+        const std::string what = name + " on " + std::to_string(workers) + " workers";
+        QVERIFY2(chunked.result.state == sluice::RunState::Finished, (what + ": " + chunked.result.error + chunked.error).c_str());
+        QVERIFY2(!chunked.lines.empty() && chunked.lines == elements.lines, what.c_str());
+        for (int s = 1; s <= 3; ++s) {  // lines, split and select_fields handed on chunks, of every row
+          QVERIFY2(chunked.snapshot.stage(s).chunks_out() > 0, (what + ", stage " + std::to_string(s)).c_str());
+          QCOMPARE(chunked.snapshot.stage(s).chunked_elements_out(), chunked.snapshot.stage(s).elements_out());
+          QCOMPARE(elements.snapshot.stage(s).chunks_out(), std::uint64_t(0));
+        }
+        QCOMPARE(chunked.snapshot.stage(4).padding_values(), elements.snapshot.stage(4).padding_values());
+      }
+    }
+  }
+
+  void a_bad_line_inside_a_chunk_is_named_and_skipped_alone() {
+    // Line 1500 of 3000 holds a token that is no integer, and under a fixed padded shape line 2100
+    // is too long: each is skipped alone under skip, named by file and line, and the run stops at
+    // the first without skip, as element by element.
+    std::string text;
+    std::string long_line;
+    for (int k = 0; k < 60; ++k) long_line += "5 ";
+    for (int l = 0; l < 3000; ++l)
+      text += l == 1500 ? "1 2 x3 4\n" : l == 2100 ? long_line + "\n" : std::to_string(l) + " " + std::to_string(l % 7) + "\n";
+    write_file(path("damaged.txt"), text);
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::string chain = stage("files", "list_files", "", {{"patterns", path("damaged.txt")}}) + stage("lines", "text_lines", "files");
+    for (const std::string policy : {"error_policy: skip", ""}) {
+      const std::string pipeline = chain + stage("split", "split_text", "lines", {{"to", "int64"}}, policy) +
+                                   stage("pb", "padded_batch", "split", {{"batch_size", "10"}, {"padded_shapes", "line:50"}}, policy) +
+                                   sink_after("pb");
+      const auto chunked = run_text(pipeline), elements = run_text(pipeline, {}, element_wise);
+      QCOMPARE(chunked.lines, elements.lines);
+      QCOMPARE(chunked.result.error, elements.result.error);
+      QVERIFY(chunked.snapshot.stage(2).chunks_out() > 0);
+      if (policy.empty()) {
+        QCOMPARE(chunked.result.state, sluice::RunState::Failed);
+        QVERIFY2(chunked.result.error.find("damaged.txt record 1500") != std::string::npos, chunked.result.error.c_str());
+        QVERIFY2(chunked.result.error.find("token 2 of field 'line', 'x3', is not an int64") != std::string::npos, chunked.result.error.c_str());
+        continue;
+      }
+      QCOMPARE(chunked.result.state, sluice::RunState::Finished);
+      QCOMPARE(chunked.lines.size(), std::size_t(300 - 1 + 1));  // 2998 lines in batches of 10: 299 full, one of 8
+      QCOMPARE(chunked.snapshot.stage(2).errors_skipped(), std::uint64_t(1));
+      QVERIFY(chunked.snapshot.stage(2).skip_reasons(0).find("damaged.txt record 1500") != std::string::npos);
+      QCOMPARE(chunked.snapshot.stage(3).errors_skipped(), std::uint64_t(1));
+      QVERIFY2(chunked.snapshot.stage(3).skip_reasons(0).find("damaged.txt record 2100") != std::string::npos,
+               chunked.snapshot.stage(3).skip_reasons(0).c_str());
+      QVERIFY(chunked.snapshot.stage(3).skip_reasons(0).find("longer than its padded shape [50]") != std::string::npos);
+    }
+  }
+
   // ---- fixed_length_records ----
   void fixed_length_records_header_footer_and_truncation() {
     write_file(path("fixed.bin"), "HEAD" "aaaaa" "bbbbb" "ccccc" "FT");

@@ -425,6 +425,13 @@ void Engine::start() {
       if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
           next.tuned_workers != st.tuned_workers)
         continue;
+      // Two maps that both take chunks stay apart: a fused group runs element by element, and a
+      // chunk handed from one to the other costs one hand-over for hundreds of rows.
+      auto takes_chunks = [](StageRuntime& s) {
+        auto* chunked = dynamic_cast<ChunkedMap*>(s.op.get());
+        return s.map && chunked && chunked->maps_chunks();
+      };
+      if (I.options.chunks && !st.fused_head && takes_chunks(st) && takes_chunks(next)) continue;
       StageRuntime& head = st.fused_head ? *st.fused_head : st;
       head.fused.push_back(&next);
       next.fused_head = &head;
@@ -482,8 +489,12 @@ void Engine::start() {
     }
     for (auto& st : I.stages) {
       if (!(st->expand || st->chunked_map) || st->spec->consumers.empty()) continue;
+      // A plugin built for 6.2 may make no Ragged column and knows none: its chunks go to any
+      // reader that takes chunks, a newer producer's only to readers that know Ragged columns.
+      const bool may_make_ragged = st->registered->abi_minor >= 3;
       st->emits_chunks = std::all_of(st->spec->consumers.begin(), st->spec->consumers.end(), [&](int reader) {
-        return I.stages[static_cast<std::size_t>(reader)]->chunked_map || I.stages[static_cast<std::size_t>(reader)]->chunked_aggregate;
+        const auto& r = *I.stages[static_cast<std::size_t>(reader)];
+        return (r.chunked_map || r.chunked_aggregate) && (!may_make_ragged || r.registered->abi_minor >= 3);
       });
     }
   }

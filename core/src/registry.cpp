@@ -180,6 +180,7 @@ bool Registry::load_library(const fs::path& file) {
     op->info = std::move(info);
     op->plugin_name = plugin_name;
     op->library_path = path;
+    op->abi_minor = descriptor->abi_minor;
     operators_.push_back(std::move(op));
   }
   plugins_.push_back({plugin_name, descriptor->version ? descriptor->version : "", descriptor->summary ? descriptor->summary : "", path});

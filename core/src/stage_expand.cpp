@@ -15,16 +15,19 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   auto reading_alone = [&] { return st.tuned_workers && st.active_workers.load(std::memory_order_relaxed) <= 1; };
   std::optional<CoreHold> reading_core;  // the coordinator's core of the budget while it reads
   std::size_t reads_on_core = 0;
-  const std::size_t read_ahead = static_cast<std::size_t>(std::max(2, block));
-  // Chunks of a cursor's outputs go on when every reader takes them and one input is read at a
-  // time (with several open, block_length outputs of each alternate: element by element).
-  const bool chunks = st.emits_chunks && cycle == 1;
+  // Chunks of a cursor's outputs go on when every reader takes them. With several inputs open,
+  // block_length outputs of each alternate: a chunk is at most a block, and one that runs past the
+  // block's end is cut there (its rest starts that input's next turn).
+  const bool chunks = st.emits_chunks;
+  const std::size_t chunk_rows = cycle == 1 ? kChunkRows : std::min(kChunkRows, static_cast<std::size_t>(block));
+  // Read ahead per input, in items: a few chunks of a block each when they alternate.
+  const std::size_t read_ahead = chunks && cycle > 1 ? 4 : static_cast<std::size_t>(std::max(2, block));
   // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
   // false once the input is exhausted. Called by the one thread reading the slot.
   auto read_next = [&](ExpandSlot& slot, Sample& sample) {
     if (slot.chunked) {
       Chunk chunk;
-      if (!slot.chunked->next_chunk(chunk, kChunkRows)) return false;
+      if (!slot.chunked->next_chunk(chunk, chunk_rows)) return false;
       if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
       slot.outputs_read += chunk.rows();
       sample = detail::carry(std::move(chunk));
@@ -488,7 +491,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     }
     ExpandSlot& slot = slots[turn];
     if (slot.cursor) {
-      for (int taken = 0; taken < block; ++taken) {
+      for (std::size_t taken = 0; taken < static_cast<std::size_t>(block);) {
         Sample sample;
         int got = take(slot, sample);
         if (got < 0) {
@@ -506,7 +509,14 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           break;
         }
         Chunk* chunk = chunk_in(sample);
+        if (chunk && cycle > 1 && taken + chunk->rows() > static_cast<std::size_t>(block)) {
+          const std::size_t want = static_cast<std::size_t>(block) - taken;
+          slot.taken.push_front(detail::carry(chunk->slice(want, chunk->rows())));
+          sample = detail::carry(chunk->slice(0, want));
+          chunk = chunk_in(sample);
+        }
         const std::size_t rows = chunk ? chunk->rows() : 1;
+        taken += rows;
         slot.emitted += rows;
         const Origin& origin = sample.shared_origin();
         slot.last_record = chunk ? chunk->origin(rows - 1).record : origin.record;

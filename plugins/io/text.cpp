@@ -95,7 +95,7 @@ class TextLines final : public Expand {
 
   // Lines are views of the read chunk; "\n" and "\r\n" end them; a last line without an end is a
   // line; empty lines are elements (as TextLineDataset's).
-  class Lines final : public ExpandCursor {
+  class Lines final : public ExpandCursor, public ChunkedExpandCursor {
    public:
     Lines(std::string path, std::unique_ptr<ByteSource> source, const TextLines& op, DamageReport& damage)
         : path_(std::make_shared<const std::string>(std::move(path))),
@@ -119,6 +119,41 @@ class TextLines final : public Expand {
         out.set_origin(path_, line, static_cast<std::int64_t>(offset));
         return true;
       }
+    }
+    // The lines of one read buffer, as next() gives them: a "line" column of spans of the buffer.
+    bool next_chunk(Chunk& out, std::size_t max_rows) override {
+      out = Chunk();
+      Column* lines = nullptr;
+      std::size_t rows = 0;
+      while (rows < max_rows) {
+        std::size_t length = 0;
+        if (!find_line(length)) break;
+        // A line that starts a new read buffer starts the next chunk (found again then: one search).
+        if (lines && input_.buffer() != lines->buffer) break;
+        const std::int64_t line = line_++;
+        const std::uint64_t offset = input_.offset();
+        std::size_t text = length;
+        if (text > 0 && input_.data()[text - 1] == '\n') --text;
+        if (text > 0 && input_.data()[text - 1] == '\r') --text;
+        const std::size_t at = input_.position_in_buffer();
+        input_.consume(length);
+        if (line < op_.skip_header_) continue;
+        if (!lines) {
+          lines = &out.add("line", Column::Layout::Spans);
+          lines->buffer = input_.buffer();
+          lines->spans.reserve(max_rows);
+          out.records().reserve(max_rows);
+          out.byte_offsets().reserve(max_rows);
+        }
+        lines->spans.push_back({at, text});
+        out.records().push_back(line);
+        out.byte_offsets().push_back(static_cast<std::int64_t>(offset));
+        ++rows;
+      }
+      if (rows == 0) return false;
+      out.set_rows(rows);
+      out.set_where(path_);
+      return true;
     }
     // Line `record` starts at `byte_offset` (a position this cursor gave in an origin).
     bool seek(std::int64_t record, std::int64_t byte_offset) override {

@@ -137,7 +137,23 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
           columns.push_back(column);
         }
       }
-      const std::size_t take = std::min(in.rows() - r, batch_size_ - count_);
+      std::size_t take = std::min(in.rows() - r, batch_size_ - count_);
+      // Rows of a Ragged column may differ in shape: the first that differs from the batch's is
+      // refused, after the rows before it are taken.
+      std::string refused;
+      for (std::size_t f = 0; f < fields_.size(); ++f) {
+        if (columns[f]->layout != Column::Layout::Ragged) continue;
+        for (std::size_t k = 0; k < take; ++k) {
+          if (columns[f]->row_length(r + k) == (fields_[f].shape.empty() ? -1 : fields_[f].shape[0])) continue;
+          const Shape have = columns[f]->row_shape(r + k);
+          if (have == fields_[f].shape) continue;
+          refused = "cannot batch field '" + fields_[f].name + "': this element is " + dtype_name(fields_[f].dtype) + shape_string(have) +
+                    ", the batch's first element (element " + std::to_string(first_index_) + " of the input) is " +
+                    dtype_name(fields_[f].dtype) + shape_string(fields_[f].shape) + " (resize or pad them to one shape first)";
+          take = k;
+          break;
+        }
+      }
       for (std::size_t f = 0; f < fields_.size(); ++f) {
         FieldAssembly& field = fields_[f];
         const Column& column = *columns[f];
@@ -154,6 +170,9 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
           }
         } else if (column.layout == Column::Layout::Rows) {
           copy_to_cold(field.rows.raw_data() + count_ * field.row_bytes, column.tensor.raw_data() + r * field.row_bytes, take * field.row_bytes);
+        } else if (column.layout == Column::Layout::Ragged) {
+          for (std::size_t k = 0; k < take; ++k)
+            std::memcpy(field.rows.raw_data() + (count_ + k) * field.row_bytes, column.row_data(r + k), field.row_bytes);
         } else {  // one value for every row
           for (std::size_t k = 0; k < take; ++k)
             std::memcpy(field.rows.raw_data() + (count_ + k) * field.row_bytes, column.tensor.raw_data(), field.row_bytes);
@@ -162,6 +181,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
       count_ += take;
       r += take;
       if (count_ == batch_size_) emit_batch(out);
+      if (!refused.empty()) throw RowError(r, refused);
     }
     return Flow::Continue;
   }

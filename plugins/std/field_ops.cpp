@@ -1,4 +1,5 @@
 // select_fields and split_text: shaping elements for sequence pipelines.
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -10,7 +11,7 @@ namespace sluice::std_ops {
 namespace {
 
 // Keeps the listed fields, in that order: tf.data's map(lambda x: {k: x[k] for k in keep}).
-class SelectFields final : public Map {
+class SelectFields final : public Map, public ChunkedMap {
  public:
   static OperatorInfo describe() {
     return {"select_fields",
@@ -34,6 +35,25 @@ class SelectFields final : public Map {
     out.share_origin(in);
     return out;
   }
+  // The kept columns, sharing their memory. A missing field is missing in every row: the host
+  // then runs the rows through map(), which names each.
+  Chunk map_chunk(const Chunk& in, const ElementContext&, RowIssues&) override {
+    Chunk out;
+    out.set_rows(in.rows());
+    out.share_origins(in, 0, in.rows());
+    out.columns().reserve(keep_.size());
+    for (const auto& name : keep_) {
+      const Column* c = in.find(name);
+      if (!c) throw Error("select_fields: the chunk has no field '" + name + "'");
+      auto same = std::find_if(out.columns().begin(), out.columns().end(), [&](const Column& k) { return k.name == name; });
+      if (same != out.columns().end()) {
+        *same = *c;  // named twice: kept once, as Sample::set keeps it
+      } else {
+        out.columns().push_back(*c);
+      }
+    }
+    return out;
+  }
 
  private:
   static std::string names(const Sample& s) {
@@ -47,7 +67,7 @@ class SelectFields final : public Map {
 // tf.strings.split (and tf.strings.to_number): a text field into its tokens, as a variable-length
 // field of bytes, int64 or f32. Whitespace runs separate tokens unless a separator is given (then
 // empty tokens are kept, as Python's str.split(sep)).
-class SplitText final : public Map {
+class SplitText final : public Map, public ChunkedMap {
  public:
   static OperatorInfo describe() {
     return {"split_text",
@@ -70,14 +90,179 @@ class SplitText final : public Map {
       throw DataError("split_text: field '" + field_ + "' is " + dtype_name(t.dtype()) + shape_string(t.shape()) + ", not one text");
     const std::string_view text = t.string_at(0);
     Scratch& scratch = this_thread_scratch();
-    if (separator_.empty() && to_ == To::Int64 && plain_integers(text, scratch.integers)) {
-      const auto n = static_cast<std::int64_t>(scratch.integers.size());
-      Tensor out = from_slab(scratch, DType::I64, n);
-      if (n > 0) std::memcpy(out.raw_data(), scratch.integers.data(), static_cast<std::size_t>(n) * sizeof(std::int64_t));
-      in.set(output_, std::move(out));
+    if (separator_.empty() && to_ == To::Int64) {
+      scratch.integers.clear();
+      if (!plain_integers(text, scratch.integers)) {
+        scratch.integers.clear();
+        split(text, scratch.tokens);
+        append_numbers(scratch.tokens, scratch.integers);
+      }
+      in.set(output_, from_slab(scratch, scratch.integers.data(), static_cast<std::int64_t>(scratch.integers.size())));
       return in;
     }
-    std::vector<std::string_view>& tokens = scratch.tokens;
+    split(text, scratch.tokens);
+    const auto n = static_cast<std::int64_t>(scratch.tokens.size());
+    if (to_ == To::Bytes) {
+      in.set(output_, Tensor::from_strings(scratch.tokens, {n}));
+    } else if (to_ == To::Int64) {
+      scratch.integers.clear();
+      append_numbers(scratch.tokens, scratch.integers);
+      in.set(output_, from_slab(scratch, scratch.integers.data(), n));
+    } else {
+      scratch.floats.clear();
+      append_numbers(scratch.tokens, scratch.floats);
+      in.set(output_, from_slab(scratch, scratch.floats.data(), n));
+    }
+    return in;
+  }
+
+  // A chunk's texts into one Ragged column of all their tokens, each row a span of it: one tensor
+  // per chunk rather than one per line.
+  Chunk map_chunk(const Chunk& in, const ElementContext&, RowIssues& issues) override {
+    const Column& texts = in.at(field_);
+    const bool one_text_per_row = texts.layout == Column::Layout::Spans ||
+                                  (texts.tensor.dtype() == DType::Bytes && texts.layout != Column::Layout::Ragged &&
+                                   texts.tensor.rank() == (texts.layout == Column::Layout::Constant ? 0u : 1u));
+    // Anything else is refused per element, by map(): the host runs the rows through it.
+    if (!one_text_per_row) throw Error("field '" + field_ + "' is not a column of single texts");
+    Scratch& scratch = this_thread_scratch();
+    std::vector<Column::Span> spans;
+    spans.reserve(in.rows());
+    std::vector<std::size_t> kept;
+    kept.reserve(in.rows());
+    std::vector<std::string_view> all_tokens;  // to: bytes
+    scratch.integers.clear();
+    scratch.floats.clear();
+    for (std::size_t r = 0; r < in.rows(); ++r) {
+      const std::string_view text = texts.string_at(r);
+      std::size_t before = 0, after = 0;
+      try {
+        if (to_ == To::Int64) {
+          before = scratch.integers.size();
+          if (!separator_.empty() || !plain_integers(text, scratch.integers)) {
+            scratch.integers.resize(before);
+            split(text, scratch.tokens);
+            append_numbers(scratch.tokens, scratch.integers);
+          }
+          after = scratch.integers.size();
+        } else if (to_ == To::Float) {
+          before = scratch.floats.size();
+          split(text, scratch.tokens);
+          append_numbers(scratch.tokens, scratch.floats);
+          after = scratch.floats.size();
+        } else {
+          before = all_tokens.size();
+          split(text, scratch.tokens);
+          all_tokens.insert(all_tokens.end(), scratch.tokens.begin(), scratch.tokens.end());
+          after = all_tokens.size();
+        }
+      } catch (const DataError& e) {
+        scratch.integers.resize(std::min(scratch.integers.size(), before));
+        scratch.floats.resize(std::min(scratch.floats.size(), before));
+        if (!issues.skip_row(r, e.what())) throw RowError(r, e.what());
+        continue;
+      }
+      spans.push_back({before, after - before});
+      kept.push_back(r);
+    }
+    Chunk out;
+    const bool all_kept = kept.size() == in.rows();
+    if (all_kept) {
+      out.share_origins(in, 0, in.rows());
+    } else {
+      out.gather_origins(in, kept);
+    }
+    out.set_rows(kept.size());
+    Column tokens{output_, Column::Layout::Ragged, {}, {}, std::move(spans)};
+    if (to_ == To::Bytes) {
+      tokens.tensor = Tensor::from_strings(all_tokens, {static_cast<std::int64_t>(all_tokens.size())});
+    } else if (to_ == To::Int64) {
+      tokens.tensor = copy_of(scratch.integers);
+    } else {
+      tokens.tensor = copy_of(scratch.floats);
+    }
+    // The other fields as they were, and the tokens where the element form sets them.
+    bool placed = false;
+    for (const Column& c : in.columns()) {
+      if (c.name == output_) {
+        out.columns().push_back(std::move(tokens));
+        placed = true;
+      } else {
+        out.columns().push_back(all_kept ? c : gather_rows(c, kept));
+      }
+    }
+    if (!placed) out.columns().push_back(std::move(tokens));
+    return out;
+  }
+
+ private:
+  // What a splitting thread reuses from line to line: its token list (one allocation per thread,
+  // not per line) and the block its numbers go to. In a plugin a thread_local's address comes
+  // from a call to __tls_get_addr, and GCC, given the variable inline, calls it again at every
+  // use in the token loop (5% of the stage): out of line, the address is fetched once per line.
+  struct Scratch {
+    std::vector<std::string_view> tokens;
+    std::vector<std::int64_t> integers;
+    std::vector<float> floats;
+    std::shared_ptr<Buffer> slab;
+    std::size_t used = 0;
+  };
+  [[gnu::noinline]] static Scratch& this_thread_scratch() {
+    thread_local Scratch scratch;
+    return scratch;
+  }
+  // The numbers of many lines share one 16 KiB block, carved on this thread: a line's tensor costs
+  // no allocation, and no free on the thread that drops it (each one's own malloc and its free on
+  // the batching thread, contending for malloc's arena locks, halved the pipeline's speed:
+  // bench_sequences). A block lives while any of its lines does, as a read chunk lives while any
+  // record viewing it does.
+  template <class T> static Tensor copy_of(const std::vector<T>& values) {
+    Tensor t = Tensor::empty(dtype_of<T>(), {static_cast<std::int64_t>(values.size())});
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+    return t;
+  }
+  template <class T> static Tensor from_slab(Scratch& scratch, const T* values, std::int64_t n) {
+    Tensor out = from_slab(scratch, dtype_of<T>(), n);
+    if (n > 0) std::memcpy(out.raw_data(), values, static_cast<std::size_t>(n) * sizeof(T));
+    return out;
+  }
+  static Tensor from_slab(Scratch& scratch, DType dtype, std::int64_t n) {
+    std::shared_ptr<Buffer>& slab = scratch.slab;
+    std::size_t& used = scratch.used;
+    const std::size_t need = (static_cast<std::size_t>(n) * dtype_size(dtype) + 7) & ~std::size_t{7};  // 8-byte aligned
+    if (need > kSlabBytes / 4) return Tensor::empty(dtype, {n});  // a long line has its own
+    if (!slab || used + need > slab->size()) {
+      slab = HostAllocator::instance().allocate(kSlabBytes);
+      used = 0;
+    }
+    Tensor out = Tensor::view(dtype, {n}, slab, used);
+    used += need;
+    return out;
+  }
+  static constexpr std::size_t kSlabBytes = 16384;
+  // Whitespace-separated decimal integers (pre-tokenized text: the common case) read in the pass
+  // that finds them, as a hand-written loop does: half the work of finding the tokens and then
+  // reading each. False at anything else (a sign alone, a letter, more than 18 digits): the
+  // general path then reads the line again, and names the token it cannot read.
+  // Appends to `out` (which the caller cuts back when this says false).
+  static bool plain_integers(std::string_view text, std::vector<std::int64_t>& out) {
+    const char* p = text.data();
+    const char* const end = p + text.size();
+    for (;;) {
+      while (p != end && is_blank(*p)) ++p;
+      if (p == end) return true;
+      const bool negative = *p == '-';
+      if (*p == '-' || *p == '+') ++p;
+      const char* const digits = p;
+      std::uint64_t value = 0;
+      while (p != end && static_cast<unsigned char>(*p - '0') < 10) value = value * 10 + static_cast<unsigned>(*p++ - '0');
+      if (p == digits || p - digits > 18 || (p != end && !is_blank(*p))) return false;
+      out.push_back(negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value));
+    }
+  }
+  // The tokens of `text` into `tokens`: runs of blanks separate them, or the separator (empty
+  // tokens kept, as Python's str.split(sep)).
+  void split(std::string_view text, std::vector<std::string_view>& tokens) const {
     tokens.clear();
     if (separator_.empty()) {
       // A character test, not find_first_of: libstdc++ searches the set with a memchr per
@@ -100,76 +285,9 @@ class SplitText final : public Map {
         at = end + separator_.size();
       }
     }
-    const auto n = static_cast<std::int64_t>(tokens.size());
-    if (to_ == To::Bytes) {
-      in.set(output_, Tensor::from_strings(tokens, {n}));
-    } else if (to_ == To::Int64) {
-      Tensor out = from_slab(scratch, DType::I64, n);
-      auto* values = out.data<std::int64_t>();
-      for (std::int64_t k = 0; k < n; ++k) values[k] = number<std::int64_t>(tokens[static_cast<std::size_t>(k)], k);
-      in.set(output_, std::move(out));
-    } else {
-      Tensor out = from_slab(scratch, DType::F32, n);
-      auto* values = out.data<float>();
-      for (std::int64_t k = 0; k < n; ++k) values[k] = number<float>(tokens[static_cast<std::size_t>(k)], k);
-      in.set(output_, std::move(out));
-    }
-    return in;
   }
-
- private:
-  // What a splitting thread reuses from line to line: its token list (one allocation per thread,
-  // not per line) and the block its numbers go to. In a plugin a thread_local's address comes
-  // from a call to __tls_get_addr, and GCC, given the variable inline, calls it again at every
-  // use in the token loop (5% of the stage): out of line, the address is fetched once per line.
-  struct Scratch {
-    std::vector<std::string_view> tokens;
-    std::vector<std::int64_t> integers;
-    std::shared_ptr<Buffer> slab;
-    std::size_t used = 0;
-  };
-  [[gnu::noinline]] static Scratch& this_thread_scratch() {
-    thread_local Scratch scratch;
-    return scratch;
-  }
-  // The numbers of many lines share one 16 KiB block, carved on this thread: a line's tensor costs
-  // no allocation, and no free on the thread that drops it (each one's own malloc and its free on
-  // the batching thread, contending for malloc's arena locks, halved the pipeline's speed:
-  // bench_sequences). A block lives while any of its lines does, as a read chunk lives while any
-  // record viewing it does.
-  static Tensor from_slab(Scratch& scratch, DType dtype, std::int64_t n) {
-    std::shared_ptr<Buffer>& slab = scratch.slab;
-    std::size_t& used = scratch.used;
-    const std::size_t need = (static_cast<std::size_t>(n) * dtype_size(dtype) + 7) & ~std::size_t{7};  // 8-byte aligned
-    if (need > kSlabBytes / 4) return Tensor::empty(dtype, {n});  // a long line has its own
-    if (!slab || used + need > slab->size()) {
-      slab = HostAllocator::instance().allocate(kSlabBytes);
-      used = 0;
-    }
-    Tensor out = Tensor::view(dtype, {n}, slab, used);
-    used += need;
-    return out;
-  }
-  static constexpr std::size_t kSlabBytes = 16384;
-  // Whitespace-separated decimal integers (pre-tokenized text: the common case) read in the pass
-  // that finds them, as a hand-written loop does: half the work of finding the tokens and then
-  // reading each. False at anything else (a sign alone, a letter, more than 18 digits): the
-  // general path then reads the line again, and names the token it cannot read.
-  static bool plain_integers(std::string_view text, std::vector<std::int64_t>& out) {
-    out.clear();
-    const char* p = text.data();
-    const char* const end = p + text.size();
-    for (;;) {
-      while (p != end && is_blank(*p)) ++p;
-      if (p == end) return true;
-      const bool negative = *p == '-';
-      if (*p == '-' || *p == '+') ++p;
-      const char* const digits = p;
-      std::uint64_t value = 0;
-      while (p != end && static_cast<unsigned char>(*p - '0') < 10) value = value * 10 + static_cast<unsigned>(*p++ - '0');
-      if (p == digits || p - digits > 18 || (p != end && !is_blank(*p))) return false;
-      out.push_back(negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value));
-    }
+  template <class T> void append_numbers(const std::vector<std::string_view>& tokens, std::vector<T>& out) const {
+    for (std::size_t k = 0; k < tokens.size(); ++k) out.push_back(number<T>(tokens[k], static_cast<std::int64_t>(k)));
   }
   // Space, tab, line feed, vertical tab, form feed, carriage return: what str.split() splits at.
   static bool is_blank(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }

@@ -17,7 +17,7 @@ namespace {
 // plus segment ids (1, 2, ... per sequence in the row, 0 on padding) and positions (0, 1, ...
 // within each sequence), which attention masks and position embeddings are built from.
 // Deterministic: rows depend on the input order only.
-class PackSequences final : public Aggregate {
+class PackSequences final : public Aggregate, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     return {"pack_sequences",
@@ -55,13 +55,22 @@ class PackSequences final : public Aggregate {
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
 
   Flow push(Sample in, const ElementContext&, Emitter& out) override {
-    const std::int64_t tokens = check(in);
-    if (tokens > length_ && too_long_ == "fail")
-      throw DataError("a sequence of " + std::to_string(tokens) + " tokens is longer than a packed row (length " +
-                      std::to_string(length_) + "); raise length, or set too_long: split or truncate");
-    const std::int64_t kept = too_long_ == "truncate" ? std::min(tokens, length_) : tokens;
-    // An empty sequence has no token to place: it takes no segment.
-    for (std::int64_t from = 0; from < kept; from += length_) place(in, from, std::min(length_, kept - from), out);
+    const auto chunk = chunk_of_element(std::move(in));
+    const std::vector<const Column*> columns = check(*chunk);
+    pack_row(*chunk, columns, 0, out);
+    return Flow::Continue;
+  }
+  // What is refused for every row alike (a field's type or shape) is thrown before any row is
+  // taken, as a DataError: the host then pushes the rows one by one and each is named.
+  Flow push_chunk(const Chunk& in, const ElementContext&, Emitter& out) override {
+    const std::vector<const Column*> columns = check(in);
+    for (std::size_t r = 0; r < in.rows(); ++r) {
+      try {
+        pack_row(in, columns, r, out);
+      } catch (const DataError& e) {
+        throw RowError(r, e.what());
+      }
+    }
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
@@ -104,41 +113,57 @@ class PackSequences final : public Aggregate {
     std::int32_t segments = 0; // sequences placed
   };
 
-  // The element's length; throws DataError when it cannot be packed with the others.
-  std::int64_t check(const Sample& in) {
-    for (const auto& f : in.fields())
-      if (std::find(fields_.begin(), fields_.end(), f.name) == fields_.end())
-        throw DataError("the element has a field '" + f.name +
+  // The packed fields' columns, in the order of fields_; throws DataError when the rows' fields
+  // cannot be packed with the others (the same for every row of a chunk). Nothing is changed.
+  std::vector<const Column*> check(const Chunk& in) const {
+    for (const auto& c : in.columns())
+      if (std::find(fields_.begin(), fields_.end(), c.name) == fields_.end())
+        throw DataError("the element has a field '" + c.name +
                         "' that is not packed; list it in fields, or remove it before this stage (select_fields)");
-    std::int64_t tokens = -1;
+    std::vector<const Column*> columns;
     for (const auto& name : fields_) {
-      const Tensor& t = in.at(name);
-      if (t.rank() == 0 || t.dtype() == DType::Bytes)
-        throw DataError("field '" + name + "' is " + dtype_name(t.dtype()) + shape_string(t.shape()) +
+      const Column& c = in.at(name);
+      if (c.row_rank() == 0 || c.tensor.dtype() == DType::Bytes)
+        throw DataError("field '" + name + "' is " + dtype_name(c.tensor.dtype()) + shape_string(c.row_shape(0)) +
                         ": packing takes numeric sequences (token ids, features per step)");
-      if (tokens >= 0 && t.shape()[0] != tokens)
-        throw DataError("field '" + name + "' has " + std::to_string(t.shape()[0]) + " steps and '" + fields_.front() + "' " +
-                        std::to_string(tokens) + ": packed fields must be equally long within an element");
-      tokens = t.shape()[0];
       auto it = step_shapes_.find(name);
-      Shape step(t.shape().begin() + 1, t.shape().end());
-      if (it != step_shapes_.end() && (it->second.first != t.dtype() || it->second.second != step))
-        throw DataError("field '" + name + "' has steps of " + dtype_name(t.dtype()) + shape_string(step) + " here and " +
+      if (it != step_shapes_.end() && (it->second.first != c.tensor.dtype() || it->second.second != step_of(c)))
+        throw DataError("field '" + name + "' has steps of " + dtype_name(c.tensor.dtype()) + shape_string(step_of(c)) + " here and " +
                         dtype_name(it->second.first) + shape_string(it->second.second) + " before");
+      columns.push_back(&c);
     }
-    for (const auto& name : fields_) {
-      const Tensor& t = in.at(name);
-      step_shapes_.emplace(name, std::make_pair(t.dtype(), Shape(t.shape().begin() + 1, t.shape().end())));
-    }
-    return tokens;
+    return columns;
+  }
+  static Shape step_of(const Column& c) {
+    const Shape row = c.row_shape(0);
+    return Shape(row.begin() + 1, row.end());
   }
 
-  // Tokens [from, from + count) of `in` into the first open row with room.
-  void place(const Sample& in, std::int64_t from, std::int64_t count, Emitter& out) {
+  // Packs row `r`: throws DataError, having taken nothing of it, when its fields differ in length
+  // or it is too long to pack.
+  void pack_row(const Chunk& in, const std::vector<const Column*>& columns, std::size_t r, Emitter& out) {
+    const std::int64_t tokens = columns.front()->row_length(r);
+    for (std::size_t f = 1; f < columns.size(); ++f)
+      if (columns[f]->row_length(r) != tokens)
+        throw DataError("field '" + fields_[f] + "' has " + std::to_string(columns[f]->row_length(r)) + " steps and '" + fields_.front() +
+                        "' " + std::to_string(tokens) + ": packed fields must be equally long within an element");
+    if (tokens > length_ && too_long_ == "fail")
+      throw DataError("a sequence of " + std::to_string(tokens) + " tokens is longer than a packed row (length " +
+                      std::to_string(length_) + "); raise length, or set too_long: split or truncate");
+    if (step_shapes_.size() < fields_.size())  // the first row taken: every later one has its steps
+      for (const Column* c : columns) step_shapes_.emplace(c->name, std::make_pair(c->tensor.dtype(), step_of(*c)));
+    const std::int64_t kept = too_long_ == "truncate" ? std::min(tokens, length_) : tokens;
+    // An empty sequence has no token to place: it takes no segment.
+    for (std::int64_t from = 0; from < kept; from += length_) place(in, columns, r, from, std::min(length_, kept - from), out);
+  }
+
+  // Tokens [from, from + count) of row `r` into the first open row with room.
+  void place(const Chunk& in, const std::vector<const Column*>& columns, std::size_t r, std::int64_t from, std::int64_t count,
+             Emitter& out) {
     Row* row = nullptr;
-    for (auto& r : rows_)
-      if (length_ - r.used >= count) {
-        row = &r;
+    for (auto& open : rows_)
+      if (length_ - open.used >= count) {
+        row = &open;
         break;
       }
     if (!row) {
@@ -146,15 +171,15 @@ class PackSequences final : public Aggregate {
         emit(rows_.front(), out);
         rows_.pop_front();
       }
-      rows_.push_back(new_row(in));
+      rows_.push_back(new_row(columns));
       row = &rows_.back();
     }
-    for (const auto& name : fields_) {
-      const Tensor& src = in.at(name);
-      Tensor& dst = *row->sample.find(name);
-      const std::size_t step_bytes = count ? src.nbytes() / static_cast<std::size_t>(src.shape()[0]) : 0;
+    for (std::size_t f = 0; f < columns.size(); ++f) {
+      const Column& src = *columns[f];
+      Tensor& dst = *row->sample.find(fields_[f]);
+      const std::size_t step_bytes = static_cast<std::size_t>(src.step_elements()) * dtype_size(src.tensor.dtype());
       if (count) std::memcpy(dst.raw_data() + static_cast<std::size_t>(row->used) * step_bytes,
-                             src.raw_data() + static_cast<std::size_t>(from) * step_bytes,
+                             src.row_data(r) + static_cast<std::size_t>(from) * step_bytes,
                              static_cast<std::size_t>(count) * step_bytes);
     }
     ++row->segments;
@@ -165,7 +190,7 @@ class PackSequences final : public Aggregate {
       positions[row->used + j] = static_cast<std::int32_t>(j);
     }
     row->used += count;
-    if (!row->sample.has_origin()) row->sample.share_origin(in);
+    if (!row->sample.has_origin()) share_origin(row->sample, in, r);
   }
   bool emit(Row& row, Emitter& out) {
     if (counters_) {
@@ -175,22 +200,20 @@ class PackSequences final : public Aggregate {
     }
     return out.push(std::move(row.sample));
   }
-  Row new_row(const Sample& like) const {
+  Row new_row(const std::vector<const Column*>& columns) const {
     Row row;
-    for (const auto& name : fields_) {
-      const Tensor& t = like.at(name);
-      Shape shape = t.shape();
+    for (const Column* c : columns) {
+      Shape shape = c->row_shape(0);
       shape[0] = length_;
-      Tensor block = Tensor::empty(t.dtype(), shape, *allocator_);
+      Tensor block = Tensor::empty(c->tensor.dtype(), shape, *allocator_);
       std::memset(block.raw_data(), 0, block.nbytes());
-      row.sample.set(name, std::move(block));
+      row.sample.set(c->name, std::move(block));
     }
     for (const auto* name : {&segment_field_, &position_field_}) {
       Tensor block = Tensor::empty(DType::I32, {length_}, *allocator_);
       std::memset(block.raw_data(), 0, block.nbytes());
       row.sample.set(*name, std::move(block));
     }
-    row.sample.share_origin(like);
     return row;
   }
   Tensor own_copy(const Tensor& t) const {

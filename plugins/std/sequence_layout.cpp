@@ -221,51 +221,30 @@ void HeldRows::restore(StateReader& r, std::size_t at_most) {
   }
 }
 
-void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
-                const std::vector<std::string>& dim0_fields) {
-  for (const auto& f : in.fields()) {
-    const Shape& have = f.tensor.shape();
-    auto rule = rules.shapes.find(f.name);
-    if (rule != rules.shapes.end()) {
-      if (rule->second.size() != have.size())
-        throw DataError("field '" + f.name + "' is " + shape_string(have) + ", which has " + std::to_string(have.size()) +
-                        " dimensions; padded_shapes gives " + std::to_string(rule->second.size()) + " (" +
-                        shape_string(rule->second) + ")");
-      for (std::size_t d = 0; d < have.size(); ++d)
-        if (rule->second[d] >= 0 && have[d] > rule->second[d])
-          throw DataError("field '" + f.name + "' is " + shape_string(have) + ", longer than its padded shape " +
-                          shape_string(rule->second) + " in dimension " + std::to_string(d) +
-                          "; raise padded_shapes, or cut or filter long elements before this stage");
-    }
-    if (dim0_limit && !have.empty() && contains(dim0_fields, f.name) && have[0] > *dim0_limit)
-      throw DataError("field '" + f.name + "' has length " + std::to_string(have[0]) + ", more than the " +
-                      std::to_string(*dim0_limit) + " its bucket pads to");
-    if ((contains(rules.length_fields, f.name) || contains(rules.mask_fields, f.name)) && have.empty())
-      throw DataError("field '" + f.name + "' is a scalar: it has no length to report (lengths, masks)");
-  }
-  for (const auto& name : rules.length_fields)
-    if (!in.find(name)) throw DataError("lengths names field '" + name + "', which this element has not");
-  for (const auto& name : rules.mask_fields)
-    if (!in.find(name)) throw DataError("masks names field '" + name + "', which this element has not");
-}
 
-Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
+Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {
   Sample out;
   if (rows.empty()) return out;
   std::uint64_t written = 0, data = 0;
   const auto batch = static_cast<std::int64_t>(rows.size());
-  for (std::size_t f = 0; f < rows.front().fields().size(); ++f) {
-    const Field& first = rows.front().fields()[f];
+  std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
+  for (const Column& first : rows.front().chunk->columns()) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(first.name);
     const DType dtype = first.tensor.dtype();
-    const std::size_t rank = first.tensor.rank();
+    const std::size_t rank = first.row_rank();
     // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
-    Shape padded(rank, 0);
-    auto rule = rules.shapes.find(first.name);
-    for (const auto& row : rows) {
-      const Shape& s = row.at(first.name).shape();
-      for (std::size_t d = 0; d < rank; ++d) padded[d] = std::max(padded[d], s[d]);
+    Shape padded = first.row_shape(rows.front().row);
+    if (rank == 1) {
+      for (std::size_t k = 0; k < rows.size(); ++k) padded[0] = std::max(padded[0], cells[k]->row_length(rows[k].row));
+    } else if (rank > 1) {
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        const Shape s = cells[k]->row_shape(rows[k].row);
+        for (std::size_t d = 0; d < rank; ++d) padded[d] = std::max(padded[d], s[d]);
+      }
     }
+    auto rule = rules.shapes.find(first.name);
     if (rule != rules.shapes.end())
       for (std::size_t d = 0; d < rank; ++d)
         if (rule->second[d] >= 0) padded[d] = rule->second[d];
@@ -278,13 +257,22 @@ Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules,
     shape.insert(shape.begin(), batch);
     const std::int64_t row_elements = shape_elements(padded);
     written += static_cast<std::uint64_t>(batch * row_elements);
-    for (const auto& row : rows) data += static_cast<std::uint64_t>(row.at(first.name).num_elements());
+    for (std::size_t k = 0; k < rows.size(); ++k) data += static_cast<std::uint64_t>(cells[k]->row_elements(rows[k].row));
+    // Calls copy(src, dst, count) for each run of row k's values inside its padded row.
+    auto runs_of = [&](std::size_t k, auto&& copy) {
+      if (rank <= 1) {
+        copy(0, 0, cells[k]->row_elements(rows[k].row));
+      } else {
+        for_each_run(cells[k]->row_shape(rows[k].row), padded, copy);
+      }
+    };
     if (dtype == DType::Bytes) {
       std::vector<std::string_view> strings(static_cast<std::size_t>(batch * row_elements), std::string_view(pad_text));
       for (std::int64_t r = 0; r < batch; ++r) {
-        const Tensor& t = rows[static_cast<std::size_t>(r)].at(first.name);
-        for_each_run(t.shape(), padded, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
-          for (std::int64_t k = 0; k < count; ++k) strings[static_cast<std::size_t>(r * row_elements + dst + k)] = t.string_at(src + k);
+        const auto k = static_cast<std::size_t>(r);
+        runs_of(k, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
+          for (std::int64_t j = 0; j < count; ++j)
+            strings[static_cast<std::size_t>(r * row_elements + dst + j)] = cells[k]->row_string(rows[k].row, src + j);
         });
       }
       out.set(first.name, Tensor::from_strings(strings, shape));
@@ -295,40 +283,156 @@ Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules,
       encode_value(first.name, trim(pad_text), dtype, pad);
       std::byte* dst_base = block.raw_data();
       const std::size_t total = static_cast<std::size_t>(batch * row_elements);
-      if (std::all_of(pad, pad + elem, [](std::byte b) { return b == std::byte{0}; })) {
-        std::memset(dst_base, 0, total * elem);
+      const bool zero_pad = std::all_of(pad, pad + elem, [](std::byte b) { return b == std::byte{0}; });
+      auto fill = [&](std::byte* at, std::size_t values) {
+        if (zero_pad) {
+          std::memset(at, 0, values * elem);
+        } else {
+          for (std::size_t k = 0; k < values; ++k) std::memcpy(at + k * elem, pad, elem);
+        }
+      };
+      if (rank <= 1) {
+        // Each row's values, then its padding: every byte is written once (the batch is the
+        // stage's largest write, and it runs on one thread).
+        for (std::size_t k = 0; k < rows.size(); ++k) {
+          const auto count = static_cast<std::size_t>(cells[k]->row_elements(rows[k].row));
+          std::byte* row_base = dst_base + k * static_cast<std::size_t>(row_elements) * elem;
+          if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), count * elem);
+          fill(row_base + count * elem, static_cast<std::size_t>(row_elements) - count);
+        }
       } else {
-        for (std::size_t k = 0; k < total; ++k) std::memcpy(dst_base + k * elem, pad, elem);
-      }
-      for (std::int64_t r = 0; r < batch; ++r) {
-        const Tensor& t = rows[static_cast<std::size_t>(r)].at(first.name);
-        const std::byte* src_base = t.raw_data();
-        std::byte* row_base = dst_base + static_cast<std::size_t>(r * row_elements) * elem;
-        for_each_run(t.shape(), padded, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
-          std::memcpy(row_base + static_cast<std::size_t>(dst) * elem, src_base + static_cast<std::size_t>(src) * elem,
-                      static_cast<std::size_t>(count) * elem);
-        });
+        fill(dst_base, total);
+        for (std::int64_t r = 0; r < batch; ++r) {
+          const auto k = static_cast<std::size_t>(r);
+          const std::byte* src_base = cells[k]->row_data(rows[k].row);
+          std::byte* row_base = dst_base + static_cast<std::size_t>(r * row_elements) * elem;
+          runs_of(k, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
+            if (count > 0)
+              std::memcpy(row_base + static_cast<std::size_t>(dst) * elem, src_base + static_cast<std::size_t>(src) * elem,
+                          static_cast<std::size_t>(count) * elem);
+          });
+        }
       }
       out.set(first.name, std::move(block));
     }
     if (contains(rules.length_fields, first.name)) {
       Tensor lengths = Tensor::empty(DType::I64, {batch}, allocator);
-      for (std::int64_t r = 0; r < batch; ++r) lengths.data<std::int64_t>()[r] = rows[static_cast<std::size_t>(r)].at(first.name).shape()[0];
+      for (std::size_t k = 0; k < rows.size(); ++k) lengths.data<std::int64_t>()[k] = cells[k]->row_length(rows[k].row);
       out.set(first.name + "_length", std::move(lengths));
     }
     if (contains(rules.mask_fields, first.name)) {
       Tensor mask = Tensor::empty(DType::U8, {batch, padded[0]}, allocator);
       auto* m = mask.data<std::uint8_t>();
       for (std::int64_t r = 0; r < batch; ++r) {
-        const std::int64_t len = rows[static_cast<std::size_t>(r)].at(first.name).shape()[0];
+        const std::int64_t len = cells[static_cast<std::size_t>(r)]->row_length(rows[static_cast<std::size_t>(r)].row);
         for (std::int64_t j = 0; j < padded[0]; ++j) m[r * padded[0] + j] = j < len ? 1 : 0;
       }
       out.set(first.name + "_mask", std::move(mask));
     }
   }
   if (counters) counters->add_padding(written - data, data);
-  out.share_origin(rows.front());
+  share_origin(out, *rows.front().chunk, rows.front().row);
   return out;
+}
+
+std::shared_ptr<const Chunk> chunk_of_element(Sample in) {
+  auto chunk = std::make_shared<Chunk>();
+  chunk->set_rows(1);
+  chunk->columns().reserve(in.size());
+  for (auto& f : in.fields()) {
+    if (f.tensor.rank() == 0) {
+      chunk->add(f.name, Column::Layout::Constant).tensor = std::move(f.tensor);
+    } else {
+      Column& c = chunk->add(f.name, Column::Layout::Ragged);
+      c.spans.push_back({0, static_cast<std::uint64_t>(f.tensor.shape()[0])});
+      c.tensor = std::move(f.tensor);
+    }
+  }
+  const Origin& o = in.shared_origin();
+  chunk->set_where(o.where);
+  if (o.record >= 0 || o.byte_offset >= 0) {
+    chunk->records().push_back(o.record);
+    chunk->byte_offsets().push_back(o.byte_offset);
+  }
+  if (o.read_index >= 0) chunk->set_read_position(o.read_epoch, o.read_index);
+  return chunk;
+}
+
+void share_origin(Sample& out, const Chunk& chunk, std::size_t row) {
+  const Origin o = chunk.origin(row);
+  if (o.where) out.set_origin(o.where, o.record, o.byte_offset);
+  if (o.read_index >= 0) out.set_read_position(o.read_epoch, o.read_index);
+}
+
+void HeldRefs::check(const Chunk& in, std::size_t r) const {
+  if (rows_.empty()) return;
+  const RowRef& first = rows_.front();
+  // Formatted only for a message: every element is checked, and the origin's text costs more than the check.
+  const auto against = [&] {
+    const Origin o = first.chunk->origin(first.row);
+    return "row 0" + (o.empty() ? std::string() : " (" + o.text() + ")");
+  };
+  for (const Column& f : first.chunk->columns()) {
+    const Column* c = in.find(f.name);
+    if (!c) throw DataError("this element has no field '" + f.name + "', which " + against() + " of the output has");
+    if (c->tensor.dtype() != f.tensor.dtype() || c->row_rank() != f.row_rank())
+      throw DataError("field '" + f.name + "' is " + dtype_name(c->tensor.dtype()) + shape_string(c->row_shape(r)) + " here and " +
+                      dtype_name(f.tensor.dtype()) + shape_string(f.row_shape(first.row)) + " in " + against() +
+                      " (rows may differ in their sizes, not in their type or number of dimensions)");
+  }
+  if (in.columns().size() != first.chunk->columns().size())
+    for (const Column& c : in.columns())
+      if (!first.chunk->find(c.name)) throw DataError("this element has a field '" + c.name + "' that " + against() + " has not");
+}
+
+void HeldRefs::save(StateWriter& w) const {
+  w.put<std::uint64_t>(rows_.size());
+  for (std::size_t k = 0; k < rows_.size(); ++k) {
+    w.put(indices_[k]);
+    w.put_element(rows_[k].chunk->row(rows_[k].row));
+  }
+}
+
+void HeldRefs::restore(StateReader& r, std::size_t at_most) {
+  clear();
+  const auto n = r.get<std::uint64_t>();
+  if (n > at_most) throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
+  for (std::uint64_t k = 0; k < n; ++k) {
+    const auto index = r.get<std::uint64_t>();
+    add({chunk_of_element(r.get_element()), 0}, index);
+  }
+}
+
+void check_fits(const Chunk& in, std::size_t r, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
+                const std::vector<std::string>& dim0_fields) {
+  if (rules.shapes.empty() && !dim0_limit && rules.length_fields.empty() && rules.mask_fields.empty()) return;
+  for (const Column& f : in.columns()) {
+    auto rule = rules.shapes.find(f.name);
+    const bool limited = dim0_limit && contains(dim0_fields, f.name);
+    const bool reported = contains(rules.length_fields, f.name) || contains(rules.mask_fields, f.name);
+    if (rule == rules.shapes.end() && !limited && !reported) continue;
+    const Shape have = f.row_shape(r);
+    if (rule != rules.shapes.end()) {
+      if (rule->second.size() != have.size())
+        throw DataError("field '" + f.name + "' is " + shape_string(have) + ", which has " + std::to_string(have.size()) +
+                        " dimensions; padded_shapes gives " + std::to_string(rule->second.size()) + " (" +
+                        shape_string(rule->second) + ")");
+      for (std::size_t d = 0; d < have.size(); ++d)
+        if (rule->second[d] >= 0 && have[d] > rule->second[d])
+          throw DataError("field '" + f.name + "' is " + shape_string(have) + ", longer than its padded shape " +
+                          shape_string(rule->second) + " in dimension " + std::to_string(d) +
+                          "; raise padded_shapes, or cut or filter long elements before this stage");
+    }
+    if (limited && !have.empty() && have[0] > *dim0_limit)
+      throw DataError("field '" + f.name + "' has length " + std::to_string(have[0]) + ", more than the " +
+                      std::to_string(*dim0_limit) + " its bucket pads to");
+    if (reported && have.empty())
+      throw DataError("field '" + f.name + "' is a scalar: it has no length to report (lengths, masks)");
+  }
+  for (const auto& name : rules.length_fields)
+    if (!in.find(name)) throw DataError("lengths names field '" + name + "', which this element has not");
+  for (const auto& name : rules.mask_fields)
+    if (!in.find(name)) throw DataError("masks names field '" + name + "', which this element has not");
 }
 
 Tensor stack_tensors(const std::vector<const Tensor*>& rows, Allocator& allocator) {

@@ -75,16 +75,55 @@ class HeldRows {
   std::vector<std::uint64_t> indices_;
 };
 
-// Checks that every dimension of `in`'s fields fits the rules' fixed padded shapes (with
+// A row an aggregate holds without making an element of it: row `row` of a chunk it shares. An
+// element pushed alone is held as a chunk of one row (chunk_of_element), so that one code path
+// pads both.
+struct RowRef {
+  std::shared_ptr<const Chunk> chunk;
+  std::size_t row = 0;
+};
+// `in` as a chunk of one row sharing its tensors (scalars Constant, the others Ragged), with its origin.
+std::shared_ptr<const Chunk> chunk_of_element(Sample in);
+// The origin of row `row` of `chunk`, as the element form's sample of it has it.
+void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
+
+// HeldRows for rows held by reference (padded_batch, bucket_by_sequence_length).
+class HeldRefs {
+ public:
+  // Throws DataError (the element form's message) when row `r` of `in` cannot join the rows held:
+  // the same fields, each with the same type and rank. The rows stay as they were.
+  void check(const Chunk& in, std::size_t r) const;
+  void add(RowRef ref, std::uint64_t index) {
+    rows_.push_back(std::move(ref));
+    indices_.push_back(index);
+  }
+  std::size_t size() const { return rows_.size(); }
+  bool empty() const { return rows_.empty(); }
+  const std::vector<RowRef>& rows() const { return rows_; }
+  void clear() {
+    rows_.clear();
+    indices_.clear();
+  }
+  // As HeldRows saves: the count, then each row (as an element) and its index.
+  void save(StateWriter& w) const;
+  void restore(StateReader& r, std::size_t at_most);
+
+ private:
+  std::vector<RowRef> rows_;
+  std::vector<std::uint64_t> indices_;
+};
+
+// Checks that every dimension of row `r`'s fields fits the rules' fixed padded shapes (with
 // `dim0_limit`, when set, for dimension 0 of the fields it applies to). Throws DataError.
-void check_fits(const Sample& in, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
+void check_fits(const Chunk& in, std::size_t r, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
                 const std::vector<std::string>& dim0_fields);
+
 
 // One output of rows.size() rows, each field padded to its rule's shape (and `dim0`, when set,
 // for dimension 0 of `dim0_fields`), with the length and mask fields the rules ask for. The
 // output's origin is its first row's. The values written as padding and as data go to
 // `counters` when there are any.
-Sample pad_and_stack(const std::vector<Sample>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
+Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0 = std::nullopt, const std::vector<std::string>& dim0_fields = {});
 
 // Rows of equal shapes stacked along a new first dimension (tensors, every field, or one).

@@ -1,6 +1,7 @@
 // Variable-length data: padded_batch, ragged_batch, bucket_by_sequence_length, window,
 // window_field, pack_sequences.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 
 #include "sequence_layout.hpp"
@@ -66,8 +67,9 @@ class HeldRowBatch : public Aggregate {
 };
 
 // tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
-// the longest of its batch or to a given shape, with per-field padding values.
-class PaddedBatch final : public HeldRowBatch {
+// the longest of its batch or to a given shape, with per-field padding values. Rows are held by
+// reference (a chunk's rows without an element made of each) until their batch is full.
+class PaddedBatch final : public Aggregate, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
@@ -79,12 +81,60 @@ class PaddedBatch final : public HeldRowBatch {
             {.saves_state = true},
             {}};
   }
-  explicit PaddedBatch(const Params& p) : HeldRowBatch(p), rules_(PaddingRules::from_params(p)) {}
+  explicit PaddedBatch(const Params& p)
+      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
+        drop_remainder_(p.get_bool("drop_remainder")),
+        rules_(PaddingRules::from_params(p)) {}
+  void start(const StageInfo& info) override {
+    allocator_ = pool_.for_stage(info);
+    counters_ = info.counters;
+  }
+  void begin_iteration(std::uint64_t) override { rows_.clear(); }
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
+    return Flow::Continue;
+  }
+  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
+    const auto shared = std::make_shared<const Chunk>(in);
+    for (std::size_t r = 0; r < in.rows(); ++r) {
+      try {
+        take(shared, r, first.index + r, out);
+      } catch (const DataError& e) {
+        throw RowError(r, e.what());
+      }
+    }
+    return Flow::Continue;
+  }
+  void end_iteration(std::uint64_t, Emitter& out) override {
+    if (!rows_.empty() && !drop_remainder_) emit(out);
+    rows_.clear();
+  }
+  void save_state(StateWriter& w) const override {
+    rows_.save(w);
+    w.describe(std::to_string(rows_.size()) + " of " + std::to_string(batch_size_) + " rows gathered");
+  }
+  void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
 
  private:
-  void check_row(const Sample& in) const override { check_fits(in, rules_, std::nullopt, {}); }
-  Sample assemble(const std::vector<Sample>& rows) override { return pad_and_stack(rows, rules_, allocator(), counters()); }
+  // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
+  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+    rows_.check(*chunk, r);
+    check_fits(*chunk, r, rules_, std::nullopt, {});
+    rows_.add({chunk, r}, index);
+    if (rows_.size() == batch_size_) emit(out);
+  }
+  void emit(Emitter& out) {
+    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_, counters_);
+    rows_.clear();
+    out.push(std::move(batch));
+  }
+  std::size_t batch_size_;
+  bool drop_remainder_;
   PaddingRules rules_;
+  VaryingSizePool pool_;
+  Allocator* allocator_ = &HostAllocator::instance();
+  StageCounters* counters_ = nullptr;
+  HeldRefs rows_;
 };
 
 // tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
@@ -143,7 +193,7 @@ class RaggedBatch final : public HeldRowBatch {
 // lengths in [boundaries[i-1], boundaries[i])), each bucket is padded-batched with its own batch
 // size as soon as it is full; at the end of an iteration the buckets left are emitted in bucket
 // order. Deterministic: the output depends on the input order only.
-class BucketBySequenceLength final : public Aggregate {
+class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     std::vector<ParamSpec> params{
@@ -191,17 +241,18 @@ class BucketBySequenceLength final : public Aggregate {
     for (auto& b : buckets_) b.clear();
   }
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    const std::int64_t length = length_of(in);
-    const std::size_t bucket = static_cast<std::size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), length) - boundaries_.begin());
-    if (pad_to_boundary_ && bucket == boundaries_.size())
-      throw DataError("length " + std::to_string(length) + " of field '" + length_field_ + "' is not below the last boundary " +
-                      std::to_string(boundaries_.back()) +
-                      ", which pad_to_bucket_boundary needs; add a boundary above it or filter long elements first");
-    auto& rows = buckets_[bucket];
-    rows.check(in, false);
-    check_fits(in, rules_, pad_limit(bucket), dim0_fields_);
-    rows.add(std::move(in), ctx.index);
-    if (rows.size() == batch_sizes_[bucket]) emit(bucket, out);
+    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
+    return Flow::Continue;
+  }
+  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
+    const auto shared = std::make_shared<const Chunk>(in);
+    for (std::size_t r = 0; r < in.rows(); ++r) {
+      try {
+        take(shared, r, first.index + r, out);
+      } catch (const DataError& e) {
+        throw RowError(r, e.what());
+      }
+    }
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
@@ -222,14 +273,36 @@ class BucketBySequenceLength final : public Aggregate {
   }
 
  private:
-  std::int64_t length_of(const Sample& in) const {
-    const Tensor& t = in.at(length_field_);
-    if (t.rank() > 0) return t.shape()[0];
-    switch (t.dtype()) {
-      case DType::I64: return t.item<std::int64_t>();
-      case DType::I32: return t.item<std::int32_t>();
+  // Row `r` of `chunk` goes to the bucket of its length (checked first: a refused row is refused alone).
+  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+    const std::int64_t length = length_of(*chunk, r);
+    const std::size_t bucket = static_cast<std::size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), length) - boundaries_.begin());
+    if (pad_to_boundary_ && bucket == boundaries_.size())
+      throw DataError("length " + std::to_string(length) + " of field '" + length_field_ + "' is not below the last boundary " +
+                      std::to_string(boundaries_.back()) +
+                      ", which pad_to_bucket_boundary needs; add a boundary above it or filter long elements first");
+    auto& rows = buckets_[bucket];
+    rows.check(*chunk, r);
+    check_fits(*chunk, r, rules_, pad_limit(bucket), dim0_fields_);
+    rows.add({chunk, r}, index);
+    if (rows.size() == batch_sizes_[bucket]) emit(bucket, out);
+  }
+  std::int64_t length_of(const Chunk& in, std::size_t r) const {
+    const Column& c = in.at(length_field_);
+    if (c.row_rank() > 0) return c.row_length(r);
+    switch (c.tensor.dtype()) {
+      case DType::I64: {
+        std::int64_t v;
+        std::memcpy(&v, c.row_data(r), sizeof v);
+        return v;
+      }
+      case DType::I32: {
+        std::int32_t v;
+        std::memcpy(&v, c.row_data(r), sizeof v);
+        return v;
+      }
       default:
-        throw DataError("length_field '" + length_field_ + "' is a " + dtype_name(t.dtype()) +
+        throw DataError("length_field '" + length_field_ + "' is a " + dtype_name(c.tensor.dtype()) +
                         " scalar; give a sequence field (its length is used) or an integer length");
     }
   }
@@ -251,7 +324,7 @@ class BucketBySequenceLength final : public Aggregate {
   VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
-  std::vector<HeldRows> buckets_;
+  std::vector<HeldRefs> buckets_;
 };
 
 // tf.data's window followed by a batch of each window: window k holds the elements at positions

@@ -22,7 +22,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// begin_iteration(), instead of one iteration per combine() call; 6.1: StageCounters and
 /// StageInfo::counters (appended; plugins built for 6.0 never read it); 6.2: chunks (chunk.hpp:
 /// Chunk, ChunkedExpandCursor, ChunkedMap, ChunkedAggregate, RowError: new classes an operator may
-/// also derive from; the host finds them with dynamic_cast, so older plugins are run element-wise).
-inline constexpr std::uint32_t kAbiMinor = 2;
+/// also derive from; the host finds them with dynamic_cast, so older plugins are run element-wise);
+/// 6.3: Column::Layout::Ragged and Column's row_* readers (a chunk column of rows of different
+/// lengths: the host hands such chunks only to operators of plugins built for 6.3 or later).
+inline constexpr std::uint32_t kAbiMinor = 3;
 
 }  // namespace sluice

@@ -27,6 +27,11 @@ struct Column {
     Rows,      ///< `tensor` is [rows, element shape...]; a bytes column is [rows] with offsets
     Constant,  ///< every row holds `tensor` itself (a file's path, shared by its records)
     Spans,     ///< scalar bytes rows viewing `spans` of `buffer` (records inside one read buffer)
+    /// (6.3) rows of different lengths: `tensor` is every row's values one after the other along
+    /// dimension 0 ([total, step...]), and row r is `tensor` rows [spans[r].offset, + spans[r].length)
+    /// (a line's tokens; one row's shape is [length, step...]). Hosts hand Ragged columns only to
+    /// operators built against 6.3 or later.
+    Ragged,
   };
   struct Span {
     std::uint64_t offset = 0, length = 0;
@@ -42,9 +47,86 @@ struct Column {
     switch (layout) {
       case Layout::Constant: return tensor;
       case Layout::Spans: return Tensor::bytes_view(buffer, static_cast<std::size_t>(spans[r].offset), static_cast<std::size_t>(spans[r].length));
+      case Layout::Ragged: {
+        const auto begin = static_cast<std::int64_t>(spans[r].offset);
+        return tensor.slice(begin, begin + static_cast<std::int64_t>(spans[r].length));
+      }
       case Layout::Rows: break;
     }
     return tensor.row(static_cast<std::int64_t>(r));
+  }
+
+  /// (6.3) Row `r`'s shape, rank, size in dimension 0 and values, read without making a tensor
+  /// (what an operator walking many rows wants: row() costs a tensor per call).
+  std::size_t row_rank() const {
+    switch (layout) {
+      case Layout::Constant: return tensor.rank();
+      case Layout::Spans: return 0;
+      case Layout::Ragged: return tensor.rank();
+      case Layout::Rows: break;
+    }
+    return tensor.rank() - 1;
+  }
+  /// Size of row `r` in dimension 0 (row_rank() >= 1).
+  std::int64_t row_length(std::size_t r) const {
+    switch (layout) {
+      case Layout::Constant: return tensor.shape()[0];
+      case Layout::Spans: return 1;
+      case Layout::Ragged: return static_cast<std::int64_t>(spans[r].length);
+      case Layout::Rows: break;
+    }
+    return tensor.shape()[1];
+  }
+  Shape row_shape(std::size_t r) const {
+    switch (layout) {
+      case Layout::Constant: return tensor.shape();
+      case Layout::Spans: return {};
+      case Layout::Ragged: {
+        Shape s = tensor.shape();
+        s[0] = static_cast<std::int64_t>(spans[r].length);
+        return s;
+      }
+      case Layout::Rows: break;
+    }
+    return Shape(tensor.shape().begin() + 1, tensor.shape().end());
+  }
+  /// Values in one step of dimension 0 of a row (1 for rank 1): the product of the dimensions after it.
+  std::int64_t step_elements() const {
+    const Shape& s = tensor.shape();
+    std::size_t skip = layout == Layout::Rows ? 2 : 1;
+    std::int64_t n = 1;
+    for (std::size_t d = skip; d < s.size(); ++d) n *= s[d];
+    return n;
+  }
+  std::int64_t row_elements(std::size_t r) const {
+    switch (layout) {
+      case Layout::Constant: return tensor.num_elements();
+      case Layout::Spans: return 1;
+      case Layout::Ragged: return static_cast<std::int64_t>(spans[r].length) * step_elements();
+      case Layout::Rows: break;
+    }
+    return tensor.shape()[0] > 0 ? tensor.num_elements() / tensor.shape()[0] : 0;
+  }
+  /// The first value of row `r` of a numeric column (its values follow, row-major).
+  const std::byte* row_data(std::size_t r) const {
+    const std::size_t value = dtype_size(tensor.dtype());
+    switch (layout) {
+      case Layout::Constant: return tensor.raw_data();
+      case Layout::Spans: return nullptr;
+      case Layout::Ragged: return tensor.raw_data() + static_cast<std::size_t>(spans[r].offset) * static_cast<std::size_t>(step_elements()) * value;
+      case Layout::Rows: break;
+    }
+    return tensor.raw_data() + r * static_cast<std::size_t>(row_elements(r)) * value;
+  }
+  /// Value `k` (row-major) of row `r` of a bytes column.
+  std::string_view row_string(std::size_t r, std::int64_t k) const {
+    switch (layout) {
+      case Layout::Constant: return tensor.string_at(k);
+      case Layout::Spans: return string_at(r);
+      case Layout::Ragged: return tensor.string_at(static_cast<std::int64_t>(spans[r].offset) * step_elements() + k);
+      case Layout::Rows: break;
+    }
+    return tensor.string_at(static_cast<std::int64_t>(r) * row_elements(r) + k);
   }
   /// Row `r` of a bytes column as text, without making a tensor.
   std::string_view string_at(std::size_t r) const {
@@ -52,15 +134,17 @@ struct Column {
       case Layout::Constant: return tensor.string_at(0);
       case Layout::Spans:
         return {reinterpret_cast<const char*>(buffer->data()) + spans[r].offset, static_cast<std::size_t>(spans[r].length)};
+      case Layout::Ragged: return row_string(r, 0);
       case Layout::Rows: break;
     }
     return tensor.string_at(static_cast<std::int64_t>(r));
   }
   std::size_t nbytes() const {
-    if (layout != Layout::Spans) return tensor.nbytes();
+    if (layout == Layout::Constant || layout == Layout::Rows || (layout == Layout::Ragged && tensor.dtype() == DType::Bytes))
+      return tensor.nbytes();
     std::size_t n = 0;
     for (const auto& s : spans) n += s.length;
-    return n;
+    return layout == Layout::Spans ? n : n * static_cast<std::size_t>(step_elements()) * dtype_size(tensor.dtype());
   }
 };
 
@@ -151,7 +235,9 @@ class Chunk {
       switch (c.layout) {
         case Column::Layout::Constant: to.tensor = c.tensor; break;
         case Column::Layout::Spans:
+        case Column::Layout::Ragged:
           to.buffer = c.buffer;
+          to.tensor = c.tensor;
           to.spans.assign(c.spans.begin() + static_cast<std::ptrdiff_t>(begin), c.spans.begin() + static_cast<std::ptrdiff_t>(end));
           break;
         case Column::Layout::Rows:
@@ -194,7 +280,9 @@ inline Column gather_rows(const Column& column, const std::vector<std::size_t>& 
   switch (column.layout) {
     case Column::Layout::Constant: out.tensor = column.tensor; break;
     case Column::Layout::Spans:
+    case Column::Layout::Ragged:
       out.buffer = column.buffer;
+      out.tensor = column.tensor;
       out.spans.reserve(rows.size());
       for (auto r : rows) out.spans.push_back(column.spans[r]);
       break;

@@ -62,7 +62,8 @@ template <class T> Sample sample(const std::string& field, T value) {
 }
 
 /// The samples as one chunk (sluice/chunk.hpp): each field of the first a column of every row
-/// stacked; the rows must have the same fields, types and shapes (Failure otherwise). Row
+/// stacked, or (6.3) a Ragged column where the rows' sizes in dimension 0 differ; the rows must
+/// have the same fields and types, and shapes equal but for that (Failure otherwise). Row
 /// origins are the samples' own.
 inline Chunk chunk_of(const std::vector<Sample>& rows) {
   Chunk chunk;
@@ -70,6 +71,43 @@ inline Chunk chunk_of(const std::vector<Sample>& rows) {
   if (rows.empty()) return chunk;
   for (const auto& field : rows[0].fields()) {
     const Tensor& first = field.tensor;
+    bool ragged = false;
+    for (const auto& row : rows) {
+      const Tensor* t = row.find(field.name);
+      ragged = ragged || (t && t->shape() != first.shape());
+    }
+    if (ragged && first.rank() > 0) {
+      Shape step(first.shape().begin() + 1, first.shape().end());
+      std::vector<Column::Span> spans;
+      std::vector<std::string_view> strings;
+      std::int64_t total = 0;
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        const Tensor* t = rows[r].find(field.name);
+        if (!t || t->dtype() != first.dtype() || t->rank() != first.rank() || !std::equal(step.begin(), step.end(), t->shape().begin() + 1))
+          throw Failure("chunk_of: row " + std::to_string(r) + "'s field '" + field.name +
+                        "' is missing, or not of row 0's type and shape but for its first dimension");
+        spans.push_back({static_cast<std::uint64_t>(total), static_cast<std::uint64_t>(t->shape()[0])});
+        total += t->shape()[0];
+      }
+      Shape shape = step;
+      shape.insert(shape.begin(), total);
+      Column& column = chunk.add(field.name, Column::Layout::Ragged);
+      column.spans = std::move(spans);
+      if (first.dtype() == DType::Bytes) {
+        for (const auto& row : rows)
+          for (std::int64_t k = 0; k < row.at(field.name).num_elements(); ++k) strings.push_back(row.at(field.name).string_at(k));
+        column.tensor = Tensor::from_strings(strings, shape);
+      } else {
+        column.tensor = Tensor::empty(first.dtype(), shape);
+        std::size_t at = 0;
+        for (const auto& row : rows) {
+          const Tensor& t = row.at(field.name);
+          if (t.nbytes() > 0) std::memcpy(column.tensor.raw_data() + at, t.raw_data(), t.nbytes());
+          at += t.nbytes();
+        }
+      }
+      continue;
+    }
     Shape shape = first.shape();
     shape.insert(shape.begin(), static_cast<std::int64_t>(rows.size()));
     std::vector<std::string_view> strings;

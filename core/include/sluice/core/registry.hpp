@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/abi.hpp"
 #include "sluice/operator.hpp"
 
 namespace sluice {
@@ -25,6 +26,7 @@ struct RegisteredOperator {
   OperatorInfo info;
   std::string plugin_name;
   std::string library_path;
+  std::uint32_t abi_minor = kAbiMinor;  // of the SDK the plugin was built against (host operators: this one)
 };
 
 struct RefusedLibrary {
