@@ -1,6 +1,8 @@
 // Broken plugin libraries are refused with their path and the reason; the others still load.
 #include <QtTest>
 
+#include <fstream>
+
 #include "pipeline_runner.hpp"
 
 namespace {
@@ -52,6 +54,29 @@ class TestPluginLoading : public QObject {
     QVERIFY(reason_for(registry, "libfixture_register_throws.so").find("registration failed on purpose") != std::string::npos);
     QCOMPARE(registry.refused().size(), std::size_t(8));
     for (const auto& r : registry.refused()) QVERIFY(r.path.rfind(kBroken, 0) == 0);
+  }
+
+  void a_plugin_built_for_an_older_minor_gets_no_ragged_chunks() {
+    // Since 6.3 a chunk may hold Ragged columns, which a plugin built for 6.2 knows nothing of:
+    // split_text's chunks of tokens reach that plugin's chunked map as elements, while text_lines
+    // still hands split_text chunks, and every line arrives.
+    QTemporaryDir dir;
+    const std::string file = dir.path().toStdString() + "/tokens.txt";
+    std::ofstream(file) << "1 2\n3\n\n4 5 6\n";
+    sluice::Registry registry;
+    registry.load_search_path({kBroken});
+    const std::string text = sluice::test::stage("files", "list_files", "", {{"patterns", file}}) +
+                             sluice::test::stage("lines", "text_lines", "files") +
+                             sluice::test::stage("split", "split_text", "lines", {{"to", "int64"}}) +
+                             sluice::test::stage("older", "fixture_older_minor", "split") + sluice::test::stage("out", "null_sink", "older");
+    sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "older.txtpb"), registry));
+    engine.start();
+    const auto result = engine.wait();
+    QVERIFY2(result.state == sluice::RunState::Finished, result.error.c_str());
+    const auto snap = engine.snapshot();
+    QVERIFY(snap.stage(1).chunks_out() > 0);
+    QCOMPARE(snap.stage(2).chunks_out(), std::uint64_t(0));
+    QCOMPARE(snap.stage(3).elements_in(), std::uint64_t(4));
   }
 
   void plugin_path_environment_and_order() {
