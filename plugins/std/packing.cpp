@@ -200,19 +200,35 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     }
     return out.push(std::move(row.sample));
   }
-  Row new_row(const std::vector<const Column*>& columns) const {
+  // A new row, zeroed. Its fields' blocks are carved one after another from a shared slab: one
+  // allocation for many rows, not one per field of each (a row lives only until the batch after
+  // this stage copies it; the slab, until its last row has gone).
+  Row new_row(const std::vector<const Column*>& columns) {
     Row row;
+    row.sample.reserve(columns.size() + 2);
+    std::vector<std::pair<DType, Shape>> blocks;
+    std::size_t need = 0;
+    auto aligned = [](std::size_t bytes) { return (bytes + 63) & ~std::size_t{63}; };
     for (const Column* c : columns) {
       Shape shape = c->row_shape(0);
       shape[0] = length_;
-      Tensor block = Tensor::empty(c->tensor.dtype(), shape, *allocator_);
-      std::memset(block.raw_data(), 0, block.nbytes());
-      row.sample.set(c->name, std::move(block));
+      need += aligned(static_cast<std::size_t>(shape_elements(shape)) * dtype_size(c->tensor.dtype()));
+      blocks.emplace_back(c->tensor.dtype(), std::move(shape));
     }
-    for (const auto* name : {&segment_field_, &position_field_}) {
-      Tensor block = Tensor::empty(DType::I32, {length_}, *allocator_);
-      std::memset(block.raw_data(), 0, block.nbytes());
-      row.sample.set(*name, std::move(block));
+    for (int k = 0; k < 2; ++k) {
+      need += aligned(static_cast<std::size_t>(length_) * sizeof(std::int32_t));
+      blocks.emplace_back(DType::I32, Shape{length_});
+    }
+    if (!slab_ || slab_used_ + need > slab_->size()) {
+      slab_ = allocator_->allocate(std::max(kSlabBytes, need));
+      slab_used_ = 0;
+    }
+    std::memset(slab_->data() + slab_used_, 0, need);
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      const std::string& name = b < columns.size() ? columns[b]->name : b == columns.size() ? segment_field_ : position_field_;
+      Tensor block = Tensor::view(blocks[b].first, std::move(blocks[b].second), slab_, slab_used_);
+      slab_used_ += aligned(block.nbytes());
+      row.sample.set(name, std::move(block));
     }
     return row;
   }
@@ -231,6 +247,9 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
   std::deque<Row> rows_;  // open rows, oldest first
+  static constexpr std::size_t kSlabBytes = 1 << 16;
+  std::shared_ptr<Buffer> slab_;  // where new rows are carved
+  std::size_t slab_used_ = 0;
   std::map<std::string, std::pair<DType, Shape>> step_shapes_;  // each field's step, from the first element
 };
 
