@@ -171,7 +171,7 @@ std::string pipeline(const std::string& pattern, Layout layout, unsigned workers
   std::string text = fmt::format(
       "options {{ seed: 1 deterministic: true }}\n"
       "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
-      "stage {{ id: \"lines\" op: \"text_lines\" input: \"files\" parallelism: {w} interleave {{ cycle_length: {w} block_length: 64 }} }}\n"
+      "stage {{ id: \"lines\" op: \"text_lines\" input: \"files\" parallelism: {w} interleave {{ cycle_length: {w} block_length: 256 }} }}\n"
       "stage {{ id: \"split\" op: \"split_text\" input: \"lines\" parallelism: {w} params {{ key: \"to\" value: \"int64\" }} }}\n",
       pattern, fmt::arg("w", workers));
   if (layout == Layout::Padded)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <cstdlib>
 
+#include "sequence_layout.hpp"
 #include "std_plugin.hpp"
 
 namespace sluice::std_ops {
@@ -177,9 +178,9 @@ class SplitText final : public Map, public ChunkedMap {
     if (to_ == To::Bytes) {
       tokens.tensor = Tensor::from_strings(all_tokens, {static_cast<std::int64_t>(all_tokens.size())});
     } else if (to_ == To::Int64) {
-      tokens.tensor = copy_of(scratch.integers);
+      tokens.tensor = copy_of(scratch.integers, values_pool_);
     } else {
-      tokens.tensor = copy_of(scratch.floats);
+      tokens.tensor = copy_of(scratch.floats, values_pool_);
     }
     // The other fields as they were, and the tokens where the element form sets them.
     bool placed = false;
@@ -216,8 +217,8 @@ class SplitText final : public Map, public ChunkedMap {
   // the batching thread, contending for malloc's arena locks, halved the pipeline's speed:
   // bench_sequences). A block lives while any of its lines does, as a read chunk lives while any
   // record viewing it does.
-  template <class T> static Tensor copy_of(const std::vector<T>& values) {
-    Tensor t = Tensor::empty(dtype_of<T>(), {static_cast<std::int64_t>(values.size())});
+  template <class T> static Tensor copy_of(const std::vector<T>& values, Allocator& allocator) {
+    Tensor t = Tensor::empty(dtype_of<T>(), {static_cast<std::int64_t>(values.size())}, allocator);
     if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
     return t;
   }
@@ -304,6 +305,9 @@ class SplitText final : public Map, public ChunkedMap {
                       "', is not " + (std::is_same_v<T, float> ? "a number" : "an int64"));
     return v;
   }
+  // A chunk's values: blocks reused once the stage that takes them lets go (a fresh one each
+  // time cost malloc's consolidation on the thread that frees it, and fresh pages).
+  VaryingSizePool values_pool_;
   enum class To { Bytes, Int64, Float };
   std::string field_, separator_;
   To to_;
