@@ -87,6 +87,21 @@ std::shared_ptr<const Chunk> chunk_of_element(Sample in);
 // The origin of row `row` of `chunk`, as the element form's sample of it has it.
 void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
 
+// Calls take(chunk, row, index) for each row of `in` in order, as the element form is pushed
+// each element, with `in` shared for the rows it holds on to. A row's DataError is thrown as its
+// RowError: the rows before it are taken, and the host goes on after it.
+template <class Take>
+void take_rows(const Chunk& in, const ElementContext& first, Take&& take) {
+  const auto shared = std::make_shared<const Chunk>(in);
+  for (std::size_t r = 0; r < in.rows(); ++r) {
+    try {
+      take(shared, r, first.index + r);
+    } catch (const DataError& e) {
+      throw RowError(r, e.what());
+    }
+  }
+}
+
 // HeldRows for rows held by reference (padded_batch, bucket_by_sequence_length).
 class HeldRefs {
  public:

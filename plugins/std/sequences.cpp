@@ -95,14 +95,7 @@ class PaddedBatch final : public Aggregate, public ChunkedAggregate {
     return Flow::Continue;
   }
   Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
-    const auto shared = std::make_shared<const Chunk>(in);
-    for (std::size_t r = 0; r < in.rows(); ++r) {
-      try {
-        take(shared, r, first.index + r, out);
-      } catch (const DataError& e) {
-        throw RowError(r, e.what());
-      }
-    }
+    take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
@@ -245,14 +238,7 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate {
     return Flow::Continue;
   }
   Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
-    const auto shared = std::make_shared<const Chunk>(in);
-    for (std::size_t r = 0; r < in.rows(); ++r) {
-      try {
-        take(shared, r, first.index + r, out);
-      } catch (const DataError& e) {
-        throw RowError(r, e.what());
-      }
-    }
+    take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
     return Flow::Continue;
   }
   void end_iteration(std::uint64_t, Emitter& out) override {
