@@ -484,6 +484,35 @@ class TestSequences : public QObject {
     }
   }
 
+  void a_damaged_gzip_stream_keeps_the_lines_before_it() {
+    // A gzip file cut short: the lines read before the damage go on, chunk or no chunk, and the
+    // damage is reported once (skip) or ends the run (no skip) with the element-wise run's message.
+    std::string text;
+    for (int l = 0; l < 300000; ++l) text += std::to_string(l) + " " + std::to_string(l * 7 % 1000) + "\n";
+    write_file(path("cut.txt"), text);
+    QCOMPARE(std::system(("gzip -c " + path("cut.txt") + " > " + path("cut.txt.gz")).c_str()), 0);
+    fs::resize_file(path("cut.txt.gz"), fs::file_size(path("cut.txt.gz")) / 2);
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    for (const std::string policy : {"error_policy: skip", ""}) {
+      const std::string pipeline = stage("files", "list_files", "", {{"patterns", path("cut.txt.gz")}}) +
+                                   stage("lines", "text_lines", "files", {}, policy) + stage("split", "split_text", "lines", {{"to", "int64"}}) +
+                                   stage("pb", "padded_batch", "split", {{"batch_size", "1000"}}) + sink_after("pb");
+      const auto chunked = run_text(pipeline), elements = run_text(pipeline, {}, element_wise);
+      QVERIFY(chunked.snapshot.stage(1).chunks_out() > 0);
+      QCOMPARE(chunked.result.error, elements.result.error);
+      QCOMPARE(chunked.snapshot.stage(1).elements_out(), elements.snapshot.stage(1).elements_out());
+      QVERIFY(chunked.snapshot.stage(1).elements_out() > 1000);
+      if (policy.empty()) {
+        QCOMPARE(chunked.result.state, sluice::RunState::Failed);
+        continue;
+      }
+      QCOMPARE(chunked.result.state, sluice::RunState::Finished);
+      QCOMPARE(chunked.lines, elements.lines);
+      QCOMPARE(chunked.snapshot.stage(1).errors_skipped(), std::uint64_t(1));
+    }
+  }
+
   void a_bad_line_inside_a_chunk_is_named_and_skipped_alone() {
     // Line 1500 of 3000 holds a token that is no integer, and under a fixed padded shape line 2100
     // is too long: each is skipped alone under skip, named by file and line, and the run stops at

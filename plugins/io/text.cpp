@@ -1,6 +1,8 @@
 // text_lines (tf.data's TextLineDataset) and fixed_length_records (FixedLengthRecordDataset).
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <utility>
 
 #include "byte_source.hpp"
 #include "io_plugin.hpp"
@@ -122,12 +124,23 @@ class TextLines final : public Expand {
     }
     // The lines of one read buffer, as next() gives them: a "line" column of spans of the buffer.
     bool next_chunk(Chunk& out, std::size_t max_rows) override {
+      // Damage met after some lines (a corrupt gzip stream, a line over the limit) is thrown by
+      // the next call: the lines before it go on first, as next() would have given them.
+      if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
       out = Chunk();
       Column* lines = nullptr;
       std::size_t rows = 0;
       while (rows < max_rows) {
         std::size_t length = 0;
-        if (!find_line(length)) break;
+        bool found = false;
+        try {
+          found = find_line(length);
+        } catch (...) {
+          if (rows == 0) throw;
+          pending_error_ = std::current_exception();
+          break;
+        }
+        if (!found) break;
         // A line that starts a new read buffer starts the next chunk (found again then: one search).
         if (lines && input_.buffer() != lines->buffer) break;
         const std::int64_t line = line_++;
@@ -158,6 +171,7 @@ class TextLines final : public Expand {
     // Line `record` starts at `byte_offset` (a position this cursor gave in an origin).
     bool seek(std::int64_t record, std::int64_t byte_offset) override {
       if (record < 0 || byte_offset < 0 || !input_.seek(static_cast<std::uint64_t>(byte_offset))) return false;
+      pending_error_ = nullptr;
       line_ = record;
       return true;
     }
@@ -219,6 +233,7 @@ class TextLines final : public Expand {
     const TextLines& op_;
     DamageReport& damage_;
     std::int64_t line_ = 0;
+    std::exception_ptr pending_error_;
   };
 
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
