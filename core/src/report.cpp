@@ -193,10 +193,13 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
     for (const auto& next : snapshot.stage())
       if (next.inputs_size() == 1 && next.inputs(0) == m.id()) consumer = &next;
     if (!consumer || m.blocked_fraction() < 0.1 || consumer->starved_fraction() < 0.1) continue;
+    // On an edge that carries chunks the buffer holds chunks, each many elements.
+    const std::string items = m.chunks_out() > 0 ? fmt::format("chunks (of {} elements on average)", m.chunked_elements_out() / m.chunks_out())
+                                                 : std::string("elements");
     const std::string now = m.buffer_byte_limit()
-                                ? fmt::format("now up to {} elements or {:.0f} MB, chosen by the engine", m.buffer_capacity(),
+                                ? fmt::format("now up to {} {} or {:.0f} MB, chosen by the engine", m.buffer_capacity(), items,
                                               m.buffer_byte_limit() / 1e6)
-                                : fmt::format("now {}", m.buffer_capacity());
+                                : fmt::format("now {}{}", m.buffer_capacity(), m.chunks_out() > 0 ? " " + items : "");
     out.push_back({fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
                                "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
                                m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()),

@@ -19,7 +19,14 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   // block_length outputs of each alternate: a chunk is at most a block, and one that runs past the
   // block's end is cut there (its rest starts that input's next turn).
   const bool chunks = st.emits_chunks;
-  const std::size_t chunk_rows = cycle == 1 ? kChunkRows : std::min(kChunkRows, static_cast<std::size_t>(block));
+  // Rows to ask a cursor for: with several inputs open, up to the end of the block the slot's
+  // next row is in (block k of an input is its rows [k * block, (k + 1) * block)), so that a
+  // chunk short of a block (at the end of a read buffer) does not leave every later block cut in two.
+  auto chunk_rows = [&](const ExpandSlot& slot) {
+    if (cycle == 1) return kChunkRows;
+    const auto b = static_cast<std::size_t>(block);
+    return std::min(kChunkRows, b - slot.outputs_read % b);
+  };
   // Read ahead per input, in items: a few chunks of a block each when they alternate.
   const std::size_t read_ahead = chunks && cycle > 1 ? 4 : static_cast<std::size_t>(std::max(2, block));
   // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
@@ -27,7 +34,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   auto read_next = [&](ExpandSlot& slot, Sample& sample) {
     if (slot.chunked) {
       Chunk chunk;
-      if (!slot.chunked->next_chunk(chunk, chunk_rows)) return false;
+      if (!slot.chunked->next_chunk(chunk, chunk_rows(slot))) return false;
       if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
       slot.outputs_read += chunk.rows();
       sample = detail::carry(std::move(chunk));
