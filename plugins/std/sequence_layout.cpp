@@ -180,8 +180,8 @@ PaddingRules PaddingRules::from_params(const Params& p) {
 }
 
 void HeldRows::check(const Sample& in, bool same_shapes) const {
-  if (rows_.empty()) return;
-  const Sample& first = rows_.front();
+  if (empty()) return;
+  const Sample& first = rows().front();
   // Formatted only for a message: every element is checked, and the origin's text costs more than the check.
   const auto against = [&] { return row_name(first, 0); };
   for (const auto& f : first.fields()) {
@@ -196,29 +196,6 @@ void HeldRows::check(const Sample& in, bool same_shapes) const {
   if (in.size() != first.size())
     for (const auto& f : in.fields())
       if (!first.find(f.name)) throw DataError("this element has a field '" + f.name + "' that " + against() + " has not");
-}
-
-void HeldRows::add(Sample in, std::uint64_t index) {
-  rows_.push_back(std::move(in));
-  indices_.push_back(index);
-}
-
-void HeldRows::save(StateWriter& w) const {
-  w.put<std::uint64_t>(rows_.size());
-  for (std::size_t k = 0; k < rows_.size(); ++k) {
-    w.put(indices_[k]);
-    w.put_element(rows_[k]);
-  }
-}
-
-void HeldRows::restore(StateReader& r, std::size_t at_most) {
-  clear();
-  const auto n = r.get<std::uint64_t>();
-  if (n > at_most) throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
-  for (std::uint64_t k = 0; k < n; ++k) {
-    const auto index = r.get<std::uint64_t>();
-    add(r.get_element(), index);
-  }
 }
 
 
@@ -365,8 +342,8 @@ void share_origin(Sample& out, const Chunk& chunk, std::size_t row) {
 }
 
 void HeldRefs::check(const Chunk& in, std::size_t r) const {
-  if (rows_.empty()) return;
-  const RowRef& first = rows_.front();
+  if (empty()) return;
+  const RowRef& first = rows().front();
   // Formatted only for a message: every element is checked, and the origin's text costs more than the check.
   const auto against = [&] {
     const Origin o = first.chunk->origin(first.row);
@@ -383,24 +360,6 @@ void HeldRefs::check(const Chunk& in, std::size_t r) const {
   if (in.columns().size() != first.chunk->columns().size())
     for (const Column& c : in.columns())
       if (!first.chunk->find(c.name)) throw DataError("this element has a field '" + c.name + "' that " + against() + " has not");
-}
-
-void HeldRefs::save(StateWriter& w) const {
-  w.put<std::uint64_t>(rows_.size());
-  for (std::size_t k = 0; k < rows_.size(); ++k) {
-    w.put(indices_[k]);
-    w.put_element(rows_[k].chunk->row(rows_[k].row));
-  }
-}
-
-void HeldRefs::restore(StateReader& r, std::size_t at_most) {
-  clear();
-  const auto n = r.get<std::uint64_t>();
-  if (n > at_most) throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
-  for (std::uint64_t k = 0; k < n; ++k) {
-    const auto index = r.get<std::uint64_t>();
-    add({chunk_of_element(r.get_element()), 0}, index);
-  }
 }
 
 void check_fits(const Chunk& in, std::size_t r, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,

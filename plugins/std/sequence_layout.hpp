@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sluice/sdk.hpp"
@@ -49,32 +50,6 @@ struct PaddingRules {
   static std::vector<ParamSpec> param_specs();
 };
 
-// The elements an aggregate holds for one output, each checked against the first when it comes
-// (so that a refused element is refused alone, by the engine's skip policy, and the output can
-// always be assembled): the same fields, each with the same type and rank; `same_shapes` asks
-// for equal shapes too (a stack). Numbers and where they came from are kept for messages.
-class HeldRows {
- public:
-  // Throws DataError naming the field and the row it differs from; the rows stay as they were.
-  void check(const Sample& in, bool same_shapes) const;
-  void add(Sample in, std::uint64_t index);
-  std::size_t size() const { return rows_.size(); }
-  bool empty() const { return rows_.empty(); }
-  const std::vector<Sample>& rows() const { return rows_; }
-  std::uint64_t first_index() const { return indices_.empty() ? 0 : indices_.front(); }
-  void clear() {
-    rows_.clear();
-    indices_.clear();
-  }
-  // For checkpoints: the count, then each row and its index.
-  void save(StateWriter& w) const;
-  void restore(StateReader& r, std::size_t at_most);
-
- private:
-  std::vector<Sample> rows_;
-  std::vector<std::uint64_t> indices_;
-};
-
 // A row an aggregate holds without making an element of it: row `row` of a chunk it shares. An
 // element pushed alone is held as a chunk of one row (chunk_of_element), so that one code path
 // pads both.
@@ -84,6 +59,65 @@ struct RowRef {
 };
 // `in` as a chunk of one row sharing its tensors (scalars Constant, the others Ragged), with its origin.
 std::shared_ptr<const Chunk> chunk_of_element(Sample in);
+
+// The rows an aggregate holds for one output (elements, or RowRefs), with their input indices.
+// Checkpoints save each row as an element, whichever way it is held.
+template <class Row> class HeldRowsOf {
+ public:
+  void add(Row row, std::uint64_t index) {
+    rows_.push_back(std::move(row));
+    indices_.push_back(index);
+  }
+  std::size_t size() const { return rows_.size(); }
+  bool empty() const { return rows_.empty(); }
+  const std::vector<Row>& rows() const { return rows_; }
+  void clear() {
+    rows_.clear();
+    indices_.clear();
+  }
+  // For checkpoints: the count, then each row and its index.
+  void save(StateWriter& w) const {
+    w.put<std::uint64_t>(rows_.size());
+    for (std::size_t k = 0; k < rows_.size(); ++k) {
+      w.put(indices_[k]);
+      w.put_element(as_element(rows_[k]));
+    }
+  }
+  void restore(StateReader& r, std::size_t at_most) {
+    clear();
+    const auto n = r.get<std::uint64_t>();
+    if (n > at_most)
+      throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const auto index = r.get<std::uint64_t>();
+      add(from_element(r.get_element()), index);
+    }
+  }
+
+ private:
+  static Sample as_element(const Sample& row) { return row; }
+  static Sample as_element(const RowRef& row) { return row.chunk->row(row.row); }
+  static Row from_element(Sample in) {
+    if constexpr (std::is_same_v<Row, RowRef>) {
+      return RowRef{chunk_of_element(std::move(in)), 0};
+    } else {
+      return in;
+    }
+  }
+  std::vector<Row> rows_;
+  std::vector<std::uint64_t> indices_;
+};
+
+// The elements an aggregate holds for one output, each checked against the first when it comes
+// (so that a refused element is refused alone, by the engine's skip policy, and the output can
+// always be assembled): the same fields, each with the same type and rank; `same_shapes` asks
+// for equal shapes too (a stack). Numbers and where they came from are kept for messages.
+class HeldRows : public HeldRowsOf<Sample> {
+ public:
+  // Throws DataError naming the field and the row it differs from; the rows stay as they were.
+  void check(const Sample& in, bool same_shapes) const;
+};
+
 // The origin of row `row` of `chunk`, as the element form's sample of it has it.
 void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
 
@@ -103,29 +137,11 @@ void take_rows(const Chunk& in, const ElementContext& first, Take&& take) {
 }
 
 // HeldRows for rows held by reference (padded_batch, bucket_by_sequence_length).
-class HeldRefs {
+class HeldRefs : public HeldRowsOf<RowRef> {
  public:
   // Throws DataError (the element form's message) when row `r` of `in` cannot join the rows held:
   // the same fields, each with the same type and rank. The rows stay as they were.
   void check(const Chunk& in, std::size_t r) const;
-  void add(RowRef ref, std::uint64_t index) {
-    rows_.push_back(std::move(ref));
-    indices_.push_back(index);
-  }
-  std::size_t size() const { return rows_.size(); }
-  bool empty() const { return rows_.empty(); }
-  const std::vector<RowRef>& rows() const { return rows_; }
-  void clear() {
-    rows_.clear();
-    indices_.clear();
-  }
-  // As HeldRows saves: the count, then each row (as an element) and its index.
-  void save(StateWriter& w) const;
-  void restore(StateReader& r, std::size_t at_most);
-
- private:
-  std::vector<RowRef> rows_;
-  std::vector<std::uint64_t> indices_;
 };
 
 // Checks that every dimension of row `r`'s fields fits the rules' fixed padded shapes (with

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <type_traits>
+#include <utility>
 
 #include "sequence_layout.hpp"
 #include "std_plugin.hpp"
@@ -15,10 +17,10 @@ ParamSpec drop_remainder_param(const char* what) {
   return ParamSpec::make("drop_remainder", ParamType::Bool, what).def("false");
 }
 
-// Batches of batch_size rows held until the batch is full (or the iteration ends), each row
-// checked when it comes so that a refused element is refused alone; the subclass says what a row
-// must be like and how the rows become one output.
-class HeldRowBatch : public Aggregate {
+// Batches of batch_size rows held until the batch is full (or the iteration ends); the subclass
+// checks each row before it holds it (so that a refused element is refused alone) and says how
+// the rows become one output. `Held` is HeldRows (elements) or HeldRefs (rows of chunks).
+template <class Held> class HeldRowBatch : public Aggregate {
  public:
   explicit HeldRowBatch(const Params& p)
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
@@ -27,13 +29,6 @@ class HeldRowBatch : public Aggregate {
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
-  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    rows_.check(in, false);
-    check_row(in);
-    rows_.add(std::move(in), ctx.index);
-    if (rows_.size() == batch_size_) emit(out);
-    return Flow::Continue;
-  }
   void end_iteration(std::uint64_t, Emitter& out) override {
     if (!rows_.empty() && !drop_remainder_) emit(out);
     rows_.clear();
@@ -45,10 +40,14 @@ class HeldRowBatch : public Aggregate {
   void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
 
  protected:
-  // Throws DataError when `in` cannot join the rows held (already checked: same fields, types, ranks).
-  virtual void check_row(const Sample& in) const = 0;
-  virtual Sample assemble(const std::vector<Sample>& rows) = 0;
-  const HeldRows& rows() const { return rows_; }
+  using Row = typename std::decay_t<decltype(std::declval<Held>().rows())>::value_type;
+  virtual Sample assemble(const std::vector<Row>& rows) = 0;
+  // Holds a row already checked; a full batch goes out.
+  void hold(Row row, std::uint64_t index, Emitter& out) {
+    rows_.add(std::move(row), index);
+    if (rows_.size() == batch_size_) emit(out);
+  }
+  const Held& rows() const { return rows_; }
   Allocator& allocator() const { return *allocator_; }
   StageCounters* counters() const { return counters_; }
 
@@ -63,13 +62,13 @@ class HeldRowBatch : public Aggregate {
   VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
-  HeldRows rows_;
+  Held rows_;
 };
 
 // tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
 // the longest of its batch or to a given shape, with per-field padding values. Rows are held by
 // reference (a chunk's rows without an element made of each) until their batch is full.
-class PaddedBatch final : public Aggregate, public ChunkedAggregate {
+class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
@@ -81,15 +80,7 @@ class PaddedBatch final : public Aggregate, public ChunkedAggregate {
             {.saves_state = true},
             {}};
   }
-  explicit PaddedBatch(const Params& p)
-      : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))),
-        drop_remainder_(p.get_bool("drop_remainder")),
-        rules_(PaddingRules::from_params(p)) {}
-  void start(const StageInfo& info) override {
-    allocator_ = pool_.for_stage(info);
-    counters_ = info.counters;
-  }
-  void begin_iteration(std::uint64_t) override { rows_.clear(); }
+  explicit PaddedBatch(const Params& p) : HeldRowBatch(p), rules_(PaddingRules::from_params(p)) {}
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
     take(chunk_of_element(std::move(in)), 0, ctx.index, out);
     return Flow::Continue;
@@ -98,41 +89,21 @@ class PaddedBatch final : public Aggregate, public ChunkedAggregate {
     take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
     return Flow::Continue;
   }
-  void end_iteration(std::uint64_t, Emitter& out) override {
-    if (!rows_.empty() && !drop_remainder_) emit(out);
-    rows_.clear();
-  }
-  void save_state(StateWriter& w) const override {
-    rows_.save(w);
-    w.describe(std::to_string(rows_.size()) + " of " + std::to_string(batch_size_) + " rows gathered");
-  }
-  void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
 
  private:
   // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
   void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
-    rows_.check(*chunk, r);
+    rows().check(*chunk, r);
     check_fits(*chunk, r, rules_, std::nullopt, {});
-    rows_.add({chunk, r}, index);
-    if (rows_.size() == batch_size_) emit(out);
+    hold({chunk, r}, index, out);
   }
-  void emit(Emitter& out) {
-    Sample batch = pad_and_stack(rows_.rows(), rules_, *allocator_, counters_);
-    rows_.clear();
-    out.push(std::move(batch));
-  }
-  std::size_t batch_size_;
-  bool drop_remainder_;
+  Sample assemble(const std::vector<RowRef>& rows) override { return pad_and_stack(rows, rules_, allocator(), counters()); }
   PaddingRules rules_;
-  VaryingSizePool pool_;
-  Allocator* allocator_ = &HostAllocator::instance();
-  StageCounters* counters_ = nullptr;
-  HeldRefs rows_;
 };
 
 // tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
 // becomes its rows' values, concatenated, and where each row starts.
-class RaggedBatch final : public HeldRowBatch {
+class RaggedBatch final : public HeldRowBatch<HeldRows> {
  public:
   static OperatorInfo describe() {
     return {"ragged_batch",
@@ -156,8 +127,16 @@ class RaggedBatch final : public HeldRowBatch {
         fields_(p.get_string_list("fields")),
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
 
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    rows().check(in, false);
+    check_row(in);
+    hold(std::move(in), ctx.index, out);
+    return Flow::Continue;
+  }
+
  private:
-  void check_row(const Sample& in) const override {
+  // Throws DataError when `in` cannot join the rows held (already checked: same fields, types, ranks).
+  void check_row(const Sample& in) const {
     for (const auto& name : fields_) {
       const Tensor* t = in.find(name);
       if (!t) throw DataError("fields names '" + name + "', which this element has not");
