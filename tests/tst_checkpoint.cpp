@@ -191,10 +191,13 @@ std::string token_pipeline(const std::string& folder, int parallelism, const std
          stage("shuffle", "shuffle", "only", {{"buffer_size", "100"}}, "buffer_size: 4") + tail;
 }
 std::string sequences_pipeline(const std::string& folder, const std::string& which, int parallelism) {
+  // The batching stages assemble their batches on `parallelism` threads: batches in flight when
+  // the checkpoint is cut must be in it, or in what the resumed run gives, exactly once.
+  const std::string assembly = "buffer_size: 2 parallelism: " + std::to_string(parallelism);
   if (which == "buckets")
     return token_pipeline(folder, parallelism,
                           stage("bucket", "bucket_by_sequence_length", "shuffle",
-                                {{"length_field", "tokens"}, {"boundaries", "8,16"}, {"batch_sizes", "6,4,3"}, {"lengths", "tokens"}}, "buffer_size: 2") +
+                                {{"length_field", "tokens"}, {"boundaries", "8,16"}, {"batch_sizes", "6,4,3"}, {"lengths", "tokens"}}, assembly) +
                               stage("epochs", "repeat", "bucket", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs"));
   if (which == "packed")
     return token_pipeline(folder, parallelism,
@@ -202,10 +205,10 @@ std::string sequences_pipeline(const std::string& folder, const std::string& whi
                               stage("win", "window", "pack", {{"size", "3"}, {"shift", "2"}}, "buffer_size: 2") + sink_after("win"));
   if (which == "padded chunks")  // no shuffle: lines, tokens and the held rows go in chunks
     return token_pipeline(folder, parallelism, "", false) +
-           stage("pb", "padded_batch", "only", {{"batch_size", "5"}, {"masks", "tokens"}}, "buffer_size: 2") +
+           stage("pb", "padded_batch", "only", {{"batch_size", "5"}, {"masks", "tokens"}}, assembly) +
            stage("epochs", "repeat", "pb", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs");
   return token_pipeline(folder, parallelism,
-                        stage("pb", "padded_batch", "shuffle", {{"batch_size", "5"}, {"masks", "tokens"}}, "buffer_size: 2") +
+                        stage("pb", "padded_batch", "shuffle", {{"batch_size", "5"}, {"masks", "tokens"}}, assembly) +
                             stage("epochs", "repeat", "pb", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs"));
 }
 

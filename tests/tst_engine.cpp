@@ -53,8 +53,9 @@ class TestEngine : public QObject {
     // An endless pipeline with parallel, stateful and sink stages, stopped at random moments.
     std::string text = stage("src", "range", "", {{"count", "1000000000"}}) + stage("rep", "repeat", "src") +
                        stage("w", "simulate_work", "rep", {{"us", "1"}}, "parallelism: 3") +
-                       stage("sh", "shuffle", "w", {{"buffer_size", "100"}}) + stage("b", "batch", "sh", {{"batch_size", "8"}}) +
-                       stage("out", "null_sink", "b");
+                       stage("sh", "shuffle", "w", {{"buffer_size", "100"}}) +
+                       stage("sums", "uneven_sums", "sh", {{"size", "2"}}, "parallelism: 3") +
+                       stage("b", "batch", "sums", {{"batch_size", "8"}}) + stage("out", "null_sink", "b");
     for (int cycle = 0; cycle < 200; ++cycle) {
       sluice::Engine engine(graph_of(text));
       engine.start();
@@ -65,6 +66,50 @@ class TestEngine : public QObject {
       auto took = std::chrono::steady_clock::now() - t0;
       QCOMPARE(result.state, sluice::RunState::Stopped);
       QVERIFY2(took < std::chrono::seconds(1), "stop took longer than a second");
+    }
+  }
+
+  // An aggregate that assembles its outputs on several threads (uneven_sums: each assembly
+  // sleeps 0-3 ms, so later outputs are often made first) gives what it gives on one: the same
+  // outputs in the same order, through iterations, a take that stops wanting more, and a run
+  // that ends mid-batch.
+  void parallel_assembly_gives_what_one_thread_gives() {
+    auto run = [](int parallelism, const std::string& after) {
+      // The repeat after the stage asks it for two iterations (each ends with end_iteration()).
+      const std::string text = stage("src", "range", "", {{"count", "301"}}) +
+                               stage("sums", "uneven_sums", "src", {{"size", "4"}}, "parallelism: " + std::to_string(parallelism)) +
+                               stage("rep", "repeat", "sums", {{"count", "2"}}) + after;
+      return run_text(text);
+    };
+    for (const std::string& after : {sink_after("rep"), stage("t", "take", "rep", {{"count", "97"}}) + sink_after("t")}) {
+      auto one = run(1, after), four = run(4, after);
+      QCOMPARE(one.result.state, sluice::RunState::Finished);
+      QCOMPARE(four.result.state, sluice::RunState::Finished);
+      QVERIFY(one.lines.size() > 90);
+      QCOMPARE(four.lines, one.lines);
+      QCOMPARE(four.snapshot.stage(1).workers(), 4u);
+    }
+    // Both iterations, each ending in a short output (301 = 75 * 4 + 1).
+    auto whole = run(4, sink_after("rep"));
+    QCOMPARE(whole.lines.size(), std::size_t(2 * 76));
+    QCOMPARE(whole.snapshot.stage(1).elements_out(), std::uint64_t(2 * 76));
+    QCOMPARE(integers(whole.lines[75]), (std::vector<long long>{300, 300}));
+    QCOMPARE(integers(whole.lines[76]), (std::vector<long long>{0 + 1 + 2 + 3, 0}));
+  }
+
+  void a_failed_assembly_fails_the_run_naming_the_stage() {
+    for (int parallelism : {1, 3}) {
+      auto out = run_text(stage("src", "range", "", {{"count", "1000"}}) +
+                          stage("sums", "uneven_sums", "src", {{"size", "4"}, {"fail_at", "400"}},
+                                "parallelism: " + std::to_string(parallelism)) +
+                          sink_after("sums"));
+      QCOMPARE(out.result.state, sluice::RunState::Failed);
+      const std::string want = parallelism > 1 ? "stage 'sums' (uneven_sums) failed assembling an output of epoch 0: " : "stage 'sums' (uneven_sums) ";
+      QVERIFY2(out.result.error.find(want) != std::string::npos, out.result.error.c_str());
+      QVERIFY2(out.result.error.find("planted failure assembling the output from value 400") != std::string::npos, out.result.error.c_str());
+      // Every output before the failed one was handed on, in order.
+      QVERIFY(out.lines.size() <= 100);
+      for (std::size_t k = 0; k < out.lines.size(); ++k) QCOMPARE(integers(out.lines[k])[1], static_cast<long long>(4 * k));
     }
   }
 

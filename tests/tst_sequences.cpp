@@ -155,6 +155,10 @@ class TestSequences : public QObject {
     auto splits = run_ok(int_lines(path("ranges.txt")) + stage("rb", "ragged_batch", "seq", {{"batch_size", "4"}, {"row_partition", "row_splits"}}) +
                          sink_after("rb"));
     QCOMPARE(splits.lines, (Lines{R"({"x":[0,0,1,0,1,2],"x_row_splits":[0,0,1,3,6]})", R"({"x":[0,1,2,3,0,1,2,3,4],"x_row_splits":[0,4,9]})"}));
+    // Assembled on two threads: the same batches.
+    auto parallel = run_ok(int_lines(path("ranges.txt")) + stage("rb", "ragged_batch", "seq", {{"batch_size", "2"}}, "parallelism: 2") +
+                           sink_after("rb"));
+    QCOMPARE(parallel.lines, lengths.lines);
   }
 
   // ---- bucket_by_sequence_length's two documented examples ----
@@ -480,6 +484,12 @@ class TestSequences : public QObject {
           QCOMPARE(elements.snapshot.stage(s).chunks_out(), std::uint64_t(0));
         }
         QCOMPARE(chunked.snapshot.stage(4).padding_values(), elements.snapshot.stage(4).padding_values());
+        if (name != "packed") {  // batches assembled on three threads: the same batches, in order
+          const auto parallel = run_text(text, {"out_layout.parallelism=3"});
+          QVERIFY2(parallel.lines == elements.lines, (what + ", assembled on 3 threads").c_str());
+          QCOMPARE(parallel.snapshot.stage(4).workers(), 3u);
+          QCOMPARE(parallel.snapshot.stage(4).padding_values(), elements.snapshot.stage(4).padding_values());
+        }
         // Chunks follow the blocks of 7: one per block, but for the few cut short where a read
         // buffer or a file ends (a block is not cut in two for the rest of the file after that).
         if (workers == 2)

@@ -133,8 +133,12 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     QVERIFY(has(problems(""), "the pipeline has no stages"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("o1", "null_sink", "src") + stage("o2", "null_sink", "o1")),
                 "its input 'o1' is a sink"));
-    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "parallelism: 3") + sink_after("b")),
-                "keeps state between elements and runs on one worker"));
+    QVERIFY(has(problems(stage("src", "range", "") + stage("b", "shuffle", "src", {{"buffer_size", "2"}}, "parallelism: 3") + sink_after("b")),
+                "stage 'b': 'shuffle' keeps state between elements and runs on one worker, and it assembles its outputs there too; "
+                "set parallelism to 1"));
+    // An aggregate that assembles its outputs off its thread takes a parallelism: its assembly threads.
+    QCOMPARE(problems(stage("src", "range", "") + stage("b", "padded_batch", "src", {{"batch_size", "2"}}, "parallelism: 3") + sink_after("b")),
+             std::string());
     QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "interleave { cycle_length: 2 }") +
                          sink_after("b")),
                 "interleave applies to expand operators only"));
@@ -151,7 +155,7 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     QVERIFY(has(problems(stage("src", "range", "") + stage("m", "identity", "src", {}, "buffer_size: -5") + sink_after("m")),
                 "buffer_size -5 is negative; use 0 (sized by the engine), -1 (tuned while it runs) or more"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("b", "batch", "src", {{"batch_size", "2"}}, "parallelism: -1") + sink_after("b")),
-                "'batch' keeps state between elements and runs on one worker: there is no parallelism to tune"));
+                "'batch' is an aggregate: the engine does not tune the threads that assemble its outputs; give their number"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("out", "null_sink", "src", {}, "buffer_size: -1")),
                 "'null_sink' is a sink and has no output buffer; remove `buffer_size: -1`"));
     QVERIFY(has(problems("options { autotune { ram_budget: \"lots\" } }\n" + kValid),

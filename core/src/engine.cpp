@@ -304,7 +304,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     st->info.counters = &st->operator_counters;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
     st->output_fingerprint = output_fingerprints.back();
-    st->workers = (st->source || st->aggregate) ? 1 : spec.parallelism;
+    // An aggregate's parallelism is its assembly threads, where the operator assembles in parallel
+    // (validation refused it for the others).
+    st->assembles_in_parallel = st->aggregate && dynamic_cast<AssemblesInParallel*>(op);
+    st->workers = (st->source || (st->aggregate && !st->assembles_in_parallel)) ? 1 : spec.parallelism;
     st->tuned_buffer = spec.autotune_buffer;
     if (st->sink) ++impl_->sink_count;
     impl_->stages.push_back(std::move(st));

@@ -20,6 +20,7 @@
 #include "autotune.hpp"
 #include "channel.hpp"
 #include "chunk_carrier.hpp"
+#include "output_assembly.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 
@@ -112,6 +113,7 @@ struct StageRuntime {
   std::vector<int> input_stages;
   Channel* input = nullptr;
   int workers = 1;
+  bool assembles_in_parallel = false;  // an aggregate deriving from AssemblesInParallel
   std::int64_t demand = 1;                // output iterations wanted (kUnbounded: forever)
   std::int64_t passes_per_iteration = 1;  // aggregates: input iterations per output iteration
   // The pipeline epochs of the first iteration of this stage's input (a source: of its first pass)
@@ -127,8 +129,9 @@ struct StageRuntime {
   std::vector<StageRuntime*> fused;    // on the head: the members after it, in order
   StageRuntime* fused_head = nullptr;  // on a member: the head running it
   StageRuntime& exit() { return fused.empty() ? *this : *fused.back(); }
-  // Threads the engine starts: an expand stage's one coordinator starts its own fetchers.
-  int threads() const { return expand ? 1 : workers; }
+  // Threads the engine starts: an expand stage's one coordinator starts its own fetchers, an
+  // aggregate's its assembly threads (workers - 1 of them: the stage's thread assembles too).
+  int threads() const { return expand || aggregate ? 1 : workers; }
 
   // Autotune: `workers` threads are started (the most the stage may get); those whose index is
   // at or above `active_workers` wait until the tuner raises it, and a worker above a lowered
@@ -453,23 +456,44 @@ struct Engine::Impl {
   // ---- the stage loops (stage_source.cpp, stage_parallel.cpp, stage_expand.cpp,
   // stage_combine.cpp, stage_aggregate.cpp) ----
 
-  class CollectingEmitter final : public Emitter {
+  // Collects a stage's outputs into `out` (flushed to its output a chunk at a time). With an
+  // OutputAssembly (an aggregate with assembly threads), outputs queue there in order and reach
+  // `out` when settle() finds them made.
+  class CollectingEmitter final : public Emitter, public ParallelAssembly {
    public:
-    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out) : impl_(impl), st_(st), out_(out) {}
+    CollectingEmitter(Impl& impl, StageRuntime& st, std::vector<Item>& out, detail::OutputAssembly* assembly = nullptr)
+        : impl_(impl), st_(st), out_(out), assembly_(assembly) {}
     std::uint64_t iteration = 0;
     bool push(Sample sample) override {
-      if (impl_.stopping.load(std::memory_order_relaxed) || st_.exit().output->skipped(iteration)) return false;
+      if (!wanted()) return false;
+      if (assembly_ && assembly_->queue_made(sample)) return settle(false);
+      return hand_on(std::move(sample));
+    }
+    bool push_assembled(std::function<Sample()> assemble) override {
+      if (!wanted()) return false;
+      if (!assembly_) return hand_on(assemble());
+      assembly_->queue(std::move(assemble));
+      return settle(false);
+    }
+    // Hands on the queued outputs that are made, in order: with `all`, every one (waiting for
+    // them); else as many as leave at most a few per assembly thread pending. False when the run
+    // stops (an assembly that threw fails it, naming the stage).
+    bool settle(bool all);
+
+   private:
+    bool wanted() const { return !impl_.stopping.load(std::memory_order_relaxed) && !st_.exit().output->skipped(iteration); }
+    bool hand_on(Sample sample) {
       add(st_.counters.elements_out, 1);
       add(st_.counters.bytes_out, sample.nbytes());
       out_.push_back(Item::element(std::move(sample)));
       if (out_.size() >= kChunk) return impl_.flush(st_, out_);
       return true;
     }
-
-   private:
     Impl& impl_;
     StageRuntime& st_;
     std::vector<Item>& out_;
+    detail::OutputAssembly* assembly_;
+    std::vector<Sample> made_;
   };
 
   void run_source(StageRuntime& st);

@@ -111,7 +111,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
                          "where the machine has more cores, raise `options.autotune.cpu_budget`; otherwise make the stage "
                          "cheaper, for instance decode smaller images, or run more machines",
                          b->id(), b->workers(), b->max_workers(), tune.cpu_budget(), tune.cpu_budget_source()));
-    } else if (b->stateless() && held_up) {
+    } else if ((b->stateless() || b->assembles_in_parallel()) && held_up) {
       const std::string head = b->fused_with().empty() ? b->id() : b->fused_with();
       std::vector<std::string> group;
       for (const auto& m : snapshot.stage())
@@ -119,6 +119,10 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
       std::string text = fmt::format("raise `parallelism` of stage '{}' (now {} worker{}): it is busy {:.0f}% of the time while its "
                                      "input buffer stays full and its output buffer empty",
                                      b->id(), b->workers(), b->workers() == 1 ? "" : "s", 100 * b->busy_fraction());
+      if (!b->stateless())
+        text += fmt::format("; '{}' keeps state, but its outputs are assembled (padded, copied into one block) on that many "
+                            "threads while one takes the inputs in order",
+                            b->op());
       if (!group.empty())
         text += fmt::format("; {} run{} fused with it on the same workers: give {} the same parallelism to keep them together",
                             quoted_list(group), group.size() == 1 ? "s" : "", group.size() == 1 ? "it" : "them");

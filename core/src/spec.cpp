@@ -389,6 +389,11 @@ struct Validation {
       try {
         auto op = built[i].op->info.create(built[i].params);
         if (!op) problem(i, "", fmt::format("operator '{}' created nothing (a bug in its plugin)", built[i].op->info.name));
+        if (op && built[i].op->info.kind == OperatorKind::Aggregate && built[i].parallelism > 1 &&
+            !dynamic_cast<AssemblesInParallel*>(op.get()))
+          problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker, and it assembles its outputs "
+                                     "there too; set parallelism to 1",
+                                     built[i].op->info.name));
       } catch (const std::exception& e) {
         problem(i, "", fmt::format("'{}' refuses these parameters: {}", built[i].op->info.name, e.what()));
       } catch (...) {
@@ -528,10 +533,16 @@ struct Validation {
     if (st.has_interleave() && info.kind != OperatorKind::Expand)
       problem(i, "", fmt::format("'{}' is a {}; interleave applies to expand operators only", info.name,
                                  operator_kind_name(info.kind)));
-    if (out.parallelism > 1 && !info.traits.stateless)
+    // An aggregate may assemble its outputs on several threads: that is checked on the operator
+    // built from these parameters (construct_every_operator).
+    if (out.parallelism > 1 && !info.traits.stateless && info.kind != OperatorKind::Aggregate)
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
                                  info.name));
-    if (out.autotune_workers && !info.traits.stateless && info.kind != OperatorKind::Expand)
+    if (out.autotune_workers && info.kind == OperatorKind::Aggregate)
+      problem(i, "", fmt::format("'{}' is an aggregate: the engine does not tune the threads that assemble its outputs; give "
+                                 "their number (`parallelism: 4`, where the operator assembles in parallel) or remove "
+                                 "`parallelism: -1`", info.name));
+    else if (out.autotune_workers && !info.traits.stateless && info.kind != OperatorKind::Expand)
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker: there is no parallelism to "
                                  "tune; remove `parallelism: -1`", info.name));
     if (out.autotune_buffer && info.kind == OperatorKind::Sink)

@@ -1,5 +1,7 @@
 // Aggregate stages (batch, shuffle, take, repeat, cache): one worker, iterations mapped to the
 // input's, replays.
+#include <optional>
+
 #include "engine_impl.hpp"
 
 namespace sluice {
@@ -30,10 +32,40 @@ class ReplayEmitter final : public Emitter {
 
 }  // namespace
 
+bool Engine::Impl::CollectingEmitter::settle(bool all) {
+  if (!assembly_) return true;
+  // A few outputs per thread in flight keep every thread busy; more would only hold memory.
+  const std::size_t most_pending = all ? 0 : 2 * static_cast<std::size_t>(st_.workers);
+  made_.clear();
+  try {
+    assembly_->collect(made_, most_pending, impl_.stopping);
+  } catch (const std::exception& e) {
+    impl_.fail(handling_out_of_memory() ? impl_.out_of_memory_message(st_)
+                                        : fmt::format("{} failed assembling an output of epoch {}: {}", impl_.stage_label(st_),
+                                                      st_.first_output_epoch + iteration, e.what()),
+               &st_);
+    return false;
+  }
+  // Outputs of an iteration downstream stopped wanting (a take satisfied) go no further.
+  const bool keep = !st_.exit().output->skipped(iteration);
+  for (auto& sample : made_)
+    if (keep && !hand_on(std::move(sample))) return false;
+  made_.clear();
+  return !impl_.stopping.load(std::memory_order_relaxed);
+}
+
 void Engine::Impl::run_aggregate(StageRuntime& st) {
   Aggregate& op = *st.aggregate;
   std::vector<Item> in, out;
-  CollectingEmitter emitter(*this, st, out);
+  // Parallelism above 1 (an operator that assembles in parallel): workers - 1 threads assemble
+  // outputs, and this one when it is ahead of them. Declared before the emitter, so that its
+  // threads are joined after the emitter is gone, on every way out of this function.
+  std::optional<detail::OutputAssembly> assembly;
+  if (st.workers > 1)
+    assembly.emplace(
+        st.workers - 1, [name = st.spec->id + "+"] { name_this_thread(name); },
+        [&st](std::uint64_t ns) { add(st.counters.busy_ns, ns); });
+  CollectingEmitter emitter(*this, st, out, assembly ? &*assembly : nullptr);
   std::uint64_t out_iteration = 0, in_iteration = 0, in_index = 0;
   std::int64_t inputs_in_group = 0;
   bool open = st.demand != 0;
@@ -50,6 +82,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
   };
   auto close_iteration = [&]() {
     if (!guarded([&] { op.end_iteration(st.first_output_epoch + out_iteration, emitter); }, "at the end")) return false;
+    if (!emitter.settle(true)) return false;
     out.push_back(Item::end_of_iteration(out_iteration));
     if (!flush(st, out)) return false;
     ++out_iteration;
@@ -61,7 +94,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
   // The cut reaches the stage between two inputs, or between two outputs of a replay: what it
   // emitted goes first, then its state, then the barrier.
   auto save_for_cut = [&](std::uint64_t replay_given) {
-    if (!flush(st, out)) return false;
+    if (!emitter.settle(true) || !flush(st, out)) return false;
     const auto positions = [&](StateWriter& w) {
       w.put(out_iteration);
       w.put(in_iteration);
@@ -94,13 +127,15 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     return;
   }
 
-  // Busy time is the time between two pops, less what flushing spent waiting downstream.
-  std::uint64_t mark = now_ns(), blocked_at_mark = st.counters.blocked_ns.load();
+  // Busy time is the time between two pops, less what flushing spent waiting downstream and
+  // what waiting for the assembly threads took (they count their own).
+  auto waited_total = [&] { return st.counters.blocked_ns.load() + (assembly ? assembly->waited_ns() : 0); };
+  std::uint64_t mark = now_ns(), waited_at_mark = waited_total();
   auto account_busy = [&](std::uint64_t now) {
-    std::uint64_t blocked = st.counters.blocked_ns.load();
-    std::uint64_t spent = now - mark, waited = blocked - blocked_at_mark;
+    const std::uint64_t waited_now = waited_total();
+    std::uint64_t spent = now - mark, waited = waited_now - waited_at_mark;
     add(st.counters.busy_ns, spent > waited ? spent - waited : 0);
-    blocked_at_mark = blocked;
+    waited_at_mark = waited_now;
   };
   OriginKeeper origin;  // of the element being pushed, for a message
   while (!replaying) {
@@ -185,7 +220,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
       }
       if (stopping.load(std::memory_order_relaxed)) return;
     }
-    if (!flush(st, out)) return;
+    if (!emitter.settle(false) || !flush(st, out)) return;
   }
   // The input ended: close a partly received group (repeat whose input was cut short), then
   // replay the iterations the input did not provide. No barrier comes from an input that ended:
@@ -208,6 +243,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     if (stopping.load()) return;
     if (!replayed || !close_iteration()) break;
   }
+  if (!emitter.settle(true)) return;
   account_busy(now_ns());
   out.push_back(Item::end_of_stream());
   if (flush(st, out)) stage_ended(st);

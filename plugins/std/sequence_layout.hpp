@@ -75,6 +75,14 @@ template <class Row> class HeldRowsOf {
     rows_.clear();
     indices_.clear();
   }
+  // The rows, for an output assembled elsewhere (push_assembled); none are held after.
+  std::vector<Row> take_all() {
+    indices_.clear();
+    std::vector<Row> taken;
+    taken.reserve(rows_.capacity());
+    taken.swap(rows_);
+    return taken;
+  }
   // For checkpoints: the count, then each row and its index.
   void save(StateWriter& w) const {
     w.put<std::uint64_t>(rows_.size());

@@ -19,8 +19,10 @@ ParamSpec drop_remainder_param(const char* what) {
 
 // Batches of batch_size rows held until the batch is full (or the iteration ends); the subclass
 // checks each row before it holds it (so that a refused element is refused alone) and says how
-// the rows become one output. `Held` is HeldRows (elements) or HeldRefs (rows of chunks).
-template <class Held> class HeldRowBatch : public Aggregate {
+// the rows become one output. `Held` is HeldRows (elements) or HeldRefs (rows of chunks). The
+// assembly may run on another thread (the stage's parallelism): it gets the rows, and reads only
+// parameters and what start() set.
+template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInParallel {
  public:
   explicit HeldRowBatch(const Params& p)
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
@@ -41,7 +43,7 @@ template <class Held> class HeldRowBatch : public Aggregate {
 
  protected:
   using Row = typename std::decay_t<decltype(std::declval<Held>().rows())>::value_type;
-  virtual Sample assemble(const std::vector<Row>& rows) = 0;
+  virtual Sample assemble(const std::vector<Row>& rows) const = 0;
   // Holds a row already checked; a full batch goes out.
   void hold(Row row, std::uint64_t index, Emitter& out) {
     rows_.add(std::move(row), index);
@@ -53,9 +55,7 @@ template <class Held> class HeldRowBatch : public Aggregate {
 
  private:
   void emit(Emitter& out) {
-    Sample batch = assemble(rows_.rows());
-    rows_.clear();
-    out.push(std::move(batch));
+    push_assembled(out, [this, rows = rows_.take_all()] { return assemble(rows); });
   }
   std::size_t batch_size_;
   bool drop_remainder_;
@@ -97,7 +97,7 @@ class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
     check_fits(*chunk, r, rules_, std::nullopt, {});
     hold({chunk, r}, index, out);
   }
-  Sample assemble(const std::vector<RowRef>& rows) override { return pad_and_stack(rows, rules_, allocator(), counters()); }
+  Sample assemble(const std::vector<RowRef>& rows) const override { return pad_and_stack(rows, rules_, allocator(), counters()); }
   PaddingRules rules_;
 };
 
@@ -154,7 +154,7 @@ class RaggedBatch final : public HeldRowBatch<HeldRows> {
                                 : "it is stacked (not listed in fields), so its shape must not change"));
     }
   }
-  Sample assemble(const std::vector<Sample>& rows) override {
+  Sample assemble(const std::vector<Sample>& rows) const override {
     return ragged_stack(rows, fields_, partition_, allocator(), counters());
   }
   std::vector<std::string> fields_;
@@ -165,7 +165,7 @@ class RaggedBatch final : public HeldRowBatch<HeldRows> {
 // lengths in [boundaries[i-1], boundaries[i])), each bucket is padded-batched with its own batch
 // size as soon as it is full; at the end of an iteration the buckets left are emitted in bucket
 // order. Deterministic: the output depends on the input order only.
-class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate {
+class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, public AssemblesInParallel {
  public:
   static OperatorInfo describe() {
     std::vector<ParamSpec> params{
@@ -275,10 +275,11 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate {
     if (!pad_to_boundary_) return std::nullopt;
     return boundaries_[bucket] - 1;
   }
+  // The bucket's rows leave with their assembly, which may run on another thread (parallelism).
   void emit(std::size_t bucket, Emitter& out) {
-    Sample batch = pad_and_stack(buckets_[bucket].rows(), rules_, *allocator_, counters_, pad_limit(bucket), dim0_fields_);
-    buckets_[bucket].clear();
-    out.push(std::move(batch));
+    push_assembled(out, [this, bucket, rows = buckets_[bucket].take_all()] {
+      return pad_and_stack(rows, rules_, *allocator_, counters_, pad_limit(bucket), dim0_fields_);
+    });
   }
   std::string length_field_;
   std::vector<std::int64_t> boundaries_;

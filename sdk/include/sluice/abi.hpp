@@ -24,7 +24,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// Chunk, ChunkedExpandCursor, ChunkedMap, ChunkedAggregate, RowError: new classes an operator may
 /// also derive from; the host finds them with dynamic_cast, so older plugins are run element-wise);
 /// 6.3: Column::Layout::Ragged and Column's row_* readers (a chunk column of rows of different
-/// lengths: the host hands such chunks only to operators of plugins built for 6.3 or later).
-inline constexpr std::uint32_t kAbiMinor = 3;
+/// lengths: the host hands such chunks only to operators of plugins built for 6.3 or later);
+/// 6.4: AssemblesInParallel and ParallelAssembly (operator.hpp: new classes, found with
+/// dynamic_cast; an aggregate of an older plugin keeps assembling its outputs on its own thread).
+inline constexpr std::uint32_t kAbiMinor = 4;
 
 }  // namespace sluice

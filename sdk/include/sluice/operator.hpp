@@ -219,7 +219,8 @@ class Expand : public Operator {
   virtual std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) = 0;
 };
 
-/// N -> M with state across elements (batch, shuffle, take, repeat, cache). Always one worker.
+/// N -> M with state across elements (batch, shuffle, take, repeat, cache). One worker calls it;
+/// (6.4) one that also derives from AssemblesInParallel may have its outputs assembled by more.
 class Aggregate : public Operator {
  public:
   enum class Flow { Continue, SkipRestOfIteration };
@@ -242,6 +243,37 @@ class Aggregate : public Operator {
   /// than iterations). Return false if it cannot.
   virtual bool replay(std::uint64_t /*epoch*/, Emitter& /*out*/) { return false; }
 };
+
+/// (6.4) An aggregate whose outputs can be assembled off its thread (padding, copying rows into
+/// one block: most of a batching stage's work) derives from this too, and hands each output to
+/// push_assembled(). Its stage then accepts `parallelism` above 1 (tf.data's
+/// batch(num_parallel_calls)): the stage's thread still takes every input in order and decides
+/// which rows make each output; that many threads assemble the outputs, which leave in the order
+/// they were pushed, so the data is the same at any parallelism. The host finds this class with
+/// dynamic_cast when it loads the plugin.
+class AssemblesInParallel {
+ public:
+  virtual ~AssemblesInParallel() = default;
+};
+
+/// (6.4) What a host's emitter also offers when its stage has assembly threads (see
+/// AssemblesInParallel); use push_assembled(), which works with any emitter.
+class ParallelAssembly {
+ public:
+  virtual ~ParallelAssembly() = default;
+  /// As Emitter::push(assemble()), but `assemble` may run later on another thread, at the same
+  /// time as the operator's next calls and other assemblies: it must own what it reads (the rows,
+  /// captured by value) or read only what no call changes (parameters), and it may throw (the run
+  /// then fails naming the stage). Every output is handed on before the operator's state is saved
+  /// and before its end_iteration() output, so checkpoints and iterations see them in order.
+  virtual bool push_assembled(std::function<Sample()> assemble) = 0;
+};
+
+/// Hands `assemble` to the stage's assembly threads where it has some, else runs it now.
+inline bool push_assembled(Emitter& out, std::function<Sample()> assemble) {
+  if (auto* parallel = dynamic_cast<ParallelAssembly*>(&out)) return parallel->push_assembled(std::move(assemble));
+  return out.push(assemble());
+}
 
 /// (5.0) The inputs of a combine stage, in the order the pipeline file lists them (`input: "a"
 /// input: "b"`). Used by the stage's one thread only.
