@@ -3,6 +3,8 @@
 // bucketed by length (boundaries 16, 32, 64) and padded, (c) packed first-fit into rows of 128
 // tokens (8 rows open) with segment ids and positions, then batched by 32. Tokens per second on
 // one core and on every core, and the padding share of each layout on one length distribution.
+// On every core the padded and bucketed batches are also assembled on every core (the layout
+// stage's parallelism), beside the run where one thread assembles them.
 // Usage: bench_sequences [LINES_PER_FILE] [RUNS] [ONLY] (ONLY: padded, bucketed or packed, and
 // optionally :1 or :N for one worker count, e.g. packed:2; for profiling one case)
 #include <fcntl.h>
@@ -167,7 +169,8 @@ Tally loop(const std::vector<std::string>& files, Layout layout) {
   return t;
 }
 
-std::string pipeline(const std::string& pattern, Layout layout, unsigned workers) {
+// `assembly`: the layout stage's parallelism (threads padding its batches; packing has one).
+std::string pipeline(const std::string& pattern, Layout layout, unsigned workers, unsigned assembly) {
   std::string text = fmt::format(
       "options {{ seed: 1 deterministic: true }}\n"
       "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
@@ -175,12 +178,13 @@ std::string pipeline(const std::string& pattern, Layout layout, unsigned workers
       "stage {{ id: \"split\" op: \"split_text\" input: \"lines\" parallelism: {w} params {{ key: \"to\" value: \"int64\" }} }}\n",
       pattern, fmt::arg("w", workers));
   if (layout == Layout::Padded)
-    text += fmt::format("stage {{ id: \"layout\" op: \"padded_batch\" input: \"split\" params {{ key: \"batch_size\" value: \"{}\" }} }}\n", kBatch);
+    text += fmt::format("stage {{ id: \"layout\" op: \"padded_batch\" input: \"split\" parallelism: {} params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
+                        assembly, kBatch);
   else if (layout == Layout::Bucketed)
     text += fmt::format(
-        "stage {{ id: \"layout\" op: \"bucket_by_sequence_length\" input: \"split\" params {{ key: \"length_field\" value: \"line\" }} "
+        "stage {{ id: \"layout\" op: \"bucket_by_sequence_length\" input: \"split\" parallelism: {a} params {{ key: \"length_field\" value: \"line\" }} "
         "params {{ key: \"boundaries\" value: \"16,32,64\" }} params {{ key: \"batch_sizes\" value: \"{b},{b},{b},{b}\" }} }}\n",
-        fmt::arg("b", kBatch));
+        fmt::arg("b", kBatch), fmt::arg("a", assembly));
   else
     text += fmt::format(
         "stage {{ id: \"layout\" op: \"pack_sequences\" input: \"split\" params {{ key: \"fields\" value: \"line\" }} "
@@ -239,11 +243,16 @@ int main(int argc, char** argv) {
   const std::string pattern = (dir / "tokens*.txt").string();
   fmt::print("{} files of {} lines, {} tokens, {:.1f} MB; batches of {}, packed rows of {} ({} open); best of {} runs\n", cores,
              lines_per_file, tokens, static_cast<double>(fs::file_size(files[0]) * cores) / 1e6, kBatch, kRow, kOpenRows, runs);
-  fmt::print("{:<9} {:>6} {:>14} {:>14} {:>8} {:>9} {:>9} {:>8} {:>9}\n", "layout", "cores", "pipeline tok/s", "loop tok/s", "vs loop", "padding",
-             "cpu s", "loop cpu", "per cpu");
+  fmt::print("{:<9} {:>6} {:>9} {:>14} {:>14} {:>8} {:>9} {:>9} {:>8} {:>9}\n", "layout", "cores", "assembly", "pipeline tok/s", "loop tok/s",
+             "vs loop", "padding", "cpu s", "loop cpu", "per cpu");
   for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
     for (unsigned workers : {1u, cores}) {
       if (!only.empty() && only != name(layout) && only != fmt::format("{}:{}", name(layout), workers)) continue;
+      // On every core, padding and bucketing also run with their batches assembled on every core
+      // (the stage's parallelism), beside the one-thread stage.
+      std::vector<unsigned> assemblies{1};
+      if (workers > 1 && layout != Layout::Packed) assemblies.push_back(workers);
+      for (unsigned assembly : assemblies) {
       double best_loop = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
       Tally ours, mine;
       for (int r = 0; r < runs; ++r) {
@@ -262,14 +271,15 @@ int main(int argc, char** argv) {
         best_loop = std::min(best_loop, since(t0));
         loop_cpu = std::min(loop_cpu, cpu_seconds() - c0);
         const double c1 = cpu_seconds();
-        best_ours = std::min(best_ours, run_pipeline(registry, pipeline(pattern, layout, workers), ours));
+        best_ours = std::min(best_ours, run_pipeline(registry, pipeline(pattern, layout, workers, assembly), ours));
         ours_cpu = std::min(ours_cpu, cpu_seconds() - c1);
       }
       if (ours.tokens != tokens || mine.tokens != tokens)
         fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}\n", tokens, ours.tokens, mine.tokens);
       const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
-      fmt::print("{:<9} {:>6} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}%\n", name(layout), workers, tokens / best_ours,
-                 tokens / best_loop, 100 * best_loop / best_ours, 100 * padding, ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu);
+      fmt::print("{:<9} {:>6} {:>9} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}%\n", name(layout), workers, assembly,
+                 tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding, ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu);
+      }
     }
   }
   fs::remove_all(dir);

@@ -196,8 +196,11 @@ class TestSequences : public QObject {
   // ---- window: Dataset.range(7).window(...) as documented (each window batched) ----
   void window_as_documented() {
     const std::string src = stage("src", "range", "", {{"count", "7"}});
-    auto windows = [&](std::vector<std::pair<std::string, std::string>> params) {
-      return run_ok(src + stage("w", "window", "src", std::move(params)) + sink_after("w")).lines;
+    // Each case also with its windows stacked on three threads: the same windows, in order.
+    auto windows = [&](const std::vector<std::pair<std::string, std::string>>& params) {
+      const Lines one = run_ok(src + stage("w", "window", "src", params) + sink_after("w")).lines;
+      const Lines three = run_ok(src + stage("w", "window", "src", params, "parallelism: 3") + sink_after("w")).lines;
+      return three == one ? one : Lines{"stacked on 3 threads, the windows differ"};
     };
     QCOMPARE(windows({{"size", "3"}}), (Lines{R"({"value":[0,1,2]})", R"({"value":[3,4,5]})", R"({"value":[6]})"}));
     QCOMPARE(windows({{"size", "3"}, {"drop_remainder", "true"}}), (Lines{R"({"value":[0,1,2]})", R"({"value":[3,4,5]})"}));

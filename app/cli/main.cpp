@@ -91,7 +91,7 @@ std::string json_string(std::string_view s) {
 }
 
 std::string traits_text(const sluice::OperatorTraits& t) {
-  std::string s = t.stateless ? "stateless (parallel workers allowed)" : "stateful (one worker)";
+  std::string s = t.stateless ? "stateless (parallel workers allowed)" : "stateful (one thread takes its inputs in order)";
   if (t.random) s += ", random (per-element generator)";
   if (t.keeps_shape) s += ", keeps shapes (size hints pass through)";
   if (t.saves_state) s += ", saves its state (checkpoints)";

@@ -213,8 +213,8 @@ void Inspector::rebuild() {
     form_->addRow(name, box);
   };
   add_count("parallelism", "workers", st->parallelism(), "auto (1)",
-            "parallelism: workers running this stage (stateless operators only); autotune: chosen while it runs, within "
-            "the pipeline's CPU budget",
+            "parallelism: workers running this stage (stateless operators; for an aggregate whose summary says so, "
+            "threads assembling its outputs); autotune: chosen while it runs, within the pipeline's CPU budget",
             true);
   add_count("buffer_size", "output buffer", st->buffer_size(), "auto",
             "buffer_size: elements waiting between this stage and the next; auto: sized by the engine; autotune: sized "

@@ -42,6 +42,9 @@ void OutputAssembly::queue(std::function<Sample()> assemble) {
     std::lock_guard lock(mutex_);
     in_order_.push_back(output);
     to_start_.push_back(std::move(output));
+    // A helper already at work finds it when it is done: waking is a system call, as long as a
+    // small batch's whole assembly.
+    if (idle_helpers_ == 0) return;
   }
   work_cv_.notify_one();
 }
@@ -69,7 +72,6 @@ void OutputAssembly::run(Output& output) {
   } catch (...) {
     output.error = std::current_exception();
   }
-  output.assemble = nullptr;  // what it captured (the rows) goes now, on this thread
   if (add_busy_ns_) add_busy_ns_(now_ns() - t0);
 }
 
@@ -77,7 +79,9 @@ void OutputAssembly::helper_loop() {
   if (on_start_) on_start_();
   std::unique_lock lock(mutex_);
   for (;;) {
+    ++idle_helpers_;
     work_cv_.wait(lock, [&] { return closing_ || !to_start_.empty(); });
+    --idle_helpers_;
     if (closing_) return;
     std::shared_ptr<Output> output = std::move(to_start_.front());
     to_start_.pop_front();
@@ -85,6 +89,10 @@ void OutputAssembly::helper_loop() {
     run(*output);
     lock.lock();
     output->done = true;
+    // The stage's thread holds the last reference, so what the assembly captured (rows it
+    // allocated) is freed there: frees of one thread's memory on another contend for malloc's
+    // arena lock.
+    output.reset();
     done_cv_.notify_all();
   }
 }

@@ -43,7 +43,7 @@ class OutputAssembly {
 
  private:
   struct Output {
-    std::function<Sample()> assemble;  // empty once started
+    std::function<Sample()> assemble;
     Sample made;
     std::exception_ptr error;
     bool done = false;
@@ -59,6 +59,7 @@ class OutputAssembly {
   std::deque<std::shared_ptr<Output>> in_order_;  // every output pending, in order
   std::deque<std::shared_ptr<Output>> to_start_;  // the assemblies no thread has started
   bool closing_ = false;
+  int idle_helpers_ = 0;  // waiting on work_cv_
   std::atomic<std::uint64_t> waited_ns_{0};
   std::vector<std::thread> helpers_;
 };

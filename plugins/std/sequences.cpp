@@ -75,7 +75,8 @@ class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
     for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
     return {"padded_batch",
             OperatorKind::Aggregate,
-            "Stacks batch_size consecutive elements, padding each field to the longest of the batch or to padded_shapes",
+            "Stacks batch_size consecutive elements, padding each field to the longest of the batch or to padded_shapes "
+            "(parallelism: threads assembling the batches)",
             std::move(params),
             {.saves_state = true},
             {}};
@@ -109,7 +110,7 @@ class RaggedBatch final : public HeldRowBatch<HeldRows> {
     return {"ragged_batch",
             OperatorKind::Aggregate,
             "Batches elements whose fields differ in length as values plus FIELD_row_lengths (or FIELD_row_splits), "
-            "without padding",
+            "without padding (parallelism: threads assembling the batches)",
             {batch_size_param(), drop_remainder_param("drop the short last batch of each iteration"),
              ParamSpec::make("fields", ParamType::StringList,
                              "the variable-length fields; empty: every field that is not a scalar (others are stacked)")
@@ -181,7 +182,8 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
     for (auto& spec : PaddingRules::param_specs()) params.push_back(std::move(spec));
     return {"bucket_by_sequence_length",
             OperatorKind::Aggregate,
-            "Groups elements of similar length into padded batches, a batch size per length bucket",
+            "Groups elements of similar length into padded batches, a batch size per length bucket (parallelism: "
+            "threads assembling the batches)",
             std::move(params),
             {.saves_state = true},
             {}};
@@ -299,12 +301,13 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
 // key_field, windows never span two keys: a run of consecutive elements with one key (the rows
 // of one sensor's file) is windowed on its own, as if it were an iteration (tf.data's
 // group_by_window over consecutive elements).
-class Window final : public Aggregate {
+class Window final : public Aggregate, public AssemblesInParallel {
  public:
   static OperatorInfo describe() {
     return {"window",
             OperatorKind::Aggregate,
-            "Stacks windows of consecutive elements: size elements, shift apart, stride between members",
+            "Stacks windows of consecutive elements: size elements, shift apart, stride between members (parallelism: "
+            "threads stacking the windows)",
             {ParamSpec::make("size", ParamType::Int, "elements per window").range(1, 1e9),
              ParamSpec::make("shift", ParamType::Int, "elements between the starts of two windows; 0: size").def("0").range(0, 1e9),
              ParamSpec::make("stride", ParamType::Int, "step between the elements of a window").def("1").range(1, 1e9),
@@ -373,10 +376,18 @@ class Window final : public Aggregate {
   }
 
  private:
+  // The window's members (sharing their tensors) leave with its assembly, which may run on
+  // another thread (the stage's parallelism).
   void emit(std::int64_t members, Emitter& out) {
-    std::vector<const Sample*> rows;
-    for (std::int64_t j = 0; j < members; ++j) rows.push_back(&held_[static_cast<std::size_t>(next_start_ + j * stride_ - base_)]);
-    out.push(stack(rows, *allocator_));
+    std::vector<Sample> window;
+    window.reserve(static_cast<std::size_t>(members));
+    for (std::int64_t j = 0; j < members; ++j) window.push_back(held_[static_cast<std::size_t>(next_start_ + j * stride_ - base_)]);
+    push_assembled(out, [this, window = std::move(window)] {
+      std::vector<const Sample*> rows;
+      rows.reserve(window.size());
+      for (const auto& member : window) rows.push_back(&member);
+      return stack(rows, *allocator_);
+    });
   }
   void advance() {
     next_start_ += shift_;
