@@ -59,11 +59,6 @@ bool OutputAssembly::queue_made(Sample& sample) {
   return true;
 }
 
-bool OutputAssembly::pending() const {
-  std::lock_guard lock(mutex_);
-  return !in_order_.empty();
-}
-
 // Outside the lock: the assembly is the long part.
 void OutputAssembly::run(Output& output) {
   const std::uint64_t t0 = now_ns();
@@ -75,6 +70,21 @@ void OutputAssembly::run(Output& output) {
   if (add_busy_ns_) add_busy_ns_(now_ns() - t0);
 }
 
+// Takes the oldest assembly no thread has started and runs it outside the lock. Holding `lock`
+// on entry (with to_start_ not empty) and on return.
+void OutputAssembly::run_next(std::unique_lock<std::mutex>& lock) {
+  std::shared_ptr<Output> output = std::move(to_start_.front());
+  to_start_.pop_front();
+  lock.unlock();
+  run(*output);
+  lock.lock();
+  output->done = true;
+  // The stage's thread holds the last reference, so what the assembly captured (rows it
+  // allocated) is freed there: frees of one thread's memory on another contend for malloc's
+  // arena lock.
+  output.reset();
+}
+
 void OutputAssembly::helper_loop() {
   if (on_start_) on_start_();
   std::unique_lock lock(mutex_);
@@ -83,16 +93,7 @@ void OutputAssembly::helper_loop() {
     work_cv_.wait(lock, [&] { return closing_ || !to_start_.empty(); });
     --idle_helpers_;
     if (closing_) return;
-    std::shared_ptr<Output> output = std::move(to_start_.front());
-    to_start_.pop_front();
-    lock.unlock();
-    run(*output);
-    lock.lock();
-    output->done = true;
-    // The stage's thread holds the last reference, so what the assembly captured (rows it
-    // allocated) is freed there: frees of one thread's memory on another contend for malloc's
-    // arena lock.
-    output.reset();
+    run_next(lock);
     done_cv_.notify_all();
   }
 }
@@ -107,14 +108,8 @@ void OutputAssembly::collect(std::vector<Sample>& ready, std::size_t most_pendin
       ready.push_back(std::move(output->made));
     }
     if (in_order_.size() <= most_pending || stopping.load(std::memory_order_relaxed)) return;
-    if (!to_start_.empty()) {
-      // Behind: this thread assembles too. The oldest waiting first, so that the front is done soonest.
-      std::shared_ptr<Output> output = std::move(to_start_.front());
-      to_start_.pop_front();
-      lock.unlock();
-      run(*output);
-      lock.lock();
-      output->done = true;
+    if (!to_start_.empty()) {  // behind: this thread assembles too, the oldest first
+      run_next(lock);
       continue;
     }
     const std::uint64_t t0 = now_ns();

@@ -32,7 +32,6 @@ class OutputAssembly {
   // Queues an output already made behind those pending; false (and `sample` untouched) when
   // nothing is pending, so the caller hands it on at once.
   bool queue_made(Sample& sample);
-  bool pending() const;
   // Appends the pending outputs that are ready, from the front, to `ready`. While more than
   // `most_pending` stay pending it waits, running a queued assembly itself rather than idling.
   // Rethrows what an assembly threw (the outputs before it are in `ready`). Returns early, with
@@ -49,6 +48,7 @@ class OutputAssembly {
     bool done = false;
   };
   void run(Output& output);
+  void run_next(std::unique_lock<std::mutex>& lock);
   void helper_loop();
   void close();
 
