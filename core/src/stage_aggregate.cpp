@@ -1,5 +1,6 @@
-// Aggregate stages (batch, shuffle, take, repeat, cache): one worker, iterations mapped to the
-// input's, replays.
+// Aggregate stages (batch, shuffle, take, repeat, cache): one thread takes the inputs in order
+// (helpers may assemble the outputs: output_assembly.hpp), iterations mapped to the input's,
+// replays.
 #include <optional>
 
 #include "engine_impl.hpp"
@@ -43,6 +44,11 @@ bool Engine::Impl::CollectingEmitter::settle(bool all) {
     impl_.fail(handling_out_of_memory() ? impl_.out_of_memory_message(st_)
                                         : fmt::format("{} failed assembling an output of epoch {}: {}", impl_.stage_label(st_),
                                                       st_.first_output_epoch + iteration, e.what()),
+               &st_);
+    return false;
+  } catch (...) {
+    impl_.fail(fmt::format("{} failed assembling an output of epoch {}: its operator threw something that is not an exception",
+                           impl_.stage_label(st_), st_.first_output_epoch + iteration),
                &st_);
     return false;
   }
