@@ -2,14 +2,9 @@
 
 #include <chrono>
 
-namespace sluice::detail {
+#include "channel.hpp"  // now_ns()
 
-namespace {
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-}  // namespace
+namespace sluice::detail {
 
 OutputAssembly::OutputAssembly(int helpers, std::function<void()> on_start, std::function<void(std::uint64_t)> add_busy_ns)
     : on_start_(std::move(on_start)), add_busy_ns_(std::move(add_busy_ns)) {

@@ -75,7 +75,8 @@ template <class Row> class HeldRowsOf {
     rows_.clear();
     indices_.clear();
   }
-  // The rows, for an output assembled elsewhere (push_assembled); none are held after.
+  // The rows, for an output assembled elsewhere (push_assembled); none are held after, and the
+  // store keeps room for as many as it held (no reallocation while the next batch gathers).
   std::vector<Row> take_all() {
     indices_.clear();
     std::vector<Row> taken;
