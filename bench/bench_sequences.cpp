@@ -4,7 +4,8 @@
 // tokens (8 rows open) with segment ids and positions, then batched by 32. Tokens per second on
 // one core and on every core, and the padding share of each layout on one length distribution.
 // On every core the padded and bucketed batches are also assembled on every core (the layout
-// stage's parallelism), beside the run where one thread assembles them.
+// stage's parallelism), beside the run where one thread assembles them. A second loop ("handing")
+// also hands each batch to a consumer thread, as any pipeline must: what that alone costs.
 // Usage: bench_sequences [LINES_PER_FILE] [RUNS] [ONLY] (ONLY: padded, bucketed or packed, and
 // optionally :1 or :N for one worker count, e.g. packed:2; for profiling one case)
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -19,8 +21,10 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -49,6 +53,84 @@ struct Tally {
   std::uint64_t tokens = 0, padding = 0;
 };
 
+// A finished batch, when the loop hands its batches on.
+struct Batch {
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int32_t> segments, positions;
+};
+
+// A single-producer single-consumer ring of batches: no lock, no system call on either side.
+class BatchRing {
+ public:
+  bool push(Batch& b) {
+    const auto head = head_.load(std::memory_order_relaxed);
+    if (head - tail_.load(std::memory_order_acquire) == kSlots) return false;
+    slots_[head % kSlots] = std::move(b);
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+  bool pop(Batch& b) {
+    const auto tail = tail_.load(std::memory_order_relaxed);
+    if (tail == head_.load(std::memory_order_acquire)) return false;
+    b = std::move(slots_[tail % kSlots]);
+    tail_.store(tail + 1, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t kSlots = 64;
+  Batch slots_[kSlots];
+  alignas(64) std::atomic<std::size_t> head_{0};
+  alignas(64) std::atomic<std::size_t> tail_{0};
+};
+
+// What any pipeline does with a batch and the plain loop does not: hand it to a consumer on
+// another thread, and write the next one into memory the last is not in, since the consumer may
+// still be reading it. Made as cheap as we know how, so that it bounds what any pipeline's
+// hand-off costs: a lock-free ring 64 batches deep (a stage's output buffer), a consumer that
+// polls it (no wake-up calls on the producer's side), and batch memory the consumer returns
+// through a second ring, so the producer writes into recycled, not fresh, memory.
+class HandOff {
+ public:
+  HandOff() : consumer_([this] { consume(); }) {}
+  ~HandOff() {
+    closed_.store(true, std::memory_order_release);
+    consumer_.join();
+  }
+  // Memory of a batch the consumer is done with (its vectors' capacity), or none.
+  Batch recycled() {
+    for (Batch b; returned_.pop(b);) spare_.push_back(std::move(b));
+    if (spare_.empty()) return {};
+    Batch b = std::move(spare_.back());  // the last returned: the likeliest still in this core's cache
+    spare_.pop_back();
+    return b;
+  }
+  void push(Batch b) {
+    while (!queue_.push(b)) std::this_thread::yield();
+  }
+
+ private:
+  void consume() {
+    for (;;) {
+      const bool closed = closed_.load(std::memory_order_acquire);
+      Batch b;
+      bool any = false;
+      while (queue_.pop(b)) {
+        any = true;
+        returned_.push(b);  // dropped when the return ring is full
+      }
+      if (!any) {
+        if (closed) return;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+  BatchRing queue_, returned_;
+  std::vector<Batch> spare_;  // the producer's
+  std::atomic<bool> closed_{false};
+  std::thread consumer_;
+};
+
 // Pads rows (each a token sequence) to the longest into one [rows, longest] batch.
 void pad_batch(const std::vector<std::vector<std::int64_t>>& rows, std::vector<std::int64_t>& batch, Tally& t) {
   std::size_t longest = 0;
@@ -69,10 +151,16 @@ struct PackedRow {
   int used = 0, count = 0;
 };
 
-// The plain loop: one thread, the given files, one layout.
-Tally loop(const std::vector<std::string>& files, Layout layout) {
+// The plain loop: one thread, the given files, one layout. Without a hand-off every batch is
+// written into one buffer, reused; with one, each batch goes to the consumer and the next is
+// written into memory the consumer has given back.
+Tally loop(const std::vector<std::string>& files, Layout layout, HandOff* hand_off = nullptr) {
   Tally t;
   std::vector<std::int64_t> batch;
+  auto padded = [&](const std::vector<std::vector<std::int64_t>>& held) {
+    pad_batch(held, batch, t);
+    if (hand_off) hand_off->push({std::exchange(batch, hand_off->recycled().tokens), {}, {}});
+  };
   std::vector<std::vector<std::int64_t>> rows;
   std::vector<std::vector<std::vector<std::int64_t>>> buckets(kBoundaries.size() + 1);
   std::deque<PackedRow> open;
@@ -85,21 +173,29 @@ Tally loop(const std::vector<std::string>& files, Layout layout) {
     std::memcpy(packed_positions.data() + packed_rows * kRow, r.positions.data(), kRow * sizeof(std::int32_t));
     t.tokens += static_cast<std::uint64_t>(r.used);
     t.padding += static_cast<std::uint64_t>(kRow - r.used);
-    if (++packed_rows == kBatch) packed_rows = 0;
+    if (++packed_rows == kBatch) {
+      packed_rows = 0;
+      if (hand_off) {
+        Batch next = hand_off->recycled();
+        next.tokens.resize(kBatch * kRow), next.segments.resize(kBatch * kRow), next.positions.resize(kBatch * kRow);
+        hand_off->push({std::exchange(packed_tokens, std::move(next.tokens)), std::exchange(packed_segments, std::move(next.segments)),
+                        std::exchange(packed_positions, std::move(next.positions))});
+      }
+    }
   };
   std::vector<std::int64_t> seq;
   auto take = [&](std::vector<std::int64_t>& s) {
     if (layout == Layout::Padded) {
       rows.push_back(s);
       if (rows.size() == kBatch) {
-        pad_batch(rows, batch, t);
+        padded(rows);
         rows.clear();
       }
     } else if (layout == Layout::Bucketed) {
       const auto b = static_cast<std::size_t>(std::upper_bound(kBoundaries.begin(), kBoundaries.end(), static_cast<std::int64_t>(s.size())) - kBoundaries.begin());
       buckets[b].push_back(s);
       if (buckets[b].size() == kBatch) {
-        pad_batch(buckets[b], batch, t);
+        padded(buckets[b]);
         buckets[b].clear();
       }
     } else {
@@ -162,10 +258,11 @@ Tally loop(const std::vector<std::string>& files, Layout layout) {
     ::close(fd);
   }
   // The iteration's end: what is held leaves.
-  if (!rows.empty()) pad_batch(rows, batch, t);
+  if (!rows.empty()) padded(rows);
   for (auto& b : buckets)
-    if (!b.empty()) pad_batch(b, batch, t);
+    if (!b.empty()) padded(b);
   for (auto& r : open) emit_packed(r);
+  if (hand_off && packed_rows > 0) hand_off->push({std::move(packed_tokens), std::move(packed_segments), std::move(packed_positions)});
   return t;
 }
 
@@ -243,8 +340,9 @@ int main(int argc, char** argv) {
   const std::string pattern = (dir / "tokens*.txt").string();
   fmt::print("{} files of {} lines, {} tokens, {:.1f} MB; batches of {}, packed rows of {} ({} open); best of {} runs\n", cores,
              lines_per_file, tokens, static_cast<double>(fs::file_size(files[0]) * cores) / 1e6, kBatch, kRow, kOpenRows, runs);
-  fmt::print("{:<9} {:>6} {:>9} {:>14} {:>14} {:>8} {:>9} {:>9} {:>8} {:>9}\n", "layout", "cores", "assembly", "pipeline tok/s", "loop tok/s",
-             "vs loop", "padding", "cpu s", "loop cpu", "per cpu");
+  fmt::print("{:<9} {:>6} {:>9} {:>14} {:>14} {:>9} {:>9} {:>9} {:>8} {:>9} {:>14} {:>10} {:>12}\n", "layout", "cores", "assembly",
+             "pipeline tok/s", "loop tok/s", "vs loop", "padding", "cpu s", "loop cpu", "per cpu", "handing tok/s", "vs handing",
+             "handing/loop");
   for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
     for (unsigned workers : {1u, cores}) {
       if (!only.empty() && only != name(layout) && only != fmt::format("{}:{}", name(layout), workers)) continue;
@@ -253,32 +351,43 @@ int main(int argc, char** argv) {
       std::vector<unsigned> assemblies{1};
       if (workers > 1 && layout != Layout::Packed) assemblies.push_back(workers);
       for (unsigned assembly : assemblies) {
-      double best_loop = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
-      Tally ours, mine;
+      double best_loop = 1e9, best_handing = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
+      Tally ours, mine, handed;
+      // A loop per core, each on its own file; with hand_off, each with its consumer thread.
+      auto run_loops = [&](bool hand_off, Tally& total) {
+        std::vector<Tally> parts(workers);
+        std::vector<std::thread> threads;
+        for (unsigned c = 0; c < workers; ++c)
+          threads.emplace_back([&, c] {
+            std::optional<HandOff> consumer;
+            if (hand_off) consumer.emplace();
+            parts[c] = loop(workers == 1 ? files : std::vector<std::string>{files[c]}, layout, consumer ? &*consumer : nullptr);
+          });
+        for (auto& th : threads) th.join();
+        total = {};
+        for (auto& p : parts) total.tokens += p.tokens, total.padding += p.padding;
+      };
       for (int r = 0; r < runs; ++r) {
         auto t0 = Clock::now();
         const double c0 = cpu_seconds();
-        if (workers == 1) {
-          mine = loop(files, layout);
-        } else {  // a loop per core, each on its own file
-          std::vector<Tally> parts(workers);
-          std::vector<std::thread> threads;
-          for (unsigned c = 0; c < workers; ++c) threads.emplace_back([&, c] { parts[c] = loop({files[c]}, layout); });
-          for (auto& th : threads) th.join();
-          mine = {};
-          for (auto& p : parts) mine.tokens += p.tokens, mine.padding += p.padding;
-        }
+        run_loops(false, mine);
         best_loop = std::min(best_loop, since(t0));
         loop_cpu = std::min(loop_cpu, cpu_seconds() - c0);
+        t0 = Clock::now();
+        run_loops(true, handed);
+        best_handing = std::min(best_handing, since(t0));
         const double c1 = cpu_seconds();
         best_ours = std::min(best_ours, run_pipeline(registry, pipeline(pattern, layout, workers, assembly), ours));
         ours_cpu = std::min(ours_cpu, cpu_seconds() - c1);
       }
-      if (ours.tokens != tokens || mine.tokens != tokens)
-        fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}\n", tokens, ours.tokens, mine.tokens);
+      if (ours.tokens != tokens || mine.tokens != tokens || handed.tokens != tokens)
+        fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}, handing loop {}\n", tokens, ours.tokens, mine.tokens,
+                   handed.tokens);
       const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
-      fmt::print("{:<9} {:>6} {:>9} {:>14.0f} {:>14.0f} {:>7.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}%\n", name(layout), workers, assembly,
-                 tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding, ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu);
+      fmt::print("{:<9} {:>6} {:>9} {:>14.0f} {:>14.0f} {:>8.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}% {:>14.0f} {:>9.0f}% {:>11.0f}%\n",
+                 name(layout), workers, assembly, tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding,
+                 ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu, tokens / best_handing, 100 * best_handing / best_ours,
+                 100 * best_loop / best_handing);
       }
     }
   }
