@@ -294,7 +294,14 @@ class TestCheckpoint : public QObject {
     if (pipeline == "tfrecord") {
       // The shuffle buffer is named, not held, and only it and the last record of each open
       // input are read again (one seek each), not the records before the cut.
-      QVERIFY(state_of(*saved, "shuffle").elements_size() > 0);
+      // A cut inside an epoch finds the shuffle holding the rest of it (nothing is in flight at a
+      // cut: what it emitted is in the batches the sink got, and in the batch being gathered).
+      // One asked for late in an epoch may land at the epoch's end instead, when the readers had
+      // read the whole epoch before it: the barrier then comes after the end of the shuffle's
+      // input, behind its drain, and the buffer is rightly empty (seen once under ASan).
+      if (first.lines.size() % 150 != 0)
+        QVERIFY2(state_of(*saved, "shuffle").elements_size() > 0,
+                 ("the cut fell after " + std::to_string(first.lines.size()) + " batches, inside an epoch, with the shuffle buffer empty").c_str());
       QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size()));
       QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
     } else if (pipeline == "cached" && stop_after < 300) {
