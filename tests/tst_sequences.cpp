@@ -19,8 +19,8 @@ using Ints = std::vector<long long>;
 
 namespace {
 
-RunOutput run_ok(const std::string& text) {
-  auto out = run_text(text);
+RunOutput run_ok(const std::string& text, const sluice::EngineOptions& options = {}) {
+  auto out = run_text(text, {}, options);
   if (!out.error.empty() || out.result.state != sluice::RunState::Finished)
     qFatal("pipeline did not finish: %s %s", out.error.c_str(), out.result.error.c_str());
   return out;
@@ -567,6 +567,26 @@ class TestSequences : public QObject {
                chunked.snapshot.stage(3).skip_reasons(0).c_str());
       QVERIFY(chunked.snapshot.stage(3).skip_reasons(0).find("longer than its padded shape [50]") != std::string::npos);
     }
+  }
+
+  void a_line_kept_beside_its_tokens_batches_in_chunks() {
+    // split_text into another field keeps each line's text, a column of spans of the read buffer:
+    // padded and bucketed batches of both, in chunks, are those of the element-wise run (this
+    // crashed the process: the text column was taken for one of bytes of another type).
+    write_file(path("kept.txt"), "1 2\n3\n\n4 5 6 7\n8 9\n10\n");
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::string split = stage("files", "list_files", "", {{"patterns", path("kept.txt")}}) + stage("lines", "text_lines", "files") +
+                              stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "tokens"}});
+    for (const std::string& layout :
+         {stage("b", "padded_batch", "split", {{"batch_size", "4"}, {"lengths", "tokens"}}),
+          stage("b", "bucket_by_sequence_length", "split", {{"length_field", "tokens"}, {"boundaries", "2"}, {"batch_sizes", "2,2"}})}) {
+      const auto chunked = run_ok(split + layout + sink_after("b"));
+      QVERIFY(chunked.snapshot.stage(2).chunks_out() > 0);
+      QCOMPARE(chunked.lines, run_ok(split + layout + sink_after("b"), element_wise).lines);
+    }
+    QCOMPARE(run_ok(split + stage("b", "padded_batch", "split", {{"batch_size", "4"}}) + sink_after("b")).lines.front(),
+             std::string(R"({"line":["MSAy","Mw==","","NCA1IDYgNw=="],"tokens":[[1,2,0,0],[3,0,0,0],[0,0,0,0],[4,5,6,7]]})"));
   }
 
   // ---- fixed_length_records ----

@@ -123,12 +123,12 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     std::vector<const Column*> columns;
     for (const auto& name : fields_) {
       const Column& c = in.at(name);
-      if (c.row_rank() == 0 || c.tensor.dtype() == DType::Bytes)
-        throw DataError("field '" + name + "' is " + dtype_name(c.tensor.dtype()) + shape_string(c.row_shape(0)) +
+      if (c.row_rank() == 0 || c.dtype() == DType::Bytes)
+        throw DataError("field '" + name + "' is " + dtype_name(c.dtype()) + shape_string(c.row_shape(0)) +
                         ": packing takes numeric sequences (token ids, features per step)");
       auto it = step_shapes_.find(name);
-      if (it != step_shapes_.end() && (it->second.first != c.tensor.dtype() || it->second.second != step_of(c)))
-        throw DataError("field '" + name + "' has steps of " + dtype_name(c.tensor.dtype()) + shape_string(step_of(c)) + " here and " +
+      if (it != step_shapes_.end() && (it->second.first != c.dtype() || it->second.second != step_of(c)))
+        throw DataError("field '" + name + "' has steps of " + dtype_name(c.dtype()) + shape_string(step_of(c)) + " here and " +
                         dtype_name(it->second.first) + shape_string(it->second.second) + " before");
       columns.push_back(&c);
     }
@@ -151,7 +151,7 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
       throw DataError("a sequence of " + std::to_string(tokens) + " tokens is longer than a packed row (length " +
                       std::to_string(length_) + "); raise length, or set too_long: split or truncate");
     if (step_shapes_.size() < fields_.size())  // the first row taken: every later one has its steps
-      for (const Column* c : columns) step_shapes_.emplace(c->name, std::make_pair(c->tensor.dtype(), step_of(*c)));
+      for (const Column* c : columns) step_shapes_.emplace(c->name, std::make_pair(c->dtype(), step_of(*c)));
     const std::int64_t kept = too_long_ == "truncate" ? std::min(tokens, length_) : tokens;
     // An empty sequence has no token to place: it takes no segment.
     for (std::int64_t from = 0; from < kept; from += length_) place(in, columns, r, from, std::min(length_, kept - from), out);
@@ -177,7 +177,7 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     for (std::size_t f = 0; f < columns.size(); ++f) {
       const Column& src = *columns[f];
       Tensor& dst = *row->sample.find(fields_[f]);
-      const std::size_t step_bytes = static_cast<std::size_t>(src.step_elements()) * dtype_size(src.tensor.dtype());
+      const std::size_t step_bytes = static_cast<std::size_t>(src.step_elements()) * dtype_size(src.dtype());
       if (count) std::memcpy(dst.raw_data() + static_cast<std::size_t>(row->used) * step_bytes,
                              src.row_data(r) + static_cast<std::size_t>(from) * step_bytes,
                              static_cast<std::size_t>(count) * step_bytes);
@@ -212,8 +212,8 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     for (const Column* c : columns) {
       Shape shape = c->row_shape(0);
       shape[0] = length_;
-      need += aligned(static_cast<std::size_t>(shape_elements(shape)) * dtype_size(c->tensor.dtype()));
-      blocks.emplace_back(c->tensor.dtype(), std::move(shape));
+      need += aligned(static_cast<std::size_t>(shape_elements(shape)) * dtype_size(c->dtype()));
+      blocks.emplace_back(c->dtype(), std::move(shape));
     }
     for (int k = 0; k < 2; ++k) {
       need += aligned(static_cast<std::size_t>(length_) * sizeof(std::int32_t));

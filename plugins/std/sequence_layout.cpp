@@ -209,7 +209,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
   for (const Column& first : rows.front().chunk->columns()) {
     for (std::size_t k = 0; k < rows.size(); ++k)
       cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(first.name);
-    const DType dtype = first.tensor.dtype();
+    const DType dtype = first.dtype();
     const std::size_t rank = first.row_rank();
     // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
     Shape padded = first.row_shape(rows.front().row);
@@ -352,9 +352,9 @@ void HeldRefs::check(const Chunk& in, std::size_t r) const {
   for (const Column& f : first.chunk->columns()) {
     const Column* c = in.find(f.name);
     if (!c) throw DataError("this element has no field '" + f.name + "', which " + against() + " of the output has");
-    if (c->tensor.dtype() != f.tensor.dtype() || c->row_rank() != f.row_rank())
-      throw DataError("field '" + f.name + "' is " + dtype_name(c->tensor.dtype()) + shape_string(c->row_shape(r)) + " here and " +
-                      dtype_name(f.tensor.dtype()) + shape_string(f.row_shape(first.row)) + " in " + against() +
+    if (c->dtype() != f.dtype() || c->row_rank() != f.row_rank())
+      throw DataError("field '" + f.name + "' is " + dtype_name(c->dtype()) + shape_string(c->row_shape(r)) + " here and " +
+                      dtype_name(f.dtype()) + shape_string(f.row_shape(first.row)) + " in " + against() +
                       " (rows may differ in their sizes, not in their type or number of dimensions)");
   }
   if (in.columns().size() != first.chunk->columns().size())

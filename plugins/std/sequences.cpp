@@ -257,7 +257,7 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
   std::int64_t length_of(const Chunk& in, std::size_t r) const {
     const Column& c = in.at(length_field_);
     if (c.row_rank() > 0) return c.row_length(r);
-    switch (c.tensor.dtype()) {
+    switch (c.dtype()) {
       case DType::I64: {
         std::int64_t v;
         std::memcpy(&v, c.row_data(r), sizeof v);
@@ -269,7 +269,7 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
         return v;
       }
       default:
-        throw DataError("length_field '" + length_field_ + "' is a " + dtype_name(c.tensor.dtype()) +
+        throw DataError("length_field '" + length_field_ + "' is a " + dtype_name(c.dtype()) +
                         " scalar; give a sequence field (its length is used) or an integer length");
     }
   }

@@ -42,6 +42,8 @@ struct Column {
   std::shared_ptr<Buffer> buffer;
   std::vector<Span> spans;
 
+  /// The type of the column's values: bytes for Spans (whose `tensor` holds nothing), else the tensor's.
+  DType dtype() const { return layout == Layout::Spans ? DType::Bytes : tensor.dtype(); }
   /// Row `r` as the element form would hold it.
   Tensor row(std::size_t r) const {
     switch (layout) {
