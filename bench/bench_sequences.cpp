@@ -266,28 +266,35 @@ Tally loop(const std::vector<std::string>& files, Layout layout, HandOff* hand_o
   return t;
 }
 
-// `assembly`: the layout stage's parallelism (threads padding its batches; packing has one).
+// `assembly`: the layout stage's parallelism (threads padding its batches; packing has one), or
+// kPerInput: split and layout run per input on the interleave's readers (Stage.per_input), each
+// file read, split and batched on one thread as the loop on every core does.
+constexpr unsigned kPerInput = 0;
 std::string pipeline(const std::string& pattern, Layout layout, unsigned workers, unsigned assembly) {
+  const bool per_input = assembly == kPerInput;
+  // Per input, a block is one batch of an input; across inputs, 256 lines.
   std::string text = fmt::format(
       "options {{ seed: 1 deterministic: true }}\n"
       "stage {{ id: \"files\" op: \"list_files\" params {{ key: \"patterns\" value: \"{}\" }} }}\n"
-      "stage {{ id: \"lines\" op: \"text_lines\" input: \"files\" parallelism: {w} interleave {{ cycle_length: {w} block_length: 256 }} }}\n"
-      "stage {{ id: \"split\" op: \"split_text\" input: \"lines\" parallelism: {w} params {{ key: \"to\" value: \"int64\" }} }}\n",
-      pattern, fmt::arg("w", workers));
+      "stage {{ id: \"lines\" op: \"text_lines\" input: \"files\" parallelism: {w} interleave {{ cycle_length: {w} block_length: {block} }} }}\n"
+      "stage {{ id: \"split\" op: \"split_text\" input: \"lines\" {how} params {{ key: \"to\" value: \"int64\" }} }}\n",
+      pattern, fmt::arg("w", workers), fmt::arg("block", per_input ? 1 : 256),
+      fmt::arg("how", per_input ? "per_input: true" : fmt::format("parallelism: {}", workers)));
+  const std::string layout_how = per_input ? "per_input: true" : fmt::format("parallelism: {}", assembly);
   if (layout == Layout::Padded)
-    text += fmt::format("stage {{ id: \"layout\" op: \"padded_batch\" input: \"split\" parallelism: {} params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
-                        assembly, kBatch);
+    text += fmt::format("stage {{ id: \"layout\" op: \"padded_batch\" input: \"split\" {} params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
+                        layout_how, kBatch);
   else if (layout == Layout::Bucketed)
     text += fmt::format(
-        "stage {{ id: \"layout\" op: \"bucket_by_sequence_length\" input: \"split\" parallelism: {a} params {{ key: \"length_field\" value: \"line\" }} "
+        "stage {{ id: \"layout\" op: \"bucket_by_sequence_length\" input: \"split\" {how} params {{ key: \"length_field\" value: \"line\" }} "
         "params {{ key: \"boundaries\" value: \"16,32,64\" }} params {{ key: \"batch_sizes\" value: \"{b},{b},{b},{b}\" }} }}\n",
-        fmt::arg("b", kBatch), fmt::arg("a", assembly));
+        fmt::arg("b", kBatch), fmt::arg("how", layout_how));
   else
     text += fmt::format(
-        "stage {{ id: \"layout\" op: \"pack_sequences\" input: \"split\" params {{ key: \"fields\" value: \"line\" }} "
+        "stage {{ id: \"layout\" op: \"pack_sequences\" input: \"split\" {how} params {{ key: \"fields\" value: \"line\" }} "
         "params {{ key: \"length\" value: \"{}\" }} params {{ key: \"open_rows\" value: \"{}\" }} }}\n"
-        "stage {{ id: \"batch\" op: \"batch\" input: \"layout\" params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
-        kRow, kOpenRows, kBatch);
+        "stage {{ id: \"batch\" op: \"batch\" input: \"layout\" {how} params {{ key: \"batch_size\" value: \"{}\" }} }}\n",
+        kRow, kOpenRows, kBatch, fmt::arg("how", per_input ? "per_input: true" : ""));
   text += fmt::format("stage {{ id: \"out\" op: \"null_sink\" input: \"{}\" }}\n", layout == Layout::Packed ? "batch" : "layout");
   return text;
 }
@@ -348,8 +355,11 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != name(layout) && only != fmt::format("{}:{}", name(layout), workers)) continue;
       // On every core, padding and bucketing also run with their batches assembled on every core
       // (the stage's parallelism), beside the one-thread stage.
+      // On every core, every layout also runs per input (each file read, split and batched on one
+      // of the interleave's readers: the loop's batches exactly).
       std::vector<unsigned> assemblies{1};
       if (workers > 1 && layout != Layout::Packed) assemblies.push_back(workers);
+      if (workers > 1) assemblies.push_back(kPerInput);
       for (unsigned assembly : assemblies) {
       double best_loop = 1e9, best_handing = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
       Tally ours, mine, handed;
@@ -383,9 +393,12 @@ int main(int argc, char** argv) {
       if (ours.tokens != tokens || mine.tokens != tokens || handed.tokens != tokens)
         fmt::print(stderr, "token counts differ: {} written, pipeline {}, loop {}, handing loop {}\n", tokens, ours.tokens, mine.tokens,
                    handed.tokens);
+      // Per input, the pipeline makes the loop's batches: the same padding, value for value.
+      if (assembly == kPerInput && ours.padding != mine.padding)
+        fmt::print(stderr, "padding differs per input: pipeline {}, loop {}\n", ours.padding, mine.padding);
       const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
       fmt::print("{:<9} {:>6} {:>9} {:>14.0f} {:>14.0f} {:>8.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}% {:>14.0f} {:>9.0f}% {:>11.0f}%\n",
-                 name(layout), workers, assembly, tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding,
+                 name(layout), workers, assembly == kPerInput ? std::string("input") : std::to_string(assembly), tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding,
                  ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu, tokens / best_handing, 100 * best_handing / best_ours,
                  100 * best_loop / best_handing);
       }

@@ -203,6 +203,14 @@ std::string sequences_pipeline(const std::string& folder, const std::string& whi
     return token_pipeline(folder, parallelism,
                           stage("pack", "pack_sequences", "shuffle", {{"fields", "tokens"}, {"length", "40"}, {"open_rows", "4"}}, "buffer_size: 2") +
                               stage("win", "window", "pack", {{"size", "3"}, {"shift", "2"}}, "buffer_size: 2") + sink_after("win"));
+  if (which == "per input")  // each file split and batched on the reader that reads it; the batches shuffled
+    return "options { seed: 21 deterministic: true }\n" +
+           stage("files", "list_files", "", {{"patterns", folder + "/*.txt"}, {"shuffle", "true"}}) +
+           stage("lines", "text_lines", "files", {}, "parallelism: " + std::to_string(parallelism) + " interleave { cycle_length: 3 block_length: 2 }") +
+           stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "tokens"}}, "per_input: true") +
+           stage("pb", "padded_batch", "split", {{"batch_size", "7"}, {"masks", "tokens"}}, "per_input: true buffer_size: 2") +
+           stage("shuffle", "shuffle", "pb", {{"buffer_size", "20"}}, "buffer_size: 2") +
+           stage("epochs", "repeat", "shuffle", {{"count", "2"}}, "buffer_size: 2") + sink_after("epochs");
   if (which == "padded chunks")  // no shuffle: lines, tokens and the held rows go in chunks
     return token_pipeline(folder, parallelism, "", false) +
            stage("pb", "padded_batch", "only", {{"batch_size", "5"}, {"masks", "tokens"}}, assembly) +
@@ -252,6 +260,9 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 60}) QTest::addRow("packed p%d k%d", p, k) << "packed" << p << k;
       for (int k : {1, 300, 700}) QTest::addRow("padded p%d k%d", p, k) << "padded" << p << k;
       for (int k : {1, 300}) QTest::addRow("padded chunks p%d k%d", p, k) << "padded chunks" << p << k;
+      // Batches made per input (each reader splits and batches its own files), about 700 in two
+      // epochs: a cut finds rows held inside the open inputs' batches, made again on resume.
+      for (int k : {1, 100, 400}) QTest::addRow("per input p%d k%d", p, k) << "per input" << p << k;
     }
   }
   void resume_is_exact() {

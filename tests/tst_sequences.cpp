@@ -10,6 +10,8 @@
 #include <random>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "pipeline_runner.hpp"
 
 using namespace sluice::test;
@@ -587,6 +589,105 @@ class TestSequences : public QObject {
     }
     QCOMPARE(run_ok(split + stage("b", "padded_batch", "split", {{"batch_size", "4"}}) + sink_after("b")).lines.front(),
              std::string(R"({"line":["MSAy","Mw==","","NCA1IDYgNw=="],"tokens":[[1,2,0,0],[3,0,0,0],[0,0,0,0],[4,5,6,7]]})"));
+  }
+
+  // ---- per-input stages: tf.data's interleave(lambda f: TextLineDataset(f).map(...).padded_batch(...)) ----
+  void per_input_batches_never_mix_inputs() {
+    // Five files of 3 to 31 lines (one empty line, one file with no final newline): split and
+    // padded per input on the interleave's readers, each file's batches are those of a pipeline
+    // reading that file alone, in that order; with one input open at a time they follow file by
+    // file, and the interleaved order is the same at any parallelism.
+    std::mt19937 gen(5);
+    std::vector<Lines> alone;
+    for (int f = 0; f < 5; ++f) {
+      std::string text;
+      const int lines = 3 + 7 * f;
+      for (int l = 0; l < lines; ++l) {
+        const int n = f == 2 && l == 1 ? 0 : 1 + static_cast<int>(gen() % 9);
+        for (int k = 0; k < n; ++k) text += (k ? " " : "") + std::to_string(f * 10000 + l * 10 + k);
+        if (l + 1 < lines || f != 3) text += "\n";
+      }
+      const std::string file = path("per_input" + std::to_string(f) + ".txt");
+      write_file(file, text);
+      alone.push_back(run_ok(int_lines(file) + stage("pb", "padded_batch", "seq", {{"batch_size", "4"}, {"lengths", "x"}}) + sink_after("pb")).lines);
+    }
+    auto per_input = [&](int parallelism, int cycle, int block) {
+      return stage("files", "list_files", "", {{"patterns", path("per_input*.txt")}}) +
+             stage("lines", "text_lines", "files", {},
+                   fmt::format("parallelism: {} interleave {{ cycle_length: {} block_length: {} }}", parallelism, cycle, block)) +
+             stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "x"}}, "per_input: true") +
+             stage("seq", "select_fields", "split", {{"keep", "x"}}, "per_input: true") +
+             stage("pb", "padded_batch", "seq", {{"batch_size", "4"}, {"lengths", "x"}}, "per_input: true") + sink_after("pb");
+    };
+    Lines one_by_one;
+    for (const auto& lines : alone) one_by_one.insert(one_by_one.end(), lines.begin(), lines.end());
+    QCOMPARE(run_ok(per_input(1, 1, 1)).lines, one_by_one);
+    for (int block : {1, 3}) {
+      const auto sequential = run_ok(per_input(1, 3, block));
+      for (int parallelism : {2, 3}) QCOMPARE(run_ok(per_input(parallelism, 3, block)).lines, sequential.lines);
+      // Every file's batches, each whole and in its order, none from two files.
+      std::vector<std::size_t> next(alone.size(), 0);
+      for (const auto& line : sequential.lines) {
+        const auto digit = line.find_first_of("0123456789", line.find("\"x\""));
+        const std::size_t f = static_cast<std::size_t>(std::stoll(line.substr(digit)) / 10000);
+        QVERIFY(f < alone.size() && next[f] < alone[f].size());
+        QCOMPARE(line, alone[f][next[f]++]);
+      }
+      for (std::size_t f = 0; f < alone.size(); ++f) QCOMPARE(next[f], alone[f].size());
+      // The stages count their own elements; the readers' lines reach the batches.
+      const auto& snap = sequential.snapshot;
+      QCOMPARE(snap.stage(1).elements_out(), snap.stage(2).elements_in());
+      QCOMPARE(snap.stage(4).elements_out(), std::uint64_t(sequential.lines.size()));
+      QCOMPARE(snap.stage(4).fused_with(), std::string("lines"));
+      QVERIFY(snap.stage(4).per_input());
+      QVERIFY(snap.stage(4).padding_values() > 0);
+    }
+  }
+  void per_input_take_and_errors_are_each_stages_own() {
+    // A take per input keeps each file's first batch; a line that is no integer fails the run
+    // naming stage 'split' and its file and line, or is skipped and counted there under skip.
+    write_file(path("pi_err0.txt"), "1 2\n3\n4 5 6\n7\n8\n");
+    write_file(path("pi_err1.txt"), "10\n11 x\n12 13\n14\n");
+    const std::string lines = stage("files", "list_files", "", {{"patterns", path("pi_err*.txt")}}) +
+                              stage("lines", "text_lines", "files", {}, "parallelism: 2 interleave { cycle_length: 2 }");
+    auto chain = [&](const std::string& policy, const std::string& tail) {
+      return lines + stage("split", "split_text", "lines", {{"to", "int64"}}, "per_input: true " + policy) +
+             stage("pb", "padded_batch", "split", {{"batch_size", "2"}}, "per_input: true") + tail;
+    };
+    auto failed = run_text(chain("", sink_after("pb")));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find("stage 'split' (split_text)") != std::string::npos, failed.result.error.c_str());
+    QVERIFY2(failed.result.error.find("pi_err1.txt record 1") != std::string::npos, failed.result.error.c_str());
+    QCOMPARE(failed.result.failed_stage, std::string("split"));
+    auto skipped = run_ok(chain("error_policy: skip", sink_after("pb")));
+    QCOMPARE(skipped.lines, (Lines{R"({"line":[[1,2],[3,0]]})", R"({"line":[[10,0],[12,13]]})", R"({"line":[[4,5,6],[7,0,0]]})",
+                                   R"({"line":[[14]]})", R"({"line":[[8]]})"}));
+    QCOMPARE(skipped.snapshot.stage(2).errors_skipped(), std::uint64_t(1));
+    QCOMPARE(skipped.snapshot.stage(1).errors_skipped(), std::uint64_t(0));
+    auto first = run_ok(chain("error_policy: skip", stage("first", "take", "pb", {{"count", "1"}}, "per_input: true") + sink_after("first")));
+    QCOMPARE(first.lines, (Lines{R"({"line":[[1,2],[3,0]]})", R"({"line":[[10,0],[12,13]]})"}));
+  }
+  void per_input_stages_are_refused_where_they_cannot_run() {
+    const std::string lines = stage("files", "list_files", "", {{"patterns", fill_}}) + stage("lines", "text_lines", "files");
+    auto refusal = [&](const std::string& text) {
+      auto out = run_text(text);
+      return out.error;
+    };
+    const std::string split = stage("split", "split_text", "lines", {{"to", "int64"}});
+    std::string e = refusal(lines + split + stage("pb", "padded_batch", "split", {{"batch_size", "2"}}, "per_input: true") + sink_after("pb"));
+    QVERIFY2(e.find("stage 'pb'") != std::string::npos && e.find("its input 'split' is a map, not an expand stage") != std::string::npos, e.c_str());
+    e = refusal(lines + stage("split", "split_text", "lines", {{"to", "int64"}}, "per_input: true parallelism: 2") + sink_after("split"));
+    QVERIFY2(e.find("runs on the readers of the interleave 'lines'; set `parallelism` there") != std::string::npos, e.c_str());
+    e = refusal(lines + stage("out", "null_sink", "lines", {}, "per_input: true"));
+    QVERIFY2(e.find("'null_sink' is a sink; per_input applies to maps, filters and aggregates") != std::string::npos, e.c_str());
+    e = refusal(lines + stage("twice", "repeat", "lines", {{"count", "2"}}, "per_input: true") + sink_after("twice"));
+    QVERIFY2(e.find("'repeat' reads its input several times per iteration") != std::string::npos, e.c_str());
+    e = refusal(lines + stage("split", "split_text", "lines", {{"to", "int64"}}, "per_input: true buffer_size: 4") +
+                stage("pb", "padded_batch", "split", {{"batch_size", "2"}}, "per_input: true") + sink_after("pb"));
+    QVERIFY2(e.find("set `buffer_size` on the last per-input stage") != std::string::npos, e.c_str());
+    e = refusal(lines + stage("split", "split_text", "lines", {{"to", "int64"}}, "per_input: true") + sink_after("split") +
+                stage("other", "null_sink", "lines"));
+    QVERIFY2(e.find("its input 'lines' is read by 2 stages") != std::string::npos, e.c_str());
   }
 
   // ---- fixed_length_records ----

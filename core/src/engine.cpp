@@ -345,7 +345,9 @@ void Engine::start() {
       Placement* placement = I.graph.deterministic ? st->op->offered_placement() : nullptr;
       // Only to a producer whose output this stage alone reads (a tee's elements go elsewhere too).
       const int sole_input = st->spec->inputs.size() == 1 ? st->spec->inputs[0] : -1;
-      if (placement && sole_input >= 0 && I.stages[sole_input]->map && I.graph.stages[sole_input].sole_consumer() == i)
+      // Not within per-input stages: each input has operators of its own, not this one's rows.
+      if (placement && sole_input >= 0 && I.stages[sole_input]->map && I.graph.stages[sole_input].sole_consumer() == i &&
+          !st->spec->per_input && !I.stages[sole_input]->spec->per_input)
         I.stages[sole_input]->info.placement = placement;
       if (Allocator* offered = st->op->offered_allocator()) {
         for (int up = sole_input, reader = i; up >= 0 && I.graph.stages[up].sole_consumer() == reader;) {
@@ -417,15 +419,27 @@ void Engine::start() {
       st.first_input_epoch = input_epoch_of(st.first_output_epoch, st.passes_per_iteration);
     }
   }
+  // Per-input stages join the group of the interleave they read (directly or through other
+  // per-input stages): its readers run them for each input (stage_per_input.cpp), and the last
+  // one's output is the group's.
+  for (auto& st_ptr : I.stages) {
+    auto& st = *st_ptr;
+    if (!st.spec->per_input) continue;
+    StageRuntime& input = *I.stages[static_cast<std::size_t>(st.spec->inputs.front())];
+    StageRuntime& head = input.fused_head ? *input.fused_head : input;
+    head.fused.push_back(&st);
+    st.fused_head = &head;
+  }
   // Fuse a stateless map with the stateless map or filter that reads it, when they run on as many
   // workers and the map asks for no buffer of its own (prefetch does, and an explicit buffer_size).
   if (I.graph.fuse) {
     for (auto& st_ptr : I.stages) {
       auto& st = *st_ptr;
       if (!st.map || st.spec->sole_consumer() < 0 || st.spec->buffer_size > 0 || st.tuned_buffer || st.op->preferred_buffer() > 0) continue;
+      if (st.spec->per_input) continue;
       if (!st.spec->op->info.traits.stateless) continue;
       auto& next = *I.stages[st.spec->sole_consumer()];
-      if (!(next.map || next.filter) || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
+      if (!(next.map || next.filter) || next.spec->per_input || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
           next.tuned_workers != st.tuned_workers)
         continue;
       // Two maps that both take chunks stay apart: a fused group runs element by element, and a

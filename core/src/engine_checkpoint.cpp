@@ -74,7 +74,8 @@ std::vector<std::string> Engine::checkpoint_refusals() const {
     if (st->expand && st->spec->interleave_deterministic.value_or(I.graph.deterministic) == false)
       out.push_back(fmt::format("{} interleaves in completion order (interleave deterministic: false); make it deterministic to checkpoint",
                                 I.stage_label(*st)));
-    if (must_save_state(info) && !info.traits.saves_state)
+    // A per-input stage's state is made again on resume, by reading its interleave's open inputs again.
+    if (must_save_state(info) && !info.traits.saves_state && !st->spec->per_input)
       out.push_back(fmt::format("{} (from {}) keeps state between elements and cannot save it (its operator does not set "
                                 "OperatorTraits::saves_state)",
                                 I.stage_label(*st), st->spec->op->library_path));
@@ -187,7 +188,9 @@ bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWr
     std::string engine_bytes, engine_words, op_bytes, op_words;
     CheckpointStateWriter engine_writer(state, engine_bytes, engine_words);
     engine(engine_writer);
-    if (member->spec->op->info.traits.saves_state) {
+    // A per-input member keeps its state in each open input's cursor: a resumed run reads those
+    // inputs again up to where they were (the interleave's positions), which makes it again.
+    if (member->spec->op->info.traits.saves_state && !member->spec->per_input) {
       std::unordered_map<const std::string*, std::uint32_t> inputs;
       CheckpointStateWriter op_writer(state, op_bytes, op_words, [&](const Sample& element, checkpoint::Element& out) {
         return refer_to(*member, element, state, inputs, out);
@@ -304,10 +307,13 @@ std::unique_ptr<CheckpointStateReader> Engine::Impl::engine_state_reader(const S
 
 void Engine::Impl::find_read_paths() {
   for (auto& st : stages) {
-    if (!st->aggregate || st->spec->inputs.size() != 1) continue;
+    if (!st->aggregate || st->spec->inputs.size() != 1 || st->spec->per_input) continue;
     std::vector<StageRuntime*> maps;
     int at = st->spec->inputs[0];
-    while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1) {
+    // Not through a per-input map: its elements are not an interleave's records mapped one by one
+    // with the contexts a reference could give again.
+    while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1 &&
+           !stages[at]->spec->per_input) {
       maps.insert(maps.begin(), stages[at].get());
       at = stages[at]->spec->inputs[0];
     }
@@ -449,7 +455,7 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
 }
 
 void Engine::Impl::restore_operator(StageRuntime& st) {
-  if (!st.restore || !st.spec->op->info.traits.saves_state) return;
+  if (!st.restore || !st.spec->op->info.traits.saves_state || st.spec->per_input) return;
   if (st.restore->ended() && st.restore->operator_state().empty()) return;
   auto referenced = std::make_shared<std::vector<Sample>>(read_referenced(st));
   CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name),

@@ -92,6 +92,7 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     }
     m->set_stateless(st.spec->op->info.traits.stateless);
     m->set_assembles_in_parallel(st.assembles_in_parallel);
+    m->set_per_input(st.spec->per_input);
     m->set_random(st.spec->op->info.traits.random);
     m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
     m->set_errors_skipped(c.errors_skipped.load());

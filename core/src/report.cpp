@@ -104,6 +104,19 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
       advice(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
                                 "(or a sink with parallelism, if it is stateless) would help",
                                 b->id(), b->op()));
+    } else if (b->per_input() && held_up) {
+      // Per input, it runs on the interleave's readers: more of them read and batch more inputs at once.
+      const std::string head = b->fused_with();
+      const std::int64_t now = std::max<std::uint32_t>(1, b->workers());
+      std::string text = fmt::format("raise `parallelism` and `interleave.cycle_length` of stage '{}' (now {} worker{}): "
+                                     "per-input stage '{}' ({}) runs on its readers, one input each, and is busy {:.0f}% of the "
+                                     "time while its input buffer stays full",
+                                     head, b->workers(), b->workers() == 1 ? "" : "s", b->id(), b->op(), 100 * b->busy_fraction());
+      if (snapshot.cores() > 0 && static_cast<std::uint32_t>(now) >= snapshot.cores())
+        text += fmt::format(" (but this machine has {} core{}: beyond that, make the per-input stages cheaper, or run more machines)",
+                            snapshot.cores(), snapshot.cores() == 1 ? "" : "s");
+      // Advice only: workers beyond the inputs open at once read nothing, and a suggestion sets one number.
+      advice(std::move(text));
     } else if (b->stateless() && held_up && b->workers_tuned()) {
       // The tuner already gives it what the budget allows.
       const auto& tune = snapshot.autotune();

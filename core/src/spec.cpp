@@ -290,6 +290,8 @@ struct Validation {
     if (!problems.empty()) return;
     refuse_rejoining_branches(stages, built, order);
     if (!problems.empty()) return;
+    check_per_input_stages(stages, built);
+    if (!problems.empty()) return;
     apply_hints(stages, built);
     refuse_shared_outputs(built);
     construct_every_operator(built);
@@ -361,6 +363,53 @@ struct Validation {
     }
   }
 
+  // A per-input stage runs inside the interleave it reads (directly or through other per-input
+  // stages), once per input, on that interleave's readers: it must be that stage's only reader,
+  // and it has no workers and, but for the last of the chain, no buffer of its own.
+  void check_per_input_stages(const google::protobuf::RepeatedPtrField<spec::Stage>& stages, std::vector<GraphStage>& built) {
+    const int n = static_cast<int>(built.size());
+    for (int i = 0; i < n; ++i) {
+      if (!built[i].per_input) continue;
+      const auto& info = built[i].op->info;
+      if (info.kind != OperatorKind::Map && info.kind != OperatorKind::Filter && info.kind != OperatorKind::Aggregate) {
+        problem(i, "", fmt::format("'{}' is a {}; per_input applies to maps, filters and aggregates that read an interleave "
+                                   "(an expand stage such as text_lines); remove `per_input`",
+                                   info.name, operator_kind_name(info.kind)));
+        continue;
+      }
+      const int input = built[i].inputs.front();
+      const bool after_expand = built[input].op->info.kind == OperatorKind::Expand;
+      if (!after_expand && !built[input].per_input) {
+        problem(i, "", fmt::format("per_input runs a stage once per input of the interleave before it, but its input '{}' is a "
+                                   "{}, not an expand stage (such as text_lines or tfrecord_reader) or another per-input stage; "
+                                   "remove `per_input`, or move the stage right after the interleave",
+                                   stages[input].id(), operator_kind_name(built[input].op->info.kind)));
+        continue;
+      }
+      if (built[input].consumers.size() != 1) {
+        problem(i, "", fmt::format("its input '{}' is read by {} stages; a per-input stage runs inside the stage it reads and "
+                                   "must be its only reader (give the other readers a copy of the stages before)",
+                                   stages[input].id(), built[input].consumers.size()));
+        continue;
+      }
+      int head = input;
+      while (built[head].per_input) head = built[head].inputs.front();
+      if (stages[i].parallelism() != 0 && stages[i].parallelism() != 1)
+        problem(i, "", fmt::format("a per-input stage runs on the readers of the interleave '{}'; set `parallelism` there (it "
+                                   "reads that many inputs at once, each through this stage) and remove it here",
+                                   stages[head].id()));
+      const bool last = built[i].consumers.size() != 1 || !built[built[i].consumers.front()].per_input;
+      if (!last && stages[i].buffer_size() != 0)
+        problem(i, "", fmt::format("hands its outputs straight to per-input stage '{}' without a buffer; set `buffer_size` on "
+                                   "the last per-input stage, whose output is buffered",
+                                   stages[built[i].consumers.front()].id()));
+      if (after_expand && stages[input].buffer_size() != 0)
+        problem(input, "", fmt::format("hands its outputs straight to per-input stage '{}' without a buffer; set `buffer_size` "
+                                       "on the last per-input stage, whose output is buffered",
+                                       stages[i].id()));
+    }
+  }
+
   // Two stages writing one path would leave one file holding parts of both, or one's output
   // silently replaced by the other's.
   void refuse_shared_outputs(const std::vector<GraphStage>& built) {
@@ -394,6 +443,13 @@ struct Validation {
           problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker, and it assembles its outputs "
                                      "there too; set parallelism to 1",
                                      built[i].op->info.name));
+        // A per-input aggregate starts again with every input: one that reads its input more than
+        // once per iteration (repeat) or replays it (cache) has no meaning there.
+        if (auto* aggregate = dynamic_cast<Aggregate*>(op.get()); aggregate && built[i].per_input &&
+            (aggregate->input_passes(1) != 1 || aggregate->keeps_reading_when_skipped()))
+          problem(i, "", fmt::format("'{}' reads its input {} per iteration; per input it has nothing to repeat or replay: "
+                                     "remove `per_input`, or put it after the interleave's output",
+                                     built[i].op->info.name, aggregate->keeps_reading_when_skipped() ? "and keeps it to replay" : "several times"));
       } catch (const std::exception& e) {
         problem(i, "", fmt::format("'{}' refuses these parameters: {}", built[i].op->info.name, e.what()));
       } catch (...) {
@@ -487,6 +543,7 @@ struct Validation {
     out.autotune_buffer = st.buffer_size() == -1;
     out.parallelism = std::max(1, st.parallelism());
     out.buffer_size = std::max(0, st.buffer_size());
+    out.per_input = st.per_input();
     out.error_policy = policy(st.error_policy());
     if (st.has_interleave()) {
       const auto& il = st.interleave();

@@ -28,9 +28,17 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     return std::min(kChunkRows, b - slot.outputs_read % b);
   };
   // Read ahead per input, in items: a few chunks of a block each when they alternate.
-  const std::size_t read_ahead = chunks && cycle > 1 ? 4 : static_cast<std::size_t>(std::max(2, block));
+  // With per-input stages an output is a batch: a few of them, so that readers and the
+  // coordinator do not wake each other for every one, and no more (a batch of images is large;
+  // 4, 16 and 64 measured within noise of each other in bench_sequences).
+  const std::size_t read_ahead = !st.fused.empty() ? static_cast<std::size_t>(std::max(4, 2 * block))
+                                 : chunks && cycle > 1 ? 4
+                                                       : static_cast<std::size_t>(std::max(2, block));
   // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
   // false once the input is exhausted. Called by the one thread reading the slot.
+  // Time the per-input stages spent inside reads on this thread: theirs, not the reader's busy time.
+  auto per_input_ns = [](ExpandSlot& slot) -> std::uint64_t { return slot.per_input ? slot.per_input->take_member_ns() : 0; };
+  std::uint64_t coordinator_member_ns = 0;  // on the coordinator's own reads, since account_busy()
   auto read_next = [&](ExpandSlot& slot, Sample& sample) {
     if (slot.chunked) {
       Chunk chunk;
@@ -71,7 +79,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   std::uint64_t mark = now_ns(), waited_at_mark = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
   auto account_busy = [&]() {
     std::uint64_t now = now_ns(), waited = st.counters.starved_ns.load() + st.counters.blocked_ns.load();
-    std::uint64_t spent = now - mark, idle = waited - waited_at_mark;
+    std::uint64_t spent = now - mark, idle = waited - waited_at_mark + std::exchange(coordinator_member_ns, 0);
     add(st.counters.busy_ns, spent > idle ? spent - idle : 0);
     mark = now;
     waited_at_mark = waited;
@@ -89,11 +97,23 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   // An input that fails part-way loses the outputs it had left: the reason says how many it gave
   // first, so that one skipped input is not mistaken for one lost record.
   auto input_failure = [&](ExpandSlot& slot, const char* what) {
+    if (stopping.load() && !handling_out_of_memory()) return false;  // (a per-input stage ended the run, and said why)
     const std::string reason = slot.outputs_read == 0
                                    ? fmt::format("{} (the whole input was dropped; it gave no output)", what)
                                    : fmt::format("{} (the rest of this input was dropped after its first {} outputs)", what,
                                                  slot.outputs_read);
     return element_error(st, reason.c_str(), st.first_input_epoch + slot.epoch, slot.index, slot.origin);
+  };
+  // The operator's cursor for one input; with per-input stages, wrapped to run them too.
+  auto open_cursor = [&](ExpandSlot& slot, Sample input, std::uint64_t input_epoch, std::uint64_t input_index) {
+    auto cursor = st.expand->open(std::move(input), ElementContext{&st.info, st.first_input_epoch + input_epoch, input_index}, damage);
+    slot.per_input = nullptr;
+    if (cursor && !st.fused.empty()) {
+      auto wrapped = std::make_unique<PerInputCursor>(*this, st, std::move(cursor), st.first_input_epoch + input_epoch, input_index, slot.origin);
+      slot.per_input = wrapped.get();
+      cursor = std::move(wrapped);
+    }
+    return cursor;
   };
   // Opens the next input of the current iteration into `slot`; false if the run must stop.
   auto fill = [&](ExpandSlot& slot) -> bool {
@@ -131,9 +151,12 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       std::string origin = item.sample.origin();
       try {
         Sample input = item.sample;  // shares its tensors: kept for checkpoints
-        auto cursor = st.expand->open(std::move(item.sample), ElementContext{&st.info, st.first_input_epoch + epoch, my_index}, damage);
+        ExpandSlot opened;
+        opened.origin = origin;
+        auto cursor = open_cursor(opened, std::move(item.sample), epoch, my_index);
         std::lock_guard lock(mutex);
         slot = ExpandSlot{};
+        slot.per_input = opened.per_input;
         slot.cursor = std::move(cursor);
         slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
         slot.exhausted = !slot.cursor;
@@ -158,11 +181,14 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     }
     for (;;) {
       if (fetcher_count == 0) {
+        int got = 0;
         try {
-          return read_next(slot, sample) ? 1 : 0;
+          got = read_next(slot, sample) ? 1 : 0;
         } catch (const std::exception& e) {
-          return input_failure(slot, e.what()) ? 0 : -1;
+          got = input_failure(slot, e.what()) ? 0 : -1;
         }
+        coordinator_member_ns += per_input_ns(slot);
+        return got;
       }
       if (reading_alone()) {
         // The tuner gave the stage one worker: the coordinator reads itself, as an untuned stage
@@ -195,6 +221,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         } catch (const std::exception& e) {
           got = input_failure(slot, e.what()) ? 0 : -1;
         }
+        coordinator_member_ns += per_input_ns(slot);
         if (got <= 0) {
           release_owned(slot);
           if (got == 0) {
@@ -257,13 +284,14 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       {
         CoreHold core(*this, st);
         const std::uint64_t t0 = now_ns();
-        std::uint64_t t = t0;
+        std::uint64_t t = t0, member_ns = 0;
         try {
           if (!core.held()) got = -1;
           while (got == 1 && run.size() < room && t - t0 < kFetchRunNs) {
             run.emplace_back();
             reading = true;
             const bool more = read_next(*work, run.back());
+            member_ns += per_input_ns(*work);
             reading = false;
             if (!more) {
               run.pop_back();
@@ -277,7 +305,8 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           got = input_failure(*work, e.what()) ? 0 : -1;
           t = now_ns();
         }
-        add(st.counters.busy_ns, t - t0);
+        member_ns += per_input_ns(*work);  // (a read that threw)
+        add(st.counters.busy_ns, t - t0 > member_ns ? t - t0 - member_ns : 0);
       }
       lock.lock();
       work->busy = false;
@@ -368,7 +397,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.emitted = positions->get<std::uint64_t>();
       slot.last_record = positions->get<std::int64_t>();
       slot.last_offset = positions->get<std::int64_t>();
-      slot.cursor = st.expand->open(Sample(slot.input), ElementContext{&st.info, st.first_input_epoch + slot.epoch, slot.index}, damage);
+      slot.cursor = open_cursor(slot, Sample(slot.input), slot.epoch, slot.index);
       if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
       slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
       if (slot.emitted == 0) continue;
@@ -391,7 +420,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.outputs_read = slot.emitted;
     }
     st.counters.epoch.store(epoch, std::memory_order_relaxed);
-    st.output->set_iteration(epoch);
+    st.exit().output->set_iteration(epoch);
   };
   if (end_if_ended_before(st, out)) return;
   if (st.restore) {
@@ -417,13 +446,18 @@ void Engine::Impl::run_expand(StageRuntime& st) {
                             fetchers.size() + 1, fetcher_count, e.what()));
   }
 
+  // With per-input stages, what leaves is the last one's output, counted by PerInputCursor (which
+  // counts this stage's own as it reads).
+  const bool counts_output = st.fused.empty();
   auto emit = [&](Sample sample) {
-    if (const Chunk* chunk = chunk_in(sample)) {
+    if (const Chunk* chunk = chunk_in(sample); chunk && counts_output) {
       add(st.counters.chunks_out, 1);
       add(st.counters.chunked_elements_out, chunk->rows());
     }
-    add(st.counters.elements_out, rows_of(sample));
-    add(st.counters.bytes_out, sample.nbytes());
+    if (counts_output) {
+      add(st.counters.elements_out, rows_of(sample));
+      add(st.counters.bytes_out, sample.nbytes());
+    }
     out.push_back(Item::element(std::move(sample)));
     if (out.size() < kChunk) return true;
     // Busy time is counted chunk by chunk, not only when new inputs are taken (one input file
@@ -438,6 +472,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
     }
     slot.chunked = nullptr;
+    slot.per_input = nullptr;
     slot.cursor.reset();
     slot.ready.clear();
     slot.taken.clear();
@@ -545,7 +580,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     turn = (turn + 1) % cycle;
     // A waiting consumer gets what there is soon, but not record by record (each hand-off may
     // wake a thread).
-    if (ok && !out.empty() && st.output->consumer_waiting() &&
+    if (ok && !out.empty() && st.exit().output->consumer_waiting() &&
         (out.size() >= kChunk / 4 || now_ns() - last_flush >= 50'000)) {
       ok = flush(st, out);
       last_flush = now_ns();

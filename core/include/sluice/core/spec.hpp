@@ -97,6 +97,9 @@ struct GraphStage {
   int cycle_length = 1;  // expand stages: interleave
   int block_length = 1;
   std::optional<bool> interleave_deterministic;
+  // Runs once per input of the expand stage it reads (directly or through other per-input
+  // stages), on that stage's readers (StageSpec.per_input).
+  bool per_input = false;
   // Parameters set from hints of later stages, as "NAME = VALUE, from stage 'ID' (PARAM)".
   std::vector<std::string> notes;
 };
