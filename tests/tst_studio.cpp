@@ -623,12 +623,18 @@ class TestStudio : public QObject {
     choose("stage:error_policy", "skip");
     QCOMPARE(stage_of(spec, "buffer")->error_policy(), sluice::spec::skip);
     QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:cycle_length"));  // not an expand stage
+    // Once per input of the interleave before it, and back.
+    choose("stage:per_input", "once per input");
+    QVERIFY(stage_of(spec, "buffer")->per_input());
+    choose("stage:per_input", "on the whole stream");
+    QVERIFY(!stage_of(spec, "buffer")->per_input());
     // An expand stage: its interleave.
     window_->scene().select_stage("files");
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "files");
     QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:cycle_length"));
     window_->scene().select_stage("read");
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "read");
+    QVERIFY(!window_->inspector().findChild<QComboBox*>("stage:per_input"));  // an expand stage runs its inputs itself
     type_into(window_->inspector().findChild<QSpinBox*>("stage:cycle_length"), "4");
     QCOMPARE(stage_of(spec, "read")->interleave().cycle_length(), 4);
     choose("stage:interleave_deterministic", "first ready");

@@ -225,6 +225,12 @@ void Inspector::rebuild() {
              {{"pipeline's (" + pipeline_policy + ")", spec::ERROR_POLICY_UNSET}, {"fail", spec::fail}, {"skip", spec::skip}},
              st->error_policy(), "error_policy: fail stops the run; skip drops the element, counts it and keeps going",
              [this](int v) { document_.set_stage_field(stage_, "error_policy", v); });
+  if (op && (op->info.kind == OperatorKind::Map || op->info.kind == OperatorKind::Filter || op->info.kind == OperatorKind::Aggregate))
+    add_choice("stage:per_input", "runs", {{"on the whole stream", 0}, {"once per input", 1}}, st->per_input() ? 1 : 0,
+               "per_input: once per input of the interleave before it (an expand stage such as text_lines), on that "
+               "stage's readers, as tf.data's interleave(lambda f: ...) runs a dataset per file: a batch never mixes two "
+               "inputs; set parallelism on the interleave",
+               [this](int v) { document_.set_stage_field(stage_, "per_input", v); });
   if (op && op->info.kind == OperatorKind::Expand) {
     add_count("cycle_length", "interleave cycle", st->interleave().cycle_length(), "1",
               "interleave.cycle_length: inputs open at once (tf.data's cycle_length)");

@@ -44,3 +44,18 @@ def test_packed_rows_hold_every_token_once(ranges):
     tokens = [t for row in rows for t, s in zip(row["line"].tolist(), row["segment_ids"].tolist()) if s > 0]
     assert sorted(tokens) == sorted([0] * 5 + [1] * 4 + [2] * 3 + [3] * 2 + [4])
     assert all(row["line"].shape == (6,) for row in rows)
+
+
+def test_per_input_batches_never_mix_files(tmp_path):
+    # tf.data's interleave(lambda f: TextLineDataset(f).map(split).padded_batch(2)): each file
+    # batched apart, on the reader reading it; a stage that cannot run per input is refused by name.
+    (tmp_path / "a.txt").write_text("1\n2 2\n3\n")
+    (tmp_path / "b.txt").write_text("10 10 10\n11\n")
+    files = sluice.data.list_files(patterns=str(tmp_path / "*.txt"))
+    ds = (files.text_lines(parallelism=2, interleave=dict(cycle_length=2))
+          .split_text(to="int64", per_input=True)
+          .padded_batch(batch_size=2, per_input=True))
+    assert "per_input: true" in ds.spec()
+    assert [b["line"].tolist() for b in ds] == [[[1, 0], [2, 2]], [[10, 10, 10], [11, 0, 0]], [[3]]]
+    with pytest.raises(sluice.SpecError, match="stage 'split_text': per_input runs a stage once per input"):
+        list(files.split_text(per_input=True))

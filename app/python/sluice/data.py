@@ -14,7 +14,10 @@ Any stage also takes parallelism=, buffer_size= (its output buffer; output_buffe
 operator has a buffer_size of its own, as shuffle and prefetch do), error_policy= ("fail" or
 "skip"), name= (the stage's id, which also keys its random draws: the same ids and seed give the
 same data as a pipeline file) and, for expand stages, interleave=dict(cycle_length=,
-block_length=, deterministic=). Python functions
+block_length=, deterministic=). per_input=True on the maps, filters and aggregates right after an
+expand stage runs them once per input, on its readers (tf.data's
+interleave(lambda f: TextLineDataset(f).map(...).padded_batch(...))): a batch never mixes two
+files. Python functions
 join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arrays).
 `ds.spec()` is the pipeline file's text: it opens in the studio and runs under `sluice run`
 (stages calling Python functions run only from Python).
@@ -24,7 +27,7 @@ import json
 
 from . import _param_text, _sluice
 
-_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name")
+_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name", "per_input")
 
 
 def _split_arguments(schema, kwargs):
@@ -111,6 +114,8 @@ class Dataset:
                 continue
             if name == "interleave":
                 stage["interleave"] = {k: v for k, v in dict(value).items()}
+            elif name == "per_input":
+                stage["per_input"] = bool(value)
             elif name == "error_policy":
                 if value not in ("fail", "skip"):
                     raise ValueError(f"{op}(): error_policy is 'fail' or 'skip', not {value!r}")
@@ -202,6 +207,7 @@ def _docstring(schema):
         choices = f", one of {', '.join(p['choices'])}" if p["choices"] else ""
         lines.append(f"  {p['name']} ({p['type']}, {default}{choices}): {p['doc']}")
     lines.append("  parallelism, buffer_size, error_policy" + (", interleave" if schema["kind"] == "expand" else "") +
+                 (", per_input" if schema["kind"] in ("map", "filter", "aggregate") else "") +
                  ": how the engine runs the stage")
     return "\n".join(lines)
 
