@@ -150,7 +150,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
       const std::int64_t now = std::max<std::uint32_t>(1, b->workers());
       const std::int64_t cores = snapshot.cores() > now ? snapshot.cores() : now + 1;
       out.push_back({text, Suggestion::Change::SetParallelism, b->id(), group, std::min(2 * now, cores)});
-    } else if (!b->stateless()) {
+    } else if (!b->stateless() && !b->per_input()) {  // (a per-input stage runs on every reader of its interleave)
       advice(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
                                 "stages before it, which can run in parallel",
                                 b->id(), b->op()));

@@ -104,6 +104,9 @@ void Engine::Impl::PerInputCursor::finish_own(bool complete) {
 bool Engine::Impl::PerInputCursor::next(Sample& out) {
   while (pending_.empty()) {
     if (finished_) return false;
+    // A filter dropping most of a long input may read it a long while before its next output:
+    // a stop is seen at every read, not at the next output.
+    if (impl_.stopping.load(std::memory_order_relaxed)) throw RunEndedInside("the run is stopping");
     std::vector<Sample> units(1);
     if (!stop_reading_ && read_inner(units.front())) {
       run_from(0, units);
