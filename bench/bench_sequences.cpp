@@ -7,7 +7,8 @@
 // stage's parallelism), beside the run where one thread assembles them. A second loop ("handing")
 // also hands each batch to a consumer thread, as any pipeline must: what that alone costs.
 // Usage: bench_sequences [LINES_PER_FILE] [RUNS] [ONLY] (ONLY: padded, bucketed or packed, and
-// optionally :1 or :N for one worker count, e.g. packed:2; for profiling one case)
+// optionally :1 or :N for one worker count, e.g. packed:2, and then :A for one assembly, e.g.
+// padded:2:input; for profiling one case)
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -352,7 +353,7 @@ int main(int argc, char** argv) {
              "handing/loop");
   for (Layout layout : {Layout::Padded, Layout::Bucketed, Layout::Packed}) {
     for (unsigned workers : {1u, cores}) {
-      if (!only.empty() && only != name(layout) && only != fmt::format("{}:{}", name(layout), workers)) continue;
+      if (!only.empty() && only != name(layout) && only.rfind(fmt::format("{}:{}", name(layout), workers), 0) != 0) continue;
       // On every core, padding and bucketing also run with their batches assembled on every core
       // (the stage's parallelism), beside the one-thread stage.
       // On every core, every layout also runs per input (each file read, split and batched on one
@@ -361,6 +362,9 @@ int main(int argc, char** argv) {
       if (workers > 1 && layout != Layout::Packed) assemblies.push_back(workers);
       if (workers > 1) assemblies.push_back(kPerInput);
       for (unsigned assembly : assemblies) {
+      // ONLY may name one assembly too (padded:2:input, bucketed:2:1), for profiling one run.
+      const std::string assembly_name = assembly == kPerInput ? std::string("input") : std::to_string(assembly);
+      if (std::count(only.begin(), only.end(), ':') == 2 && only != fmt::format("{}:{}:{}", name(layout), workers, assembly_name)) continue;
       double best_loop = 1e9, best_handing = 1e9, best_ours = 1e9, loop_cpu = 1e9, ours_cpu = 1e9;
       Tally ours, mine, handed;
       // A loop per core, each on its own file; with hand_off, each with its consumer thread.
@@ -398,7 +402,7 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "padding differs per input: pipeline {}, loop {}\n", ours.padding, mine.padding);
       const double padding = static_cast<double>(ours.padding) / static_cast<double>(ours.padding + ours.tokens);
       fmt::print("{:<9} {:>6} {:>9} {:>14.0f} {:>14.0f} {:>8.0f}% {:>8.1f}% {:>9.2f} {:>8.2f} {:>8.0f}% {:>14.0f} {:>9.0f}% {:>11.0f}%\n",
-                 name(layout), workers, assembly == kPerInput ? std::string("input") : std::to_string(assembly), tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding,
+                 name(layout), workers, assembly_name, tokens / best_ours, tokens / best_loop, 100 * best_loop / best_ours, 100 * padding,
                  ours_cpu, loop_cpu, 100 * loop_cpu / ours_cpu, tokens / best_handing, 100 * best_handing / best_ours,
                  100 * best_loop / best_handing);
       }
