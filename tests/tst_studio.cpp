@@ -626,6 +626,10 @@ class TestStudio : public QObject {
     // Once per input of the interleave before it, and back.
     choose("stage:per_input", "once per input");
     QVERIFY(stage_of(spec, "buffer")->per_input());
+    // Its workers are the interleave's readers: no count of its own to set.
+    QTRY_VERIFY(window_->inspector().settled());
+    QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:parallelism"));
+    QVERIFY(node("buffer")->toolTip().contains("once per input"));
     choose("stage:per_input", "on the whole stream");
     QVERIFY(!stage_of(spec, "buffer")->per_input());
     // An expand stage: its interleave.

@@ -39,6 +39,7 @@ NodeItem::NodeItem(PipelineScene& scene, QString id) : scene_(scene), id_(std::m
 
 void NodeItem::sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem) {
   op_ = QString::fromStdString(stage.op());
+  per_input_ = stage.per_input();
   known_ = op != nullptr;
   summary_ = op ? QString::fromStdString(op->info.summary) : QString("no plugin loaded here has an operator '%1'").arg(op_);
   const int inputs = stage.input_size();
@@ -62,6 +63,7 @@ void NodeItem::set_live(const std::optional<LiveStage>& live) {
 
 void NodeItem::update_tooltip() {
   QString tip = QString("<b>%1</b> (%2)<br>%3").arg(id_, op_, summary_.toHtmlEscaped());
+  if (per_input_) tip += "<br>Runs once per input of the interleave before it, on that stage's readers.";
   if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
   if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();
   setToolTip(tip);
@@ -111,7 +113,10 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   title.setBold(false);
   p->setFont(title);
   p->setPen(QColor(95, 100, 110));
-  p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, op_);
+  // A per-input stage says so where its operator is named: it runs once per input of the
+  // interleave before it, not over the whole stream.
+  p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
+              p->fontMetrics().elidedText(per_input_ ? op_ + QString::fromUtf8(" \u00b7 per input") : op_, Qt::ElideRight, int(kWidth - 20)));
 
   if (live_) {
     p->setPen(QColor(20, 20, 20));

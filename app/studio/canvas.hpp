@@ -65,7 +65,7 @@ class NodeItem final : public QGraphicsObject {
   PipelineScene& scene_;
   QString id_, op_, summary_;
   int input_ports_ = 1;
-  bool gives_output_ = true, known_ = true, has_problem_ = false;
+  bool gives_output_ = true, known_ = true, has_problem_ = false, per_input_ = false;
   std::optional<LiveStage> live_;
 };
 

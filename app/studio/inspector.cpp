@@ -212,10 +212,18 @@ void Inspector::rebuild() {
     name->setToolTip(tip);
     form_->addRow(name, box);
   };
-  add_count("parallelism", "workers", st->parallelism(), "auto (1)",
-            "parallelism: workers running this stage (stateless operators; for an aggregate whose summary says so, "
-            "threads assembling its outputs); autotune: chosen while it runs, within the pipeline's CPU budget",
-            true);
+  // A per-input stage runs on the readers of its interleave: its workers are set there.
+  if (st->per_input() && st->parallelism() == 0) {
+    auto* readers = new QLabel("the interleave's readers");
+    readers->setObjectName("stage:parallelism");
+    readers->setToolTip("a per-input stage runs on the readers of the interleave before it: set workers on that stage");
+    form_->addRow("workers", readers);
+  } else {
+    add_count("parallelism", "workers", st->parallelism(), "auto (1)",
+              "parallelism: workers running this stage (stateless operators; for an aggregate whose summary says so, "
+              "threads assembling its outputs); autotune: chosen while it runs, within the pipeline's CPU budget",
+              true);
+  }
   add_count("buffer_size", "output buffer", st->buffer_size(), "auto",
             "buffer_size: elements waiting between this stage and the next; auto: sized by the engine; autotune: sized "
             "while it runs, within the pipeline's RAM budget",
