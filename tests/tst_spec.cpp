@@ -237,6 +237,7 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
             [](sluice::spec::Stage& s) { s.mutable_layout()->set_x(s.layout().x() + 12.5); },
             [](sluice::spec::Stage& s) { s.set_error_policy(s.error_policy() == sluice::spec::skip ? sluice::spec::fail : sluice::spec::skip); },
             [](sluice::spec::Stage& s) { s.mutable_interleave()->set_cycle_length(s.interleave().cycle_length() + 3); },
+            [](sluice::spec::Stage& s) { s.set_per_input(!s.per_input()); },
         };
         if (!stage.params().empty())
           edits.push_back([](sluice::spec::Stage& s) { s.mutable_params()->begin()->second += "0"; });
