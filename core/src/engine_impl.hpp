@@ -522,6 +522,25 @@ struct Engine::Impl {
   // failing rows reported one by one; elements (from a producer that makes no chunks) one by one.
   bool process_chunked_map(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch, std::uint64_t base_index, ChunkIssues* deferred_failure);
 
+  // The failing rows of one chunked map call, through the stage's policy as elements are, each
+  // named by its own origin (`input` is alive through the call: map_chunk takes it by reference).
+  // With `deferred`, reasons and a failure wait for the chunk's commit (see ChunkIssues).
+  struct ChunkRowIssues final : RowIssues {
+    Impl& engine;
+    StageRuntime& stage;
+    const Chunk& input;
+    std::uint64_t epoch, first_index;
+    ChunkIssues* deferred;
+    bool refused = false;  // a row ended the run: it is reported already
+    ChunkRowIssues(Impl& e, StageRuntime& s, const Chunk& in, std::uint64_t ep, std::uint64_t first, ChunkIssues* d = nullptr)
+        : engine(e), stage(s), input(in), epoch(ep), first_index(first), deferred(d) {}
+    bool skip_row(std::size_t row, const std::string& reason) override {
+      if (refused) return false;
+      refused = !engine.element_error(stage, reason.c_str(), epoch, first_index + row, input.origin(row).text(), deferred);
+      return !refused;
+    }
+  };
+
   // What an expand stage's operator reports of damage inside one input, under the stage's policy.
   class StageDamage final : public DamageReport {
    public:
@@ -563,6 +582,7 @@ struct Engine::Impl {
       Aggregate* aggregate = nullptr;
       ChunkedMap* chunked_map = nullptr;
       ChunkedAggregate* chunked_aggregate = nullptr;
+      bool hands_chunks_on = false;  // the next link takes this one's chunks as they are
       std::uint64_t taken = 0;  // elements (rows) it took from this input
       bool done = false;        // a take had all it wanted, or a later one had
     };
@@ -570,7 +590,7 @@ struct Engine::Impl {
     bool read_inner(Sample& unit);
     void run_from(std::size_t k, std::vector<Sample>& units);
     void take_element(Link& link, Sample element, std::vector<Sample>& made);
-    void take_chunk(Link& link, const Chunk& chunk, std::vector<Sample>& made, bool pass_chunks);
+    void take_chunk(Link& link, const Chunk& chunk, std::vector<Sample>& made);
     void end_input();
     void stop_at(Link& link);
     void finish_own(bool complete);
@@ -590,7 +610,6 @@ struct Engine::Impl {
 
   struct ExpandSlot {
     std::unique_ptr<ExpandCursor> cursor;
-    PerInputCursor* per_input = nullptr;  // `cursor` itself, when the stage has per-input stages
     // The cursor's chunked form, when the stage hands chunks on (see run_expand); null otherwise.
     ChunkedExpandCursor* chunked = nullptr;
     std::deque<Sample> ready;  // read ahead by fetchers (a chunk is one of them)

@@ -37,7 +37,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
   // false once the input is exhausted. Called by the one thread reading the slot.
   // Time the per-input stages spent inside reads on this thread: theirs, not the reader's busy time.
-  auto per_input_ns = [](ExpandSlot& slot) -> std::uint64_t { return slot.per_input ? slot.per_input->take_member_ns() : 0; };
+  // (With per-input stages every open slot's cursor is a PerInputCursor.)
+  auto per_input_ns = [&](ExpandSlot& slot) -> std::uint64_t {
+    return st.fused.empty() || !slot.cursor ? 0 : static_cast<PerInputCursor&>(*slot.cursor).take_member_ns();
+  };
   std::uint64_t coordinator_member_ns = 0;  // on the coordinator's own reads, since account_busy()
   auto read_next = [&](ExpandSlot& slot, Sample& sample) {
     if (slot.chunked) {
@@ -105,14 +108,11 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     return element_error(st, reason.c_str(), st.first_input_epoch + slot.epoch, slot.index, slot.origin);
   };
   // The operator's cursor for one input; with per-input stages, wrapped to run them too.
-  auto open_cursor = [&](ExpandSlot& slot, Sample input, std::uint64_t input_epoch, std::uint64_t input_index) {
-    auto cursor = st.expand->open(std::move(input), ElementContext{&st.info, st.first_input_epoch + input_epoch, input_index}, damage);
-    slot.per_input = nullptr;
-    if (cursor && !st.fused.empty()) {
-      auto wrapped = std::make_unique<PerInputCursor>(*this, st, std::move(cursor), st.first_input_epoch + input_epoch, input_index, slot.origin);
-      slot.per_input = wrapped.get();
-      cursor = std::move(wrapped);
-    }
+  auto open_cursor = [&](Sample input, std::uint64_t input_epoch, std::uint64_t input_index, const std::string& origin) {
+    std::unique_ptr<ExpandCursor> cursor =
+        st.expand->open(std::move(input), ElementContext{&st.info, st.first_input_epoch + input_epoch, input_index}, damage);
+    if (cursor && !st.fused.empty())
+      cursor = std::make_unique<PerInputCursor>(*this, st, std::move(cursor), st.first_input_epoch + input_epoch, input_index, origin);
     return cursor;
   };
   // Opens the next input of the current iteration into `slot`; false if the run must stop.
@@ -151,12 +151,9 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       std::string origin = item.sample.origin();
       try {
         Sample input = item.sample;  // shares its tensors: kept for checkpoints
-        ExpandSlot opened;
-        opened.origin = origin;
-        auto cursor = open_cursor(opened, std::move(item.sample), epoch, my_index);
+        auto cursor = open_cursor(std::move(item.sample), epoch, my_index, origin);
         std::lock_guard lock(mutex);
         slot = ExpandSlot{};
-        slot.per_input = opened.per_input;
         slot.cursor = std::move(cursor);
         slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
         slot.exhausted = !slot.cursor;
@@ -397,7 +394,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.emitted = positions->get<std::uint64_t>();
       slot.last_record = positions->get<std::int64_t>();
       slot.last_offset = positions->get<std::int64_t>();
-      slot.cursor = open_cursor(slot, Sample(slot.input), slot.epoch, slot.index);
+      slot.cursor = open_cursor(Sample(slot.input), slot.epoch, slot.index, slot.origin);
       if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
       slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
       if (slot.emitted == 0) continue;
@@ -472,7 +469,6 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     while (!changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !slot.busy; })) {
     }
     slot.chunked = nullptr;
-    slot.per_input = nullptr;
     slot.cursor.reset();
     slot.ready.clear();
     slot.taken.clear();

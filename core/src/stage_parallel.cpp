@@ -250,22 +250,6 @@ bool Engine::Impl::process_chunk(StageRuntime& st, std::vector<Item>& in, std::v
 
 bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, std::vector<Item>& out, std::uint64_t epoch,
                                        std::uint64_t base_index, ChunkIssues* deferred_failure) {
-  // Rows that fail go through the stage's policy as elements do, named by their own origin.
-  struct Issues final : RowIssues {
-    Engine::Impl& engine;
-    StageRuntime& stage;
-    const Chunk& input;  // alive through the call (map_chunk takes it by reference)
-    std::uint64_t epoch, first_index;
-    ChunkIssues* deferred;
-    bool refused = false;  // a row ended the run: it is reported already
-    Issues(Engine::Impl& e, StageRuntime& s, const Chunk& in, std::uint64_t ep, std::uint64_t first, ChunkIssues* d)
-        : engine(e), stage(s), input(in), epoch(ep), first_index(first), deferred(d) {}
-    bool skip_row(std::size_t row, const std::string& reason) override {
-      if (refused) return false;
-      refused = !engine.element_error(stage, reason.c_str(), epoch, first_index + row, input.origin(row).text(), deferred);
-      return !refused;
-    }
-  };
   const std::uint64_t start = now_ns();
   std::uint64_t position = base_index, rows_out = 0, bytes_out = 0;
   std::size_t rows_in = 0;
@@ -290,7 +274,7 @@ bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, 
     rows_in += rows;
     const ElementContext first{&st.info, epoch, position};
     position += rows;
-    Issues issues(*this, st, *chunk, epoch, first.index, deferred_failure);
+    ChunkRowIssues issues(*this, st, *chunk, epoch, first.index, deferred_failure);
     try {
       Chunk result = st.chunked_map->map_chunk(*chunk, first, issues);
       item.sample = Sample();  // the input's memory goes back now, not with the chunk of items

@@ -33,14 +33,6 @@ class Collect final : public Emitter {
   const std::atomic<bool>& stopping_;
 };
 
-bool takes_chunks(const StageRuntime& member, const Operator* op) {
-  if (member.map) {
-    const auto* chunked = dynamic_cast<const ChunkedMap*>(op);
-    return chunked && chunked->maps_chunks();
-  }
-  return member.aggregate && dynamic_cast<const ChunkedAggregate*>(op);
-}
-
 }  // namespace
 
 Engine::Impl::PerInputCursor::PerInputCursor(Impl& impl, StageRuntime& head, std::unique_ptr<ExpandCursor> inner, std::uint64_t epoch,
@@ -68,15 +60,17 @@ Engine::Impl::PerInputCursor::PerInputCursor(Impl& impl, StageRuntime& head, std
     link.map = member->map ? dynamic_cast<Map*>(op) : nullptr;
     link.filter = member->filter ? dynamic_cast<Filter*>(op) : nullptr;
     link.aggregate = member->aggregate ? dynamic_cast<Aggregate*>(op) : nullptr;
-    if (impl.options.chunks && takes_chunks(*member, op)) {
-      link.chunked_map = link.map ? dynamic_cast<ChunkedMap*>(op) : nullptr;
-      link.chunked_aggregate = link.aggregate ? dynamic_cast<ChunkedAggregate*>(op) : nullptr;
+    if (impl.options.chunks) {
+      if (auto* chunked = link.map ? dynamic_cast<ChunkedMap*>(op) : nullptr; chunked && chunked->maps_chunks()) link.chunked_map = chunked;
+      if (link.aggregate) link.chunked_aggregate = dynamic_cast<ChunkedAggregate*>(op);
     }
     links_.push_back(std::move(link));
     member->counters.epoch.store(head.counters.epoch.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
-  for (auto& link : links_)
-    if (link.aggregate) link.aggregate->begin_iteration(epoch_);
+  for (std::size_t k = 0; k < links_.size(); ++k) {
+    if (links_[k].aggregate) links_[k].aggregate->begin_iteration(epoch_);
+    links_[k].hands_chunks_on = k + 1 < links_.size() && accepts_chunks_from(*links_[k].st, links_[k + 1]);
+  }
   // Chunks go from one operator to the next where both take them; a producer built for 6.3 or
   // later may make Ragged columns, which only readers built for 6.3 know.
   if (!links_.empty() && impl.options.chunks && accepts_chunks_from(head_, links_.front()))
@@ -184,8 +178,6 @@ void Engine::Impl::PerInputCursor::account(Link& link, std::uint64_t rows_in, st
 void Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& units) {
   for (; k < links_.size() && !units.empty(); ++k) {
     Link& link = links_[k];
-    const Link* reader = k + 1 < links_.size() ? &links_[k + 1] : nullptr;
-    const bool pass_chunks = reader && accepts_chunks_from(*link.st, *reader);
     std::vector<Sample> made;
     std::uint64_t rows_in = 0, bytes_in = 0;
     const std::uint64_t t0 = now_ns();
@@ -195,7 +187,7 @@ void Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& 
       bytes_in += unit.nbytes();
       if (Chunk* chunk = chunk_in(unit)) {
         if (link.chunked_map || link.chunked_aggregate) {
-          take_chunk(link, *chunk, made, pass_chunks);
+          take_chunk(link, *chunk, made);
           continue;
         }
         for (std::size_t r = 0; r < chunk->rows() && !link.done; ++r) take_element(link, chunk->row(r), made);
@@ -230,36 +222,21 @@ void Engine::Impl::PerInputCursor::take_element(Link& link, Sample element, std:
       for (auto& sample : collect.made) made.push_back(std::move(sample));
       if (flow == Aggregate::Flow::SkipRestOfIteration) stop_at(link);
     }
-  } catch (const RunEndedInside&) {
-    throw;
   } catch (const std::exception& e) {
     handle_error(link, e.what(), ctx.index, origin.text());
   }
 }
 
-void Engine::Impl::PerInputCursor::take_chunk(Link& link, const Chunk& chunk, std::vector<Sample>& made, bool pass_chunks) {
+void Engine::Impl::PerInputCursor::take_chunk(Link& link, const Chunk& chunk, std::vector<Sample>& made) {
   const std::uint64_t first_index = base_index_ + link.taken;
   link.taken += chunk.rows();
   if (link.chunked_map) {
-    // Rows that fail go through the stage's policy as elements do, named by their own origin.
-    struct Issues final : RowIssues {
-      PerInputCursor& cursor;
-      Link& link;
-      const Chunk& input;
-      std::uint64_t first_index;
-      bool refused = false;
-      Issues(PerInputCursor& c, Link& l, const Chunk& in, std::uint64_t first) : cursor(c), link(l), input(in), first_index(first) {}
-      bool skip_row(std::size_t row, const std::string& reason) override {
-        if (refused) return false;
-        refused = !cursor.impl_.element_error(*link.st, reason.c_str(), cursor.epoch_, first_index + row, input.origin(row).text());
-        return !refused;
-      }
-    } issues(*this, link, chunk, first_index);
+    ChunkRowIssues issues(impl_, *link.st, chunk, epoch_, first_index);
     const ElementContext first{&link.st->info, epoch_, first_index};
     try {
       Chunk result = link.chunked_map->map_chunk(chunk, first, issues);
       if (result.rows() == 0) return;
-      if (pass_chunks) {
+      if (link.hands_chunks_on) {
         made.push_back(detail::carry(std::move(result)));
         return;
       }
