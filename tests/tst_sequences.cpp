@@ -667,6 +667,42 @@ class TestSequences : public QObject {
     auto first = run_ok(chain("error_policy: skip", stage("first", "take", "pb", {{"count", "1"}}, "per_input: true") + sink_after("first")));
     QCOMPARE(first.lines, (Lines{R"({"line":[[1,2],[3,0]]})", R"({"line":[[10,0],[12,13]]})"}));
   }
+  void per_input_read_ahead_is_bounded_in_bytes_behind_a_slow_consumer() {
+    // Batches of 2 MiB made per input behind a consumer taking 50 ms each: the readers run ahead
+    // by a bounded number of bytes, not by counts alone. Before, a reader made a whole read
+    // chunk's batches at once (256 lines: 512 MiB per input) and read 4 of its outputs ahead: 511
+    // of the run's 600 batches were made before the consumer had taken 12.
+    for (int f = 0; f < 2; ++f) {
+      std::string text;
+      for (int l = 0; l < 300; ++l) text += std::to_string(l) + " " + std::to_string(f) + "\n";
+      write_file(path("ahead" + std::to_string(f) + ".txt"), text);
+    }
+    sluice::EngineOptions options;
+    options.default_buffer_bytes = 1 << 20;
+    sluice::Engine engine(
+        graph_of(stage("files", "list_files", "", {{"patterns", path("ahead*.txt")}}) +
+                 stage("lines", "text_lines", "files", {}, "parallelism: 2 interleave { cycle_length: 2 }") +
+                 stage("split", "split_text", "lines", {{"to", "int64"}}, "per_input: true") +
+                 stage("pb", "padded_batch", "split", {{"batch_size", "1"}, {"padded_shapes", "line:262144"}}, "per_input: true") +
+                 stage("slow", "simulate_work", "pb", {{"us", "50000"}}) + stage("out", "null_sink", "slow")),
+        options);
+    engine.start();
+    std::uint64_t most_ahead = 0, consumed = 0;
+    for (int i = 0; i < 150 && consumed < 12; ++i) {  // 0.6 s at least, on a loaded machine up to 3 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const auto snap = engine.snapshot();
+      const std::uint64_t made = snap.stage(3).elements_out();
+      consumed = snap.stage(4).elements_in();
+      most_ahead = std::max(most_ahead, made - std::min(made, consumed));
+    }
+    engine.stop();
+    QCOMPARE(engine.wait().state, sluice::RunState::Stopped);
+    QVERIFY2(consumed >= 1, "the slow stage took no batch");
+    // Per input, 16 MiB read ahead and 16 MiB taken by the interleave's coordinator (each plus the
+    // batch that crossed it: 18 batches) and 4 MiB being made (2); then 16 MiB waiting to be
+    // handed on (9), and the buffers' 1 MiB each plus a batch (2): 51 at most.
+    QVERIFY2(most_ahead >= 8 && most_ahead <= 51, qPrintable(QString("%1 batches of 2 MiB made ahead of the consumer").arg(most_ahead)));
+  }
   void per_input_stages_are_refused_where_they_cannot_run() {
     const std::string lines = stage("files", "list_files", "", {{"patterns", fill_}}) + stage("lines", "text_lines", "files");
     auto refusal = [&](const std::string& text) {

@@ -41,6 +41,14 @@ inline constexpr std::uint64_t kFetchRunNs = 200'000;     // most work an interl
 inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
 inline constexpr std::size_t kChunkRows = 256;              // most elements in one chunk an expand hands on
+// Per-input stages' read-ahead per input: finished outputs (batches, mostly), as many as fit in
+// the bytes (at least one), and no more than the count.
+inline constexpr std::size_t kPerInputReadAhead = 64;
+inline constexpr std::uint64_t kPerInputReadAheadBytes = 16u << 20;
+// Rows a per-input reader asks of its input at once: as many as keep what the stages make of them
+// near kPerInputStepBytes (from the most any stage made per row so far), kPerInputFirstRows first.
+inline constexpr std::uint64_t kPerInputStepBytes = 4u << 20;
+inline constexpr std::size_t kPerInputFirstRows = 16;
 
 // Where an element came from, kept across an operator call that consumes the element, for the
 // message should the call throw. The description (a file name) is shared by the elements of one
@@ -588,14 +596,17 @@ struct Engine::Impl {
     };
     static bool accepts_chunks_from(const StageRuntime& producer, const Link& reader);
     bool read_inner(Sample& unit);
-    void run_from(std::size_t k, std::vector<Sample>& units);
+    // Returns the most bytes one stage made of `units`.
+    std::uint64_t run_from(std::size_t k, std::vector<Sample>& units);
+    std::size_t rows_to_read() const;
     void take_element(Link& link, Sample element, std::vector<Sample>& made);
     void take_chunk(Link& link, const Chunk& chunk, std::vector<Sample>& made);
     void end_input();
     void stop_at(Link& link);
     void finish_own(bool complete);
     void handle_error(Link& link, const char* what, std::uint64_t index, const std::string& origin);
-    void account(Link& link, std::uint64_t rows_in, std::uint64_t bytes_in, const std::vector<Sample>& made, std::uint64_t spent_ns);
+    // Returns the bytes of `made`.
+    std::uint64_t account(Link& link, std::uint64_t rows_in, std::uint64_t bytes_in, const std::vector<Sample>& made, std::uint64_t spent_ns);
 
     Impl& impl_;
     StageRuntime& head_;
@@ -606,6 +617,11 @@ struct Engine::Impl {
     std::deque<Sample> pending_;
     bool stop_reading_ = false, finished_ = false;
     std::uint64_t member_ns_ = 0;
+    // The most bytes a stage made per row read from the input so far (sizes the next read: a
+    // chunk of 256 lines, each decoded to an image or padded to a large batch, would otherwise
+    // be made all at once); unknown before the first read.
+    std::uint64_t made_per_row_ = 0;
+    bool measured_ = false;
   };
 
   struct ExpandSlot {
@@ -613,6 +629,7 @@ struct Engine::Impl {
     // The cursor's chunked form, when the stage hands chunks on (see run_expand); null otherwise.
     ChunkedExpandCursor* chunked = nullptr;
     std::deque<Sample> ready;  // read ahead by fetchers (a chunk is one of them)
+    std::uint64_t ready_bytes = 0;  // of `ready`, counted with per-input stages only
     std::deque<Sample> taken;  // moved out of `ready` by the coordinator, which alone uses it
     bool exhausted = false;
     bool busy = false;  // a fetcher is inside cursor->next()

@@ -1,6 +1,7 @@
 // Expand stages: tf.data's interleave over cursors, with fetcher threads reading ahead.
 #include "engine_impl.hpp"
 
+#include <limits>
 #include <optional>
 #include <system_error>
 
@@ -28,12 +29,16 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     return std::min(kChunkRows, b - slot.outputs_read % b);
   };
   // Read ahead per input, in items: a few chunks of a block each when they alternate.
-  // With per-input stages an output is a batch: a few of them, so that readers and the
-  // coordinator do not wake each other for every one, and no more (a batch of images is large;
-  // 4, 16 and 64 measured within noise of each other in bench_sequences).
-  const std::size_t read_ahead = !st.fused.empty() ? static_cast<std::size_t>(std::max(4, 2 * block))
+  // With per-input stages an output is a batch, and each reader thread runs for a long time on
+  // its own input: a deep read-ahead, bounded in bytes too (a batch of images is large), so that
+  // readers and the coordinator seldom wait for each other. With 4 batches, two readers on two
+  // cores woke each other 47,000 times in a run of bench_sequences' files (1 M lines each) and
+  // took 2.3 s; with 64, 11,000 times and 1.6 s.
+  const bool per_input = !st.fused.empty();
+  const std::size_t read_ahead = per_input ? std::max(kPerInputReadAhead, static_cast<std::size_t>(2 * block))
                                  : chunks && cycle > 1 ? 4
                                                        : static_cast<std::size_t>(std::max(2, block));
+  const std::uint64_t read_ahead_bytes = per_input ? kPerInputReadAheadBytes : std::numeric_limits<std::uint64_t>::max();
   // The next output of a slot's cursor, or its next chunk of outputs (one sample carrying it);
   // false once the input is exhausted. Called by the one thread reading the slot.
   // Time the per-input stages spent inside reads on this thread: theirs, not the reader's busy time.
@@ -72,6 +77,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
   };
   bool quit = false;
   std::vector<Item> inputs, out;
+  std::uint64_t out_bytes = 0;  // of the outputs in `out`, counted with per-input stages only
   std::size_t next_input = 0;
   std::uint64_t epoch = 0, index = 0;
   bool iteration_closed = false, input_done = false;
@@ -200,6 +206,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           if (!slot.ready.empty()) {
             sample = std::move(slot.ready.front());
             slot.ready.pop_front();
+            if (per_input) slot.ready_bytes -= std::min(slot.ready_bytes, sample.nbytes());
             return 1;
           }
           if (slot.exhausted) return 0;
@@ -245,6 +252,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       if (!slot.ready.empty()) {
         // All of it at once: one lock and one wake-up of the fetchers per run, not per record.
         slot.taken.swap(slot.ready);
+        slot.ready_bytes = 0;
         sample = std::move(slot.taken.front());
         slot.taken.pop_front();
         changed.notify_all();
@@ -267,7 +275,8 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         if (quit || stopping.load()) return true;
         if (st.tuned_workers && (reading_alone() || fetcher >= st.active_workers.load(std::memory_order_relaxed))) return false;  // parked
         for (auto& s : slots)
-          if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead) return (work = &s), true;
+          if (s.cursor && !s.busy && !s.exhausted && s.ready.size() < read_ahead && s.ready_bytes < read_ahead_bytes)
+            return (work = &s), true;
         return false;
       };
       while (!changed.wait_for(lock, std::chrono::milliseconds(50), pick)) {
@@ -275,6 +284,9 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       if (!work) return;
       work->busy = true;
       const std::size_t room = read_ahead - work->ready.size();
+      // Bytes it may still read ahead (per input; the coordinator may take some meanwhile).
+      const std::uint64_t room_bytes = read_ahead_bytes - work->ready_bytes;
+      std::uint64_t run_bytes = 0;
       lock.unlock();
       int got = 1;
       bool reading = false;  // inside next(): the record it was filling is not one
@@ -284,7 +296,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         std::uint64_t t = t0, member_ns = 0;
         try {
           if (!core.held()) got = -1;
-          while (got == 1 && run.size() < room && t - t0 < kFetchRunNs) {
+          while (got == 1 && run.size() < room && run_bytes < room_bytes && t - t0 < kFetchRunNs) {
             run.emplace_back();
             reading = true;
             const bool more = read_next(*work, run.back());
@@ -295,6 +307,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
               got = 0;
               break;
             }
+            if (per_input) run_bytes += run.back().nbytes();
             t = now_ns();
           }
         } catch (const std::exception& e) {
@@ -308,6 +321,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       lock.lock();
       work->busy = false;
       for (auto& sample : run) work->ready.push_back(std::move(sample));
+      work->ready_bytes += run_bytes;
       run.clear();
       if (got != 1) work->exhausted = true;
       changed.notify_all();
@@ -455,8 +469,11 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       add(st.counters.elements_out, rows_of(sample));
       add(st.counters.bytes_out, sample.nbytes());
     }
+    if (out.empty()) out_bytes = 0;  // (flushed elsewhere too)
+    if (per_input) out_bytes += sample.nbytes();
     out.push_back(Item::element(std::move(sample)));
-    if (out.size() < kChunk) return true;
+    // Per input an output is a batch: as many bytes wait here as one input reads ahead, at most.
+    if (out.size() < kChunk && out_bytes < read_ahead_bytes) return true;
     // Busy time is counted chunk by chunk, not only when new inputs are taken (one input file
     // may give records for seconds): the metrics and the autotuner see it as it happens.
     account_busy();
@@ -471,6 +488,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     slot.chunked = nullptr;
     slot.cursor.reset();
     slot.ready.clear();
+    slot.ready_bytes = 0;
     slot.taken.clear();
     slot.exhausted = false;
   };

@@ -6,6 +6,7 @@
 // cache, and only finished outputs (batches) cross threads.
 #include "engine_impl.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace sluice {
@@ -103,7 +104,10 @@ bool Engine::Impl::PerInputCursor::next(Sample& out) {
     if (impl_.stopping.load(std::memory_order_relaxed)) throw RunEndedInside("the run is stopping");
     std::vector<Sample> units(1);
     if (!stop_reading_ && read_inner(units.front())) {
-      run_from(0, units);
+      const std::uint64_t rows = rows_of(units.front());
+      const std::uint64_t made = run_from(0, units);
+      made_per_row_ = std::max(made_per_row_, (made + rows - 1) / std::max<std::uint64_t>(rows, 1));
+      measured_ = true;
       continue;
     }
     end_input();
@@ -113,10 +117,16 @@ bool Engine::Impl::PerInputCursor::next(Sample& out) {
   return true;
 }
 
+std::size_t Engine::Impl::PerInputCursor::rows_to_read() const {
+  if (!measured_) return kPerInputFirstRows;
+  if (made_per_row_ == 0) return kChunkRows;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kPerInputStepBytes / made_per_row_, 1, kChunkRows));
+}
+
 bool Engine::Impl::PerInputCursor::read_inner(Sample& unit) {
   if (inner_chunked_) {
     Chunk chunk;
-    if (!inner_chunked_->next_chunk(chunk, kChunkRows)) return false;
+    if (!inner_chunked_->next_chunk(chunk, rows_to_read())) return false;
     if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
     add(head_.counters.elements_out, chunk.rows());
     add(head_.counters.bytes_out, chunk.nbytes());
@@ -156,8 +166,8 @@ void Engine::Impl::PerInputCursor::handle_error(Link& link, const char* what, st
     throw RunEndedInside(fmt::format("{} ended the run (see its message)", impl_.stage_label(*link.st)));
 }
 
-void Engine::Impl::PerInputCursor::account(Link& link, std::uint64_t rows_in, std::uint64_t bytes_in, const std::vector<Sample>& made,
-                                           std::uint64_t spent_ns) {
+std::uint64_t Engine::Impl::PerInputCursor::account(Link& link, std::uint64_t rows_in, std::uint64_t bytes_in,
+                                                    const std::vector<Sample>& made, std::uint64_t spent_ns) {
   std::uint64_t rows_out = 0, bytes_out = 0;
   for (const auto& sample : made) {
     rows_out += rows_of(sample);
@@ -170,12 +180,14 @@ void Engine::Impl::PerInputCursor::account(Link& link, std::uint64_t rows_in, st
   if (bytes_out) add(c.bytes_out, bytes_out);
   add(c.busy_ns, spent_ns);
   member_ns_ += spent_ns;
+  return bytes_out;
 }
 
 // Runs `units` (elements, or chunks carried as one sample) through links k, k + 1, ...: each
 // link takes all of them before the next (one clock reading per link and call); what the last
 // link makes is the cursor's output, as elements.
-void Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& units) {
+std::uint64_t Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& units) {
+  std::uint64_t most_made = 0;
   for (; k < links_.size() && !units.empty(); ++k) {
     Link& link = links_[k];
     std::vector<Sample> made;
@@ -195,7 +207,7 @@ void Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& 
       }
       take_element(link, std::move(unit), made);
     }
-    account(link, rows_in, bytes_in, made, now_ns() - t0);
+    most_made = std::max(most_made, account(link, rows_in, bytes_in, made, now_ns() - t0));
     units.swap(made);
   }
   for (auto& unit : units) {
@@ -205,6 +217,7 @@ void Engine::Impl::PerInputCursor::run_from(std::size_t k, std::vector<Sample>& 
     }
     pending_.push_back(std::move(unit));
   }
+  return most_made;
 }
 
 void Engine::Impl::PerInputCursor::take_element(Link& link, Sample element, std::vector<Sample>& made) {
