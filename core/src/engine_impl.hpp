@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -619,9 +620,8 @@ struct Engine::Impl {
     std::uint64_t member_ns_ = 0;
     // The most bytes a stage made per row read from the input so far (sizes the next read: a
     // chunk of 256 lines, each decoded to an image or padded to a large batch, would otherwise
-    // be made all at once); unknown before the first read.
-    std::uint64_t made_per_row_ = 0;
-    bool measured_ = false;
+    // be made all at once); none before the first read.
+    std::optional<std::uint64_t> made_per_row_;
   };
 
   struct ExpandSlot {

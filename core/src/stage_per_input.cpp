@@ -104,10 +104,9 @@ bool Engine::Impl::PerInputCursor::next(Sample& out) {
     if (impl_.stopping.load(std::memory_order_relaxed)) throw RunEndedInside("the run is stopping");
     std::vector<Sample> units(1);
     if (!stop_reading_ && read_inner(units.front())) {
-      const std::uint64_t rows = rows_of(units.front());
+      const std::uint64_t rows = rows_of(units.front());  // at least 1 (read_inner refuses empty chunks)
       const std::uint64_t made = run_from(0, units);
-      made_per_row_ = std::max(made_per_row_, (made + rows - 1) / std::max<std::uint64_t>(rows, 1));
-      measured_ = true;
+      made_per_row_ = std::max(made_per_row_.value_or(0), (made + rows - 1) / rows);
       continue;
     }
     end_input();
@@ -118,9 +117,9 @@ bool Engine::Impl::PerInputCursor::next(Sample& out) {
 }
 
 std::size_t Engine::Impl::PerInputCursor::rows_to_read() const {
-  if (!measured_) return kPerInputFirstRows;
-  if (made_per_row_ == 0) return kChunkRows;
-  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kPerInputStepBytes / made_per_row_, 1, kChunkRows));
+  if (!made_per_row_) return kPerInputFirstRows;
+  if (*made_per_row_ == 0) return kChunkRows;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kPerInputStepBytes / *made_per_row_, 1, kChunkRows));
 }
 
 bool Engine::Impl::PerInputCursor::read_inner(Sample& unit) {
