@@ -24,12 +24,14 @@
 #include <fstream>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "bench_clock.hpp"
+#include "plain_integers.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
@@ -238,20 +240,10 @@ Tally loop(const std::vector<std::string>& files, Layout layout, HandOff* hand_o
       std::size_t at = 0;
       for (std::size_t nl; (nl = carry.find('\n', at)) != std::string::npos; at = nl + 1) {
         seq.clear();
-        const char* p = carry.data() + at;
-        const char* end = carry.data() + nl;
-        // The fastest reading we know, the one split_text's one-pass reader does (a sign, digits,
-        // a check that the token ends there): strtoll costs several times more per token.
-        while (p < end) {
-          while (p < end && *p == ' ') ++p;
-          if (p == end) break;
-          const bool negative = *p == '-';
-          if (*p == '-' || *p == '+') ++p;
-          std::uint64_t value = 0;
-          while (p < end && static_cast<unsigned char>(*p - '0') < 10) value = value * 10 + static_cast<unsigned>(*p++ - '0');
-          if (p < end && *p != ' ') throw std::runtime_error("the token file is damaged");
-          seq.push_back(negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value));
-        }
+        // The fastest reading we have, split_text's own (a sign, digits read 8 bytes at a time, a
+        // check that the token ends there): strtoll costs several times more per token.
+        if (!sluice::std_ops::read_plain_integers(std::string_view(carry.data() + at, nl - at), [&seq](std::int64_t v) { seq.push_back(v); }))
+          throw std::runtime_error("the token file is damaged");
         take(seq);
       }
       carry.erase(0, at);

@@ -4,6 +4,8 @@
 #include <QtTest>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "pipeline_runner.hpp"
+#include "plain_integers.hpp"
 
 using namespace sluice::test;
 namespace fs = std::filesystem;
@@ -86,6 +89,59 @@ class TestSequences : public QObject {
     auto separated = run_text(stage("files", "list_files", "", {{"patterns", path("csvish.txt")}}) + stage("lines", "text_lines", "files") +
                               stage("split", "split_text", "lines", {{"to", "int64"}, {"separator", ","}}) + sink_after("split"));
     QVERIFY2(separated.result.error.find("token 1 of field 'line', '', is not an int64") != std::string::npos, separated.result.error.c_str());
+  }
+
+  // The one-pass reader reads 8 bytes at a time: on random texts of digits, blanks, signs and
+  // letters, each in memory that ends where the text does (so that a read past it is a sanitizer
+  // error), it agrees with a plain reading: split at blanks, each token a sign and 1 to 18 digits.
+  void split_texts_one_pass_reader_agrees_with_a_plain_reading() {
+    const std::string alphabet = "0123456789012345678901234567890123456789     \t\r\n\v\f--++ax.";
+    std::mt19937_64 random(23);
+    auto plain = [](const std::string& text, Ints& out) {
+      std::size_t at = 0;
+      auto blank = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+      for (;;) {
+        while (at < text.size() && blank(text[at])) ++at;
+        if (at == text.size()) return true;
+        std::size_t stop = at;
+        while (stop < text.size() && !blank(text[stop])) ++stop;
+        const std::string token = text.substr(at, stop - at);
+        const std::size_t sign = token[0] == '-' || token[0] == '+' ? 1 : 0;
+        const std::string digits = token.substr(sign);
+        if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+        const long long value = std::stoll(digits);
+        out.push_back(token[0] == '-' ? -value : value);
+        at = stop;
+      }
+    };
+    std::size_t read = 0, refused = 0;
+    for (int k = 0; k < 200000; ++k) {
+      std::string text;
+      const int tokens = static_cast<int>(random() % 6);
+      for (int t = 0; t < tokens; ++t) {
+        if (random() % 3 == 0) text += std::string(random() % 3, ' ');
+        if (random() % 8 == 0) text += random() % 2 ? '-' : '+';
+        const int length = static_cast<int>(random() % 21);  // 0 to 20 digits: past 8 and past 18
+        for (int d = 0; d < length; ++d) text += static_cast<char>('0' + random() % 10);
+        if (random() % 10 == 0) text += alphabet[random() % alphabet.size()];
+        if (t + 1 < tokens || random() % 2) text += random() % 6 ? ' ' : '\t';
+      }
+      const auto bytes = std::make_unique<char[]>(text.size() + 1);  // + 1: no zero-sized array
+      std::memcpy(bytes.get(), text.data(), text.size());
+      Ints expected, got;
+      const bool plain_ok = plain(text, expected);
+      const bool ok = sluice::std_ops::read_plain_integers(std::string_view(bytes.get(), text.size()),
+                                                            [&](std::int64_t v) { got.push_back(v); });
+      QVERIFY2(ok == plain_ok, ("'" + text + "'").c_str());
+      if (ok) {
+        QVERIFY2(got == expected, ("'" + text + "'").c_str());
+        read += got.size();
+      } else {
+        ++refused;
+      }
+    }
+    // Both outcomes were met many times.
+    QVERIFY2(read > 100000 && refused > 10000, (std::to_string(read) + " read, " + std::to_string(refused) + " refused").c_str());
   }
 
   // ---- padded_batch: tf.data.Dataset.padded_batch's documented examples ----

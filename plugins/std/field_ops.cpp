@@ -5,6 +5,7 @@
 #include <cstring>
 #include <cstdlib>
 
+#include "plain_integers.hpp"
 #include "sequence_layout.hpp"
 #include "std_plugin.hpp"
 
@@ -242,34 +243,11 @@ class SplitText final : public Map, public ChunkedMap {
   }
   static constexpr std::size_t kSlabBytes = 16384;
   // Whitespace-separated decimal integers (pre-tokenized text: the common case) read in the pass
-  // that finds them, as a hand-written loop does: half the work of finding the tokens and then
-  // reading each. False at anything else (a sign alone, a letter, more than 18 digits): the
-  // general path then reads the line again, and names the token it cannot read.
-  // Appends to `out` (which the caller cuts back when this says false).
-  // The blank after a number is taken with it, and a space is tested before the other blanks:
-  // 17% fewer instructions than a test of every blank character (callgrind, on bench_sequences'
-  // token lines), within 5% of the bench's hand-written loop.
+  // that finds them (plain_integers.hpp): false at anything else, and the general path then reads
+  // the line again and names the token it cannot read. Appends to `out` (which the caller cuts
+  // back when this says false).
   static bool plain_integers(std::string_view text, std::vector<std::int64_t>& out) {
-    const char* p = text.data();
-    const char* const end = p + text.size();
-    while (p != end) {
-      if (*p == ' ' || is_other_blank(*p)) {
-        ++p;
-        continue;
-      }
-      const bool negative = *p == '-';
-      if (negative || *p == '+') ++p;
-      const char* const digits = p;
-      std::uint64_t value = 0;
-      while (p != end && static_cast<unsigned char>(*p - '0') < 10) value = value * 10 + static_cast<unsigned>(*p++ - '0');
-      if (static_cast<std::size_t>(p - digits) - 1 >= 18) return false;  // no digit, or more than 18
-      if (p != end) {
-        if (*p == ' ') ++p;
-        else if (!is_other_blank(*p)) return false;
-      }
-      out.push_back(negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value));
-    }
-    return true;
+    return read_plain_integers(text, [&out](std::int64_t v) { out.push_back(v); });
   }
   // The tokens of `text` into `tokens`: runs of blanks separate them, or the separator (empty
   // tokens kept, as Python's str.split(sep)).
@@ -302,7 +280,6 @@ class SplitText final : public Map, public ChunkedMap {
   }
   // Space, tab, line feed, vertical tab, form feed, carriage return: what str.split() splits at.
   static bool is_blank(char c) { return c == ' ' || is_other_blank(c); }
-  static bool is_other_blank(char c) { return static_cast<unsigned char>(c - '\t') <= '\r' - '\t'; }
 
   // from_chars: no copy of the token and no locale (strtoll costs several times more per token).
   template <class T> T number(std::string_view token, std::int64_t k) const {
