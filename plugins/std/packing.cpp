@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <map>
 
 #include "sequence_layout.hpp"
 #include "std_plugin.hpp"
@@ -122,23 +121,21 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
         throw DataError("the element has a field '" + c.name +
                         "' that is not packed; list it in fields, or remove it before this stage (select_fields)");
     std::vector<const Column*> columns;
-    for (const auto& name : fields_) {
+    for (std::size_t f = 0; f < fields_.size(); ++f) {
+      const std::string& name = fields_[f];
       const Column& c = in.at(name);
       if (c.row_rank() == 0 || c.dtype() == DType::Bytes)
         throw DataError("field '" + name + "' is " + dtype_name(c.dtype()) + shape_string(c.row_shape(0)) +
                         ": packing takes numeric sequences (token ids, features per step)");
-      auto it = step_shapes_.find(name);
-      if (it != step_shapes_.end() && (it->second.first != c.dtype() || it->second.second != step_of(c)))
-        throw DataError("field '" + name + "' has steps of " + dtype_name(c.dtype()) + shape_string(step_of(c)) + " here and " +
-                        dtype_name(it->second.first) + shape_string(it->second.second) + " before");
+      if (!row_blocks_.empty() && (row_blocks_[f].dtype != c.dtype() || step_of(row_blocks_[f].shape) != step_of(c.row_shape(0))))
+        throw DataError("field '" + name + "' has steps of " + dtype_name(c.dtype()) + shape_string(step_of(c.row_shape(0))) + " here and " +
+                        dtype_name(row_blocks_[f].dtype) + shape_string(step_of(row_blocks_[f].shape)) + " before");
       columns.push_back(&c);
     }
     return columns;
   }
-  static Shape step_of(const Column& c) {
-    const Shape row = c.row_shape(0);
-    return Shape(row.begin() + 1, row.end());
-  }
+  // A sequence's shape less its length: what each of its steps is.
+  static Shape step_of(const Shape& row) { return Shape(row.begin() + 1, row.end()); }
 
   // Packs row `r`: throws DataError, having taken nothing of it, when its fields differ in length
   // or it is too long to pack.
@@ -151,8 +148,7 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     if (tokens > length_ && fail_too_long_)
       throw DataError("a sequence of " + std::to_string(tokens) + " tokens is longer than a packed row (length " +
                       std::to_string(length_) + "); raise length, or set too_long: split or truncate");
-    if (step_shapes_.size() < fields_.size())  // the first row taken: every later one has its steps
-      for (const Column* c : columns) step_shapes_.emplace(c->name, std::make_pair(c->dtype(), step_of(*c)));
+    if (row_blocks_.empty()) lay_out_rows(columns);  // the first row taken: every later one has its steps
     const std::int64_t kept = truncate_too_long_ ? std::min(tokens, length_) : tokens;
     // An empty sequence has no token to place: it takes no segment.
     for (std::int64_t from = 0; from < kept; from += length_) place(in, columns, r, from, std::min(length_, kept - from), out);
@@ -172,7 +168,7 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
         emit(rows_.front(), out);
         rows_.pop_front();
       }
-      rows_.push_back(new_row(columns));
+      rows_.push_back(new_row());
       row = &rows_.back();
     }
     for (std::size_t f = 0; f < columns.size(); ++f) {
@@ -201,22 +197,24 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     }
     return out.push(std::move(row.sample));
   }
+  // The packed rows' layout, from the first row's fields (their types and steps; check() holds
+  // every later row to them). Worked out once: a row then costs its tensors' shapes and nothing
+  // else (a packed row is a few hundred bytes, and each allocation per row was a tenth of this
+  // stage's time).
+  void lay_out_rows(const std::vector<const Column*>& columns) {
+    for (const Column* c : columns) {
+      Shape shape = c->row_shape(0);
+      shape[0] = length_;
+      row_blocks_.push_back({c->name, c->dtype(), std::move(shape)});
+    }
+    row_blocks_.push_back({segment_field_, DType::I32, Shape{length_}});
+    row_blocks_.push_back({position_field_, DType::I32, Shape{length_}});
+    for (const auto& b : row_blocks_) row_bytes_ += aligned(static_cast<std::size_t>(shape_elements(b.shape)) * dtype_size(b.dtype));
+  }
   // A new row, zeroed. Its fields' blocks are carved one after another from a shared slab: one
   // allocation for many rows, not one per field of each (a row lives only until the batch after
-  // this stage copies it; the slab, until its last row has gone). The rows' layout is worked out
-  // once: a row costs its tensors' shapes and nothing else (a packed row is a few hundred bytes,
-  // and each allocation per row was a tenth of this stage's time).
-  Row new_row(const std::vector<const Column*>& columns) {
-    if (row_blocks_.empty()) {
-      for (const Column* c : columns) {
-        Shape shape = c->row_shape(0);
-        shape[0] = length_;
-        row_blocks_.push_back({c->name, c->dtype(), std::move(shape)});
-      }
-      row_blocks_.push_back({segment_field_, DType::I32, Shape{length_}});
-      row_blocks_.push_back({position_field_, DType::I32, Shape{length_}});
-      for (const auto& b : row_blocks_) row_bytes_ += aligned(static_cast<std::size_t>(shape_elements(b.shape)) * dtype_size(b.dtype));
-    }
+  // this stage copies it; the slab, until its last row has gone).
+  Row new_row() {
     Row row;
     row.sample.reserve(row_blocks_.size());
     if (!slab_ || slab_used_ + row_bytes_ > slab_->size()) {
@@ -251,9 +249,8 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
   static constexpr std::size_t kSlabBytes = 1 << 16;
   std::shared_ptr<Buffer> slab_;  // where new rows are carved
   std::size_t slab_used_ = 0;
-  std::map<std::string, std::pair<DType, Shape>> step_shapes_;  // each field's step, from the first element
-  // A packed row's tensors, in order (the packed fields, then segment ids and positions), once the
-  // first row has fixed the fields' steps; and the bytes of slab one row takes.
+  // A packed row's tensors, in order (the packed fields as in fields_, then segment ids and
+  // positions), from the first row taken; none before. And the bytes of slab one row takes.
   struct RowBlock {
     std::string name;
     DType dtype;
