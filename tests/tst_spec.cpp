@@ -94,6 +94,12 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     auto p = problems(stage("src", "rnage", "") + sink_after("src"));
     QVERIFY(has(p, "stage 'src': unknown operator 'rnage' (did you mean 'range'?)"));
     QVERIFY(has(p, "test.txtpb:1:1"));
+    // An operator no loaded plugin has may be in a library elsewhere: say how to load it.
+    auto elsewhere = problems(stage("src", "read_parquet_shards", "") + sink_after("src"));
+    QVERIFY(has(elsewhere, "unknown operator 'read_parquet_shards'"));
+    QVERIFY(has(elsewhere, "--plugin-dir DIR"));
+    QVERIFY(has(elsewhere, "SLUICE_PLUGIN_PATH"));
+    QVERIFY(has(elsewhere, "load_plugins"));
   }
 
   void parameter_errors() {

@@ -342,11 +342,13 @@ void Engine::start() {
     try {
       st->op->start(st->info);
       st->started = true;
-      Placement* placement = I.graph.deterministic ? st->op->offered_placement() : nullptr;
-      // Only to a producer whose output this stage alone reads (a tee's elements go elsewhere too).
+      Placement* placement = st->op->offered_placement();
+      // Only to a producer whose output this stage alone reads (a tee's elements go elsewhere too),
+      // in input order (rows are placed by their index).
       const int sole_input = st->spec->inputs.size() == 1 ? st->spec->inputs[0] : -1;
       // Not within per-input stages: each input has operators of its own, not this one's rows.
       if (placement && sole_input >= 0 && I.stages[sole_input]->map && I.graph.stages[sole_input].sole_consumer() == i &&
+          I.stages[sole_input]->spec->keeps_order(I.graph.deterministic) &&
           !st->spec->per_input && !I.stages[sole_input]->spec->per_input)
         I.stages[sole_input]->info.placement = placement;
       if (Allocator* offered = st->op->offered_allocator()) {
@@ -442,6 +444,8 @@ void Engine::start() {
       if (!(next.map || next.filter) || next.spec->per_input || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
           next.tuned_workers != st.tuned_workers)
         continue;
+      // A group keeps its head's order: stages that differ in `deterministic` stay apart.
+      if (next.spec->keeps_order(I.graph.deterministic) != st.spec->keeps_order(I.graph.deterministic)) continue;
       // Two maps that both take chunks stay apart: a fused group runs element by element, and a
       // chunk handed from one to the other costs one hand-over for hundreds of rows.
       auto takes_chunks = [](StageRuntime& s) {

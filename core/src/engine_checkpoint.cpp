@@ -71,9 +71,16 @@ std::vector<std::string> Engine::checkpoint_refusals() const {
                   "continued exactly; set `deterministic: true` to checkpoint it");
   for (const auto& st : I.stages) {
     const auto& info = st->spec->op->info;
-    if (st->expand && st->spec->interleave_deterministic.value_or(I.graph.deterministic) == false)
-      out.push_back(fmt::format("{} interleaves in completion order (interleave deterministic: false); make it deterministic to checkpoint",
+    if (!I.graph.deterministic) {
+      // said once for the whole pipeline, above
+    } else if (st->expand && !st->spec->interleave_keeps_order(I.graph.deterministic)) {
+      out.push_back(fmt::format("{} interleaves in completion order (deterministic: false); make it deterministic to checkpoint",
                                 I.stage_label(*st)));
+    } else if (!st->expand && !st->spec->keeps_order(I.graph.deterministic)) {
+      out.push_back(fmt::format("{} hands its outputs on in completion order (deterministic: false); make it deterministic to "
+                                "checkpoint",
+                                I.stage_label(*st)));
+    }
     // A per-input stage's state is made again on resume, by reading its interleave's open inputs again.
     if (must_save_state(info) && !info.traits.saves_state && !st->spec->per_input)
       out.push_back(fmt::format("{} (from {}) keeps state between elements and cannot save it (its operator does not set "
@@ -318,7 +325,7 @@ void Engine::Impl::find_read_paths() {
       at = stages[at]->spec->inputs[0];
     }
     const auto& reader = *stages[at];
-    if (!reader.expand || !reader.spec->interleave_deterministic.value_or(graph.deterministic)) continue;
+    if (!reader.expand || !reader.spec->interleave_keeps_order(graph.deterministic)) continue;
     st->reads_from = at;
     st->maps_since_read = std::move(maps);
   }

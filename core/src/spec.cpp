@@ -544,6 +544,7 @@ struct Validation {
     out.parallelism = std::max(1, st.parallelism());
     out.buffer_size = std::max(0, st.buffer_size());
     out.per_input = st.per_input();
+    if (st.has_deterministic()) out.deterministic = st.deterministic();
     out.error_policy = policy(st.error_policy());
     if (st.has_interleave()) {
       const auto& il = st.interleave();
@@ -565,8 +566,10 @@ struct Validation {
     }
     out.op = registry.find(st.op());
     if (!out.op) {
-      problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators", st.op(),
-                                 did_you_mean(registry.closest(st.op()))));
+      problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators loaded; one of a plugin "
+                                 "library elsewhere loads with --plugin-dir DIR, SLUICE_PLUGIN_PATH=DIR or, in Python, "
+                                 "sluice.data.load_plugins(DIR)",
+                                 st.op(), did_you_mean(registry.closest(st.op()))));
       return false;
     }
     const auto& info = out.op->info;

@@ -10,7 +10,7 @@ namespace sluice {
 void Engine::Impl::run_expand(StageRuntime& st) {
   const std::size_t cycle = static_cast<std::size_t>(std::max(1, st.spec->cycle_length));
   const int block = std::max(1, st.spec->block_length);
-  const bool ordered = st.spec->interleave_deterministic.value_or(graph.deterministic);
+  const bool ordered = st.spec->interleave_keeps_order(graph.deterministic);
   const int fetcher_count = st.workers > 1 ? std::min<int>(st.workers, static_cast<int>(cycle)) : 0;
   // A tuned stage given one worker reads on its coordinator, its fetchers parked.
   auto reading_alone = [&] { return st.tuned_workers && st.active_workers.load(std::memory_order_relaxed) <= 1; };

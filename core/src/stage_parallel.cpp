@@ -12,7 +12,7 @@ bool Engine::Impl::wait_until_active(StageRuntime& st, int index) {
 }
 
 void Engine::Impl::run_stateless(StageRuntime& st, int index) {
-  const bool ordered = graph.deterministic && st.workers > 1;
+  const bool ordered = st.spec->keeps_order(graph.deterministic) && st.workers > 1;
   std::vector<Item> in, out;
   in.reserve(kChunk);
   for (;;) {

@@ -226,7 +226,7 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
                                               : ""));
     if (!by_file && file_list) {
       const auto& rd = graph.stages[reader];
-      const bool ordered = rd.interleave_deterministic.value_or(graph.deterministic);
+      const bool ordered = rd.interleave_keeps_order(graph.deterministic);
       if (!ordered)
         plan.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
                                             "record's position differs between workers and their shards may overlap or miss "

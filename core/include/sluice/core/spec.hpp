@@ -97,6 +97,13 @@ struct GraphStage {
   int cycle_length = 1;  // expand stages: interleave
   int block_length = 1;
   std::optional<bool> interleave_deterministic;
+  std::optional<bool> deterministic;  // the stage's own (StageSpec.deterministic); unset: the pipeline's
+  // Whether the stage's parallel workers hand outputs on in input order.
+  bool keeps_order(bool pipeline_deterministic) const { return deterministic.value_or(pipeline_deterministic); }
+  // Whether an interleave takes its inputs' outputs in turn: its own setting, else the stage's.
+  bool interleave_keeps_order(bool pipeline_deterministic) const {
+    return interleave_deterministic.value_or(keeps_order(pipeline_deterministic));
+  }
   // Runs once per input of the expand stage it reads (directly or through other per-input
   // stages), on that stage's readers (StageSpec.per_input).
   bool per_input = false;
