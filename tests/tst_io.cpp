@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "byte_source.hpp"
 #include "crc32c.hpp"
@@ -508,6 +509,39 @@ class TestIo : public QObject {
           .lines;
     };
     QCOMPARE(shuffled(1), shuffled(1));
+  }
+
+  // tf.data's list_files shuffles unless told not to (shuffle=None means True): a direct
+  // translation of a program over class folders must not get the files, and so the classes, in
+  // folder order. The default order is shuffle: true's with the pipeline's seed, new each epoch.
+  void list_files_shuffles_by_default_as_tf_data_does() {
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    std::vector<std::string> sorted_paths;
+    for (int i = 0; i < 24; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/f%02d.txt", i);
+      write_file(root + name, "1");
+      // jsonl_sink writes bytes as base64
+      sorted_paths.push_back("{\"path\":\"" + QByteArray::fromStdString(root + name).toBase64().toStdString() + "\"}");
+    }
+    auto listed = [&](int seed, const std::string& shuffle, int epochs) {
+      std::vector<std::pair<std::string, std::string>> params{{"patterns", root + "/*.txt"}};
+      if (!shuffle.empty()) params.emplace_back("shuffle", shuffle);
+      return run_ok("options { seed: " + std::to_string(seed) + " }\n" + stage("files", "list_files", "", params) +
+                    stage("epochs", "repeat", "files", {{"count", std::to_string(epochs)}}) + sink_after("epochs"))
+          .lines;
+    };
+    const auto by_default = listed(7, "", 2);
+    QCOMPARE(by_default.size(), std::size_t(48));
+    QCOMPARE(by_default, listed(7, "true", 2));
+    const std::vector<std::string> first(by_default.begin(), by_default.begin() + 24), second(by_default.begin() + 24, by_default.end());
+    QVERIFY2(first != sorted_paths, "list_files kept the sorted order by default");
+    QVERIFY2(first != second, "list_files gave the same order in two epochs");
+    QCOMPARE(std::multiset<std::string>(first.begin(), first.end()), std::multiset<std::string>(sorted_paths.begin(), sorted_paths.end()));
+    const auto other_seed = listed(8, "", 1);
+    QVERIFY2(other_seed != first, "list_files gave the same order for two seeds");
+    QCOMPARE(listed(7, "false", 1), sorted_paths);
   }
 
   void csv_rows_types_quotes_and_errors() {

@@ -668,7 +668,7 @@ class TestSequences : public QObject {
       alone.push_back(run_ok(int_lines(file) + stage("pb", "padded_batch", "seq", {{"batch_size", "4"}, {"lengths", "x"}}) + sink_after("pb")).lines);
     }
     auto per_input = [&](int parallelism, int cycle, int block) {
-      return stage("files", "list_files", "", {{"patterns", path("per_input*.txt")}}) +
+      return stage("files", "list_files", "", {{"patterns", path("per_input*.txt")}, {"shuffle", "false"}}) +
              stage("lines", "text_lines", "files", {},
                    fmt::format("parallelism: {} interleave {{ cycle_length: {} block_length: {} }}", parallelism, cycle, block)) +
              stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "x"}}, "per_input: true") +

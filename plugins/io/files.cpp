@@ -89,9 +89,9 @@ class ListFiles final : public Source {
   static OperatorInfo describe() {
     return {"list_files",
             OperatorKind::Source,
-            "Emits the paths matching glob patterns ('*', '?', '[ab]', '**' for any depth) as 'path', sorted or shuffled",
+            "Emits the paths matching glob patterns ('*', '?', '[ab]', '**' for any depth) as 'path', shuffled (shuffle: false for sorted)",
             {ParamSpec::make("patterns", ParamType::PathList, "paths or glob patterns, comma-separated (relative to the pipeline file)"),
-             ParamSpec::make("shuffle", ParamType::Bool, "shuffle the list (the same order on every worker for a seed)").def("false"),
+             ParamSpec::make("shuffle", ParamType::Bool, "shuffle the list, as tf.data's list_files does (the same order on every worker for a seed); false keeps it sorted").def("true"),
              ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
              ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "a different order in each epoch").def("true")},
             {.stateless = false, .random = true, .saves_state = true},
