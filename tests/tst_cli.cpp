@@ -1,7 +1,10 @@
 // The `sluice` command as a user runs it: exit codes, messages, reports, Ctrl-C.
+#include <QDirIterator>
 #include <QtTest>
 
 #include <csignal>
+#include <map>
+#include <memory>
 
 #include "pipeline_runner.hpp"
 
@@ -360,6 +363,66 @@ class TestCli : public QObject {
     QFile w(dir.filePath("whole.jsonl"));
     QVERIFY(w.open(QIODevice::ReadOnly));
     QVERIFY2(joined == w.readAll(), "the resumed pieces differ from the uninterrupted run");
+  }
+
+  // The printed hint taken at its word: `sluice run P --resume ck/` with the same output paths, after
+  // a node lost with kill -9 and after a SIGTERM, leaves exactly the uninterrupted run's files (a
+  // JSON-lines file, TFRecord shards, a folder of files), none of what was written twice or lost.
+  void resuming_with_the_same_paths_continues_the_outputs() {
+    QTemporaryDir dir;
+    const std::string pipeline = "options { seed: 4 }\n" +
+        stage("img", "synthetic_images", "", {{"count", "400"}, {"height", "8"}, {"width", "8"}, {"classes", "4"}}, "buffer_size: 2") +
+        stage("enc", "encode_image", "img", {}, "buffer_size: 2") + stage("work", "simulate_work", "enc", {{"us", "4000"}}, "buffer_size: 2") +
+        stage("lines", "jsonl_sink", "work", {{"path", "OUT/out.jsonl"}}) +
+        stage("shards", "tfrecord_writer", "work", {{"prefix", "OUT/shards/train"}, {"max_records", "45"}}) +
+        stage("files", "write_files", "work", {{"folder", "OUT/files"}});
+    auto in = [&](const QString& out) {
+      std::string text = pipeline;
+      for (std::size_t at; (at = text.find("OUT/")) != std::string::npos;) text.replace(at, 3, out.toStdString());
+      QDir().mkpath(dir.filePath(out));
+      return write(dir, out + ".txtpb", text);
+    };
+    QCOMPARE(sluice_cli({"run", "--quiet", in("whole")}).code, 0);
+    const QString file = in("cut"), ck = dir.filePath("ck");
+    auto start = [&](const QStringList& extra) {
+      auto p = std::make_unique<QProcess>();
+      p->start(SLUICE_CLI, QStringList{"run", "--quiet", file, "--checkpoint", ck} + extra);
+      if (!p->waitForStarted()) qFatal("sluice did not start");
+      return p;
+    };
+    // 1. Checkpoints every 40 batches; the node is lost (kill -9) after the first, past it.
+    auto first = start({"--checkpoint-every", "40"});
+    for (int waited = 0; waited < 60000 && !QFile::exists(ck + "/checkpoint.sluice"); waited += 10) QTest::qWait(10);
+    QTest::qWait(150);
+    ::kill(static_cast<pid_t>(first->processId()), SIGKILL);
+    first->waitForFinished(10000);
+    QVERIFY2(QFile::exists(ck + "/checkpoint.sluice"), "no checkpoint before the kill");
+    QVERIFY2(!QFile::exists(dir.filePath("cut/out.jsonl")), "a killed run published its output");
+    // 2. Resumed as the hint says, then preempted (SIGTERM: a checkpoint, exit 75).
+    auto second = start({"--resume", ck});
+    QTest::qWait(500);
+    ::kill(static_cast<pid_t>(second->processId()), SIGTERM);
+    QVERIFY(second->waitForFinished(60000));
+    const QString said = QString::fromUtf8(second->readAllStandardError());
+    QVERIFY2(second->exitCode() == 75 && said.contains("--resume " + ck), qPrintable(said));
+    // 3. Resumed again, to the end.
+    auto third = sluice_cli({"run", "--quiet", file, "--checkpoint", ck, "--resume", ck});
+    QVERIFY2(third.code == 0, qPrintable(third.err));
+    auto tree = [&](const QString& root) {
+      std::map<QString, QByteArray> files;
+      QDirIterator it(dir.filePath(root), QDir::Files, QDirIterator::Subdirectories);
+      while (it.hasNext()) {
+        const QString path = it.next();
+        QFile f(path);
+        if (f.open(QIODevice::ReadOnly)) files[QDir(dir.filePath(root)).relativeFilePath(path)] = f.readAll();
+      }
+      return files;
+    };
+    const auto expected = tree("whole");
+    auto got = tree("cut");
+    QCOMPARE(expected.size(), std::size_t(1 + 9 + 400));  // the lines, 9 shards, 400 files
+    QCOMPARE(got.size(), expected.size());
+    for (const auto& [name, bytes] : expected) QVERIFY2(got[name] == bytes, qPrintable("differs from the uninterrupted run's: " + name));
   }
 
   // A checkpoint is replaced atomically: a process killed at any moment (here while it writes one

@@ -464,6 +464,9 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
 void Engine::Impl::restore_operator(StageRuntime& st) {
   if (!st.restore || !st.spec->op->info.traits.saves_state || st.spec->per_input) return;
   if (st.restore->ended() && st.restore->operator_state().empty()) return;
+  // A sink saves where its output stands; a checkpoint with nothing for it (taken before its
+  // operator saved state) resumes with a fresh output, as runs did then.
+  if (st.sink && st.restore->operator_state().empty()) return;
   auto referenced = std::make_shared<std::vector<Sample>>(read_referenced(st));
   CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name),
                                [referenced](std::size_t number) { return (*referenced)[number]; });

@@ -304,7 +304,7 @@ class WriteFiles final : public Sink {
              ParamSpec::make("field", ParamType::String, "bytes field to write").def("image"),
              ParamSpec::make("class_field", ParamType::String, "int64 field naming a subfolder class_NNN; empty: none").def("label"),
              ParamSpec::make("extension", ParamType::String, "file name extension").def(".jpg")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit WriteFiles(const Params& p)
@@ -315,7 +315,14 @@ class WriteFiles final : public Sink {
   }
   void start(const StageInfo&) override {
     while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
-    refuse_unless_new_or_empty();
+    // A folder of files may be a run's that stopped at a checkpoint this run resumes from (taken
+    // back in restore_state()): refused only if this run is about to write beside it.
+    try {
+      refuse_unless_new_or_empty();
+    } catch (const Error& e) {
+      if (!fs::is_directory(folder_)) throw;
+      refusal_ = e.what();
+    }
     std::error_code ec;
     const fs::path parent = fs::path(folder_).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
@@ -325,6 +332,7 @@ class WriteFiles final : public Sink {
     temporary_ = name;
   }
   void consume(Sample in, const ElementContext&) override {
+    if (!refusal_.empty()) throw Error(refusal_);
     const Tensor& data = in.at(field_);
     if (data.dtype() != DType::Bytes || data.num_elements() != 1) throw DataError("field '" + field_ + "' is not one bytes value");
     fs::path dir = temporary_;
@@ -357,19 +365,71 @@ class WriteFiles final : public Sink {
     if (::close(fd) != 0) throw Error("writing " + target.string() + " failed: " + std::strerror(errno));
   }
   void finish(bool complete) override {
+    if (!refusal_.empty() && !temporary_.empty()) ::rmdir(temporary_.c_str());  // refused before its first file
     if (temporary_.empty() || !complete) return;  // the .partial folder stays, visibly incomplete
-    // The files' bytes reach the disk before the folder's name says they are complete.
-    if (const int dir = ::open(temporary_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
-      ::syncfs(dir);
-      ::close(dir);
-    }
+    sync_folder();  // the files' bytes reach the disk before the folder's name says they are complete
     refuse_unless_new_or_empty();
     if (::rename(temporary_.c_str(), folder_.c_str()) != 0)
       throw Error("cannot rename " + temporary_ + " to " + folder_ + ": " + std::strerror(errno));
     temporary_.clear();
   }
+  // A resumed run goes on filling the interrupted run's .partial folder after the files written
+  // before the checkpoint (those written after it are removed), so that resuming with the same
+  // folder gives the uninterrupted run's files.
+  void save_state(StateWriter& w) const override {
+    sync_folder();
+    SavedOutput saved;
+    saved.target = absolute_path(folder_);
+    saved.partial = absolute_path(temporary_);
+    saved.length = written_;  // files, not bytes
+    struct stat st {};
+    if (::stat(temporary_.c_str(), &st) != 0) throw Error("cannot read " + temporary_ + ": " + std::strerror(errno));
+    saved.device = static_cast<std::uint64_t>(st.st_dev);
+    saved.inode = static_cast<std::uint64_t>(st.st_ino);
+    saved.save(w);
+    w.describe(std::to_string(written_) + " files written into " + temporary_);
+  }
+  void restore_state(StateReader& r) override {
+    const SavedOutput saved = SavedOutput::load(r);
+    if (saved.target != absolute_path(folder_)) return;  // another folder (--set): this run fills its own
+    if (saved.partial.rfind(saved.target + ".partial-", 0) != 0 || saved.partial.find('/', saved.target.size()) != std::string::npos)
+      throw Error("the checkpoint's output folder " + saved.partial + " is not a partial folder of " + folder_);
+    // A run that stopped at the checkpoint renamed the folder to its name: it is taken back.
+    reclaim_partial(saved, {folder_});
+    struct stat st {};
+    if (::lstat(saved.partial.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Error("the checkpoint's output " + saved.partial + " is not the folder it wrote");
+    remove_files_from(saved.partial, saved.length);
+    ::rmdir(temporary_.c_str());  // this run's own, still empty
+    temporary_ = saved.partial;
+    written_ = saved.length;
+    refusal_.clear();
+    refuse_unless_new_or_empty();  // something else took the folder's name meanwhile
+  }
 
  private:
+  void sync_folder() const {
+    if (const int dir = ::open(temporary_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+      ::syncfs(dir);
+      ::close(dir);
+    }
+  }
+  // Removes the files numbered `first` or more (written after a checkpoint) from a partial folder.
+  void remove_files_from(const std::string& folder, std::uint64_t first) const {
+    std::error_code ec;
+    std::vector<fs::path> doomed;
+    for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      const std::string name = it->path().filename().string();
+      if (name.size() < 6 + extension_.size() || name.compare(name.size() - extension_.size(), std::string::npos, extension_) != 0) continue;
+      const std::string number = name.substr(0, name.size() - extension_.size());
+      if (number.size() > 19 || !std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+      if (std::stoull(number) >= first) doomed.push_back(it->path());
+    }
+    if (ec) throw Error("cannot list " + folder + ": " + ec.message());
+    for (const auto& path : doomed)
+      if (!fs::remove(path, ec) || ec) throw Error("cannot remove " + path.string() + ", written after the checkpoint: " + ec.message());
+  }
   void refuse_unless_new_or_empty() const {
     struct stat st {};
     if (::stat(folder_.c_str(), &st) != 0) return;
@@ -382,6 +442,7 @@ class WriteFiles final : public Sink {
   }
 
   std::string folder_, field_, class_field_, extension_, temporary_;
+  std::string refusal_;  // why the folder cannot be written, said at the first file
   std::set<std::string> created_;
   std::uint64_t written_ = 0;
 };

@@ -2,6 +2,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -256,6 +257,11 @@ class ShardFile {
   }
   void publish_as(const std::string& path) { file_.publish_as(path); }
   void discard() { file_.abandon(/*keep=*/true); }  // an interrupted shard stays visibly .partial
+  bool compressed() const { return deflating_; }
+  // For checkpoints (a compressed shard is never open at one, see TFRecordWriter::save_state).
+  SavedOutput checkpoint_state() { return file_.checkpoint_state(); }
+  void continue_from(const SavedOutput& saved) { file_.continue_from(saved); }
+  void adopt_finished(const SavedOutput& saved) { file_.adopt_finished(saved); }
 
  private:
   void drain(int flush) {
@@ -303,7 +309,7 @@ class TFRecordWriter final : public Sink {
                  .def("-1")
                  .range(-1, std::nullopt)
                  .takes_hint("num_workers")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit TFRecordWriter(const Params& p)
@@ -355,8 +361,88 @@ class TFRecordWriter final : public Sink {
     }
     remove_stale_shards(names);
   }
+  // A resumed run goes on with the interrupted run's shards: the finished ones are published at
+  // the end with the rest, the open one continues after the records written before the
+  // checkpoint, so that resuming with the same prefix gives the uninterrupted run's shards. A
+  // compressed shard cannot be continued mid-stream: a checkpoint ends it, and the next record
+  // starts a new shard.
+  void save_state(StateWriter& w) const override { const_cast<TFRecordWriter*>(this)->save_shards(w); }
+  void restore_state(StateReader& r) override {
+    const std::string prefix = r.get_string();
+    const auto shard_count = r.get<std::uint64_t>();
+    std::vector<SavedOutput> saved;
+    for (std::uint64_t i = 0; i < shard_count; ++i) saved.push_back(SavedOutput::load(r));
+    const bool open = r.get<std::uint8_t>() != 0;
+    const auto bytes = r.get<std::uint64_t>(), records = r.get<std::uint64_t>();
+    if (prefix != absolute_path(prefix_)) return;  // another prefix (--set): this run writes its own shards there
+    // A run that stopped at the checkpoint published its shards: they are taken back by identity.
+    const std::vector<std::string> published = shards_of_this_prefix();
+    remove_shards_begun_after(saved.size());
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      reclaim_partial(saved[i], published);
+      open_shard();
+      if (open && i + 1 == saved.size()) {
+        shard_->continue_from(saved[i]);
+        shard_bytes_ = bytes;
+        shard_records_ = records;
+      } else {
+        shard_->adopt_finished(saved[i]);
+        shard_closed_ = true;
+      }
+    }
+  }
 
  private:
+  void save_shards(StateWriter& w) {
+    const bool open = shard_ && !shard_closed_;
+    if (open && shard_->compressed()) {
+      shard_->close();
+      shard_closed_ = true;
+    }
+    w.put_string(absolute_path(prefix_));
+    w.put<std::uint64_t>(shards_.size());
+    for (auto& shard : shards_) shard->checkpoint_state().save(w);
+    const bool still_open = shard_ && !shard_closed_;
+    w.put<std::uint8_t>(still_open ? 1 : 0);
+    w.put<std::uint64_t>(still_open ? shard_bytes_ : 0);
+    w.put<std::uint64_t>(still_open ? shard_records_ : 0);
+    w.describe(std::to_string(shards_.size()) + " shard(s) of " + prefix_ + " written up to the checkpoint");
+  }
+  // A run cut off after the checkpoint may have begun shards past the ones it knew of: their
+  // partial files (PREFIX-NNNNN.partial-XXXXXX, numbered `first` or more) hold records the resumed
+  // run writes again, and go.
+  void remove_shards_begun_after(std::size_t first) const {
+    const fs::path prefix(prefix_);
+    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    std::string stem = prefix.filename().string() + "-";
+    if (by_worker_) stem += "worker-" + std::to_string(worker_) + "-";
+    std::error_code ec;
+    std::vector<fs::path> doomed;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const std::size_t dot = name.find(".partial-", stem.size());
+      if (name.compare(0, stem.size(), stem) != 0 || dot != stem.size() + 5 || name.size() != dot + 9 + 6) continue;
+      const std::string number = name.substr(stem.size(), 5);
+      if (!std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+      if (std::stoul(number) >= first) doomed.push_back(it->path());
+    }
+    for (const auto& path : doomed) fs::remove(path, ec);
+  }
+  // The files of this folder named PREFIX...tfrecord[.gz|.zz]: where published shards may be.
+  std::vector<std::string> shards_of_this_prefix() const {
+    const fs::path prefix(prefix_);
+    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    const std::string stem = prefix.filename().string(), tail = ".tfrecord" + suffix();
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() > stem.size() + tail.size() && name.compare(0, stem.size(), stem) == 0 &&
+          name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+        out.push_back(it->path().string());
+    }
+    return out;
+  }
   std::string shard_name(std::size_t index, std::size_t total) const {
     char name[64];
     if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu.tfrecord", static_cast<long long>(worker_), index);

@@ -154,7 +154,7 @@ class JsonlSink final : public Sink {
             OperatorKind::Sink,
             "Writes one JSON object per element (numbers as nested lists, bytes as base64); atomic on completion",
             {ParamSpec::make("path", ParamType::OutputPath, "output file")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit JsonlSink(const Params& p) : path_(p.get_string("path")) {
@@ -181,10 +181,17 @@ class JsonlSink final : public Sink {
     if (complete) file_.commit();
     else file_.abandon(/*keep=*/true);  // the .partial file stays: it is visibly incomplete
   }
+  // A resumed run goes on writing the interrupted run's file after the lines written before the
+  // checkpoint, so that resuming with the same path gives the uninterrupted run's file.
+  void save_state(StateWriter& w) const override {
+    file_.save(w);
+    w.describe("output " + path_ + " written up to the checkpoint");
+  }
+  void restore_state(StateReader& r) override { file_.restore(r); }
 
  private:
   std::string path_, line_;
-  AtomicOutputFile file_;
+  mutable AtomicOutputFile file_;  // save_state() flushes it to disk
 };
 
 }  // namespace

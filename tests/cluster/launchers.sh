@@ -226,7 +226,7 @@ EOF
 fi
 
 if [ "$launcher" = slurm ]; then
-  echo "slurm: a job preempted twice (scontrol requeue: SIGTERM, then requeued) resumes exactly"
+  echo "slurm: a job preempted twice (scontrol requeue: SIGTERM, then requeued) resumes exactly, into the same file"
   cat > "$work/resumable.txtpb" <<EOF
 options { seed: 9 }
 stage { id: "src" op: "range" params { key: "count" value: "150000" } }
@@ -248,21 +248,24 @@ EOF
   # About 5 s of work: each of the first two runs is preempted after about a second.
   job=$(cd "$repo" && SLUICE="$sluice" PIPELINE="$work/resumable.txtpb" CHECKPOINT_DIR="$work/resumable-ck" \
     sbatch --parsable --output="$work/resumable.out" resources/slurm/resumable.sbatch)
+  lines=()
   for part in 0 1; do
     wait_for "$job" RUNNING "$part"
     sleep 1.2
     scontrol requeue "$job"
     wait_for "$job" PENDING  # the run stopped at its checkpoint and the job is queued again
     [ -f "$work/resumable.jsonl" ] || { cat "$work/resumable.out" >&2; fail "slurm: run $part left no output"; }
-    mv "$work/resumable.jsonl" "$work/part-$part.jsonl"
+    # What the run wrote up to its checkpoint; the next run goes on with the same file.
+    lines[$part]=$(wc -l < "$work/resumable.jsonl")
     scontrol update jobid="$job" StartTime=now  # a requeued job otherwise waits before it may start
   done
   wait_for "$job" COMPLETED
-  mv "$work/resumable.jsonl" "$work/part-2.jsonl"
   grep -q "checkpoint 2 written" "$work/resumable.out" || { cat "$work/resumable.out" >&2; fail "slurm: the second preemption wrote no checkpoint"; }
-  cat "$work/part-0.jsonl" "$work/part-1.jsonl" "$work/part-2.jsonl" | cmp -s - "$work/whole.jsonl" ||
+  [ "${lines[0]}" -gt 0 ] && [ "${lines[1]}" -gt "${lines[0]}" ] ||
+    fail "slurm: the resumed run did not go on with the first run's output (${lines[0]}, then ${lines[1]} batches)"
+  cmp -s "$work/resumable.jsonl" "$work/whole.jsonl" ||
     { cat "$work/resumable.out" >&2; fail "slurm: the resumed job's output differs from the uninterrupted run's"; }
-  echo "  3 runs ($(wc -l < "$work/part-0.jsonl") + $(wc -l < "$work/part-1.jsonl") + $(wc -l < "$work/part-2.jsonl") batches) make exactly the uninterrupted output"
+  echo "  3 runs (to ${lines[0]}, to ${lines[1]}, to $(wc -l < "$work/resumable.jsonl") batches) make exactly the uninterrupted output, in one file"
 fi
 
 echo "$launcher: all checks passed"

@@ -17,8 +17,10 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/error.hpp"
+#include "sluice/state.hpp"
 
 namespace sluice {
 
@@ -61,6 +63,56 @@ inline OutputTarget resolve_output_target(const std::string& path) {
     throw Error("output " + path + " is a loop of symbolic links; choose a file path");
   }
   return target;
+}
+
+inline std::string absolute_path(const std::string& path) {
+  return std::filesystem::absolute(path).lexically_normal().string();
+}
+
+/// Where an output stood at a checkpoint: what a resumed run needs to go on with it.
+struct SavedOutput {
+  std::string target;        ///< absolute: the name the output is published under
+  std::string partial;       ///< absolute: the .partial file (or folder) it was written under; empty: none
+  std::uint64_t length = 0;  ///< its bytes on disk at the checkpoint
+  std::uint64_t device = 0, inode = 0;  ///< its identity, which a rename keeps
+
+  void save(StateWriter& w) const {
+    w.put_string(target);
+    w.put_string(partial);
+    w.put(length);
+    w.put(device);
+    w.put(inode);
+  }
+  static SavedOutput load(StateReader& r) {
+    SavedOutput saved;
+    saved.target = r.get_string();
+    saved.partial = r.get_string();
+    saved.length = r.get<std::uint64_t>();
+    saved.device = r.get<std::uint64_t>();
+    saved.inode = r.get<std::uint64_t>();
+    return saved;
+  }
+};
+
+/// For a resumed run: makes `saved.partial` hold the earlier run's output again. It is there when
+/// that run was cut off (killed, or interrupted after the checkpoint). A run that stopped at the
+/// checkpoint, or went on and finished, published it under one of the names in `published`: found
+/// there by its identity, it is renamed back, so nothing is copied and a second resume from the
+/// same checkpoint finds it again. Throws an Error naming the files when it is nowhere.
+inline void reclaim_partial(const SavedOutput& saved, const std::vector<std::string>& published) {
+  struct stat st {};
+  if (saved.partial.empty() || ::lstat(saved.partial.c_str(), &st) == 0) return;
+  for (const auto& name : published) {
+    if (::lstat(name.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_dev) != saved.device ||
+        static_cast<std::uint64_t>(st.st_ino) != saved.inode)
+      continue;
+    if (::rename(name.c_str(), saved.partial.c_str()) != 0)
+      throw Error("cannot take " + name + " back to continue it as " + saved.partial + ": " + std::strerror(errno));
+    return;
+  }
+  throw Error("the output written before the checkpoint is gone: neither " + saved.partial + " nor " +
+              (published.empty() ? std::string("its published name") : published.front() + (published.size() > 1 ? " or the others" : "")) +
+              " is the file that run wrote (moved, replaced or removed since?); resume from a later checkpoint, or run again");
 }
 
 /// One output file written atomically. Not thread-safe; one writer per object.
@@ -134,6 +186,64 @@ class AtomicOutputFile {
     temporary_.clear();
     target_ = final_target;
   }
+  /// For a checkpoint: every byte written so far reaches the disk; where the output stands (its
+  /// target, its partial file, their length and identity), for a resumed run's continue_from().
+  SavedOutput checkpoint_state() {
+    SavedOutput saved;
+    saved.target = absolute_path(target_.path);
+    if (target_.write_through) return saved;  // a device keeps nothing to continue
+    if (stream_ && (std::fflush(stream_) != 0 || ::fdatasync(::fileno(stream_)) != 0))
+      throw Error("writing " + writing_path() + " failed: " + std::strerror(errno));
+    saved.partial = absolute_path(temporary_);
+    struct stat st {};
+    if ((stream_ ? ::fstat(::fileno(stream_), &st) : ::stat(temporary_.c_str(), &st)) != 0)
+      throw Error("cannot read " + temporary_ + ": " + std::strerror(errno));
+    saved.length = static_cast<std::uint64_t>(st.st_size);
+    saved.device = static_cast<std::uint64_t>(st.st_dev);
+    saved.inode = static_cast<std::uint64_t>(st.st_ino);
+    return saved;
+  }
+  /// For a resumed run: goes on writing the earlier run's partial file of this same target after
+  /// the `saved.length` bytes it held at the checkpoint; bytes written after them are dropped.
+  /// The temporary opened for this run goes. (reclaim_partial() first, if it may be published.)
+  void continue_from(const SavedOutput& saved) {
+    if (target_.write_through || saved.partial.empty()) return;
+    const std::string temporary = checked_partial(saved, /*exact=*/false);
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) throw Error("cannot write " + temporary + ": " + std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(saved.length)) != 0 || ::lseek(fd, static_cast<off_t>(saved.length), SEEK_SET) < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error("cannot continue " + temporary + ": " + std::strerror(err));
+    }
+    std::FILE* stream = ::fdopen(fd, "wb");  // fdopen never truncates
+    if (!stream) {
+      ::close(fd);
+      throw Error("cannot write " + temporary + ": " + std::strerror(errno));
+    }
+    abandon(/*keep=*/false);
+    stream_ = stream;
+    temporary_ = temporary;
+  }
+  /// For a resumed run: takes over the earlier run's finished (closed, not yet renamed) partial
+  /// file of this target, of exactly `saved.length` bytes, to publish it at the end as if this run
+  /// had written it. The temporary opened for this run goes.
+  void adopt_finished(const SavedOutput& saved) {
+    const std::string temporary = checked_partial(saved, /*exact=*/true);
+    abandon(/*keep=*/false);
+    temporary_ = temporary;
+  }
+  /// A one-file sink's checkpoint (save_state): checkpoint_state(), written.
+  void save(StateWriter& w) { checkpoint_state().save(w); }
+  /// A one-file sink's resume (restore_state): with the same target, the earlier run's file goes
+  /// on (found under its partial name, or under the target's when that run published it at the
+  /// checkpoint's stop); given another path, this run writes its own file there.
+  void restore(StateReader& r) {
+    const SavedOutput saved = SavedOutput::load(r);
+    if (saved.partial.empty() || !is_open() || target_.write_through || saved.target != absolute_path(target_.path)) return;
+    reclaim_partial(saved, {target_.path});
+    continue_from(saved);
+  }
   /// Closes without renaming; `keep` leaves the .partial file for the user to see, else it goes.
   void abandon(bool keep) {
     close_stream();
@@ -142,6 +252,23 @@ class AtomicOutputFile {
   }
 
  private:
+  // The earlier run's partial file of this target, checked to be one, to exist as a regular file
+  // and to hold `saved.length` bytes (at least, or exactly).
+  std::string checked_partial(const SavedOutput& saved, bool exact) const {
+    const std::string own_prefix = absolute_path(target_.path) + ".partial-";
+    if (saved.partial.compare(0, own_prefix.size(), own_prefix) != 0 || saved.partial.find('/', own_prefix.size()) != std::string::npos)
+      throw Error("the checkpoint's output " + saved.partial + " is not a partial file of " + target_.path);
+    struct stat st {};
+    if (::lstat(saved.partial.c_str(), &st) != 0)
+      throw Error("the output written before the checkpoint, " + saved.partial + ", is gone (" + std::strerror(errno) + "); run again");
+    if (!S_ISREG(st.st_mode))
+      throw Error("the checkpoint's output " + saved.partial + " is " + file_kind_name(st.st_mode) + ", not the file it wrote");
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size < saved.length || (exact && size != saved.length))
+      throw Error("the checkpoint's output " + saved.partial + " holds " + std::to_string(size) + " bytes, not the " +
+                  std::to_string(saved.length) + " written before the checkpoint: it was cut or replaced since; run again");
+    return saved.partial;
+  }
   /// Read from /proc, not by setting umask(), which would race with other threads creating files.
   static mode_t current_umask() {
     static const mode_t mask = [] {
