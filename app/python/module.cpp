@@ -15,6 +15,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
+#include "sluice/core/param_parse.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
@@ -1118,6 +1120,35 @@ PYBIND11_MODULE(_sluice, m) {
   }, py::arg("plugin_dirs") = std::vector<std::string>{});
 
   m.def("closest", [](const std::string& name) { return loaded_registry({}).closest(name); });
+
+  // One builder call's parameters, checked as validation checks a stage's: each value against its
+  // schema, then the operator built from them (parameters refused together). Problems as
+  // (parameter, message), the parameter empty when the message concerns several; unknown
+  // operators and parameters are the builder's to name.
+  m.def("check_parameters", [](const std::string& op, const std::map<std::string, std::string>& given) {
+    std::vector<std::pair<std::string, std::string>> problems;
+    const auto registered = loaded_registry({}).find(op);
+    if (!registered) return problems;
+    std::vector<std::pair<std::string, std::string>> known;
+    for (const auto& [name, text] : given) {
+      const auto& schema = registered->info.params;
+      const auto spec = std::find_if(schema.begin(), schema.end(), [&](const ParamSpec& p) { return p.name == name; });
+      if (spec == schema.end()) continue;
+      try {
+        parse_param(*spec, text);
+        known.emplace_back(name, text);
+      } catch (const std::exception& e) {
+        problems.emplace_back(name, e.what());
+      }
+    }
+    if (!problems.empty()) return problems;
+    try {
+      registered->info.create(parse_params(registered->info.params, known));
+    } catch (const std::exception& e) {
+      problems.emplace_back("", e.what());
+    }
+    return problems;
+  }, py::arg("op"), py::arg("params"));
 
   m.def("validate", [](const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
                        std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, bool iterate,

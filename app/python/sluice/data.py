@@ -1,17 +1,21 @@
 """Pipelines built the tf.data way. Every source operator of the loaded plugins is a function of
 this module, every other operator a method of the same name, each taking the operator's
-parameters as keyword arguments:
+parameters as keyword arguments; the methods tf.data has also take tf.data's positional
+arguments, in tf.data's order, and its names (num_parallel_calls=, deterministic=,
+cache(filename), list_files(file_pattern), TFRecordDataset, TextLineDataset, AUTOTUNE):
 
-    ds = (sluice.data.list_files(patterns="data/*.tfrecord", shuffle=True)
-          .tfrecord_reader(interleave=dict(cycle_length=4), parallelism=4)
+    ds = (sluice.data.list_files("data/*.tfrecord")
+          .tfrecord_reader(interleave=dict(cycle_length=4), num_parallel_calls=sluice.AUTOTUNE)
           .parse_example(features="image:bytes,label:int64")
           .decode_image().resize(height=224, width=224)
-          .shuffle(buffer_size=1000).batch(batch_size=64).prefetch()
+          .shuffle(1000).batch(64, drop_remainder=True).prefetch(sluice.AUTOTUNE)
           .options(seed=42))
     for batch in ds: ...
 
-Any stage also takes parallelism=, buffer_size= (its output buffer; output_buffer= where the
-operator has a buffer_size of its own, as shuffle and prefetch do), error_policy= ("fail" or
+Each call checks its parameters at once (sluice.SpecError, naming the method and parameter).
+Any stage also takes parallelism= (tf.data's num_parallel_calls=), deterministic= (False: this
+stage's outputs leave in completion order), buffer_size= (its output buffer; output_buffer= where
+the operator has a buffer_size of its own, as shuffle and prefetch do), error_policy= ("fail" or
 "skip"), name= (the stage's id, which also keys its random draws: the same ids and seed give the
 same data as a pipeline file) and, for expand stages, interleave=dict(cycle_length=,
 block_length=, deterministic=). per_input=True on the maps, filters and aggregates right after an
@@ -22,12 +26,92 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 `ds.spec()` is the pipeline file's text: it opens in the studio and runs under `sluice run`
 (stages calling Python functions run only from Python).
 """
+import builtins
 import difflib
 import json
+import os
 
-from . import _param_text, _sluice
+from . import AUTOTUNE, SpecError, _param_text, _sluice
 
-_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name", "per_input")
+_ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name", "per_input",
+                     "deterministic")
+
+# tf.data's methods that have an operator of the same name: their positional arguments, in
+# tf.data's order (the names are tf.data's; _TF_DATA_NAMES maps those the operator calls otherwise).
+_TF_DATA_POSITIONAL = {
+    "shuffle": ("buffer_size", "seed", "reshuffle_each_iteration"),
+    "batch": ("batch_size", "drop_remainder", "num_parallel_calls", "deterministic"),
+    "padded_batch": ("batch_size", "padded_shapes", "padding_values", "drop_remainder"),
+    "ragged_batch": ("batch_size", "drop_remainder"),
+    "repeat": ("count",),
+    "take": ("count",),
+    "skip": ("count",),
+    "shard": ("num_shards", "index"),
+    "cache": ("filename",),
+    "prefetch": ("buffer_size",),
+    "window": ("size", "shift", "stride", "drop_remainder"),
+    "unbatch": (),
+    "bucket_by_sequence_length": ("element_length_func", "bucket_boundaries", "bucket_batch_sizes", "padded_shapes", "padding_values",
+                                  "pad_to_bucket_boundary", "no_padding", "drop_remainder"),
+}
+# Aggregates whose outputs several threads may assemble (their parallelism); the engine does not
+# tune those threads, so tf.data's AUTOTUNE gives them one per core.
+_ASSEMBLES_IN_PARALLEL = ("padded_batch", "ragged_batch", "bucket_by_sequence_length", "window")
+_TF_DATA_NAMES = {
+    "cache": {"filename": "path"},
+    "bucket_by_sequence_length": {"element_length_func": "length_field", "bucket_boundaries": "boundaries",
+                                  "bucket_batch_sizes": "batch_sizes"},
+}
+# tf.data's arguments whose value Sluice cannot take as tf.data does, and what to write instead.
+_TF_DATA_INSTEAD = {
+    ("bucket_by_sequence_length", "element_length_func"):
+        "name the field whose length decides the bucket instead of a function: element_length_func=\"tokens\"",
+    ("bucket_by_sequence_length", "no_padding"): "use ragged_batch for batches without padding",
+}
+
+
+def _tf_data_call(method, args, kwargs):
+    """The keyword arguments of a call written as tf.data writes it: positional arguments named in
+    tf.data's order, tf.data's names turned into the operator's and the stage's, tf.data's None
+    (the default) left out, AUTOTUNE where tf.data takes it."""
+    names = _TF_DATA_POSITIONAL.get(method)
+    if args:
+        if names is None:
+            raise TypeError(f"{method}() takes its parameters by name, as {method}(name=value); "
+                            f"help(ds.{method}) lists them")
+        if len(args) > len(names):
+            raise TypeError(f"{method}() takes at most {len(names)} positional arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+        for name, value in builtins.zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{method}() got multiple values for argument '{name}'")
+            kwargs[name] = value
+    for name, value in list(kwargs.items()):
+        if (method, name) in _TF_DATA_INSTEAD and (callable(value) or value is True):
+            raise TypeError(f"{method}(): {name}={value!r} cannot be taken here: {_TF_DATA_INSTEAD[(method, name)]}")
+    for tf_name, own in _TF_DATA_NAMES.get(method, {}).items():
+        if tf_name in kwargs:
+            if own in kwargs:
+                raise TypeError(f"{method}() got both {tf_name}= and {own}=; they are the same parameter")
+            kwargs[own] = kwargs.pop(tf_name)
+    if "num_parallel_calls" in kwargs:
+        if kwargs.get("parallelism") is not None:
+            raise TypeError(f"{method}() got both num_parallel_calls= and parallelism=; they are the same setting")
+        calls = kwargs.pop("num_parallel_calls")
+        if method == "batch":
+            # batch's copies are made where the rows are built (a map before it writes each row
+            # into the batch's memory on its own workers): there is nothing to run in parallel.
+            calls = None
+        elif method in _ASSEMBLES_IN_PARALLEL and calls == AUTOTUNE:
+            calls = os.cpu_count() or 1  # helpers woken only when the stage's thread has work for them
+        kwargs["parallelism"] = calls
+    if method == "prefetch" and kwargs.get("buffer_size") == AUTOTUNE:
+        # prefetch(AUTOTUNE): the stage's buffer is tuned while the pipeline runs.
+        del kwargs["buffer_size"]
+        kwargs["output_buffer"] = AUTOTUNE
+    if method == "bucket_by_sequence_length" and kwargs.get("no_padding") is False:
+        del kwargs["no_padding"]
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def _split_arguments(schema, kwargs):
@@ -60,6 +144,21 @@ def _unknown_operator(name, kind):
     hint = f" (did you mean '{near[0]}'?)" if near else ""
     return AttributeError(f"unknown {kind} '{name}'{hint}; dir(sluice.data) lists the sources, "
                           f"dir(a dataset) the other operators, `sluice plugins` all of them")
+
+
+def _check_parameters(op, texts, values):
+    """Raises SpecError from the builder's call when a value is refused, as validation would
+    refuse it later: the method, the parameter and why, with no pipeline file to look for."""
+    if op.startswith("python_"):
+        return  # their one parameter is a handle the builder made
+    problems = _sluice.check_parameters(op, texts)
+    if not problems:
+        return
+    lines = [f"{op}(): {name}={values[name]!r}: {message}" if name else f"{op}(): {message}" for name, message in problems]
+    error = SpecError("\n".join(lines))
+    error.problems = [{"file": "", "line": 0, "column": 0, "stage": "", "param": name, "message": message, "text": line}
+                      for (name, message), line in builtins.zip(problems, lines)]
+    raise error
 
 
 class _Held:
@@ -97,6 +196,7 @@ class Dataset:
                     near = difflib.get_close_matches(name, sorted(known | set(_ENGINE_ARGUMENTS)), n=1)
                     hint = f" (did you mean '{near[0]}'?)" if near else ""
                     raise TypeError(f"{op}(): unknown parameter '{name}'{hint}; its parameters: {', '.join(sorted(known)) or 'none'}")
+            _check_parameters(op, {k: _param_text(v) for k, v in params.items()}, params)
         taken = {s["id"] for s in self._stages}
         stage_id = engine.pop("name", None)
         if stage_id is not None:
@@ -114,8 +214,8 @@ class Dataset:
                 continue
             if name == "interleave":
                 stage["interleave"] = {k: v for k, v in dict(value).items()}
-            elif name == "per_input":
-                stage["per_input"] = bool(value)
+            elif name in ("per_input", "deterministic"):
+                stage[name] = bool(value)
             elif name == "error_policy":
                 if value not in ("fail", "skip"):
                     raise ValueError(f"{op}(): error_policy is 'fail' or 'skip', not {value!r}")
@@ -131,8 +231,8 @@ class Dataset:
         if schema is None or schema["kind"] in ("source", "combine"):
             raise _unknown_operator(name, "operator")
 
-        def add_stage(**kwargs):
-            return self._with_stage(name, *_split_arguments(schema, kwargs))
+        def add_stage(*args, **kwargs):
+            return self._with_stage(name, *_split_arguments(schema, _tf_data_call(name, args, kwargs)))
 
         add_stage.__name__ = name
         add_stage.__doc__ = _docstring(schema)
@@ -141,12 +241,17 @@ class Dataset:
     def __dir__(self):
         return sorted(set(super().__dir__()) | {n for n, s in _schemas().items() if s["kind"] not in ("source", "combine")})
 
-    def map(self, fn, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
+    def map(self, fn, num_parallel_calls=None, deterministic=None, *, parallelism=None, buffer_size=None, error_policy=None,
+            name=None):
         """Calls fn(element) on each element (a dict of numpy arrays); fn returns the new element
-        (a dict, or one value as field "value"). It runs on the engine's workers, holding the GIL."""
+        (a dict, or one value as field "value"). It runs on the engine's workers, holding the GIL.
+        num_parallel_calls (or parallelism) workers, sluice.AUTOTUNE to let the engine choose;
+        deterministic=False lets results leave in the order they finish."""
         held = _Held(fn)
         return self._with_stage("python_map", {"function": held.handle},
-                                {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
+                                {"parallelism": _one_of_two("map", "num_parallel_calls", num_parallel_calls, "parallelism", parallelism),
+                                 "deterministic": deterministic, "buffer_size": buffer_size, "error_policy": error_policy,
+                                 "name": name},
                                 [held])
 
     def filter(self, predicate, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
@@ -155,6 +260,25 @@ class Dataset:
         return self._with_stage("python_filter", {"function": held.handle},
                                 {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
                                 [held])
+
+    def apply(self, transformation_func):
+        """transformation_func(self): a whole transformation as one call (tf.data's apply), e.g.
+        ds.apply(sluice.data.experimental.ignore_errors())."""
+        result = transformation_func(self)
+        if not isinstance(result, Dataset):
+            raise TypeError(f"apply(): {transformation_func!r} returned {type(result).__name__}, not a sluice.data.Dataset")
+        return result
+
+    def ignore_errors(self):
+        """Elements that fail anywhere upstream are dropped, counted and listed in the report
+        instead of ending the run (tf.data's ignore_errors): every stage so far that sets no error
+        policy of its own skips."""
+        stages = [dict(st, error_policy="skip") if "error_policy" not in st else st for st in self._stages]
+        return Dataset(stages, self._options, self._held)
+
+    def as_numpy_iterator(self):
+        """An iterator over the elements as NumPy arrays (what iterating the dataset gives)."""
+        return iter(self)
 
     def concatenate(self, *others, name=None):
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
@@ -198,6 +322,12 @@ class Dataset:
     def torch(self):
         """Iterates with each field a torch.Tensor (see Pipeline.torch)."""
         return self._pipeline_to_iterate().torch()
+
+
+def _one_of_two(method, tf_name, tf_value, own_name, own_value):
+    if tf_value is not None and own_value is not None:
+        raise TypeError(f"{method}() got both {tf_name}= and {own_name}=; they are the same setting")
+    return own_value if own_value is not None else tf_value
 
 
 def _docstring(schema):
@@ -294,13 +424,99 @@ def from_tensor_slices(arrays, *, name=None):
     return Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
 
 
+def list_files(file_pattern=None, shuffle=None, seed=None, *, name=None, **kwargs):
+    """The files matching file_pattern (a glob, or a list of them; '**' for any depth) as
+    elements with a field 'path', shuffled with the pipeline's seed (or `seed`) and again each
+    epoch unless shuffle=False, as tf.data's list_files. patterns= is the same argument."""
+    if file_pattern is not None:
+        if "patterns" in kwargs:
+            raise TypeError("list_files() got both file_pattern and patterns=; they are the same parameter")
+        kwargs["patterns"] = [os.fspath(p) for p in file_pattern] if isinstance(file_pattern, (list, tuple)) else os.fspath(file_pattern)
+    return _source("list_files", dict(kwargs, shuffle=shuffle, seed=seed, name=name))
+
+
+def range(*args, count=None, start=None, step=None, name=None, **kwargs):
+    """Integers as field 'value': range(stop), range(start, stop) and range(start, stop, step)
+    as tf.data's (and Python's) range; or count=, start=, step= as the operator's parameters."""
+    if args:
+        if count is not None or start is not None:
+            raise TypeError("range() takes either positional (start, stop, step) or count=/start=, not both")
+        if len(args) > 3:
+            raise TypeError(f"range() takes at most 3 positional arguments (start, stop, step), got {len(args)}")
+        first, stop, every = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if every == 0:
+            raise ValueError("range(): step must not be zero")
+        count = max(0, -((first - stop) // every)) if every > 0 else max(0, -((stop - first) // -every))
+        start, step = (first if first != 0 else None), (every if every != 1 else None)  # defaults stay unwritten
+    return _source("range", dict(kwargs, count=count, start=start, step=step, name=name))
+
+
+_COMPRESSION_TYPES = {None: None, "": "none", "GZIP": "gzip", "ZLIB": "zlib"}
+
+
+def _file_reader(method, op, filenames, compression_type, buffer_size, num_parallel_reads, extra):
+    """A reader over `filenames` (a path, a list of paths, or a dataset of 'path' elements) in
+    their order, as tf.data's TFRecordDataset and TextLineDataset: num_parallel_reads files read
+    at once, interleaved one element at a time."""
+    if compression_type not in _COMPRESSION_TYPES:
+        raise ValueError(f"{method}(): compression_type is None, \"\", \"GZIP\" or \"ZLIB\", not {compression_type!r}")
+    if isinstance(filenames, Dataset):
+        files = filenames
+    else:
+        paths = [os.fspath(f) for f in filenames] if isinstance(filenames, (list, tuple)) else [os.fspath(filenames)]
+        if not paths:
+            raise ValueError(f"{method}(): filenames is empty")
+        files = list_files(paths, shuffle=False)
+    params = dict(extra)
+    if _COMPRESSION_TYPES[compression_type] is not None:
+        params["compression"] = _COMPRESSION_TYPES[compression_type]
+    if buffer_size is not None and op == "tfrecord_reader":
+        params["buffer_bytes"] = max(4096, int(buffer_size))
+    if num_parallel_reads is not None and num_parallel_reads != 1:
+        cycle = (os.cpu_count() or 1) if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
+        params["interleave"] = dict(cycle_length=cycle, block_length=1)
+        params["parallelism"] = num_parallel_reads
+    return getattr(files, op)(**params)
+
+
+def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
+    """The records of TFRecord files (field 'record', with 'path', 'index', 'offset'), as
+    tf.data.TFRecordDataset: filenames is a path, a list of paths or a dataset of paths
+    (list_files); compression_type None detects gzip and zlib."""
+    return _file_reader("TFRecordDataset", "tfrecord_reader", filenames, compression_type, buffer_size, num_parallel_reads,
+                        {"name": name})
+
+
+def TextLineDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
+    """The lines of text files (field 'line', without its line end), as tf.data.TextLineDataset."""
+    return _file_reader("TextLineDataset", "text_lines", filenames, compression_type, buffer_size, num_parallel_reads,
+                        {"name": name})
+
+
+class experimental:
+    """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors()."""
+    AUTOTUNE = AUTOTUNE
+
+    @staticmethod
+    def ignore_errors():
+        """For ds.apply(): the dataset with every stage so far skipping what fails (Dataset.ignore_errors)."""
+        return lambda dataset: dataset.ignore_errors()
+
+
+def _source(op, kwargs):
+    schema = _schemas().get(op)
+    if schema is None:
+        raise _unknown_operator(op, "source")
+    return Dataset()._with_stage(op, *_split_arguments(schema, _tf_data_call(op, (), kwargs)))
+
+
 def __getattr__(name):
     schema = _schemas().get(name)
     if schema is None or schema["kind"] != "source":
         raise _unknown_operator(name, "source")
 
-    def make_source(**kwargs):
-        return Dataset()._with_stage(name, *_split_arguments(schema, kwargs))
+    def make_source(*args, **kwargs):
+        return Dataset()._with_stage(name, *_split_arguments(schema, _tf_data_call(name, args, kwargs)))
 
     make_source.__name__ = name
     make_source.__doc__ = _docstring(schema)
@@ -308,5 +524,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    public = {n for n in globals() if not n.startswith("_")} - {"difflib", "json"}
+    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "difflib", "json", "os", "SpecError"}
     return sorted(public | {n for n, s in _schemas().items() if s["kind"] == "source"})

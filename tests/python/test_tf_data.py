@@ -1,0 +1,168 @@
+"""sluice.data written as a tf.data user writes it: tf.data's positional arguments and names give
+the same pipeline as Sluice's keywords, AUTOTUNE where tf.data takes it, errors at the call that
+makes them, and the reference's reading lines."""
+import os
+import re
+
+import pytest
+
+import sluice
+from conftest import SOURCE_DIR
+
+TFRECORDS = os.path.join(SOURCE_DIR, "tests", "data", "real", "tfrecord")
+
+
+def base():
+    return sluice.data.range(count=100)
+
+
+# (tf.data's call, the same call with Sluice's keywords): each pair must give the same file.
+POSITIONAL_FORMS = [
+    (lambda: base().shuffle(1000), lambda: base().shuffle(buffer_size=1000)),
+    (lambda: base().shuffle(1000, 7, False), lambda: base().shuffle(buffer_size=1000, seed=7, reshuffle_each_iteration=False)),
+    (lambda: base().batch(64), lambda: base().batch(batch_size=64)),
+    (lambda: base().batch(64, True), lambda: base().batch(batch_size=64, drop_remainder=True)),
+    (lambda: base().batch(64, True, sluice.AUTOTUNE, False),
+     lambda: base().batch(batch_size=64, drop_remainder=True, deterministic=False)),
+    (lambda: base().batch(64, num_parallel_calls=2), lambda: base().batch(batch_size=64)),
+    (lambda: base().padded_batch(8, num_parallel_calls=2), lambda: base().padded_batch(batch_size=8, parallelism=2)),
+    (lambda: base().padded_batch(8, num_parallel_calls=sluice.AUTOTUNE),
+     lambda: base().padded_batch(batch_size=8, parallelism=os.cpu_count())),
+    (lambda: base().repeat(3), lambda: base().repeat(count=3)),
+    (lambda: base().repeat(None), lambda: base().repeat()),
+    (lambda: base().take(5), lambda: base().take(count=5)),
+    (lambda: base().skip(5), lambda: base().skip(count=5)),
+    (lambda: base().shard(2, 0), lambda: base().shard(num_shards=2, index=0)),
+    (lambda: base().cache("c.bin"), lambda: base().cache(path="c.bin")),
+    (lambda: base().cache(filename="c.bin"), lambda: base().cache(path="c.bin")),
+    (lambda: base().cache(""), lambda: base().cache(path="")),
+    (lambda: base().prefetch(4), lambda: base().prefetch(buffer_size=4)),
+    (lambda: base().prefetch(sluice.AUTOTUNE), lambda: base().prefetch(output_buffer=-1)),
+    (lambda: base().prefetch(buffer_size=sluice.data.AUTOTUNE), lambda: base().prefetch(output_buffer=-1)),
+    (lambda: base().window(4, 2, 1, True), lambda: base().window(size=4, shift=2, stride=1, drop_remainder=True)),
+    (lambda: base().padded_batch(8, None, None, True), lambda: base().padded_batch(batch_size=8, drop_remainder=True)),
+    (lambda: base().ragged_batch(8, True), lambda: base().ragged_batch(batch_size=8, drop_remainder=True)),
+    (lambda: base().bucket_by_sequence_length("value", [5, 10], [4, 2, 1]),
+     lambda: base().bucket_by_sequence_length(length_field="value", boundaries=[5, 10], batch_sizes=[4, 2, 1])),
+    (lambda: base().map(abs, sluice.AUTOTUNE, False, name="m"),
+     lambda: base().map(abs, parallelism=-1, deterministic=False, name="m")),
+    (lambda: sluice.data.list_files("data/*.tfrecord"), lambda: sluice.data.list_files(patterns="data/*.tfrecord")),
+    (lambda: sluice.data.list_files("data/*.tfrecord", False, 3),
+     lambda: sluice.data.list_files(patterns="data/*.tfrecord", shuffle=False, seed=3)),
+    (lambda: sluice.data.range(10), lambda: sluice.data.range(count=10)),
+    (lambda: sluice.data.range(2, 10), lambda: sluice.data.range(start=2, count=8)),
+    (lambda: sluice.data.range(2, 11, 3), lambda: sluice.data.range(start=2, count=3, step=3)),
+    (lambda: sluice.data.range(10, 0, -4), lambda: sluice.data.range(start=10, count=3, step=-4)),
+    (lambda: sluice.data.range(5, 2), lambda: sluice.data.range(start=5, count=0)),
+]
+
+
+@pytest.mark.parametrize("index", range(len(POSITIONAL_FORMS)))
+def test_tf_data_positional_forms_give_the_keyword_spec(index):
+    as_tf_data, as_keywords = POSITIONAL_FORMS[index]
+
+    def spec(dataset):  # a Python function's handle is new for each dataset built
+        return re.sub(r'"python:\d+"', '"python:N"', dataset.spec())
+
+    assert spec(as_tf_data()) == spec(as_keywords())
+
+
+def test_tf_data_forms_set_what_they_say():
+    ds = base().batch(64, True, sluice.AUTOTUNE, False).prefetch(sluice.AUTOTUNE)
+    spec = ds.spec()
+    assert 'op: "batch"' in spec and "deterministic: false" in spec
+    assert 'op: "prefetch"' in spec and "buffer_size: -1" in spec
+    assert [len(b["value"]) for b in ds] == [64]  # runs: the short batch dropped
+    # map(fn, AUTOTUNE, False): every element, in whatever order the workers finish.
+    mapped = sluice.data.range(200).map(lambda e: {"value": e["value"] * 2}, sluice.AUTOTUNE, False)
+    assert sorted(int(e["value"]) for e in mapped) == [2 * v for v in range(200)]
+    # range() counts as Python's does.
+    assert [int(e["value"]) for e in sluice.data.range(2, 11, 3)] == [2, 5, 8]
+    assert [int(e["value"]) for e in sluice.data.range(10, 0, -4)] == [10, 6, 2]
+
+
+def test_tf_data_calls_refuse_what_tf_data_refuses():
+    with pytest.raises(TypeError, match="at most 1 positional"):
+        base().take(5, 6)
+    with pytest.raises(TypeError, match="multiple values for argument 'count'"):
+        base().take(5, count=6)
+    with pytest.raises(TypeError, match="both num_parallel_calls= and parallelism="):
+        base().map(abs, 2, parallelism=2)
+    with pytest.raises(TypeError, match="by name"):
+        base().simulate_work(5)
+    with pytest.raises(TypeError, match="element_length_func"):
+        base().bucket_by_sequence_length(len, [5], [2, 1])
+
+
+def test_a_bad_value_is_refused_at_the_call_that_gives_it():
+    with pytest.raises(sluice.SpecError) as refused:
+        base().batch(0)
+    message = str(refused.value)
+    assert message.startswith("batch(): batch_size=0: "), message
+    assert ".txtpb" not in message
+    with pytest.raises(sluice.SpecError, match="shuffle\\(\\): buffer_size=-5"):
+        base().shuffle(-5)
+    with pytest.raises(sluice.SpecError, match="reshuffle_each_iteration"):
+        base().shuffle(10, None, "sometimes")
+    # Parameters refused together (window's shift and stride are checked by the operator).
+    with pytest.raises(sluice.SpecError, match="^standardize\\(\\): "):
+        base().standardize(fields=["value"], mean=[0.0, 1.0], std=[1.0])
+
+
+def test_tfrecord_dataset_reads_as_tf_data_does():
+    path = os.path.join(TFRECORDS, "tfx_mnist.tfrecord")
+    records = [bytes(e["record"][0]) if isinstance(e["record"], list) else bytes(e["record"]) for e in sluice.data.TFRecordDataset(path)]
+    by_reader = [bytes(e["record"][0]) if isinstance(e["record"], list) else bytes(e["record"])
+                 for e in sluice.data.list_files(path, shuffle=False).tfrecord_reader()]
+    assert records == by_reader and len(records) > 0
+    # Two files read at once, one record from each in turn, as num_parallel_reads does.
+    spec = sluice.data.TFRecordDataset([path, path], num_parallel_reads=2).spec()
+    assert "cycle_length: 2" in spec and "parallelism: 2" in spec and 'value: "false"' in spec  # files in the order given
+    assert "compression" not in sluice.data.TFRecordDataset(path).spec()
+    assert 'value: "gzip"' in sluice.data.TFRecordDataset(path, "GZIP").spec()
+    with pytest.raises(ValueError, match="compression_type"):
+        sluice.data.TFRecordDataset(path, "BROTLI")
+    # A dataset of file names is read in its order.
+    assert "list_files" in sluice.data.TFRecordDataset(sluice.data.list_files(path)).spec()
+
+
+def test_text_line_dataset_reads_lines(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("one\ntwo\n")
+    second.write_text("three\n")
+    lines = [bytes(e["line"]).decode() if not isinstance(e["line"], list) else e["line"][0].decode()
+             for e in sluice.data.TextLineDataset([str(first), str(second)])]
+    assert lines == ["one", "two", "three"]
+
+
+def test_apply_ignore_errors_and_as_numpy_iterator():
+    def fragile(element):
+        if int(element["value"]) % 10 == 3:
+            raise ValueError("unlucky")
+        return element
+
+    failing = sluice.data.range(20).map(fragile)
+    with pytest.raises(sluice.PipelineError):
+        list(failing)
+    kept = [int(e["value"]) for e in failing.apply(sluice.data.experimental.ignore_errors()).as_numpy_iterator()]
+    assert kept == [v for v in range(20) if v % 10 != 3]
+    assert 'error_policy: skip' in failing.ignore_errors().spec()
+    # A stage's own policy stays.
+    assert 'error_policy: fail' in sluice.data.range(5).map(fragile, error_policy="fail").ignore_errors().spec()
+    with pytest.raises(TypeError, match="not a sluice.data.Dataset"):
+        base().apply(lambda ds: 3)
+
+
+def test_list_files_shuffles_by_default(tmp_path):
+    for i in range(20):
+        (tmp_path / f"f{i:02d}.txt").write_text("x")
+    pattern = str(tmp_path / "*.txt")
+
+    def order(ds):
+        return [bytes(e["path"]).decode() if not isinstance(e["path"], list) else e["path"][0].decode() for e in ds]
+
+    listed = sluice.data.list_files(pattern).options(seed=4)
+    first, second = order(listed), order(listed)  # iterating again is the next epoch
+    assert sorted(first) == sorted(second) == [str(tmp_path / f"f{i:02d}.txt") for i in range(20)]
+    assert first != sorted(first) and first != second
+    assert order(sluice.data.list_files(pattern, shuffle=False)) == sorted(first)
