@@ -377,15 +377,6 @@ class ElementQueue {
  public:
   explicit ElementQueue(std::size_t capacity) : capacity_(capacity) {}
   // False when the consumer went away.
-  // Takes what is queued now (a checkpoint empties the queue while it waits for the cut).
-  void drain_into(std::deque<Sample>& out) {
-    std::lock_guard lock(mutex_);
-    while (!items_.empty()) {
-      out.push_back(std::move(items_.front()));
-      items_.pop_front();
-    }
-    room_.notify_all();
-  }
   bool push(Sample sample) {
     std::unique_lock lock(mutex_);
     room_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
@@ -765,16 +756,18 @@ class Runner {
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
          const std::string& output, const std::string& resume) {
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
-    first_epoch_ = first_epoch;
     if (!resume.empty()) {
       resume_from = std::make_shared<checkpoint::Checkpoint>();
       if (!resume_from->ParseFromString(resume) || resume_from->format() != kCheckpointFormat)
         throw py::value_error("the state given to load_state_dict() is not a Sluice pipeline state (or comes from another version)");
-      for (const auto& e : resume_from->undelivered()) pending_.push_back(decode_element(e.value(), "an undelivered element of the state"));
-      restored_left_ = pending_.size();
-      first_epoch = first_epoch_ = resume_from->first_epoch();
-      resumed_sink_elements_ = resume_from->sink_elements();
-      if (resume_from->run_ended()) {  // the run had ended: only what Python had not taken yet is left
+      if (resume_from->undelivered_size() > 0)
+        throw py::value_error("the state given to load_state_dict() holds elements by value, as states of Sluice before "
+                              "positions-only states did: take a new state_dict() with this version");
+      base_ = *resume_from;
+      first_epoch = base_.first_epoch();
+      // The outputs the loop had taken after the cut are made again and dropped.
+      drop_left_ = base_.outputs_to_skip();
+      if (base_.run_ended()) {
         state_ = "finished";
         return;
       }
@@ -788,7 +781,10 @@ class Runner {
     PipelineDocument doc = document_of(text, file, sets, seed);
     const WorkerIdentity worker = worker_of(worker_index, num_workers);
     if (iterate)
-      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) queue_stage(*sink);
+      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) {
+        queue_stage(*sink);
+        iterator_id_ = sink->id();
+      }
     try {
       // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after
       // the iterator took the sink's place, whose output path then is not written.
@@ -816,6 +812,7 @@ class Runner {
       options.first_epoch = first_epoch;
       options.resume_from = resume_from;
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
+      if (!resume_from) base_ = engine_->start_state();
       if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
       engine_->start();
@@ -841,13 +838,6 @@ class Runner {
   // The next element as a dict of NumPy arrays (arrays=false: of DlTensor), or None at the end.
   py::object next(bool arrays) {
     Sample sample;
-    if (!pending_.empty()) {  // restored from a state, or taken off the queue by a checkpoint
-      sample = std::move(pending_.front());
-      pending_.pop_front();
-      if (restored_left_ > 0) --restored_left_;
-      else ++taken_from_sink_;
-      return element_to_python(std::move(sample), arrays);
-    }
     if (!engine_) throw py::stop_iteration();
     if (feed_) return next_feed_step();
     for (;;) {
@@ -856,11 +846,15 @@ class Runner {
         py::gil_scoped_release release;
         got = queue_->pop(sample, std::chrono::milliseconds(50));
       }
-      if (got == ElementQueue::Pop::Item) break;
       if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
+      if (got == ElementQueue::Pop::Item) {
+        ++consumed_;
+        if (drop_left_ == 0) break;
+        --drop_left_;  // taken before the state was saved: made again to continue exactly, not given twice
+        continue;
+      }
       stop_if_interrupted();
     }
-    ++taken_from_sink_;
     return element_to_python(std::move(sample), arrays);
   }
   py::object element_to_python(Sample sample, bool arrays) {
@@ -881,6 +875,7 @@ class Runner {
       engine_->stop();
       if (queue_) queue_->cancel();
       if (watcher_.joinable()) watcher_.join();
+      if (cut_in_flight_.valid()) cut_in_flight_.wait();  // a stopped engine ends it
       result_ = engine_->wait();
       final_ = engine_->snapshot();
     }
@@ -921,56 +916,39 @@ class Runner {
   }
   std::string spec_text() const { return pipeline_to_text(spec_); }
 
-  // Where the iteration stands, as the bytes of a checkpoint: the engine's cut, plus the elements
-  // its sink had taken that Python had not yet (queued, or given back by an earlier state).
+  // Where the iteration stands, as the bytes of a checkpoint: positions only, never elements. The
+  // latest cut of the engine that the loop has gone past (or where this run began), plus how many
+  // outputs the loop took after it: a resumed run makes those again and drops them, as every
+  // output is a function of the seed and the positions. Each call also asks the engine for a new
+  // cut, in the background, so that the next state is taken from close behind the loop.
   py::bytes checkpoint() {
-    checkpoint::Checkpoint state;
     if (engine_ && feed_) throw py::value_error("state_dict(): a pipeline ending in gpu_feed cannot be checkpointed from Python yet");
+    checkpoint::Checkpoint state = base_;  // where this run began
+    std::uint64_t after = consumed_;
     if (engine_) {
       if (auto refusals = engine_->checkpoint_refusals(); !refusals.empty()) {
         std::string text = "state_dict(): this pipeline cannot be checkpointed:";
         for (const auto& r : refusals) text += "\n  " + r;
         throw py::value_error(text);
       }
-      std::optional<checkpoint::Checkpoint> taken;
-      std::string failure;
-      {
-        py::gil_scoped_release release;
-        // The cut waits for the sink to take every element before it: Python is not taking them
-        // now, so the queue is emptied here meanwhile (they stay first in line for Python).
-        auto cut = std::async(std::launch::async, [engine = engine_] { return engine->checkpoint(false); });
-        while (cut.wait_for(std::chrono::milliseconds(2)) != std::future_status::ready) queue_->drain_into(pending_);
-        queue_->drain_into(pending_);  // every element before the cut is past the sink now
-        try {
-          taken = cut.get();
-        } catch (const std::exception& e) {
-          failure = e.what();
+      collect_finished_cut();
+      // The latest cut the loop has gone past: one it has not reached would need the elements
+      // between the loop and the cut (queued now) by value.
+      for (auto cut = cuts_.rbegin(); cut != cuts_.rend(); ++cut)
+        if (cut->outputs_before <= consumed_) {
+          state = cut->state;
+          after = consumed_ - cut->outputs_before;
+          break;
         }
-        if (!taken && failure.empty()) {  // the run ended first: what is left is all queued
-          if (watcher_.joinable()) watcher_.join();
-          queue_->drain_into(pending_);
-        }
-      }
-      if (!failure.empty()) throw std::runtime_error("state_dict(): " + failure);
-      if (taken) state = std::move(*taken);
+      ask_for_cut();
     }
-    std::uint64_t undelivered = pending_.size();
-    if (state.stages_size() > 0) {
-      std::uint64_t sink_took = state.sink_elements() - (resumed_sink_elements_);
-      undelivered = restored_left_ + (sink_took - taken_from_sink_);
-    } else {
-      state.set_format(kCheckpointFormat);
-      state.set_run_ended(true);
-      state.set_first_epoch(first_epoch_);
-    }
-    if (undelivered > pending_.size())
-      throw std::runtime_error(fmt::format("state_dict(): {} elements should be waiting for Python and only {} are", undelivered, pending_.size()));
-    for (std::uint64_t i = 0; i < undelivered; ++i) state.add_undelivered()->set_value(encode_element(pending_[i]));
+    state.clear_undelivered();
+    state.set_outputs_to_skip(after);
     std::string bytes;
     state.SerializeToString(&bytes);
     return py::bytes(bytes);
   }
-  bool running() const { return engine_ != nullptr || !pending_.empty(); }
+  bool running() const { return engine_ != nullptr; }
 
  private:
   void queue_stage(spec::Stage& stage) {
@@ -1058,11 +1036,38 @@ class Runner {
   RunResult result_;
   std::string state_ = "created";
   metrics::MetricsSnapshot final_;  // the run's last snapshot, once closed
-  // Checkpoints: elements to give Python before the queue's (restored from a state, or taken off
-  // the queue while a checkpoint waited), how many of them came from the state, how many the sink
-  // of this run took that Python has taken, and where the state's run had got to.
-  std::deque<Sample> pending_;
-  std::uint64_t restored_left_ = 0, taken_from_sink_ = 0, resumed_sink_elements_ = 0, first_epoch_ = 0;
+  // Checkpoints (see checkpoint()): where this run began (a state it resumed, or its epoch's start),
+  // the outputs its sink gave that were taken (by the loop, or dropped as taken before the state),
+  // those still to drop, and the engine's cuts with how many outputs came before each.
+  struct Cut {
+    checkpoint::Checkpoint state;
+    std::uint64_t outputs_before = 0;
+  };
+  void collect_finished_cut() {
+    if (!cut_in_flight_.valid() || cut_in_flight_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    std::optional<checkpoint::Checkpoint> taken;
+    try {
+      taken = cut_in_flight_.get();
+    } catch (const std::exception&) {
+      return;  // the run ended meanwhile; a stage that could not save fails the run, said by next()
+    }
+    if (!taken) return;
+    // What the iterator's sink had taken in this run (other sinks of a tee run too).
+    std::uint64_t before = 0;
+    for (const auto& stage : taken->stages())
+      if (stage.id() == iterator_id_) before = stage.elements_in();
+    cuts_.push_back({std::move(*taken), before});
+    if (cuts_.size() > 2) cuts_.erase(cuts_.begin());  // the two latest: the loop is past one of them
+  }
+  void ask_for_cut() {
+    if (cut_in_flight_.valid() || engine_->wait_for(std::chrono::milliseconds(0))) return;
+    cut_in_flight_ = std::async(std::launch::async, [engine = engine_] { return engine->checkpoint(false); });
+  }
+  checkpoint::Checkpoint base_;
+  std::string iterator_id_;
+  std::uint64_t consumed_ = 0, drop_left_ = 0;
+  std::vector<Cut> cuts_;
+  std::future<std::optional<checkpoint::Checkpoint>> cut_in_flight_;
 };
 
 }  // namespace

@@ -90,6 +90,24 @@ std::vector<std::string> Engine::checkpoint_refusals() const {
   return out;
 }
 
+checkpoint::Checkpoint Engine::start_state() const {
+  const auto& I = *impl_;
+  checkpoint::Checkpoint c;
+  c.set_format(kCheckpointFormat);
+  c.set_pipeline_file(I.graph.file);
+  c.set_seed(I.graph.seed);
+  c.set_first_epoch(I.options.first_epoch);
+  c.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  for (const auto& st : I.stages) {
+    auto* identity = c.add_stages_identity();
+    identity->set_id(st->spec->id);
+    identity->set_op(st->spec->op->info.name);
+    identity->set_params(params_text(*st->spec));
+    identity->set_output_fingerprint(st->output_fingerprint);
+  }
+  return c;
+}
+
 std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
   auto& I = *impl_;
   if (auto refusals = checkpoint_refusals(); !refusals.empty()) {
@@ -125,20 +143,10 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
     I.cut_cv.notify_all();
     return std::nullopt;
   }
-  checkpoint::Checkpoint c;
-  c.set_format(kCheckpointFormat);
-  c.set_pipeline_file(I.graph.file);
-  c.set_seed(I.graph.seed);
-  c.set_first_epoch(I.options.first_epoch);
+  checkpoint::Checkpoint c = start_state();
   c.set_sequence((I.resume ? I.resume->sequence() : 0) + ++I.checkpoints_taken);
-  c.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   for (std::size_t i = 0; i < I.stages.size(); ++i) {
     const auto& st = *I.stages[i];
-    auto* identity = c.add_stages_identity();
-    identity->set_id(st.spec->id);
-    identity->set_op(st.spec->op->info.name);
-    identity->set_params(params_text(*st.spec));
-    identity->set_output_fingerprint(st.output_fingerprint);
     checkpoint::StageState state;
     if (cut->states[i]) {
       state = std::move(*cut->states[i]);
@@ -255,7 +263,10 @@ void Engine::Impl::attach_resume_state() {
   if (c.seed() != graph.seed)
     throw Error(fmt::format("the checkpoint was taken with seed {}, this run's seed is {}: resume with the same seed (set `seed: {}`)",
                             c.seed(), graph.seed, c.seed()));
-  if (static_cast<std::size_t>(c.stages_identity_size()) != stages.size() || static_cast<std::size_t>(c.stages_size()) != stages.size()) {
+  // A start_state(): the same pipeline is checked, and the run begins from the beginning.
+  const bool at_the_start = c.stages_size() == 0 && c.stages_identity_size() > 0;
+  if (static_cast<std::size_t>(c.stages_identity_size()) != stages.size() ||
+      (!at_the_start && static_cast<std::size_t>(c.stages_size()) != stages.size())) {
     std::string ids;
     for (const auto& s : c.stages_identity()) ids += (ids.empty() ? "" : ", ") + s.id();
     throw Error(fmt::format("the checkpoint is of another pipeline ({}): it has {} stages ({}), this one {}", file,
@@ -268,7 +279,7 @@ void Engine::Impl::attach_resume_state() {
       throw Error(fmt::format("the checkpoint is of another pipeline ({}): its stage {} is '{}' ({}), here it is '{}' ({})", file, i + 1,
                               was.id(), was.op(), st.spec->id, st.spec->op->info.name));
     if (st.sink) {
-      st.restore = &c.stages(static_cast<int>(i));
+      if (!at_the_start) st.restore = &c.stages(static_cast<int>(i));
       continue;  // a sink's parameters (its output path) do not change the data
     }
     if (const std::string diff = first_difference(was.params(), params_text(*st.spec)); !diff.empty())
@@ -277,10 +288,12 @@ void Engine::Impl::attach_resume_state() {
     if (was.output_fingerprint() != st.output_fingerprint)
       throw Error(fmt::format("the checkpoint is of another pipeline ({}): what reaches stage '{}' is made differently (an input "
                               "order or a parameter before it changed)", file, st.spec->id));
+    if (at_the_start) continue;
     st.restore = &c.stages(static_cast<int>(i));
     if (st.restore->id() != st.spec->id) throw Error(fmt::format("the checkpoint is damaged: its state {} is for stage '{}', not '{}'", i + 1, st.restore->id(), st.spec->id));
   }
   options.first_epoch = c.first_epoch();
+  if (at_the_start) resume.reset();  // nothing to continue: a fresh run at that epoch
 }
 
 bool Engine::Impl::end_if_ended_before(StageRuntime& st, std::vector<Item>& out) {
@@ -317,6 +330,12 @@ void Engine::Impl::find_read_paths() {
     if (!st->aggregate || st->spec->inputs.size() != 1 || st->spec->per_input) continue;
     std::vector<StageRuntime*> maps;
     int at = st->spec->inputs[0];
+    // Through stages right before it that hand on their inputs unchanged (a batch after a
+    // shuffle): what it holds is still what was read and mapped. Not behind a map: a map after
+    // such a stage sees other positions than the reader gave.
+    while (dynamic_cast<HandsOnItsInputs*>(stages[at]->op.get()) && stages[at]->spec->inputs.size() == 1 &&
+           !stages[at]->spec->per_input)
+      at = stages[at]->spec->inputs[0];
     // Not through a per-input map: its elements are not an interleave's records mapped one by one
     // with the contexts a reference could give again.
     while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1 &&

@@ -86,7 +86,12 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
       begin_batch(in, ctx.epoch);
       first_index_ = ctx.index;
     }
-    // Every field is checked before any is copied: a refused element leaves the batch as it was.
+    add_row(in);
+    if (++count_ == batch_size_) emit_batch(out);
+    return Flow::Continue;
+  }
+  // Every field is checked before any is copied: a refused element leaves the batch as it was.
+  void add_row(const Sample& in) {
     std::vector<const Tensor*> tensors(fields_.size());
     for (std::size_t f = 0; f < fields_.size(); ++f) {
       const FieldAssembly& field = fields_[f];
@@ -110,8 +115,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
         if (tensors[f]->raw_data() != row) copy_to_cold(row, tensors[f]->raw_data(), field.row_bytes);  // else built in place
       }
     }
-    if (++count_ == batch_size_) emit_batch(out);
-    return Flow::Continue;
+    row_origins_.push_back(in.shared_origin());
   }
   Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
     std::vector<const Column*> columns;
@@ -178,6 +182,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
             std::memcpy(field.rows.raw_data() + (count_ + k) * field.row_bytes, column.tensor.raw_data(), field.row_bytes);
         }
       }
+      for (std::size_t k = 0; k < take; ++k) row_origins_.push_back(in.origin(r + k));
       count_ += take;
       r += take;
       if (count_ == batch_size_) emit_batch(out);
@@ -193,7 +198,8 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
     done_epoch_ = epoch + 1;
     done_batches_ = 0;
   }
-  // The rows gathered so far, as one element of `count_` rows, and which batch they belong to.
+  // The rows gathered so far, each an element with its origin (the host names those it can by
+  // where they were read, instead of keeping their bytes), and which batch they belong to.
   void save_state(StateWriter& w) const override {
     w.put<std::uint64_t>(count_);
     w.put(first_index_);
@@ -202,20 +208,26 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
     w.put(done_epoch_);
     w.put(done_batches_);
     if (count_ == 0) return;
-    Sample partial;
-    for (const auto& field : fields_) {
-      Shape shape = field.shape;
+    std::vector<Tensor> strings(fields_.size());  // a bytes field's rows, stacked once
+    for (std::size_t f = 0; f < fields_.size(); ++f) {
+      if (fields_[f].dtype != DType::Bytes) continue;
+      Shape shape = fields_[f].shape;
       shape.insert(shape.begin(), static_cast<std::int64_t>(count_));
-      if (field.dtype == DType::Bytes) {
-        partial.set(field.name, Tensor::from_strings(field.strings(), shape));
-      } else {
-        partial.set(field.name, Tensor::view(field.dtype, shape, field.rows.buffer(), field.rows.byte_offset()));
-      }
+      strings[f] = Tensor::from_strings(fields_[f].strings(), shape);
     }
-    // Built here from several elements: kept by value, not as a reference to its first record.
-    const Origin& origin = first_.shared_origin();
-    partial.set_origin(origin.where, origin.record, origin.byte_offset);
-    w.put_element(partial);
+    for (std::size_t k = 0; k < count_; ++k) {
+      Sample row;
+      for (std::size_t f = 0; f < fields_.size(); ++f) {
+        const FieldAssembly& field = fields_[f];
+        row.set(field.name, field.dtype == DType::Bytes
+                                ? strings[f].row(static_cast<std::int64_t>(k))
+                                : Tensor::view(field.dtype, field.shape, field.rows.buffer(), field.rows.byte_offset() + k * field.row_bytes));
+      }
+      const Origin& origin = row_origins_[k];
+      row.set_origin(origin.where, origin.record, origin.byte_offset);
+      row.set_read_position(origin.read_epoch, origin.read_index);
+      w.put_element(row);
+    }
     w.describe(std::to_string(count_) + " of " + std::to_string(batch_size_) + " rows of batch " + std::to_string(number_) + " gathered");
   }
   void restore_state(StateReader& r) override {
@@ -228,26 +240,14 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
     done_batches_ = r.get<std::uint64_t>();
     if (count_ == 0) return;
     if (count_ >= batch_size_) throw DataError("the saved batch holds " + std::to_string(count_) + " rows, not fewer than batch_size");
-    const Sample partial = r.get_element();
-    for (const auto& f : partial.fields()) {
-      if (f.tensor.rank() == 0 || f.tensor.shape()[0] != static_cast<std::int64_t>(count_))
-        throw DataError("the saved batch's field '" + f.name + "' does not hold " + std::to_string(count_) + " rows");
-    }
-    // The first row stands for the batch's first element (its shapes); the rows go in after it.
-    Sample first_row;
-    for (const auto& f : partial.fields()) first_row.set(f.name, f.tensor.row(0));
-    first_row.share_origin(partial);
+    // The rows go in as they first did, the first one standing for the batch's shapes.
     const std::size_t rows = count_;
-    begin_batch(first_row, epoch_);
-    count_ = rows;
-    for (std::size_t f = 0; f < fields_.size(); ++f) {
-      FieldAssembly& field = fields_[f];
-      const Tensor& saved = partial.fields()[f].tensor;
-      if (field.dtype == DType::Bytes) {
-        for (std::int64_t k = 0; k < saved.num_elements(); ++k) field.add_string(saved.string_at(k));
-      } else {
-        std::memcpy(field.rows.raw_data(), saved.raw_data(), saved.nbytes());
-      }
+    count_ = 0;
+    for (std::size_t k = 0; k < rows; ++k) {
+      const Sample row = r.get_element();
+      if (k == 0) begin_batch(row, epoch_);
+      add_row(row);
+      ++count_;
     }
   }
 
@@ -328,6 +328,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
   void reset() {
     count_ = 0;
     fields_.clear();
+    row_origins_.clear();
     first_ = Sample();
   }
 
@@ -339,6 +340,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate 
   std::size_t count_ = 0;
   std::uint64_t first_index_ = 0;
   Sample first_;  // holds the batch's origin: its first element's
+  std::vector<Origin> row_origins_;  // each row's, for checkpoints
   std::uint64_t epoch_ = 0, number_ = 0;  // the batch being assembled
 
   std::mutex placed_mutex_;  // the workers' place() against the batch's own thread

@@ -1,14 +1,17 @@
 """A training loop saved mid-epoch (state_dict() beside the model, through pickle as torch.save
 does) and restored in a fresh process continues exactly: no element twice, none lost, the same
 shuffles and augmentations; what cannot be saved is refused with the stage named."""
+import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import sluice
-from conftest import SOURCE_DIR, stage
+from conftest import SOURCE_DIR, cli, stage
 
 RESUMABLE = ("options { seed: 21 }\n" + stage("src", "range", "", {"count": "3000"}) +
              stage("work", "simulate_work", "src", {"us": "2", "jitter_us": "5"}, "parallelism: 3") +
@@ -94,3 +97,70 @@ def test_states_that_cannot_be_used_are_refused():
     damaged.load_state_dict({"epoch": 0, "checkpoint": b"\x01\x02garbage"})
     with pytest.raises(ValueError, match="not a Sluice pipeline state"):
         next(iter(damaged))
+
+
+def test_states_hold_positions_only_and_a_killed_loop_resumes_from_its_last(tmp_path):
+    # A training loop saving a state every 7 batches (as it would save the model), killed with
+    # SIGKILL: a new process loads its last state and gives exactly the batches after it. Each
+    # state is positions, never batches: it is taken from the engine's latest cut behind the loop.
+    whole = batches(sluice.Pipeline.from_spec(RESUMABLE))
+    state_file = tmp_path / "state.pkl"
+    loop = (f"import os, pickle, sys, time, sluice\n"
+            f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
+            "for i, b in enumerate(p, 1):\n"
+            "    print(','.join(map(str, b['value'].tolist())), flush=True)\n"
+            "    if i % 7 == 0:\n"
+            f"        with open({str(state_file) + '.new'!r}, 'wb') as f: pickle.dump({{'taken': i, 'data': p.state_dict()}}, f)\n"
+            f"        os.replace({str(state_file) + '.new'!r}, {str(state_file)!r})\n"
+            "    if i == 250: time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", loop], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    printed = []
+    for line in child.stdout:
+        printed.append(tuple(int(x) for x in line.split(",")))
+        if len(printed) == 250:
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    saved = pickle.loads(state_file.read_bytes())
+    assert saved["taken"] == 245
+    assert len(saved["data"]["checkpoint"]) < 64 * 1024  # positions: a few KB
+    resume = (f"import pickle, sluice\n"
+              f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
+              f"p.load_state_dict(pickle.load(open({str(state_file)!r}, 'rb'))['data'])\n"
+              "for b in p: print(','.join(map(str, b['value'].tolist())))\n")
+    done = subprocess.run([sys.executable, "-c", resume], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    rest = [tuple(int(x) for x in line.split(",")) for line in done.stdout.splitlines()]
+    assert printed[:245] + rest == whole
+
+
+def test_states_of_the_readme_pipeline_are_small_and_quick(tmp_path):
+    # The README's main pipeline (224 px, batches of 64 images as float32, 38 MB each): a state is
+    # the positions of its readers and the places of the shuffle's images, not batches.
+    # A state taken mid-epoch is one of the engine's cuts, with a partly gathered batch and a
+    # shuffle buffer full of decoded images behind it: all named by their records.
+    cli("run", "--quiet", os.path.join(SOURCE_DIR, "resources", "pipelines", "sample_data_tfrecord.txtpb"),
+        "--set", "images.count=1600", "--set", "images.height=120", "--set", "images.width=160",
+        "--set", f"shards.prefix={tmp_path}/train", "--set", "shards.max_records=200")
+    readme_pipeline = os.path.join(SOURCE_DIR, "resources", "pipelines", "train_tfrecord.txtpb")
+    files = {"files.patterns": f"{tmp_path}/*.tfrecord"}
+    pipeline = sluice.Pipeline(readme_pipeline, set=files)
+    it = iter(pipeline)
+    sizes, seconds = [], []
+    for _ in range(18):
+        assert next(it)["image"].shape == (64, 224, 224, 3)
+        start = time.perf_counter()
+        state = pipeline.state_dict()
+        seconds.append(time.perf_counter() - start)
+        sizes.append(len(pickle.dumps(state)))
+    following = [next(it)["image"].copy() for _ in range(3)]
+    pipeline.close()
+    print(f"state_dict() on the README pipeline: {max(sizes)} bytes and {1000 * max(seconds):.1f} ms at most over 18 calls")
+    assert max(sizes) <= 1 << 20
+    assert sizes[-1] > sizes[0]  # the last is a cut's (positions), the first the run's start
+    restored = sluice.Pipeline(readme_pipeline, set=files)
+    restored.load_state_dict(state)
+    again = iter(restored)
+    for expected in following:
+        assert (next(again)["image"] == expected).all()
+    restored.close()

@@ -208,11 +208,13 @@ class Pipeline:
             yield convert(item)
 
     def state_dict(self):
-        """Where the pipeline stands, as a dict to save with the model: during an iteration, a
-        checkpoint of the run (positions, the elements held in buffers by reference, and the
-        elements already made that the loop has not taken yet); between iterations, the next
-        epoch. Taking it does not disturb the iteration. Raises ValueError when a stage cannot
-        save its state (a Python generator source, a pipeline with `deterministic: false`)."""
+        """Where the pipeline stands, as a dict to save with the model: during an iteration,
+        positions only (the engine's latest cut behind the loop, with the elements held in
+        buffers named by where they were read, and how many outputs the loop took after it,
+        which a restored run makes again and drops); between iterations, the next epoch. Taking
+        it does not disturb the iteration, and asks for the next cut in the background. Raises
+        ValueError when a stage cannot save its state (a Python generator source, a stage with
+        `deterministic: false`)."""
         runner = self._runner
         if runner is not None and runner.running:
             return {"epoch": self.epoch - 1, "checkpoint": runner.checkpoint()}

@@ -256,6 +256,15 @@ class AssemblesInParallel {
   virtual ~AssemblesInParallel() = default;
 };
 
+/// (6.5) An aggregate whose every output is one of its inputs, unchanged, as its stage received it
+/// (origin included): it only holds and reorders them, as shuffle does. A checkpoint then names
+/// the elements a stage after it holds (a batch being gathered) by where they were read, as it
+/// names the aggregate's own, instead of keeping their bytes. Found with dynamic_cast.
+class HandsOnItsInputs {
+ public:
+  virtual ~HandsOnItsInputs() = default;
+};
+
 /// (6.4) What a host's emitter also offers when its stage has assembly threads (see
 /// AssemblesInParallel); use push_assembled(), which works with any emitter.
 class ParallelAssembly {

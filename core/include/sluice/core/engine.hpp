@@ -88,6 +88,10 @@ class Engine {
   // the run ended or stopped first. Throws Error when the pipeline cannot be checkpointed or the
   // run is not running. One at a time; from any thread but a stage's.
   std::optional<checkpoint::Checkpoint> checkpoint(bool then_stop = false);
+  // A state of the run where it begins: the pipeline's identity (seed, stages, parameters) and no
+  // positions. Resumed from (EngineOptions::resume_from), it is checked like a checkpoint and the
+  // run starts at its first epoch from the beginning (Python's state before the run's first cut).
+  checkpoint::Checkpoint start_state() const;
   // The consumer side of a feed sink (gpu_feed) for the training loop; valid until the engine is
   // destroyed. Throws Error when the stage does not exist or is not a feed sink.
   Feed* feed(const std::string& stage_id) const;
