@@ -155,6 +155,10 @@ class TestIo : public QObject {
                             stage("parse", "parse_example", "read", {{"features", "nope:int64"}}) + stage("out", "null_sink", "parse"));
     QVERIFY2(missing.result.error.find("feature 'nope' is missing") != std::string::npos, missing.result.error.c_str());
     QVERIFY(missing.result.error.find("torchdata_example.tfrecord record 0 (byte offset 0)") != std::string::npos);
+    // Every record will lack it: the message says to fix the spec, not to skip them all.
+    QVERIFY2(missing.result.error.find("its parameters likely do not fit the data") != std::string::npos &&
+                 missing.result.error.find("error_policy: skip") == std::string::npos,
+             missing.result.error.c_str());
     auto type = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
                          stage("parse", "parse_example", "read", {{"features", "x_int:float[10]"}}) + stage("out", "null_sink", "parse"));
     QVERIFY(type.result.error.find("feature 'x_int' holds int64 values, the spec says float") != std::string::npos);
@@ -164,6 +168,11 @@ class TestIo : public QObject {
     auto spec = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
                          stage("parse", "parse_example", "read", {{"features", "x_int:int32"}}) + stage("out", "null_sink", "parse"));
     QVERIFY(spec.error.find("dtype 'int32' is not bytes, int64 or float") != std::string::npos);
+    // A comma left out is a syntax error at validation, not a feature named "x_int:int64 y".
+    auto comma = run_text(reader_chain(tf("torchdata_example.tfrecord")) +
+                          stage("parse", "parse_example", "read", {{"features", "x_int:int64[10] x_float:float[10]"}}) +
+                          stage("out", "null_sink", "parse"));
+    QVERIFY2(comma.error.find("lacks a ',' before 'x_float:float[10]' (column 17)") != std::string::npos, comma.error.c_str());
   }
 
   void corrupt_file_fails_with_file_index_offset_or_skips() {

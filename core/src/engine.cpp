@@ -105,11 +105,23 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
     else keep_skip_reason(st, where + ": " + what);
     return true;
   }
-  std::string message = fmt::format(
-      "{} failed on {}: {}\n  (set `error_policy: skip` on this stage to drop such elements and go on)", stage_label(st),
-      where, what);
+  std::string message = fmt::format("{} failed on {}: {}\n  ({})", stage_label(st), where, what, failure_advice(st));
   fail_or_defer(st, std::move(message), deferred);
   return false;
+}
+
+std::string Engine::Impl::failure_advice(const StageRuntime& st) const {
+  bool schema = false;
+  try {
+    if (std::current_exception()) std::rethrow_exception(std::current_exception());
+  } catch (const SchemaMismatch&) {
+    schema = true;
+  } catch (...) {
+  }
+  if (schema && st.counters.elements_out.load() == 0)
+    return "no element has passed this stage yet: its parameters likely do not fit the data, and skipping would drop every "
+           "element; fix the parameters (`sluice plugins " + st.spec->op->info.name + "` says what each means)";
+  return "set `error_policy: skip` on this stage to drop such elements and go on";
 }
 
 void Engine::Impl::fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred) {

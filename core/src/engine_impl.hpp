@@ -387,6 +387,9 @@ struct Engine::Impl {
   // Called inside a catch block. Running out of memory is no element's fault: it ends the run
   // under any policy, blamed on the stage that asked, with no advice to skip elements.
   bool element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index, const std::string& origin, ChunkIssues* deferred = nullptr);
+  // What the failure message of an element suggests: the skip policy, or, for an element that
+  // does not fit the parameters before any has passed (SchemaMismatch), fixing them.
+  std::string failure_advice(const StageRuntime& st) const;
 
   // Ends the run blaming `st` now, or, with `deferred`, when its chunk is committed in order.
   void fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred);

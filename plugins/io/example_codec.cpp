@@ -266,6 +266,15 @@ std::vector<FeatureSpec> parse_feature_spec(const std::string& text) {
     if (colon == std::string_view::npos || colon == 0)
       throw ParamError("feature spec entry '" + std::string(entry) + "' is not NAME:DTYPE (e.g. image/encoded:bytes)");
     spec.name = std::string(trim(rest.substr(0, colon)));
+    // "image:bytes label:int64": two entries without the comma between them would otherwise make
+    // one feature named "image:bytes label", found in no record.
+    if (const auto blank = spec.name.find_first_of(" \t\n"); blank != std::string::npos && spec.name.find(':') < blank) {
+      const std::size_t next = spec.name.find_first_not_of(" \t\n", blank);
+      const std::size_t column = static_cast<std::size_t>(entry.data() - text.data()) + next + 1;
+      throw ParamError("'" + std::string(entry) + "' lacks a ',' before '" + std::string(entry.substr(next)) + "' (column " +
+                       std::to_string(column) + "): separate the features with commas, as " + std::string(entry.substr(0, blank)) +
+                       ", " + std::string(entry.substr(next)));
+    }
     std::string_view type = trim(rest.substr(colon + 1));
     auto bracket = type.find('[');
     std::string_view dtype = trim(type.substr(0, bracket));
@@ -339,7 +348,7 @@ void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t off
     FeatureValues values;
     if (found[i].present) values = decode_feature(found[i]);
     if (values.kind && *values.kind != spec.kind)
-      throw DataError("feature '" + spec.name + "' holds " + feature_kind_name(*values.kind) + " values, the spec says " +
+      throw SchemaMismatch("feature '" + spec.name + "' holds " + feature_kind_name(*values.kind) + " values, the spec says " +
                       feature_kind_name(spec.kind));
     const bool missing = !found[i].present || !values.kind;  // an empty Feature counts as missing
     if (spec.var_len) {
@@ -350,7 +359,7 @@ void ExampleParser::parse(const std::shared_ptr<Buffer>& buffer, std::size_t off
     const std::size_t need = static_cast<std::size_t>(shape_elements(spec.shape));
     if (missing) {
       if (!spec.default_values)
-        throw DataError("feature '" + spec.name + "' is " + (found[i].present ? "empty" : "missing") +
+        throw SchemaMismatch("feature '" + spec.name + "' is " + (found[i].present ? "empty" : "missing") +
                         " and the spec gives no default (add =VALUE, or make it variable-length with [])");
       values = default_values(spec, need);
     }
@@ -554,12 +563,12 @@ void ExampleParser::parse_rows(const Column& records, std::size_t rows, Chunk& o
           values.kind.reset();
         }
         if (values.kind && *values.kind != spec.kind)
-          throw DataError("feature '" + spec.name + "' holds " + feature_kind_name(*values.kind) + " values, the spec says " +
+          throw SchemaMismatch("feature '" + spec.name + "' holds " + feature_kind_name(*values.kind) + " values, the spec says " +
                           feature_kind_name(spec.kind));
         const bool missing = !found[i].present || !values.kind;
         if (missing) {
           if (!spec.default_values)
-            throw DataError("feature '" + spec.name + "' is " + (found[i].present ? "empty" : "missing") +
+            throw SchemaMismatch("feature '" + spec.name + "' is " + (found[i].present ? "empty" : "missing") +
                             " and the spec gives no default (add =VALUE, or make it variable-length with [])");
           values = default_values(spec, need[i]);
         }

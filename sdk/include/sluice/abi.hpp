@@ -27,7 +27,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// lengths: the host hands such chunks only to operators of plugins built for 6.3 or later);
 /// 6.4: AssemblesInParallel and ParallelAssembly (operator.hpp: new classes, found with
 /// dynamic_cast; an aggregate of an older plugin keeps assembling its outputs on its own thread);
-/// 6.5: HandsOnItsInputs (operator.hpp: a new class, found with dynamic_cast).
+/// 6.5: HandsOnItsInputs (operator.hpp: a new class, found with dynamic_cast) and SchemaMismatch
+/// (error.hpp: a DataError an older host takes as one).
 inline constexpr std::uint32_t kAbiMinor = 5;
 
 }  // namespace sluice

@@ -24,4 +24,13 @@ class DataError : public Error {
   using Error::Error;
 };
 
+/// (6.5) An element that does not fit the operator's parameters rather than a damaged one (a
+/// feature the spec names that the record lacks, values of another type). When no element has
+/// passed the stage yet, the engine says the parameters are likely wrong instead of advising the
+/// skip policy, which would then drop every element. Skipped like any DataError.
+class SchemaMismatch : public DataError {
+ public:
+  using DataError::DataError;
+};
+
 }  // namespace sluice
