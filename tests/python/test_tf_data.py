@@ -135,6 +135,25 @@ def test_text_line_dataset_reads_lines(tmp_path):
     assert lines == ["one", "two", "three"]
 
 
+def test_an_in_memory_cache_lasts_across_for_loops():
+    # tf.data's cache() lives as long as the dataset: the map before it runs in the first loop only.
+    calls = []
+
+    def costly(element):
+        calls.append(int(element["value"]))
+        return {"value": element["value"] * 3}
+
+    ds = sluice.data.range(40).map(costly).cache().shuffle(40)
+    seen = [sorted(int(e["value"]) for e in ds) for _ in range(3)]
+    assert seen == [[3 * v for v in range(40)]] * 3
+    assert sorted(calls) == list(range(40))
+    # A dataset built on it shares it; one made anew records again.
+    assert sorted(int(e["value"]) for e in ds.take(5)) and len(calls) == 40
+    assert "cache" in ds.spec() and "sluice-cache" not in ds.spec()  # the file is the dataset's business
+    list(sluice.data.range(40).map(costly).cache())
+    assert len(calls) == 80
+
+
 def test_apply_ignore_errors_and_as_numpy_iterator():
     def fragile(element):
         if int(element["value"]) % 10 == 3:

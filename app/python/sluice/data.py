@@ -30,6 +30,9 @@ import builtins
 import difflib
 import json
 import os
+import shutil
+import tempfile
+import weakref
 
 from . import AUTOTUNE, SpecError, _param_text, _sluice
 
@@ -47,7 +50,6 @@ _TF_DATA_POSITIONAL = {
     "take": ("count",),
     "skip": ("count",),
     "shard": ("num_shards", "index"),
-    "cache": ("filename",),
     "prefetch": ("buffer_size",),
     "window": ("size", "shift", "stride", "drop_remainder"),
     "unbatch": (),
@@ -58,7 +60,6 @@ _TF_DATA_POSITIONAL = {
 # tune those threads, so tf.data's AUTOTUNE gives them one per core.
 _ASSEMBLES_IN_PARALLEL = ("padded_batch", "ragged_batch", "bucket_by_sequence_length", "window")
 _TF_DATA_NAMES = {
-    "cache": {"filename": "path"},
     "bucket_by_sequence_length": {"element_length_func": "length_field", "bucket_boundaries": "boundaries",
                                   "bucket_batch_sizes": "batch_sizes"},
 }
@@ -174,6 +175,17 @@ class _Held:
             pass
 
 
+class _MemoryCache:
+    """Where an in-memory cache() keeps what it recorded so that it lasts as long as the datasets
+    holding it, across `for` loops (each a run of the engine), as tf.data's does: a file in a
+    folder of its own under the temporary folder, removed with the last dataset or at exit."""
+
+    def __init__(self):
+        folder = tempfile.mkdtemp(prefix="sluice-cache-")
+        self.path = os.path.join(folder, "cache.bin")
+        weakref.finalize(self, shutil.rmtree, folder, True)
+
+
 class Dataset:
     """A pipeline being built: each method returns a new Dataset with one more stage.
 
@@ -261,6 +273,22 @@ class Dataset:
                                 {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
                                 [held])
 
+    def cache(self, filename="", *, path=None, name=None, buffer_size=None, error_policy=None):
+        """Records the first iteration and replays it afterwards (tf.data's cache): into the file
+        `filename` (or path=), kept across runs, or, by default, for as long as this dataset
+        lives, across `for` loops (in a file of the temporary folder, removed with the dataset)."""
+        if path is not None:
+            if filename:
+                raise TypeError("cache() got both filename and path=; they are the same parameter")
+            filename = path
+        engine = {"name": name, "buffer_size": buffer_size, "error_policy": error_policy}
+        if filename:
+            return self._with_stage("cache", {"path": os.fspath(filename)}, engine)
+        keeper = _MemoryCache()
+        dataset = self._with_stage("cache", {}, engine, [keeper])
+        dataset._stages[-1] = dict(dataset._stages[-1], _memory_cache=keeper.path)
+        return dataset
+
     def apply(self, transformation_func):
         """transformation_func(self): a whole transformation as one call (tf.data's apply), e.g.
         ds.apply(sluice.data.experimental.ignore_errors())."""
@@ -298,7 +326,7 @@ class Dataset:
 
     def spec(self):
         """The pipeline file's text (protobuf text format, a line per stage)."""
-        spec = {"stage": self._stages}
+        spec = {"stage": [{k: v for k, v in st.items() if not k.startswith("_")} for st in self._stages]}
         if self._options:
             spec["options"] = self._options
         return _sluice.spec_from_json(json.dumps(spec))
@@ -307,9 +335,12 @@ class Dataset:
         """A new sluice.Pipeline of this dataset (set=, seed=, plugin_dirs=, metrics_addr=), at
         epoch 0."""
         from . import Pipeline
-        import os
 
-        return Pipeline(_text=self.spec(), _file=os.path.join(os.getcwd(), "pipeline.txtpb"), _keep=self._held, **options)
+        # In-memory caches record into their dataset's file, which outlives each run.
+        sets = {f"{st['id']}.path": st["_memory_cache"] for st in self._stages if "_memory_cache" in st}
+        sets.update(options.pop("set", None) or {})
+        return Pipeline(_text=self.spec(), _file=os.path.join(os.getcwd(), "pipeline.txtpb"), _keep=self._held, set=sets or None,
+                        **options)
 
     def _pipeline_to_iterate(self):
         if self._iterated is None:
