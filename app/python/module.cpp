@@ -560,6 +560,14 @@ py::object g_spec_error, g_pipeline_error;
   throw py::error_already_set();
 }
 
+[[noreturn]] void raise_pipeline_error(const std::string& message, const std::string& stage) {
+  py::gil_scoped_acquire hold;
+  py::object error = g_pipeline_error(py::str(message));
+  error.attr("stage") = stage;
+  PyErr_SetObject(g_pipeline_error.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
 // This process's place among the job's workers (torchrun's RANK and WORLD_SIZE, Slurm, MPI, ...),
 // or the one asked for; the same rules as the CLI's --worker-index/--num-workers.
 WorkerIdentity worker_of(std::optional<int> index, std::optional<int> count) {
@@ -828,7 +836,9 @@ class Runner {
     } catch (const std::exception& e) {
       engine_.reset();
       forget_queue();
-      throw std::runtime_error(e.what());
+      // As a failure while running: sluice.PipelineError, naming the stage when one refused.
+      const auto* refused = dynamic_cast<const StageStartError*>(&e);
+      raise_pipeline_error(e.what(), refused ? refused->stage() : std::string());
     }
   }
   ~Runner() { close(); }
@@ -982,12 +992,7 @@ class Runner {
 
   void finish_and_raise() {
     close();
-    if (result_.state == RunState::Failed) {
-      py::object error = g_pipeline_error(py::str(result_.error));
-      error.attr("stage") = result_.failed_stage;
-      PyErr_SetObject(g_pipeline_error.ptr(), error.ptr());
-      throw py::error_already_set();
-    }
+    if (result_.state == RunState::Failed) raise_pipeline_error(result_.error, result_.failed_stage);
   }
 
   // One step of a feed sink: a list with one dict of DlTensor per device, in device order. Each

@@ -381,7 +381,8 @@ void Engine::start() {
           }
           other->started = false;
         }
-      throw Error(fmt::format("stage '{}' ({}) could not start: {}", st->spec->id, st->spec->op->info.name, e.what()));
+      throw StageStartError(fmt::format("stage '{}' ({}) could not start: {}", st->spec->id, st->spec->op->info.name, e.what()),
+                            st->spec->id);
     }
   }
   // A resumed run: every operator takes back the state it saved (after start(), which checks its

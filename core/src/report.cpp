@@ -297,7 +297,12 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   for (const auto& m : snapshot.stage()) {
     if (m.errors_skipped() == 0) continue;
     out += fmt::format("Skipped in stage '{}': {} element{}\n", m.id(), m.errors_skipped(), m.errors_skipped() == 1 ? "" : "s");
-    for (const auto& r : m.skip_reasons()) out += "  - " + printable(r) + "\n";
+    for (const auto& r : m.skip_reasons()) {
+      // A reason of several lines (a Python traceback) keeps them, indented under its dash.
+      std::string reason = printable(r, /*keep_line_breaks=*/true);
+      for (std::size_t at = 0; (at = reason.find('\n', at)) != std::string::npos; at += 5) reason.replace(at, 1, "\n    ");
+      out += "  - " + reason + "\n";
+    }
     if (static_cast<std::uint64_t>(m.skip_reasons_size()) < m.errors_skipped()) {
       out += fmt::format("  ... and {} more; by kind of reason:\n", m.errors_skipped() - m.skip_reasons_size());
       std::vector<std::pair<std::uint64_t, std::string>> kinds;

@@ -185,3 +185,20 @@ def test_list_files_shuffles_by_default(tmp_path):
     assert sorted(first) == sorted(second) == [str(tmp_path / f"f{i:02d}.txt") for i in range(20)]
     assert first != sorted(first) and first != second
     assert order(sluice.data.list_files(pattern, shuffle=False)) == sorted(first)
+
+
+def test_failures_are_pipeline_errors_and_tracebacks_keep_their_lines():
+    with pytest.raises(sluice.PipelineError) as refused:
+        list(sluice.data.list_files("/nonexistent/*.tfrecord", name="files"))
+    assert refused.value.stage == "files" and "matches no file" in str(refused.value)
+
+    def fragile(element):
+        if int(element["value"]) == 3:
+            raise ValueError("three is unlucky")
+        return element
+
+    pipeline = sluice.data.range(6).map(fragile, error_policy="skip").pipeline()
+    assert len(list(pipeline)) == 5
+    report = pipeline.report()
+    assert "\\n" not in report
+    assert "\n    Traceback (most recent call last):" in report and "\n    ValueError: three is unlucky" in report

@@ -12,6 +12,17 @@
 
 namespace sluice {
 
+// A stage whose operator refused to start (a pattern matching no file, an output it cannot
+// write): the message names it, stage() gives its id.
+class StageStartError : public Error {
+ public:
+  StageStartError(std::string message, std::string stage) : Error(std::move(message)), stage_(std::move(stage)) {}
+  const std::string& stage() const { return stage_; }
+
+ private:
+  std::string stage_;
+};
+
 struct EngineOptions {
   // How often snapshots are published to subscribers.
   std::chrono::milliseconds snapshot_interval{200};
