@@ -202,3 +202,23 @@ def test_failures_are_pipeline_errors_and_tracebacks_keep_their_lines():
     report = pipeline.report()
     assert "\\n" not in report
     assert "\n    Traceback (most recent call last):" in report and "\n    ValueError: three is unlucky" in report
+
+
+def test_save_writes_a_file_that_sluice_run_runs(tmp_path, monkeypatch):
+    from conftest import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "data" / f"{name}.txt").write_text("1 2 3\n4 5\n")
+    ds = (sluice.data.TextLineDataset("data/*.txt").split_text(to="int64").padded_batch(2)
+          .options(seed=3))
+    (tmp_path / "jobs").mkdir()
+    saved = ds.save("jobs/lines.txtpb")
+    text = open(saved).read()
+    assert "../data/*.txt" in text and 'op: "null_sink"' in text
+    done = cli("run", "--quiet", saved)
+    assert "null_sink" in done.stdout
+    with pytest.raises(ValueError, match="stage 'python_map' \\(python_map\\) calls Python code"):
+        ds.map(lambda e: e).save("jobs/nope.txtpb")
+    assert not (tmp_path / "jobs" / "nope.txtpb").exists()

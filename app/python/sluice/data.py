@@ -331,6 +331,53 @@ class Dataset:
             spec["options"] = self._options
         return _sluice.spec_from_json(json.dumps(spec))
 
+    def save(self, path):
+        """Writes this dataset as a pipeline file that `sluice run` runs and the studio opens: its
+        relative paths made relative to the file's folder (as a pipeline file reads them), and a
+        `null_sink` at the end when it has no sink. A dataset that calls Python functions cannot
+        be saved (the file could not hold them): ValueError naming the stage. Returns the path."""
+        path = os.path.abspath(os.fspath(path))
+        for st in self._stages:
+            if st["op"].startswith("python_"):
+                raise ValueError(f"save(): stage '{st['id']}' ({st['op']}) calls Python code, which a pipeline file cannot "
+                                 f"hold; run it from Python, or replace it with Sluice operators (`sluice plugins`)")
+        if not self._stages:
+            raise ValueError("save(): the dataset has no stages")
+        folder = os.path.dirname(path)
+        stages = []
+        for st in self._stages:
+            st = {k: v for k, v in st.items() if not k.startswith("_")}
+            schema = _schemas().get(st["op"], {"params": []})
+            kinds = {p["name"]: p["type"] for p in schema["params"]}
+            params = dict(st.get("params", {}))
+            for name, value in params.items():
+                if kinds.get(name) in ("path", "path-list", "output-path") and value:
+                    params[name] = ",".join(v if os.path.isabs(v) else os.path.relpath(os.path.abspath(v), folder)
+                                            for v in value.split(","))
+            stages.append(dict(st, params=params))
+        last = stages[-1]
+        if _schemas().get(last["op"], {}).get("kind") != "sink":
+            taken = {st["id"] for st in stages}
+            sink_id, n = "out", 2
+            while sink_id in taken:
+                sink_id, n = f"out_{n}", n + 1
+            stages.append({"id": sink_id, "op": "null_sink", "input": [last["id"]], "params": {}})
+        spec = {"stage": stages}
+        if self._options:
+            spec["options"] = self._options
+        text = _sluice.spec_from_json(json.dumps(spec))
+        # Whole or absent: a temporary beside it, then a rename.
+        handle, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".partial-", dir=folder or ".")
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+        return path
+
     def pipeline(self, **options):
         """A new sluice.Pipeline of this dataset (set=, seed=, plugin_dirs=, metrics_addr=), at
         epoch 0."""
