@@ -98,8 +98,14 @@ checkpoint::Checkpoint read_checkpoint(const fs::path& file) {
   buffer << in.rdbuf();
   if (!in && !in.eof()) throw Error(fmt::format("cannot read checkpoint {}", file.string()));
   const std::string content = buffer.str();
-  if (content.size() < kHeaderBytes || std::memcmp(content.data(), kMagic, sizeof kMagic) != 0)
-    throw Error(fmt::format("{} is not a Sluice checkpoint (it does not start with the checkpoint header)", file.string()));
+  if (content.size() < kHeaderBytes || std::memcmp(content.data(), kMagic, sizeof kMagic) != 0) {
+    // Python's state_dict()["checkpoint"], written to a file: the same message without the header.
+    checkpoint::Checkpoint state;
+    if (state.ParseFromString(content) && state.format() == kCheckpointFormat && state.stages_identity_size() > 0) return state;
+    throw Error(fmt::format("{} is not a Sluice checkpoint (it does not start with the checkpoint header, nor is it the bytes of a "
+                            "Python state's \"checkpoint\")",
+                            file.string()));
+  }
   std::uint64_t size = 0, sum = 0;
   std::memcpy(&size, content.data() + sizeof kMagic, sizeof size);
   std::memcpy(&sum, content.data() + sizeof kMagic + sizeof size, sizeof sum);
@@ -128,6 +134,9 @@ std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t f
   if (gmtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
   out += fmt::format("checkpoint {} of pipeline {} (seed {}), taken {}\n", c.sequence(), c.pipeline_file(), c.seed(), when);
   out += fmt::format("  {} elements had reached the sinks; the cut took {:.3f} s; {} bytes\n", c.sink_elements(), c.save_seconds(), file_bytes);
+  if (c.outputs_to_skip() > 0 || c.stages_size() == 0)
+    out += fmt::format("  a Python state: {}; the loop had taken {} outputs after it (made again and dropped on resume)\n",
+                       c.stages_size() == 0 ? "the run's start" : "this cut", c.outputs_to_skip());
   std::size_t id_width = 5, op_width = 8;
   for (const auto& s : c.stages()) {
     id_width = std::max(id_width, s.id().size());

@@ -124,6 +124,10 @@ def test_states_hold_positions_only_and_a_killed_loop_resumes_from_its_last(tmp_
     saved = pickle.loads(state_file.read_bytes())
     assert saved["taken"] == 245
     assert len(saved["data"]["checkpoint"]) < 64 * 1024  # positions: a few KB
+    # The CLI reads a state's bytes as it reads a checkpoint file.
+    (tmp_path / "state.bin").write_bytes(saved["data"]["checkpoint"])
+    info = cli("checkpoint", "info", str(tmp_path / "state.bin"))
+    assert "elements had reached the sinks" in info.stdout and "a Python state" in info.stdout
     resume = (f"import pickle, sluice\n"
               f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
               f"p.load_state_dict(pickle.load(open({str(state_file)!r}, 'rb'))['data'])\n"
