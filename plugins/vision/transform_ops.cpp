@@ -1,6 +1,7 @@
 // resize, random_resized_crop, random_flip, random_brightness, random_contrast, normalize,
 // transpose, cast.
 #include <cmath>
+#include <limits>
 #include <opencv2/imgproc.hpp>
 
 #include "mat.hpp"
@@ -318,22 +319,41 @@ class Cast final : public Map {
     const auto& d = p.get_string("dtype");
     depth_ = d == "u8" ? CV_8U : d == "i16" ? CV_16S : d == "i32" ? CV_32S : d == "f32" ? CV_32F : CV_64F;
   }
-  Sample map(Sample in, const ElementContext&) override {
+  // Fresh pages cost more than the conversion (a 320x240 image to f32 is 900 KB): outputs not
+  // placed in a batch come from a pool of blocks that their readers give back.
+  void start(const StageInfo& info) override {
+    pooled_ = std::string(info.allocator->name()) == "host";
+  }
+  // Converted straight into the output (a batch's row when the batch after it offers one): one
+  // pass over the data, no temporary and no copy.
+  Sample map(Sample in, const ElementContext& ctx) override {
     const Tensor& t = in.at(field_);
     if (t.dtype() == DType::Bytes || t.dtype() == DType::I64 || t.dtype() == DType::F16 || t.dtype() == DType::BF16)
       throw DataError("cast does not convert " + std::string(dtype_name(t.dtype())) + " fields");
-    cv::Mat flat(1, static_cast<int>(t.num_elements()), CV_MAKETYPE(cv_depth(t.dtype()), 1), const_cast<std::byte*>(t.raw_data())), out;
-    flat.convertTo(out, depth_, scale_);
-    Tensor result = Tensor::empty(sluice_dtype(depth_), t.shape());
-    std::memcpy(result.raw_data(), out.data, result.nbytes());
+    if (t.num_elements() > std::numeric_limits<int>::max())
+      throw DataError("field '" + field_ + "' has " + std::to_string(t.num_elements()) + " values, more than cast converts at once");
+    const int n = static_cast<int>(t.num_elements());
+    Tensor result = output(ctx, sluice_dtype(depth_), t.shape());
+    if (n > 0) {
+      cv::Mat from(1, n, CV_MAKETYPE(cv_depth(t.dtype()), 1), const_cast<std::byte*>(t.raw_data()));
+      cv::Mat to(1, n, CV_MAKETYPE(depth_, 1), result.raw_data());
+      from.convertTo(to, depth_, scale_);  // `to` has the size and type: written in place
+    }
     in.set(field_, std::move(result));
     return in;
   }
 
  private:
+  Tensor output(const ElementContext& ctx, DType dtype, const Shape& shape) {
+    if (ctx.stage->placement || !pooled_) return ctx.output_tensor(field_, dtype, shape);
+    return Tensor::empty(dtype, shape, pool_);
+  }
+
   std::string field_;
   int depth_;
   double scale_;
+  bool pooled_ = false;
+  PooledHostAllocator pool_;  // thread-safe: the stage's workers share it
 };
 
 }  // namespace
