@@ -24,6 +24,19 @@ def batches(iterable):
     return [tuple(b["value"].tolist()) for b in iterable]
 
 
+def resumed_in_a_new_process(state_file, key=None):
+    """The batches a fresh interpreter gives after loading the state pickled in `state_file`
+    (under `key` of what was pickled, when given)."""
+    load = f"pickle.load(open({str(state_file)!r}, 'rb'))" + (f"[{key!r}]" if key else "")
+    script = (f"import pickle, sluice\n"
+              f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
+              f"p.load_state_dict({load})\n"
+              "for b in p: print(','.join(map(str, b['value'].tolist())))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return [tuple(int(x) for x in line.split(",")) for line in done.stdout.splitlines()]
+
+
 @pytest.mark.parametrize("taken", [1, 37, 300, 599])
 def test_state_dict_mid_epoch_resumes_exactly(taken):
     whole = batches(sluice.Pipeline.from_spec(RESUMABLE))
@@ -61,14 +74,7 @@ def test_a_fresh_interpreter_continues_the_saved_state(tmp_path):
     first = [tuple(next(it)["value"].tolist()) for _ in range(123)]
     (tmp_path / "state.pkl").write_bytes(pickle.dumps(pipeline.state_dict()))
     pipeline.close()
-    script = (f"import pickle, sys, sluice\nsys.path.insert(0, {repr(SOURCE_DIR + '/tests/python')})\n"
-              f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
-              f"p.load_state_dict(pickle.load(open({str(tmp_path / 'state.pkl')!r}, 'rb')))\n"
-              "for b in p: print(','.join(map(str, b['value'].tolist())))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr
-    rest = [tuple(int(x) for x in line.split(",")) for line in done.stdout.splitlines()]
-    assert first + rest == whole
+    assert first + resumed_in_a_new_process(tmp_path / "state.pkl") == whole
 
 
 def test_states_that_cannot_be_used_are_refused():
@@ -128,14 +134,7 @@ def test_states_hold_positions_only_and_a_killed_loop_resumes_from_its_last(tmp_
     (tmp_path / "state.bin").write_bytes(saved["data"]["checkpoint"])
     info = cli("checkpoint", "info", str(tmp_path / "state.bin"))
     assert "elements had reached the sinks" in info.stdout and "a Python state" in info.stdout
-    resume = (f"import pickle, sluice\n"
-              f"p = sluice.Pipeline.from_spec({RESUMABLE!r})\n"
-              f"p.load_state_dict(pickle.load(open({str(state_file)!r}, 'rb'))['data'])\n"
-              "for b in p: print(','.join(map(str, b['value'].tolist())))\n")
-    done = subprocess.run([sys.executable, "-c", resume], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr
-    rest = [tuple(int(x) for x in line.split(",")) for line in done.stdout.splitlines()]
-    assert printed[:245] + rest == whole
+    assert printed[:245] + resumed_in_a_new_process(state_file, "data") == whole
 
 
 def test_states_of_the_readme_pipeline_are_small_and_quick(tmp_path):
