@@ -222,3 +222,25 @@ def test_save_writes_a_file_that_sluice_run_runs(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="stage 'python_map' \\(python_map\\) calls Python code"):
         ds.map(lambda e: e).save("jobs/nope.txtpb")
     assert not (tmp_path / "jobs" / "nope.txtpb").exists()
+
+
+def test_cardinality_and_len_where_the_size_is_known():
+    import numpy as np
+
+    assert len(sluice.data.range(100).batch(32)) == 4
+    assert sluice.data.range(100).batch(32, drop_remainder=True).cardinality() == 3
+    assert len(sluice.data.range(100).shuffle(10).take(7)) == 7
+    assert len(sluice.data.range(100).skip(95).repeat(3)) == 15
+    assert len(sluice.data.range(10).shard(3, 1)) == 3  # 1, 4, 7
+    assert len(sluice.data.from_tensor_slices({"x": np.zeros((12, 2))}).batch(5)) == 3
+    assert len(sluice.data.concatenate(sluice.data.range(3), sluice.data.range(4))) == 7
+    assert sluice.data.range(10).repeat().cardinality() == sluice.data.INFINITE_CARDINALITY
+    assert len(sluice.data.range(10).repeat().take(25)) == 25
+    assert sluice.data.range(10).filter(lambda e: True).cardinality() == sluice.data.UNKNOWN_CARDINALITY
+    with pytest.raises(TypeError, match="infinite"):
+        len(sluice.data.range(10).repeat())
+    with pytest.raises(TypeError, match="unknown"):
+        len(sluice.data.list_files("*.nothing").tfrecord_reader())
+    # What it says is what a run gives.
+    ds = sluice.data.range(77).shuffle(20).batch(10).take(5).repeat(2)
+    assert len(list(ds)) == len(ds) == 10

@@ -304,6 +304,26 @@ class Dataset:
         stages = [dict(st, error_policy="skip") if "error_policy" not in st else st for st in self._stages]
         return Dataset(stages, self._options, self._held)
 
+    def cardinality(self):
+        """The number of elements one iteration gives, as tf.data's cardinality(), when the stages
+        say it without running: sources that know their size (range, tensors,
+        from_tensor_slices), maps, batch and padded_batch, take, skip, shard with its count and
+        index, repeat, shuffle, cache, concatenate, zip. INFINITE_CARDINALITY (-1) for an endless
+        repeat, UNKNOWN_CARDINALITY (-2) otherwise (files, filters)."""
+        sizes = {}
+        for st in self._stages:
+            inputs = [sizes[i] for i in st.get("input", [])]
+            sizes[st["id"]] = _stage_cardinality(st, inputs)
+        return sizes[self._stages[-1]["id"]] if self._stages else 0
+
+    def __len__(self):
+        size = self.cardinality()
+        if size == INFINITE_CARDINALITY:
+            raise TypeError("The dataset is infinite.")
+        if size == UNKNOWN_CARDINALITY:
+            raise TypeError("The dataset length is unknown.")
+        return size
+
     def as_numpy_iterator(self):
         """An iterator over the elements as NumPy arrays (what iterating the dataset gives)."""
         return iter(self)
@@ -400,6 +420,60 @@ class Dataset:
     def torch(self):
         """Iterates with each field a torch.Tensor (see Pipeline.torch)."""
         return self._pipeline_to_iterate().torch()
+
+
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+
+
+def _stage_cardinality(st, inputs):
+    """Elements per iteration of one stage, from its inputs' (see Dataset.cardinality)."""
+    schema = _schemas().get(st["op"], {"kind": "", "params": []})
+    defaults = {p["name"]: p["default"] for p in schema["params"]}
+
+    def number(name):
+        value = st.get("params", {}).get(name, defaults.get(name))
+        return int(value) if value not in (None, "") else None
+
+    op, kind = st["op"], schema["kind"]
+    if kind == "source":
+        if op in ("range", "tensors"):
+            return number("count")
+        return st.get("_rows", UNKNOWN_CARDINALITY)
+    if UNKNOWN_CARDINALITY in inputs:
+        return UNKNOWN_CARDINALITY
+    if kind == "combine":
+        if op == "concatenate":
+            return INFINITE_CARDINALITY if INFINITE_CARDINALITY in inputs else sum(inputs)
+        if op == "zip":
+            finite = [n for n in inputs if n != INFINITE_CARDINALITY]
+            return min(finite) if finite else INFINITE_CARDINALITY
+        return UNKNOWN_CARDINALITY
+    n = inputs[0] if inputs else UNKNOWN_CARDINALITY
+    endless = n == INFINITE_CARDINALITY
+    if kind in ("map", "sink") or op in ("shuffle", "cache"):
+        return n
+    if op == "take":
+        count = number("count")
+        return n if count < 0 else (count if endless else min(n, count))
+    if op == "skip":
+        return n if endless else max(0, n - number("count"))
+    if op == "shard":
+        shards, index = number("num_shards"), number("index")
+        if shards is None or shards < 1 or index is None or index < 0:
+            return UNKNOWN_CARDINALITY  # this worker's shard, known when the job runs
+        return n if endless else len(builtins.range(index, n, shards))
+    if op == "repeat":
+        count = number("count")
+        if n == 0 or count == 0:
+            return 0
+        return INFINITE_CARDINALITY if count < 0 or endless else n * count
+    if op in ("batch", "padded_batch", "ragged_batch"):
+        if endless:
+            return n
+        size = number("batch_size")
+        return n // size if st.get("params", {}).get("drop_remainder") == "true" else -(-n // size)
+    return UNKNOWN_CARDINALITY
 
 
 def _one_of_two(method, tf_name, tf_value, own_name, own_value):
@@ -499,7 +573,11 @@ def from_tensor_slices(arrays, *, name=None):
     if not isinstance(arrays, dict):
         arrays = {"value": arrays}
     held = _Held(dict(arrays))
-    return Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
+    dataset = Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
+    rows = {len(a) for a in arrays.values() if hasattr(a, "__len__")}
+    if len(rows) == 1:  # for cardinality(); the source itself refuses arrays of different lengths
+        dataset._stages[-1] = dict(dataset._stages[-1], _rows=rows.pop())
+    return dataset
 
 
 def list_files(file_pattern=None, shuffle=None, seed=None, *, name=None, **kwargs):
