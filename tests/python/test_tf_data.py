@@ -244,3 +244,29 @@ def test_cardinality_and_len_where_the_size_is_known():
     # What it says is what a run gives.
     ds = sluice.data.range(77).shuffle(20).batch(10).take(5).repeat(2)
     assert len(list(ds)) == len(ds) == 10
+
+
+def test_tuples_and_nested_dicts_keep_their_structure():
+    import numpy as np
+
+    images = np.arange(6 * 4, dtype=np.uint8).reshape(6, 2, 2)
+    labels = np.arange(6, dtype=np.int64)
+    pairs = sluice.data.from_tensor_slices((images, labels))
+    first = next(iter(pairs))
+    assert isinstance(first, tuple) and (first[0] == images[0]).all() and int(first[1]) == 0
+    # A map takes the tuple's items as its arguments and may return a tuple; batch keeps it.
+    doubled = pairs.map(lambda x, y: (x.astype(np.int32) * 2, y + 1)).batch(3)
+    seen = []
+    for xs, ys in doubled:
+        assert xs.shape == (3, 2, 2) and ys.shape == (3,)
+        seen += ys.tolist()
+    assert seen == [1, 2, 3, 4, 5, 6]
+    nested = sluice.data.from_tensor_slices({"a": {"b": labels}, "c": labels * 10}).batch(6)
+    batch = next(iter(nested))
+    assert (batch["a"]["b"] == labels).all() and (batch["c"] == labels * 10).all()
+    # A map returning a nested dict.
+    grouped = sluice.data.range(4).map(lambda e: {"x": {"twice": e["value"] * 2}})
+    assert [int(e["x"]["twice"]) for e in grouped] == [0, 2, 4, 6]
+    # Plain dicts and single values stay as they were.
+    assert list(next(iter(sluice.data.from_tensor_slices({"x": labels})))) == ["x"]
+    assert "value" in next(iter(sluice.data.range(3).map(lambda e: e["value"] + 1)))

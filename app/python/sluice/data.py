@@ -186,15 +186,73 @@ class _MemoryCache:
         weakref.finalize(self, shutil.rmtree, folder, True)
 
 
+class _Structure:
+    """How tuples and nested dicts of a dataset's elements map to the engine's flat, named fields
+    (element i of a tuple is field "i", key b of a dict under a is field "a/b"), as tf.data keeps
+    its elements' structure. The template is set once the structure is known: at once for
+    from_tensor_slices, at a map's first call for what it returns."""
+
+    def __init__(self, template=None):
+        self.template = template
+
+    @staticmethod
+    def flatten(value, prefix=""):
+        """(fields, template) of a tuple, list or dict of values; (None, None) for anything else."""
+        if isinstance(value, (tuple, list)):
+            fields, template = {}, []
+            for i, item in enumerate(value):
+                inner, shape = _Structure.flatten(item, f"{prefix}{i}/")
+                if inner is None:
+                    inner, shape = {f"{prefix}{i}": item}, f"{prefix}{i}"
+                fields.update(inner)
+                template.append(shape)
+            return fields, tuple(template)
+        if isinstance(value, dict):
+            fields, template = {}, {}
+            for key, item in value.items():
+                inner, shape = _Structure.flatten(item, f"{prefix}{key}/")
+                if inner is None:
+                    inner, shape = {f"{prefix}{key}": item}, f"{prefix}{key}"
+                fields.update(inner)
+                template[key] = shape
+            return fields, template
+        return None, None
+
+    def leaves(self, template=None):
+        template = self.template if template is None else template
+        if isinstance(template, tuple):
+            return [name for item in template for name in self.leaves(item)]
+        if isinstance(template, dict):
+            return [name for item in template.values() for name in self.leaves(item)]
+        return [template]
+
+    def unflatten(self, element, template=None):
+        """The element (a dict of fields) in the structure; as it is when its fields are others."""
+        if template is None:
+            if self.template is None or not isinstance(element, dict) or sorted(self.leaves()) != sorted(element):
+                return element
+            template = self.template
+        if isinstance(template, tuple):
+            return tuple(self.unflatten(element, item) for item in template)
+        if isinstance(template, dict):
+            return {key: self.unflatten(element, item) for key, item in template.items()}
+        return element[template]
+
+
+def _is_flat_dict(template):
+    return isinstance(template, dict) and all(isinstance(v, str) for v in template.values())
+
+
 class Dataset:
     """A pipeline being built: each method returns a new Dataset with one more stage.
 
     Iterating a dataset again gives its next epoch (the next shuffles), as in tf.data."""
 
-    def __init__(self, stages=(), options=None, held=()):
+    def __init__(self, stages=(), options=None, held=(), structure=None):
         self._stages = list(stages)
         self._options = dict(options or {})
         self._held = list(held)
+        self._structure = structure  # a _Structure when elements are tuples or nested dicts
         self._iterated = None  # the Pipeline that `for` and torch() run: it counts the epochs
 
     # -- building ------------------------------------------------------------------------------
@@ -234,7 +292,7 @@ class Dataset:
                 stage["error_policy"] = value
             else:
                 stage[name] = int(value)
-        return Dataset(self._stages + [stage], self._options, self._held + list(held))
+        return Dataset(self._stages + [stage], self._options, self._held + list(held), self._structure)
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -259,12 +317,29 @@ class Dataset:
         (a dict, or one value as field "value"). It runs on the engine's workers, holding the GIL.
         num_parallel_calls (or parallelism) workers, sluice.AUTOTUNE to let the engine choose;
         deterministic=False lets results leave in the order they finish."""
-        held = _Held(fn)
-        return self._with_stage("python_map", {"function": held.handle},
-                                {"parallelism": _one_of_two("map", "num_parallel_calls", num_parallel_calls, "parallelism", parallelism),
-                                 "deterministic": deterministic, "buffer_size": buffer_size, "error_policy": error_policy,
-                                 "name": name},
-                                [held])
+        given, returned = self._structure, _Structure()
+
+        def call(element):
+            # fn sees the element as the dataset holds it (a tuple's items as its arguments, as
+            # tf.data's map); a tuple or nested dict it returns goes on as fields.
+            arguments = given.unflatten(element) if given is not None else element
+            result = fn(*arguments) if isinstance(arguments, tuple) else fn(arguments)
+            fields, template = _Structure.flatten(result)
+            if fields is None or _is_flat_dict(template) and all(k == v for k, v in template.items()):
+                return result  # one value (field "value"), or a plain dict of fields
+            if returned.template is None:
+                returned.template = template
+            return fields
+
+        held = _Held(call)
+        dataset = self._with_stage("python_map", {"function": held.handle},
+                                   {"parallelism": _one_of_two("map", "num_parallel_calls", num_parallel_calls, "parallelism",
+                                                               parallelism),
+                                    "deterministic": deterministic, "buffer_size": buffer_size, "error_policy": error_policy,
+                                    "name": name},
+                                   [held])
+        dataset._structure = returned
+        return dataset
 
     def filter(self, predicate, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
         """Keeps the elements for which predicate(element) is true."""
@@ -302,7 +377,7 @@ class Dataset:
         instead of ending the run (tf.data's ignore_errors): every stage so far that sets no error
         policy of its own skips."""
         stages = [dict(st, error_policy="skip") if "error_policy" not in st else st for st in self._stages]
-        return Dataset(stages, self._options, self._held)
+        return Dataset(stages, self._options, self._held, self._structure)
 
     def cardinality(self):
         """The number of elements one iteration gives, as tf.data's cardinality(), when the stages
@@ -340,7 +415,7 @@ class Dataset:
                            ("fuse_stages", fuse_stages)):
             if value is not None:
                 options[key] = value
-        return Dataset(self._stages, options, self._held)
+        return Dataset(self._stages, options, self._held, self._structure)
 
     # -- using ---------------------------------------------------------------------------------
 
@@ -414,12 +489,16 @@ class Dataset:
             self._iterated = self.pipeline()
         return self._iterated
 
+    def _in_structure(self, elements):
+        structure = self._structure
+        return elements if structure is None else (structure.unflatten(e) for e in elements)
+
     def __iter__(self):
-        return iter(self._pipeline_to_iterate())
+        return iter(self._in_structure(self._pipeline_to_iterate()))
 
     def torch(self):
         """Iterates with each field a torch.Tensor (see Pipeline.torch)."""
-        return self._pipeline_to_iterate().torch()
+        return iter(self._in_structure(self._pipeline_to_iterate().torch()))
 
 
 INFINITE_CARDINALITY = -1
@@ -568,12 +647,20 @@ def from_generator(generator, *, buffer_size=None, error_policy=None, name=None)
 
 
 def from_tensor_slices(arrays, *, name=None):
-    """Element i is row i of every array of `arrays` (a dict of name -> array), over the arrays'
-    own memory (tf.data's from_tensor_slices)."""
-    if not isinstance(arrays, dict):
-        arrays = {"value": arrays}
+    """Element i is row i of every array of `arrays`, over the arrays' own memory (tf.data's
+    from_tensor_slices): one array, a dict of name -> array, or a tuple (or nested dicts) of
+    them, whose elements keep that structure: from_tensor_slices((images, labels)) gives
+    (image, label) pairs, and `for images, labels in ds.batch(32)` works."""
+    structure = None
+    fields, template = _Structure.flatten(arrays)
+    if fields is None:
+        fields = {"value": arrays}
+    elif not (_is_flat_dict(template) and all(k == v for k, v in template.items())):
+        structure = _Structure(template)
+    arrays = fields
     held = _Held(dict(arrays))
     dataset = Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
+    dataset._structure = structure
     rows = {len(a) for a in arrays.values() if hasattr(a, "__len__")}
     if len(rows) == 1:  # for cardinality(); the source itself refuses arrays of different lengths
         dataset._stages[-1] = dict(dataset._stages[-1], _rows=rows.pop())
