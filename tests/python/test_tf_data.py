@@ -270,3 +270,36 @@ def test_tuples_and_nested_dicts_keep_their_structure():
     # Plain dicts and single values stay as they were.
     assert list(next(iter(sluice.data.from_tensor_slices({"x": labels})))) == ["x"]
     assert "value" in next(iter(sluice.data.range(3).map(lambda e: e["value"] + 1)))
+
+
+def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_path):
+    for name, lines in (("a", ["1 2 3", "4", "5 6", "7 8 9 10", "11"]), ("b", ["20 21", "22", "23 24 25"])):
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    pattern = str(tmp_path / "*.txt")
+    # tf.data's interleave(lambda f: TextLineDataset(f).map(...).padded_batch(...)) ...
+    built = (sluice.data.list_files(pattern, shuffle=False)
+             .interleave(lambda f: sluice.data.TextLineDataset(f).split_text(to="int64").padded_batch(2),
+                         cycle_length=2, block_length=1, num_parallel_calls=2))
+    # ... is the pipeline file's reader with per_input stages after it.
+    written = sluice.Pipeline.from_spec(
+        f'stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "{pattern}" }} params {{ key: "shuffle" value: "false" }} }}\n'
+        'stage { id: "lines" op: "text_lines" input: "files" parallelism: 2 interleave { cycle_length: 2 block_length: 1 } }\n'
+        'stage { id: "split" op: "split_text" input: "lines" per_input: true params { key: "to" value: "int64" } }\n'
+        'stage { id: "batches" op: "padded_batch" input: "split" per_input: true params { key: "batch_size" value: "2" } }\n'
+        'stage { id: "out" op: "null_sink" input: "batches" }\n')
+    assert "per_input: true" in built.spec()
+    as_built = [b["line"].tolist() for b in built]
+    assert as_built == [b["line"].tolist() for b in written]
+    assert len(as_built) == 5  # 3 batches of a's 5 lines, 2 of b's 3: none mixes the files
+    # interleave(TFRecordDataset, ...) and flat_map read every record of every file.
+    path = os.path.join(TFRECORDS, "tfx_mnist.tfrecord")
+    twice = sluice.data.list_files([path, path], shuffle=False)
+    by_interleave = [bytes(e["record"]) for e in twice.interleave(sluice.data.TFRecordDataset, cycle_length=2,
+                                                                    num_parallel_calls=sluice.AUTOTUNE)]
+    by_flat_map = [bytes(e["record"]) for e in twice.flat_map(sluice.data.TFRecordDataset)]
+    one = [bytes(e["record"]) for e in sluice.data.TFRecordDataset(path)]
+    assert sorted(by_interleave) == sorted(by_flat_map) == sorted(one + one) and by_flat_map == one + one
+    with pytest.raises(TypeError, match="looked at its input's value"):
+        twice.interleave(lambda f: sluice.data.TFRecordDataset(f + ".gz"))
+    with pytest.raises(TypeError, match="must start from"):
+        twice.interleave(lambda f: sluice.data.range(3))

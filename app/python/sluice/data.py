@@ -364,6 +364,41 @@ class Dataset:
         dataset._stages[-1] = dict(dataset._stages[-1], _memory_cache=keeper.path)
         return dataset
 
+    def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None, deterministic=None):
+        """tf.data's interleave with a function that reads each input: map_func is called once,
+        now, with a stand-in for one input, and must start from TFRecordDataset(f) or
+        TextLineDataset(f); what it builds becomes this dataset's reader (cycle_length inputs
+        open at once, block_length elements from each in turn, num_parallel_calls readers) and
+        the stages it chains after the reader run once per input on those readers (per_input):
+        interleave(lambda f: TextLineDataset(f).map(split).padded_batch(32)) never mixes two
+        files in a batch."""
+        built = map_func(_Input())
+        if not isinstance(built, Dataset):
+            raise TypeError(f"interleave(): the function returned {type(built).__name__}, not a sluice.data.Dataset")
+        if not built._stages or not built._stages[0].get("_reads_the_input"):
+            raise TypeError("interleave(): the function must start from sluice.data.TFRecordDataset(f) or "
+                            "TextLineDataset(f) of its input")
+        reader, after = built._stages[0], built._stages[1:]
+        cycle = (os.cpu_count() or 1) if cycle_length in (None, AUTOTUNE) else int(cycle_length)
+        settings = {"interleave": dict(cycle_length=cycle, block_length=int(block_length or 1))}
+        if deterministic is not None:
+            settings["interleave"]["deterministic"] = bool(deterministic)
+        settings["parallelism"] = num_parallel_calls if num_parallel_calls is not None else reader.get("parallelism")
+        dataset = self._with_stage(reader["op"], dict(reader.get("params", {})), settings, built._held)
+        for st in after:
+            # per_input stages run on the readers: their own worker counts do not apply.
+            engine = {k: st[k] for k in ("buffer_size", "error_policy") if k in st}
+            dataset = dataset._with_stage(st["op"], dict(st.get("params", {})), dict(engine, per_input=True))
+            extra = {k: v for k, v in st.items() if k.startswith("_")}
+            if extra:
+                dataset._stages[-1] = dict(dataset._stages[-1], **extra)
+        dataset._structure = built._structure
+        return dataset
+
+    def flat_map(self, map_func):
+        """tf.data's flat_map: interleave(map_func) one input after another."""
+        return self.interleave(map_func, cycle_length=1, block_length=1)
+
     def apply(self, transformation_func):
         """transformation_func(self): a whole transformation as one call (tf.data's apply), e.g.
         ds.apply(sluice.data.experimental.ignore_errors())."""
@@ -703,7 +738,9 @@ def _file_reader(method, op, filenames, compression_type, buffer_size, num_paral
     at once, interleaved one element at a time."""
     if compression_type not in _COMPRESSION_TYPES:
         raise ValueError(f"{method}(): compression_type is None, \"\", \"GZIP\" or \"ZLIB\", not {compression_type!r}")
-    if isinstance(filenames, Dataset):
+    if isinstance(filenames, _Input):
+        files = None  # inside interleave()'s function: the reader of one input, placed by interleave()
+    elif isinstance(filenames, Dataset):
         files = filenames
     else:
         paths = [os.fspath(f) for f in filenames] if isinstance(filenames, (list, tuple)) else [os.fspath(filenames)]
@@ -719,7 +756,26 @@ def _file_reader(method, op, filenames, compression_type, buffer_size, num_paral
         cycle = (os.cpu_count() or 1) if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
         params["interleave"] = dict(cycle_length=cycle, block_length=1)
         params["parallelism"] = num_parallel_reads
+    if files is None:
+        reader = Dataset()._with_stage(op, *_split_arguments(_schemas()[op], params))
+        reader._stages[0] = dict(reader._stages[0], _reads_the_input=True)
+        return reader
     return getattr(files, op)(**params)
+
+
+class _Input:
+    """What interleave() and flat_map() give their function: one input of the dataset, which the
+    function may only hand to TFRecordDataset or TextLineDataset (the reader is built once, when
+    the pipeline is, and reads every input). Anything that looks at its value is refused."""
+
+    def _refuse(self, *_args, **_kwargs):
+        raise TypeError("interleave()/flat_map(): the function looked at its input's value; it may only pass it to "
+                        "sluice.data.TFRecordDataset(f) or TextLineDataset(f) and chain stages after that. Compute "
+                        "file names before (a map on the list), or write the reader and per_input=True stages yourself")
+
+    __getattr__ = __add__ = __radd__ = __getitem__ = __iter__ = __len__ = __fspath__ = __str__ = __format__ = _refuse
+    __eq__ = __lt__ = __bool__ = __int__ = __float__ = _refuse
+    __hash__ = None
 
 
 def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
