@@ -267,12 +267,16 @@ def test_tuples_and_nested_dicts_keep_their_structure():
     # A map returning a nested dict.
     grouped = sluice.data.range(4).map(lambda e: {"x": {"twice": e["value"] * 2}})
     assert [int(e["x"]["twice"]) for e in grouped] == [0, 2, 4, 6]
+    # NumPy text arrays are text, as tf.data's strings.
+    assert [e["value"] for e in sluice.data.from_tensor_slices(np.array(["cat", "doggy"]))] == [b"cat", b"doggy"]
     # Plain dicts and single values stay as they were.
     assert list(next(iter(sluice.data.from_tensor_slices({"x": labels})))) == ["x"]
     assert "value" in next(iter(sluice.data.range(3).map(lambda e: e["value"] + 1)))
 
 
 def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_path):
+    import numpy as np
+
     for name, lines in (("a", ["1 2 3", "4", "5 6", "7 8 9 10", "11"]), ("b", ["20 21", "22", "23 24 25"])):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
     pattern = str(tmp_path / "*.txt")
@@ -299,6 +303,9 @@ def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_pat
     by_flat_map = [bytes(e["record"]) for e in twice.flat_map(sluice.data.TFRecordDataset)]
     one = [bytes(e["record"]) for e in sluice.data.TFRecordDataset(path)]
     assert sorted(by_interleave) == sorted(by_flat_map) == sorted(one + one) and by_flat_map == one + one
+    # tf.data's idiom: a list of file names as a dataset, then interleave.
+    names = sluice.data.from_tensor_slices(np.array([path, path]))
+    assert sorted(bytes(e["record"]) for e in names.interleave(sluice.data.TFRecordDataset, cycle_length=2)) == sorted(one + one)
     with pytest.raises(TypeError, match="looked at its input's value"):
         twice.interleave(lambda f: sluice.data.TFRecordDataset(f + ".gz"))
     with pytest.raises(TypeError, match="must start from"):

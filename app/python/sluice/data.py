@@ -384,7 +384,11 @@ class Dataset:
         if deterministic is not None:
             settings["interleave"]["deterministic"] = bool(deterministic)
         settings["parallelism"] = num_parallel_calls if num_parallel_calls is not None else reader.get("parallelism")
-        dataset = self._with_stage(reader["op"], dict(reader.get("params", {})), settings, built._held)
+        params = dict(reader.get("params", {}))
+        # from_tensor_slices(file_names): each element's one field is "value", not list_files' "path".
+        if "field" not in params and self._stages and self._stages[-1]["op"] == "python_tensor_slices" and self._structure is None:
+            params["field"] = "value"
+        dataset = self._with_stage(reader["op"], params, settings, built._held)
         for st in after:
             # per_input stages run on the readers: their own worker counts do not apply.
             engine = {k: st[k] for k in ("buffer_size", "error_policy") if k in st}
@@ -692,7 +696,12 @@ def from_tensor_slices(arrays, *, name=None):
         fields = {"value": arrays}
     elif not (_is_flat_dict(template) and all(k == v for k, v in template.items())):
         structure = _Structure(template)
-    arrays = fields
+    # NumPy's fixed-width text ('<U30', '|S8') goes in as text, one str or bytes per row.
+    def text_as_rows(value):
+        is_text = getattr(getattr(value, "dtype", None), "kind", "") in ("U", "S") and getattr(value, "ndim", 0) == 1
+        return value.tolist() if is_text else value
+
+    arrays = {k: text_as_rows(v) for k, v in fields.items()}
     held = _Held(dict(arrays))
     dataset = Dataset()._with_stage("python_tensor_slices", {"tensors": held.handle}, {"name": name}, [held])
     dataset._structure = structure
