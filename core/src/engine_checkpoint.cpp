@@ -71,16 +71,11 @@ std::vector<std::string> Engine::checkpoint_refusals() const {
                   "continued exactly; set `deterministic: true` to checkpoint it");
   for (const auto& st : I.stages) {
     const auto& info = st->spec->op->info;
-    if (!I.graph.deterministic) {
-      // said once for the whole pipeline, above
-    } else if (st->expand && !st->spec->interleave_keeps_order(I.graph.deterministic)) {
-      out.push_back(fmt::format("{} interleaves in completion order (deterministic: false); make it deterministic to checkpoint",
-                                I.stage_label(*st)));
-    } else if (!st->expand && !st->spec->keeps_order(I.graph.deterministic)) {
-      out.push_back(fmt::format("{} hands its outputs on in completion order (deterministic: false); make it deterministic to "
-                                "checkpoint",
-                                I.stage_label(*st)));
-    }
+    // A stage's own `deterministic: false` (the pipeline's is said once, above).
+    const bool keeps_order = st->expand ? st->spec->interleave_keeps_order(I.graph.deterministic) : st->spec->keeps_order(I.graph.deterministic);
+    if (I.graph.deterministic && !keeps_order)
+      out.push_back(fmt::format("{} {} in completion order (deterministic: false); make it deterministic to checkpoint",
+                                I.stage_label(*st), st->expand ? "interleaves" : "hands its outputs on"));
     // A per-input stage's state is made again on resume, by reading its interleave's open inputs again.
     if (must_save_state(info) && !info.traits.saves_state && !st->spec->per_input)
       out.push_back(fmt::format("{} (from {}) keeps state between elements and cannot save it (its operator does not set "

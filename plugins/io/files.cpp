@@ -378,22 +378,15 @@ class WriteFiles final : public Sink {
   // folder gives the uninterrupted run's files.
   void save_state(StateWriter& w) const override {
     sync_folder();
-    SavedOutput saved;
-    saved.target = absolute_path(folder_);
-    saved.partial = absolute_path(temporary_);
+    SavedOutput saved = SavedOutput::of(folder_, temporary_);
     saved.length = written_;  // files, not bytes
-    struct stat st {};
-    if (::stat(temporary_.c_str(), &st) != 0) throw Error("cannot read " + temporary_ + ": " + std::strerror(errno));
-    saved.device = static_cast<std::uint64_t>(st.st_dev);
-    saved.inode = static_cast<std::uint64_t>(st.st_ino);
     saved.save(w);
     w.describe(std::to_string(written_) + " files written into " + temporary_);
   }
   void restore_state(StateReader& r) override {
     const SavedOutput saved = SavedOutput::load(r);
     if (saved.target != absolute_path(folder_)) return;  // another folder (--set): this run fills its own
-    if (saved.partial.rfind(saved.target + ".partial-", 0) != 0 || saved.partial.find('/', saved.target.size()) != std::string::npos)
-      throw Error("the checkpoint's output folder " + saved.partial + " is not a partial folder of " + folder_);
+    saved.check_partial_of_target();
     // A run that stopped at the checkpoint renamed the folder to its name: it is taken back.
     reclaim_partial(saved, {folder_});
     struct stat st {};

@@ -408,12 +408,16 @@ class TFRecordWriter final : public Sink {
     w.put<std::uint64_t>(still_open ? shard_records_ : 0);
     w.describe(std::to_string(shards_.size()) + " shard(s) of " + prefix_ + " written up to the checkpoint");
   }
+  fs::path prefix_folder() const {
+    const fs::path folder = fs::path(prefix_).parent_path();
+    return folder.empty() ? fs::path(".") : folder;
+  }
   // A run cut off after the checkpoint may have begun shards past the ones it knew of: their
   // partial files (PREFIX-NNNNN.partial-XXXXXX, numbered `first` or more) hold records the resumed
   // run writes again, and go.
   void remove_shards_begun_after(std::size_t first) const {
     const fs::path prefix(prefix_);
-    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    const fs::path folder = prefix_folder();
     std::string stem = prefix.filename().string() + "-";
     if (by_worker_) stem += "worker-" + std::to_string(worker_) + "-";
     std::error_code ec;
@@ -431,7 +435,7 @@ class TFRecordWriter final : public Sink {
   // The files of this folder named PREFIX...tfrecord[.gz|.zz]: where published shards may be.
   std::vector<std::string> shards_of_this_prefix() const {
     const fs::path prefix(prefix_);
-    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    const fs::path folder = prefix_folder();
     const std::string stem = prefix.filename().string(), tail = ".tfrecord" + suffix();
     std::vector<std::string> out;
     std::error_code ec;
@@ -454,7 +458,7 @@ class TFRecordWriter final : public Sink {
   // beside the new set, and a glob would read both. Only names of exactly this writer's form go.
   void remove_stale_shards(const std::set<std::string>& kept) const {
     const fs::path prefix(prefix_);
-    const fs::path folder = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+    const fs::path folder = prefix_folder();
     const std::string stem = prefix.filename().string();
     const std::string worker_part = "-worker-" + std::to_string(worker_) + "-";
     std::error_code ec;

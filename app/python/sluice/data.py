@@ -239,8 +239,9 @@ class _Structure:
         return element[template]
 
 
-def _is_flat_dict(template):
-    return isinstance(template, dict) and all(isinstance(v, str) for v in template.values())
+def _is_plain_dict(template):
+    """A template of a dict whose keys are its fields: the engine's own element, no structure."""
+    return isinstance(template, dict) and all(k == v for k, v in template.items())
 
 
 class Dataset:
@@ -325,7 +326,7 @@ class Dataset:
             arguments = given.unflatten(element) if given is not None else element
             result = fn(*arguments) if isinstance(arguments, tuple) else fn(arguments)
             fields, template = _Structure.flatten(result)
-            if fields is None or _is_flat_dict(template) and all(k == v for k, v in template.items()):
+            if fields is None or _is_plain_dict(template):
                 return result  # one value (field "value"), or a plain dict of fields
             if returned.template is None:
                 returned.template = template
@@ -694,7 +695,7 @@ def from_tensor_slices(arrays, *, name=None):
     fields, template = _Structure.flatten(arrays)
     if fields is None:
         fields = {"value": arrays}
-    elif not (_is_flat_dict(template) and all(k == v for k, v in template.items())):
+    elif not _is_plain_dict(template):
         structure = _Structure(template)
     # NumPy's fixed-width text ('<U30', '|S8') goes in as text, one str or bytes per row.
     def text_as_rows(value):

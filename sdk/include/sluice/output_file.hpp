@@ -76,6 +76,26 @@ struct SavedOutput {
   std::uint64_t length = 0;  ///< its bytes on disk at the checkpoint
   std::uint64_t device = 0, inode = 0;  ///< its identity, which a rename keeps
 
+  /// The partial file or folder `partial` of `target` as it is on disk now: its size and identity.
+  static SavedOutput of(const std::string& target, const std::string& partial) {
+    SavedOutput saved;
+    saved.target = absolute_path(target);
+    saved.partial = absolute_path(partial);
+    struct stat st {};
+    if (::stat(partial.c_str(), &st) != 0) throw Error("cannot read " + partial + ": " + std::strerror(errno));
+    saved.length = static_cast<std::uint64_t>(st.st_size);
+    saved.device = static_cast<std::uint64_t>(st.st_dev);
+    saved.inode = static_cast<std::uint64_t>(st.st_ino);
+    return saved;
+  }
+  /// Throws unless `partial` is a partial name of `target` (TARGET.partial-XXXXXX), so that a
+  /// checkpoint of something else never makes a resumed run write elsewhere.
+  void check_partial_of_target() const {
+    const std::string own_prefix = target + ".partial-";
+    if (partial.compare(0, own_prefix.size(), own_prefix) != 0 || partial.find('/', own_prefix.size()) != std::string::npos)
+      throw Error("the checkpoint's output " + partial + " is not a partial output of " + target);
+  }
+
   void save(StateWriter& w) const {
     w.put_string(target);
     w.put_string(partial);
@@ -189,19 +209,14 @@ class AtomicOutputFile {
   /// For a checkpoint: every byte written so far reaches the disk; where the output stands (its
   /// target, its partial file, their length and identity), for a resumed run's continue_from().
   SavedOutput checkpoint_state() {
-    SavedOutput saved;
-    saved.target = absolute_path(target_.path);
-    if (target_.write_through) return saved;  // a device keeps nothing to continue
+    if (target_.write_through) {  // a device keeps nothing to continue
+      SavedOutput saved;
+      saved.target = absolute_path(target_.path);
+      return saved;
+    }
     if (stream_ && (std::fflush(stream_) != 0 || ::fdatasync(::fileno(stream_)) != 0))
       throw Error("writing " + writing_path() + " failed: " + std::strerror(errno));
-    saved.partial = absolute_path(temporary_);
-    struct stat st {};
-    if ((stream_ ? ::fstat(::fileno(stream_), &st) : ::stat(temporary_.c_str(), &st)) != 0)
-      throw Error("cannot read " + temporary_ + ": " + std::strerror(errno));
-    saved.length = static_cast<std::uint64_t>(st.st_size);
-    saved.device = static_cast<std::uint64_t>(st.st_dev);
-    saved.inode = static_cast<std::uint64_t>(st.st_ino);
-    return saved;
+    return SavedOutput::of(target_.path, temporary_);
   }
   /// For a resumed run: goes on writing the earlier run's partial file of this same target after
   /// the `saved.length` bytes it held at the checkpoint; bytes written after them are dropped.
@@ -255,9 +270,9 @@ class AtomicOutputFile {
   // The earlier run's partial file of this target, checked to be one, to exist as a regular file
   // and to hold `saved.length` bytes (at least, or exactly).
   std::string checked_partial(const SavedOutput& saved, bool exact) const {
-    const std::string own_prefix = absolute_path(target_.path) + ".partial-";
-    if (saved.partial.compare(0, own_prefix.size(), own_prefix) != 0 || saved.partial.find('/', own_prefix.size()) != std::string::npos)
-      throw Error("the checkpoint's output " + saved.partial + " is not a partial file of " + target_.path);
+    SavedOutput of_this_target = saved;
+    of_this_target.target = absolute_path(target_.path);
+    of_this_target.check_partial_of_target();
     struct stat st {};
     if (::lstat(saved.partial.c_str(), &st) != 0)
       throw Error("the output written before the checkpoint, " + saved.partial + ", is gone (" + std::strerror(errno) + "); run again");
