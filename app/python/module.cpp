@@ -954,6 +954,7 @@ class Runner {
     }
     state.clear_undelivered();
     state.set_outputs_to_skip(after);
+    state.set_python_state(true);
     std::string bytes;
     state.SerializeToString(&bytes);
     return py::bytes(bytes);

@@ -134,7 +134,7 @@ std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t f
   if (gmtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
   out += fmt::format("checkpoint {} of pipeline {} (seed {}), taken {}\n", c.sequence(), c.pipeline_file(), c.seed(), when);
   out += fmt::format("  {} elements had reached the sinks; the cut took {:.3f} s; {} bytes\n", c.sink_elements(), c.save_seconds(), file_bytes);
-  if (c.outputs_to_skip() > 0 || c.stages_size() == 0)
+  if (c.python_state())
     out += fmt::format("  a Python state: {}; the loop had taken {} outputs after it (made again and dropped on resume)\n",
                        c.stages_size() == 0 ? "the run's start" : "this cut", c.outputs_to_skip());
   std::size_t id_width = 5, op_width = 8;
