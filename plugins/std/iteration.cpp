@@ -175,6 +175,50 @@ class BalancedShard final : public Aggregate {
   std::uint64_t held_round_end_ = 0, seen_ = 0, given_ = 0;
 };
 
+// Each element `count` times in a row: what tf.data writes as
+// interleave(lambda *x: Dataset.from_tensors(x).repeat(count)), and sluice.data builds as an
+// interleave of this stage. The copies share the element's tensors; copy k is its record k, so a
+// checkpoint names it and a resumed run seeks to it.
+class RepeatEach final : public Expand {
+ public:
+  static OperatorInfo describe() {
+    return {"repeat_each",
+            OperatorKind::Expand,
+            "Gives each element count times in a row (-1: forever); interleaved, the copies of several elements alternate",
+            {ParamSpec::make("count", ParamType::Int, "copies of each element, -1 for forever").def("1").range(-1, std::nullopt)},
+            {.stateless = true},
+            {}};
+  }
+  explicit RepeatEach(const Params& p) : count_(p.get_int("count")) {}
+
+  class Copies final : public ExpandCursor {
+   public:
+    Copies(Sample in, std::int64_t count) : in_(std::move(in)), count_(count) {}
+    bool next(Sample& out) override {
+      if (count_ != kUnbounded && next_ >= count_) return false;
+      out = in_;
+      out.set_origin(in_.shared_origin().where, next_++, 0);
+      return true;
+    }
+    bool seek(std::int64_t record, std::int64_t) override {
+      if (record < 0 || (count_ != kUnbounded && record >= count_)) return false;
+      next_ = record;
+      return true;
+    }
+
+   private:
+    Sample in_;
+    std::int64_t count_, next_ = 0;
+  };
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport&) override {
+    return std::make_unique<Copies>(std::move(in), count_);
+  }
+
+ private:
+  std::int64_t count_;
+};
+
 }  // namespace
 
 void register_iteration(Registrar& registrar) {
@@ -182,6 +226,7 @@ void register_iteration(Registrar& registrar) {
   registrar.add<Take>();
   registrar.add<Skip>();
   registrar.add<BalancedShard>();
+  registrar.add<RepeatEach>();
 }
 
 }  // namespace sluice::std_ops

@@ -310,3 +310,88 @@ def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_pat
         twice.interleave(lambda f: sluice.data.TFRecordDataset(f + ".gz"))
     with pytest.raises(TypeError, match="must start from"):
         twice.interleave(lambda f: sluice.data.range(3))
+
+
+def test_interleave_of_from_tensors_repeats_each_input_as_tf_data():
+    import numpy as np
+
+    images = np.arange(12, dtype=np.float32).reshape(6, 2)
+    labels = np.arange(6, dtype=np.int64)
+    # 001's program: a map to (x, y, z) triples, then parallel_interleave over
+    # lambda x, y, z: from_tensors((x, y, z)).repeat(k) (the map's result is known only when it runs).
+    triples = (sluice.data.Dataset.from_tensor_slices((images, labels)).batch(2, drop_remainder=True)
+               .map(lambda x, y: (x, y, y * 10)))
+    repeated = triples.apply(sluice.data.experimental.parallel_interleave(
+        lambda x, y, z: sluice.data.Dataset.from_tensors((x, y, z)).repeat(3), cycle_length=2,
+        num_parallel_calls=sluice.AUTOTUNE))
+    got = [(x.tolist(), y.tolist(), z.tolist()) for x, y, z in repeated]
+    batches = [(images[i:i + 2].tolist(), labels[i:i + 2].tolist(), (labels[i:i + 2] * 10).tolist()) for i in (0, 2, 4)]
+    # cycle_length 2, block_length 1: the first two inputs alternate, then the third alone.
+    assert got == [batches[0], batches[1]] * 3 + [batches[2]] * 3
+    assert repeated.cardinality() == 9
+    # The reference's own figures: cycle_length 10, 100 copies of each; repeat() is endless.
+    hundred = sluice.data.range(25).interleave(lambda x: sluice.data.from_tensors(x).repeat(100), cycle_length=10,
+                                               num_parallel_calls=sluice.AUTOTUNE)
+    values = [int(e["value"]) for e in hundred]
+    assert len(values) == 2500 and all(values.count(v) == 100 for v in range(25)) and values[:12] == list(range(10)) + [0, 1]
+    assert "repeat_each" in hundred.spec() and "count\" value: \"100\"" in hundred.spec()
+    endless = sluice.data.range(3).flat_map(lambda x: sluice.data.from_tensors(x).repeat())
+    assert endless.cardinality() == sluice.data.INFINITE_CARDINALITY
+    assert [int(e["value"]) for e in endless.take(4)] == [0, 0, 0, 0]
+    # What the function cannot do at build time is refused there.
+    with pytest.raises(TypeError, match="whole and in order"):
+        triples.interleave(lambda x, y, z: sluice.data.from_tensors((y, x, z)))
+    with pytest.raises(TypeError, match="looked at its input's value"):
+        triples.interleave(lambda x, y, z: sluice.data.from_tensors((x * 2, y, z)))
+    # Outside an interleave, from_tensors is one element.
+    assert [(a.tolist(), bytes(t)) for a, t in sluice.data.from_tensors((np.array([1, 2]), "hi"))] == [([1, 2], b"hi")]
+
+
+def test_interleave_of_from_tensors_resumes_from_a_state_mid_cycle():
+    def build():
+        return sluice.data.range(40).interleave(lambda x: sluice.data.from_tensors(x).repeat(7), cycle_length=3).batch(5)
+
+    whole = [e["value"].tolist() for e in build()]
+    assert len(whole) == 56
+    pipeline = build().pipeline()
+    it = iter(pipeline)
+    taken = [next(it)["value"].tolist() for _ in range(9)]
+    pipeline.state_dict()  # asks for a cut behind the loop
+    taken += [next(it)["value"].tolist() for _ in range(14)]
+    state = pipeline.state_dict()
+    pipeline.close()
+    restored = build().pipeline()
+    restored.load_state_dict(state)
+    assert taken + [e["value"].tolist() for e in restored] == whole
+
+
+def test_element_spec_reads_shapes_and_dtypes_as_tf_data_gives_them():
+    import numpy as np
+
+    images = np.zeros((10, 4, 3), dtype=np.uint8)
+    labels = np.arange(10, dtype=np.int64)
+    pairs = sluice.data.Dataset.from_tensor_slices((images, labels))
+    image, label = pairs.element_spec
+    assert (image.shape, image.dtype, label.shape, label.dtype) == ((4, 3), np.uint8, (), np.int64)
+    # A batch that keeps its remainder has no fixed first dimension; one that drops it has.
+    assert pairs.batch(4).element_spec[0].shape == (None, 4, 3)
+    assert pairs.batch(4, drop_remainder=True).element_spec[0].shape == (4, 4, 3)
+    nested = pairs.map(lambda x, y: {"image": x, "pair": (y, y * 2)}).element_spec
+    assert nested["image"].shape == (4, 3) and nested["pair"][1].dtype == np.int64
+    # A dimension that differs between elements is None.
+    growing = sluice.data.from_generator(lambda: ({"v": np.zeros(i + 1)} for i in range(4)))
+    assert growing.element_spec == {"v": sluice.data.TensorSpec((None,), np.dtype("float64"), "v")}
+    with pytest.raises(ValueError, match="gave no element"):
+        sluice.data.range(0).element_spec
+
+
+def test_zip_of_a_tuple_gives_tuples_as_tf_data():
+    import numpy as np
+
+    pairs = sluice.data.Dataset.from_tensor_slices((np.arange(4), np.arange(4) * 2))
+    zipped = sluice.data.Dataset.zip((pairs, sluice.data.range(3)))
+    assert [(int(x), int(y), int(c["value"])) for (x, y), c in zipped] == [(0, 0, 0), (1, 2, 1), (2, 4, 2)]
+    assert [int(v["value"]) for v in zipped.map(lambda pair, count: pair[1] + count["value"])] == [0, 3, 6]
+    # zip(a, b) merges the fields instead, as a pipeline file's zip does.
+    merged = sluice.data.zip(pairs, sluice.data.range(3), prefixes=["p", "r"])
+    assert sorted(next(iter(merged))) == ["p/0", "p/1", "r/value"]

@@ -27,7 +27,9 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 (stages calling Python functions run only from Python).
 """
 import builtins
+import collections
 import difflib
+import inspect
 import json
 import os
 import shutil
@@ -239,6 +241,12 @@ class _Structure:
         return element[template]
 
 
+class TensorSpec(collections.namedtuple("TensorSpec", "shape dtype name")):
+    """One field of Dataset.element_spec, as tf.TensorSpec: its shape (None for a dimension that
+    varies, or for the whole shape when the rank does), its NumPy dtype, the field's name."""
+    __slots__ = ()
+
+
 def _is_plain_dict(template):
     """A template of a dict whose keys are its fields: the engine's own element, no structure."""
     return isinstance(template, dict) and all(k == v for k, v in template.items())
@@ -255,6 +263,7 @@ class Dataset:
         self._held = list(held)
         self._structure = structure  # a _Structure when elements are tuples or nested dicts
         self._iterated = None  # the Pipeline that `for` and torch() run: it counts the epochs
+        self._element_spec = None
 
     # -- building ------------------------------------------------------------------------------
 
@@ -373,13 +382,21 @@ class Dataset:
         the stages it chains after the reader run once per input on those readers (per_input):
         interleave(lambda f: TextLineDataset(f).map(split).padded_batch(32)) never mixes two
         files in a batch."""
-        built = map_func(_Input())
+        built = map_func(*_stand_ins(map_func, self._structure))
         if not isinstance(built, Dataset):
             raise TypeError(f"interleave(): the function returned {type(built).__name__}, not a sluice.data.Dataset")
         if not built._stages or not built._stages[0].get("_reads_the_input"):
-            raise TypeError("interleave(): the function must start from sluice.data.TFRecordDataset(f) or "
-                            "TextLineDataset(f) of its input")
+            raise TypeError("interleave(): the function must start from sluice.data.TFRecordDataset(f), "
+                            "TextLineDataset(f) or Dataset.from_tensors(x) of its input")
         reader, after = built._stages[0], built._stages[1:]
+        if reader["op"] == "repeat_each":
+            # from_tensors(x).repeat(k): the copies are the reader's, k of each input in a row.
+            count = int(reader["params"]["count"])
+            while after and after[0]["op"] == "repeat":
+                times = int(after[0].get("params", {}).get("count", "-1"))
+                count = -1 if -1 in (count, times) and 0 not in (count, times) else count * times
+                after = after[1:]
+            reader = dict(reader, params={"count": str(count)})
         cycle = (os.cpu_count() or 1) if cycle_length in (None, AUTOTUNE) else int(cycle_length)
         settings = {"interleave": dict(cycle_length=cycle, block_length=int(block_length or 1))}
         if deterministic is not None:
@@ -387,7 +404,8 @@ class Dataset:
         settings["parallelism"] = num_parallel_calls if num_parallel_calls is not None else reader.get("parallelism")
         params = dict(reader.get("params", {}))
         # from_tensor_slices(file_names): each element's one field is "value", not list_files' "path".
-        if "field" not in params and self._stages and self._stages[-1]["op"] == "python_tensor_slices" and self._structure is None:
+        if ("field" not in params and reader["op"] != "repeat_each" and self._stages and
+                self._stages[-1]["op"] == "python_tensor_slices" and self._structure is None):
             params["field"] = "value"
         dataset = self._with_stage(reader["op"], params, settings, built._held)
         for st in after:
@@ -438,6 +456,43 @@ class Dataset:
         if size == UNKNOWN_CARDINALITY:
             raise TypeError("The dataset length is unknown.")
         return size
+
+    @property
+    def element_spec(self):
+        """The structure of an element with a TensorSpec(shape, dtype, name) for each field, as
+        tf.data's element_spec. Sluice's stages do not declare shapes, so they are read from the
+        first elements (up to 8, made once per dataset object, in a run of their own): a dimension
+        that differs between them is None, as is the first one after a batch that keeps its
+        remainder (as in tf.data)."""
+        if self._element_spec is None:
+            self._element_spec = self._read_element_spec(8)
+        return self._element_spec
+
+    def _read_element_spec(self, elements):
+        if not self._stages:
+            raise ValueError("element_spec: the dataset has no stages")
+        if _schemas().get(self._stages[-1]["op"], {}).get("kind") == "sink":
+            raise TypeError(f"element_spec: the dataset ends in the sink '{self._stages[-1]['id']}', which gives no elements")
+        shapes, dtypes = {}, {}
+        for element in Dataset(self._stages, self._options, self._held).take(elements).pipeline():
+            for field, value in element.items():
+                shape = tuple(getattr(value, "shape", ()))
+                known = shapes.setdefault(field, shape)
+                shapes[field] = (tuple(a if a == b else None for a, b in builtins.zip(known, shape))
+                                 if len(known) == len(shape) else None)
+                dtypes.setdefault(field, getattr(value, "dtype", type(value)))
+        if not shapes:
+            raise ValueError("element_spec: the dataset gave no element to read the shapes from")
+        batching = [st for st in self._stages if st["op"] in ("batch", "padded_batch", "ragged_batch", "bucket_by_sequence_length")]
+        after_batch = self._stages[self._stages.index(batching[-1]) + 1:] if batching else []
+        keeps_remainder = (batching and batching[-1].get("params", {}).get("drop_remainder") != "true" and
+                           not any(st["op"] == "unbatch" for st in after_batch))
+        specs = {}
+        for field, shape in shapes.items():
+            if shape is not None and keeps_remainder and shape:
+                shape = (None,) + shape[1:]
+            specs[field] = TensorSpec(shape, dtypes[field], field)
+        return self._structure.unflatten(specs) if self._structure is not None else specs
 
     def as_numpy_iterator(self):
         """An iterator over the elements as NumPy arrays (what iterating the dataset gives)."""
@@ -587,6 +642,11 @@ def _stage_cardinality(st, inputs):
         if n == 0 or count == 0:
             return 0
         return INFINITE_CARDINALITY if count < 0 or endless else n * count
+    if op == "repeat_each":
+        count = number("count")
+        if n == 0 or count == 0:
+            return 0
+        return INFINITE_CARDINALITY if count < 0 or endless else n * count
     if op in ("batch", "padded_batch", "ragged_batch"):
         if endless:
             return n
@@ -654,9 +714,33 @@ def _combine(op, datasets, params, name):
 
 
 def zip(*datasets, prefixes=None, name=None):
-    """One element from each dataset, their fields merged (tf.data's Dataset.zip); it ends with
-    the shortest. prefixes=["a", "b"] names the fields a/FIELD, b/FIELD (needed when they clash)."""
+    """One element from each dataset; it ends with the shortest. zip((a, b)), as tf.data writes
+    it, gives (a's element, b's element) tuples; zip(a, b) merges their fields into one element,
+    prefixes=["a", "b"] naming them a/FIELD, b/FIELD (needed when they clash)."""
+    if len(datasets) == 1 and isinstance(datasets[0], (tuple, list)):
+        if prefixes is not None:
+            raise TypeError("zip((a, b)) gives tuples; prefixes= names the merged fields of zip(a, b)")
+        parts = list(datasets[0])
+        zipped = _combine("zip", parts, {"prefixes": [str(i) for i in builtins.range(len(parts))]}, name)
+        zipped._structure = _ZippedStructure([getattr(d, "_structure", None) for d in parts])
+        return zipped
     return _combine("zip", datasets, {"prefixes": prefixes}, name)
+
+
+class _ZippedStructure(_Structure):
+    """zip((a, b))'s elements: item i is the fields under "i/", in dataset i's own structure."""
+
+    def __init__(self, parts):
+        super().__init__(None)
+        self.parts = parts
+
+    def unflatten(self, element, template=None):
+        items = []
+        for i, part in enumerate(self.parts):
+            prefix = f"{i}/"
+            fields = {k[len(prefix):]: v for k, v in element.items() if k.startswith(prefix)}
+            items.append(part.unflatten(fields) if part is not None else fields)
+        return tuple(items)
 
 
 def concatenate(*datasets, name=None):
@@ -750,6 +834,12 @@ def _file_reader(method, op, filenames, compression_type, buffer_size, num_paral
         raise ValueError(f"{method}(): compression_type is None, \"\", \"GZIP\" or \"ZLIB\", not {compression_type!r}")
     if isinstance(filenames, _Input):
         files = None  # inside interleave()'s function: the reader of one input, placed by interleave()
+        if filenames._position is not None:  # one item of a tuple: its field
+            template = filenames._structure.template if filenames._structure is not None else None
+            item = template[filenames._position] if isinstance(template, tuple) else str(filenames._position)
+            if not isinstance(item, str):
+                raise TypeError(f"{method}(): item {filenames._position} of the input is a structure, not file names")
+            extra = dict(extra, field=item)
     elif isinstance(filenames, Dataset):
         files = filenames
     else:
@@ -774,18 +864,87 @@ def _file_reader(method, op, filenames, compression_type, buffer_size, num_paral
 
 
 class _Input:
-    """What interleave() and flat_map() give their function: one input of the dataset, which the
-    function may only hand to TFRecordDataset or TextLineDataset (the reader is built once, when
-    the pipeline is, and reads every input). Anything that looks at its value is refused."""
+    """What interleave() and flat_map() give their function: one input of the dataset (or, when
+    its elements are tuples and the function takes their items, one item), which the function may
+    only hand to TFRecordDataset, TextLineDataset or Dataset.from_tensors (the reader is built
+    once, when the pipeline is, and reads every input). Anything that looks at its value is
+    refused."""
+
+    def __init__(self, structure=None, position=None):
+        self._structure = structure  # the outer dataset's, for what from_tensors(x) gives
+        self._position = position    # the tuple item it stands for; None: the whole element
 
     def _refuse(self, *_args, **_kwargs):
         raise TypeError("interleave()/flat_map(): the function looked at its input's value; it may only pass it to "
-                        "sluice.data.TFRecordDataset(f) or TextLineDataset(f) and chain stages after that. Compute "
-                        "file names before (a map on the list), or write the reader and per_input=True stages yourself")
+                        "sluice.data.TFRecordDataset(f), TextLineDataset(f) or Dataset.from_tensors(x) and chain stages "
+                        "after that. Compute file names before (a map on the list), or write the reader and "
+                        "per_input=True stages yourself")
 
     __getattr__ = __add__ = __radd__ = __getitem__ = __iter__ = __len__ = __fspath__ = __str__ = __format__ = _refuse
-    __eq__ = __lt__ = __bool__ = __int__ = __float__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __int__ = __float__ = __index__ = _refuse
+    __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = _refuse
+    __matmul__ = __neg__ = __abs__ = __and__ = __or__ = __contains__ = __call__ = __array__ = _refuse
     __hash__ = None
+
+
+def _stand_ins(map_func, structure):
+    """The arguments interleave() calls its function with: one stand-in for the element, or, as
+    tf.data unpacks a tuple into the function's arguments, one per item when the function takes
+    more than one (lambda x, y, z: ...). The items are counted from the structure when it is
+    known, else from the function's parameters (a map's result is known only when it runs)."""
+    template = structure.template if structure is not None else None
+    if isinstance(template, tuple):
+        count = len(template)
+    else:
+        try:
+            parameters = inspect.signature(map_func).parameters.values()
+        except (TypeError, ValueError):
+            return [_Input(structure)]
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        count = len(positional)
+        if count <= 1:
+            return [_Input(structure)]
+    if count == 1:
+        return [_Input(structure)]
+    return [_Input(structure, i) for i in builtins.range(count)]
+
+
+def _whole_input(tensors):
+    """The stand-in of interleave()'s function when `tensors` is its whole element (x, or the
+    items (x, y, z) in the order the function received them); None when no stand-in is in it."""
+    if isinstance(tensors, _Input):
+        if tensors._position is not None:
+            raise TypeError("from_tensors(): inside interleave()/flat_map() it takes the function's arguments whole and "
+                            "in order, as from_tensors((x, y, z)); rearrange the items with a map() before the interleave")
+        return tensors
+    if isinstance(tensors, (tuple, list)) and any(isinstance(t, _Input) for t in tensors):
+        if [getattr(t, "_position", None) if isinstance(t, _Input) else None for t in tensors] != list(builtins.range(len(tensors))):
+            raise TypeError("from_tensors(): inside interleave()/flat_map() it takes the function's arguments whole and "
+                            "in order, as from_tensors((x, y, z)); rearrange the items with a map() before the interleave")
+        return tensors[0]
+    return None
+
+
+def from_tensors(tensors, *, name=None):
+    """A dataset of one element, `tensors` (tf.data's from_tensors): an array, or a tuple or dict
+    of them. Inside interleave()'s or flat_map()'s function, from_tensors(x).repeat(k) of the
+    function's input gives each input k times in a row (the repeat_each stage), as tf.data's
+    interleave(lambda *x: from_tensors(x).repeat(k)) does."""
+    whole = _whole_input(tensors)
+    if whole is not None:
+        reader = Dataset(structure=whole._structure)._with_stage("repeat_each", {"count": 1}, {"name": name})
+        reader._stages[0] = dict(reader._stages[0], _reads_the_input=True)
+        return reader
+    import numpy
+
+    def one_row(value):  # as tf.data: tuples and dicts are structure, a list is one array
+        if isinstance(value, tuple):
+            return tuple(one_row(v) for v in value)
+        if isinstance(value, dict):
+            return {k: one_row(v) for k, v in value.items()}
+        return numpy.asarray(value)[numpy.newaxis]
+
+    return from_tensor_slices(one_row(tensors), name=name)
 
 
 def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
@@ -803,13 +962,22 @@ def TextLineDataset(filenames, compression_type=None, buffer_size=None, num_para
 
 
 class experimental:
-    """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors()."""
+    """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors(), parallel_interleave()."""
     AUTOTUNE = AUTOTUNE
 
     @staticmethod
     def ignore_errors():
         """For ds.apply(): the dataset with every stage so far skipping what fails (Dataset.ignore_errors)."""
         return lambda dataset: dataset.ignore_errors()
+
+    @staticmethod
+    def parallel_interleave(map_func, cycle_length, block_length=1, sloppy=False, buffer_output_elements=None,
+                            prefetch_input_elements=None, num_parallel_calls=None):
+        """For ds.apply(): Dataset.interleave(map_func, cycle_length, block_length, num_parallel_calls
+        (else cycle_length readers), deterministic=not sloppy), as tf.data.experimental's.
+        buffer_output_elements and prefetch_input_elements are the engine's to choose."""
+        readers = cycle_length if num_parallel_calls is None else num_parallel_calls
+        return lambda dataset: dataset.interleave(map_func, cycle_length, block_length, readers, False if sloppy else None)
 
 
 def _source(op, kwargs):
@@ -833,5 +1001,13 @@ def __getattr__(name):
 
 
 def __dir__():
-    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "difflib", "json", "os", "SpecError"}
+    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "collections", "difflib", "inspect", "json", "os", "shutil", "tempfile", "weakref", "SpecError"}
     return sorted(public | {n for n, s in _schemas().items() if s["kind"] == "source"})
+
+
+# tf.data writes its sources as Dataset's static methods (tf.data.Dataset.from_tensor_slices(...)):
+# the same functions, under those names too.
+for _name in ("from_tensor_slices", "from_tensors", "from_generator", "range", "list_files", "sample_from_datasets", "zip",
+              "choose_from_datasets"):
+    setattr(Dataset, _name, staticmethod(globals()[_name]))
+del _name
