@@ -44,6 +44,9 @@ int remove_stages(spec::PipelineSpec& spec, const std::string& op) {
   return removed;
 }
 
+// Several workers, set or left to the autotuner (parallelism -1, tf.data's AUTOTUNE).
+bool runs_in_parallel(const spec::Stage& st) { return st.parallelism() > 1 || st.parallelism() == -1; }
+
 }  // namespace
 
 BenchResult run_bench(Graph graph, const BenchOptions& options) {
@@ -88,8 +91,8 @@ std::vector<AblationRow> run_ablation(const PipelineDocument& doc, const Registr
        [](spec::PipelineSpec& s) {
          std::vector<std::string> changed;
          for (auto& st : *s.mutable_stage())
-           if (st.parallelism() > 1) {
-             changed.push_back(fmt::format("{} ({})", st.id(), st.parallelism()));
+           if (runs_in_parallel(st)) {
+             changed.push_back(fmt::format("{} ({})", st.id(), st.parallelism() == -1 ? "AUTOTUNE" : std::to_string(st.parallelism())));
              st.set_parallelism(1);
            }
          return changed.empty() ? std::string() : "parallelism 1 on " + fmt::format("{}", fmt::join(changed, ", "));
@@ -98,7 +101,7 @@ std::vector<AblationRow> run_ablation(const PipelineDocument& doc, const Registr
        [](spec::PipelineSpec& s) {
          std::vector<std::string> changed;
          for (auto& st : *s.mutable_stage())
-           if (st.has_interleave() && (st.interleave().cycle_length() > 1 || st.parallelism() > 1)) {
+           if (st.has_interleave() && (st.interleave().cycle_length() > 1 || runs_in_parallel(st))) {
              changed.push_back(st.id());
              st.clear_interleave();
              st.set_parallelism(1);
