@@ -632,6 +632,13 @@ class TestStudio : public QObject {
     QVERIFY(node("buffer")->toolTip().contains("once per input"));
     choose("stage:per_input", "on the whole stream");
     QVERIFY(!stage_of(spec, "buffer")->per_input());
+    // Its own output order (tf.data's map(..., deterministic=False)), and back to the pipeline's.
+    choose("stage:deterministic", "in order");
+    QVERIFY(stage_of(spec, "buffer")->has_deterministic() && stage_of(spec, "buffer")->deterministic());
+    choose("stage:deterministic", "first ready");
+    QVERIFY(stage_of(spec, "buffer")->has_deterministic() && !stage_of(spec, "buffer")->deterministic());
+    choose("stage:deterministic", "pipeline's (first ready)");
+    QVERIFY(!stage_of(spec, "buffer")->has_deterministic());
     // An expand stage: its interleave.
     window_->scene().select_stage("files");
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "files");

@@ -286,6 +286,8 @@ void Document::set_stage_field(const QString& id, const QString& field, int valu
     else if (field == "buffer_size") st->set_buffer_size(value);
     else if (field == "error_policy") st->set_error_policy(static_cast<spec::ErrorPolicy>(value));
     else if (field == "per_input") st->set_per_input(value != 0);
+    else if (field == "deterministic" && value < 0) st->clear_deterministic();
+    else if (field == "deterministic") st->set_deterministic(value != 0);
     else if (field == "cycle_length") st->mutable_interleave()->set_cycle_length(value);
     else if (field == "block_length") st->mutable_interleave()->set_block_length(value);
     else if (field == "interleave_deterministic" && value < 0) st->mutable_interleave()->clear_deterministic();

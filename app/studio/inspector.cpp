@@ -233,6 +233,18 @@ void Inspector::rebuild() {
              {{"pipeline's (" + pipeline_policy + ")", spec::ERROR_POLICY_UNSET}, {"fail", spec::fail}, {"skip", spec::skip}},
              st->error_policy(), "error_policy: fail stops the run; skip drops the element, counts it and keeps going",
              [this](int v) { document_.set_stage_field(stage_, "error_policy", v); });
+  if (op && op->info.kind != OperatorKind::Source && op->info.kind != OperatorKind::Combine) {
+    const QString pipeline_order = document_.spec().options().has_deterministic() && !document_.spec().options().deterministic()
+                                       ? "first ready"
+                                       : "in order";
+    add_choice("stage:deterministic", "output order",
+               {{"pipeline's (" + pipeline_order + ")", -1}, {"in order", 1}, {"first ready", 0}},
+               st->has_deterministic() ? int(st->deterministic()) : -1,
+               "deterministic: whether this stage's parallel workers hand outputs on in input order (tf.data's "
+               "map(..., deterministic=)); first ready lets a fast element pass a slow one, and the run is no "
+               "longer the same bytes every time",
+               [this](int v) { document_.set_stage_field(stage_, "deterministic", v); });
+  }
   if (op && (op->info.kind == OperatorKind::Map || op->info.kind == OperatorKind::Filter || op->info.kind == OperatorKind::Aggregate))
     add_choice("stage:per_input", "runs", {{"on the whole stream", 0}, {"once per input", 1}}, st->per_input() ? 1 : 0,
                "per_input: once per input of the interleave before it (an expand stage such as text_lines), on that "
