@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
@@ -136,6 +137,33 @@ class TestMetrics : public QObject {
     QVERIFY(a.count("sluice_edge_buffer_level{stage=\"src\",reader=\"work\"}"));
     QVERIFY(a.count("sluice_edge_buffer_fill_ratio{stage=\"work\",reader=\"out\"}"));
     for (const auto& [key, value] : a) QVERIFY2(key.find("reader=\"\"") == std::string::npos && key.find("stage=\"out\",reader") == std::string::npos, key.c_str());
+  }
+
+  // A stage handing on its output in bursts (a batch of 100 every 0.2 s; a reader's chunks) reads
+  // as its steady rate, not as zero between bursts: recent rates are over the last 2 s.
+  void recent_rates_of_a_bursty_stage_do_not_fall_to_zero_between_bursts() {
+    sluice::EngineOptions options;
+    options.snapshot_interval = std::chrono::milliseconds(50);
+    sluice::Engine engine(graph_of(stage("src", "range", "", {{"count", "1000000000"}}) +
+                                   stage("work", "simulate_work", "src", {{"us", "2000"}}) +
+                                   stage("batch", "batch", "work", {{"batch_size", "100"}}) + stage("out", "null_sink", "batch")),
+                          options);
+    std::mutex mutex;
+    std::vector<double> batch_rates;
+    engine.subscribe([&](const sluice::metrics::MetricsSnapshot& snap) {
+      for (const auto& st : snap.stage())
+        if (st.id() == "batch" && st.elements_out() > 0 && snap.state() == "running") {
+          std::lock_guard lock(mutex);
+          batch_rates.push_back(st.recent_elements_per_s());
+        }
+    });
+    engine.start();
+    QTest::qWait(3000);
+    engine.stop();
+    engine.wait();
+    std::lock_guard lock(mutex);
+    QVERIFY2(batch_rates.size() >= 10, qPrintable(QString::number(batch_rates.size())));
+    for (double rate : batch_rates) QVERIFY2(rate > 0, "a snapshot after the first batch read 0 batches/s");
   }
 
   void snapshot_decodes_as_protobuf_and_json() {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -352,7 +353,10 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   std::vector<std::string> unexplained;
   int explained = 0;
   try {
-    if (!options.metrics_log.empty()) log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
+    if (!options.metrics_log.empty()) {
+      log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
+      log->set_pipeline(std::filesystem::absolute(file).lexically_normal().string(), sluice::pipeline_to_text(as_run));
+    }
     if (metrics_address) {
       server = std::make_unique<sluice::MetricsServer>(*metrics_address);
       server->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file),

@@ -1,5 +1,7 @@
 #include "canvas.hpp"
 
+#include <algorithm>
+
 #include <QContextMenuEvent>
 
 #include <QGraphicsSceneMouseEvent>
@@ -64,8 +66,12 @@ void NodeItem::set_live(const std::optional<LiveStage>& live) {
 void NodeItem::update_tooltip() {
   QString tip = QString("<b>%1</b> (%2)<br>%3").arg(id_, op_, summary_.toHtmlEscaped());
   if (per_input_) tip += "<br>Runs once per input of the interleave before it, on that stage's readers.";
+  if (live_ && live_->workers_tuned)
+    tip += QString("<br>Autotuned: %1 of at most %2 workers now (the Log and the Verdict say why).").arg(live_->workers).arg(live_->max_workers);
   if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
   if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();
+  if (live_ && !live_->lost.isEmpty())
+    tip += "<br><br><b>Connection lost</b> (numbers as last seen): " + live_->lost.toHtmlEscaped();
   setToolTip(tip);
 }
 
@@ -115,12 +121,16 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   p->setPen(QColor(95, 100, 110));
   // A per-input stage says so where its operator is named: it runs once per input of the
   // interleave before it, not over the whole stream.
-  p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
-              p->fontMetrics().elidedText(per_input_ ? op_ + QString::fromUtf8(" \u00b7 per input") : op_, Qt::ElideRight, int(kWidth - 20)));
+  QString kind = per_input_ ? op_ + QString::fromUtf8(" \u00b7 per input") : op_;
+  // Its workers while a run is shown; the autotuner's count is marked as such.
+  if (live_ && live_->workers_tuned) kind += QString::fromUtf8(" \u00b7 %1 wk auto").arg(live_->workers);
+  else if (live_ && live_->workers > 1) kind += QString::fromUtf8(" \u00b7 %1 wk").arg(live_->workers);
+  p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(kind, Qt::ElideRight, int(kWidth - 20)));
 
   if (live_) {
-    p->setPen(QColor(20, 20, 20));
-    QString rates = QString("%1%2/s").arg(live_->averages ? "avg " : "", short_number(live_->elements_per_s));
+    const bool lost = !live_->lost.isEmpty();
+    p->setPen(lost ? QColor(150, 150, 150) : QColor(20, 20, 20));
+    QString rates = QString("%1%2/s").arg(lost ? "lost \u00b7 last " : live_->averages ? "avg " : "", short_number(live_->elements_per_s));
     if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
     if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
     if (failed_here) {
@@ -146,7 +156,7 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
     p->drawRoundedRect(gauge, 3, 3);
     QRectF level = gauge;
     level.setWidth(gauge.width() * std::clamp(live_->busy, 0.0, 1.0));
-    p->setBrush(live_->bottleneck ? QColor(230, 120, 0) : QColor(70, 140, 90));
+    p->setBrush(lost ? QColor(170, 170, 170) : live_->bottleneck ? QColor(230, 120, 0) : QColor(70, 140, 90));
     p->drawRoundedRect(level, 3, 3);
   }
 
@@ -194,9 +204,13 @@ void EdgeItem::adjust() {
   setPath(path);
 }
 
-QRectF EdgeItem::fill_bar_rect() const {
-  const QPointF mid = path().pointAtPercent(0.5);
-  return QRectF(mid.x() - 23, mid.y() - 6, 46, 12);
+QRectF EdgeItem::fill_bar_rect() const { return QRectF(bar_center_.x() - 23, bar_center_.y() - 6, 46, 12); }
+
+void EdgeItem::set_bar_center(QPointF center) {
+  if (center == bar_center_) return;
+  prepareGeometryChange();
+  bar_center_ = center;
+  update();
 }
 
 QRectF EdgeItem::boundingRect() const { return QGraphicsPathItem::boundingRect().united(fill_bar_rect()).adjusted(-4, -4, 4, 4); }
@@ -279,6 +293,29 @@ void PipelineScene::sync() {
       addItem(edge);
       edges_.push_back(edge);
     }
+  place_fill_bars();
+}
+
+void PipelineScene::place_fill_bars() {
+  QList<QRectF> taken;
+  for (NodeItem* n : nodes_) taken << n->mapRectToScene(QRectF(0, 0, NodeItem::kWidth, NodeItem::kHeight)).adjusted(-3, -3, 3, 3);
+  auto free = [&](const QRectF& r) {
+    return std::none_of(taken.begin(), taken.end(), [&](const QRectF& t) { return t.intersects(r); });
+  };
+  for (EdgeItem* e : edges_) {
+    const QPainterPath line = e->mapToScene(e->path());
+    const double length = line.length();
+    QPointF at = line.pointAtPercent(0.5);
+    for (double back = 30; back <= length - 30; back += 6) {
+      const QPointF p = line.pointAtPercent(line.percentAtLength(length - back));
+      if (free(QRectF(p.x() - 23, p.y() - 6, 46, 12))) {
+        at = p;
+        break;
+      }
+    }
+    e->set_bar_center(e->mapFromScene(at));
+    taken << QRectF(at.x() - 23, at.y() - 6, 46, 12);
+  }
 }
 
 EdgeItem* PipelineScene::edge_into(const QString& to, int input) const {
@@ -324,9 +361,16 @@ void PipelineScene::set_live(const QHash<QString, LiveStage>& live) {
   for (EdgeItem* e : edges_) e->update();
 }
 
+void PipelineScene::mark_lost(const QString& why) {
+  auto live = live_;
+  for (auto& l : live) l.lost = why;
+  set_live(live);
+}
+
 void PipelineScene::node_position_changed(NodeItem* node) {
   for (EdgeItem* e : edges_)
     if (e->from() == node || e->to() == node) e->adjust();
+  place_fill_bars();
 }
 
 NodeItem* PipelineScene::node_under(QPointF scene_pos) const {

@@ -30,6 +30,10 @@ struct LiveStage {
   // Its output buffer as each reader sees it (a tee has one per reader): level and capacity.
   QHash<QString, std::pair<std::uint32_t, std::uint32_t>> reader_buffers;
   bool averages = false;  // the rates are the ended run's averages, not the last interval's
+  QString lost;  // the connection to the run went before it ended: why; the numbers are the last seen
+  std::uint32_t workers = 0;       // now (0: not reported)
+  bool workers_tuned = false;      // parallelism -1: the autotuner's count, at most max_workers
+  std::uint32_t max_workers = 0;
 };
 
 class PipelineScene;
@@ -80,11 +84,14 @@ class EdgeItem final : public QGraphicsPathItem {
   QRectF boundingRect() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
   QRectF fill_bar_rect() const;
+  // Where the buffer's fill bar goes (the scene finds a free place along the edge).
+  void set_bar_center(QPointF center);
 
  private:
   NodeItem* from_;
   NodeItem* to_;
   int input_;
+  QPointF bar_center_;
 };
 
 class PipelineScene final : public QGraphicsScene {
@@ -102,6 +109,9 @@ class PipelineScene final : public QGraphicsScene {
   void select_stage(const QString& id, bool reveal = false);
   // Live values per stage id; an empty map clears them (no run).
   void set_live(const QHash<QString, LiveStage>& live);
+  // The run being shown went away without saying how it ended: every node keeps its last numbers,
+  // drawn as stale, with why.
+  void mark_lost(const QString& why);
   void node_position_changed(NodeItem* node);
   // The text shown while a connection is dragged: where it would go, or why it cannot.
   const QString& drag_hint() const { return drag_hint_; }
@@ -117,6 +127,10 @@ class PipelineScene final : public QGraphicsScene {
 
  private:
   void sync();
+  // Puts each edge's fill bar where it covers no node and no other bar: the free point nearest
+  // the reading stage along the edge (edges out of one stage share their start, and edges wrapped
+  // to the next row share the gap between rows).
+  void place_fill_bars();
   NodeItem* node_under(QPointF scene_pos) const;
   // While a connection is dragged out of drag_from_: the stage under the pointer (not its own),
   // why the connection cannot be made there, and the line, label and hint drawn for it.

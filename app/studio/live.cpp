@@ -19,8 +19,9 @@ RunController::~RunController() {
   }
 }
 
-std::optional<QString> RunController::start(const spec::PipelineSpec& spec, const QString& file, const Registry& registry) {
-  if (engine_) return QString("a run is already going; stop it first");
+std::optional<RunController::StartFailure> RunController::start(const spec::PipelineSpec& spec, const QString& file,
+                                                                const Registry& registry) {
+  if (engine_) return StartFailure{"a run is already going; stop it first", {}};
   try {
     PipelineDocument doc;
     doc.spec = spec;
@@ -38,8 +39,10 @@ std::optional<QString> RunController::start(const spec::PipelineSpec& spec, cons
     });
     engine->start();
     engine_ = std::move(engine);
+  } catch (const StageStartError& e) {
+    return StartFailure{QString::fromUtf8(e.what()), QString::fromStdString(e.stage())};
   } catch (const Error& e) {
-    return QString::fromUtf8(e.what());
+    return StartFailure{QString::fromUtf8(e.what()), {}};
   }
   poll_.start();
   return std::nullopt;

@@ -21,8 +21,13 @@ class RunController final : public QObject {
  public:
   explicit RunController(QObject* parent = nullptr);
   ~RunController() override;  // stops and joins a run still going
+  // Why a run did not start: the message, and the stage it is about (empty when none).
+  struct StartFailure {
+    QString message;
+    QString stage;
+  };
   // Builds and starts the pipeline; returns what is wrong instead when it cannot.
-  std::optional<QString> start(const spec::PipelineSpec& spec, const QString& file, const Registry& registry);
+  std::optional<StartFailure> start(const spec::PipelineSpec& spec, const QString& file, const Registry& registry);
   void stop();  // returns at once; finished() follows when every thread has joined
   bool running() const { return engine_ != nullptr; }
   std::chrono::milliseconds poll_interval() const { return std::chrono::milliseconds(poll_.interval()); }

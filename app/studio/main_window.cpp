@@ -1,6 +1,7 @@
 #include "main_window.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <QCloseEvent>
@@ -110,7 +111,19 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   connect(verdict_, &VerdictPanel::apply_requested, this, [this](int index) {
     const auto refusal = document_.apply_suggestion(verdict_->suggestion(index));
     verdict_->mark(index, refusal ? "not applied: " + *refusal : QString("applied"));
+    if (!refusal) {
+      auto* stack = document_.undo_stack();
+      applied_steps_[index] = {stack->index(), stack->command(stack->index() - 1)};
+    }
     show_status(refusal ? "Not applied: " + *refusal : QString("Applied; Ctrl+Z undoes it"), 8000);
+  });
+  // An applied suggestion that is undone can be applied again; redone, it is applied again.
+  connect(document_.undo_stack(), &QUndoStack::indexChanged, this, [this](int step) {
+    auto* stack = document_.undo_stack();
+    for (auto it = applied_steps_.begin(); it != applied_steps_.end(); ++it) {
+      const bool still = step >= it->first && stack->count() >= it->first && stack->command(it->first - 1) == it->second;
+      verdict_->mark(it.key(), still ? QString("applied") : QString());
+    }
   });
   connect(&attach_, &AttachClient::pipeline, this, [this](spec::PipelineSpec spec) {
     if (!document_.read_only()) return;
@@ -153,7 +166,10 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     // The last snapshot told how the run ended; without one, the connection ended first.
     if (why.startsWith("detached")) set_run_state("Detached from " + attach_.url() + " (numbers as last seen)");
     else if (!attached_final_state_.isEmpty()) set_run_state(QString("Attached run %1; its stream closed").arg(attached_final_state_));
-    else set_run_state("Connection lost: " + why + " (numbers as last seen)");
+    else {
+      set_run_state("Connection lost: " + why + " (numbers as last seen)");
+      scene_->mark_lost(why);
+    }
   });
 
   refresh_problems();
@@ -162,6 +178,9 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
 }
 
 MainWindow::~MainWindow() {
+  // The undo stack clears itself as the document goes, after this window's members: nothing of
+  // this window may hear it.
+  document_.undo_stack()->disconnect(this);
   // The scene reads the document: gone before it.
   attach_.detach();
   delete view_;
@@ -348,7 +367,7 @@ void MainWindow::refresh_problems() {
 
 void MainWindow::refresh_title() {
   QString name = document_.file().isEmpty() ? "untitled" : QFileInfo(document_.file()).fileName();
-  if (document_.read_only()) name = "attached: " + document_.file();
+  if (document_.read_only()) name = (document_.file().endsWith("(metrics log)") ? "" : "attached: ") + document_.file();
   setWindowTitle(QString("%1[*] — Sluice Studio").arg(name));
   setWindowModified(document_.modified());
 }
@@ -585,10 +604,8 @@ void MainWindow::set_running(bool running) {
 bool MainWindow::start_run() {
   if (runner_.running()) return false;
   if (document_.read_only()) {
-    // The canvas shows a run elsewhere: there is no pipeline here to run.
-    const QString why = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach), "
-                                "then open or build a pipeline to run it here")
-                            .arg(document_.file());
+    // The canvas shows a run elsewhere, or a log's copy: there is no pipeline here to run.
+    const QString why = read_only_because_ + "; then open or build a pipeline to run it here";
     log_->note("not started: " + why);
     show_status("Not started: " + why, 10000);
     return false;
@@ -596,9 +613,13 @@ bool MainWindow::start_run() {
   clear_live();
   clear_verdict();
   log_->reset_run();
-  if (auto error = runner_.start(document_.spec(), document_.file(), document_.registry())) {
-    log_->note("cannot run: " + *error);
-    show_status("Cannot run: " + *error);
+  if (auto failure = runner_.start(document_.spec(), document_.file(), document_.registry())) {
+    log_->note("cannot run: " + failure->message);
+    show_status("Cannot run: " + failure->message);
+    if (!failure->stage.isEmpty()) {
+      show_start_failure(*failure);
+      return false;
+    }
     bottom_tabs_->setCurrentIndex(document_.problems().empty() ? 2 : 1);
     return false;
   }
@@ -609,6 +630,24 @@ bool MainWindow::start_run() {
   show_status("Running…");
   set_run_state("Running " + (document_.file().isEmpty() ? QString("untitled") : QFileInfo(document_.file()).fileName()));
   return true;
+}
+
+void MainWindow::show_start_failure(const RunController::StartFailure& failure) {
+  // A stage that could not start: marked on the canvas with the message, and the Verdict says so,
+  // as for a run that failed later.
+  metrics::MetricsSnapshot failed;
+  failed.set_state("failed");
+  failed.set_error(failure.message.toStdString());
+  failed.set_failed_stage(failure.stage.toStdString());
+  for (const auto& st : document_.spec().stage()) {
+    auto* m = failed.add_stage();
+    m->set_id(st.id());
+    m->set_op(st.op());
+  }
+  apply_snapshot(failed, true);
+  const QString name = document_.file().isEmpty() ? QString("untitled") : QFileInfo(document_.file()).fileName();
+  set_run_state(QString("Failed to start at stage '%1': %2").arg(failure.stage, name));
+  show_verdict(failed, "run of " + name);
 }
 
 void MainWindow::on_run_finished(const QString& state, const QString& error, const QString& failed_stage) {
@@ -640,22 +679,105 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
 void MainWindow::show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source) {
   if (final_snapshot.stage_size() == 0) return;
   verdict_->show_verdict(final_snapshot, source);
+  verdict_->set_apply_refusal(document_.read_only() ? read_only_because_ : QString());
   bottom_tabs_->setTabText(3, verdict_->suggestion_count() ? QString("Verdict (%1)").arg(verdict_->suggestion_count()) : QString("Verdict"));
   bottom_tabs_->setCurrentWidget(verdict_);
 }
 
 bool MainWindow::open_metrics_log(const QString& file) {
-  try {
-    const auto snapshots = read_metrics_log(file.toStdString());
-    if (snapshots.empty()) throw Error(file.toStdString() + ": the log holds no snapshot");
-    show_verdict(snapshots.back(), "metrics log " + QFileInfo(file).fileName());
-    log_->note("verdict of the metrics log " + file);
-    return true;
-  } catch (const std::exception& e) {
-    log_->note(QString::fromUtf8(e.what()));
-    show_status(QString("Cannot read %1: %2").arg(file, QString::fromUtf8(e.what())));
+  auto refuse = [&](const QString& why) {
+    log_->note(QString("metrics log %1 not opened: %2").arg(file, why));
+    show_status(QString("Cannot open %1: %2").arg(QFileInfo(file).fileName(), why));
     return false;
+  };
+  if (runner_.running()) return refuse("a run is going in this window; stop it (Shift+F5) first");
+  std::vector<metrics::MetricsSnapshot> snapshots;
+  try {
+    snapshots = read_metrics_log(file.toStdString());
+  } catch (const std::exception& e) {
+    return refuse(QString::fromUtf8(e.what()));
   }
+  if (auto refusal = show_pipeline_of_log(snapshots.front(), QFileInfo(file).fileName())) return refuse(*refusal);
+  replay_log(snapshots, QFileInfo(file).fileName());
+  log_->note(QString("metrics log %1: %2 snapshots of the run of %3").arg(file).arg(snapshots.size()).arg(document_.file()));
+  return true;
+}
+
+namespace {
+
+// A pipeline's stages as (id, operator), sorted: what a metrics log's numbers are attached to.
+std::vector<std::pair<std::string, std::string>> stage_names(const spec::PipelineSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& st : spec.stage()) out.emplace_back(st.id(), st.op());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> stage_names(const metrics::MetricsSnapshot& snap) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& st : snap.stage()) out.emplace_back(st.id(), st.op());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::optional<QString> MainWindow::show_pipeline_of_log(const metrics::MetricsSnapshot& first, const QString& name) {
+  const bool open_is_the_logs = !document_.read_only() && stage_names(document_.spec()) == stage_names(first);
+  if (!first.has_pipeline()) {
+    // A log written before logs carried their pipeline: only the open pipeline can be its.
+    if (open_is_the_logs) return std::nullopt;
+    QStringList stages;
+    for (const auto& [id, op] : stage_names(first)) stages << QString::fromStdString(id);
+    return QString("%1 holds no copy of its pipeline (it was written by an older Sluice) and its stages (%2) are not the open "
+                   "pipeline's: open the pipeline it was made from, then the log")
+        .arg(name, stages.join(", "));
+  }
+  spec::PipelineSpec logged;
+  try {
+    logged = parse_pipeline(first.pipeline().text(), name.toStdString()).spec;
+  } catch (const std::exception& e) {
+    return QString("its copy of the pipeline does not read: %1").arg(QString::fromUtf8(e.what()));
+  }
+  if (open_is_the_logs) return std::nullopt;
+  if (!confirm_discard()) return QString("the open pipeline has unsaved changes, kept");
+  // The log's pipeline file, when it is still here and still that pipeline: Apply edits it.
+  const QString original = QString::fromStdString(first.pipeline().file());
+  if (!original.isEmpty() && QFileInfo::exists(original)) {
+    try {
+      if (stage_names(read_pipeline_file(original.toStdString()).spec) == stage_names(logged) &&
+          open_file(original))
+        return std::nullopt;
+    } catch (const std::exception&) {
+      // Not readable as it was: the log's own copy is shown instead.
+    }
+  }
+  attach_.detach();
+  workers_->attach({});
+  Document::lay_out_unless_placed(logged);
+  document_.reset(logged, name + " (metrics log)", true);
+  read_only_because_ = QString("this window shows the pipeline of the metrics log %1, as the log recorded it (its file %2 is %3); "
+                               "open that pipeline file to change it")
+                           .arg(name, original.isEmpty() ? QString("(none)") : original,
+                                QFileInfo::exists(original) ? QString("another pipeline now") : QString("not on this machine"));
+  QMetaObject::invokeMethod(view_, [view = view_] { view->fit(); }, Qt::QueuedConnection);
+  return std::nullopt;
+}
+
+void MainWindow::replay_log(const std::vector<metrics::MetricsSnapshot>& snapshots, const QString& name) {
+  clear_live();
+  clear_verdict();
+  log_->reset_run();
+  // The charts from every snapshot, as they were drawn while it ran; the nodes and the table
+  // show the run's averages from the last.
+  for (std::size_t i = 0; i + 1 < snapshots.size(); ++i) {
+    monitor_->show_snapshot(snapshots[i], false);
+    log_->show_snapshot(snapshots[i]);
+  }
+  apply_snapshot(snapshots.back(), true);
+  const auto& last = snapshots.back();
+  set_run_state(QString("Metrics log %1: %2 after %3 s").arg(name, QString::fromStdString(last.state())).arg(last.elapsed_s(), 0, 'f', 2));
+  show_verdict(last, "metrics log " + name);
 }
 
 void MainWindow::clear_live() {
@@ -669,6 +791,7 @@ void MainWindow::clear_live() {
 
 void MainWindow::clear_verdict() {
   verdict_->clear();
+  applied_steps_.clear();
   bottom_tabs_->setTabText(3, "Verdict");
 }
 
@@ -694,6 +817,7 @@ void MainWindow::attach_to(const QString& address) {
   const QStringList addresses = WorkersPanel::split_addresses(address);
   if (addresses.isEmpty()) return;
   document_.reset({}, addresses.first(), true);
+  read_only_because_ = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach)").arg(addresses.first());
   attached_pipeline_known_ = false;
   live_graph_.reset();
   remember_in("recent_attach", address);
@@ -717,10 +841,18 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
     l.bytes_per_s = run_ended ? st.bytes_per_s() : st.recent_bytes_per_s();
     l.averages = run_ended;
     l.busy = st.busy_fraction();
-    l.buffer_level = st.buffer_level();
+    // An ended run's buffers are drained: their bars show the mean fill over the run instead.
+    auto level = [run_ended](std::uint32_t now, double mean_fill, std::uint32_t capacity) {
+      return run_ended ? static_cast<std::uint32_t>(std::lround(std::clamp(mean_fill, 0.0, 1.0) * capacity)) : now;
+    };
+    l.buffer_level = level(st.buffer_level(), st.mean_buffer_fill(), st.buffer_capacity());
     l.buffer_capacity = st.buffer_capacity();
-    for (const auto& r : st.readers()) l.reader_buffers.insert(QString::fromStdString(r.reader()), {r.level(), r.capacity()});
+    for (const auto& r : st.readers())
+      l.reader_buffers.insert(QString::fromStdString(r.reader()), {level(r.level(), r.mean_fill(), r.capacity()), r.capacity()});
     l.fused = !st.fused_with().empty();
+    l.workers = st.workers();
+    l.workers_tuned = st.workers_tuned();
+    l.max_workers = st.max_workers();
     l.skipped = st.errors_skipped();
     // A failed run has no bottleneck worth showing: the outline that matters is the failure's.
     l.bottleneck = snap.failed_stage().empty() && !snap.bottleneck().empty() && st.id() == snap.bottleneck();

@@ -37,8 +37,10 @@ class MainWindow final : public QMainWindow {
   MonitorPanel& monitor() { return *monitor_; }
   LogPanel& log() { return *log_; }
   VerdictPanel& verdict() { return *verdict_; }
-  // Shows the verdict of a run recorded with `sluice run --metrics-log FILE`; false (and why in
-  // the status and log) when the file cannot be read.
+  // Opens a run recorded with `sluice run --metrics-log FILE` as a run: its own pipeline (the open
+  // one when it is the log's, else the log's pipeline file, else the log's copy read-only), its
+  // table, charts and node numbers, its Verdict; false (and why in the status and log) when the
+  // file cannot be read or the pipeline cannot be shown.
   bool open_metrics_log(const QString& file);
   RunController& runner() { return runner_; }
   AttachClient& attach_client() { return attach_; }
@@ -91,7 +93,11 @@ class MainWindow final : public QMainWindow {
   void clear_verdict();
   void set_run_state(const QString& text);
   void on_run_finished(const QString& state, const QString& error, const QString& failed_stage);
+  void show_start_failure(const RunController::StartFailure& failure);
   void show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source);
+  // open_metrics_log's phases: the log's pipeline on the canvas (or why not), then its snapshots.
+  std::optional<QString> show_pipeline_of_log(const metrics::MetricsSnapshot& first, const QString& name);
+  void replay_log(const std::vector<metrics::MetricsSnapshot>& snapshots, const QString& name);
 
   Document document_;
   PipelineScene* scene_;
@@ -114,6 +120,10 @@ class MainWindow final : public QMainWindow {
   std::optional<spec::PipelineSpec> live_graph_;
   metrics::MetricsSnapshot last_snapshot_;
   bool attached_pipeline_known_ = false;  // the attached run sent its pipeline (real parameters)
+  QString read_only_because_;
+  // Suggestions applied from the Verdict: the undo step that applied each (its index after it, and
+  // the command), so that Undo gives the suggestion back.
+  QHash<int, std::pair<int, const QUndoCommand*>> applied_steps_;  // why the document is read-only: what it shows and how to edit instead
   QString attached_final_state_;  // the state the attached run's last snapshot gave
   int added_ = 0;  // stages added from the palette without a drop position, to stagger them
 };

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 #include <variant>
+
+#include "sluice/core/report.hpp"
 #include <QHeaderView>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -235,9 +237,16 @@ void MonitorPanel::fill_table() {
     if (!st.fused_with().empty() && st.inputs_size() == 1) next_in_group.insert(QString::fromStdString(st.inputs(0)), QString::fromStdString(st.id()));
   table_->horizontalHeaderItem(3)->setText(run_ended ? "elements/s (run)" : "elements/s");
   table_->horizontalHeaderItem(4)->setText(run_ended ? "MB/s (run)" : "MB/s");
+  table_->horizontalHeaderItem(8)->setText(run_ended ? "buffer (run)" : "buffer");
   // Once the run has ended, its averages: the last interval's rates say little about a run.
   auto elements_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.elements_per_s() : st.recent_elements_per_s(); };
   auto bytes_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.bytes_per_s() : st.recent_bytes_per_s(); };
+  // An ended run's buffers are drained: their mean fill over the run is what says something, as
+  // the CLI report's fill%.
+  auto buffer_fill = [&](const metrics::StageMetrics& st) {
+    if (!st.buffer_capacity()) return -1.0;
+    return run_ended ? st.mean_buffer_fill() : double(st.buffer_level()) / st.buffer_capacity();
+  };
   auto pinned = [&](const metrics::StageMetrics& st) {
     return snap.failed_stage().empty() ? st.id() == snap.bottleneck() : st.id() == snap.failed_stage();
   };
@@ -251,7 +260,7 @@ void MonitorPanel::fill_table() {
       case 5: return st.busy_fraction();
       case 6: return st.starved_fraction();
       case 7: return st.blocked_fraction();
-      case 8: return st.buffer_capacity() ? double(st.buffer_level()) / st.buffer_capacity() : -1.0;
+      case 8: return buffer_fill(st);
       case 9: return double(st.errors_skipped());
       case 10: return padding_share(st);
       default: return 0.0;
@@ -280,7 +289,8 @@ void MonitorPanel::fill_table() {
     table_->setItem(r, 5, cell(percent(st.busy_fraction())));
     table_->setItem(r, 6, cell(percent(st.starved_fraction())));
     table_->setItem(r, 7, cell(percent(st.blocked_fraction())));
-    table_->setItem(r, 8, cell(st.buffer_capacity() > 0        ? QString("%1/%2").arg(st.buffer_level()).arg(st.buffer_capacity())
+    table_->setItem(r, 8, cell(st.buffer_capacity() > 0 && run_ended ? QString("avg %1 of %2").arg(percent(st.mean_buffer_fill())).arg(st.buffer_capacity())
+                               : st.buffer_capacity() > 0        ? QString("%1/%2").arg(st.buffer_level()).arg(st.buffer_capacity())
                                : next_in_group.contains(id) ? QString("fused → %1").arg(next_in_group.value(id))
                                                             : QString("–")));
     table_->setItem(r, 9, cell(QString::number(st.errors_skipped())));
@@ -314,9 +324,14 @@ void LogPanel::note(const QString& line) { appendPlainText(QDateTime::currentDat
 void LogPanel::reset_run() {
   skipped_.clear();
   reasons_seen_.clear();
+  autotune_changes_seen_ = 0;
 }
 
 void LogPanel::show_snapshot(const metrics::MetricsSnapshot& snap) {
+  // The autotuner's decisions as it makes them, with their reasons (sluice run --explain-autotune).
+  for (int i = autotune_changes_seen_; i < snap.autotune().changes_size(); ++i)
+    note(QString::fromStdString(format_autotune_change(snap.autotune().changes(i))));
+  autotune_changes_seen_ = std::max(autotune_changes_seen_, snap.autotune().changes_size());
   for (const auto& st : snap.stage()) {
     const QString id = QString::fromStdString(st.id());
     const std::uint64_t before = skipped_.value(id, 0);

@@ -75,6 +75,7 @@ class LogPanel final : public QPlainTextEdit {
  private:
   QHash<QString, std::uint64_t> skipped_;
   QSet<QString> reasons_seen_;
+  int autotune_changes_seen_ = 0;
 };
 
 }  // namespace sluice::studio

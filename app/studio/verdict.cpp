@@ -24,6 +24,7 @@ VerdictPanel::VerdictPanel(QWidget* parent) : QWidget(parent) {
 
 void VerdictPanel::clear() {
   summary_->setText({});
+  apply_refusal_.clear();
   suggestions_.clear();
   buttons_.clear();
   outcomes_.clear();
@@ -36,8 +37,10 @@ void VerdictPanel::clear() {
 
 void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QString& source) {
   clear();
-  QString text = QString("<b>%1</b>: %2 after %3 s.").arg(source.toHtmlEscaped(), QString::fromStdString(snap.state()))
-                     .arg(snap.elapsed_s(), 0, 'f', 2);
+  const bool never_started = snap.state() == "failed" && snap.elapsed_s() == 0;
+  QString text = never_started ? QString("<b>%1</b>: could not start.").arg(source.toHtmlEscaped())
+                               : QString("<b>%1</b>: %2 after %3 s.").arg(source.toHtmlEscaped(), QString::fromStdString(snap.state()))
+                                     .arg(snap.elapsed_s(), 0, 'f', 2);
   if (!snap.error().empty()) text += "<br><b>Failed:</b> " + QString::fromStdString(snap.error()).toHtmlEscaped();
   else if (!snap.bottleneck().empty())
     text += QString("<br><b>Bottleneck:</b> stage '%1': %2")
@@ -47,6 +50,13 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
   text += suggestions_.empty() ? QString("<br>Nothing to suggest: no change stands out from these figures.")
                                : QString("<br><b>What would help:</b>");
   summary_->setText(text);
+  if (const std::string autotune = format_autotune_summary(snap); !autotune.empty()) {
+    auto* section = new QLabel("<b>Autotune</b><pre>" + QString::fromStdString(autotune).toHtmlEscaped() + "</pre>");
+    section->setObjectName("verdict_autotune");
+    section->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    section->setWordWrap(true);
+    rows_->insertWidget(rows_->count() - 1, section);
+  }
   for (std::size_t i = 0; i < suggestions_.size(); ++i) {
     auto* row = new QWidget;
     auto* line = new QHBoxLayout(row);
@@ -58,23 +68,39 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
     outcome->setObjectName(QString("outcome_%1").arg(i));
     auto* button = new QPushButton("Apply");
     button->setObjectName(QString("apply_%1").arg(i));
-    const bool can = suggestions_[i].change != Suggestion::Change::None;
-    button->setEnabled(can);
-    button->setToolTip(can ? "Make this change to the pipeline (one undoable step)" : "Advice: a change only you can make");
     connect(button, &QPushButton::clicked, this, [this, i] { emit apply_requested(static_cast<int>(i)); });
     line->addWidget(label, 1);
     line->addWidget(outcome);
     line->addWidget(button);
-    rows_->insertWidget(rows_->count() - 1, row);
+    // Suggestions go before the Autotune section.
+    rows_->insertWidget(static_cast<int>(i), row);
     buttons_.push_back(button);
     outcomes_.push_back(outcome);
+  }
+  update_buttons();
+}
+
+void VerdictPanel::set_apply_refusal(const QString& why) {
+  apply_refusal_ = why;
+  update_buttons();
+}
+
+void VerdictPanel::update_buttons() {
+  for (std::size_t i = 0; i < buttons_.size(); ++i) {
+    const bool change = suggestions_[i].change != Suggestion::Change::None;
+    const bool applied = outcomes_[i]->text() == "applied";
+    buttons_[i]->setEnabled(change && !applied && apply_refusal_.isEmpty());
+    buttons_[i]->setToolTip(!change                    ? QString("Advice: a change only you can make")
+                            : !apply_refusal_.isEmpty() ? "Cannot apply here: " + apply_refusal_
+                            : applied                  ? QString("Applied; Ctrl+Z undoes it")
+                                                       : QString("Make this change to the pipeline (one undoable step)"));
   }
 }
 
 void VerdictPanel::mark(int index, const QString& outcome) {
   if (index < 0 || index >= suggestion_count()) return;
   outcomes_[index]->setText(outcome);
-  if (outcome == "applied") buttons_[index]->setEnabled(false);
+  update_buttons();
 }
 
 }  // namespace sluice::studio

@@ -1,7 +1,8 @@
 #pragma once
 // The end of a run in the app: its state and length, the bottleneck, and the report's "What would
-// help", each suggestion with an Apply button when the app can make the change itself. Shown for
-// a run of this window, an attached run that ended, and a metrics log opened from a file.
+// help", each suggestion with an Apply button when the app can make the change itself, then the
+// report's Autotune section. Shown for a run of this window, an attached run that ended, and a
+// metrics log opened from a file.
 #include <QLabel>
 #include <QPushButton>
 #include <QVBoxLayout>
@@ -20,8 +21,12 @@ class VerdictPanel final : public QWidget {
   // `source`: what the numbers are of ("run of train.txtpb", "metrics log run.jsonl").
   void show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source);
   void clear();
-  // Marks suggestion `index` as applied (its button disabled) or says why it was not.
+  // Marks suggestion `index` as applied (its button disabled) or says why it was not; "" clears it
+  // (the change was undone).
   void mark(int index, const QString& outcome);
+  // Why no suggestion can be applied here (the numbers are of a pipeline this window does not
+  // edit: an attached run, a metrics log shown read-only); empty: those that can be, can.
+  void set_apply_refusal(const QString& why);
 
   bool empty() const { return suggestions_.empty() && summary_->text().isEmpty(); }
   QString summary() const { return summary_->text(); }
@@ -38,6 +43,8 @@ class VerdictPanel final : public QWidget {
   std::vector<Suggestion> suggestions_;
   std::vector<QPushButton*> buttons_;
   std::vector<QLabel*> outcomes_;
+  QString apply_refusal_;
+  void update_buttons();
 };
 
 }  // namespace sluice::studio

@@ -68,8 +68,16 @@ void WorkersPanel::attach(const QStringList& addresses) {
     connect(w.client.get(), &AttachClient::snapshot, this, [this, row](const metrics::MetricsSnapshot& snap) { update(row, snap); });
     connect(w.client.get(), &AttachClient::ended, this, [this, row](const QString& why) {
       auto& ended = workers_[row];
-      if (ended.state == "connecting" || ended.state == "running")
-        ended.state = why.startsWith("detached") ? "detached" : ended.state == "connecting" ? "no answer" : "stream closed";
+      if (why.startsWith("detached")) {
+        if (ended.state == "connecting" || ended.state == "running") ended.state = "detached";
+      } else if (ended.state == "connecting") {
+        ended.state = "no answer";
+      } else if (ended.state == "running") {
+        // No final snapshot said it ended: the process died (or its network went).
+        ended.state = "dead (stream closed mid-run)";
+        ended.dead = true;
+        ended.rate = 0;
+      }
       redraw();
     });
     w.client->attach(w.address);
@@ -116,7 +124,8 @@ void WorkersPanel::redraw() {
     fastest = std::max(fastest, w.rate);
     if (slowest_ < 0 || w.rate < workers_[static_cast<std::size_t>(slowest_)].rate) slowest_ = static_cast<int>(row);
   }
-  if (rated < 2) slowest_ = -1;
+  const auto dead = std::find_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.dead; });
+  if (rated < 2 || dead != workers_.end()) slowest_ = -1;  // a dead worker is what the job waits for
   for (std::size_t row = 0; row < workers_.size(); ++row) {
     const auto& w = workers_[row];
     const int r = static_cast<int>(row);
@@ -125,20 +134,30 @@ void WorkersPanel::redraw() {
       if (!item) table_->setItem(r, column, item = new QTableWidgetItem);
       item->setText(text);
       const bool slow = r == slowest_;
-      item->setBackground(slow ? QColor(255, 224, 178) : QBrush());
-      item->setToolTip(slow ? "the slowest worker: synchronous training waits for it at every step" : QString());
+      item->setBackground(w.dead ? QColor(245, 190, 185) : slow ? QColor(255, 224, 178) : QBrush());
+      item->setForeground(w.dead ? QColor(140, 20, 20) : QBrush());
+      item->setToolTip(w.dead ? "this worker's stream closed while it was running, without a final snapshot: the process died "
+                                "or its network went; synchronous training waits for it"
+                       : slow ? "the slowest worker: synchronous training waits for it at every step"
+                              : QString());
     };
-    set(kWorker, w.index < 0 ? "?" : QString("%1 of %2%3").arg(w.index).arg(w.count).arg(r == slowest_ ? "  (slowest)" : ""));
+    set(kWorker, w.index < 0 ? "?" : QString("%1 of %2%3").arg(w.index).arg(w.count).arg(r == slowest_ ? "  (slowest)" : w.dead ? "  (dead)" : ""));
     set(kAddress, w.address);
     set(kState, w.state);
-    set(kRate, w.last_elapsed < 0 ? "" : QString::number(w.rate, 'f', 0));
+    set(kRate, w.last_elapsed < 0 ? "" : w.dead ? QString::fromUtf8("\u2014") : QString::number(w.rate, 'f', 0));
     set(kDone, w.last_elapsed < 0 ? "" : QString::number(w.done));
-    set(kBottleneck, w.bottleneck);
+    set(kBottleneck, w.dead ? QString() : w.bottleneck);
   }
   if (workers_.empty()) return;
   QString text = QString("%1 workers, %2 running").arg(workers_.size()).arg(rated);
   if (rated > 0) text += QString(", %1 elements/s in all").arg(total, 0, 'f', 0);
-  if (slowest_ >= 0) {
+  if (dead != workers_.end()) {
+    text += QString("; worker %1 (%2) died after %3 elements: synchronous training waits for it")
+                .arg(dead->index < 0 ? QString("?") : QString::number(dead->index), dead->address)
+                .arg(dead->done);
+    const auto more = std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.dead; }) - 1;
+    if (more > 0) text += QString(" (and %1 more dead)").arg(more);
+  } else if (slowest_ >= 0) {
     const auto& s = workers_[static_cast<std::size_t>(slowest_)];
     text += QString("; slowest: worker %1 at %2 elements/s").arg(s.index).arg(s.rate, 0, 'f', 0);
     if (fastest > 0) text += QString(" (%1% of the fastest)").arg(100 * s.rate / fastest, 0, 'f', 0);

@@ -1,7 +1,8 @@
 #pragma once
 // The Workers panel: one row per worker of a job run headless on several processes (each with its
 // own `sluice run --metrics-addr`), followed at once: each worker's rate and progress, and which
-// worker is the slowest, the one synchronous training waits for.
+// worker synchronous training waits for: the slowest, or one that died (its stream closed while
+// it was running, without a final snapshot).
 #include <QLabel>
 #include <QTableWidget>
 #include <QWidget>
@@ -23,7 +24,8 @@ class WorkersPanel final : public QWidget {
   int attached_count() const;
   QTableWidget* table() const { return table_; }
   QString summary() const { return summary_->text(); }
-  // The row of the slowest running worker, -1 when fewer than two report a rate.
+  // The row of the slowest running worker, -1 when fewer than two report a rate or a worker died
+  // (then the dead one is what the job waits for).
   int slowest_row() const { return slowest_; }
 
   // "a:1, b:2 c:3" -> its addresses.
@@ -39,6 +41,7 @@ class WorkersPanel final : public QWidget {
     std::uint64_t done = 0;
     double last_elapsed = -1;  // of the last snapshot; -1 before the first
     QString bottleneck;
+    bool dead = false;  // its stream closed while it was running: no rate any more
   };
   void forget_clients();
   void update(std::size_t row, const metrics::MetricsSnapshot& snap);

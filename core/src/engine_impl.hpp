@@ -294,8 +294,14 @@ struct StageRuntime {
   int reads_from = -1;
   std::vector<StageRuntime*> maps_since_read;
 
-  // For the recent rates of snapshots.
-  std::uint64_t previous_ns = 0, previous_elements = 0, previous_bytes = 0;
+  // For the recent rates of snapshots: the previous snapshot's counts (devices), and the counts of
+  // the snapshots of the last kRecentRateWindowNs (elements and bytes, which a stage handing on
+  // chunks hands on many at a time: over one snapshot's interval it would swing to zero and back).
+  std::uint64_t previous_ns = 0;
+  struct RateSample {
+    std::uint64_t ns, elements, bytes;
+  };
+  std::deque<RateSample> rate_samples;
   std::vector<std::uint64_t> previous_device_bytes;  // feed sinks: per device
 };
 

@@ -7,6 +7,12 @@
 
 namespace sluice {
 
+namespace {
+// Recent rates are over the last 2 s: long enough that a stage handing on chunks of thousands of
+// elements a few times a second reads as a steady rate, short enough to follow a change.
+constexpr std::uint64_t kRecentRateWindowNs = 2'000'000'000;
+}  // namespace
+
 metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
   std::lock_guard lock(snapshot_mutex);
   metrics::MetricsSnapshot snap;
@@ -117,10 +123,13 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
       for (const auto& [kind, count] : st.skip_reason_counts) (*m->mutable_skip_reason_counts())[kind] = count;
     }
     m->set_epoch(c.epoch.load());
-    if (st.previous_ns && now > st.previous_ns) {
-      double dt = (now - st.previous_ns) / 1e9;
-      m->set_recent_elements_per_s((el_out - st.previous_elements) / dt);
-      m->set_recent_bytes_per_s((by_out - st.previous_bytes) / dt);
+    // The oldest sample kept is the last one at least the window old (or the first of the run).
+    while (st.rate_samples.size() > 1 && st.rate_samples[1].ns + kRecentRateWindowNs <= now) st.rate_samples.pop_front();
+    if (!st.rate_samples.empty() && now > st.rate_samples.front().ns) {
+      const auto& since = st.rate_samples.front();
+      const double dt = (now - since.ns) / 1e9;
+      m->set_recent_elements_per_s((el_out - std::min(el_out, since.elements)) / dt);
+      m->set_recent_bytes_per_s((by_out - std::min(by_out, since.bytes)) / dt);
     } else {
       m->set_recent_elements_per_s(m->elements_per_s());
       m->set_recent_bytes_per_s(m->bytes_per_s());
@@ -145,8 +154,7 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
       }
     }
     st.previous_ns = now;
-    st.previous_elements = el_out;
-    st.previous_bytes = by_out;
+    st.rate_samples.push_back({now, el_out, by_out});
   }
   if (autotune) {
     auto* a = snap.mutable_autotune();

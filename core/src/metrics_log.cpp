@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "sluice/error.hpp"
 
@@ -36,9 +37,25 @@ MetricsLog::MetricsLog(std::filesystem::path file) {
 
 MetricsLog::~MetricsLog() = default;  // not closed: the run did not end normally, the .partial stays
 
-void MetricsLog::append(const metrics::MetricsSnapshot& snapshot) {
-  std::string line = snapshot_to_json(snapshot) + "\n";
+void MetricsLog::set_pipeline(std::string file, std::string text) {
   std::lock_guard lock(mutex_);
+  pipeline_.set_file(std::move(file));
+  pipeline_.set_text(std::move(text));
+}
+
+void MetricsLog::append(const metrics::MetricsSnapshot& snapshot) {
+  std::unique_lock lock(mutex_);
+  const bool first = std::exchange(first_, false);
+  std::string line;
+  if (first && !pipeline_.text().empty()) {
+    metrics::MetricsSnapshot with_pipeline = snapshot;
+    *with_pipeline.mutable_pipeline() = pipeline_;
+    line = snapshot_to_json(with_pipeline) + "\n";
+  } else {
+    lock.unlock();  // the JSON of a snapshot is the costly part: not under the lock
+    line = snapshot_to_json(snapshot) + "\n";
+    lock.lock();
+  }
   if (!out_.is_open() || !write_error_.empty()) return;
   try {
     out_.write(line);

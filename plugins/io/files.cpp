@@ -84,6 +84,25 @@ std::vector<std::string> glob(const std::string& pattern) {
   return unique;
 }
 
+// What a pattern that matches nothing runs into: the deepest folder before its first wildcard,
+// missing or present. (The host has made a pipeline file's relative patterns absolute already;
+// a pattern still relative starts from the current directory.)
+std::string why_nothing_matches(const std::string& pattern) {
+  fs::path fixed;
+  for (const auto& part : fs::path(pattern)) {
+    if (part.string().find_first_of("*?[") != std::string::npos) break;
+    fixed /= part;
+  }
+  const bool wildcard = pattern.find_first_of("*?[") != std::string::npos;
+  fs::path folder = wildcard ? fixed : fixed.parent_path();
+  if (folder.empty()) folder = ".";
+  const std::string shown = fs::path(folder).is_relative() ? folder.string() + " (from the current directory " + fs::current_path().string() + ")"
+                                                           : folder.string();
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) return "the folder " + shown + " does not exist";
+  return "the folder " + shown + " holds nothing matching it";
+}
+
 class ListFiles final : public Source {
  public:
   static OperatorInfo describe() {
@@ -108,9 +127,7 @@ class ListFiles final : public Source {
     info_ = info;
     for (const auto& pattern : patterns_) {
       auto matched = glob(pattern);
-      if (matched.empty())
-        throw DataError("pattern '" + pattern + "' matches no file (relative patterns start from " +
-                        fs::current_path().string() + ")");
+      if (matched.empty()) throw DataError("pattern '" + pattern + "' matches no file: " + why_nothing_matches(pattern));
       files_.insert(files_.end(), matched.begin(), matched.end());
     }
   }

@@ -27,6 +27,8 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
+  // The pipeline the run ran, written into the first snapshot (call before the first append).
+  void set_pipeline(std::string file, std::string text);
   void append(const metrics::MetricsSnapshot& snapshot);  // thread-safe with itself
   void close();  // flushes and renames; throws Error on failure
 
@@ -36,6 +38,8 @@ class MetricsLog {
   std::mutex mutex_;
   AtomicOutputFile out_;
   std::string write_error_;
+  metrics::RunPipeline pipeline_;
+  bool first_ = true;
 };
 
 // Every snapshot of a log, in order. Throws Error naming the file and line of a bad line.
