@@ -12,6 +12,7 @@
 #include <QMenu>
 #include <QLineEdit>
 #include <QMimeData>
+#include <QDockWidget>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -150,6 +151,8 @@ class TestStudio : public QObject {
   void init() {
     window_ = std::make_unique<MainWindow>(sluice::test::registry());
     window_->ask_to_save = [] { return QMessageBox::Discard; };
+    // The offscreen screen is 800x600: the tests work in the window a 1600x1000 screen gives.
+    window_->resize(1600, 1000);
     window_->show();
     QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
   }
@@ -970,6 +973,25 @@ class TestStudio : public QObject {
     QVERIFY2(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text().contains("already has a cache"),
              qPrintable(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text()));
     QVERIFY(!window_->open_metrics_log(dir_.filePath("no-such.jsonl")));
+  }
+
+  // The window fits the screen it opens on, and comes back with the size, position and docks it
+  // was closed with.
+  void the_window_fits_the_screen_and_remembers_its_layout() {
+    const QRect available = window_->screen()->availableGeometry();
+    MainWindow fresh(sluice::test::registry());
+    QVERIFY(fresh.width() <= available.width() && fresh.height() <= available.height());
+    window_->resize(1100, 750);
+    window_->findChild<QDockWidget*>("inspector")->hide();
+    QVERIFY(window_->close());
+    MainWindow reopened(sluice::test::registry());
+    reopened.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&reopened));
+    QCOMPARE(reopened.size(), QSize(1100, 750));
+    QVERIFY(!reopened.findChild<QDockWidget*>("inspector")->isVisible());
+    reopened.findChild<QDockWidget*>("inspector")->show();
+    reopened.resize(1600, 1000);
+    QVERIFY(reopened.close());  // the next tests' windows start as before
   }
 
   // A metrics log opens as the run it recorded: its own pipeline on the canvas (whatever was open),

@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QMap>
 #include <QMenuBar>
+#include <QScreen>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -174,7 +175,18 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
 
   refresh_problems();
   refresh_title();
-  resize(1600, 1000);
+  restore_window_layout();
+}
+
+void MainWindow::restore_window_layout() {
+  // Never larger than the screen's free area (less room for the window manager's frame): the
+  // status bar, where run states and errors appear, stays on screen.
+  const QRect available = screen() ? screen()->availableGeometry() : QRect(0, 0, 1600, 1000);
+  resize(std::min(1600, available.width() * 94 / 100), std::min(1000, available.height() * 92 / 100));
+  // Then what the user left it at: size, position and docks.
+  QSettings settings("Sluice", "Sluice Studio");
+  if (settings.contains("window/geometry")) restoreGeometry(settings.value("window/geometry").toByteArray());
+  if (settings.contains("window/docks")) restoreState(settings.value("window/docks").toByteArray());
 }
 
 MainWindow::~MainWindow() {
@@ -878,6 +890,9 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   if (runner_.running()) {
     runner_.stop();
   }
+  QSettings settings("Sluice", "Sluice Studio");
+  settings.setValue("window/geometry", saveGeometry());
+  settings.setValue("window/docks", saveState());
   event->accept();
 }
 

@@ -74,6 +74,8 @@ class MainWindow final : public QMainWindow {
 
  private:
   void build_actions();
+  // The window's size within the screen, then the size, position and docks it was closed with.
+  void restore_window_layout();
   void refresh_problems();
   void refresh_title();
   void show_status(const QString& text, int ms = 0);
