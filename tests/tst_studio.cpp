@@ -415,6 +415,26 @@ class TestStudio : public QObject {
     QCOMPARE(window_->document().spec().stage_size(), 0);  // what was open stays
   }
 
+  // Without a display: --help still prints the options; anything else says a display is needed
+  // (Qt alone aborts with exit 134).
+  void the_program_without_a_display_helps_and_says_what_it_needs() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* variable : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) env.remove(variable);
+    QProcess help;
+    help.setProcessEnvironment(env);
+    help.start(SLUICE_STUDIO_BIN, {"--help"});
+    QVERIFY(help.waitForFinished(10000));
+    QCOMPARE(help.exitCode(), 0);
+    QVERIFY(QString::fromUtf8(help.readAllStandardOutput()).contains("--screenshot"));
+    QProcess bare;
+    bare.setProcessEnvironment(env);
+    bare.start(SLUICE_STUDIO_BIN, {});
+    QVERIFY(bare.waitForFinished(10000));
+    QCOMPARE(bare.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(bare.exitCode(), 2);
+    QVERIFY(QString::fromUtf8(bare.readAllStandardError()).contains("needs a display"));
+  }
+
   // `sluice-studio FILE` with a file that cannot be opened: the window opens and says why (and
   // stderr too), rather than the program ending with no window and no message.
   void the_program_opens_its_window_and_explains_a_file_it_cannot_open() {

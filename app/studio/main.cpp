@@ -9,28 +9,66 @@
 #include <QTabWidget>
 #include <QTimer>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "main_window.hpp"
 
+namespace {
+
+const QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
+const QCommandLineOption attach("attach", "follow a headless run's metrics endpoint, or each worker's (comma-separated)", "HOST:PORT");
+const QCommandLineOption screenshot("screenshot", "run the pipeline, then save the window with the run's verdict as PNG to FILE, exit",
+                                    "FILE");
+const QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
+const QCommandLineOption tab("tab", "with --screenshot: the bottom tab to show (Monitor, Problems, Log, Verdict; default: the verdict)",
+                             "NAME");
+const QCommandLineOption list_palette("list-palette",
+                                      "print the palette's operators as the window shows them (plugin / kind / operator) and exit");
+
+void set_up(QCommandLineParser& cli) {
+  cli.setApplicationDescription("Build input pipelines visually and watch every stage live.");
+  cli.addHelpOption();
+  cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
+  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab, list_palette});
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    for (const char* help : {"-h", "--help", "-?", "--help-all"})
+      if (std::strcmp(argv[i], help) == 0) return true;
+  return false;
+}
+
+// Qt aborts (exit 134) when the window system it would use is not there: say so instead.
+bool has_a_display() {
+  for (const char* variable : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+    if (const char* value = std::getenv(variable); value && *value) return true;
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (asks_for_help(argc, argv)) {
+    // The help needs no window system: a terminal without a display gets it too.
+    QCoreApplication text_only(argc, argv);
+    QCoreApplication::setApplicationName("Sluice Studio");
+    QCommandLineParser cli;
+    set_up(cli);
+    cli.process(text_only);  // prints the help and exits
+  }
+  if (!has_a_display()) {
+    std::fprintf(stderr, "sluice-studio needs a display: set DISPLAY (X11) or WAYLAND_DISPLAY; without one, "
+                         "QT_QPA_PLATFORM=offscreen runs --screenshot and --list-palette\n");
+    return 2;
+  }
   QApplication app(argc, argv);
   QApplication::setApplicationName("Sluice Studio");
   QApplication::setOrganizationName("Sluice");
   QCommandLineParser cli;
-  cli.setApplicationDescription("Build input pipelines visually and watch every stage live.");
-  cli.addHelpOption();
-  cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
-  QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
-  QCommandLineOption attach("attach", "follow a headless run's metrics endpoint, or each worker's (comma-separated)", "HOST:PORT");
-  QCommandLineOption screenshot("screenshot", "run the pipeline, then save the window with the run's verdict as PNG to FILE, exit",
-                                "FILE");
-  QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
-  QCommandLineOption tab("tab", "with --screenshot: the bottom tab to show (Monitor, Problems, Log, Verdict; default: the verdict)",
-                         "NAME");
-  QCommandLineOption list_palette("list-palette",
-                                  "print the palette's operators as the window shows them (plugin / kind / operator) and exit");
-  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab, list_palette});
+  set_up(cli);
   cli.process(app);
 
   sluice::Registry registry;
