@@ -13,6 +13,7 @@
 #include <QLineEdit>
 #include <QMimeData>
 #include <QDockWidget>
+#include <QToolBar>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -993,6 +994,25 @@ class TestStudio : public QObject {
     QVERIFY2(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text().contains("already has a cache"),
              qPrintable(window_->findChild<QLabel*>(QString("outcome_%1").arg(again))->text()));
     QVERIFY(!window_->open_metrics_log(dir_.filePath("no-such.jsonl")));
+  }
+
+  // The toolbar's tooltips give each action's shortcut, and its buttons stay put as Undo's text
+  // names the step it would undo.
+  void the_toolbar_says_its_shortcuts_and_keeps_its_buttons_in_place() {
+    using sluice::test::stage;
+    auto* bar = window_->findChild<QToolBar*>("main_toolbar");
+    QVERIFY(bar);
+    QVERIFY2(bar->widgetForAction(window_->action("run"))->toolTip().contains("F5"),
+             qPrintable(bar->widgetForAction(window_->action("run"))->toolTip()));
+    QVERIFY(bar->widgetForAction(window_->action("save"))->toolTip().contains("Ctrl+S"));
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("out", "null_sink", "src"), "bar.txtpb");
+    const int run_x = bar->widgetForAction(window_->action("run"))->x();
+    window_->document().set_stage_field("src", "parallelism", 1);
+    QVERIFY(window_->action("undo")->text().size() > QString("&Undo").size());
+    QApplication::processEvents();
+    QCOMPARE(bar->widgetForAction(window_->action("run"))->x(), run_x);
+    QVERIFY2(bar->widgetForAction(window_->action("undo"))->toolTip().contains("Ctrl+Z"),
+             qPrintable(bar->widgetForAction(window_->action("undo"))->toolTip()));
   }
 
   // The window fits the screen it opens on, and comes back with the size, position and docks it

@@ -361,6 +361,21 @@ void MainWindow::build_actions() {
   bar->addAction(action("run"));
   bar->addAction(action("stop"));
   bar->addAction(action("attach"));
+  // Undo's text names the step ("Undo Set work parallelism"): the button keeps one word, so the
+  // buttons after it do not move; every button's tooltip says what it does and its shortcut.
+  undo->setIconText("Undo");
+  redo->setIconText("Redo");
+  for (QAction* a : bar->actions()) {
+    auto describe = [a] {
+      QString text = a->text().remove('&');
+      if (text.endsWith(QString::fromUtf8("\u2026"))) text.chop(1);
+      const QString key = a->shortcut().toString(QKeySequence::NativeText);
+      const QString tip = key.isEmpty() ? text : QString("%1 (%2)").arg(text, key);
+      if (a->toolTip() != tip) a->setToolTip(tip);
+    };
+    describe();
+    connect(a, &QAction::changed, a, describe);
+  }
 }
 
 void MainWindow::refresh_problems() {
