@@ -541,6 +541,18 @@ class TestStudio : public QObject {
     QCOMPARE(window_->inspector().findChild<QSpinBox*>("stage:parallelism")->text(), QString("autotune"));
     type_into(window_->inspector().findChild<QSpinBox*>("stage:parallelism"), "4");
     QCOMPARE(window_->document().spec().stage(1).parallelism(), 4);
+    // A stage that keeps state runs on one worker: no count is offered for it; padded_batch
+    // assembles its batches in parallel: it is.
+    open_text(sluice::test::stage("src", "range", "") + sluice::test::stage("mix", "shuffle", "src", {{"buffer_size", "10"}}) +
+                  sluice::test::stage("pad", "padded_batch", "mix", {{"batch_size", "4"}}) + sluice::test::stage("out", "null_sink", "pad"),
+              "stateful.txtpb");
+    click_node("mix");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "mix");
+    QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:parallelism"));
+    QVERIFY(window_->inspector().findChild<QLabel*>("stage:parallelism")->text().contains("keeps state"));
+    click_node("pad");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "pad");
+    QVERIFY(window_->inspector().findChild<QSpinBox*>("stage:parallelism"));
   }
 
   // Pipeline files live in git with their comments and one line per stage: open and save keeps
@@ -559,13 +571,13 @@ class TestStudio : public QObject {
       QVERIFY(window_->save_to(copy));
       QVERIFY2(sluice::test::read_file(copy.toStdString()) == original, qPrintable(name + " changed on save"));
 
-      // One edit through the inspector: the first stage's workers, typed and entered.
+      // One edit through the inspector: the first stage's output buffer, typed and entered.
       const auto& spec = window_->document().spec();
       const QString id = QString::fromStdString(spec.stage(0).id());
       click_node(id);
       QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == id);
-      type_into(window_->inspector().findChild<QSpinBox*>("stage:parallelism"), "3");
-      QCOMPARE(spec.stage(0).parallelism(), 3);
+      type_into(window_->inspector().findChild<QSpinBox*>("stage:buffer_size"), "3");
+      QCOMPARE(spec.stage(0).buffer_size(), 3);
       QTest::keyClick(window_.get(), Qt::Key_S, Qt::ControlModifier);
       QVERIFY(!window_->document().modified());
       const QStringList before = QString::fromStdString(original).split('\n');
@@ -575,7 +587,7 @@ class TestStudio : public QObject {
       for (int i = 0; i < before.size(); ++i)
         if (before[i] != after[i]) {
           ++changed;
-          QVERIFY2(after[i].contains("id: \"" + id + "\"") && after[i].contains("parallelism: 3"), qPrintable(name + ": " + after[i]));
+          QVERIFY2(after[i].contains("id: \"" + id + "\"") && after[i].contains("buffer_size: 3"), qPrintable(name + ": " + after[i]));
         }
       QVERIFY2(changed == 1, qPrintable(name));
     }
