@@ -1008,6 +1008,32 @@ class TestStudio : public QObject {
     QVERIFY(!window_->open_metrics_log(dir_.filePath("no-such.jsonl")));
   }
 
+  // A file without positions is laid out on open; moving one node saves a position, in whole
+  // pixels, for that stage alone: every other line stays as it was.
+  void moving_one_node_saves_its_position_only() {
+    using sluice::test::stage;
+    const std::string text = stage("src", "range", "", {{"count", "10"}}) + stage("work", "identity", "src") +
+                             stage("out", "null_sink", "work");
+    const QString file = write_text(dir_.filePath("placed.txtpb"), text);
+    QVERIFY(window_->open_file(file));
+    window_->view().scale(1.37, 1.37);  // a drag at this zoom lands on fractions of a pixel
+    QTRY_VERIFY(node("work"));
+    const QPoint from = at(node("work")->sceneBoundingRect().center() + QPointF(0, -20));
+    drag(from, from + QPoint(37, 23));
+    QVERIFY(window_->save_to(file));
+    const QStringList before = QString::fromStdString(text).split('\n');
+    const QStringList after = QString::fromStdString(sluice::test::read_file(file.toStdString())).split('\n');
+    QCOMPARE(after.size(), before.size());
+    for (int i = 0; i < before.size(); ++i) {
+      if (before[i].contains("id: \"work\"")) {
+        static const QRegularExpression whole(R"(layout \{ x: -?\d+ y: -?\d+ \})");
+        QVERIFY2(after[i].contains(whole), qPrintable(after[i]));
+      } else {
+        QCOMPARE(after[i], before[i]);
+      }
+    }
+  }
+
   // The toolbar's tooltips give each action's shortcut, and its buttons stay put as Undo's text
   // names the step it would undo.
   void the_toolbar_says_its_shortcuts_and_keeps_its_buttons_in_place() {

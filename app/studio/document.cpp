@@ -1,5 +1,6 @@
 #include "document.hpp"
 
+#include <cmath>
 #include <functional>
 
 #include <google/protobuf/util/message_differencer.h>
@@ -100,17 +101,18 @@ void Document::open(const QString& file) {
 }
 
 void Document::save(const QString& file) {
+  // Positions go into the file only for the stages the user placed: one laid out when the file was
+  // opened and not moved since keeps its line as it was.
   spec::PipelineSpec to_write = spec_;
-  bool moved = false;
-  for (const auto& st : to_write.stage()) {
+  for (auto& st : *to_write.mutable_stage()) {
     auto it = laid_out_on_open_.find(st.id());
-    moved = moved || (it != laid_out_on_open_.end() && !MessageDifferencer::Equals(it->second, st.layout()));
+    if (it != laid_out_on_open_.end() && MessageDifferencer::Equals(it->second, st.layout())) st.clear_layout();
   }
-  if (!moved)
-    for (auto& st : *to_write.mutable_stage())
-      if (laid_out_on_open_.count(st.id())) st.clear_layout();
   file_text_ = write_pipeline_file(to_write, file.toStdString(), file_text_);
-  if (moved) laid_out_on_open_.clear();
+  for (auto it = laid_out_on_open_.begin(); it != laid_out_on_open_.end();) {
+    const auto* st = find_stage(spec_, QString::fromStdString(it->first));
+    it = st && MessageDifferencer::Equals(it->second, st->layout()) ? std::next(it) : laid_out_on_open_.erase(it);
+  }
   file_ = QFileInfo(file).absoluteFilePath();
   undo_.setClean();
   emit file_changed(file_);
@@ -171,8 +173,8 @@ QString Document::add_stage(const QString& op, QPointF position) {
     auto* st = s.add_stage();
     st->set_id(id.toStdString());
     st->set_op(op.toStdString());
-    st->mutable_layout()->set_x(position.x());
-    st->mutable_layout()->set_y(position.y());
+    st->mutable_layout()->set_x(std::round(position.x()));
+    st->mutable_layout()->set_y(std::round(position.y()));
   });
   return id;
 }
@@ -263,8 +265,9 @@ void Document::connect_stages(const QString& from, const QString& to, int input)
 void Document::move_stage(const QString& id, QPointF position) {
   edit(QString("Move %1").arg(id), [&](spec::PipelineSpec& s) {
     if (auto* st = find_stage(s, id)) {
-      st->mutable_layout()->set_x(position.x());
-      st->mutable_layout()->set_y(position.y());
+      // Whole pixels: a dragged node's position is a fraction of the view's scale.
+      st->mutable_layout()->set_x(std::round(position.x()));
+      st->mutable_layout()->set_y(std::round(position.y()));
     }
   }, "move " + id);
 }
