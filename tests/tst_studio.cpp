@@ -592,7 +592,8 @@ class TestStudio : public QObject {
       QVERIFY2(changed == 1, qPrintable(name));
     }
 
-    // A file without positions keeps none, until a node is moved: then every node's is saved.
+    // A file without positions keeps none, until a node is moved: then that node's is saved, and
+    // the others are laid out again as before when it is reopened.
     const QString demo = dir_.filePath("demo.txtpb");
     QVERIFY(window_->open_file(demo));
     QVERIFY(!QString::fromStdString(sluice::test::read_file(demo.toStdString())).contains("layout"));
@@ -1032,6 +1033,20 @@ class TestStudio : public QObject {
         QCOMPARE(after[i], before[i]);
       }
     }
+  }
+
+  // New starts at 1:1 whatever the old pipeline's zoom, and an empty canvas says how to start.
+  void new_resets_the_zoom_and_an_empty_canvas_says_how_to_start() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("out", "null_sink", "src"), "zoomed.txtpb");
+    window_->view().zoom_by(2.5);
+    window_->action("new")->trigger();
+    QCOMPARE(window_->view().transform().m11(), 1.0);
+    const QImage shown = window_->view().viewport()->grab().toImage();
+    int ink = 0;
+    for (int x = 0; x < shown.width(); ++x)
+      for (int y = shown.height() / 2 - 20; y < shown.height() / 2 + 20; ++y) ink += qGray(shown.pixel(x, y)) < 180;
+    QVERIFY2(ink > 100, qPrintable(QString::number(ink)));  // the hint's text
   }
 
   // The toolbar's tooltips give each action's shortcut, and its buttons stay put as Undo's text

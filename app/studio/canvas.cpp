@@ -165,9 +165,9 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
     p->setBrush(usable ? QColor(70, 120, 200) : Qt::white);
     p->drawEllipse(at, kPortRadius, kPortRadius);
   };
+  // Only ports that take a connection: a source has no input, a sink no output.
   for (int k = 0; k < input_ports_; ++k) port(input_port_local(k), true);
-  if (input_ports_ == 0) port(QPointF(0, kHeight / 2), false);
-  port(QPointF(kWidth, kHeight / 2), gives_output_);
+  if (gives_output_) port(QPointF(kWidth, kHeight / 2), true);
 }
 
 QVariant NodeItem::itemChange(GraphicsItemChange change, const QVariant& value) {
@@ -504,9 +504,27 @@ void CanvasView::zoom_by(double factor) {
 void CanvasView::fit() {
   auto_fit_ = true;
   QRectF bounds = scene()->itemsBoundingRect();
-  if (bounds.isEmpty()) return;
+  if (bounds.isEmpty()) {
+    // Nothing to fit (New): back to 1:1 at the origin, where the first stage goes.
+    setTransform(QTransform());
+    centerOn(QPointF(0, 0));
+    return;
+  }
   fitInView(bounds.adjusted(-40, -40, 40, 40), Qt::KeepAspectRatio);
   if (transform().m11() > 1.0) setTransform(QTransform());
+}
+
+void CanvasView::drawForeground(QPainter* painter, const QRectF& rect) {
+  QGraphicsView::drawForeground(painter, rect);
+  if (!scene()->items().isEmpty()) return;
+  // An empty canvas says how to start.
+  painter->save();
+  painter->resetTransform();
+  painter->setPen(QColor(120, 125, 135));
+  painter->drawText(viewport()->rect(), Qt::AlignCenter | Qt::TextWordWrap,
+                    "Drag an operator from the list on the left, or press Ctrl+F and type its name.\n"
+                    "Ctrl+O opens a pipeline file; Run > Attach follows a headless run.");
+  painter->restore();
 }
 
 void CanvasView::resizeEvent(QResizeEvent* event) {

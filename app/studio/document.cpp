@@ -1,5 +1,6 @@
 #include "document.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -376,12 +377,15 @@ std::optional<QString> Document::rename_stage(const QString& id, const QString& 
 void Document::arrange() { edit("Arrange", [](spec::PipelineSpec& s) { lay_out(s); }); }
 
 bool Document::lay_out_unless_placed(spec::PipelineSpec& s) {
+  if (std::all_of(s.stage().begin(), s.stage().end(), [](const spec::Stage& st) { return st.has_layout(); })) return false;
+  // The stages without a position get the layout's; those the file places stay where they are.
+  std::map<std::string, spec::Layout> placed;
   for (const auto& st : s.stage())
-    if (!st.has_layout()) {
-      lay_out(s);
-      return true;
-    }
-  return false;
+    if (st.has_layout()) placed[st.id()] = st.layout();
+  lay_out(s);
+  for (auto& st : *s.mutable_stage())
+    if (auto it = placed.find(st.id()); it != placed.end()) *st.mutable_layout() = it->second;
+  return true;
 }
 
 void Document::lay_out(spec::PipelineSpec& s) {

@@ -225,6 +225,7 @@ void MainWindow::build_actions() {
     clear_verdict();
     set_run_state("No run");
     document_.reset({}, {});
+    view_->fit();  // the old pipeline's zoom goes with it
   }));
   file->addAction(add("open", "&Open…", QKeySequence::Open, [this] {
     if (!confirm_discard()) return;
