@@ -82,6 +82,21 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     }
   }
 
+  // A file cut short (a copy interrupted, an editor's half-saved buffer) says so, rather than
+  // "Expected identifier, got: " with nothing after it.
+  void a_file_cut_short_says_so() {
+    for (const char* text : {"stage { id: \"a\" op: \"range\" }\nstage { id: \"b\" op: \"null_sink\" input: \"a\" ",
+                             "stage { id: \"a\" op: \"range\" }\nstage { id: \"b\" op: "}) {
+      try {
+        sluice::parse_pipeline(text, "cut.txtpb");
+        QFAIL("no error");
+      } catch (const sluice::SpecError& e) {
+        QVERIFY2(has(e.what(), "cut.txtpb:2:") && has(e.what(), "the file ends here: is it cut short"), e.what());
+        QVERIFY2(!has(e.what(), "got: \n") && std::string(e.what()).back() != ' ', e.what());
+      }
+    }
+  }
+
   void json_is_accepted_and_bad_json_is_reported() {
     auto doc = sluice::parse_pipeline(R"({"stage":[{"id":"src","op":"range","params":{"count":"3"}},
       {"id":"out","op":"null_sink","input":["src"]}]})", "p.json");

@@ -44,7 +44,13 @@ class CollectErrors final : public google::protobuf::io::ErrorCollector {
  public:
   explicit CollectErrors(std::string file) : file_(std::move(file)) {}
   void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    problems.push_back({file_, line + 1, column + 1, "", "", "syntax error: " + message});
+    // Protobuf names the token it found: none at the end of the text, which reads as "got: ".
+    static constexpr std::string_view kNothing = "got: ";
+    std::string text = message;
+    if (text.size() >= kNothing.size() && text.compare(text.size() - kNothing.size(), kNothing.size(), kNothing) == 0)
+      text = text.substr(0, text.size() - kNothing.size()) + "but the file ends here: is it cut short (a stage not closed with `}`, "
+                                                              "a name without its value)?";
+    problems.push_back({file_, line + 1, column + 1, "", "", "syntax error: " + text});
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   std::vector<Problem> problems;
