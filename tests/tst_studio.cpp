@@ -1035,6 +1035,19 @@ class TestStudio : public QObject {
     }
   }
 
+  // Cleared charts forget the old run's axes too.
+  void cleared_charts_start_from_fresh_axes() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "300000"}}) + stage("out", "null_sink", "src"), "fast.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    auto* rates = qobject_cast<QLogValueAxis*>(window_->monitor().throughput_view()->chart()->axes(Qt::Vertical).value(0));
+    QVERIFY(rates);
+    QVERIFY2(rates->max() > 10, qPrintable(QString::number(rates->max())));
+    window_->action("new")->trigger();
+    QCOMPARE(rates->max(), 10.0);
+  }
+
   // New starts at 1:1 whatever the old pipeline's zoom, and an empty canvas says how to start.
   void new_resets_the_zoom_and_an_empty_canvas_says_how_to_start() {
     using sluice::test::stage;

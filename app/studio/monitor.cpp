@@ -141,6 +141,10 @@ void MonitorPanel::clear() {
   shown_.Clear();
   hover_text_.clear();
   update_legends();
+  // The axes of no run: the last run's seconds and rates went with its lines.
+  set_ticks(throughput_x_, 0, 10, 5);
+  set_ticks(occupancy_x_, 0, 10, 5);
+  throughput_y_->setRange(kRateFloor, 10);
 }
 
 void MonitorPanel::update_legends() {
