@@ -1173,6 +1173,15 @@ class TestStudio : public QObject {
     search_and_add("shuf");
     QTRY_VERIFY(node("shuffle"));
     QCOMPARE(input_of(window_->document().spec(), "shuffle"), QString("src"));
+    // Placed beside the stage it follows, on no other node; the next one after it, beside it.
+    QVERIFY(node("shuffle")->x() > node("src")->x() + sluice::studio::NodeItem::kWidth);
+    QCOMPARE(node("shuffle")->y(), node("src")->y());
+    QTest::keyClick(window_.get(), Qt::Key_F, Qt::ControlModifier);
+    search_and_add("take");
+    QTRY_VERIFY(node("take"));
+    QVERIFY(node("take")->x() > node("shuffle")->x() + sluice::studio::NodeItem::kWidth);
+    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    QTRY_VERIFY(!node("take"));
     // One undo step takes the stage and its connection.
     QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
     QTRY_VERIFY(!node("shuffle"));

@@ -587,17 +587,30 @@ void MainWindow::add_from_palette(const QString& op) {
       }
     }
   }
-  // Added after the selected stage when it can take the new one's input there.
+  // Added after the selected stage when it can take the new one's input there, and placed beside
+  // it (below any node already there); with nothing selected, in view, staggered so that several
+  // added in a row do not cover each other.
   const QStringList selected = scene_->selected_stage_ids();
-  // In view, staggered so that several added in a row do not cover each other.
-  const QPointF centre = view_->mapToScene(view_->viewport()->rect().center());
-  const QPointF at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
-  ++added_;
+  QPointF at;
+  if (selected.size() == 1 && scene_->node(selected.front())) {
+    at = scene_->node(selected.front())->pos() + QPointF(NodeItem::kWidth + 70, 0);
+    auto taken = [&](QPointF p) {
+      const QRectF wanted(p, QSizeF(NodeItem::kWidth, NodeItem::kHeight));
+      for (const auto& st : document_.spec().stage())
+        if (auto* n = scene_->node(QString::fromStdString(st.id())); n && n->sceneBoundingRect().intersects(wanted)) return true;
+      return false;
+    };
+    for (int tries = 0; tries < 20 && taken(at); ++tries) at += QPointF(0, NodeItem::kHeight + 30);
+  } else {
+    const QPointF centre = view_->mapToScene(view_->viewport()->rect().center());
+    at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
+    ++added_;
+  }
   document_.undo_stack()->beginMacro(QString("Add %1").arg(op));
   const QString id = document_.add_stage(op, at);
   if (selected.size() == 1 && !document_.connection_refusal(selected.front(), id)) document_.connect_stages(selected.front(), id);
   document_.undo_stack()->endMacro();
-  scene_->select_stage(id);
+  scene_->select_stage(id, true);
 }
 
 void MainWindow::delete_selection() {
