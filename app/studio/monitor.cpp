@@ -102,9 +102,12 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   table_->horizontalHeaderItem(10)->setToolTip("Share of the values a batching stage wrote that are padding (padded_batch, "
                                                "bucket_by_sequence_length, pack_sequences); bucketing and packing lower it");
   table_->verticalHeader()->hide();
-  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
   table_->horizontalHeader()->setSectionsClickable(true);
-  table_->horizontalHeader()->setSortIndicatorShown(false);
+  // Shown from the start, with no section sorted: every header has room for the arrow already,
+  // so sorting does not widen the columns.
+  table_->horizontalHeader()->setSortIndicatorShown(true);
+  table_->horizontalHeader()->setSortIndicator(-1, Qt::AscendingOrder);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   connect(table_->horizontalHeader(), &QHeaderView::sectionClicked, this, [this](int column) {
     // Numbers sort largest first, names alphabetically; a second click turns the order round.
@@ -134,6 +137,7 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
 
 void MonitorPanel::clear() {
   table_->setRowCount(0);
+  for (int c = 0; c < table_->columnCount(); ++c) table_->horizontalHeader()->resizeSection(c, table_->horizontalHeader()->sectionSizeHint(c));
   throughput_->chart()->removeAllSeries();
   occupancy_->chart()->removeAllSeries();
   throughput_series_.clear();
@@ -194,8 +198,7 @@ void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& ser
 void MonitorPanel::sort_by(int column, Qt::SortOrder order) {
   sort_column_ = column;
   sort_order_ = order;
-  table_->horizontalHeader()->setSortIndicatorShown(column >= 0);
-  if (column >= 0) table_->horizontalHeader()->setSortIndicator(column, order);
+  table_->horizontalHeader()->setSortIndicator(column, order);  // -1: no arrow
   fill_table();
 }
 
@@ -315,6 +318,19 @@ void MonitorPanel::fill_table() {
       table_->setItem(r, 10, cell(""));
       ++r;
     }
+  }
+  widen_columns();
+}
+
+void MonitorPanel::widen_columns() {
+  // Columns grow to what they hold and never shrink while a run is shown: a click on a header to
+  // sort does not move the headers under the pointer. (Resizing to contents redid every width at
+  // each snapshot.)
+  auto* header = table_->horizontalHeader();
+  for (int c = 0; c < table_->columnCount(); ++c) {
+    const int was = header->sectionSize(c);
+    table_->resizeColumnToContents(c);
+    if (header->sectionSize(c) < was) header->resizeSection(c, was);
   }
 }
 

@@ -44,6 +44,7 @@ class MonitorPanel final : public QWidget {
   void add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y, const QString& stage,
                  double t, double v);
   void fill_table();
+  void widen_columns();
   void update_legends();
   QTableWidget* table_;
   QChartView* throughput_;
