@@ -13,6 +13,7 @@
 #include <QLineEdit>
 #include <QMimeData>
 #include <QDockWidget>
+#include <QFileDialog>
 #include <QToolBar>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -1063,6 +1064,21 @@ class TestStudio : public QObject {
     for (int x = 0; x < shown.width(); ++x)
       for (int y = shown.height() / 2 - 20; y < shown.height() / 2 + 20; ++y) ink += qGray(shown.pixel(x, y)) < 180;
     QVERIFY2(ink > 100, qPrintable(QString::number(ink)));  // the hint's text
+  }
+
+  // File dialogs open in the open pipeline's folder, not the working directory.
+  void file_dialogs_open_in_the_pipelines_folder() {
+    QDir(dir_.path()).mkpath("dialogs");
+    QVERIFY(window_->open_file(write_text(dir_.filePath("dialogs/p.txtpb"), sluice::test::stage("src", "range", ""))));
+    QString shown;
+    QTimer::singleShot(0, this, [&] {
+      if (auto* dialog = qobject_cast<QFileDialog*>(QApplication::activeModalWidget())) {
+        shown = dialog->directory().absolutePath();
+        dialog->reject();
+      }
+    });
+    window_->action("open")->trigger();
+    QCOMPARE(shown, QDir(dir_.filePath("dialogs")).absolutePath());
   }
 
   // The toolbar's tooltips give each action's shortcut, and its buttons stay put as Undo's text

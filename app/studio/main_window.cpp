@@ -5,6 +5,7 @@
 #include <functional>
 
 #include <QCloseEvent>
+#include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -178,6 +179,15 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   restore_window_layout();
 }
 
+QString MainWindow::dialog_folder() const {
+  // The open pipeline's folder, else the last file opened's, else the home folder: never the
+  // working directory the app happened to start in.
+  if (!document_.read_only() && !document_.file().isEmpty()) return QFileInfo(document_.file()).absolutePath();
+  const QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent").toStringList();
+  if (!recent.isEmpty()) return QFileInfo(recent.first()).absolutePath();
+  return QDir::homePath();
+}
+
 void MainWindow::restore_window_layout() {
   // Never larger than the screen's free area (less room for the window manager's frame): the
   // status bar, where run states and errors appear, stays on screen.
@@ -229,13 +239,14 @@ void MainWindow::build_actions() {
   }));
   file->addAction(add("open", "&Open…", QKeySequence::Open, [this] {
     if (!confirm_discard()) return;
-    const QString f = QFileDialog::getOpenFileName(this, "Open pipeline", {}, "Pipelines (*.txtpb *.pbtxt *.json);;All files (*)");
+    const QString f = QFileDialog::getOpenFileName(this, "Open pipeline", dialog_folder(), "Pipelines (*.txtpb *.pbtxt *.json);;All files (*)");
     if (!f.isEmpty()) open_file(f);
   }));
   recent_menu_ = file->addMenu("Open &Recent");
   rebuild_recent_menu();
   file->addAction(add("open_metrics_log", "Open &metrics log…", QKeySequence(), [this] {
-    const QString f = QFileDialog::getOpenFileName(this, "Open a metrics log (sluice run --metrics-log)", {}, "Metrics logs (*.jsonl);;All files (*)");
+    const QString f = QFileDialog::getOpenFileName(this, "Open a metrics log (sluice run --metrics-log)", dialog_folder(),
+                                                   "Metrics logs (*.jsonl);;All files (*)");
     if (!f.isEmpty()) open_metrics_log(f);
   }));
   file->addAction(add("save", "&Save", QKeySequence::Save, [this] {
@@ -243,7 +254,9 @@ void MainWindow::build_actions() {
     save_to(document_.file());
   }));
   file->addAction(add("save_as", "Save &As…", QKeySequence("Ctrl+Shift+S"), [this] {
-    QString f = QFileDialog::getSaveFileName(this, "Save pipeline", document_.file(), "Pipelines (*.txtpb)");
+    QString f = QFileDialog::getSaveFileName(this, "Save pipeline",
+                                             document_.read_only() || document_.file().isEmpty() ? dialog_folder() : document_.file(),
+                                             "Pipelines (*.txtpb)");
     if (f.isEmpty()) return;
     if (QFileInfo(f).suffix().isEmpty()) f += ".txtpb";  // what Open and the CLI look for
     save_to(f);

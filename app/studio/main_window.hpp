@@ -76,6 +76,8 @@ class MainWindow final : public QMainWindow {
   void build_actions();
   // The window's size within the screen, then the size, position and docks it was closed with.
   void restore_window_layout();
+  // Where the file dialogs open.
+  QString dialog_folder() const;
   void refresh_problems();
   void refresh_title();
   void show_status(const QString& text, int ms = 0);
