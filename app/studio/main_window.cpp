@@ -759,17 +759,12 @@ bool MainWindow::open_metrics_log(const QString& file) {
 
 namespace {
 
-// A pipeline's stages as (id, operator), sorted: what a metrics log's numbers are attached to.
-std::vector<std::pair<std::string, std::string>> stage_names(const spec::PipelineSpec& spec) {
+// Stages (of a pipeline or a snapshot) as (id, operator), sorted: what a metrics log's numbers
+// are attached to.
+template <class Stages>
+std::vector<std::pair<std::string, std::string>> stage_names(const Stages& stages) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& st : spec.stage()) out.emplace_back(st.id(), st.op());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> stage_names(const metrics::MetricsSnapshot& snap) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& st : snap.stage()) out.emplace_back(st.id(), st.op());
+  for (const auto& st : stages) out.emplace_back(st.id(), st.op());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -777,12 +772,12 @@ std::vector<std::pair<std::string, std::string>> stage_names(const metrics::Metr
 }  // namespace
 
 std::optional<QString> MainWindow::show_pipeline_of_log(const metrics::MetricsSnapshot& first, const QString& name) {
-  const bool open_is_the_logs = !document_.read_only() && stage_names(document_.spec()) == stage_names(first);
+  const bool open_is_the_logs = !document_.read_only() && stage_names(document_.spec().stage()) == stage_names(first.stage());
   if (!first.has_pipeline()) {
     // A log written before logs carried their pipeline: only the open pipeline can be its.
     if (open_is_the_logs) return std::nullopt;
     QStringList stages;
-    for (const auto& [id, op] : stage_names(first)) stages << QString::fromStdString(id);
+    for (const auto& [id, op] : stage_names(first.stage())) stages << QString::fromStdString(id);
     return QString("%1 holds no copy of its pipeline (it was written by an older Sluice) and its stages (%2) are not the open "
                    "pipeline's: open the pipeline it was made from, then the log")
         .arg(name, stages.join(", "));
@@ -799,7 +794,7 @@ std::optional<QString> MainWindow::show_pipeline_of_log(const metrics::MetricsSn
   const QString original = QString::fromStdString(first.pipeline().file());
   if (!original.isEmpty() && QFileInfo::exists(original)) {
     try {
-      if (stage_names(read_pipeline_file(original.toStdString()).spec) == stage_names(logged) &&
+      if (stage_names(read_pipeline_file(original.toStdString()).spec.stage()) == stage_names(logged.stage()) &&
           open_file(original))
         return std::nullopt;
     } catch (const std::exception&) {

@@ -912,15 +912,15 @@ def _stand_ins(map_func, structure):
 def _whole_input(tensors):
     """The stand-in of interleave()'s function when `tensors` is its whole element (x, or the
     items (x, y, z) in the order the function received them); None when no stand-in is in it."""
+    refusal = ("from_tensors(): inside interleave()/flat_map() it takes the function's arguments whole and in order, "
+               "as from_tensors((x, y, z)); rearrange the items with a map() before the interleave")
     if isinstance(tensors, _Input):
         if tensors._position is not None:
-            raise TypeError("from_tensors(): inside interleave()/flat_map() it takes the function's arguments whole and "
-                            "in order, as from_tensors((x, y, z)); rearrange the items with a map() before the interleave")
+            raise TypeError(refusal)
         return tensors
     if isinstance(tensors, (tuple, list)) and any(isinstance(t, _Input) for t in tensors):
         if [getattr(t, "_position", None) if isinstance(t, _Input) else None for t in tensors] != list(builtins.range(len(tensors))):
-            raise TypeError("from_tensors(): inside interleave()/flat_map() it takes the function's arguments whole and "
-                            "in order, as from_tensors((x, y, z)); rearrange the items with a map() before the interleave")
+            raise TypeError(refusal)
         return tensors[0]
     return None
 
