@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   qt6-base-dev                 # Qt 6 Widgets, Network and Test (app and test suites)
   qt6-charts-dev libqt6opengl6-dev  # the studio's charts (Qt Charts needs Qt OpenGL's CMake files)
+  libgraphviz-dev              # the studio's canvas layout (Graphviz's dot)
+  xvfb                         # the studio's window tests on a real X server (tests/studio_xcb.sh)
   libboost-dev                 # Boost.DLL, header-only
   libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev

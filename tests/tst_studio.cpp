@@ -1414,6 +1414,87 @@ class TestStudio : public QObject {
     }
   }
 
+  // Opened without positions, and after Arrange, a pipeline lies in layers as Graphviz's dot draws
+  // it: no node over another, every edge left to right, a branch and a merge without crossings
+  // (straight lines between the ports, input 0 on top).
+  void the_layout_is_layered_left_to_right_without_crossings() {
+    using sluice::test::stage;
+    // A diamond: one source read by two maps, zipped back in port order; a tee into two sinks.
+    const std::string diamond = stage("source", "range", "", {{"stop", "10"}}) + stage("left", "identity", "source") +
+                                stage("right", "identity", "source") + stage("joined", "zip", "right", {}, "input: \"left\"") +
+                                stage("kept", "null_sink", "joined") + stage("also", "null_sink", "source");
+    QList<QString> files;
+    for (const char* name : {"train_eval_split.txtpb", "mix_two_datasets.txtpb", "train_and_keep_copy.txtpb"})
+      files << QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/" + name;
+    files << write_text(dir_.filePath("diamond.txtpb"), diamond);
+    for (const QString& file : files) {
+      for (bool arranged : {false, true}) {
+        QVERIFY(window_->open_file(file));
+        if (arranged) window_->action("arrange")->trigger();
+        const auto& spec = window_->document().spec();
+        QList<NodeItem*> nodes;
+        for (const auto& st : spec.stage()) nodes << node(QString::fromStdString(st.id()));
+        for (int i = 0; i < nodes.size(); ++i)
+          for (int j = i + 1; j < nodes.size(); ++j)
+            QVERIFY2(!nodes[i]->sceneBoundingRect().intersects(nodes[j]->sceneBoundingRect()),
+                     qPrintable(QString("%1: %2 over %3").arg(file, nodes[i]->id(), nodes[j]->id())));
+        struct Line {
+          QString from, to;
+          QLineF line;
+        };
+        QList<Line> lines;
+        for (const auto& st : spec.stage())
+          for (int k = 0; k < st.input_size(); ++k) {
+            NodeItem* from = node(QString::fromStdString(st.input(k)));
+            NodeItem* to = node(QString::fromStdString(st.id()));
+            QVERIFY2(to->pos().x() >= from->pos().x() + NodeItem::kWidth, qPrintable(file + ": an edge right to left into " + to->id()));
+            lines << Line{from->id(), to->id(), QLineF(from->output_port(), to->input_port(k))};
+          }
+        for (int i = 0; i < lines.size(); ++i)
+          for (int j = i + 1; j < lines.size(); ++j) {
+            if (lines[i].from == lines[j].from || lines[i].to == lines[j].to) continue;  // they meet at a port
+            QPointF crossing;
+            QVERIFY2(lines[i].line.intersects(lines[j].line, &crossing) != QLineF::BoundedIntersection,
+                     qPrintable(QString("%1: %2->%3 crosses %4->%5").arg(file, lines[i].from, lines[i].to, lines[j].from, lines[j].to)));
+          }
+      }
+    }
+    // The zip's input 0 ('right') is drawn above its input 1 ('left').
+    QVERIFY(node("right")->pos().y() < node("left")->pos().y());
+  }
+
+  // Fit on a pipeline longer than the window: node text stays readable (larger type when zoomed
+  // out), the sources are in view.
+  void fit_keeps_node_text_readable_on_a_long_pipeline() {
+    using sluice::test::stage;
+    std::string chain = stage("s0", "range", "", {{"stop", "10"}});
+    for (int i = 1; i < 16; ++i) chain += stage("s" + std::to_string(i), "identity", "s" + std::to_string(i - 1));
+    chain += stage("end", "null_sink", "s15");
+    open_text(chain, "long_chain.txtpb");
+    window_->resize(1024, 700);
+    QTest::qWait(50);
+    window_->view().fit();
+    QVERIFY(window_->view().transform().m11() >= CanvasView::kSmallestFitZoom);
+    QVERIFY(window_->view().mapToScene(viewport()->rect()).boundingRect().contains(node("s0")->sceneBoundingRect()));
+    // The name is drawn at least 11 pixels high on screen: what the detailed view draws at 1:1.
+    QImage shot(viewport()->size(), QImage::Format_ARGB32);
+    shot.fill(Qt::white);
+    {
+      QPainter painter(&shot);
+      window_->view().render(&painter, QRectF(shot.rect()), viewport()->rect());
+    }
+    const QRect name_band = at(node("s0")->mapToScene(QPointF(8, 6))).x() >= 0
+                                ? QRect(at(node("s0")->mapToScene(QPointF(8, 4))), at(node("s0")->mapToScene(QPointF(NodeItem::kWidth - 8, 34))))
+                                : QRect();
+    int dark_rows = 0;
+    for (int y = name_band.top(); y <= name_band.bottom(); ++y) {
+      bool dark = false;
+      for (int x = name_band.left(); x <= name_band.right() && !dark; ++x) dark = qGray(shot.pixel(x, y)) < 80;
+      dark_rows += dark;
+    }
+    QVERIFY2(dark_rows >= 8, qPrintable(QString("the name of s0 is %1 px high").arg(dark_rows)));
+  }
+
   // A stage that cannot start: the message names the folder the pattern was looked for in (the
   // pipeline file's), the stage is outlined with it, and the Verdict says the run could not start.
   void a_run_that_cannot_start_marks_its_stage() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <QContextMenuEvent>
+#include <QFontInfo>
 
 #include <QGraphicsSceneMouseEvent>
 #include <QKeyEvent>
@@ -89,6 +90,17 @@ QRectF NodeItem::boundingRect() const {
 }
 
 void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
+  paint_body(p);
+  // Zoomed out (Fit on a long pipeline, a small window), the node shows fewer lines in larger
+  // type, so that its name and rate stay readable at any zoom Fit chooses.
+  const double zoom = QStyleOptionGraphicsItem::levelOfDetailFromTransform(p->worldTransform());
+  if (zoom < kDetailedZoom) paint_compact_text(p, zoom);
+  else paint_detailed_text(p);
+  if (live_) paint_busy_gauge(p);
+  paint_ports(p);
+}
+
+void NodeItem::paint_body(QPainter* p) {
   p->setRenderHint(QPainter::Antialiasing);
   const QRectF body(0, 0, kWidth, kHeight);
   QColor border(90, 96, 110);
@@ -110,7 +122,28 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   p->setPen(QPen(border, border_width));
   p->setBrush(known_ && !failed_here ? QColor(250, 251, 253) : QColor(250, 232, 230));
   p->drawRoundedRect(body, 8, 8);
+}
 
+QString NodeItem::rate_text() const {
+  if (!live_->failure.isEmpty()) {
+    // The message's first line names this stage and the element; the node shows its reason.
+    const QString first = live_->failure.section('\n', 0, 0);
+    const qsizetype colon = first.lastIndexOf(": ");
+    return "failed: " + (colon >= 0 ? first.mid(colon + 2) : first);
+  }
+  const bool lost = !live_->lost.isEmpty();
+  QString rates = QString("%1%2/s").arg(lost ? "lost \u00b7 last " : live_->averages ? "avg " : "", short_number(live_->elements_per_s));
+  if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
+  if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
+  return rates;
+}
+
+QColor NodeItem::rate_colour() const {
+  if (!live_->failure.isEmpty()) return QColor(170, 20, 20);
+  return live_->lost.isEmpty() ? QColor(20, 20, 20) : QColor(150, 150, 150);
+}
+
+void NodeItem::paint_detailed_text(QPainter* p) {
   QFont title = p->font();
   title.setBold(true);
   p->setFont(title);
@@ -126,48 +159,59 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   if (live_ && live_->workers_tuned) kind += QString::fromUtf8(" \u00b7 %1 wk auto").arg(live_->workers);
   else if (live_ && live_->workers > 1) kind += QString::fromUtf8(" \u00b7 %1 wk").arg(live_->workers);
   p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(kind, Qt::ElideRight, int(kWidth - 20)));
-
-  if (live_) {
-    const bool lost = !live_->lost.isEmpty();
-    p->setPen(lost ? QColor(150, 150, 150) : QColor(20, 20, 20));
-    QString rates = QString("%1%2/s").arg(lost ? "lost \u00b7 last " : live_->averages ? "avg " : "", short_number(live_->elements_per_s));
-    if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
-    if (live_->skipped) rates += QString("  %1 skipped").arg(live_->skipped);
-    if (failed_here) {
-      p->setPen(QColor(170, 20, 20));
-      // The message's first line names this stage and the element; the node shows its reason.
-      const QString first = live_->failure.section('\n', 0, 0);
-      const qsizetype colon = first.lastIndexOf(": ");
-      rates = "failed: " + (colon >= 0 ? first.mid(colon + 2) : first);
-    }
-    p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
-                p->fontMetrics().elidedText(rates, Qt::ElideRight, int(kWidth - 20)));
-    if (!live_->devices.isEmpty()) {
-      QFont small = p->font();
-      small.setPointSizeF(small.pointSizeF() * 0.8);
-      p->setFont(small);
-      p->drawText(QRectF(10, 55, kWidth - 20, 12), Qt::AlignLeft | Qt::AlignVCenter,
-                  p->fontMetrics().elidedText(live_->devices.join("; "), Qt::ElideRight, int(kWidth - 20)));
-    }
-    // Busy gauge: the share of its workers' time spent working.
-    const QRectF gauge(10, kHeight - 13, kWidth - 20, 6);
-    p->setPen(Qt::NoPen);
-    p->setBrush(QColor(225, 228, 234));
-    p->drawRoundedRect(gauge, 3, 3);
-    QRectF level = gauge;
-    level.setWidth(gauge.width() * std::clamp(live_->busy, 0.0, 1.0));
-    p->setBrush(lost ? QColor(170, 170, 170) : live_->bottleneck ? QColor(230, 120, 0) : QColor(70, 140, 90));
-    p->drawRoundedRect(level, 3, 3);
+  if (!live_) return;
+  p->setPen(rate_colour());
+  p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
+              p->fontMetrics().elidedText(rate_text(), Qt::ElideRight, int(kWidth - 20)));
+  if (!live_->devices.isEmpty()) {
+    QFont small = p->font();
+    small.setPointSizeF(small.pointSizeF() * 0.8);
+    p->setFont(small);
+    p->drawText(QRectF(10, 55, kWidth - 20, 12), Qt::AlignLeft | Qt::AlignVCenter,
+                p->fontMetrics().elidedText(live_->devices.join("; "), Qt::ElideRight, int(kWidth - 20)));
   }
+}
 
-  auto port = [&](QPointF at, bool usable) {
-    p->setPen(QPen(QColor(70, 75, 85), 1.2));
-    p->setBrush(usable ? QColor(70, 120, 200) : Qt::white);
-    p->drawEllipse(at, kPortRadius, kPortRadius);
-  };
+void NodeItem::paint_compact_text(QPainter* p, double zoom) {
+  // Type that reads as about the detailed view's size on screen, within the node's two halves.
+  QFont font = p->font();
+  const double on_screen = QFontInfo(font).pixelSize();
+  font.setPixelSize(int(std::min(on_screen / zoom, (kHeight - 24) / 2)));
+  font.setBold(true);
+  p->setFont(font);
+  p->setPen(Qt::black);
+  const double line = (kHeight - 20) / 2;
+  p->drawText(QRectF(8, 4, kWidth - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
+              p->fontMetrics().elidedText(id_, Qt::ElideRight, int(kWidth - 16)));
+  if (!live_) return;
+  font.setBold(false);
+  p->setFont(font);
+  p->setPen(rate_colour());
+  QString rate = rate_text();
+  if (live_->workers_tuned) rate = QString::fromUtf8("%1 \u00b7 %2 wk auto").arg(rate).arg(live_->workers);
+  p->drawText(QRectF(8, 4 + line, kWidth - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
+              p->fontMetrics().elidedText(rate, Qt::ElideRight, int(kWidth - 16)));
+}
+
+void NodeItem::paint_busy_gauge(QPainter* p) {
+  // The share of its workers' time spent working.
+  const QRectF gauge(10, kHeight - 13, kWidth - 20, 6);
+  p->setPen(Qt::NoPen);
+  p->setBrush(QColor(225, 228, 234));
+  p->drawRoundedRect(gauge, 3, 3);
+  QRectF level = gauge;
+  level.setWidth(gauge.width() * std::clamp(live_->busy, 0.0, 1.0));
+  const bool lost = !live_->lost.isEmpty();
+  p->setBrush(lost ? QColor(170, 170, 170) : live_->bottleneck ? QColor(230, 120, 0) : QColor(70, 140, 90));
+  p->drawRoundedRect(level, 3, 3);
+}
+
+void NodeItem::paint_ports(QPainter* p) {
+  p->setPen(QPen(QColor(70, 75, 85), 1.2));
+  p->setBrush(QColor(70, 120, 200));
   // Only ports that take a connection: a source has no input, a sink no output.
-  for (int k = 0; k < input_ports_; ++k) port(input_port_local(k), true);
-  if (gives_output_) port(QPointF(kWidth, kHeight / 2), true);
+  for (int k = 0; k < input_ports_; ++k) p->drawEllipse(input_port_local(k), kPortRadius, kPortRadius);
+  if (gives_output_) p->drawEllipse(QPointF(kWidth, kHeight / 2), kPortRadius, kPortRadius);
 }
 
 QVariant NodeItem::itemChange(GraphicsItemChange change, const QVariant& value) {
@@ -510,8 +554,15 @@ void CanvasView::fit() {
     centerOn(QPointF(0, 0));
     return;
   }
-  fitInView(bounds.adjusted(-40, -40, 40, 40), Qt::KeepAspectRatio);
+  const QRectF framed = bounds.adjusted(-40, -40, 40, 40);
+  fitInView(framed, Qt::KeepAspectRatio);
   if (transform().m11() > 1.0) setTransform(QTransform());
+  if (transform().m11() >= kSmallestFitZoom) return;
+  // A pipeline too long for the window: the smallest zoom whose node text still reads, showing
+  // where the data comes from (the left end); the rest is a scroll away.
+  setTransform(QTransform::fromScale(kSmallestFitZoom, kSmallestFitZoom));
+  const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
+  centerOn(framed.left() + visible.width() / 2, framed.center().y());
 }
 
 void CanvasView::drawForeground(QPainter* painter, const QRectF& rect) {

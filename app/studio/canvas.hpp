@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "document.hpp"
+#include "layered_layout.hpp"
 
 namespace sluice::studio {
 
@@ -41,7 +42,7 @@ class PipelineScene;
 class NodeItem final : public QGraphicsObject {
   Q_OBJECT
  public:
-  static constexpr double kWidth = 190, kHeight = 84, kPortRadius = 7;
+  static constexpr double kWidth = kNodeWidth, kHeight = kNodeHeight, kPortRadius = 7;
   NodeItem(PipelineScene& scene, QString id);
   const QString& id() const { return id_; }
   void sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem);
@@ -59,11 +60,20 @@ class NodeItem final : public QGraphicsObject {
 
   QRectF boundingRect() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
+  // Below this zoom a node draws its name and rate only, larger (see paint).
+  static constexpr double kDetailedZoom = 0.75;
 
  protected:
   QVariant itemChange(GraphicsItemChange change, const QVariant& value) override;
 
  private:
+  void paint_body(QPainter* p);
+  void paint_detailed_text(QPainter* p);
+  void paint_compact_text(QPainter* p, double zoom);
+  void paint_busy_gauge(QPainter* p);
+  void paint_ports(QPainter* p);
+  QString rate_text() const;  // the live line: rates, or the failure's reason
+  QColor rate_colour() const;
   void update_tooltip();
   QPointF input_port_local(int k) const { return QPointF(0, kHeight * (k + 1) / (input_ports_ + 1)); }
   PipelineScene& scene_;
@@ -157,6 +167,8 @@ class PipelineScene final : public QGraphicsScene {
 class CanvasView final : public QGraphicsView {
   Q_OBJECT
  public:
+  // Fit never zooms out further: node text (drawn larger when zoomed out) stays readable.
+  static constexpr double kSmallestFitZoom = 0.4;
   explicit CanvasView(PipelineScene& scene, QWidget* parent = nullptr);
   void zoom_by(double factor);
   void fit();  // the whole pipeline in view (never larger than 1:1); follows resizes until zoomed

@@ -1,5 +1,7 @@
 #include "document.hpp"
 
+#include "layered_layout.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -8,6 +10,7 @@
 
 #include <QFile>
 #include <QFileInfo>
+#include <QtGlobal>
 #include <map>
 
 namespace sluice::studio {
@@ -389,6 +392,21 @@ bool Document::lay_out_unless_placed(spec::PipelineSpec& s) {
 }
 
 void Document::lay_out(spec::PipelineSpec& s) {
+  std::string why_not;
+  if (auto places = layered_places(s, kNodeWidth, kNodeHeight, &why_not)) {
+    for (auto& st : *s.mutable_stage()) {
+      const auto& place = places->at(st.id());
+      st.mutable_layout()->set_x(place.x);
+      st.mutable_layout()->set_y(place.y);
+    }
+    return;
+  }
+  // Graphviz's plugins missing or broken on this machine: a plainer layering still shows the graph.
+  qWarning("Graphviz could not lay the pipeline out (%s); placing stages in columns instead", why_not.c_str());
+  lay_out_in_columns(s);
+}
+
+void Document::lay_out_in_columns(spec::PipelineSpec& s) {
   std::map<std::string, int> position;
   for (int i = 0; i < s.stage_size(); ++i) position[s.stage(i).id()] = i;
   auto inputs_of = [&](int i) {

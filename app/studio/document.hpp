@@ -87,9 +87,11 @@ class Document : public QObject {
   // Every problem validation finds, as the CLI would report it.
   const std::vector<Problem>& problems() const { return problems_; }
 
-  // Positions for every stage: sources in a column on the left, each stage right of its inputs, a
-  // branch (a second reader of a stage) in rows of its own; a long chain wraps to the next row.
+  // Positions for every stage, in layers left to right as Graphviz's `dot` draws them (see
+  // layered_layout.hpp). lay_out_in_columns is the plainer placement used when Graphviz cannot:
+  // each stage right of its inputs, a branch in rows of its own, a long chain wrapped.
   static void lay_out(spec::PipelineSpec& spec);
+  static void lay_out_in_columns(spec::PipelineSpec& spec);
   // Lays out every stage when any has no position (a hand-written file); true when it did.
   static bool lay_out_unless_placed(spec::PipelineSpec& spec);
 

@@ -1,0 +1,77 @@
+#include "layered_layout.hpp"
+
+#include <graphviz/gvc.h>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+namespace sluice::studio {
+
+namespace {
+// Graphviz reports through a process-wide callback; the studio lays out on its GUI thread only.
+std::string* graphviz_errors = nullptr;
+int collect_graphviz_error(char* message) {
+  if (graphviz_errors && message) *graphviz_errors += message;
+  return 0;
+}
+
+// Graphviz measures in points and inches (72 points): the studio's scene units count as points.
+std::string inches(double points) { return std::to_string(points / 72.0); }
+
+// The gaps between nodes: wide enough between layers for an edge's buffer bar, and between the
+// nodes of one layer for an edge to pass.
+constexpr double kLayerGap = 90, kNodeGap = 46;
+}  // namespace
+
+std::optional<std::map<std::string, NodePlace>> layered_places(const spec::PipelineSpec& spec, double width, double height,
+                                                               std::string* error) {
+  std::string errors;
+  graphviz_errors = &errors;
+  agseterr(AGERR);
+  agseterrf(collect_graphviz_error);
+  std::unique_ptr<GVC_t, int (*)(GVC_t*)> context(gvContext(), gvFreeContext);
+  std::unique_ptr<Agraph_t, int (*)(Agraph_t*)> graph(agopen(const_cast<char*>("pipeline"), Agdirected, nullptr), agclose);
+  auto set_default = [&](int kind, const char* name, const std::string& value) {
+    agattr(graph.get(), kind, const_cast<char*>(name), const_cast<char*>(value.c_str()));
+  };
+  set_default(AGRAPH, "rankdir", "LR");
+  // A merge's inputs keep the order of its ports, so that its edges come in without crossing.
+  set_default(AGRAPH, "ordering", "in");
+  set_default(AGRAPH, "ranksep", inches(kLayerGap));
+  set_default(AGRAPH, "nodesep", inches(kNodeGap));
+  set_default(AGNODE, "shape", "box");
+  set_default(AGNODE, "fixedsize", "true");
+  set_default(AGNODE, "width", inches(width));
+  set_default(AGNODE, "height", inches(height));
+  set_default(AGNODE, "label", "");
+
+  std::map<std::string, Agnode_t*> nodes;
+  for (const auto& st : spec.stage())
+    if (!nodes.count(st.id())) nodes[st.id()] = agnode(graph.get(), const_cast<char*>(st.id().c_str()), 1);
+  for (const auto& st : spec.stage())
+    for (const auto& in : st.input())
+      if (auto from = nodes.find(in); from != nodes.end() && in != st.id())
+        agedge(graph.get(), from->second, nodes[st.id()], nullptr, 1);
+
+  const bool laid_out = gvLayout(context.get(), graph.get(), "dot") == 0;
+  graphviz_errors = nullptr;
+  if (!laid_out) {
+    if (error) *error = errors.empty() ? "Graphviz's dot layout is not available" : errors;
+    return std::nullopt;
+  }
+  // Graphviz's y axis points up and its coordinates are node centres.
+  std::map<std::string, NodePlace> places;
+  double left = std::numeric_limits<double>::max(), top = std::numeric_limits<double>::max();
+  for (const auto& [id, node] : nodes) {
+    const NodePlace place{ND_coord(node).x - width / 2, -ND_coord(node).y - height / 2};
+    left = std::min(left, place.x);
+    top = std::min(top, place.y);
+    places[id] = place;
+  }
+  for (auto& [id, place] : places) place = {std::round(place.x - left), std::round(place.y - top)};
+  gvFreeLayout(context.get(), graph.get());
+  return places;
+}
+
+}  // namespace sluice::studio

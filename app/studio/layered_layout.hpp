@@ -1,0 +1,26 @@
+#pragma once
+// Where each stage goes when the studio lays a pipeline out: Graphviz's `dot`, left to right.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "pipeline.pb.h"
+
+namespace sluice::studio {
+
+// A stage's node on the canvas, in scene units.
+constexpr double kNodeWidth = 190, kNodeHeight = 84;
+
+struct NodePlace {
+  double x = 0, y = 0;  // the node's top-left corner in scene units
+};
+
+// Layers as Graphviz's `dot` draws them: every stage one layer right of its furthest input, the
+// order within a layer chosen so that edges cross as little as the graph allows, a stage's inputs
+// in the order of its ports (input 0 on top). Nodes are `width` x `height`; the placement starts
+// at (0, 0). Returns nothing, with the reason in `error`, when Graphviz cannot lay it out.
+std::optional<std::map<std::string, NodePlace>> layered_places(const spec::PipelineSpec& spec, double width, double height,
+                                                               std::string* error);
+
+}  // namespace sluice::studio
