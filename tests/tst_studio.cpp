@@ -14,6 +14,7 @@
 #include <QMimeData>
 #include <QDockWidget>
 #include <QFileDialog>
+#include <QStatusBar>
 #include <QToolBar>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -1106,6 +1107,12 @@ class TestStudio : public QObject {
     const QRect available = window_->screen()->availableGeometry();
     MainWindow fresh(sluice::test::registry());
     QVERIFY(fresh.width() <= available.width() && fresh.height() <= available.height());
+    fresh.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&fresh));
+    QVERIFY2(window_->screen()->geometry().contains(fresh.frameGeometry()),
+             qPrintable(QString("window %1x%2+%3+%4 on a screen %5x%6").arg(fresh.frameGeometry().width()).arg(fresh.frameGeometry().height())
+                            .arg(fresh.frameGeometry().x()).arg(fresh.frameGeometry().y()).arg(available.width()).arg(available.height())));
+    fresh.hide();
     window_->resize(1100, 750);
     window_->findChild<QDockWidget*>("inspector")->hide();
     QVERIFY(window_->close());
@@ -1117,6 +1124,54 @@ class TestStudio : public QObject {
     reopened.findChild<QDockWidget*>("inspector")->show();
     reopened.resize(1600, 1000);
     QVERIFY(reopened.close());  // the next tests' windows start as before
+  }
+
+  // At 1600x1000, 1280x720 and 1024x700 every panel stays usable: the canvas keeps at least half
+  // the window's width and 45% of its height, the status bar shows, the docks get no less than
+  // they need, and the Run dock keeps its height whichever tab is shown.
+  void small_windows_keep_every_panel_usable() {
+    window_.reset();
+    QSettings settings("Sluice", "Sluice Studio");
+    settings.remove("window");  // a first start: the app's own proportions
+    for (QSize size : {QSize(1600, 1000), QSize(1280, 720), QSize(1024, 700)}) {
+      MainWindow fresh(sluice::test::registry());
+      fresh.resize(size);
+      fresh.show();
+      QVERIFY(QTest::qWaitForWindowExposed(&fresh));
+      QTest::qWait(50);
+      const QString at_size = QString("%1x%2").arg(size.width()).arg(size.height());
+      QCOMPARE(fresh.size(), size);
+      const QSize canvas = fresh.view().size();
+      qInfo("%s: canvas %dx%d", qPrintable(at_size), canvas.width(), canvas.height());
+      QVERIFY2(canvas.width() >= size.width() / 2, qPrintable(at_size + QString(": canvas %1 wide").arg(canvas.width())));
+      QVERIFY2(canvas.height() >= size.height() * 45 / 100, qPrintable(at_size + QString(": canvas %1 high").arg(canvas.height())));
+      QVERIFY(fresh.statusBar()->isVisible());
+      QVERIFY(fresh.rect().contains(fresh.statusBar()->geometry()));
+      for (auto* dock : fresh.findChildren<QDockWidget*>()) {
+        QVERIFY2(dock->width() >= dock->minimumSizeHint().width() && dock->height() >= dock->minimumSizeHint().height(),
+                 qPrintable(at_size + ": dock " + dock->objectName() + " squeezed"));
+      }
+      auto* tabs = fresh.findChild<QTabWidget*>("bottom_tabs");
+      auto* run = fresh.findChild<QDockWidget*>("run");
+      const int run_height = run->height();
+      for (int i = 0; i < tabs->count(); ++i) {
+        tabs->setCurrentIndex(i);
+        QTest::qWait(20);
+        QVERIFY2(run->height() == run_height && fresh.view().height() == canvas.height(),
+                 qPrintable(at_size + ": the Run dock changes height on tab " + tabs->tabText(i)));
+      }
+    }
+    // Docks widened for a big window, then the window made small: they give the canvas its room.
+    MainWindow shrunk(sluice::test::registry());
+    shrunk.resize(1600, 1000);
+    shrunk.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&shrunk));
+    shrunk.resizeDocks({shrunk.findChild<QDockWidget*>("inspector")}, {600}, Qt::Horizontal);
+    shrunk.resizeDocks({shrunk.findChild<QDockWidget*>("run")}, {600}, Qt::Vertical);
+    QTest::qWait(50);
+    shrunk.resize(1024, 700);
+    QTRY_VERIFY2(shrunk.view().width() >= 512 && shrunk.view().height() >= 315,
+                 qPrintable(QString("canvas %1x%2 in a 1024x700 window").arg(shrunk.view().width()).arg(shrunk.view().height())));
   }
 
   // A metrics log opens as the run it recorded: its own pipeline on the canvas (whatever was open),

@@ -38,7 +38,7 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
   addDockWidget(Qt::LeftDockWidgetArea, palette_dock);
 
   inspector_ = new Inspector(document_);
-  inspector_->setMinimumWidth(340);  // room for a path and its picker, or a combo box of choices
+  inspector_->setMinimumWidth(290);  // room for a path and its picker, or a combo box of choices
   auto* inspector_dock = new QDockWidget("Inspector", this);
   inspector_dock->setObjectName("inspector");
   inspector_dock->setWidget(inspector_);
@@ -196,7 +196,56 @@ void MainWindow::restore_window_layout() {
   // Then what the user left it at: size, position and docks.
   QSettings settings("Sluice", "Sluice Studio");
   if (settings.contains("window/geometry")) restoreGeometry(settings.value("window/geometry").toByteArray());
-  if (settings.contains("window/docks")) restoreState(settings.value("window/docks").toByteArray());
+  if (settings.contains("window/docks")) docks_restored_ = restoreState(settings.value("window/docks").toByteArray());
+}
+
+namespace {
+// The docks beside or under the canvas, not floating: those that take its room.
+QList<QDockWidget*> docked(const QMainWindow& window, Qt::DockWidgetArea area) {
+  QList<QDockWidget*> found;
+  for (auto* dock : window.findChildren<QDockWidget*>())
+    if (dock->isVisible() && !dock->isFloating() && window.dockWidgetArea(dock) == area) found << dock;
+  return found;
+}
+}  // namespace
+
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  if (!docks_restored_) size_docks_for_window();
+  docks_restored_ = true;  // from now on the user's sizes, only kept from starving the canvas
+  // After the layout has placed the docks at this size.
+  QMetaObject::invokeMethod(this, &MainWindow::keep_room_for_the_canvas, Qt::QueuedConnection);
+}
+
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  QMetaObject::invokeMethod(this, &MainWindow::keep_room_for_the_canvas, Qt::QueuedConnection);
+}
+
+void MainWindow::size_docks_for_window() {
+  // The operator list and the inspector as wide as their names and editors need, the Run tabs
+  // about a third of the height: the canvas gets the rest.
+  for (auto* dock : docked(*this, Qt::LeftDockWidgetArea)) resizeDocks({dock}, {std::max(170, width() * 15 / 100)}, Qt::Horizontal);
+  for (auto* dock : docked(*this, Qt::RightDockWidgetArea)) resizeDocks({dock}, {std::max(300, width() * 22 / 100)}, Qt::Horizontal);
+  for (auto* dock : docked(*this, Qt::BottomDockWidgetArea)) resizeDocks({dock}, {height() * 34 / 100}, Qt::Vertical);
+}
+
+void MainWindow::keep_room_for_the_canvas() {
+  // A few pixels over the bound: the docks' separators round the sizes asked for.
+  const int spare_width = view_->width() - width() / 2 - 4;
+  if (spare_width < 0) {
+    // Every side dock gives up its share of what the canvas lacks, down to its minimum.
+    QList<QDockWidget*> sides = docked(*this, Qt::LeftDockWidgetArea) + docked(*this, Qt::RightDockWidgetArea);
+    int total = 0;
+    for (auto* dock : sides) total += dock->width();
+    QList<int> widths;
+    for (auto* dock : sides) widths << std::max(dock->minimumSizeHint().width(), dock->width() + spare_width * dock->width() / std::max(1, total));
+    if (!sides.isEmpty()) resizeDocks(sides, widths, Qt::Horizontal);
+  }
+  const int spare_height = view_->height() - height() * 45 / 100 - 4;
+  if (spare_height < 0)
+    for (auto* dock : docked(*this, Qt::BottomDockWidgetArea))
+      resizeDocks({dock}, {std::max(dock->minimumSizeHint().height(), dock->height() + spare_height)}, Qt::Vertical);
 }
 
 MainWindow::~MainWindow() {
