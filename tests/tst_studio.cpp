@@ -815,6 +815,75 @@ class TestStudio : public QObject {
     for (int r = 2; r < table->rowCount(); ++r) QVERIFY(table->item(r - 1, 0)->text() <= table->item(r, 0)->text());
   }
 
+  // Fourteen stages, fourteen colours, a stage the same colour in both charts; the pointer near a
+  // line (not on it) shows its value; a click on a stage (canvas or table) shows its history alone:
+  // its rate, buffer fill and busy share over the run.
+  void charts_colour_every_stage_and_a_clicked_stage_shows_its_history() {
+    using sluice::test::stage;
+    std::string stages = stage("src", "range", "", {{"count", "100000000"}}) + stage("slow", "simulate_work", "src", {{"us", "300"}});
+    std::string last = "slow";
+    for (int i = 0; i < 10; ++i) {
+      const std::string id = "pass_" + std::to_string(i);
+      stages += stage(id, "identity", last);
+      last = id;
+    }
+    stages += stage("batch", "batch", last, {{"batch_size", "100"}}) + stage("sink", "null_sink", "batch");
+    open_text(stages, "colours.txtpb");
+    QVERIFY(window_->start_run());
+    auto& monitor = window_->monitor();
+    QTRY_VERIFY_WITH_TIMEOUT(monitor.throughput_series("batch") && monitor.throughput_series("batch")->count() >= 6, 10000);
+    QSet<QRgb> colours;
+    for (const auto& st : window_->document().spec().stage()) {
+      const QString id = QString::fromStdString(st.id());
+      QVERIFY2(monitor.throughput_series(id), qPrintable(id));
+      colours.insert(monitor.throughput_series(id)->pen().color().rgb());
+      if (monitor.occupancy_series(id)) QCOMPARE(monitor.occupancy_series(id)->pen().color(), monitor.throughput_series(id)->pen().color());
+    }
+    QCOMPARE(colours.size(), 14);
+    window_->stop_run();
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
+    window_->findChild<QTabWidget*>("bottom_tabs")->setCurrentWidget(&monitor);
+    // Five pixels under the batcher's line, far below the others on the log scale.
+    QLineSeries* line = monitor.throughput_series("batch");
+    const QPointF on_line = monitor.throughput_chart()->mapToPosition(line->at(line->count() / 2), line);
+    const QPoint near = monitor.throughput_view()->mapFromScene(monitor.throughput_chart()->mapToScene(on_line)) + QPoint(0, 5);
+    QTest::mouseMove(monitor.throughput_view()->viewport(), near);
+    QTRY_VERIFY2(monitor.hover_text().startsWith("batch: ") || monitor.hover_text().startsWith("sink: "), qPrintable(monitor.hover_text()));
+    QVERIFY(monitor.hover_text().contains(" elements/s at "));
+
+    // A click on a stage: its history alone, busy included.
+    click_node("slow");
+    QCOMPARE(monitor.focused_stage(), QString("slow"));
+    for (const auto& st : window_->document().spec().stage()) {
+      const QString id = QString::fromStdString(st.id());
+      QCOMPARE(monitor.throughput_series(id)->isVisible(), id == "slow");
+      if (monitor.busy_series(id)) QCOMPARE(monitor.busy_series(id)->isVisible(), id == "slow");
+    }
+    QVERIFY(monitor.throughput_chart()->title().contains("'slow'"));
+    QVERIFY(!monitor.throughput_legend()->text().contains("pass_0"));
+    QLineSeries* busy = monitor.busy_series("slow");
+    QVERIFY(busy && busy->count() >= 4);
+    double highest = 0;
+    for (const auto& p : busy->points()) {
+      QVERIFY(p.y() >= 0 && p.y() <= 1);
+      highest = std::max(highest, p.y());
+    }
+    // The slowest stage of the pipeline is busy most of the time between snapshots.
+    QVERIFY2(highest > 0.5, qPrintable(QString::number(highest)));
+    // Empty canvas: every stage again; a table row selects its stage.
+    QTest::mouseClick(viewport(), Qt::LeftButton, {}, QPoint(5, 5));
+    QCOMPARE(monitor.focused_stage(), QString());
+    QVERIFY(monitor.throughput_series("pass_3")->isVisible() && !monitor.busy_series("slow")->isVisible());
+    QTableWidget* table = monitor.table();
+    for (int r = 0; r < table->rowCount(); ++r)
+      if (table->item(r, 0)->text() == "pass_3") {
+        QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualItemRect(table->item(r, 0)).center());
+        break;
+      }
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"pass_3"});
+    QCOMPARE(monitor.focused_stage(), QString("pass_3"));
+  }
+
   // Numbers belong to the run and the graph they were measured on: opening another document, New,
   // or an edit of the graph after the run clears them; the status says which run is shown.
   void live_numbers_belong_to_their_run_and_their_graph() {

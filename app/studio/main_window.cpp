@@ -93,6 +93,13 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
     if (!scene_->selectedItems().isEmpty()) insert_between_.reset();  // the user went on to something else
     const QStringList ids = scene_->selected_stage_ids();
     inspector_->show_stage(ids.size() == 1 ? ids.front() : QString());
+    // The Monitor's charts follow: one stage's history, or every stage's.
+    monitor_->focus_stage(ids.size() == 1 ? ids.front() : QString());
+  });
+  connect(monitor_->table(), &QTableWidget::cellClicked, this, [this](int row, int) {
+    // A row names its stage first ("decode  ◀ bottleneck"); a device row selects nothing.
+    const QString id = monitor_->table()->item(row, 0)->text().section("  ", 0, 0);
+    if (scene_->node(id)) scene_->select_stage(id, true);
   });
   connect(scene_, &PipelineScene::hint, this, [this](const QString& text) { show_status(text); });
   connect(scene_, &PipelineScene::connection_refused, this, [this](const QString& reason) { show_status("Not connected: " + reason, 8000); });

@@ -1,6 +1,7 @@
 #include "monitor.hpp"
 
 #include <QCursor>
+#include <QMouseEvent>
 #include <QDateTime>
 #include <QToolTip>
 #include <cmath>
@@ -133,6 +134,24 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   split->addWidget(chart_with_legend(occupancy_, occupancy_legend_));
   split->setSizes({640, 480, 480});
   layout->addWidget(split);
+  for (QChartView* view : {throughput_, occupancy_}) {
+    view->setMouseTracking(true);
+    view->viewport()->installEventFilter(this);
+  }
+}
+
+QColor MonitorPanel::series_colour(int stage_index) {
+  // Twenty colours far apart in hue and lightness (Kelly's contrast set, less white and black):
+  // enough for the stages of any pipeline the canvas shows; past twenty they come round again,
+  // the lines then dashed.
+  static const QColor colours[] = {
+      QColor(0xF3, 0xC3, 0x00), QColor(0x87, 0x56, 0x92), QColor(0xF3, 0x84, 0x00), QColor(0x3F, 0x8F, 0xC8),
+      QColor(0xBE, 0x00, 0x32), QColor(0x9D, 0x8A, 0x50), QColor(0x84, 0x84, 0x82), QColor(0x00, 0x88, 0x56),
+      QColor(0xE6, 0x8F, 0xAC), QColor(0x00, 0x67, 0xA5), QColor(0xF9, 0x84, 0x79), QColor(0x60, 0x4E, 0x97),
+      QColor(0xF6, 0xA6, 0x00), QColor(0xB3, 0x44, 0x6C), QColor(0xB0, 0xA0, 0x20), QColor(0x88, 0x2D, 0x17),
+      QColor(0x8D, 0xB6, 0x00), QColor(0x65, 0x45, 0x22), QColor(0xE2, 0x58, 0x22), QColor(0x2B, 0x3D, 0x26)};
+  constexpr int count = sizeof(colours) / sizeof(colours[0]);
+  return colours[((stage_index % count) + count) % count];
 }
 
 void MonitorPanel::clear() {
@@ -142,6 +161,8 @@ void MonitorPanel::clear() {
   occupancy_->chart()->removeAllSeries();
   throughput_series_.clear();
   occupancy_series_.clear();
+  busy_series_.clear();
+  busy_seconds_at_.clear();
   shown_.Clear();
   hover_text_.clear();
   update_legends();
@@ -156,7 +177,7 @@ void MonitorPanel::update_legends() {
     QString html;
     for (const auto& st : order.stage()) {
       QLineSeries* s = series.value(QString::fromStdString(st.id()));
-      if (!s) continue;
+      if (!s || !s->isVisible()) continue;
       html += QString("<span style='color:%1'>&#9632;</span>&nbsp;%2 &nbsp; ")
                   .arg(s->color().name(), s->name().toHtmlEscaped());
     }
@@ -166,33 +187,96 @@ void MonitorPanel::update_legends() {
   occupancy_legend_->setText(text_of(occupancy_series_, shown_));
 }
 
+QLineSeries* MonitorPanel::series_for(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y,
+                                      const QString& stage, Qt::PenStyle style) {
+  if (QLineSeries* found = series.value(stage)) return found;
+  auto* s = new QLineSeries;
+  s->setName(stage);
+  view->chart()->addSeries(s);
+  s->attachAxis(x);
+  s->attachAxis(y);
+  int index = 0;
+  while (index < shown_.stage_size() && QString::fromStdString(shown_.stage(index).id()) != stage) ++index;
+  QPen pen(series_colour(index), 2);
+  pen.setStyle(index >= 20 ? Qt::DashLine : style);
+  s->setPen(pen);
+  s->setVisible(focused_.isEmpty() ? &series != &busy_series_ : stage == focused_);
+  series.insert(stage, s);
+  return s;
+}
+
 void MonitorPanel::add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y,
                              const QString& stage, double t, double v) {
-  QLineSeries* s = series.value(stage);
-  if (!s) {
-    s = new QLineSeries;
-    s->setName(stage);
-    view->chart()->addSeries(s);
-    s->attachAxis(x);
-    s->attachAxis(y);
-    QPen pen = s->pen();
-    pen.setWidthF(2);
-    s->setPen(pen);
-    const bool rates = view == throughput_;
-    connect(s, &QLineSeries::hovered, this, [this, stage, rates](const QPointF& point, bool entered) {
-      if (!entered) return QToolTip::hideText();
-      hover_text_ = rates ? QString("%1: %2 elements/s at %3 s").arg(stage, short_number(point.y() <= kRateFloor ? 0 : point.y()))
-                                .arg(point.x(), 0, 'f', 1)
-                          : QString("%1: buffer %2% full at %3 s").arg(stage).arg(point.y() * 100, 0, 'f', 0).arg(point.x(), 0, 'f', 1);
-      QToolTip::showText(QCursor::pos(), hover_text_);
-    });
-    series.insert(stage, s);
-  }
+  QLineSeries* s = series_for(view, series, x, y, stage);
   s->append(t, v);
   // Keep the last minutes only.
   int old = 0;
   while (old < s->count() && s->at(old).x() < t - kWindowSeconds) ++old;
   if (old > 0) s->removePoints(0, old);
+}
+
+bool MonitorPanel::eventFilter(QObject* watched, QEvent* event) {
+  for (QChartView* view : {throughput_, occupancy_}) {
+    if (watched != view->viewport()) continue;
+    if (event->type() == QEvent::MouseMove) show_value_under(view, static_cast<QMouseEvent*>(event)->position());
+    if (event->type() == QEvent::Leave) QToolTip::hideText();
+  }
+  return QWidget::eventFilter(watched, event);
+}
+
+void MonitorPanel::show_value_under(QChartView* view, QPointF viewport_pos) {
+  QChart* chart = view->chart();
+  const QPointF pointer = chart->mapFromScene(view->mapToScene(viewport_pos.toPoint()));
+  constexpr double kReach = 8;  // pixels from the line
+  double nearest = kReach;
+  QString text;
+  auto consider = [&](QLineSeries* s, const QString& what) {
+    if (!s->isVisible() || s->count() == 0) return;
+    // The line's height at the pointer's time, in pixels (the rate axis is logarithmic).
+    const QList<QPointF> points = s->points();
+    const double t = chart->mapToValue(pointer, s).x();
+    auto after = std::lower_bound(points.begin(), points.end(), t, [](const QPointF& p, double v) { return p.x() < v; });
+    if (after == points.end() || after == points.begin()) {
+      const QPointF end = after == points.end() ? points.back() : points.front();
+      if (QLineF(chart->mapToPosition(end, s), pointer).length() > kReach) return;
+      after = after == points.end() ? points.end() - 1 : after;
+    }
+    const QPointF b = *after, a = after == points.begin() ? b : *(after - 1);
+    const QPointF pa = chart->mapToPosition(a, s), pb = chart->mapToPosition(b, s);
+    const double line_y = pb.x() > pa.x() ? pa.y() + (pb.y() - pa.y()) * (pointer.x() - pa.x()) / (pb.x() - pa.x()) : pb.y();
+    const double distance = std::abs(pointer.y() - line_y);
+    if (distance >= nearest) return;
+    nearest = distance;
+    const QPointF sample = std::abs(t - a.x()) <= std::abs(b.x() - t) ? a : b;
+    text = what.arg(s->name()).arg(sample.x(), 0, 'f', 1);
+    if (view == throughput_) text = text.arg(short_number(sample.y() <= kRateFloor ? 0 : sample.y()));
+    else text = text.arg(sample.y() * 100, 0, 'f', 0);
+  };
+  if (view == throughput_) {
+    for (auto* s : throughput_series_) consider(s, "%1: %3 elements/s at %2 s");
+  } else {
+    for (auto* s : occupancy_series_) consider(s, "%1: buffer %3% full at %2 s");
+    for (auto* s : busy_series_) consider(s, "%1: busy %3% at %2 s");
+  }
+  if (text.isEmpty()) return QToolTip::hideText();
+  hover_text_ = text;
+  QToolTip::showText(view->viewport()->mapToGlobal(viewport_pos.toPoint()), hover_text_, view->viewport());
+}
+
+void MonitorPanel::focus_stage(const QString& stage) {
+  focused_ = stage;
+  show_focus();
+}
+
+void MonitorPanel::show_focus() {
+  const bool all = focused_.isEmpty() || !throughput_series_.contains(focused_);
+  for (auto it = throughput_series_.begin(); it != throughput_series_.end(); ++it) it.value()->setVisible(all || it.key() == focused_);
+  for (auto it = occupancy_series_.begin(); it != occupancy_series_.end(); ++it) it.value()->setVisible(all || it.key() == focused_);
+  for (auto it = busy_series_.begin(); it != busy_series_.end(); ++it) it.value()->setVisible(!all && it.key() == focused_);
+  throughput_->chart()->setTitle(all ? "Throughput" : QString("Throughput of '%1'").arg(focused_));
+  occupancy_->chart()->setTitle(all ? "Buffer occupancy" : QString("'%1': buffer fill (solid) and busy (dotted)").arg(focused_));
+  occupancy_y_->setTitleText(all ? "level / capacity" : "share");
+  update_legends();
 }
 
 void MonitorPanel::sort_by(int column, Qt::SortOrder order) {
@@ -218,8 +302,18 @@ void MonitorPanel::show_snapshot(const metrics::MetricsSnapshot& snap, bool run_
       add_point(throughput_, throughput_series_, throughput_x_, throughput_y_, id, t, std::max(kRateFloor, st.recent_elements_per_s()));
     if (st.buffer_capacity() > 0 && !run_ended)
       add_point(occupancy_, occupancy_series_, occupancy_x_, occupancy_y_, id, t, double(st.buffer_level()) / st.buffer_capacity());
+    if (!run_ended) {
+      // Busy between this snapshot and the one before: the change of busy time over the change of time.
+      const double busy_seconds = st.busy_fraction() * t;
+      const auto [was_t, was_busy] = busy_seconds_at_.value(id, {0.0, 0.0});
+      busy_seconds_at_.insert(id, {t, busy_seconds});
+      if (t > was_t) {
+        series_for(occupancy_, busy_series_, occupancy_x_, occupancy_y_, id, Qt::DotLine);
+        add_point(occupancy_, busy_series_, occupancy_x_, occupancy_y_, id, t, std::clamp((busy_seconds - was_busy) / (t - was_t), 0.0, 1.0));
+      }
+    }
   }
-  if (new_series) update_legends();
+  if (new_series) show_focus();
   double max_rate = 10;
   for (auto* s : throughput_series_)
     for (const auto& p : s->points()) max_rate = std::max(max_rate, p.y());

@@ -34,13 +34,28 @@ class MonitorPanel final : public QWidget {
   // Every series' name in its colour, under each chart: all of them, however many stages.
   QLabel* throughput_legend() { return throughput_legend_; }
   QLabel* occupancy_legend() { return occupancy_legend_; }
-  // What the pointer over a chart's line shows: "stage: value at N s".
+  QLineSeries* busy_series(const QString& stage) const { return busy_series_.value(stage); }
+  // What the pointer near a chart's line shows: "stage: value at N s" (the nearest line within a
+  // few pixels of the pointer, its sample nearest in time).
   const QString& hover_text() const { return hover_text_; }
+  // One stage's history (a click on it): its throughput, and its buffer fill with its busy share,
+  // over the run; every stage's again with an empty id.
+  void focus_stage(const QString& stage);
+  const QString& focused_stage() const { return focused_; }
+  // A stage's colour in both charts: the stages of one pipeline never share one.
+  static QColor series_colour(int stage_index);
   // Sorts the table by a column (the header's click does the same); -1: pipeline order. The
   // bottleneck, or the stage a run failed at, stays the first row whatever the order.
   void sort_by(int column, Qt::SortOrder order);
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
+  void show_value_under(QChartView* view, QPointF viewport_pos);
+  void show_focus();
+  QLineSeries* series_for(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y, const QString& stage,
+                          Qt::PenStyle style = Qt::SolidLine);
   void add_point(QChartView* view, QHash<QString, QLineSeries*>& series, QAbstractAxis* x, QAbstractAxis* y, const QString& stage,
                  double t, double v);
   void fill_table();
@@ -53,8 +68,11 @@ class MonitorPanel final : public QWidget {
   QLabel* occupancy_legend_;
   QValueAxis *throughput_x_, *occupancy_x_, *occupancy_y_;
   QLogValueAxis* throughput_y_;
-  QHash<QString, QLineSeries*> throughput_series_, occupancy_series_;
-  QString hover_text_;
+  QHash<QString, QLineSeries*> throughput_series_, occupancy_series_, busy_series_;
+  // Each stage's busy time so far at the previous snapshot: the busy line is the share of the
+  // time between two snapshots (the snapshot's busy_fraction is over the whole run).
+  QHash<QString, std::pair<double, double>> busy_seconds_at_;
+  QString hover_text_, focused_;
   metrics::MetricsSnapshot shown_;
   bool shown_run_ended_ = false;
   int sort_column_ = -1;
