@@ -884,6 +884,63 @@ class TestStudio : public QObject {
     QCOMPARE(monitor.focused_stage(), QString("pass_3"));
   }
 
+  // After an Apply, the next run's Verdict shows it beside the run before: what changed and what it
+  // bought (elements/s out, the bottleneck, each stage's workers and busy share). A metrics log of
+  // the same pipeline compares with the run shown; a log of another pipeline is refused.
+  void runs_are_compared_after_an_apply_and_with_a_metrics_log() {
+    using sluice::test::stage;
+    using Change = sluice::Suggestion::Change;
+    const std::string slow = stage("src", "range", "", {{"count", "1500"}}) + stage("work", "simulate_work", "src", {{"us", "700"}}) +
+                             stage("out", "null_sink", "work");
+    open_text(slow, "compared.txtpb");
+    const QString file = window_->document().file();
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QVERIFY(window_->verdict().comparison().isEmpty());  // a first run: nothing before it
+    const double first_rate = output_rate(window_->last_snapshot());
+    int more_workers = -1;
+    for (int i = 0; i < window_->verdict().suggestion_count(); ++i)
+      if (window_->verdict().suggestion(i).change == Change::SetParallelism) more_workers = i;
+    QVERIFY2(more_workers >= 0, qPrintable(window_->verdict().summary()));
+    const int workers = static_cast<int>(window_->verdict().suggestion(more_workers).value);
+    QTest::mouseClick(window_->verdict().apply_button(more_workers), Qt::LeftButton);
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    const QString compared = window_->verdict().comparison();
+    QVERIFY2(compared.contains("Compared with the previous run"), qPrintable(compared));
+    QVERIFY2(compared.contains(QString("stage 'work': parallelism 1 -&gt; %1").arg(workers)), qPrintable(compared));
+    QVERIFY(compared.contains("elements/s out") && compared.contains(short_number(first_rate)));
+    QVERIFY(compared.contains(short_number(output_rate(window_->last_snapshot()))));
+    QVERIFY2(compared.contains(QString("1 wk, ")) && compared.contains(QString("%1 wk, ").arg(workers)), qPrintable(compared));
+    // The same pipeline run headless with a metrics log: compared with the run shown, the log as
+    // "before"; the change reads backwards (the log ran with one worker).
+    QProcess headless;
+    const QString log = dir_.filePath("compared.jsonl");
+    QFile::remove(log);
+    QVERIFY(window_->save_to(file));
+    write_text(dir_.filePath("compared_before.txtpb"), slow);
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, dir_.filePath("compared_before.txtpb")});
+    QVERIFY(headless.waitForFinished(30000) && headless.exitCode() == 0);
+    QVERIFY(window_->compare_with_metrics_log(log));
+    const QString with_log = window_->verdict().comparison();
+    QVERIFY2(with_log.contains("Compared with metrics log compared.jsonl"), qPrintable(with_log));
+    QVERIFY2(with_log.contains(QString("stage 'work': parallelism 1 -&gt; %1").arg(workers)), qPrintable(with_log));
+    // A log of another pipeline: refused, the comparison left as it was.
+    const QString other_log = dir_.filePath("other.jsonl");
+    QFile::remove(other_log);
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", other_log,
+                                write_text(dir_.filePath("other.txtpb"), stage("a", "range", "", {{"count", "10"}}) + stage("b", "null_sink", "a"))});
+    QVERIFY(headless.waitForFinished(30000) && headless.exitCode() == 0);
+    QVERIFY(!window_->compare_with_metrics_log(other_log));
+    QVERIFY2(window_->status_text().contains("no stage in common"), qPrintable(window_->status_text()));
+    QCOMPARE(window_->verdict().comparison(), with_log);
+    // Another pipeline opened: its first run is compared with nothing.
+    QVERIFY(window_->open_file(dir_.filePath("other.txtpb")));
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QVERIFY(window_->verdict().comparison().isEmpty());
+  }
+
   // Numbers belong to the run and the graph they were measured on: opening another document, New,
   // or an edit of the graph after the run clears them; the status says which run is shown.
   void live_numbers_belong_to_their_run_and_their_graph() {

@@ -290,6 +290,7 @@ void MainWindow::build_actions() {
     clear_live();
     clear_verdict();
     set_run_state("No run");
+    shown_run_.reset();
     document_.reset({}, {});
     view_->fit();  // the old pipeline's zoom goes with it
   }));
@@ -304,6 +305,11 @@ void MainWindow::build_actions() {
     const QString f = QFileDialog::getOpenFileName(this, "Open a metrics log (sluice run --metrics-log)", dialog_folder(),
                                                    "Metrics logs (*.jsonl);;All files (*)");
     if (!f.isEmpty()) open_metrics_log(f);
+  }));
+  file->addAction(add("compare_metrics_log", "Compare with metrics lo&g…", QKeySequence(), [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Compare the run shown with a metrics log", dialog_folder(),
+                                                   "Metrics logs (*.jsonl *.json);;All files (*)");
+    if (!f.isEmpty()) compare_with_metrics_log(f);
   }));
   file->addAction(add("save", "&Save", QKeySequence::Save, [this] {
     if (document_.file().isEmpty() || document_.read_only()) return action("save_as")->trigger();
@@ -485,6 +491,7 @@ bool MainWindow::open_file(const QString& file) {
     attach_.detach();
     workers_->attach({});
     document_.open(file);
+    shown_run_.reset();  // another pipeline's runs are not compared with this one's
     clear_live();
     clear_verdict();
     set_run_state("No run");
@@ -775,15 +782,51 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
     apply_snapshot(final_state, true);
     set_run_state(failed_stage.isEmpty() ? QString("Failed: %1").arg(name) : QString("Failed at stage '%1': %2").arg(failed_stage, name));
     show_verdict(final_state, "run of " + name);
+    compare_with_shown_run({final_state, live_graph_.value_or(document_.spec()), "run of " + name});
   } else if (state == "stopped") {
     if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Stopped (interrupted): %1").arg(name));
     show_verdict(last_snapshot_, "run of " + name);
+    compare_with_shown_run({last_snapshot_, live_graph_.value_or(document_.spec()), "run of " + name});
   } else {
     if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
     set_run_state(QString("Finished: %1").arg(name));
     show_verdict(last_snapshot_, "run of " + name);
+    compare_with_shown_run({last_snapshot_, live_graph_.value_or(document_.spec()), "run of " + name});
   }
+}
+
+void MainWindow::compare_with_shown_run(EndedRun ended) {
+  if (ended.final_snapshot.stage_size() == 0) return;
+  if (shown_run_ && !why_not_comparable(*shown_run_, ended)) verdict_->show_comparison(comparison_html(*shown_run_, ended));
+  shown_run_ = std::move(ended);
+}
+
+bool MainWindow::compare_with_metrics_log(const QString& file) {
+  auto refuse = [&](const QString& why) {
+    log_->note(QString("not compared with %1: %2").arg(file, why));
+    show_status(QString("Cannot compare with %1: %2").arg(QFileInfo(file).fileName(), why), 10000);
+    return false;
+  };
+  if (!shown_run_) return refuse("no run has ended in this window yet; run the pipeline (F5) or open a metrics log first");
+  std::vector<metrics::MetricsSnapshot> snapshots;
+  try {
+    snapshots = read_metrics_log(file.toStdString());
+  } catch (const std::exception& e) {
+    return refuse(QString::fromUtf8(e.what()));
+  }
+  EndedRun logged{snapshots.back(), shown_run_->pipeline, "metrics log " + QFileInfo(file).fileName()};
+  if (snapshots.front().has_pipeline()) {
+    try {
+      logged.pipeline = parse_pipeline(snapshots.front().pipeline().text(), file.toStdString()).spec;
+    } catch (const std::exception& e) {
+      return refuse(QString("its copy of the pipeline does not read: %1").arg(QString::fromUtf8(e.what())));
+    }
+  }
+  if (auto why = why_not_comparable(logged, *shown_run_)) return refuse(*why);
+  verdict_->show_comparison(comparison_html(logged, *shown_run_));
+  bottom_tabs_->setCurrentWidget(verdict_);
+  return true;
 }
 
 void MainWindow::show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source) {
@@ -883,6 +926,7 @@ void MainWindow::replay_log(const std::vector<metrics::MetricsSnapshot>& snapsho
   const auto& last = snapshots.back();
   set_run_state(QString("Metrics log %1: %2 after %3 s").arg(name, QString::fromStdString(last.state())).arg(last.elapsed_s(), 0, 'f', 2));
   show_verdict(last, "metrics log " + name);
+  compare_with_shown_run({last, document_.spec(), "metrics log " + name});
 }
 
 void MainWindow::clear_live() {
@@ -922,6 +966,7 @@ void MainWindow::attach_to(const QString& address) {
   const QStringList addresses = WorkersPanel::split_addresses(address);
   if (addresses.isEmpty()) return;
   document_.reset({}, addresses.first(), true);
+  shown_run_.reset();
   read_only_because_ = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach)").arg(addresses.first());
   attached_pipeline_known_ = false;
   live_graph_.reset();

@@ -18,6 +18,7 @@
 #include "workers.hpp"
 #include "monitor.hpp"
 #include "palette.hpp"
+#include "run_comparison.hpp"
 #include "verdict.hpp"
 
 namespace sluice::studio {
@@ -42,6 +43,10 @@ class MainWindow final : public QMainWindow {
   // table, charts and node numbers, its Verdict; false (and why in the status and log) when the
   // file cannot be read or the pipeline cannot be shown.
   bool open_metrics_log(const QString& file);
+  // The run this window last showed the end of, beside the run a metrics log recorded (the log's
+  // as "before"); false (and why) when there is no such run, the log does not read, or it is of
+  // another pipeline.
+  bool compare_with_metrics_log(const QString& file);
   RunController& runner() { return runner_; }
   AttachClient& attach_client() { return attach_; }
   WorkersPanel& workers() { return *workers_; }
@@ -129,6 +134,10 @@ class MainWindow final : public QMainWindow {
   QLabel* run_state_ = nullptr;
   // The graph the numbers on screen were measured on; edits that change it clear them.
   std::optional<spec::PipelineSpec> live_graph_;
+  // The last run (or metrics log) whose end this window showed, for the next one's comparison;
+  // forgotten when another pipeline is opened.
+  std::optional<EndedRun> shown_run_;
+  void compare_with_shown_run(EndedRun ended);
   metrics::MetricsSnapshot last_snapshot_;
   bool attached_pipeline_known_ = false;  // the attached run sent its pipeline (real parameters)
   QString read_only_because_;

@@ -80,6 +80,25 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
   update_buttons();
 }
 
+void VerdictPanel::show_comparison(const QString& html) {
+  auto* section = findChild<QLabel*>("verdict_comparison");
+  if (!section) {
+    section = new QLabel;
+    section->setObjectName("verdict_comparison");
+    section->setTextFormat(Qt::RichText);
+    section->setWordWrap(true);
+    section->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    // Under the suggestions (the summary's "What would help:" leads to them), above Autotune.
+    rows_->insertWidget(static_cast<int>(suggestions_.size()), section);
+  }
+  section->setText(html);
+}
+
+QString VerdictPanel::comparison() const {
+  auto* section = findChild<QLabel*>("verdict_comparison");
+  return section ? section->text() : QString();
+}
+
 void VerdictPanel::set_apply_refusal(const QString& why) {
   apply_refusal_ = why;
   update_buttons();

@@ -27,6 +27,9 @@ class VerdictPanel final : public QWidget {
   // Why no suggestion can be applied here (the numbers are of a pipeline this window does not
   // edit: an attached run, a metrics log shown read-only); empty: those that can be, can.
   void set_apply_refusal(const QString& why);
+  // The run beside an earlier one (run_comparison.hpp), under the suggestions.
+  void show_comparison(const QString& html);
+  QString comparison() const;
 
   bool empty() const { return suggestions_.empty() && summary_->text().isEmpty(); }
   QString summary() const { return summary_->text(); }
