@@ -26,6 +26,7 @@
 #include <QSpinBox>
 #include <QToolButton>
 #include <QTemporaryDir>
+#include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
@@ -1524,6 +1525,18 @@ class TestStudio : public QObject {
     QVERIFY(node("bad")->toolTip().contains("The run failed here"));
     for (const char* id : {"src", "bad", "sink"}) QVERIFY2(!node(id)->live() || !node(id)->live()->bottleneck, id);
     QVERIFY(!node("sink")->live() || node("sink")->live()->failure.isEmpty());
+    // The Verdict offers what the message advises, skipping, as a change it can apply.
+    QCOMPARE(window_->verdict().suggestion_count(), 1);
+    QCOMPARE(window_->verdict().suggestion(0).change, sluice::Suggestion::Change::SkipFailures);
+    QVERIFY(window_->verdict().apply_button(0)->isEnabled());
+    QTest::mouseClick(window_->verdict().apply_button(0), Qt::LeftButton);
+    QCOMPARE(stage_of(window_->document().spec(), "bad")->error_policy(), sluice::spec::skip);
+    // The run goes on past them; the Verdict counts what was skipped, with the first reason.
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QCOMPARE(window_->run_state(), QString("Finished: fails.txtpb"));
+    QVERIFY2(window_->verdict().summary().contains("<b>Skipped:</b> 5 elements in stage 'bad', first: "), qPrintable(window_->verdict().summary()));
+    QVERIFY(window_->verdict().summary().contains("planted as corrupt"));
   }
 
   void a_gpu_feed_shows_each_devices_bytes_per_second() {
@@ -1674,6 +1687,42 @@ class TestStudio : public QObject {
       dark_rows += dark;
     }
     QVERIFY2(dark_rows >= 8, qPrintable(QString("the name of s0 is %1 px high").arg(dark_rows)));
+  }
+
+  // A run whose busiest stage holds nothing up (the report says "no stage is clearly held up"):
+  // nothing is outlined or pinned as the bottleneck, and the Verdict calls it the busiest stage.
+  void a_balanced_run_marks_no_bottleneck() {
+    using sluice::test::stage;
+    open_text(stage("a", "range", "", {{"count", "10"}}) + stage("b", "null_sink", "a"), "balanced.txtpb");
+    sluice::metrics::MetricsSnapshot snap;
+    snap.set_state("finished");
+    snap.set_elapsed_s(2);
+    for (const char* id : {"a", "b"}) {
+      auto* st = snap.add_stage();
+      st->set_id(id);
+      st->set_op(std::string(id) == "a" ? "range" : "null_sink");
+      st->set_kind(std::string(id) == "a" ? "source" : "sink");
+      st->set_workers(1);
+      st->set_busy_fraction(std::string(id) == "a" ? 0.2 : 0.3);
+      st->set_elements_per_s(100);
+      if (std::string(id) == "b") st->add_inputs("a");
+      else {
+        st->set_buffer_capacity(8);
+        st->set_mean_buffer_fill(0.2);
+      }
+    }
+    snap.set_bottleneck("b");
+    snap.set_bottleneck_reason("busy 30% of the time on 1 worker; its input buffer is 20% full, it is the sink (no stage is clearly held up "
+                               "by it: the pipeline is balanced or limited by its consumers)");
+    std::string line;
+    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
+    const QString log = write_text(dir_.filePath("balanced.jsonl"), line + "\n");
+    QVERIFY(window_->open_metrics_log(log));
+    QVERIFY(node("b")->live());
+    QVERIFY(!node("b")->live()->bottleneck);
+    for (int r = 0; r < window_->monitor().table()->rowCount(); ++r)
+      QVERIFY2(!window_->monitor().table()->item(r, 0)->text().contains("bottleneck"), qPrintable(window_->monitor().table()->item(r, 0)->text()));
+    QVERIFY2(window_->verdict().summary().contains("<b>Busiest stage</b> (nothing held up): 'b'"), qPrintable(window_->verdict().summary()));
   }
 
   // A stage that cannot start: the message names the folder the pattern was looked for in (the

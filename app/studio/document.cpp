@@ -333,6 +333,9 @@ std::optional<QString> Document::apply_suggestion(const Suggestion& suggestion) 
           if (auto* st = find_stage(s, QString::fromStdString(other))) st->set_parallelism(static_cast<int>(suggestion.value));
       });
       break;
+    case Suggestion::Change::SkipFailures:
+      edit(QString("Skip what %1 fails on").arg(id), [&](spec::PipelineSpec& s) { find_stage(s, id)->set_error_policy(spec::skip); });
+      break;
     case Suggestion::Change::SetBufferSize:
       edit(QString("Set the buffer of %1 to %2").arg(id).arg(suggestion.value),
            [&](spec::PipelineSpec& s) { find_stage(s, id)->set_buffer_size(static_cast<int>(suggestion.value)); });

@@ -1005,7 +1005,9 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
     l.max_workers = st.max_workers();
     l.skipped = st.errors_skipped();
     // A failed run has no bottleneck worth showing: the outline that matters is the failure's.
-    l.bottleneck = snap.failed_stage().empty() && !snap.bottleneck().empty() && st.id() == snap.bottleneck();
+    // Outlined only when it holds the pipeline up, as the Verdict says; the busiest stage of a
+    // balanced pipeline is not marked.
+    l.bottleneck = snap.failed_stage().empty() && bottleneck_holds_up(snap) && st.id() == snap.bottleneck();
     if (l.bottleneck) l.bottleneck_reason = QString::fromStdString(snap.bottleneck_reason());
     if (!snap.failed_stage().empty() && st.id() == snap.failed_stage()) {
       l.failure = QString::fromStdString(snap.error());

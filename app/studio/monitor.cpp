@@ -349,7 +349,7 @@ void MonitorPanel::fill_table() {
     return run_ended ? st.mean_buffer_fill() : double(st.buffer_level()) / st.buffer_capacity();
   };
   auto pinned = [&](const metrics::StageMetrics& st) {
-    return snap.failed_stage().empty() ? st.id() == snap.bottleneck() : st.id() == snap.failed_stage();
+    return snap.failed_stage().empty() ? bottleneck_holds_up(snap) && st.id() == snap.bottleneck() : st.id() == snap.failed_stage();
   };
   auto key = [&](const metrics::StageMetrics& st) -> std::variant<double, std::string> {
     switch (sort_column_) {
@@ -380,7 +380,7 @@ void MonitorPanel::fill_table() {
   for (int index : order) {
     const auto& st = snap.stage(index);
     const QString id = QString::fromStdString(st.id());
-    const bool bottleneck = snap.failed_stage().empty() && st.id() == snap.bottleneck();
+    const bool bottleneck = snap.failed_stage().empty() && bottleneck_holds_up(snap) && st.id() == snap.bottleneck();
     const bool failed_here = !snap.failed_stage().empty() && st.id() == snap.failed_stage();
     table_->setItem(r, 0, cell(id + (bottleneck ? "  ◀ bottleneck" : failed_here ? "  ✖ failed here" : ""), false));
     table_->setItem(r, 1, cell(QString::fromStdString(st.op()), false));

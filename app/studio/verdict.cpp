@@ -35,6 +35,23 @@ void VerdictPanel::clear() {
   }
 }
 
+namespace {
+// Elements dropped under the skip policy, per stage, with the first reason: what the CLI report
+// lists under "Skipped in stage".
+QString skipped_text(const metrics::MetricsSnapshot& snap) {
+  QString text;
+  for (const auto& st : snap.stage()) {
+    if (st.errors_skipped() == 0) continue;
+    text += QString("<br><b>Skipped:</b> %1 element%2 in stage '%3'")
+                .arg(st.errors_skipped())
+                .arg(st.errors_skipped() == 1 ? "" : "s")
+                .arg(QString::fromStdString(st.id()).toHtmlEscaped());
+    if (st.skip_reasons_size()) text += ", first: " + QString::fromStdString(st.skip_reasons(0)).toHtmlEscaped();
+  }
+  return text;
+}
+}  // namespace
+
 void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QString& source) {
   clear();
   const bool never_started = snap.state() == "failed" && snap.elapsed_s() == 0;
@@ -43,10 +60,14 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
                                      .arg(snap.elapsed_s(), 0, 'f', 2);
   if (!snap.error().empty()) text += "<br><b>Failed:</b> " + QString::fromStdString(snap.error()).toHtmlEscaped();
   else if (!snap.bottleneck().empty())
-    text += QString("<br><b>Bottleneck:</b> stage '%1': %2")
+    // A stage that holds nothing up is only the busiest: not called a bottleneck (nor outlined).
+    text += QString(bottleneck_holds_up(snap) ? "<br><b>Bottleneck:</b> stage '%1': %2" : "<br><b>Busiest stage</b> (nothing held up): '%1': %2")
                 .arg(QString::fromStdString(snap.bottleneck()).toHtmlEscaped(), QString::fromStdString(snap.bottleneck_reason()).toHtmlEscaped());
-  // A failed run's figures are of a run cut short: nothing to tune from them.
+  text += skipped_text(snap);
+  // A failed run's figures are of a run cut short: nothing to tune from them, but the failure may
+  // be one to skip past.
   if (snap.error().empty()) suggestions_ = suggestions_for(snap);
+  else if (auto skip = suggestion_after_failure(snap)) suggestions_ = {*skip};
   text += suggestions_.empty() ? QString("<br>Nothing to suggest: no change stands out from these figures.")
                                : QString("<br><b>What would help:</b>");
   summary_->setText(text);

@@ -11,6 +11,11 @@
 namespace sluice {
 
 namespace {
+// How a bottleneck's reason says the busiest stage is named without holding anything up.
+constexpr const char* kNothingHeldUp = "no stage is clearly held up";
+}  // namespace
+
+namespace {
 // The mean fill of `producer`'s output buffer that `reader` reads (its own, when it is one of
 // several readers).
 double reader_fill(const metrics::StageMetrics& producer, const std::string& reader) {
@@ -63,8 +68,12 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   std::string output = m.kind() == "sink" ? "it is the sink" : fmt::format("its output buffer {:.0f}% full", 100 * output_fill(m));
   b.reason = fmt::format("busy {:.0f}% of the time on {} worker{}; {}, {}", 100 * m.busy_fraction(), m.workers(),
                          m.workers() == 1 ? "" : "s", input, output);
-  if (best < 0) b.reason += " (no stage is clearly held up by it: the pipeline is balanced or limited by its consumers)";
+  if (best < 0) b.reason += std::string(" (") + kNothingHeldUp + " by it: the pipeline is balanced or limited by its consumers)";
   return b;
+}
+
+bool bottleneck_holds_up(const metrics::MetricsSnapshot& snapshot) {
+  return !snapshot.bottleneck().empty() && snapshot.bottleneck_reason().find(kNothingHeldUp) == std::string::npos;
 }
 
 std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot) {
@@ -84,7 +93,7 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
 
   // 1. The stage that limits throughput.
   if (const auto* b = stage(snapshot.bottleneck())) {
-    const bool held_up = snapshot.bottleneck_reason().find("no stage is clearly held up") == std::string::npos;
+    const bool held_up = bottleneck_holds_up(snapshot);
     // Stages of the Python face (python_map, python_generator, ...) call Python under the GIL.
     const bool runs_python = b->op().rfind("python_", 0) == 0;
     if (b->op() == "python_iterator") {
@@ -236,6 +245,16 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
                               costly->mean_element_us()));
   }
   return out;
+}
+
+std::optional<Suggestion> suggestion_after_failure(const metrics::MetricsSnapshot& snapshot) {
+  // The engine's failure message ends with its advice; skipping is offered only where it gave it.
+  if (snapshot.failed_stage().empty() || snapshot.error().find("`error_policy: skip`") == std::string::npos) return std::nullopt;
+  const std::string& id = snapshot.failed_stage();
+  return Suggestion{fmt::format("skip the elements stage '{}' fails on (`error_policy: skip` on '{}'): the run goes on past them, "
+                                "and counts them and their reasons in the report",
+                                id, id),
+                    Suggestion::Change::SkipFailures, id, {}, 0};
 }
 
 std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot) {

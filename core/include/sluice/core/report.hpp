@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ struct Bottleneck {
 // The stage that limits throughput: busy while its input is full and its output empty.
 // Sources count as having a full input, sinks an empty output.
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot);
+// Whether the snapshot's bottleneck clearly holds the pipeline up (its input full, its output
+// empty); false when none is named or the busiest stage is named only as such ("no stage is
+// clearly held up"): then nothing is to be marked as the bottleneck.
+bool bottleneck_holds_up(const metrics::MetricsSnapshot& snapshot);
 
 // A change that would help, with the figures behind it (`text`), and what applying it means to the
 // pipeline when a tool can apply it (the studio's verdict panel does, as one undoable step).
@@ -24,6 +29,7 @@ struct Suggestion {
     SetParallelism,  // `stage` and the stages in `together` (its fused group) to `value` workers
     AddCacheAfter,   // a `cache` stage between `stage` and its consumer
     SetBufferSize,   // `stage`'s output buffer to `value` elements
+    SkipFailures,    // `stage`'s error policy to skip (a run stopped at one of its elements)
   };
   std::string text;
   Change change = Change::None;
@@ -36,6 +42,9 @@ struct Suggestion {
 // the bottleneck, add a cache after a deterministic expensive stage recomputed every epoch, grow
 // a buffer that swings between empty and full, move a shard before the work it throws away.
 std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot);
+// After a run that stopped at an element a stage failed on, where skipping is the advice (the
+// stage had passed elements before: not parameters that fit no data): skip such elements.
+std::optional<Suggestion> suggestion_after_failure(const metrics::MetricsSnapshot& snapshot);
 // The same, as the report's "What would help" lines.
 std::vector<std::string> suggest_changes(const metrics::MetricsSnapshot& snapshot);
 
