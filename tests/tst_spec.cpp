@@ -148,8 +148,15 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
                 "stage 'b': no path to a sink"));
     QVERIFY(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "null_sink", "src") + sink_after("a")).empty());
     QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src")), "stage 'a': no path to a sink"));
-    QVERIFY(has(problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "a")),
-                "stage 'a': no path to a sink: its output ends at stage 'b', which is not a sink"));
+    // One break is one problem, told where the data stops, naming what flows only there.
+    const auto broken = problems(stage("src", "range", "") + stage("a", "identity", "src") + stage("b", "identity", "a"));
+    QCOMPARE(QString::fromStdString(broken).count("no path to a sink"), 1);
+    QVERIFY(has(broken, "stage 'b': no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) with "
+                        "`input: \"b\"` (what 'src' and 'a' give ends here too)"));
+    // A stage read by a dead end and by a sink reaches a sink: only the dead end is a problem.
+    const auto tee = problems(stage("src", "range", "") + stage("dead", "identity", "src") + sink_after("src"));
+    QCOMPARE(QString::fromStdString(tee).count("no path to a sink"), 1);
+    QVERIFY(has(tee, "stage 'dead': no path to a sink: no stage reads its output"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("src", "null_sink", "src")), "another stage already has this id"));
     QVERIFY(has(problems(""), "the pipeline has no stages"));
     QVERIFY(has(problems(stage("src", "range", "") + stage("o1", "null_sink", "src") + stage("o2", "null_sink", "o1")),

@@ -1725,6 +1725,26 @@ class TestStudio : public QObject {
     QVERIFY2(window_->verdict().summary().contains("<b>Busiest stage</b> (nothing held up): 'b'"), qPrintable(window_->verdict().summary()));
   }
 
+  // One connection missing in a long chain: two entries (the stage without input, the stage the
+  // data stops at, naming those before it), in the canvas's terms, not the file's.
+  void one_missing_connection_is_told_once_in_canvas_terms() {
+    using sluice::test::stage;
+    open_text(stage("files", "range", "", {{"count", "10"}}) + stage("a", "identity", "files") + stage("b", "identity", "a") +
+                  stage("c", "identity", "b") + stage("d", "identity", "") + stage("e", "identity", "d") + stage("out", "null_sink", "e"),
+              "missing_link.txtpb");
+    QListWidget* list = window_->findChild<QTabWidget*>("bottom_tabs")->findChild<QListWidget*>();
+    QVERIFY(list);
+    QStringList entries;
+    for (int i = 0; i < list->count(); ++i) entries << list->item(i)->text();
+    QCOMPARE(entries.size(), 2);
+    QVERIFY2(entries.filter("stage 'd'").size() == 1 && entries.filter("connect a stage's output port to its input port").size() == 1,
+             qPrintable(entries.join("\n")));
+    QVERIFY2(entries.filter("stage 'c': no path to a sink").size() == 1 && entries.filter("'files', 'a' and 'b'").size() == 1 &&
+                 entries.filter("connect its output port to a sink").size() == 1,
+             qPrintable(entries.join("\n")));
+    QVERIFY2(!entries.join("\n").contains("`input:"), qPrintable(entries.join("\n")));
+  }
+
   // A stage that cannot start: the message names the folder the pattern was looked for in (the
   // pipeline file's), the stage is outlined with it, and the Verdict says the run could not start.
   void a_run_that_cannot_start_marks_its_stage() {

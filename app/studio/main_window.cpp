@@ -7,6 +7,7 @@
 #include <QCloseEvent>
 #include <QDir>
 #include <QDockWidget>
+#include <QRegularExpression>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QInputDialog>
@@ -454,13 +455,25 @@ void MainWindow::build_actions() {
   }
 }
 
+namespace {
+// Validation speaks the file's language ("add `input: \"parse\"`"); on the canvas a connection is
+// made by dragging between ports.
+QString in_canvas_terms(QString message) {
+  static const QRegularExpression add_sink(R"(add a sink \(([^)]*)\) with `input: "[^"]*"`)");
+  static const QRegularExpression add_input(R"(add `input: "[^"]*"`)");
+  message.replace(add_sink, "connect its output port to a sink (\\1)");
+  message.replace(add_input, "connect a stage's output port to its input port");
+  return message;
+}
+}  // namespace
+
 void MainWindow::refresh_problems() {
   problems_->clear();
   for (const auto& p : document_.problems()) {
     QString where;
     if (!p.stage.empty()) where = QString("stage '%1'").arg(QString::fromStdString(p.stage));
     if (!p.param.empty()) where += QString(", parameter '%1'").arg(QString::fromStdString(p.param));
-    auto* item = new QListWidgetItem((where.isEmpty() ? QString() : where + ": ") + QString::fromStdString(p.message));
+    auto* item = new QListWidgetItem((where.isEmpty() ? QString() : where + ": ") + in_canvas_terms(QString::fromStdString(p.message)));
     item->setData(Qt::UserRole, QString::fromStdString(p.stage));
     item->setForeground(QColor(170, 20, 20));
     problems_->addItem(item);

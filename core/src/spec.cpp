@@ -34,6 +34,13 @@ std::string Problem::to_string() const {
 }
 
 namespace {
+// "'a'", "'a' and 'b'", "'a', 'b' and 'c'".
+std::string names_in_prose(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t k = 0; k < names.size(); ++k) out += (k == 0 ? "" : k + 1 == names.size() ? " and " : ", ") + names[k];
+  return out;
+}
+
 std::string join_problems(const std::vector<Problem>& problems) {
   std::string s;
   for (const auto& p : problems) s += (s.empty() ? "" : "\n") + p.to_string();
@@ -278,20 +285,27 @@ struct Validation {
       return;
     }
 
-    // Every stage must reach a sink. The end of each chain is found once, from the last stage of
-    // the topological order backwards, so that long pipelines validate in linear time.
-    std::vector<int> chain_end(n);
-    for (auto k = order.rbegin(); k != order.rend(); ++k) chain_end[*k] = built[*k].consumers.empty() ? *k : chain_end[built[*k].consumers.front()];
+    // Every stage must reach a sink. A break is told once, at the stage where the data stops (no
+    // stage reads it), naming the stages whose data flows only there: one missing connection is
+    // one problem, not one per stage before it. Linear in the pipeline's size.
+    std::vector<bool> reaches_sink(n, false);
+    std::vector<int> dead_end(n, -1);  // where a stage's data stops, following its first reader
+    for (auto k = order.rbegin(); k != order.rend(); ++k) {
+      const int i = *k;
+      reaches_sink[i] = built[i].op->info.kind == OperatorKind::Sink;
+      for (int reader : built[i].consumers) reaches_sink[i] = reaches_sink[i] || reaches_sink[reader];
+      dead_end[i] = built[i].consumers.empty() ? i : dead_end[built[i].consumers.front()];
+    }
+    std::map<int, std::vector<std::string>> flowing_only_into;
+    for (int i : order)
+      if (usable[i] && !reaches_sink[i] && dead_end[i] != i) flowing_only_into[dead_end[i]].push_back("'" + stages[i].id() + "'");
     for (int i = 0; i < n; ++i) {
-      if (!usable[i]) continue;
-      const int s = chain_end[i];
-      if (!usable[s]) continue;
-      if (built[s].op->info.kind != OperatorKind::Sink) {
-        problem(i, "", s == i ? "no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) "
-                                "with `input: \"" + stages[i].id() + "\"`"
-                              : fmt::format("no path to a sink: its output ends at stage '{}', which is not a sink",
-                                            stages[s].id()));
-      }
+      if (!usable[i] || reaches_sink[i] || !built[i].consumers.empty()) continue;
+      std::string message = "no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) with `input: \"" +
+                            stages[i].id() + "\"`";
+      if (auto before = flowing_only_into.find(i); before != flowing_only_into.end())
+        message += fmt::format(" (what {} give{} ends here too)", names_in_prose(before->second), before->second.size() == 1 ? "s" : "");
+      problem(i, "", message);
     }
     if (!problems.empty()) return;
     refuse_rejoining_branches(stages, built, order);
