@@ -25,6 +25,7 @@
 #include <QDoubleSpinBox>
 #include <QSpinBox>
 #include <QToolButton>
+#include <QTcpServer>
 #include <QTemporaryDir>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -1875,6 +1876,40 @@ class TestStudio : public QObject {
     headless.waitForFinished();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->attach_client().attached(), 5000);
     QVERIFY2(window_->run_state().startsWith("Connection lost"), qPrintable(window_->run_state()));
+  }
+
+  // Attach before the run has opened its endpoint: the window says it is waiting and tries again
+  // until the run answers; where nothing ever answers, it says it could not attach (not "lost").
+  void attach_waits_for_a_starting_run_and_says_when_nothing_answers() {
+    using sluice::test::stage;
+    auto free_port = [] {
+      QTcpServer probe;
+      probe.listen(QHostAddress::LocalHost, 0);
+      return probe.serverPort();
+    };
+    const quint16 port = free_port();
+    window_->attach_client().set_patience_ms(20000);
+    window_->attach_to(QString("127.0.0.1:%1").arg(port));
+    QTRY_VERIFY2_WITH_TIMEOUT(window_->run_state().startsWith("Waiting for a run: nothing answers at http://127.0.0.1:"),
+                              qPrintable(window_->run_state()), 3000);
+    const QString file = write_text(dir_.filePath("late.txtpb"), stage("src", "range", "", {{"count", "100000000"}}) +
+                                                                     stage("slow", "simulate_work", "src", {{"us", "2000"}}) +
+                                                                     stage("sink", "null_sink", "slow"));
+    QProcess headless;
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-addr", QString("127.0.0.1:%1").arg(port), file});
+    QVERIFY(headless.waitForStarted());
+    QTRY_VERIFY2_WITH_TIMEOUT(window_->run_state().startsWith("Attached: running at"), qPrintable(window_->run_state()), 15000);
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow") && node("slow")->live(), 5000);
+    window_->attach_client().detach();
+    headless.kill();
+    headless.waitForFinished();
+    // Nothing at all: told as a failed attach once patience runs out.
+    window_->attach_client().set_patience_ms(1500);
+    window_->attach_to(QString("127.0.0.1:%1").arg(free_port()));
+    QTRY_VERIFY2_WITH_TIMEOUT(window_->run_state().startsWith("Could not attach: nothing answered at http://127.0.0.1:"),
+                              qPrintable(window_->run_state()), 6000);
+    QVERIFY(!window_->attach_client().attached());
+    QVERIFY2(window_->log().toPlainText().contains("nothing answered at"), qPrintable(window_->log().toPlainText()));
   }
 
   // How an attached run ended is told by the last snapshot its stream sends: finished, or

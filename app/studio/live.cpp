@@ -75,7 +75,11 @@ void RunController::poll() {
                 QString::fromStdString(result.failed_stage));
 }
 
-AttachClient::AttachClient(QObject* parent) : QObject(parent) {}
+AttachClient::AttachClient(QObject* parent) : QObject(parent) {
+  retry_.setSingleShot(true);
+  retry_.setInterval(500);
+  connect(&retry_, &QTimer::timeout, this, &AttachClient::request_stream);
+}
 
 void AttachClient::attach(const QString& address) {
   detach();
@@ -84,12 +88,19 @@ void AttachClient::attach(const QString& address) {
   QUrl url(text);
   url.setPath("/stream");
   url_ = url.toString();
+  stream_url_ = url;
+  reached_ = false;
+  trying_since_.start();
+  request_stream();
+}
+
+void AttachClient::request_stream() {
   pending_.clear();
-  QNetworkRequest request(url);
+  QNetworkRequest request(stream_url_);
   request.setRawHeader("Accept", "text/event-stream");
   request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
   reply_ = network_.get(request);
-  QUrl pipeline_url(url);
+  QUrl pipeline_url(stream_url_);
   pipeline_url.setPath("/pipeline");
   QNetworkRequest pipeline_request(pipeline_url);
   pipeline_request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
@@ -107,16 +118,30 @@ void AttachClient::attach(const QString& address) {
   connect(reply_, &QNetworkReply::readyRead, this, &AttachClient::read_events);
   connect(reply_, &QNetworkReply::finished, this, [this, reply = reply_] {
     const bool detached = detaching_;
-    const QString why = detached                                          ? QString("detached from %1").arg(url_)
-                        : reply->error() == QNetworkReply::NoError ? QString("the run at %1 ended").arg(url_)
-                                                                          : QString("%1: %2").arg(url_, reply->errorString());
     reply->deleteLater();
     if (reply_ == reply) reply_ = nullptr;
+    // Refused before anything came: the run may still be starting (a job whose workers open their
+    // endpoints once their pipeline is built). Tried again while patience lasts.
+    if (!detached && !reached_ && reply->error() == QNetworkReply::ConnectionRefusedError && trying_since_.elapsed() < patience_ms_) {
+      emit waiting(QString("nothing answers at %1 yet; trying again for %2 s more")
+                       .arg(url_)
+                       .arg((patience_ms_ - trying_since_.elapsed()) / 1000));
+      retry_.start();
+      return;
+    }
+    const QString why = detached                                   ? QString("detached from %1").arg(url_)
+                        : reply->error() == QNetworkReply::NoError ? QString("the run at %1 ended").arg(url_)
+                        : !reached_ ? QString("nothing answered at %1 in %2 s: %3").arg(url_).arg(trying_since_.elapsed() / 1000).arg(reply->errorString())
+                                    : QString("%1: %2").arg(url_, reply->errorString());
     emit ended(why);
   });
 }
 
 void AttachClient::detach() {
+  if (retry_.isActive()) {
+    retry_.stop();
+    emit ended(QString("detached from %1").arg(url_));
+  }
   if (pipeline_reply_) pipeline_reply_->abort();
   if (!reply_) return;
   detaching_ = true;
@@ -133,7 +158,9 @@ void AttachClient::read_events() {
     for (const QByteArray& line : event.split('\n')) {
       if (!line.startsWith("data:")) continue;
       try {
-        emit snapshot(snapshot_from_json(line.mid(5).trimmed().toStdString()));
+        auto parsed = snapshot_from_json(line.mid(5).trimmed().toStdString());
+        reached_ = true;
+        emit snapshot(parsed);
       } catch (const Error&) {
         // A line that is not a snapshot (another server on that port): ignored, the next may be.
       }

@@ -2,11 +2,13 @@
 // Where live snapshots come from: a run in this process (RunController) or a headless run's
 // metrics endpoint (AttachClient). Both hand snapshots to the window on its own thread; the
 // engine never calls a widget.
+#include <QElapsedTimer>
 #include <QNetworkAccessManager>
 #include <QNetworkReply>
 #include <QObject>
 #include <QPointer>
 #include <QTimer>
+#include <QUrl>
 #include <memory>
 #include <mutex>
 
@@ -54,14 +56,19 @@ class AttachClient final : public QObject {
   Q_OBJECT
  public:
   explicit AttachClient(QObject* parent = nullptr);
-  // "HOST:PORT", "PORT" or an http:// address.
+  // "HOST:PORT", "PORT" or an http:// address. Until the first snapshot, a refused connection
+  // (the run has not opened its endpoint yet) is tried again every half second for `patience_ms`.
   void attach(const QString& address);
   void detach();
-  bool attached() const { return reply_ != nullptr; }
+  bool attached() const { return reply_ != nullptr || retry_.isActive(); }
   const QString& url() const { return url_; }
+  // Whether a snapshot came from this address since attach(): the run was reached.
+  bool reached() const { return reached_; }
+  void set_patience_ms(int ms) { patience_ms_ = ms; }
 
  signals:
   void snapshot(const sluice::metrics::MetricsSnapshot& snapshot);
+  void waiting(const QString& why);  // nothing answers yet; trying again
   void ended(const QString& why);  // the run ended, the address did not answer, or detach()
   // The run's pipeline as it runs (its /pipeline), when the run publishes it: its real parameter
   // values, which snapshots do not carry.
@@ -69,7 +76,13 @@ class AttachClient final : public QObject {
 
  private:
   void read_events();
+  void request_stream();
   QNetworkAccessManager network_;
+  QTimer retry_;
+  QElapsedTimer trying_since_;
+  int patience_ms_ = 30000;
+  bool reached_ = false;
+  QUrl stream_url_;
   QPointer<QNetworkReply> reply_;
   QPointer<QNetworkReply> pipeline_reply_;
   QByteArray pending_;

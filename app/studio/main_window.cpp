@@ -169,12 +169,15 @@ MainWindow::MainWindow(const Registry& registry, QWidget* parent) : QMainWindow(
       if (first_end) show_verdict(snap, "run attached at " + attach_.url());
     }
   });
+  connect(&attach_, &AttachClient::waiting, this, [this](const QString& why) { set_run_state("Waiting for a run: " + why); });
   connect(&attach_, &AttachClient::ended, this, [this](const QString& why) {
     log_->note(why);
     show_status(why);
     action("detach")->setEnabled(false);
-    // The last snapshot told how the run ended; without one, the connection ended first.
-    if (why.startsWith("detached")) set_run_state("Detached from " + attach_.url() + " (numbers as last seen)");
+    // The last snapshot told how the run ended; without one, the connection ended first; and
+    // without any, there was never an attach to speak of.
+    if (!attach_.reached()) set_run_state((why.startsWith("detached") ? "Not attached: " : "Could not attach: ") + why);
+    else if (why.startsWith("detached")) set_run_state("Detached from " + attach_.url() + " (numbers as last seen)");
     else if (!attached_final_state_.isEmpty()) set_run_state(QString("Attached run %1; its stream closed").arg(attached_final_state_));
     else {
       set_run_state("Connection lost: " + why + " (numbers as last seen)");
