@@ -196,9 +196,17 @@ class TestStudio : public QObject {
     // An input listed twice is refused while dragging, and nothing changes.
     const std::string before = spec.SerializeAsString();
     QString hint_while_dragging;
-    drag(at(node("range")->output_port()), at(node("sample_from_datasets")->input_port(1)),
-         [&] { hint_while_dragging = window_->scene().drag_hint(); });
+    bool hint_on_a_plate = false;
+    drag(at(node("range")->output_port()), at(node("sample_from_datasets")->input_port(1)), [&] {
+      hint_while_dragging = window_->scene().drag_hint();
+      // The refusal is drawn on an opaque plate above the nodes, not over their text.
+      const auto* plate = window_->scene().drag_hint_plate();
+      hint_on_a_plate = plate && plate->brush().color().alpha() >= 230 && plate->zValue() > node("range")->zValue() &&
+                        !plate->childItems().isEmpty() && plate->rect().contains(plate->childItems().front()->mapRectToParent(plate->childItems().front()->boundingRect()));
+    });
     QVERIFY2(hint_while_dragging.contains("already reads 'range'"), qPrintable(hint_while_dragging));
+    QVERIFY(hint_on_a_plate);
+    QVERIFY(!window_->scene().drag_hint_plate());  // gone with the drag
     QCOMPARE(spec.SerializeAsString(), before);
     // Dropped on a connected port, a connection replaces that input; undo puts the old one back.
     drop_operator("range", QPoint(110, 560));
@@ -1300,6 +1308,28 @@ class TestStudio : public QObject {
     shrunk.resize(1024, 700);
     QTRY_VERIFY2(shrunk.view().width() >= 512 && shrunk.view().height() >= 315,
                  qPrintable(QString("canvas %1x%2 in a 1024x700 window").arg(shrunk.view().width()).arg(shrunk.view().height())));
+  }
+
+  // The run's state (right) and a message (left) share the status bar without running into each
+  // other at 1024 px; the state is elided, whole in run_state() and its tooltip; New clears the
+  // last pipeline's message.
+  void status_texts_share_the_bar_and_do_not_linger() {
+    using sluice::test::stage;
+    window_->resize(1024, 700);
+    const std::string name = std::string(90, 'x') + ".txtpb";
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("sink", "null_sink", "src"), QString::fromStdString(name));
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QCOMPARE(window_->run_state(), "Finished: " + QString::fromStdString(name));
+    auto* label = window_->findChild<QLabel*>("run_state");
+    QVERIFY(label->text().contains(QString::fromUtf8("\u2026")));
+    QCOMPARE(label->toolTip(), window_->run_state());
+    QVERIFY2(label->width() <= window_->width() / 2, qPrintable(QString::number(label->width())));
+    QVERIFY(label->fontMetrics().horizontalAdvance(label->text()) <= label->width());
+    QVERIFY(!window_->status_text().isEmpty());  // "Run finished."
+    window_->action("new")->trigger();
+    QVERIFY2(window_->status_text().isEmpty(), qPrintable(window_->status_text()));
+    QCOMPARE(window_->run_state(), QString("No run"));
   }
 
   // A metrics log opens as the run it recorded: its own pipeline on the canvas (whatever was open),

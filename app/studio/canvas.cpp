@@ -457,7 +457,10 @@ void PipelineScene::update_drag(QPointF scene_pos) {
   drag_line_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(40, 110, 230), 2, Qt::DashLine));
   drag_label_->setText(drag_hint_);
   drag_label_->setBrush(refusal ? QColor(200, 50, 40) : QColor(30, 30, 30));
-  drag_label_->setPos(scene_pos + QPointF(12, 10));
+  drag_label_->setPos(6, 3);
+  drag_plate_->setRect(drag_label_->boundingRect().adjusted(0, 0, 12, 6));
+  drag_plate_->setPen(QPen(refusal ? QColor(200, 50, 40) : QColor(150, 155, 165)));
+  drag_plate_->setPos(scene_pos + QPointF(12, 10));
   emit hint(drag_hint_);
 }
 
@@ -468,8 +471,12 @@ void PipelineScene::mousePressEvent(QGraphicsSceneMouseEvent* event) {
       drag_from_ = n;
       drag_line_ = addPath(QPainterPath(), QPen(QColor(40, 110, 230), 2, Qt::DashLine));
       drag_line_->setZValue(10);
-      drag_label_ = addSimpleText("");
-      drag_label_->setZValue(11);
+      // The hint on a plate of its own, over whatever node it passes, at the same size on screen
+      // whatever the zoom.
+      drag_plate_ = addRect(QRectF(), QPen(QColor(150, 155, 165)), QColor(255, 255, 255, 240));
+      drag_plate_->setFlag(QGraphicsItem::ItemIgnoresTransformations);
+      drag_plate_->setZValue(11);
+      drag_label_ = new QGraphicsSimpleTextItem(drag_plate_);
       update_drag(event->scenePos());
       event->accept();
       return;
@@ -521,7 +528,8 @@ void PipelineScene::end_connection_drag() {
   drag_from_ = nullptr;
   delete drag_line_;
   drag_line_ = nullptr;
-  delete drag_label_;
+  delete drag_plate_;  // and the label on it
+  drag_plate_ = nullptr;
   drag_label_ = nullptr;
   drag_hint_.clear();
   emit hint({});

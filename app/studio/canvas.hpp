@@ -125,6 +125,8 @@ class PipelineScene final : public QGraphicsScene {
   void node_position_changed(NodeItem* node);
   // The text shown while a connection is dragged: where it would go, or why it cannot.
   const QString& drag_hint() const { return drag_hint_; }
+  // The hint's plate while a connection is dragged (nullptr otherwise).
+  const QGraphicsRectItem* drag_hint_plate() const { return drag_plate_; }
 
  signals:
   void connection_refused(const QString& reason);
@@ -157,6 +159,7 @@ class PipelineScene final : public QGraphicsScene {
   // A connection being dragged out of an output port.
   QPointer<NodeItem> drag_from_;
   QGraphicsPathItem* drag_line_ = nullptr;
+  QGraphicsRectItem* drag_plate_ = nullptr;
   QGraphicsSimpleTextItem* drag_label_ = nullptr;
   QString drag_hint_;
   bool moving_nodes_ = false;

@@ -230,6 +230,7 @@ void MainWindow::showEvent(QShowEvent* event) {
 
 void MainWindow::resizeEvent(QResizeEvent* event) {
   QMainWindow::resizeEvent(event);
+  show_run_state();
   QMetaObject::invokeMethod(this, &MainWindow::keep_room_for_the_canvas, Qt::QueuedConnection);
 }
 
@@ -274,8 +275,9 @@ QAction* MainWindow::action(const QString& name) const { return actions_.value(n
 QString MainWindow::status_text() const { return statusBar()->currentMessage(); }
 
 void MainWindow::show_status(const QString& text, int ms) {
+  // Every message goes after a while: what lasts (the run's state) is the label on the right.
   if (text.isEmpty()) statusBar()->clearMessage();
-  else statusBar()->showMessage(text, ms);
+  else statusBar()->showMessage(text, ms > 0 ? ms : kStatusMessageMs);
 }
 
 void MainWindow::build_actions() {
@@ -294,6 +296,7 @@ void MainWindow::build_actions() {
     clear_live();
     clear_verdict();
     set_run_state("No run");
+    show_status({});  // the old pipeline's messages go with it
     shown_run_.reset();
     document_.reset({}, {});
     view_->fit();  // the old pipeline's zoom goes with it
@@ -507,6 +510,7 @@ bool MainWindow::open_file(const QString& file) {
     attach_.detach();
     workers_->attach({});
     document_.open(file);
+    show_status({});  // the last pipeline's messages go with it
     shown_run_.reset();  // another pipeline's runs are not compared with this one's
     clear_live();
     clear_verdict();
@@ -961,11 +965,20 @@ void MainWindow::clear_verdict() {
 }
 
 void MainWindow::set_run_state(const QString& text) {
-  run_state_->setText(text);
+  run_state_text_ = text;
   run_state_->setToolTip(text);
+  show_run_state();
 }
 
-QString MainWindow::run_state() const { return run_state_->text(); }
+void MainWindow::show_run_state() {
+  // At most under half the status bar, elided (the tooltip has it whole): the messages on the left
+  // keep their room and the two never run into each other.
+  const int room = std::max(120, width() * 45 / 100);
+  run_state_->setMaximumWidth(room);
+  run_state_->setText(run_state_->fontMetrics().elidedText(run_state_text_, Qt::ElideMiddle, room - 8));
+}
+
+QString MainWindow::run_state() const { return run_state_text_; }
 
 void MainWindow::stop_run() {
   if (!runner_.running()) return;

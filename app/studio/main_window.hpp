@@ -108,6 +108,9 @@ class MainWindow final : public QMainWindow {
   void clear_live();
   void clear_verdict();
   void set_run_state(const QString& text);
+  void show_run_state();
+  QString run_state_text_;
+  static constexpr int kStatusMessageMs = 10000;
   void on_run_finished(const QString& state, const QString& error, const QString& failed_stage);
   void show_start_failure(const RunController::StartFailure& failure);
   void show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source);
