@@ -153,6 +153,10 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     QCOMPARE(QString::fromStdString(broken).count("no path to a sink"), 1);
     QVERIFY(has(broken, "stage 'b': no path to a sink: no stage reads its output; add a sink (null_sink, jsonl_sink, ...) with "
                         "`input: \"b\"` (what 'src' and 'a' give ends here too)"));
+    // An unknown operator in the chain is told as such; what flows into it is not blamed.
+    const auto unknown = problems(stage("src", "range", "") + stage("mystery", "not_an_op", "src") + stage("tail", "identity", "mystery"));
+    QVERIFY(has(unknown, "not_an_op"));
+    QVERIFY2(unknown.find("stage 'src': no path") == std::string::npos, unknown.c_str());
     // A stage read by a dead end and by a sink reaches a sink: only the dead end is a problem.
     const auto tee = problems(stage("src", "range", "") + stage("dead", "identity", "src") + sink_after("src"));
     QCOMPARE(QString::fromStdString(tee).count("no path to a sink"), 1);

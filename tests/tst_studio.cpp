@@ -500,6 +500,27 @@ class TestStudio : public QObject {
     QCOMPARE(input_of(window_->document().spec(), "sink"), QString("src"));
   }
 
+  // A stage whose operator no loaded plugin has: its parameters are shown as written and can be
+  // corrected, not hidden.
+  void an_unknown_operators_parameters_are_shown_as_written() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("mystery", "not_a_loaded_op", "src", {{"zeta", "1"}, {"alpha", "two words"}}) +
+                  stage("out", "null_sink", "mystery"),
+              "unknown.txtpb");
+    window_->scene().select_stage("mystery");
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "mystery");
+    auto* alpha = qobject_cast<QLineEdit*>(window_->inspector().editor("alpha"));
+    auto* zeta = qobject_cast<QLineEdit*>(window_->inspector().editor("zeta"));
+    QVERIFY(alpha && zeta);
+    QCOMPARE(alpha->text(), QString("two words"));
+    QCOMPARE(zeta->text(), QString("1"));
+    zeta->setFocus();
+    zeta->selectAll();
+    QTest::keyClicks(zeta, "3");
+    QTest::keyClick(zeta, Qt::Key_Return);
+    QCOMPARE(QString::fromStdString(stage_of(window_->document().spec(), "mystery")->params().at("zeta")), QString("3"));
+  }
+
   void inspector_editors_follow_the_schema() {
     using sluice::test::stage;
     open_text(stage("img", "synthetic_images", "") + stage("flip", "random_flip", "img") + stage("enc", "encode_image", "flip") +

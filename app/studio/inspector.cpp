@@ -1,5 +1,7 @@
 #include "inspector.hpp"
 
+#include <map>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -292,11 +294,34 @@ void Inspector::rebuild() {
 
   if (op)
     for (const auto& spec : op->info.params) add_param_row(spec, *st);
+  else
+    add_unchecked_param_rows(*st);
 
   show_problem_messages();
 
   if (!focused.isEmpty())
     if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
+}
+
+void Inspector::add_unchecked_param_rows(const spec::Stage& st) {
+  // No schema to build editors from: the parameters as the file writes them, as text, so that
+  // they can be read and corrected while the plugin is missing (the run will check them).
+  if (st.params().empty()) return;
+  add_section("Parameters (as written; not checked: the operator is not loaded)");
+  std::map<std::string, std::string> sorted(st.params().begin(), st.params().end());
+  for (const auto& [key, value] : sorted) {
+    const QString name = QString::fromStdString(key);
+    auto* edit = new QLineEdit(QString::fromStdString(value));
+    edit->setObjectName("param:" + name);
+    connect(edit, &QLineEdit::editingFinished, this, [this, edit, name] {
+      const spec::Stage* now = stage_in(document_.spec(), stage_);
+      if (!now) return;
+      auto it = now->params().find(name.toStdString());
+      if (it != now->params().end() && QString::fromStdString(it->second) == edit->text()) return;
+      document_.set_param(stage_, name, edit->text());
+    });
+    form_->addRow(name, edit);
+  }
 }
 
 void Inspector::add_section(const QString& title) {

@@ -43,6 +43,7 @@ class Inspector final : public QWidget {
   // Validation's problems of this stage's parameters, under their editors.
   void show_problem_messages();
   void add_param_row(const ParamSpec& spec, const spec::Stage& stage);
+  void add_unchecked_param_rows(const spec::Stage& stage);
   void add_section(const QString& title);
   // A combo box of (text, value) pairs; on_change gets the chosen value.
   void add_choice(const QString& object_name, const QString& label, const std::vector<std::pair<QString, int>>& items,

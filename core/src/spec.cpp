@@ -292,7 +292,9 @@ struct Validation {
     std::vector<int> dead_end(n, -1);  // where a stage's data stops, following its first reader
     for (auto k = order.rbegin(); k != order.rend(); ++k) {
       const int i = *k;
-      reaches_sink[i] = built[i].op->info.kind == OperatorKind::Sink;
+      // A stage that could not be built (an unknown operator, told already) is given the benefit
+      // of the doubt: nothing before it is blamed for where it leads.
+      reaches_sink[i] = !usable[i] || !built[i].op || built[i].op->info.kind == OperatorKind::Sink;
       for (int reader : built[i].consumers) reaches_sink[i] = reaches_sink[i] || reaches_sink[reader];
       dead_end[i] = built[i].consumers.empty() ? i : dead_end[built[i].consumers.front()];
     }
