@@ -1548,9 +1548,17 @@ class TestStudio : public QObject {
               "locked.txtpb");
     window_->document().set_param("slow", "us", QString("2000"));  // an edit to undo later
     QVERIFY(window_->start_run());
+    const int steps = window_->document().undo_stack()->count();
     click_node("slow");
     QTest::keyClick(viewport(), Qt::Key_Delete);
     QVERIFY(node("slow"));
+    QVERIFY2(window_->status_text().startsWith("Not changed: a run of this pipeline is going"), qPrintable(window_->status_text()));
+    // Refused edits leave nothing on the undo stack: not an empty "Delete", nor an "Add".
+    QCOMPARE(window_->document().undo_stack()->count(), steps);
+    QTest::keyClick(window_.get(), Qt::Key_F, Qt::ControlModifier);
+    search_and_add("identity");
+    QCOMPARE(window_->document().spec().stage_size(), 3);
+    QCOMPARE(window_->document().undo_stack()->count(), steps);
     QVERIFY2(window_->status_text().startsWith("Not changed: a run of this pipeline is going"), qPrintable(window_->status_text()));
     QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
     QCOMPARE(QString::fromStdString(window_->document().spec().stage(1).params().at("us")), QString("2000"));

@@ -670,6 +670,7 @@ void MainWindow::add_from_palette(const QString& op) {
         const int slot = static_cast<int>(at - inputs.begin());  // a combine's other inputs stay
         // Halfway along the connection; then from -> new -> to, one undo step.
         const QPointF middle = (scene_->node(from)->pos() + scene_->node(to)->pos()) / 2 + QPointF(0, NodeItem::kHeight);
+        if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
         document_.undo_stack()->beginMacro(QString("Insert %1").arg(op));
         const QString id = document_.add_stage(op, middle);
         document_.edit(QString("Connect %1 to %2").arg(id, to), [&](spec::PipelineSpec& s) {
@@ -702,6 +703,7 @@ void MainWindow::add_from_palette(const QString& op) {
     at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
     ++added_;
   }
+  if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
   document_.undo_stack()->beginMacro(QString("Add %1").arg(op));
   const QString id = document_.add_stage(op, at);
   if (selected.size() == 1 && !document_.connection_refusal(selected.front(), id)) document_.connect_stages(selected.front(), id);
@@ -715,6 +717,8 @@ void MainWindow::delete_selection() {
   QMap<QString, QList<int>> edges;
   for (const auto& [to, input] : scene_->selected_edges()) edges[to].push_back(input);
   if (stages.isEmpty() && edges.isEmpty()) return;
+  // Refused before the undo step opens: a refused edit leaves no empty step to undo.
+  if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
   document_.undo_stack()->beginMacro("Delete");
   for (auto it = edges.begin(); it != edges.end(); ++it) {
     const QString to = it.key();
