@@ -10,6 +10,7 @@
 
 #include "sluice/core/report.hpp"
 #include <QHeaderView>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QVBoxLayout>
 
@@ -133,6 +134,8 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   split->addWidget(chart_with_legend(throughput_, throughput_legend_));
   split->addWidget(chart_with_legend(occupancy_, occupancy_legend_));
   split->setSizes({640, 480, 480});
+  split_ = split;
+  connect(split, &QSplitter::splitterMoved, this, [this] { user_sized_split_ = true; });
   layout->addWidget(split);
   for (QChartView* view : {throughput_, occupancy_}) {
     view->setMouseTracking(true);
@@ -336,9 +339,10 @@ void MonitorPanel::fill_table() {
   QHash<QString, QString> next_in_group;
   for (const auto& st : snap.stage())
     if (!st.fused_with().empty() && st.inputs_size() == 1) next_in_group.insert(QString::fromStdString(st.inputs(0)), QString::fromStdString(st.id()));
-  table_->horizontalHeaderItem(3)->setText(run_ended ? "elements/s (run)" : "elements/s");
-  table_->horizontalHeaderItem(4)->setText(run_ended ? "MB/s (run)" : "MB/s");
-  table_->horizontalHeaderItem(8)->setText(run_ended ? "buffer (run)" : "buffer");
+  // Two-line headers after a run: the columns stay as narrow as their numbers.
+  table_->horizontalHeaderItem(3)->setText(run_ended ? "elements/s\nrun avg" : "elements/s");
+  table_->horizontalHeaderItem(4)->setText(run_ended ? "MB/s\nrun avg" : "MB/s");
+  table_->horizontalHeaderItem(8)->setText(run_ended ? "buffer\nrun avg" : "buffer");
   // Once the run has ended, its averages: the last interval's rates say little about a run.
   auto elements_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.elements_per_s() : st.recent_elements_per_s(); };
   auto bytes_per_s = [&](const metrics::StageMetrics& st) { return run_ended ? st.bytes_per_s() : st.recent_bytes_per_s(); };
@@ -390,7 +394,7 @@ void MonitorPanel::fill_table() {
     table_->setItem(r, 5, cell(percent(st.busy_fraction())));
     table_->setItem(r, 6, cell(percent(st.starved_fraction())));
     table_->setItem(r, 7, cell(percent(st.blocked_fraction())));
-    table_->setItem(r, 8, cell(st.buffer_capacity() > 0 && run_ended ? QString("avg %1 of %2").arg(percent(st.mean_buffer_fill())).arg(st.buffer_capacity())
+    table_->setItem(r, 8, cell(st.buffer_capacity() > 0 && run_ended ? QString("%1 of %2").arg(percent(st.mean_buffer_fill())).arg(st.buffer_capacity())
                                : st.buffer_capacity() > 0        ? QString("%1/%2").arg(st.buffer_level()).arg(st.buffer_capacity())
                                : next_in_group.contains(id) ? QString("fused → %1").arg(next_in_group.value(id))
                                                             : QString("–")));
@@ -426,6 +430,21 @@ void MonitorPanel::widen_columns() {
     table_->resizeColumnToContents(c);
     if (header->sectionSize(c) < was) header->resizeSection(c, was);
   }
+  give_the_table_its_columns();
+}
+
+void MonitorPanel::give_the_table_its_columns() {
+  // Until the user moves the dividers: the table as wide as its columns (every column readable
+  // without a scrollbar), up to 66% of the panel; the two charts share the rest.
+  if (user_sized_split_) return;
+  const QList<int> sizes = split_->sizes();
+  int total = 0;
+  for (int size : sizes) total += size;
+  const int wanted = std::min(table_->horizontalHeader()->length() + table_->verticalScrollBar()->sizeHint().width() + 2 * table_->frameWidth(),
+                              total * 66 / 100);
+  if (total <= 0 || wanted <= sizes.value(0)) return;
+  const int chart = (total - wanted) / 2;
+  split_->setSizes({wanted, chart, total - wanted - chart});
 }
 
 LogPanel::LogPanel(QWidget* parent) : QPlainTextEdit(parent) {

@@ -9,6 +9,7 @@
 #include <QLogValueAxis>
 #include <QPlainTextEdit>
 #include <QSet>
+#include <QSplitter>
 #include <QTableWidget>
 #include <QValueAxis>
 #include <QWidget>
@@ -60,8 +61,11 @@ class MonitorPanel final : public QWidget {
                  double t, double v);
   void fill_table();
   void widen_columns();
+  void give_the_table_its_columns();
   void update_legends();
   QTableWidget* table_;
+  QSplitter* split_ = nullptr;
+  bool user_sized_split_ = false;
   QChartView* throughput_;
   QChartView* occupancy_;
   QLabel* throughput_legend_;
