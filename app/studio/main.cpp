@@ -1,7 +1,9 @@
 // sluice-studio: the desktop app. `sluice-studio [PIPELINE]` opens a pipeline file;
 // `--attach HOST:PORT` follows a headless run; `--screenshot FILE --run-seconds N` runs the
 // pipeline for N seconds (stopping it then if it still runs), saves the window as a PNG once the
-// run has ended (its averages and verdict shown) and exits: how the README's picture is made.
+// run has ended (its averages and verdict shown) and exits; with --attach instead of a pipeline,
+// it saves the window after following the runs for N seconds. scripts/screenshots.sh makes the
+// README's pictures so.
 // `--list-palette` prints the palette's operators and exits (a plugin author's check, offscreen).
 #include <QApplication>
 #include <QCommandLineParser>
@@ -19,7 +21,8 @@ namespace {
 
 const QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
 const QCommandLineOption attach("attach", "follow a headless run's metrics endpoint, or each worker's (comma-separated)", "HOST:PORT");
-const QCommandLineOption screenshot("screenshot", "run the pipeline, then save the window with the run's verdict as PNG to FILE, exit",
+const QCommandLineOption screenshot("screenshot",
+                                    "run the pipeline (or follow --attach), then save the window with the run's verdict as PNG to FILE, exit",
                                     "FILE");
 const QCommandLineOption run_seconds("run-seconds", "with --screenshot: how long to run first (default 4)", "N", "4");
 const QCommandLineOption tab("tab", "with --screenshot: the bottom tab to show (Monitor, Problems, Log, Verdict; default: the verdict)",
@@ -46,6 +49,40 @@ bool has_a_display() {
   for (const char* variable : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
     if (const char* value = std::getenv(variable); value && *value) return true;
   return false;
+}
+
+// Saves the window as a PNG once it shows what it should (the bottom tab asked for), then exits.
+void save_window_and_exit(sluice::studio::MainWindow& window, const QCommandLineParser& cli) {
+  // Once the window has drawn the ended run.
+  QTimer::singleShot(300, &window, [&window, &cli] {
+    if (cli.isSet(tab)) {
+      auto* tabs = window.findChild<QTabWidget*>("bottom_tabs");
+      for (int i = 0; tabs && i < tabs->count(); ++i)
+        if (tabs->tabText(i).startsWith(cli.value(tab), Qt::CaseInsensitive)) tabs->setCurrentIndex(i);
+    }
+    const QString target = cli.value(screenshot);
+    QSaveFile out(target);  // written whole or not at all
+    const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
+    if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
+    else std::fprintf(stderr, "wrote %s (%s)\n", qPrintable(target), qPrintable(window.run_state()));
+    QApplication::exit(ok ? 0 : 1);
+  });
+}
+
+// --screenshot: runs the open pipeline (or follows the attached runs) for --run-seconds, stops
+// a run of its own that still goes, and saves the window once its end is shown.
+bool take_screenshot_when_done(sluice::studio::MainWindow& window, const QCommandLineParser& cli, bool run_here) {
+  if (run_here && !window.start_run()) {
+    std::fprintf(stderr, "cannot run %s: %s\n", qPrintable(cli.positionalArguments().value(0)), qPrintable(window.status_text()));
+    return false;
+  }
+  QTimer::singleShot(cli.value(run_seconds).toDouble() * 1000, &window, [&window, &cli, run_here] {
+    // A run that already ended (shorter than --run-seconds) sends no second `finished`.
+    if (!run_here || !window.runner().running()) return save_window_and_exit(window, cli);
+    QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &window, [&window, &cli] { save_window_and_exit(window, cli); });
+    window.stop_run();
+  });
+  return true;
 }
 
 }  // namespace
@@ -80,8 +117,8 @@ int main(int argc, char** argv) {
 
   sluice::studio::MainWindow window(registry);
   const QStringList args = cli.positionalArguments();
-  if (cli.isSet(screenshot) && args.isEmpty()) {
-    std::fprintf(stderr, "--screenshot needs a pipeline file to run\n");
+  if (cli.isSet(screenshot) && args.isEmpty() && !cli.isSet(attach)) {
+    std::fprintf(stderr, "--screenshot needs a pipeline file to run, or --attach HOST:PORT to follow\n");
     return 2;
   }
   if (cli.isSet(list_palette)) {
@@ -105,33 +142,6 @@ int main(int argc, char** argv) {
   }
   if (cli.isSet(attach)) window.attach_to(cli.value(attach));
 
-  if (cli.isSet(screenshot)) {
-    if (!window.start_run()) {
-      std::fprintf(stderr, "cannot run %s: %s\n", qPrintable(args.front()), qPrintable(window.status_text()));
-      return 1;
-    }
-    const QString target = cli.value(screenshot);
-    auto save_and_exit = [&] {
-      // Once the window has drawn the ended run.
-      QTimer::singleShot(300, &window, [&] {
-        if (cli.isSet(tab)) {
-          auto* tabs = window.findChild<QTabWidget*>("bottom_tabs");
-          for (int i = 0; tabs && i < tabs->count(); ++i)
-            if (tabs->tabText(i).startsWith(cli.value(tab), Qt::CaseInsensitive)) tabs->setCurrentIndex(i);
-        }
-        QSaveFile out(target);  // written whole or not at all
-        const bool ok = out.open(QIODevice::WriteOnly) && window.grab().save(&out, "PNG") && out.commit();
-        if (!ok) std::fprintf(stderr, "cannot write %s: %s\n", qPrintable(target), qPrintable(out.errorString()));
-        else std::fprintf(stderr, "wrote %s (%s)\n", qPrintable(target), qPrintable(window.run_state()));
-        app.exit(ok ? 0 : 1);
-      });
-    };
-    QTimer::singleShot(cli.value(run_seconds).toDouble() * 1000, &window, [&] {
-      // A run that already ended (shorter than --run-seconds) sends no second `finished`.
-      if (!window.runner().running()) return save_and_exit();
-      QObject::connect(&window.runner(), &sluice::studio::RunController::finished, &window, save_and_exit);
-      window.stop_run();
-    });
-  }
+  if (cli.isSet(screenshot) && !take_screenshot_when_done(window, cli, !cli.isSet(attach))) return 1;
   return app.exec();
 }
