@@ -254,7 +254,7 @@ void MainWindow::keep_room_for_the_canvas() {
     for (auto* dock : sides) widths << std::max(dock->minimumSizeHint().width(), dock->width() + spare_width * dock->width() / std::max(1, total));
     if (!sides.isEmpty()) resizeDocks(sides, widths, Qt::Horizontal);
   }
-  const int spare_height = view_->height() - height() * 45 / 100 - 4;
+  const int spare_height = view_->height() - height() / 2 - 4;
   if (spare_height < 0)
     for (auto* dock : docked(*this, Qt::BottomDockWidgetArea))
       resizeDocks({dock}, {std::max(dock->minimumSizeHint().height(), dock->height() + spare_height)}, Qt::Vertical);

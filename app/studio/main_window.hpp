@@ -84,7 +84,7 @@ class MainWindow final : public QMainWindow {
   // The window's size within the screen, then the size, position and docks it was closed with.
   void restore_window_layout();
   // Docks sized in proportion to the window (a first start), and never leaving the canvas less
-  // than half the window's width or 45% of its height (a smaller window than they were set for).
+  // than half the window's width or half its height (a smaller window than they were set for).
   void size_docks_for_window();
   void keep_room_for_the_canvas();
   bool docks_restored_ = false;
