@@ -14,6 +14,7 @@
 #include <QMimeData>
 #include <QDockWidget>
 #include <QFileDialog>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QStatusBar>
 #include <QToolBar>
@@ -1320,6 +1321,22 @@ class TestStudio : public QObject {
         QTest::qWait(20);
         QVERIFY2(run->height() == run_height && fresh.view().height() == canvas.height(),
                  qPrintable(at_size + ": the Run dock changes height on tab " + tabs->tabText(i)));
+      }
+      // The inspector shows every editor whole, long parameter names and all: none is cut off
+      // behind a horizontal scrollbar.
+      QVERIFY(fresh.open_file(QString(SLUICE_SOURCE_DIR) + "/resources/pipelines/train_tfrecord.txtpb"));
+      for (const QString id : {"files", "resize", "read"}) {
+        fresh.scene().select_stage(id, true);
+        QTRY_VERIFY(fresh.inspector().settled() && fresh.inspector().stage() == id);
+        QTest::qWait(20);
+        auto* scroll = fresh.inspector().findChild<QScrollArea*>();
+        QVERIFY(scroll);
+        for (auto* editor : scroll->widget()->findChildren<QWidget*>(QRegularExpression("^(param|stage):"))) {
+          if (!editor->isVisible()) continue;
+          const int right = editor->mapTo(scroll->viewport(), QPoint(editor->width(), 0)).x();
+          QVERIFY2(right <= scroll->viewport()->width(),
+                   qPrintable(QString("%1, stage %2: %3 ends at %4 of %5").arg(at_size, id, editor->objectName()).arg(right).arg(scroll->viewport()->width())));
+        }
       }
     }
     // Docks widened for a big window, then the window made small: they give the canvas its room.

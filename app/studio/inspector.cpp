@@ -103,6 +103,10 @@ Inspector::Inspector(Document& document, QWidget* parent) : QWidget(parent), doc
   form_host_ = new QWidget;
   form_ = new QFormLayout(form_host_);
   form_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  // A narrow inspector (a small screen) puts a long name above its editor rather than cutting
+  // the editor off behind a scrollbar.
+  form_->setRowWrapPolicy(QFormLayout::WrapLongRows);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   scroll->setWidget(form_host_);
   outer->addWidget(scroll, 1);
   connect(&document_, &Document::changed, this, [this] {
@@ -237,12 +241,14 @@ void Inspector::rebuild() {
   // several, as padded_batch does): no count is offered unless the file sets one, to be undone.
   if (!takes_workers(op.get(), *st) && st->parallelism() <= 1 && !st->per_input()) {
     auto* one = new QLabel("one (keeps state between elements)");
+    one->setWordWrap(true);
     one->setObjectName("stage:parallelism");
     one->setToolTip("this operator keeps state from one element to the next, so one worker runs it; parallelism applies to "
                     "stateless operators and to aggregates that assemble their outputs in parallel");
     form_->addRow("workers", one);
   } else if (st->per_input() && st->parallelism() == 0) {
     auto* readers = new QLabel("the interleave's readers");
+    readers->setWordWrap(true);
     readers->setObjectName("stage:parallelism");
     readers->setToolTip("a per-input stage runs on the readers of the interleave before it: set workers on that stage");
     form_->addRow("workers", readers);
