@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 # thread-local vector, and the leak check of GCC 12's sanitizer then crashed at exit on a stale
 # entry ("Tracer caught signal 11") in a run that had done nothing wrong.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0
+# tests/lsan.supp: leaks of system libraries (libdbus under Qt's xcb platform), each with its reason.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 

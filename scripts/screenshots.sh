@@ -40,7 +40,11 @@ shoot() {  # shoot FILE ARGS...: one picture, checked to be a PNG
   [ "$(head -c 8 "$out/$file" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || { echo "$out/$file is not a PNG" >&2; exit 1; }
 }
 
-pipelines=$root/resources/pipelines
+# The pipelines from a copy of their folder: what they write (studio_graph's sample copy, in
+# ../../build) goes to this run's scratch folder, not into a build tree that may not exist.
+pipelines=$work/resources/pipelines
+mkdir -p "$pipelines" "$work/build"
+cp "$root"/resources/pipelines/studio_*.txtpb "$pipelines/"
 shoot studio.png --run-seconds "$(seconds 8)" "$pipelines/studio_showcase.txtpb"
 shoot studio_monitor.png --tab Monitor --run-seconds "$(seconds 8)" "$pipelines/studio_showcase.txtpb"
 shoot studio_graph.png --run-seconds "$(seconds 19)" "$pipelines/studio_graph.txtpb"
