@@ -26,26 +26,66 @@ double reader_fill(const metrics::StageMetrics& producer, const std::string& rea
 }  // namespace
 
 Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
+  const int n = snapshot.stage_size();
   std::map<std::string, int> index_of;
-  for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
+  for (int i = 0; i < n; ++i) index_of[snapshot.stage(i).id()] = i;
+  // The reader that continues a stage's fused group (the first in order), if any.
+  std::vector<int> next_in_group(n, -1);
+  for (int j = 0; j < n; ++j) {
+    const auto& next = snapshot.stage(j);
+    if (next.fused_with().empty() || next.inputs_size() != 1) continue;
+    auto it = index_of.find(next.inputs(0));
+    if (it == index_of.end()) continue;
+    const auto& m = snapshot.stage(it->second);
+    const std::string& head = m.fused_with().empty() ? m.id() : m.fused_with();
+    if (next.fused_with() == head && next_in_group[it->second] < 0) next_in_group[it->second] = j;
+  }
+  // Each stage's fills are computed once, walking a fused group (which may be thousands of
+  // stages long) without recursion: linear in the pipeline's size.
+  //
   // A fused stage has no buffer before it: its group's input buffer is the one that matters.
   // A stage waits on its emptiest input (a combine needs each of them); a reader of a tee reads
   // its own buffer of the producer's output.
-  std::function<double(const metrics::StageMetrics&)> input_fill = [&](const metrics::StageMetrics& m) {
-    if (m.inputs_size() == 0) return 1.0;  // a source is never short of input
-    if (!m.fused_with().empty()) return input_fill(snapshot.stage(index_of.at(m.inputs(0))));
-    double fill = 1.0;
-    for (const auto& in : m.inputs()) fill = std::min(fill, reader_fill(snapshot.stage(index_of.at(in)), m.id()));
-    return fill;
+  std::vector<double> input_fills(n, -1.0), output_fills(n, -1.0);
+  auto input_fill = [&](int i) {
+    std::vector<int> walked;
+    int at = i;
+    while (input_fills[at] < 0) {
+      const auto& m = snapshot.stage(at);
+      if (m.inputs_size() > 0 && !m.fused_with().empty()) {
+        walked.push_back(at);
+        at = index_of.at(m.inputs(0));
+        continue;
+      }
+      double fill = 1.0;  // a source is never short of input
+      for (const auto& in : m.inputs()) fill = std::min(fill, reader_fill(snapshot.stage(index_of.at(in)), m.id()));
+      input_fills[at] = fill;
+    }
+    for (int w : walked) input_fills[w] = input_fills[at];
+    return input_fills[i];
   };
   // A member of a fused group hands its output straight to the next member: the group's last
   // buffer is the one it waits on.
-  std::function<double(const metrics::StageMetrics&)> output_fill = [&](const metrics::StageMetrics& m) -> double {
-    if (m.buffer_capacity()) return m.mean_buffer_fill();
-    const std::string& head = m.fused_with().empty() ? m.id() : m.fused_with();
-    for (const auto& next : snapshot.stage())
-      if (next.fused_with() == head && next.inputs_size() == 1 && next.inputs(0) == m.id()) return output_fill(next);
-    return 0.0;  // a sink
+  auto output_fill = [&](int i) {
+    std::vector<int> walked;
+    int at = i;
+    double fill = 0.0;  // a sink
+    for (;;) {
+      if (output_fills[at] >= 0) {
+        fill = output_fills[at];
+        break;
+      }
+      const auto& m = snapshot.stage(at);
+      walked.push_back(at);
+      if (m.buffer_capacity()) {
+        fill = m.mean_buffer_fill();
+        break;
+      }
+      if (next_in_group[at] < 0) break;
+      at = next_in_group[at];
+    }
+    for (int w : walked) output_fills[w] = fill;
+    return output_fills[i];
   };
   // Among stages whose input is mostly full and output mostly empty, the busiest one limits the
   // pipeline; without such a stage, the busiest overall.
@@ -53,7 +93,7 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   for (int i = 0; i < snapshot.stage_size(); ++i) {
     const auto& m = snapshot.stage(i);
     if (busiest < 0 || m.busy_fraction() > snapshot.stage(busiest).busy_fraction()) busiest = i;
-    if (input_fill(m) >= 0.5 && output_fill(m) <= 0.5 && (best < 0 || m.busy_fraction() > snapshot.stage(best).busy_fraction()))
+    if (input_fill(i) >= 0.5 && output_fill(i) <= 0.5 && (best < 0 || m.busy_fraction() > snapshot.stage(best).busy_fraction()))
       best = i;
   }
   // A candidate that is far less busy than the busiest stage is not what limits the run (the
@@ -64,8 +104,8 @@ Bottleneck find_bottleneck(const metrics::MetricsSnapshot& snapshot) {
   b.stage = best >= 0 ? best : busiest;
   if (b.stage < 0 || snapshot.stage(b.stage).busy_fraction() <= 0) return {};
   const auto& m = snapshot.stage(b.stage);
-  std::string input = m.inputs_size() == 0 ? "it is a source" : fmt::format("its input buffer is {:.0f}% full", 100 * input_fill(m));
-  std::string output = m.kind() == "sink" ? "it is the sink" : fmt::format("its output buffer {:.0f}% full", 100 * output_fill(m));
+  std::string input = m.inputs_size() == 0 ? "it is a source" : fmt::format("its input buffer is {:.0f}% full", 100 * input_fill(b.stage));
+  std::string output = m.kind() == "sink" ? "it is the sink" : fmt::format("its output buffer {:.0f}% full", 100 * output_fill(b.stage));
   b.reason = fmt::format("busy {:.0f}% of the time on {} worker{}; {}, {}", 100 * m.busy_fraction(), m.workers(),
                          m.workers() == 1 ? "" : "s", input, output);
   if (best < 0) b.reason += std::string(" (") + kNothingHeldUp + " by it: the pipeline is balanced or limited by its consumers)";
