@@ -134,6 +134,12 @@ void Document::edit(const QString& description, const std::function<void(spec::P
   undo_.push(new SpecEdit(*this, description, spec_, std::move(after), merge_tag));
 }
 
+bool Document::refuse_if_graph_locked() {
+  if (graph_lock_.isEmpty()) return false;
+  emit edit_refused(graph_lock_);
+  return true;
+}
+
 void Document::replace_spec(const spec::PipelineSpec& spec) {
   spec_ = spec;
   revalidate();

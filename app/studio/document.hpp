@@ -37,6 +37,9 @@ class Document : public QObject {
   void lock_graph(const QString& reason) { graph_lock_ = reason; }
   void unlock_graph() { graph_lock_.clear(); }
   const QString& graph_lock() const { return graph_lock_; }
+  // For edits of several steps (Delete, Add, Insert): refused as a whole, with edit_refused,
+  // before their undo step opens, so that no empty step is left; true when refused.
+  bool refuse_if_graph_locked();
   void undo();  // the undo stack's, unless the step would change a locked graph
   void redo();
 

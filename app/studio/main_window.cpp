@@ -670,7 +670,7 @@ void MainWindow::add_from_palette(const QString& op) {
         const int slot = static_cast<int>(at - inputs.begin());  // a combine's other inputs stay
         // Halfway along the connection; then from -> new -> to, one undo step.
         const QPointF middle = (scene_->node(from)->pos() + scene_->node(to)->pos()) / 2 + QPointF(0, NodeItem::kHeight);
-        if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
+        if (document_.refuse_if_graph_locked()) return;
         document_.undo_stack()->beginMacro(QString("Insert %1").arg(op));
         const QString id = document_.add_stage(op, middle);
         document_.edit(QString("Connect %1 to %2").arg(id, to), [&](spec::PipelineSpec& s) {
@@ -703,7 +703,7 @@ void MainWindow::add_from_palette(const QString& op) {
     at = centre + QPointF(-NodeItem::kWidth / 2 + 24 * (added_ % 6), -NodeItem::kHeight / 2 + 24 * (added_ % 6));
     ++added_;
   }
-  if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
+  if (document_.refuse_if_graph_locked()) return;
   document_.undo_stack()->beginMacro(QString("Add %1").arg(op));
   const QString id = document_.add_stage(op, at);
   if (selected.size() == 1 && !document_.connection_refusal(selected.front(), id)) document_.connect_stages(selected.front(), id);
@@ -718,7 +718,7 @@ void MainWindow::delete_selection() {
   for (const auto& [to, input] : scene_->selected_edges()) edges[to].push_back(input);
   if (stages.isEmpty() && edges.isEmpty()) return;
   // Refused before the undo step opens: a refused edit leaves no empty step to undo.
-  if (!document_.graph_lock().isEmpty()) return show_status("Not changed: " + document_.graph_lock(), 8000);
+  if (document_.refuse_if_graph_locked()) return;
   document_.undo_stack()->beginMacro("Delete");
   for (auto it = edges.begin(); it != edges.end(); ++it) {
     const QString to = it.key();
@@ -797,6 +797,11 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
   log_->note(error.isEmpty() ? QString("run %1").arg(state) : QString("run %1: %2").arg(state, error));
   show_status(error.isEmpty() ? QString("Run %1.").arg(state) : QString("Run failed: %1").arg(error));
   const QString name = document_.file().isEmpty() ? QString("untitled") : QFileInfo(document_.file()).fileName();
+  // The run's end, on the canvas, in the Verdict, and beside the run before it.
+  auto show_end = [&](const metrics::MetricsSnapshot& final_snapshot) {
+    show_verdict(final_snapshot, "run of " + name);
+    compare_with_shown_run({final_snapshot, live_graph_.value_or(document_.spec()), "run of " + name});
+  };
   if (state == "failed") {
     // The failing stage is marked on the canvas with the message, whatever the last snapshot said.
     metrics::MetricsSnapshot final_state = last_snapshot_;
@@ -805,19 +810,12 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
     final_state.set_failed_stage(failed_stage.toStdString());
     apply_snapshot(final_state, true);
     set_run_state(failed_stage.isEmpty() ? QString("Failed: %1").arg(name) : QString("Failed at stage '%1': %2").arg(failed_stage, name));
-    show_verdict(final_state, "run of " + name);
-    compare_with_shown_run({final_state, live_graph_.value_or(document_.spec()), "run of " + name});
-  } else if (state == "stopped") {
-    if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
-    set_run_state(QString("Stopped (interrupted): %1").arg(name));
-    show_verdict(last_snapshot_, "run of " + name);
-    compare_with_shown_run({last_snapshot_, live_graph_.value_or(document_.spec()), "run of " + name});
-  } else {
-    if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
-    set_run_state(QString("Finished: %1").arg(name));
-    show_verdict(last_snapshot_, "run of " + name);
-    compare_with_shown_run({last_snapshot_, live_graph_.value_or(document_.spec()), "run of " + name});
+    show_end(final_state);
+    return;
   }
+  if (last_snapshot_.stage_size()) apply_snapshot(last_snapshot_, true);
+  set_run_state(state == "stopped" ? QString("Stopped (interrupted): %1").arg(name) : QString("Finished: %1").arg(name));
+  show_end(last_snapshot_);
 }
 
 void MainWindow::compare_with_shown_run(EndedRun ended) {
