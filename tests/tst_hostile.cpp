@@ -11,7 +11,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <csignal>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -393,6 +395,47 @@ class TestHostile : public QObject {
     reason("libloop_a.so", "loop of symbolic links");
   }
 
+  // 6a. The probe cache trusts a library only by its content: another library copied over a probed
+  // one with its size and time kept (`cp -p`, `rsync -t`), or a cache line forged from the size
+  // and time, is probed again and named, never loaded into the host. A cache path that is a FIFO
+  // blocks nothing.
+  void the_probe_cache_trusts_content_not_size_and_time() {
+    QTemporaryDir dir;
+    const QString plugins = dir.filePath("plugins");
+    QDir().mkpath(plugins);
+    const std::string library = (plugins + "/libswapped.so").toStdString(), cache = dir.filePath("probes.txt").toStdString();
+    std::string good = read_file(SLUICE_FIXTURE_PLUGIN_DIR "/good/libfixture_good.so");
+    std::string crashing = read_file(SLUICE_FIXTURE_PLUGIN_DIR "/hostile/libhostile_register_segfaults.so");
+    // Equal sizes: bytes after an ELF file's last section change nothing the loader reads.
+    good.resize(std::max(good.size(), crashing.size()), '\0');
+    crashing.resize(good.size(), '\0');
+    std::ofstream(library, std::ios::binary) << good;
+    const auto probed_time = fs::last_write_time(library);
+    const QStringList env{"SLUICE_PLUGIN_PROBE_CACHE=" + QString::fromStdString(cache)};
+    auto first = run_cli({"plugins", "--plugin-dir", plugins}, 60000, env);
+    QVERIFY2(first.code == 0, qPrintable(first.err));
+    QVERIFY2(read_file(cache).find("libswapped.so") != std::string::npos, "the good library was not remembered");
+    std::ofstream(library, std::ios::binary | std::ios::trunc) << crashing;
+    fs::last_write_time(library, probed_time);
+    auto swapped = run_cli({"plugins", "--verbose", "--plugin-dir", plugins}, 60000, env);
+    QVERIFY2(swapped.finished && swapped.code == 0, qPrintable(QString("exit %1: %2").arg(swapped.code).arg(swapped.err)));
+    QVERIFY2((swapped.out + swapped.err).contains(QRegularExpression("libswapped.so[^\n]*\n?[^\n]*killed the probe process")),
+             qPrintable(swapped.out + swapped.err));
+    // A line of the old form (path, size, time) for the crashing library is no pass either.
+    struct stat st {};
+    QCOMPARE(::stat(library.c_str(), &st), 0);
+    std::ofstream(cache, std::ios::app) << library << '\t' << st.st_size << '\t' << st.st_mtim.tv_sec << '.'
+                                        << QString::number(st.st_mtim.tv_nsec).rightJustified(9, '0').toStdString() << '\n';
+    auto forged = run_cli({"plugins", "--verbose", "--plugin-dir", plugins}, 60000, env);
+    QVERIFY2(forged.finished && forged.code == 0 && (forged.out + forged.err).contains("killed the probe process"), qPrintable(forged.err));
+    // A FIFO named as the cache: commands neither block on it nor replace it.
+    const std::string fifo = dir.filePath("probes.fifo").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    auto fifo_run = run_cli({"plugins"}, 30000, {"SLUICE_PLUGIN_PROBE_CACHE=" + QString::fromStdString(fifo)});
+    QVERIFY2(fifo_run.finished && fifo_run.code == 0, qPrintable(fifo_run.err));
+    QVERIFY(is_fifo(fifo));
+  }
+
   // 6b. A Ctrl-C at the terminal (to the whole process group) while the plugins are still being
   // probed ends the run with 130 and says so; no plugin is reported broken because of it, and a
   // second Ctrl-C ends it at once without leaving a probe process behind.
@@ -518,6 +561,65 @@ class TestHostile : public QObject {
     EXPECT_FAILS_WITH(run_pipeline(dir, jpeg("error_policy: skip")), 1, "every element was skipped");
     EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + stage("f", "filter_random", "src", {{"p", "nan"}}) + stage("out", "null_sink", "f")),
                       2, "not a number");
+  }
+
+  // 8b. Numbers at the edge of their types give exact results or a refusal, never a quiet loss.
+  void numbers_at_their_limits_are_exact_or_refused() {
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("mix.jsonl").toStdString();
+    auto mixture = [&](const std::string& weights) {
+      return "options { seed: 3 }\n" + stage("a", "range", "", {{"count", "100"}}) +
+             stage("b", "range", "", {{"count", "50"}, {"start", "1000"}}) +
+             "stage { id: \"mix\" op: \"sample_from_datasets\" input: \"a\" input: \"b\" params { key: \"weights\" value: \"" + weights +
+             "\" } }\n" + stage("out", "jsonl_sink", "mix", {{"path", out}});
+    };
+    // Weights whose sum overflows a double are a fair mixture (their sum was infinite: 0 elements);
+    // an input a million million times lighter still gives all it has once the other runs out.
+    for (const std::string weights : {"1e308,1e308", "1e12,1", "1,1e-300"}) {
+      auto ran = run_pipeline(dir, mixture(weights));
+      QVERIFY2(ran.code == 0, qPrintable(ran.err));
+      auto values = all_integers(lines_of(read_file(out)));
+      std::sort(values.begin(), values.end());
+      QCOMPARE(values.size(), std::size_t(150));
+      QCOMPARE(values.front(), 0LL);
+      QCOMPARE(values.back(), 1049LL);
+    }
+    // The fair one is fair: both inputs within the first 20 elements.
+    QCOMPARE(run_pipeline(dir, mixture("1e308,1e308")).code, 0);
+    const auto first = all_integers(lines_of(read_file(out)));
+    QVERIFY(std::any_of(first.begin(), first.begin() + 20, [](long long v) { return v >= 1000; }));
+    QVERIFY(std::any_of(first.begin(), first.begin() + 20, [](long long v) { return v < 1000; }));
+    // range up to the last int64 and down to the first; one step past is refused by name.
+    const std::string ints = dir.filePath("ints.jsonl").toStdString();
+    auto range_run = [&](const std::string& start, const std::string& step, const std::string& count) {
+      return run_pipeline(dir, stage("src", "range", "", {{"start", start}, {"step", step}, {"count", count}}) +
+                                   stage("out", "jsonl_sink", "src", {{"path", ints}}));
+    };
+    QCOMPARE(range_run("9223372036854775805", "1", "3").code, 0);
+    QCOMPARE(all_integers(lines_of(read_file(ints))).back(), std::numeric_limits<long long>::max());
+    QCOMPARE(range_run("-9223372036854775806", "-2", "1").code, 0);
+    QCOMPARE(range_run("-9223372036854775807", "-1", "2").code, 0);
+    QCOMPARE(all_integers(lines_of(read_file(ints))).back(), std::numeric_limits<long long>::min());
+    EXPECT_FAILS_WITH(range_run("9223372036854775805", "1", "4"), 2, "beyond the 64-bit integer range");
+    EXPECT_FAILS_WITH(range_run("0", "4611686018427387904", "3"), 2, "stage 'src'");
+    QCOMPARE(range_run("0", "4611686018427387904", "2").code, 0);
+  }
+
+  // 8c. A writer's re-run with another compression leaves one set of shards under its prefix.
+  void a_rewritten_shard_set_leaves_no_stale_shards() {
+    QTemporaryDir dir;
+    const std::string prefix = dir.filePath("shards/train").toStdString();
+    for (const std::string compression : {"gzip", "zlib", "none"}) {
+      const int records = compression == "none" ? 1000 : 2500;
+      QCOMPARE(run_pipeline(dir, range_to("tfrecord_writer", {{"prefix", prefix}, {"max_records", "300"}, {"compression", compression}}, records)).code,
+               0);
+    }
+    const QStringList left = QDir(dir.filePath("shards")).entryList(QDir::Files, QDir::Name);
+    QCOMPARE(left.size(), 4);
+    for (const QString& name : left) QVERIFY2(name.endsWith("-of-00004.tfrecord"), qPrintable(left.join(' ')));
+    // And the other way: plain shards then a gzip set.
+    QCOMPARE(run_pipeline(dir, range_to("tfrecord_writer", {{"prefix", prefix}, {"compression", "gzip"}}, 10)).code, 0);
+    QCOMPARE(QDir(dir.filePath("shards")).entryList(QDir::Files), QStringList{"train-00000-of-00001.tfrecord.gz"});
   }
 
   // 9. Messages say what is wrong, where.

@@ -14,9 +14,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -109,7 +109,55 @@ std::chrono::milliseconds probe_timeout() {
   return std::chrono::milliseconds(10000);
 }
 
-// Loads of the same library that already survived a probe: keyed by path, size and mtime.
+// What the library is, by its content: its GNU build ID (a hash the linker wrote of what it
+// linked, read from the note segments without reading the whole file), or else a hash of all its
+// bytes. Size and modification time alone would trust another library copied over a probed one
+// with `cp -p` or `rsync -t`. Empty if the file cannot be read (then it is probed).
+std::string library_identity(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return {};
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  Elf64_Ehdr header{};
+  if (::pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) && header.e_phentsize == sizeof(Elf64_Phdr)) {
+    for (unsigned i = 0; i < header.e_phnum; ++i) {
+      Elf64_Phdr ph{};
+      if (::pread(fd, &ph, sizeof ph, static_cast<off_t>(header.e_phoff + i * sizeof ph)) != static_cast<ssize_t>(sizeof ph)) break;
+      if (ph.p_type != PT_NOTE || ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_filesz > (1 << 16)) continue;
+      std::string notes(ph.p_filesz, '\0');
+      if (::pread(fd, notes.data(), notes.size(), static_cast<off_t>(ph.p_offset)) != static_cast<ssize_t>(notes.size())) continue;
+      for (std::size_t at = 0; at + sizeof(Elf64_Nhdr) <= notes.size();) {
+        Elf64_Nhdr note{};
+        std::memcpy(&note, notes.data() + at, sizeof note);
+        const std::size_t name_at = at + sizeof note, desc_at = name_at + ((note.n_namesz + 3) & ~3u);
+        const std::size_t next = desc_at + ((note.n_descsz + 3) & ~3u);
+        if (next > notes.size()) break;
+        if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(notes.data() + name_at, "GNU", 4) == 0 && note.n_descsz > 0) {
+          std::string id = "build-id:";
+          for (std::size_t k = 0; k < note.n_descsz; ++k) id += fmt::format("{:02x}", static_cast<unsigned char>(notes[desc_at + k]));
+          return id;
+        }
+        at = next;
+      }
+    }
+  }
+  std::string bytes(size, '\0');
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
+    if (n <= 0) return {};
+    got += static_cast<std::size_t>(n);
+  }
+  return fmt::format("bytes:{:016x}", std::hash<std::string_view>{}(bytes));
+}
+
+// Loads of the same library that already survived a probe: keyed by path, size, mtime and content
+// identity (library_identity).
 class ProbeCache {
  public:
   bool known_good(const std::string& key) {
@@ -138,10 +186,29 @@ class ProbeCache {
     loaded_ = true;
     file_ = location();
     if (file_.empty()) return;
-    std::ifstream in(file_);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) good_.insert(line);
+    // Only a regular file is read, opened without blocking: a FIFO at the cache's path would stop
+    // every start waiting for a writer. Anything else there means no cache (probes every time).
+    const int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    struct stat st {};
+    std::string text;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < kLargestCache) {
+      text.resize(static_cast<std::size_t>(st.st_size));
+      const ssize_t got = ::pread(fd, text.data(), text.size(), 0);
+      text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    } else {
+      file_.clear();  // and never written over
+    }
+    ::close(fd);
+    std::size_t at = 0;
+    while (at < text.size()) {
+      std::size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      if (end > at) good_.insert(text.substr(at, end - at));
+      at = end + 1;
+    }
   }
+  static constexpr off_t kLargestCache = 16 << 20;
   static fs::path location() {
     if (const char* set = std::getenv("SLUICE_PLUGIN_PROBE_CACHE")) return std::string(set) == "off" ? fs::path() : fs::path(set);
     if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "sluice" / "plugin-probes.txt";
@@ -205,8 +272,11 @@ std::string check_plugin_file(const fs::path& file) {
 std::string probe_plugin_in_child(const fs::path& file) {
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
-  const std::string key = fmt::format("{}\t{}\t{}.{:09}", file.string(), st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-  if (probe_cache().known_good(key)) return {};
+  const std::string identity = library_identity(file);
+  const std::string key = identity.empty() ? std::string()
+                                           : fmt::format("{}\t{}\t{}.{:09}\t{}", file.string(), st.st_size, st.st_mtim.tv_sec,
+                                                         st.st_mtim.tv_nsec, identity);
+  if (!key.empty() && probe_cache().known_good(key)) return {};
 
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return {};  // cannot probe: load as before
@@ -249,7 +319,7 @@ std::string probe_plugin_in_child(const fs::path& file) {
                        "SLUICE_PLUGIN_PROBE_TIMEOUT_MS sets the limit)",
                        probe_timeout().count() / 1000.0);
   if (!reported) return describe_child_end(status);
-  probe_cache().remember(key);
+  if (!key.empty()) probe_cache().remember(key);
   return {};
 }
 

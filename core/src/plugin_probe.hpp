@@ -22,9 +22,9 @@ std::string check_plugin_file(const std::filesystem::path& file);
 
 // Loads the library in a child process first (dlopen, entry, registration, default construction):
 // empty when that ended normally, else what went wrong (a signal, an exit, a hang past
-// SLUICE_PLUGIN_PROBE_TIMEOUT_MS). Libraries that passed are remembered by path, size and
-// modification time (SLUICE_PLUGIN_PROBE_CACHE names the file, or "off"), so a start-up probes
-// only what changed.
+// SLUICE_PLUGIN_PROBE_TIMEOUT_MS). Libraries that passed are remembered by path, size,
+// modification time and content (the GNU build ID, or a hash of the bytes) in a regular file
+// (SLUICE_PLUGIN_PROBE_CACHE names it, or "off"), so a start-up probes only what changed.
 std::string probe_plugin_in_child(const std::filesystem::path& file);
 
 }  // namespace sluice

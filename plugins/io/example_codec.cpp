@@ -148,7 +148,7 @@ void decode_feature(Span feature, FeatureValues& out) {
         std::size_t n = f.size / 4;
         std::size_t at = out.floats.size();
         out.floats.resize(at + n);
-        std::memcpy(out.floats.data() + at, f.data, f.size);
+        if (n) std::memcpy(out.floats.data() + at, f.data, f.size);  // an empty list's data may be null
       } else if (f.type == 5) {
         float v;
         auto bits = static_cast<std::uint32_t>(f.value);

@@ -455,7 +455,8 @@ class TFRecordWriter final : public Sink {
   }
   // A run replaces the set of shards of its prefix: shards of an earlier run of this prefix that
   // this run did not rewrite (another -of-N count, a worker's higher numbers) would otherwise stay
-  // beside the new set, and a glob would read both. Only names of exactly this writer's form go.
+  // beside the new set, and a glob would read both; a set written with another compression too
+  // (`train-*` reads .gz beside plain shards). Only names of exactly this writer's form go.
   void remove_stale_shards(const std::set<std::string>& kept) const {
     const fs::path prefix(prefix_);
     const fs::path folder = prefix_folder();
@@ -466,9 +467,14 @@ class TFRecordWriter final : public Sink {
       const std::string name = it->path().filename().string();
       if (kept.count(name) || name.compare(0, stem.size(), stem) != 0 || !it->is_regular_file()) continue;
       std::string rest = name.substr(stem.size());
-      const std::string tail = ".tfrecord" + suffix();
-      if (rest.size() <= tail.size() || rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0) continue;
-      rest.resize(rest.size() - tail.size());
+      bool has_a_shard_tail = false;
+      for (const std::string tail : {".tfrecord", ".tfrecord.gz", ".tfrecord.zz"})
+        if (rest.size() > tail.size() && rest.compare(rest.size() - tail.size(), tail.size(), tail) == 0) {
+          rest.resize(rest.size() - tail.size());
+          has_a_shard_tail = true;
+          break;
+        }
+      if (!has_a_shard_tail) continue;
       auto digits = [&](std::size_t at, std::size_t n) {
         if (at + n > rest.size()) return false;
         for (std::size_t k = at; k < at + n; ++k)

@@ -1,6 +1,7 @@
 // Operators with several inputs (tf.data's zip, concatenate, sample_from_datasets and
 // choose_from_datasets) and split, the deterministic train/evaluation split of a tee's branches.
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "std_plugin.hpp"
@@ -101,6 +102,22 @@ ParamSpec stop_on_empty_param(bool stop) {
       .def(stop ? "true" : "false");
 }
 
+// Scales weights to sum to 1 without overflow (1e308 twice is a fair mixture, not an infinite
+// total): each is divided by the largest first. A weight above 0 stays above 0, however small
+// beside the others, so that its input is still read once the others run out.
+void normalise(std::vector<double>& weights) {
+  const double largest = weights.empty() ? 0 : *std::max_element(weights.begin(), weights.end());
+  if (!(largest > 0)) return;
+  double total = 0;
+  for (double& w : weights) {
+    const bool positive = w > 0;
+    w /= largest;
+    if (positive && w == 0) w = std::numeric_limits<double>::denorm_min();
+    total += w;
+  }
+  for (double& w : weights) w = std::max(w / total, w > 0 ? std::numeric_limits<double>::denorm_min() : 0.0);
+}
+
 class SampleFromDatasets final : public Combine {
  public:
   static OperatorInfo describe() {
@@ -127,10 +144,11 @@ class SampleFromDatasets final : public Combine {
       total += weights_[k];
     }
     if (!weights_.empty() && !(total > 0)) throw ParamError("every weight is 0; give at least one input a weight above 0");
+    normalise(weights_);
   }
   void start(const StageInfo& info) override {
     info_ = info;
-    if (weights_.empty()) weights_.assign(info.input_ids.size(), 1.0);
+    if (weights_.empty()) weights_.assign(info.input_ids.size(), 1.0 / static_cast<double>(info.input_ids.size()));
     if (weights_.size() != info.input_ids.size())
       throw ParamError("weights has " + std::to_string(weights_.size()) + " values, but the stage has " +
                        std::to_string(info.input_ids.size()) + " inputs; give one weight per input, in order");
@@ -142,7 +160,7 @@ class SampleFromDatasets final : public Combine {
   }
   bool next(CombineInputs& inputs, Sample& out) override {
     double total = std::accumulate(live_.begin(), live_.end(), 0.0);
-    if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return false;
+    if (!(total > 0)) return false;
     Rng rng = ElementContext{&info_, epoch_, n_}.rng();
     for (;;) {
       const double draw = rng.uniform() * total;
@@ -159,9 +177,11 @@ class SampleFromDatasets final : public Combine {
       }
       // tf.data renormalizes the remaining weights; drawing again from this element's
       // generator keeps the choice a function of (seed, epoch, n) and of which inputs ran out.
-      total -= live_[k];
+      // Summed again rather than subtracted: what is left is exactly the live inputs' weights, so
+      // an input a million million times lighter than the one that ran out still gives all it has.
       live_[k] = 0;
-      if (!(total > 1e-12 * std::accumulate(weights_.begin(), weights_.end(), 0.0))) return false;
+      total = std::accumulate(live_.begin(), live_.end(), 0.0);
+      if (!(total > 0)) return false;
     }
   }
   // The outputs given (they key the draws) and the inputs that ran out.

@@ -18,7 +18,13 @@ class Range final : public Source {
             {.stateless = false, .random = false, .saves_state = true},
             {}};
   }
-  explicit Range(const Params& p) : count_(p.get_int("count")), start_(p.get_int("start")), step_(p.get_int("step")) {}
+  explicit Range(const Params& p) : count_(p.get_int("count")), start_(p.get_int("start")), step_(p.get_int("step")) {
+    // The last integer must be an int64 too: refused here rather than wrapping around mid-run.
+    std::int64_t span = 0, last = 0;
+    if (count_ > 0 && (__builtin_mul_overflow(step_, count_ - 1, &span) || __builtin_add_overflow(start_, span, &last)))
+      throw ParamError("start + step * (count - 1) is beyond the 64-bit integer range (start " + std::to_string(start_) +
+                       ", step " + std::to_string(step_) + ", count " + std::to_string(count_) + "): lower count or step");
+  }
   void begin_pass(std::uint64_t) override { next_ = 0; }
   std::int64_t expected_elements() const override { return count_; }
   bool next(Sample& out, const ElementContext&) override {
