@@ -222,13 +222,6 @@ std::string sequences_pipeline(const std::string& folder, const std::string& whi
 }
 
 // Every file under `root`, by its path relative to it, with its bytes.
-std::map<std::string, std::string> files_under(const std::string& root) {
-  std::map<std::string, std::string> out;
-  for (const auto& entry : fs::recursive_directory_iterator(root))
-    if (entry.is_regular_file()) out[fs::relative(entry.path(), root).string()] = read_file(entry.path().string());
-  return out;
-}
-
 std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;

@@ -17,9 +17,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <tuple>
 #include <sstream>
 
 #include "crc32c.hpp"
+#include "sluice/core/checkpoint.hpp"
 #include "pipeline_runner.hpp"
 
 using namespace sluice::test;
@@ -561,6 +564,117 @@ class TestHostile : public QObject {
     EXPECT_FAILS_WITH(run_pipeline(dir, jpeg("error_policy: skip")), 1, "every element was skipped");
     EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + stage("f", "filter_random", "src", {{"p", "nan"}}) + stage("out", "null_sink", "f")),
                       2, "not a number");
+  }
+
+  // 8a. A run stopped by a signal, lost to `kill -9` or hit by a storm of signals, then resumed as
+  // the stop message says, leaves every sink's output (lines, shards, a folder of files) as the
+  // uninterrupted run's, byte for byte; a checkpoint whose positions were changed (its checksum
+  // made to fit) is refused, naming the stage.
+  void resumed_runs_keep_every_output_through_kills_and_signal_storms() {
+    QTemporaryDir dir;
+    auto pipeline = [&](const std::string& out) {
+      return "options { seed: 5 }\n" +
+             stage("img", "synthetic_images", "", {{"count", "500"}, {"height", "8"}, {"width", "8"}, {"classes", "3"}}, "buffer_size: 2") +
+             stage("enc", "encode_image", "img", {}, "buffer_size: 2") +
+             stage("work", "simulate_work", "enc", {{"us", "4000"}}, "buffer_size: 2") +
+             stage("lines", "jsonl_sink", "work", {{"path", out + "/out.jsonl"}}) +
+             stage("shards", "tfrecord_writer", "work", {{"prefix", out + "/shards/train"}, {"max_records", "37"}}) +
+             stage("files", "write_files", "work", {{"folder", out + "/files"}});
+    };
+    const std::string whole = dir.filePath("whole").toStdString();
+    fs::create_directories(whole);
+    QCOMPARE(run_pipeline(dir, pipeline(whole)).code, 0);
+    const auto expected = files_under(whole);
+    QCOMPARE(expected.size(), std::size_t(1 + 14 + 500));
+    // Starts a run with checkpoints, waits for `ready` in its messages, then does `cut` to it.
+    auto interrupted_run = [&](const std::string& name, const QString& ready, const std::function<void(pid_t)>& cut) {
+      const std::string out = dir.filePath(QString::fromStdString(name)).toStdString();
+      fs::create_directories(out);
+      const QString file = QString::fromStdString(write_pipeline(dir, name + ".txtpb", pipeline(out)));
+      const QString checkpoints = dir.filePath(QString::fromStdString(name) + "-ck");
+      QProcess p;
+      QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+      e.insert("SLUICE_PLUGIN_PATH", "");
+      p.setProcessEnvironment(e);
+      p.start(SLUICE_CLI, {"run", file, "--progress-every", "0.1", "--checkpoint", checkpoints, "--checkpoint-every", "60"});
+      QString messages;
+      for (int i = 0; i < 600 && !messages.contains(ready); ++i) {
+        p.waitForReadyRead(50);
+        messages += QString::fromUtf8(p.readAllStandardError());
+      }
+      if (!messages.contains(ready)) qWarning() << messages;
+      cut(static_cast<pid_t>(p.processId()));
+      p.waitForFinished(60000);
+      messages += QString::fromUtf8(p.readAllStandardError());
+      return std::make_tuple(out, p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, messages);
+    };
+    auto resume_as_told = [&](const QString& messages) {
+      const QString told = messages.section("continue with: sluice ", 1).section('\n', 0, 0).trimmed();
+      return run_cli(told.split(' ', Qt::SkipEmptyParts) + QStringList{"--quiet"}, 120000);
+    };
+    auto same_as_uninterrupted = [&](const std::string& out) {
+      const auto got = files_under(out);
+      for (const auto& [name, bytes] : expected) {
+        QVERIFY2(got.count(name), ("missing after the resume: " + name).c_str());
+        QVERIFY2(got.at(name) == bytes, ("differs from the uninterrupted run's: " + name).c_str());
+      }
+      QCOMPARE(got.size(), expected.size());  // no .partial, no stale shard beside them
+    };
+    // One SIGTERM, as Slurm sends before its kill: a checkpoint, exit 75, the way to go on.
+    {
+      auto [out, code, messages] = interrupted_run("term", "checkpoint 2 written", [](pid_t pid) { ::kill(pid, SIGTERM); });
+      QVERIFY2(code == 75, qPrintable(messages));
+      auto resumed = resume_as_told(messages);
+      QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
+      same_as_uninterrupted(out);
+    }
+    // A lost node: kill -9 after two checkpoints; the outputs stay .partial and hold more than the
+    // checkpoint knows of. The resume continues from the last checkpoint.
+    {
+      auto [out, code, messages] = interrupted_run("kill", "checkpoint 2 written", [](pid_t pid) { ::kill(pid, SIGKILL); });
+      QCOMPARE(code, -1);
+      QVERIFY(!fs::exists(out + "/out.jsonl"));
+      auto resumed = run_cli({"run", QString::fromStdString(dir.filePath("kill.txtpb").toStdString()), "--quiet", "--resume", dir.filePath("kill-ck")}, 120000);
+      QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
+      same_as_uninterrupted(out);
+    }
+    // A storm: 20 SIGTERMs 10 ms apart. The second and later wait for the checkpoint the first
+    // asked for (they abandoned it: exit 130 and nothing to resume from).
+    {
+      auto [out, code, messages] = interrupted_run("storm", "checkpoint 1 written", [](pid_t pid) {
+        for (int k = 0; k < 20; ++k) {
+          ::kill(pid, SIGTERM);
+          ::usleep(10000);
+        }
+      });
+      QVERIFY2(code == 75, qPrintable(messages));
+      QVERIFY2(messages.contains("still writing the checkpoint"), qPrintable(messages));
+      auto resumed = resume_as_told(messages);
+      QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
+      same_as_uninterrupted(out);
+    }
+    // Positions changed, the checksum made to fit again: refused by the stage that reads them.
+    {
+      auto [out, code, messages] = interrupted_run("tampered", "checkpoint 1 written", [](pid_t pid) { ::kill(pid, SIGTERM); });
+      QVERIFY2(code == 75, qPrintable(messages));
+      const fs::path file = sluice::checkpoint_file(dir.filePath("tampered-ck").toStdString());
+      auto saved = sluice::read_checkpoint(file);
+      bool changed = false;
+      for (auto& state : *saved.mutable_stages())
+        if (state.id() == "img") {
+          std::string position(8, '\0');
+          const std::int64_t far = 400000;
+          std::memcpy(position.data(), &far, 8);
+          state.set_operator_state(position);
+          changed = true;
+        }
+      QVERIFY(changed);
+      sluice::write_checkpoint(file, saved);
+      auto resumed = run_cli({"run", QString::fromStdString(dir.filePath("tampered.txtpb").toStdString()), "--quiet", "--resume",
+                              dir.filePath("tampered-ck")});
+      EXPECT_FAILS_WITH(resumed, 1, "stage 'img'");
+      QVERIFY2(resumed.err.contains("400000, outside 0..500"), qPrintable(resumed.err));
+    }
   }
 
   // 8b. Numbers at the edge of their types give exact results or a refusal, never a quiet loss.

@@ -46,11 +46,30 @@ extern "C" void on_interrupt(int) {
   g_interrupted = 1;
 }
 
+// How long a checkpoint asked for by a signal may still take once the signal comes again: then
+// the process ends (130, outputs .partial). Slurm's default KillWait is 30 s, after which its
+// SIGKILL ends the job anyway.
+constexpr unsigned kCheckpointPatienceSeconds = 30;
+static_assert(kCheckpointPatienceSeconds == 30, "the handlers' messages say 30 s");
+
+extern "C" void on_checkpoint_taking_too_long(int) {
+  static const char message[] = "\nthe checkpoint asked for did not end within 30 s of the repeated signal: exiting now; outputs stay .partial\n";
+  [[maybe_unused]] auto ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+  ::_exit(kExitInterrupted);
+}
+
 // With --checkpoint, SIGTERM (Slurm's warning before its kill) and SIGUSR1 (`sbatch --signal`)
-// ask for a checkpoint at the next batch and a stop there; a second one stops at once.
-extern "C" void on_checkpoint_signal(int signal) {
+// ask for a checkpoint at the next batch and a stop there. The same signal again (a launcher that
+// signals the process and its group, `scancel` repeated) waits for that checkpoint rather than
+// abandoning it, bounded by kCheckpointPatienceSeconds; Ctrl-C twice still ends the run at once.
+extern "C" void on_checkpoint_signal(int) {
   if (g_checkpoint_and_stop) {
-    on_interrupt(signal);
+    if (g_checkpoint_and_stop == 1) {
+      g_checkpoint_and_stop = 2;
+      static const char message[] = "\nsignal received again: still writing the checkpoint (at most 30 s more)\n";
+      [[maybe_unused]] auto ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+      ::alarm(kCheckpointPatienceSeconds);
+    }
     return;
   }
   g_checkpoint_and_stop = 1;
@@ -66,6 +85,10 @@ void install_interrupt_handler(bool checkpoint_on_term) {
   sigemptyset(&term.sa_mask);
   sigaction(SIGTERM, &term, nullptr);
   sigaction(SIGUSR1, &term, nullptr);
+  struct sigaction too_long {};
+  too_long.sa_handler = on_checkpoint_taking_too_long;
+  sigemptyset(&too_long.sa_mask);
+  sigaction(SIGALRM, &too_long, nullptr);
 }
 
 struct CommonOptions {

@@ -1,4 +1,6 @@
 // Source stages: passes over the data, handed downstream in chunks.
+#include <limits>
+
 #include "engine_impl.hpp"
 
 namespace sluice {
@@ -25,9 +27,12 @@ void Engine::Impl::run_source(StageRuntime& st) {
   if (end_if_ended_before(st, out)) return;
   if (st.restore) {
     auto positions = engine_state_reader(st);
-    first_pass = positions->get<std::uint64_t>();
+    // A pass past the last one asked for never was (the place inside a pass is the operator's,
+    // which checks it against what it holds).
+    first_pass = positions->get_within<std::uint64_t>(
+        0, st.demand == kUnbounded ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(st.demand), "the pass");
     resume_index = positions->get<std::uint64_t>();
-    resume_inside_pass = positions->get<std::uint8_t>() != 0;
+    resume_inside_pass = positions->get_within<std::uint8_t>(0, 1, "whether it was inside a pass") != 0;
     st.output->set_iteration(first_pass);
     st.counters.epoch.store(first_pass, std::memory_order_relaxed);
   }

@@ -190,7 +190,7 @@ class ListFiles final : public Source {
       i = static_cast<std::size_t>(r.get<std::uint64_t>());
       if (i >= files_.size()) throw DataError("the saved order names a file past the list");
     }
-    next_ = static_cast<std::size_t>(r.get<std::uint64_t>());
+    next_ = static_cast<std::size_t>(r.get_within<std::uint64_t>(0, order_.size(), "the next file's number"));
   }
 
  private:

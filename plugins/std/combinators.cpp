@@ -83,6 +83,7 @@ class Concatenate final : public Combine {
     return info;
   }
   explicit Concatenate(const Params&) {}
+  void start(const StageInfo& info) override { inputs_ = info.input_ids.size(); }
   void begin_iteration(const ElementContext&) override { input_ = 0; }
   bool next(CombineInputs& inputs, Sample& out) override {
     for (; input_ < inputs.size(); ++input_)
@@ -90,10 +91,11 @@ class Concatenate final : public Combine {
     return false;
   }
   void save_state(StateWriter& w) const override { w.put<std::uint64_t>(input_); }
-  void restore_state(StateReader& r) override { input_ = static_cast<std::size_t>(r.get<std::uint64_t>()); }
+  void restore_state(StateReader& r) override { input_ = static_cast<std::size_t>(r.get_within<std::uint64_t>(0, inputs_, "the input being read")); }
 
  private:
   std::size_t input_ = 0;  // the input being read
+  std::size_t inputs_ = 0;
 };
 
 ParamSpec stop_on_empty_param(bool stop) {
@@ -196,8 +198,11 @@ class SampleFromDatasets final : public Combine {
     n_ = r.get<std::uint64_t>();
     const auto count = r.get<std::uint64_t>();
     if (count != weights_.size()) throw DataError("the saved mixture has " + std::to_string(count) + " inputs, this one " + std::to_string(weights_.size()));
+    // An input either still has its weight or ran out: a saved weight says which, and the
+    // configured one is taken back (any other value is a damaged state, and would skew the mix).
     live_.resize(static_cast<std::size_t>(count));
-    for (double& weight : live_) weight = r.get<double>();
+    for (std::size_t k = 0; k < live_.size(); ++k)
+      live_[k] = r.get_within<double>(0, std::numeric_limits<double>::max(), "an input's weight") > 0 ? weights_[k] : 0.0;
   }
 
  private:

@@ -54,7 +54,9 @@ class Take final : public Aggregate {
     return (count_ >= 0 && taken_ >= count_) ? Flow::SkipRestOfIteration : Flow::Continue;
   }
   void save_state(StateWriter& w) const override { w.put(taken_); }
-  void restore_state(StateReader& r) override { taken_ = r.get<std::int64_t>(); }
+  void restore_state(StateReader& r) override {
+    taken_ = r.get_within<std::int64_t>(0, count_ >= 0 ? count_ : std::numeric_limits<std::int64_t>::max(), "the elements taken");
+  }
 
  private:
   std::int64_t count_, taken_ = 0;
@@ -77,7 +79,7 @@ class Skip final : public Aggregate {
     return Flow::Continue;
   }
   void save_state(StateWriter& w) const override { w.put(seen_); }
-  void restore_state(StateReader& r) override { seen_ = r.get<std::int64_t>(); }
+  void restore_state(StateReader& r) override { seen_ = r.get_within<std::int64_t>(0, std::numeric_limits<std::int64_t>::max(), "the elements seen"); }
 
  private:
   std::int64_t count_, seen_ = 0;

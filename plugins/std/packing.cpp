@@ -97,8 +97,8 @@ class PackSequences final : public Aggregate, public ChunkedAggregate {
     if (n > open_rows_) throw DataError("the saved state holds " + std::to_string(n) + " open rows, more than open_rows");
     for (std::uint64_t k = 0; k < n; ++k) {
       Row row;
-      row.used = r.get<std::int64_t>();
-      row.segments = r.get<std::int32_t>();
+      row.used = r.get_within<std::int64_t>(0, length_, "an open row's tokens");
+      row.segments = r.get_within<std::int32_t>(0, static_cast<std::int32_t>(std::min<std::int64_t>(length_, 1 << 30)), "an open row's sequences");
       row.sample = r.get_element();
       // A saved row is a copy the host made; later sequences are written into it.
       for (auto& f : row.sample.fields()) f.tensor = own_copy(f.tensor);

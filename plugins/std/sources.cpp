@@ -33,7 +33,7 @@ class Range final : public Source {
     return true;
   }
   void save_state(StateWriter& w) const override { w.put(next_); }
-  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
+  void restore_state(StateReader& r) override { next_ = r.get_within<std::int64_t>(0, count_, "the next integer's number"); }
 
  private:
   std::int64_t count_, start_, step_, next_ = 0;
@@ -81,7 +81,9 @@ class FromList final : public Source {
     return true;
   }
   void save_state(StateWriter& w) const override { w.put<std::uint64_t>(next_); }
-  void restore_state(StateReader& r) override { next_ = static_cast<std::size_t>(r.get<std::uint64_t>()); }
+  void restore_state(StateReader& r) override {
+    next_ = static_cast<std::size_t>(r.get_within<std::uint64_t>(0, values_.size(), "the next value's number"));
+  }
 
  private:
   static bool parses_int(const std::string& s) {
@@ -139,7 +141,7 @@ class Tensors final : public Source {
     return true;
   }
   void save_state(StateWriter& w) const override { w.put(next_); }
-  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
+  void restore_state(StateReader& r) override { next_ = r.get_within<std::int64_t>(0, count_, "the next element's number"); }
 
  private:
   std::int64_t count_;

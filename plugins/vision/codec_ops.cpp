@@ -181,7 +181,7 @@ class SyntheticImages final : public Source {
     return true;
   }
   void save_state(StateWriter& w) const override { w.put(next_); }
-  void restore_state(StateReader& r) override { next_ = r.get<std::int64_t>(); }
+  void restore_state(StateReader& r) override { next_ = r.get_within<std::int64_t>(0, count_, "the next image's number"); }
 
  private:
   std::int64_t count_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +22,13 @@ std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::map<std::string, std::string> files_under(const std::string& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root))
+    if (entry.is_regular_file()) out[std::filesystem::relative(entry.path(), root).string()] = read_file(entry.path().string());
+  return out;
 }
 
 Graph graph_of(const std::string& text) { return build_graph(parse_pipeline(text, "test.txtpb"), registry()); }

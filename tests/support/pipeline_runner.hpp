@@ -3,6 +3,7 @@
 // to run a pipeline given as text and read back what its jsonl_sink wrote.
 #include <QTemporaryDir>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ std::vector<long long> all_integers(const std::vector<std::string>& lines);
 Graph graph_of(const std::string& text);
 
 std::string read_file(const std::string& path);
+
+// Every regular file under `root`, by its path relative to it, with its bytes.
+std::map<std::string, std::string> files_under(const std::string& root);
 
 }  // namespace sluice::test
 

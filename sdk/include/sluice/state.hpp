@@ -57,6 +57,19 @@ class StateReader {
     get_bytes(raw.data(), raw.size());
     return std::bit_cast<T>(raw);
   }
+  /// A position or count read back and checked against what the operator can hold (a pass of
+  /// `count` elements cannot be at element count + 1): a checkpoint whose checksum was made to
+  /// fit after its positions were changed is refused, naming `what`, instead of resuming
+  /// somewhere that never was.
+  template <typename T>
+  T get_within(T lowest, T highest, std::string_view what) {
+    static_assert(std::is_arithmetic_v<T>, "get_within() checks numbers");
+    const T value = get<T>();
+    if (!(value >= lowest && value <= highest))
+      throw DataError("checkpoint state: " + std::string(what) + " is " + std::to_string(value) + ", outside " + std::to_string(lowest) +
+                      ".." + std::to_string(highest) + ": the checkpoint is damaged or not this pipeline's");
+    return value;
+  }
   std::string get_string() {
     const auto size = get<std::uint64_t>();
     if (size > (std::uint64_t{1} << 32)) throw DataError("checkpoint state holds a string of " + std::to_string(size) + " bytes: it is damaged");
