@@ -586,6 +586,15 @@ class TestHostile : public QObject {
     QCOMPARE(run_pipeline(dir, pipeline(whole)).code, 0);
     const auto expected = files_under(whole);
     QCOMPARE(expected.size(), std::size_t(1 + 14 + 500));
+    // Published with the modes the umask gives, the folder like the files (it was 0700).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    auto mode_of = [](const std::string& path) {
+      struct stat st {};
+      return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+    };
+    QCOMPARE(mode_of(whole + "/out.jsonl"), 0666 & ~mask);
+    QCOMPARE(mode_of(whole + "/files"), 0777 & ~mask);
     // Starts a run with checkpoints, waits for `ready` in its messages, then does `cut` to it.
     auto interrupted_run = [&](const std::string& name, const QString& ready, const std::function<void(pid_t)>& cut) {
       const std::string out = dir.filePath(QString::fromStdString(name)).toStdString();

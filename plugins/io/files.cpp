@@ -346,6 +346,7 @@ class WriteFiles final : public Sink {
     if (ec) throw Error("cannot create " + parent.string() + ": " + ec.message());
     std::string name = folder_ + ".partial-XXXXXX";
     if (!::mkdtemp(name.data())) throw Error("cannot create " + name + ": " + std::strerror(errno));
+    ::chmod(name.c_str(), 0777 & ~AtomicOutputFile::current_umask());  // mkdtemp's 0700 would publish a folder only its owner reads
     temporary_ = name;
   }
   void consume(Sample in, const ElementContext&) override {

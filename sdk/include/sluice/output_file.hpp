@@ -284,7 +284,10 @@ class AtomicOutputFile {
                   std::to_string(saved.length) + " written before the checkpoint: it was cut or replaced since; run again");
     return saved.partial;
   }
-  /// Read from /proc, not by setting umask(), which would race with other threads creating files.
+ public:
+  /// The process's umask, which outputs made with owner-only modes (mkostemp, mkdtemp) take on
+  /// before they are published. Read from /proc, not by setting umask(), which would race with
+  /// other threads creating files.
   static mode_t current_umask() {
     static const mode_t mask = [] {
       mode_t value = 022;
@@ -298,6 +301,8 @@ class AtomicOutputFile {
     }();
     return mask;
   }
+
+ private:
   void close_stream() {
     if (stream_) std::fclose(stream_);
     stream_ = nullptr;
