@@ -790,6 +790,18 @@ class TestHostile : public QObject {
                                          stage("out", "jsonl_sink", "files", {{"path", listed}}));
     QVERIFY2(globbed.code == 0, qPrintable(globbed.err));
     QCOMPARE(QString::fromStdString(read_file(listed)).count('\n'), 6);  // d0 .. d5, each once
+    // JSON nested 60,000 deep (120 KB): refused by its depth at once (protobuf's parser took more
+    // than ten minutes over such a TF_CONFIG), as a TF_CONFIG, a pipeline file and a metrics log.
+    const std::string nested = std::string(60000, '[') + std::string(60000, ']');
+    auto tf_config = run_cli({"run", "--quiet", QString::fromStdString(write_pipeline(dir, "small.txtpb", range_to("null_sink", {})))}, 30000,
+                             {"TF_CONFIG={\"cluster\": " + QString::fromStdString(nested) + "}"});
+    QVERIFY2(tf_config.finished, "a nested TF_CONFIG is still being parsed after 30 s");
+    QVERIFY2(tf_config.code != 0 && tf_config.err.contains("TF_CONFIG nests 60001 levels"), qPrintable(tf_config.err));
+    auto pipeline = run_cli({"validate", QString::fromStdString(write_pipeline(dir, "deep.json", "{\"stage\": " + nested + "}"))}, 30000);
+    EXPECT_FAILS_WITH(pipeline, 2, "nests 60001 levels");
+    const std::string log = write_pipeline(dir, "deep.metrics.jsonl", "{\"stage\": " + nested + "}\n");
+    auto report = run_cli({"report", QString::fromStdString(log)}, 30000);
+    QVERIFY2(report.finished && report.code != 0 && report.err.contains("too deeply"), qPrintable(report.err));
   }
 
   void metrics_endpoint_answers_behind_idle_and_streaming_clients() {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <utility>
 
+#include "sluice/core/text.hpp"
 #include "sluice/error.hpp"
 
 namespace sluice {
@@ -21,6 +22,7 @@ std::string snapshot_to_json(const metrics::MetricsSnapshot& snapshot) {
 }
 
 metrics::MetricsSnapshot snapshot_from_json(const std::string& json) {
+  if (json_nesting_depth(json) > kDeepestJson) throw Error("not a metrics snapshot: it nests arrays and objects too deeply");
   metrics::MetricsSnapshot snapshot;
   auto status = google::protobuf::util::JsonStringToMessage(json, &snapshot);
   if (!status.ok()) throw Error("not a metrics snapshot: " + std::string(status.message()));

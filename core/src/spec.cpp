@@ -74,6 +74,9 @@ PipelineDocument parse_pipeline(const std::string& text, const std::string& file
   doc.file = file_name;
   auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') {
+    if (const std::size_t depth = json_nesting_depth(text); depth > kDeepestJson)
+      throw SpecError({{file_name, 0, 0, "", "", fmt::format("invalid JSON pipeline: it nests {} levels of arrays and objects (a pipeline has fewer than {})",
+                                                             depth, kDeepestJson)}});
     auto status = google::protobuf::util::JsonStringToMessage(text, &doc.spec);
     if (!status.ok())
       throw SpecError({{file_name, 0, 0, "", "", "invalid JSON pipeline: " + std::string(status.message())}});

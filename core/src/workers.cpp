@@ -95,6 +95,8 @@ std::optional<Reading> read_tf_config(const Environment& env) {
                                            "--num-workers)",
                                            why));
   };
+  if (const std::size_t depth = json_nesting_depth(*text); depth > kDeepestJson)
+    throw fail(fmt::format("nests {} levels of arrays and objects (more than {})", depth, kDeepestJson));
   google::protobuf::Struct config;
   auto status = google::protobuf::util::JsonStringToMessage(*text, &config);
   if (!status.ok()) throw fail(fmt::format("is not JSON ({})", printable(std::string(status.message()))));
