@@ -15,6 +15,9 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include <cxxabi.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -235,15 +238,88 @@ class PythonRef {
   py::object object_;
 };
 
+// The Python calls the engine's threads are inside now ("the function of stage 'm'"), so that a
+// run that cannot stop says which function holds it.
+std::mutex g_calls_mutex;
+std::multiset<std::string>& python_calls_in_progress() {
+  static auto* calls = new std::multiset<std::string>();  // left at exit: a thread may still be inside
+  return *calls;
+}
+struct InPythonCall {
+  explicit InPythonCall(const std::string& what) : what(what) {
+    std::lock_guard lock(g_calls_mutex);
+    at = python_calls_in_progress().insert(what);
+  }
+  ~InPythonCall() {
+    std::lock_guard lock(g_calls_mutex);
+    python_calls_in_progress().erase(at);
+  }
+  const std::string& what;
+  std::multiset<std::string>::iterator at;
+};
+std::string python_calls_now() {
+  std::lock_guard lock(g_calls_mutex);
+  std::string names;
+  const auto& calls = python_calls_in_progress();
+  for (auto it = calls.begin(); it != calls.end(); it = calls.upper_bound(*it)) names += (names.empty() ? "" : ", ") + *it;
+  return names;
+}
+
+// A thread the interpreter ends while it shuts down (one left behind by close(patience), which
+// asked for the GIL after the interpreter began to finalize: Python 3.11 ends such a thread with
+// pthread_exit) must not unwind through code that drops Python references without the GIL: that
+// aborts the process. It waits here instead, and ends with the process a moment later.
+[[noreturn]] void wait_for_the_process_to_end() {
+  for (;;) ::pause();
+}
+
+// Runs `wait` without the GIL, as gil_scoped_release does, for the waits of the training loop's
+// thread. That thread may be a daemon thread the interpreter does not wait for at exit: taking
+// the GIL back after the interpreter began to finalize would end it from inside a destructor
+// (gil_scoped_release's, which may not throw: std::terminate), so it waits for the end instead.
+template <class Wait>
+auto without_gil(Wait&& wait) {
+  PyThreadState* saved = PyEval_SaveThread();
+  auto take_back = [saved] {
+    if (_Py_IsFinalizing()) wait_for_the_process_to_end();
+    PyEval_RestoreThread(saved);
+  };
+  try {
+    auto result = wait();
+    take_back();
+    return result;
+  } catch (...) {
+    take_back();
+    throw;
+  }
+}
+
+// Calls `function` with one argument (none if null) through the C API: no C++ object holds a
+// Python reference across the call, so a thread ended inside it drops none on its way out.
+py::object call_python(const py::object& function, py::object argument = py::object()) {
+  PyObject* arg = argument.release().ptr();
+  PyObject* result = arg ? PyObject_CallOneArg(function.ptr(), arg) : PyObject_CallNoArgs(function.ptr());
+  Py_XDECREF(arg);
+  if (!result) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
 // Runs `use` with the GIL held; a Python exception becomes the element's DataError, with its
 // traceback, labelled `what`.
 template <class Use>
 auto calling_python(const std::string& what, Use&& use) {
-  py::gil_scoped_acquire gil;
+  InPythonCall inside(what);
   try {
-    return use();
-  } catch (py::error_already_set& e) {
-    rethrow_python_error(e, what);
+    py::gil_scoped_acquire gil;
+    try {
+      return use();
+    } catch (py::error_already_set& e) {
+      rethrow_python_error(e, what);
+    } catch (abi::__forced_unwind&) {
+      wait_for_the_process_to_end();  // ended inside the call
+    }
+  } catch (abi::__forced_unwind&) {
+    wait_for_the_process_to_end();  // ended while asking for the GIL
   }
 }
 
@@ -267,7 +343,7 @@ class PythonMap final : public Map, PythonStage {
   void start(const StageInfo& info) override { resolve(info, "function"); }
   Sample map(Sample in, const ElementContext&) override {
     return calling_python(what_, [&] {
-      Sample out = sample_from_python(object_.get()(to_python(in)), what_);
+      Sample out = sample_from_python(call_python(object_.get(), to_python(in)), what_);
       out.share_origin(in);
       return out;
     });
@@ -279,7 +355,7 @@ class PythonFilter final : public Filter, PythonStage {
   explicit PythonFilter(const Params& p) : PythonStage(p) {}
   void start(const StageInfo& info) override { resolve(info, "predicate"); }
   bool keep(const Sample& in, const ElementContext&) override {
-    return calling_python(what_, [&] { return bool(py::bool_(object_.get()(to_python(in)))); });
+    return calling_python(what_, [&] { return bool(py::bool_(call_python(object_.get(), to_python(in)))); });
   }
 };
 
@@ -292,7 +368,7 @@ class PythonGenerator final : public Source, PythonStage {
   void begin_pass(std::uint64_t) override {
     calling_python(what_, [&] {
       const py::object& source = object_.get();
-      iterator_.reset(py::iter(PyCallable_Check(source.ptr()) ? source() : source));
+      iterator_.reset(py::iter(PyCallable_Check(source.ptr()) ? call_python(source) : source));
     });
   }
   bool next(Sample& out, const ElementContext& ctx) override {
@@ -851,11 +927,7 @@ class Runner {
     if (!engine_) throw py::stop_iteration();
     if (feed_) return next_feed_step();
     for (;;) {
-      ElementQueue::Pop got;
-      {
-        py::gil_scoped_release release;
-        got = queue_->pop(sample, std::chrono::milliseconds(50));
-      }
+      const ElementQueue::Pop got = without_gil([&] { return queue_->pop(sample, std::chrono::milliseconds(50)); });
       if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
       if (got == ElementQueue::Pop::Item) {
         ++consumed_;
@@ -877,25 +949,30 @@ class Runner {
     return out;
   }
 
-  // Stops the engine and joins every thread; the run's end state. Safe to call repeatedly.
-  std::string close() {
+  // Stops the engine and joins every thread; the run's end state. Safe to call repeatedly, and
+  // from several threads at once (the loop's thread ends its run while another closes it): one
+  // closes, the others wait for it and get its end. With `patience` (seconds), the engine's
+  // threads are waited for that long once stopped; those still inside a call that does not return
+  // then (a Python function stuck in a wait) are abandoned, named, and end with the process.
+  std::string close(std::optional<double> patience = std::nullopt) {
     if (!engine_) return state_;
-    {
-      py::gil_scoped_release release;
-      engine_->stop();
-      if (queue_) queue_->cancel();
-      if (watcher_.joinable()) watcher_.join();
-      if (cut_in_flight_.valid()) cut_in_flight_.wait();  // a stopped engine ends it
-      result_ = engine_->wait();
-      final_ = engine_->snapshot();
-    }
+    const bool closed_here = without_gil([&] {
+      std::lock_guard lock(close_mutex_);
+      if (closed_) return false;  // by another thread, which lets go of the engine next
+      stop_and_join(patience);
+      closed_ = true;
+      return true;
+    });
+    if (!closed_here) return run_state_name(result_.state);
+    // With the GIL again: the members the methods of other threads read.
     state_ = run_state_name(result_.state);
     feed_ = nullptr;
-    {
-      py::gil_scoped_release release;
-      engine_.reset();
+    std::shared_ptr<Engine> ended = std::move(engine_);
+    without_gil([&] {
+      ended.reset();
       server_.reset();
-    }
+      return true;
+    });
     forget_queue();
     return state_;
   }
@@ -904,12 +981,7 @@ class Runner {
   std::string run_to_end() {
     if (!engine_) return state_;
     for (;;) {
-      bool done;
-      {
-        py::gil_scoped_release release;
-        done = engine_->wait_for(std::chrono::milliseconds(100));
-      }
-      if (done) break;
+      if (without_gil([&] { return engine_->wait_for(std::chrono::milliseconds(100)); })) break;
       stop_if_interrupted();
     }
     finish_and_raise();
@@ -979,12 +1051,47 @@ class Runner {
   }
 
   // Ctrl-C and other signals reach the training loop while it waits for the engine: the run
-  // stops (every thread joined) and the signal's exception goes on.
+  // stops (its threads joined, or abandoned after kStopPatience if stuck in a Python call) and
+  // the signal's exception goes on.
   void stop_if_interrupted() {
     if (PyErr_CheckSignals() == 0) return;
     py::error_already_set interrupted;
-    close();
+    close(kStopPatienceSeconds);
     throw interrupted;
+  }
+
+  // close()'s work, without the GIL: stop, then wait for the threads (all of them, or for
+  // `patience` seconds and then leave behind the ones that do not end).
+  void stop_and_join(std::optional<double> patience) {
+    engine_->stop();
+    if (queue_) queue_->cancel();
+    if (patience && !engine_->wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(*patience)))) {
+      abandon(*patience);
+      return;
+    }
+    if (watcher_.joinable()) watcher_.join();
+    if (cut_in_flight_.valid()) cut_in_flight_.wait();  // a stopped engine ends it
+    result_ = engine_->wait();
+    final_ = engine_->snapshot();
+  }
+  // The engine's threads did not end after the stop: it and everything that waits on it (the
+  // watcher, a cut in flight) are kept, never destroyed, so that nothing here blocks on them.
+  void abandon(double patience) {
+    struct LeftBehind {
+      std::shared_ptr<Engine> engine;
+      std::thread watcher;
+      std::future<std::optional<checkpoint::Checkpoint>> cut;
+      std::shared_ptr<ElementQueue> queue;
+    };
+    auto* left = new LeftBehind{engine_, std::move(watcher_), std::move(cut_in_flight_), queue_};
+    if (left->watcher.joinable()) left->watcher.detach();
+    const std::string inside = python_calls_now();
+    std::fprintf(stderr,
+                 "sluice: the run did not stop within %.0f s: %s; its threads are left behind (they end with the process)\n",
+                 patience, inside.empty() ? "a stage is inside a call that does not return" : (inside + " has not returned").c_str());
+    final_ = engine_->snapshot();
+    result_ = RunResult{};
+    result_.state = RunState::Stopped;
   }
   [[noreturn]] void end_of_run() {
     finish_and_raise();
@@ -999,37 +1106,39 @@ class Runner {
   // One step of a feed sink: a list with one dict of DlTensor per device, in device order. Each
   // slice's slot goes back to the feed when the last tensor made from it is dropped.
   py::object next_feed_step() {
-    const int devices = feed_->devices();
+    // Held here: another thread's close() may let go of the members while this one waits.
+    const std::shared_ptr<Engine> engine = engine_;
+    Feed* const feed = feed_;
+    const int devices = feed->devices();
     py::list step;
     for (int d = 0; d < devices; ++d) {
       FeedSlice slice;
       for (;;) {
-        FeedStatus status;
-        {
-          py::gil_scoped_release release;
-          status = feed_->next(d, slice, std::chrono::milliseconds(100));
-        }
+        const FeedStatus status = without_gil([&] { return feed->next(d, slice, std::chrono::milliseconds(100)); });
         if (status == FeedStatus::Ready) break;
         if (status == FeedStatus::End || status == FeedStatus::Stopped) end_of_run();
         stop_if_interrupted();
       }
       auto slot = std::make_shared<FeedSlot>();
-      slot->feed = feed_;
+      slot->feed = feed;
       slot->slice = slice;
-      slot->owner = engine_;
+      slot->owner = engine;
       // Emulated devices have no stream to wait on: their copies are waited for here. A CUDA
       // slice is waited for where it is read (make_ready).
       if (!slice.ready_event) slot->make_ready(std::nullopt);
       py::dict fields;
       for (const auto& f : slice.fields)
-        fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed_->emulated() ? kDLCPU : kDLCUDA,
-                                                    feed_->emulated() ? 0 : slice.ordinal});
+        fields[py::str(f.name)] = py::cast(DlTensor{nullptr, slot, f.data, f.dtype, f.shape, feed->emulated() ? kDLCPU : kDLCUDA,
+                                                    feed->emulated() ? 0 : slice.ordinal});
       fields["valid_rows"] = slice.valid_rows;
       step.append(fields);
     }
     return step;
   }
 
+  static constexpr double kStopPatienceSeconds = 2;  // as `sluice run` after a Ctrl-C
+  std::mutex close_mutex_;
+  bool closed_ = false;
   std::unique_ptr<MetricsServer> server_;
   // Shared with the slots of feed slices Python still holds: their memory is the feed's, freed
   // with the engine, so the engine (stopped and joined by close()) lives until the last is dropped.
@@ -1231,7 +1340,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
       .def_property_readonly("running", &Runner::running)
-      .def("close", &Runner::close)
+      .def("close", &Runner::close, py::arg("patience") = py::none())
       .def("run_to_end", &Runner::run_to_end)
       .def("snapshot_json", &Runner::snapshot_json)
       .def("report", &Runner::report)

@@ -2,6 +2,8 @@
 // demand and epochs, fusion, threads; stopping, failures and skip reasons; the end of a run.
 #include "engine_impl.hpp"
 
+#include <cxxabi.h>
+
 #include <exception>
 #include <system_error>
 
@@ -212,6 +214,10 @@ void Engine::Impl::worker(StageRuntime& st, int index) {
     else if (st.expand) run_expand(st);
     else if (st.combine) run_combine(st);
     else run_stateless(st, index);
+  } catch (abi::__forced_unwind&) {
+    // The thread is being ended from inside a call (an interpreter at exit ends a thread that
+    // waits for its lock): that unwinding must go on, or the process aborts.
+    throw;
   } catch (const std::bad_alloc&) {
     fail(out_of_memory_message(st), &st);
   } catch (const std::exception& e) {

@@ -225,6 +225,84 @@ def test_ctrl_c_stops_the_run_within_a_second_and_joins_its_threads():
     assert thread_count() == before
 
 
+def test_close_from_another_thread_ends_the_loop():
+    # The loop's thread ends its run while close() joins the same threads: they were joined twice
+    # and both threads hung.
+    for _ in range(3):
+        pipeline = sluice.data.range(count=10**12).map(lambda e: e, num_parallel_calls=2).batch(4).pipeline()
+        taken = []
+        loop = threading.Thread(target=lambda: taken.extend(1 for _ in pipeline))
+        loop.start()
+        deadline = time.monotonic() + 10
+        while not taken and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pipeline.close()
+        loop.join(10)
+        assert not loop.is_alive(), "the loop's thread hangs after close() from another thread"
+        assert taken
+
+
+def run_script(tmp_path, text, timeout=60):
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return done, time.monotonic() - start
+
+
+def test_ctrl_c_reaches_a_loop_whose_map_is_stuck(tmp_path):
+    # A map stuck in a wait (time.sleep) and one spinning in Python: KeyboardInterrupt within the
+    # stop's patience, the stuck function named, and the interpreter exits normally afterwards.
+    for body in ("time.sleep(1000)", "while True: pass"):
+        done, took = run_script(tmp_path, "\n".join([
+            "import os, signal, threading, time, sluice",
+            "def stuck(x):",
+            f"    {body}",
+            "pipeline = sluice.data.range(count=10).map(stuck, num_parallel_calls=2).pipeline()",
+            "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()",
+            "start = time.monotonic()",
+            "try:",
+            "    for _ in pipeline: pass",
+            "except KeyboardInterrupt:",
+            "    print('interrupted after %.1f s' % (time.monotonic() - start), flush=True)",
+        ]) + "\n")
+        assert done.returncode == 0, done.stderr
+        assert "interrupted after" in done.stdout, done.stderr
+        assert float(done.stdout.split("after ")[1].split(" s")[0]) < 10
+        assert "the function of stage 'python_map' has not returned" in done.stderr
+        assert took < 30
+
+
+def test_leaving_the_interpreter_does_not_map_the_queued_elements_first(tmp_path):
+    # A map taking 1 s per element with elements queued for it: leaving waits for the call in
+    # progress, not for the queue (66 s before); a daemon thread whose map spins forever does not
+    # keep the process, nor make it abort on the way out.
+    done, took = run_script(tmp_path, "\n".join([
+        "import time, sluice",
+        "def slow(x):",
+        "    time.sleep(1)",
+        "    return x",
+        "it = iter(sluice.data.range(count=1000).map(slow, num_parallel_calls=4).prefetch(2))",
+        "next(it)",
+        "print('leaving', flush=True)",
+    ]) + "\n")
+    assert done.returncode == 0, done.stderr
+    assert "leaving" in done.stdout
+    assert took < 15
+    for _ in range(3):
+        done, took = run_script(tmp_path, "\n".join([
+            "import threading, time, sluice",
+            "def spin(x):",
+            "    while True: pass",
+            "pipeline = sluice.data.range(count=10).map(spin, num_parallel_calls=2).pipeline()",
+            "threading.Thread(target=lambda: list(pipeline), daemon=True).start()",
+            "time.sleep(0.5)",
+            "print('leaving', flush=True)",
+        ]) + "\n")
+        assert done.returncode == 0, done.stderr
+        assert "leaving" in done.stdout and took < 20
+
+
 def test_two_pipelines_iterated_at_once():
     a = sluice.data.range(count=100).batch(batch_size=10)
     b = sluice.data.range(count=100, start=1000).batch(batch_size=10)

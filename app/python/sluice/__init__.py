@@ -25,13 +25,16 @@ AUTOTUNE = -1
 
 # Every run not yet closed: closed before the interpreter tears itself down, so that no engine
 # thread is left running Python code (or waiting for the GIL) while the interpreter goes away.
+# Elements queued for a Python function are not mapped first; a call that is stuck holds the exit
+# for at most _EXIT_PATIENCE seconds, and is then left behind, named.
 _live_runners = weakref.WeakSet()
+_EXIT_PATIENCE = 2.0
 
 
 @atexit.register
 def _close_live_runners():
     for runner in list(_live_runners):
-        runner.close()
+        runner.close(_EXIT_PATIENCE)
 
 
 def _string_map(values):
