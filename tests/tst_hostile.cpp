@@ -282,6 +282,44 @@ class TestHostile : public QObject {
                                                        stage("rec", "fixed_length_records", "files", {{"record_bytes", "2147483648"}}) +
                                                        stage("out", "null_sink", "rec"));
     EXPECT_FAILS_WITH(big_record, 1, "record 0 (byte offset 0): truncated, 10 of 2147483648 bytes");
+    // A gzip TFRecord holding one 512 MiB record (its length's CRC right, its data's wrong): read
+    // in memory for about one record, under 1.1 GB of address space (the sizes a record grew
+    // through stayed pooled: a 1 GiB record peaked at 3.2 GB), and its damage named.
+    const std::string one_record = dir.filePath("one_record.tfrecord.gz").toStdString();
+    {
+      const std::uint64_t length = 512ull << 20;
+      std::string framed(12, '\0');
+      std::memcpy(framed.data(), &length, 8);
+      const std::uint32_t length_crc = sluice::io::mask_crc(sluice::io::crc32c(framed.data(), 8));
+      std::memcpy(framed.data() + 8, &length_crc, 4);
+      gzFile z = gzopen(one_record.c_str(), "wb1");
+      gzwrite(z, framed.data(), 12);
+      const std::string zeros(1 << 20, '\0');
+      for (std::uint64_t k = 0; k < (length >> 20); ++k) gzwrite(z, zeros.data(), static_cast<unsigned>(zeros.size()));
+      gzwrite(z, "\1\2\3\4", 4);
+      gzclose(z);
+    }
+    auto one = run_cli_limited({"run", QString::fromStdString(write_pipeline(dir, "one.txtpb", stage("files", "list_files", "", {{"patterns", one_record}}) +
+                                                                                                 stage("read", "tfrecord_reader", "files") +
+                                                                                                 stage("out", "null_sink", "read"))),
+                                "--quiet"},
+                               1100000);
+    EXPECT_FAILS_WITH(one, 1, "record 0 at byte offset 0: data CRC mismatch (536870912 bytes)");
+    // A 40 MB CSV streams in bounded memory (every row's origin was kept for the run: 20 MB took
+    // 650 MB), under 600 MB of address space.
+    const std::string csv = dir.filePath("rows.csv").toStdString();
+    {
+      std::ofstream rows(csv);
+      rows << "id,score,name,count\n";
+      for (int i = 0; i < 1200000; ++i) rows << i << ',' << i + 0.25 << ",name" << i % 100 << ',' << i * 7 << '\n';
+    }
+    auto streamed = run_cli_limited({"run", QString::fromStdString(write_pipeline(dir, "csv.txtpb", stage("files", "list_files", "", {{"patterns", csv}}) +
+                                                                                                      stage("rows", "csv_reader", "files") +
+                                                                                                      stage("out", "null_sink", "rows"))),
+                                     "--quiet"},
+                                    600000);
+    QVERIFY2(streamed.code == 0, qPrintable(streamed.err));
+    QVERIFY2(streamed.out.contains("1200000"), qPrintable(streamed.out));
     // A padded shape no memory holds is refused with the parameters, before any element.
     EXPECT_FAILS_WITH(run_pipeline(dir, stage("src", "range", "") + stage("pb", "padded_batch", "src", {{"batch_size", "1000"}, {"padded_shapes", "value:100000000x1000"}}) +
                                             stage("out", "null_sink", "pb")),

@@ -356,7 +356,8 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
     {
       std::lock_guard lock(reader.read_inputs_mutex);
       auto it = reader.read_inputs.find(origin.where.get());
-      if (it == reader.read_inputs.end()) return false;
+      // (An expired entry at this address was another origin's, whose memory this one reuses.)
+      if (it == reader.read_inputs.end() || it->second.where.lock() != origin.where) return false;
       input = it->second;
     }
     auto* saved = state.add_read_inputs();

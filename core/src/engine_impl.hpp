@@ -281,14 +281,26 @@ struct StageRuntime {
     }
   } operator_counters;
   // An interleave's inputs, by the origin their outputs share: a checkpoint names an element a
-  // later stage holds by its input and place in it (kept for the run: one entry per input).
+  // later stage holds by its input and place in it. An entry lasts while an element with that
+  // origin does (`where` is not owned here): a reader that gives each record an origin of its own
+  // made one entry per record, kept for the run (3 M rows of a CSV held 1.2 GB).
   struct ReadInput {
-    std::shared_ptr<const std::string> where;
+    std::weak_ptr<const std::string> where;
     Sample input;
     std::uint64_t epoch = 0, index = 0;  // the context it was opened with
   };
   std::mutex read_inputs_mutex;
   std::unordered_map<const std::string*, ReadInput> read_inputs;
+  std::size_t read_inputs_after_last_sweep = 0;
+  // Registers the input that gives elements of origin `where`, and drops the entries no element
+  // refers to any more (each time the map has doubled since the last sweep: amortised O(1)).
+  void register_read_input(const std::shared_ptr<const std::string>& where, ReadInput input) {
+    std::lock_guard lock(read_inputs_mutex);
+    read_inputs[where.get()] = std::move(input);
+    if (read_inputs.size() < 2 * read_inputs_after_last_sweep + 64) return;
+    std::erase_if(read_inputs, [](const auto& entry) { return entry.second.where.expired(); });
+    read_inputs_after_last_sweep = read_inputs.size();
+  }
   // A stage that holds elements (an aggregate): the interleave its input comes from through
   // stateless maps only (-1: none), and those maps in order. Its elements can be read again.
   int reads_from = -1;

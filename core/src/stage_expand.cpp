@@ -579,8 +579,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         slot.last_offset = chunk ? chunk->origin(rows - 1).byte_offset : origin.byte_offset;
         if (origin.where && origin.where.get() != slot.registered_where) {
           slot.registered_where = origin.where.get();
-          std::lock_guard lock(st.read_inputs_mutex);
-          st.read_inputs[slot.registered_where] = {origin.where, slot.input, st.first_input_epoch + slot.epoch, slot.index};
+          st.register_read_input(origin.where, {origin.where, slot.input, st.first_input_epoch + slot.epoch, slot.index});
         }
         if (chunk) {
           chunk->set_read_position(st.first_output_epoch + epoch, static_cast<std::int64_t>(emitted_in_epoch));

@@ -1,6 +1,10 @@
 #include "tfrecord.hpp"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "crc32c.hpp"
 
@@ -25,6 +29,9 @@ RecordReader::RecordReader(std::unique_ptr<ByteSource> source, std::string name,
 bool RecordReader::ensure(std::size_t n) {
   if (end_ - begin_ >= n) return true;
   if (eof_) return false;
+  // Not from the allocator: a pool keeps each size it gave out for reuse, and the sizes a large
+  // record grows through would stay pooled for the run.
+  if (n > options_.chunk_bytes) return ensure_in_mapping(n);
   while (end_ - begin_ < n) {
     if (!chunk_ || chunk_->size() == end_) {
       // A fresh buffer: records already handed out keep viewing the old one. It grows with the
@@ -47,6 +54,50 @@ bool RecordReader::ensure(std::size_t n) {
     end_ += got;
   }
   return true;
+}
+
+// A record larger than a chunk is gathered in an anonymous mapping that grows in place (mremap)
+// with the bytes that really arrive, doubling, so that memory holds it once: growing by copying
+// into pooled buffers twice the size held a 1 GiB record three times over (3.2 GB). The claimed
+// length is still not allocated up front, and untouched pages of the mapping cost nothing.
+bool RecordReader::ensure_in_mapping(std::size_t n) {
+  const std::size_t have = end_ - begin_;
+  const std::size_t page = 4096;
+  std::size_t capacity = (std::max(options_.chunk_bytes, std::min(n, 2 * have)) + page - 1) / page * page;
+  void* region = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) throw std::bad_alloc();
+  auto unmap = [](void* p, std::size_t size) { ::munmap(p, size); };
+  struct Mapping {
+    void* data;
+    std::size_t size;
+    ~Mapping() {
+      if (data) ::munmap(data, size);
+    }
+  } mapping{region, capacity};
+  if (have) std::memcpy(region, chunk_->data() + begin_, have);
+  std::size_t filled = have;
+  while (filled < n) {
+    if (filled == mapping.size) {
+      const std::size_t grown = (std::min(n, 2 * mapping.size) + page - 1) / page * page;
+      void* moved = ::mremap(mapping.data, mapping.size, grown, MREMAP_MAYMOVE);
+      if (moved == MAP_FAILED) throw std::bad_alloc();
+      mapping.data = moved;
+      mapping.size = grown;
+    }
+    const std::size_t got = source_->read(static_cast<std::byte*>(mapping.data) + filled, mapping.size - filled);
+    if (got == 0) {
+      eof_ = true;
+      break;
+    }
+    filled += got;
+  }
+  // Records already handed out keep viewing the old chunk.
+  chunk_ = std::make_shared<Buffer>(static_cast<std::byte*>(mapping.data), mapping.size, [unmap](std::byte* p, std::size_t size) { unmap(p, size); });
+  mapping.data = nullptr;
+  chunk_offset_ += begin_;
+  begin_ = 0;
+  end_ = filled;
+  return filled >= n;
 }
 
 void RecordReader::damaged(const std::string& what, DamageReport* damage) {

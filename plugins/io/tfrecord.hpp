@@ -46,6 +46,7 @@ class RecordReader {
 
  private:
   bool ensure(std::size_t n);  // at least n unread bytes buffered; false at the end
+  bool ensure_in_mapping(std::size_t n);  // ensure() for a record larger than a chunk
   void damaged(const std::string& what, DamageReport* damage);
   bool resynchronise();
 
