@@ -6,6 +6,7 @@
 #include <ctime>
 #include <mutex>
 
+#include "autotune.hpp"
 #include "pipeline_runner.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/resources.hpp"
@@ -202,6 +203,45 @@ class TestAutotune : public QObject {
     QCOMPARE(cores.cores, 1.0);
     QVERIFY2(cores.why.find("affinity") != std::string::npos, cores.why.c_str());
     QVERIFY(sluice::usable_memory().bytes > 0);
+  }
+
+  // The tuner alone, window by window: an increase after which the pipeline ran more than 10%
+  // slower is undone after its trial windows, and the stage gets no more for a while; one after
+  // which it ran at 95% of its speed stays.
+  void an_increase_that_slowed_the_pipeline_is_undone_and_held_off() {
+    using namespace sluice::detail;
+    for (const double slower : {0.85, 0.95}) {
+      Autotuner tuner(TuneBudgets{8, 0});
+      TunedStage work;
+      work.id = "work";
+      work.tunes_workers = true;
+      work.max_workers = 8;
+      work.busy_cores = 0.99;
+      std::vector<TunedStage> stages{work};
+      int raised_to = 0;
+      for (int window = 0; window < 10 && raised_to == 0; ++window)
+        for (const auto& c : tuner.plan(stages, 1000))
+          if (!c.buffer && c.to > c.from) raised_to = static_cast<int>(c.to);
+      QVERIFY2(raised_to > 1, "a stage busy 99% of one worker, with 8 cores free, got no more");
+      stages[0].workers = raised_to;
+      stages[0].busy_cores = 0.99 * raised_to;  // as busy, and yet the pipeline is slower
+      std::vector<TuneChange> undone;
+      for (int window = 0; window < 3; ++window)
+        for (const auto& c : tuner.plan(stages, 1000 * slower))
+          if (!c.buffer && c.to < c.from) undone.push_back(c);
+      if (slower > 0.9) {
+        QVERIFY2(undone.empty(), "an increase that kept 95% of the speed was undone");
+        continue;
+      }
+      QCOMPARE(undone.size(), std::size_t(1));
+      QCOMPARE(undone[0].to, std::int64_t(1));
+      QVERIFY2(undone[0].reason.find("ran slower") != std::string::npos, undone[0].reason.c_str());
+      stages[0].workers = 1;
+      stages[0].busy_cores = 0.99;
+      for (int window = 0; window < 20; ++window)
+        for (const auto& c : tuner.plan(stages, 850))
+          QVERIFY2(c.buffer || c.to <= c.from, ("raised again while held off: " + c.reason).c_str());
+    }
   }
 
   void byte_sizes_read_as_users_write_them() {

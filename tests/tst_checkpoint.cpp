@@ -588,6 +588,23 @@ class TestCheckpoint : public QObject {
     flipped[flipped.size() / 2] ^= 0x20;
     QVERIFY(refused(flipped).find("checksum") != std::string::npos);
     QVERIFY(refused("not a checkpoint at all").find("is not a Sluice checkpoint") != std::string::npos);
+    // Another format, older or newer, whole and with a right checksum: refused, saying so; and as
+    // the bytes of a Python state written to a file, not taken for one.
+    for (const std::uint32_t other : {sluice::kCheckpointFormat - 1, sluice::kCheckpointFormat + 1}) {
+      auto foreign = *first.checkpoint;
+      foreign.set_format(other);
+      const fs::path written = dir.filePath("foreign.sluice").toStdString();
+      sluice::write_checkpoint(written, foreign);
+      try {
+        sluice::read_checkpoint(written);
+        QFAIL("a checkpoint of another format was read");
+      } catch (const sluice::Error& e) {
+        QVERIFY2(std::string(e.what()).find("has format " + std::to_string(other)) != std::string::npos, e.what());
+      }
+      std::string state_bytes;
+      foreign.SerializeToString(&state_bytes);
+      QVERIFY(refused(state_bytes).find("is not a Sluice checkpoint") != std::string::npos);
+    }
     QVERIFY(refused("").find("is not a Sluice checkpoint") != std::string::npos);
     try {
       sluice::read_checkpoint(dir.filePath("nowhere/checkpoint.sluice").toStdString());

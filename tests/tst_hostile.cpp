@@ -736,7 +736,7 @@ class TestHostile : public QObject {
     };
     // Weights whose sum overflows a double are a fair mixture (their sum was infinite: 0 elements);
     // an input a million million times lighter still gives all it has once the other runs out.
-    for (const std::string weights : {"1e308,1e308", "1e12,1", "1,1e-300"}) {
+    for (const std::string weights : {"1e308,1e308", "1e12,1", "1,1e-300", "1e300,1e-30"}) {
       auto ran = run_pipeline(dir, mixture(weights));
       QVERIFY2(ran.code == 0, qPrintable(ran.err));
       auto values = all_integers(lines_of(read_file(out)));
@@ -781,6 +781,58 @@ class TestHostile : public QObject {
     // And the other way: plain shards then a gzip set.
     QCOMPARE(run_pipeline(dir, range_to("tfrecord_writer", {{"prefix", prefix}, {"compression", "gzip"}}, 10)).code, 0);
     QCOMPARE(QDir(dir.filePath("shards")).entryList(QDir::Files), QStringList{"train-00000-of-00001.tfrecord.gz"});
+  }
+
+  // 9a. Failures caused by a parameter name that parameter, are not skipped as if an element were
+  // at fault, and are refused at validation where the size is known then.
+  void failures_of_parameters_name_the_parameter() {
+    QTemporaryDir dir;
+    const long long memory = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+    // A padded_shapes field the elements lack (it was ignored), under either policy.
+    for (const std::string policy : {"", "error_policy: skip"}) {
+      auto misspelt = run_pipeline(dir, stage("src", "range", "") +
+                                            stage("pb", "padded_batch", "src", {{"batch_size", "2"}, {"padded_shapes", "valeu:5"}}, policy) +
+                                            stage("out", "null_sink", "pb"));
+      EXPECT_FAILS_WITH(misspelt, 1, "padded_shapes names field 'valeu', which the elements do not have (they have: value)");
+      QVERIFY2(!misspelt.err.contains("error_policy: skip"), qPrintable(misspelt.err));
+    }
+    // A padded shape of one byte a value fits this machine, of four (f32) it does not: refused
+    // with its bytes when the first batch shows the type, before allocating.
+    auto wide = run_pipeline(dir, stage("src", "tensors", "", {{"shape", "5"}, {"count", "2"}}) +
+                                      stage("pb", "padded_batch", "src", {{"batch_size", "1"}, {"padded_shapes", "data:" + std::to_string(memory / 2)}}) +
+                                      stage("out", "null_sink", "pb"));
+    EXPECT_FAILS_WITH(wide, 1, "a batch of field 'data' would be f32[1," + QString::number(memory / 2) + "]");
+    QVERIFY2(wide.err.contains("more than this machine's memory") && wide.err.contains("padded_shapes"), qPrintable(wide.err));
+    // Beyond the memory at one byte a value: refused at validation.
+    auto validate = [&](const std::string& text) { return run_cli({"validate", QString::fromStdString(write_pipeline(dir, "v.txtpb", text))}); };
+    EXPECT_FAILS_WITH(validate(stage("src", "range", "") +
+                               stage("pb", "padded_batch", "src", {{"batch_size", "4"}, {"padded_shapes", "value:" + std::to_string(memory / 2)}}) +
+                               stage("out", "null_sink", "pb")),
+                      2, "more than this machine's memory");
+    // A parse_example shape no record could be given (its default would be 4 TB a record).
+    EXPECT_FAILS_WITH(validate(stage("src", "from_list", "", {{"values", "x"}, {"field", "record"}}) +
+                               stage("pe", "parse_example", "src", {{"features", "x:float[1000000,1000000]=0"}}) + stage("out", "null_sink", "pe")),
+                      2, "feature 'x': shape [1000000,1000000] is 3814697 MiB a record");
+    // An inverted range says so (it said "must be two numbers").
+    EXPECT_FAILS_WITH(validate(stage("src", "synthetic_images", "", {{"count", "2"}}) +
+                               stage("c", "random_resized_crop", "src", {{"height", "8"}, {"width", "8"}, {"ratio", "1.3,0.75"}}) +
+                               stage("out", "null_sink", "c")),
+                      2, "ratio 1.3,0.75 is high,low: give the lower bound first (0.75,1.3)");
+#ifndef SLUICE_SANITIZED
+    // Out of memory: the stage holding it is named with what to change, not only the source that
+    // asked next.
+    auto held_by = [&](const std::string& name, const std::string& holder) {
+      return run_cli_limited({"run", QString::fromStdString(write_pipeline(dir, name, stage("src", "tensors", "", {{"shape", "1000,100"}, {"count", "100000"}}) + holder)),
+                              "--quiet"},
+                             1500000);
+    };
+    auto shuffled = held_by("shuffle.txtpb", stage("shuf", "shuffle", "src", {{"buffer_size", "1000000000"}}) + stage("out", "null_sink", "shuf"));
+    EXPECT_FAILS_WITH(shuffled, 1, "stage 'shuf' (shuffle) holds");
+    QVERIFY2(shuffled.err.contains("lower its buffer_size") && !shuffled.err.contains("error_policy: skip"), qPrintable(shuffled.err));
+    auto cached = held_by("cache.txtpb", stage("c", "cache", "src") + stage("rep", "repeat", "c", {{"count", "2"}}) + stage("out", "null_sink", "rep"));
+    EXPECT_FAILS_WITH(cached, 1, "stage 'c' (cache) holds");
+    QVERIFY2(cached.err.contains("give it a path"), qPrintable(cached.err));
+#endif
   }
 
   // 9. Messages say what is wrong, where.

@@ -376,6 +376,27 @@ class TestSequences : public QObject {
   }
 
   // ---- packing ----
+  // First-fit, exactly: a sequence goes into the first open row with room for it (an exact fit
+  // included), and a row closed because open_rows were open takes nothing more.
+  void pack_sequences_is_first_fit_within_open_rows() {
+    auto rows_of = [&](const std::string& text, int length, int open_rows) {
+      write_file(path("first_fit.txt"), text);
+      auto out = run_ok(int_lines(path("first_fit.txt"), "tokens") +
+                        stage("pack", "pack_sequences", "seq",
+                              {{"fields", "tokens"}, {"length", std::to_string(length)}, {"open_rows", std::to_string(open_rows)}}) +
+                        sink_after("pack"));
+      std::vector<Ints> rows;
+      for (const auto& line : out.lines) {
+        const auto t0 = line.find("\"tokens\":"), s0 = line.find("\"segment_ids\":");
+        rows.push_back(integers(line.substr(t0, s0 - t0)));
+      }
+      return rows;
+    };
+    QCOMPARE(rows_of("1 2 3 4 5\n6 7 8\n9\n", 8, 2), (std::vector<Ints>{{1, 2, 3, 4, 5, 6, 7, 8}, {9, 0, 0, 0, 0, 0, 0, 0}}));
+    QCOMPARE(rows_of("1 2 3 4 5 6\n7 8 9 10 11\n12 13\n", 8, 1), (std::vector<Ints>{{1, 2, 3, 4, 5, 6, 0, 0}, {7, 8, 9, 10, 11, 12, 13, 0}}));
+    QCOMPARE(rows_of("1 2 3 4 5 6\n7 8 9 10 11\n12 13\n", 8, 2), (std::vector<Ints>{{1, 2, 3, 4, 5, 6, 12, 13}, {7, 8, 9, 10, 11, 0, 0, 0}}));
+  }
+
   void packing_loses_and_duplicates_no_token() {
     // 300 sequences of 0..40 tokens (some longer than the row), every token id distinct.
     std::mt19937 gen(7);

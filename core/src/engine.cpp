@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "sluice/core/param_parse.hpp"
+#include "sluice/core/text.hpp"
 
 namespace sluice {
 
@@ -101,6 +102,14 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
     return false;
   }
   std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
+  // A parameter that does not fit the data (ParamError while running) is no element's fault:
+  // skipping would drop every element, so it ends the run whatever the policy, naming the fix.
+  if (parameter_does_not_fit()) {
+    fail_or_defer(st, fmt::format("{} cannot go on at {}: {}\n  (fix the parameter: `sluice plugins {}` says what each means)", stage_label(st),
+                                  where, what, st.spec->op->info.name),
+                  deferred);
+    return false;
+  }
   if (st.spec->error_policy == ErrorPolicyKind::Skip) {
     add(st.counters.errors_skipped, 1);
     if (deferred) deferred->skip_reasons.emplace_back(&st, where + ": " + what);
@@ -109,6 +118,17 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
   }
   std::string message = fmt::format("{} failed on {}: {}\n  ({})", stage_label(st), where, what, failure_advice(st));
   fail_or_defer(st, std::move(message), deferred);
+  return false;
+}
+
+bool Engine::Impl::parameter_does_not_fit() {
+  if (!std::current_exception()) return false;
+  try {
+    std::rethrow_exception(std::current_exception());
+  } catch (const ParamError&) {
+    return true;
+  } catch (...) {
+  }
   return false;
 }
 
@@ -147,9 +167,35 @@ bool Engine::Impl::handling_out_of_memory() {
 }
 
 std::string Engine::Impl::out_of_memory_message(const StageRuntime& st) const {
-  return fmt::format("{} ran out of memory: the process could not get the memory it asked for (lower buffer_size, "
-                     "batch_size, parallelism or cycle_length, or give the process more memory); no element is at fault",
-                     stage_label(st));
+  std::string message = fmt::format("{} ran out of memory: the process could not get the memory it asked for", stage_label(st));
+  if (std::string holder = largest_holder(); !holder.empty()) return message + "; " + holder + "; no element is at fault";
+  return message + " (lower buffer_size, batch_size, parallelism or cycle_length, or give the process more memory); no element is at fault";
+}
+
+// The stage holding the most memory in elements it took and has not handed on, when that is most
+// of what the run holds: the stage that failed to allocate is often only the next to ask (a
+// source decoding images while a shuffle of a billion holds the memory), and its own parameters
+// are not the ones to change.
+std::string Engine::Impl::largest_holder() const {
+  const StageRuntime* largest = nullptr;
+  std::uint64_t largest_bytes = 0, all = 0;
+  for (const auto& stage : stages) {
+    const std::uint64_t in = stage->counters.bytes_in.load(), out = stage->counters.bytes_out.load();
+    // A cache kept in memory gives on what it records, and holds all of it.
+    const bool caches_in_memory = stage->spec->op->info.name == "cache" && stage->spec->params.has("path") &&
+                                  stage->spec->params.get_string("path").empty();
+    const std::uint64_t held = caches_in_memory ? in : stage->aggregate && in > out ? in - out : 0;
+    all += held;
+    if (held > largest_bytes) {
+      largest_bytes = held;
+      largest = stage.get();
+    }
+  }
+  if (!largest || largest_bytes < (64u << 20) || largest_bytes * 2 < all) return {};
+  const bool cache = largest->spec->op->info.name == "cache";
+  return fmt::format("{} holds {} of the elements it took{}", stage_label(*largest), byte_size_text(largest_bytes),
+                     cache ? " (a cache with no path keeps its first iteration in memory: give it a path to keep it in a file)"
+                           : " (lower its buffer_size, or what makes it hold elements)");
 }
 
 void Engine::Impl::keep_skip_reason(StageRuntime& st, std::string reason) {

@@ -413,6 +413,9 @@ struct Engine::Impl {
   void fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred);
 
   static bool handling_out_of_memory();
+  // Inside a catch: whether the exception is a ParamError (a parameter that does not fit the data).
+  static bool parameter_does_not_fit();
+  std::string largest_holder() const;  // for out_of_memory_message
   std::string out_of_memory_message(const StageRuntime& st) const;
 
   void keep_skip_reason(StageRuntime& st, std::string reason);

@@ -162,17 +162,20 @@ PaddingRules PaddingRules::from_params(const Params& p) {
       rules.values[field] = entry.substr(colon + 1);
     }
   }
-  // A fixed padded shape is known before any element: one no memory could hold is refused now.
+  // A fixed padded shape is known before any element: one this machine's memory could not hold,
+  // even at one byte a value, is refused now (the type, and so the bytes, when the batch is made).
   const auto batch = p.has("batch_size") ? p.get_int("batch_size") : 1;
+  const std::uint64_t memory = physical_memory_bytes();
   for (const auto& [field, shape] : rules.shapes) {
     std::int64_t values = batch;
     bool overflow = false;
     for (auto d : shape)
       if (d > 0) overflow = overflow || __builtin_mul_overflow(values, d, &values);
-    if (overflow || values > (std::int64_t{1} << 36))
+    if (overflow || values > (std::int64_t{1} << 36) || (memory > 0 && static_cast<std::uint64_t>(values) > memory))
       throw ParamError("padded_shapes: a batch of " + std::to_string(batch) + " rows of " + field + ":" + shape_string(shape) + " is " +
-                       (overflow ? std::string("more than 2^63") : std::to_string(values)) +
-                       " values, more than any memory holds; give a smaller padded shape (or batch_size)");
+                       (overflow ? std::string("more than 2^63") : std::to_string(values)) + " values, more than " +
+                       (memory > 0 ? "this machine's memory (" + std::to_string(memory >> 20) + " MiB) holds" : std::string("any memory holds")) +
+                       "; give a smaller padded shape (or batch_size)");
   }
   rules.length_fields = p.get_string_list("lengths");
   rules.mask_fields = p.get_string_list("masks");
@@ -199,10 +202,40 @@ void HeldRows::check(const Sample& in, bool same_shapes) const {
 }
 
 
+// A batch this machine's memory cannot hold is refused by name before it is allocated (the
+// kernel's out-of-memory killer says nothing of padded_shapes).
+void refuse_beyond_memory(const std::string& field, DType dtype, const Shape& shape, bool shape_given) {
+  const std::uint64_t memory = physical_memory_bytes();
+  const long double bytes = static_cast<long double>(shape_elements(shape)) * (dtype == DType::Bytes ? 16 : dtype_size(dtype));
+  if (memory == 0 || bytes <= static_cast<long double>(memory)) return;
+  throw ParamError("a batch of field '" + field + "' would be " + dtype_name(dtype) + shape_string(shape) + ", " +
+                   std::to_string(static_cast<std::uint64_t>(bytes / (1 << 20))) + " MiB, more than this machine's memory (" +
+                   std::to_string(memory >> 20) + " MiB); " +
+                   (shape_given ? "give a smaller padded shape for it in padded_shapes (or a smaller batch_size)"
+                                : "give a smaller batch_size, or cut the rows before batching"));
+}
+
+// The fields the rules name must be the elements' (a misspelt padded_shapes entry was ignored,
+// and the batch padded to the longest instead): a parameter that does not fit the data.
+void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
+  auto check = [&](const std::string& field, const char* parameter) {
+    for (const Column& c : rows.columns())
+      if (c.name == field) return;
+    std::string fields;
+    for (const Column& c : rows.columns()) fields += (fields.empty() ? "" : ", ") + c.name;
+    throw ParamError(std::string(parameter) + " names field '" + field + "', which the elements do not have (they have: " + fields + ")");
+  };
+  for (const auto& entry : rules.shapes) check(entry.first, "padded_shapes");
+  for (const auto& entry : rules.values) check(entry.first, "padding_values");
+  for (const auto& field : rules.length_fields) check(field, "lengths");
+  for (const auto& field : rules.mask_fields) check(field, "masks");
+}
+
 Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {
   Sample out;
   if (rows.empty()) return out;
+  check_named_fields(*rows.front().chunk, rules);
   std::uint64_t written = 0, data = 0;
   const auto batch = static_cast<std::int64_t>(rows.size());
   std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
@@ -233,6 +266,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
     Shape shape = padded;
     shape.insert(shape.begin(), batch);
     const std::int64_t row_elements = shape_elements(padded);
+    refuse_beyond_memory(first.name, dtype, shape, rule != rules.shapes.end());
     written += static_cast<std::uint64_t>(batch * row_elements);
     for (std::size_t k = 0; k < rows.size(); ++k) data += static_cast<std::uint64_t>(cells[k]->row_elements(rows[k].row));
     // Calls copy(src, dst, count) for each run of row k's values inside its padded row.

@@ -4,6 +4,8 @@
 #include <limits>
 #include <opencv2/imgproc.hpp>
 
+#include <sstream>
+
 #include "mat.hpp"
 #include "pixel_ops.hpp"
 #include "vision_plugin.hpp"
@@ -71,7 +73,16 @@ class Resize final : public Map {
 
 std::pair<double, double> range_of(const Params& p, const std::string& name) {
   const auto& v = p.get_float_list(name);
-  if (v.size() != 2 || v[0] > v[1]) throw ParamError(name + " must be two numbers, low,high");
+  if (v.size() != 2) throw ParamError(name + " must be two numbers, low,high; it has " + std::to_string(v.size()));
+  if (v[0] > v[1]) {
+    auto text = [](double x) {
+      std::ostringstream out;
+      out << x;
+      return out.str();
+    };
+    throw ParamError(name + " " + text(v[0]) + "," + text(v[1]) + " is high,low: give the lower bound first (" + text(v[1]) + "," +
+                     text(v[0]) + ")");
+  }
   return {v[0], v[1]};
 }
 

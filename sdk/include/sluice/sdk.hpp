@@ -5,6 +5,7 @@
 #include "sluice/chunk.hpp"
 #include "sluice/error.hpp"
 #include "sluice/feed.hpp"
+#include "sluice/machine.hpp"
 #include "sluice/operator.hpp"
 #include "sluice/output_file.hpp"
 #include "sluice/params.hpp"
