@@ -32,10 +32,12 @@ void Engine::Impl::run_stateless(StageRuntime& st, int index) {
       }
       if (stopping.load()) return;
       // A fair share of what is waiting, and no more than a few milliseconds of work, so that
-      // at the end of the input no worker is left alone with a long chunk.
+      // at the end of the input no worker is left alone with a long chunk. Before the cost is
+      // known, one element: a Python map taking a second each took a chunk of 64 at once, and
+      // the first output (and a stop at exit) waited for all of them.
       const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.running_workers()));
       const std::uint64_t cost = st.ns_per_element.load(std::memory_order_relaxed);
-      const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : kChunk;
+      const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : 1;
       if (!st.input->pop(in, std::min({kChunk, share, by_time}))) return;
       add(st.counters.starved_ns, now_ns() - t0);
       if (!in.front().is_element()) {
