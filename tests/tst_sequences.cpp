@@ -160,6 +160,25 @@ class TestSequences : public QObject {
                     sink_after("pb"));
     QCOMPARE(d.lines, (Lines{R"({"x":[[1,-1,-1,-1,-1],[2,2,-1,-1,-1]]})", R"({"x":[[3,3,3,-1,-1],[4,4,4,4,-1]]})"}));
   }
+  // Fields of rank 2 whose inner sizes differ (batches of lines padded once, then batched again):
+  // every dimension padded to the longest, with the value given (256: its first byte is 0, and a
+  // fill decided by the first byte would give zeros).
+  void padded_batch_pads_every_dimension_of_rank_2_fields_with_their_value() {
+    write_file(path("ragged2.txt"), "1 2 3\n4\n5 6 7 8 9\n10 11\n");
+    auto out = run_ok(int_lines(path("ragged2.txt")) +
+                      stage("inner", "padded_batch", "seq", {{"batch_size", "2"}, {"padding_values", "-1"}}) +
+                      stage("outer", "padded_batch", "inner", {{"batch_size", "2"}, {"padding_values", "256"}}) + sink_after("outer"));
+    QCOMPARE(out.lines, (Lines{R"({"x":[[[1,2,3,256,256],[4,-1,-1,256,256]],[[5,6,7,8,9],[10,11,-1,-1,-1]]]})"}));
+  }
+  // CRLF line ends are not part of the line, on the element path (a sink right after the reader)
+  // and on the chunked one (a batch after it takes the read buffer's lines as one chunk).
+  void text_lines_drops_crlf_on_both_paths() {
+    write_file(path("crlf.txt"), "ab\r\ncd\r\n\r\nlast");
+    const std::string read = stage("files", "list_files", "", {{"patterns", path("crlf.txt")}}) + stage("lines", "text_lines", "files");
+    QCOMPARE(run_ok(read + sink_after("lines")).lines, (Lines{R"({"line":"YWI="})", R"({"line":"Y2Q="})", R"({"line":""})", R"({"line":"bGFzdA=="})"}));
+    QCOMPARE(run_ok(read + stage("b", "batch", "lines", {{"batch_size", "4"}}) + sink_after("b")).lines,
+             (Lines{R"({"line":["YWI=","Y2Q=","","bGFzdA=="]})"}));
+  }
   void padded_batch_pads_fields_independently() {
     // elements ([1, 2, 3], [10]) and ([4, 5], [11, 12]); padded_shapes ([4], [None]), padding_values (-1, 100).
     write_file(path("a.txt"), "1 2 3\n4 5\n");

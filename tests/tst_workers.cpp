@@ -148,6 +148,7 @@ class TestWorkers : public QObject {
     auto message = refusal({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}});
     QVERIFY2(message.find("batch script") != std::string::npos && message.find("srun") != std::string::npos, message.c_str());
     QCOMPARE(detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).count, 1);
+    QVERIFY(refusal({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).find("batch script") != std::string::npos);
   }
 
   void index_only_launchers_take_the_count_from_the_command_line() {
@@ -158,6 +159,9 @@ class TestWorkers : public QObject {
     auto pmix = detect({{"PMIX_RANK", "1"}}, {std::nullopt, 2, "--num-workers"});
     QCOMPARE(pmix.index, 1);
     QCOMPARE(pmix.source, std::string("PMIx"));
+    // The command line's count comes before a later launcher's: one that says otherwise disagrees.
+    auto other = refusal({{"PMIX_RANK", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "8"}}, {std::nullopt, 4, "--num-workers"});
+    QVERIFY2(other.find("disagree") != std::string::npos && other.find("RANK=1, WORLD_SIZE=8") != std::string::npos, other.c_str());
     // Without it: an error naming the variable and what to give.
     auto message = refusal({{"JOB_COMPLETION_INDEX", "4"}});
     QVERIFY2(message.find("JOB_COMPLETION_INDEX=4") != std::string::npos && message.find("--num-workers") != std::string::npos,
@@ -233,6 +237,9 @@ class TestWorkers : public QObject {
     QVERIFY2(message.find("SLURM_PROCID=1") != std::string::npos && message.find("PMI_RANK=0") != std::string::npos &&
                  message.find("disagree") != std::string::npos,
              message.c_str());
+    // Agreeing on the index is not enough: the counts must agree too.
+    message = refusal({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_ID", "0"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "8"}});
+    QVERIFY2(message.find("disagree") != std::string::npos && message.find("of 8 workers") != std::string::npos, message.c_str());
     message = refusal({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}});
     QVERIFY2(message.find("OMPI_COMM_WORLD_RANK=1") != std::string::npos && message.find("RANK=0") != std::string::npos,
              message.c_str());
@@ -317,6 +324,11 @@ class TestWorkers : public QObject {
     QVERIFY(plans[0].warnings.empty());
     // File sharding keeps whole files: worker 0 reads files 0 and 3 (sorted names).
     QCOMPARE(sorted(outputs[0]), (Ints{0, 1, 2, 3, 4, 13, 14, 15}));
+    // As many files as workers: still one file each, by file.
+    RecordFiles three({4, 5, 6});
+    plans.clear();
+    check_partition(run_workers(read_records(three.pattern()), 3, &plans), three.total);
+    QVERIFY2(mentions(plans[0].notes, "sharded by file"), plans[0].notes[0].c_str());
   }
 
   void fewer_files_than_workers_are_sharded_by_record_with_a_warning() {
@@ -431,6 +443,15 @@ class TestWorkers : public QObject {
         for (long long v : got) QCOMPARE(v % 4, static_cast<long long>(i));
       }
     }
+    // A count that divides evenly: every shard gets exactly its own positions, the last shard's
+    // last element included (it ends its round: released at once, not held past the end).
+    for (const char* mode : {"drop", "pad"})
+      for (int i = 0; i < 4; ++i) {
+        auto text = stage("src", "range", "", {{"count", "12"}}) +
+                    stage("even", "balanced_shard", "src", {{"num_shards", "4"}, {"index", std::to_string(i)}, {"equal_steps", mode}}) +
+                    sink_after("even");
+        QCOMPARE(all_integers(run_text(text).lines), (Ints{i, i + 4, i + 8}));
+      }
     // A shard that would get nothing is padded with the iteration's first element.
     auto tiny = stage("src", "range", "", {{"count", "1"}, {"start", "7"}}) +
                 stage("even", "balanced_shard", "src", {{"num_shards", "3"}, {"index", "2"}, {"equal_steps", "pad"}}) + sink_after("even");
