@@ -238,30 +238,32 @@ class PythonRef {
   py::object object_;
 };
 
-// The Python calls the engine's threads are inside now ("the function of stage 'm'"), so that a
-// run that cannot stop says which function holds it.
-std::mutex g_calls_mutex;
-std::multiset<std::string>& python_calls_in_progress() {
-  static auto* calls = new std::multiset<std::string>();  // left at exit: a thread may still be inside
-  return *calls;
+// A stage's Python object as messages name it ("the function of stage 'm'"), and how many engine
+// threads are inside a call of it now, so that a run that cannot stop says which function holds
+// it. A site is registered once, when its stage starts; a call only counts up and down.
+struct PythonCallSite {
+  std::string what;
+  std::atomic<int> inside{0};
+};
+std::mutex g_sites_mutex;
+std::set<const PythonCallSite*>& python_call_sites() {
+  static auto* sites = new std::set<const PythonCallSite*>();  // left at exit: a thread may still be inside
+  return *sites;
 }
 struct InPythonCall {
-  explicit InPythonCall(const std::string& what) : what(what) {
-    std::lock_guard lock(g_calls_mutex);
-    at = python_calls_in_progress().insert(what);
-  }
-  ~InPythonCall() {
-    std::lock_guard lock(g_calls_mutex);
-    python_calls_in_progress().erase(at);
-  }
-  const std::string& what;
-  std::multiset<std::string>::iterator at;
+  explicit InPythonCall(PythonCallSite& site) : site(site) { ++site.inside; }
+  ~InPythonCall() { --site.inside; }
+  PythonCallSite& site;
 };
 std::string python_calls_now() {
-  std::lock_guard lock(g_calls_mutex);
+  std::set<std::string> inside;
+  {
+    std::lock_guard lock(g_sites_mutex);
+    for (const PythonCallSite* site : python_call_sites())
+      if (site->inside.load() > 0) inside.insert(site->what);
+  }
   std::string names;
-  const auto& calls = python_calls_in_progress();
-  for (auto it = calls.begin(); it != calls.end(); it = calls.upper_bound(*it)) names += (names.empty() ? "" : ", ") + *it;
+  for (const auto& what : inside) names += (names.empty() ? "" : ", ") + what;
   return names;
 }
 
@@ -305,16 +307,16 @@ py::object call_python(const py::object& function, py::object argument = py::obj
 }
 
 // Runs `use` with the GIL held; a Python exception becomes the element's DataError, with its
-// traceback, labelled `what`.
+// traceback, labelled with the site's name.
 template <class Use>
-auto calling_python(const std::string& what, Use&& use) {
-  InPythonCall inside(what);
+auto calling_python(PythonCallSite& site, Use&& use) {
+  InPythonCall inside(site);
   try {
     py::gil_scoped_acquire gil;
     try {
       return use();
     } catch (py::error_already_set& e) {
-      rethrow_python_error(e, what);
+      rethrow_python_error(e, site.what);
     } catch (abi::__forced_unwind&) {
       wait_for_the_process_to_end();  // ended inside the call
     }
@@ -328,12 +330,22 @@ auto calling_python(const std::string& what, Use&& use) {
 class PythonStage {
  protected:
   explicit PythonStage(const Params& p) : handle_(p.get_string("function")) {}
+  ~PythonStage() {
+    std::lock_guard lock(g_sites_mutex);
+    python_call_sites().erase(&site_);
+  }
   void resolve(const StageInfo& info, const char* role) {
     what_ = std::string("the ") + role + " of stage '" + info.id + "'";
+    {
+      std::lock_guard lock(g_sites_mutex);
+      site_.what = what_;
+      python_call_sites().insert(&site_);
+    }
     py::gil_scoped_acquire gil;
     object_.reset(object_of(handle_));
   }
   std::string handle_, what_;
+  PythonCallSite site_;
   PythonRef object_;
 };
 
@@ -342,7 +354,7 @@ class PythonMap final : public Map, PythonStage {
   explicit PythonMap(const Params& p) : PythonStage(p) {}
   void start(const StageInfo& info) override { resolve(info, "function"); }
   Sample map(Sample in, const ElementContext&) override {
-    return calling_python(what_, [&] {
+    return calling_python(site_, [&] {
       Sample out = sample_from_python(call_python(object_.get(), to_python(in)), what_);
       out.share_origin(in);
       return out;
@@ -355,7 +367,7 @@ class PythonFilter final : public Filter, PythonStage {
   explicit PythonFilter(const Params& p) : PythonStage(p) {}
   void start(const StageInfo& info) override { resolve(info, "predicate"); }
   bool keep(const Sample& in, const ElementContext&) override {
-    return calling_python(what_, [&] { return bool(py::bool_(call_python(object_.get(), to_python(in)))); });
+    return calling_python(site_, [&] { return bool(py::bool_(call_python(object_.get(), to_python(in)))); });
   }
 };
 
@@ -366,13 +378,13 @@ class PythonGenerator final : public Source, PythonStage {
   explicit PythonGenerator(const Params& p) : PythonStage(p) {}
   void start(const StageInfo& info) override { resolve(info, "generator"); }
   void begin_pass(std::uint64_t) override {
-    calling_python(what_, [&] {
+    calling_python(site_, [&] {
       const py::object& source = object_.get();
       iterator_.reset(py::iter(PyCallable_Check(source.ptr()) ? call_python(source) : source));
     });
   }
   bool next(Sample& out, const ElementContext& ctx) override {
-    return calling_python(what_, [&] {
+    return calling_python(site_, [&] {
       py::handle item = PyIter_Next(iterator_.get().ptr());
       if (!item) {
         if (PyErr_Occurred()) throw py::error_already_set();

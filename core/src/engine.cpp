@@ -104,7 +104,7 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
   std::string where = fmt::format("element {} of epoch {}{}", index, epoch, origin.empty() ? "" : " from " + origin);
   // A parameter that does not fit the data (ParamError while running) is no element's fault:
   // skipping would drop every element, so it ends the run whatever the policy, naming the fix.
-  if (parameter_does_not_fit()) {
+  if (current_exception_is<ParamError>()) {
     fail_or_defer(st, fmt::format("{} cannot go on at {}: {}\n  (fix the parameter: `sluice plugins {}` says what each means)", stage_label(st),
                                   where, what, st.spec->op->info.name),
                   deferred);
@@ -121,26 +121,8 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
   return false;
 }
 
-bool Engine::Impl::parameter_does_not_fit() {
-  if (!std::current_exception()) return false;
-  try {
-    std::rethrow_exception(std::current_exception());
-  } catch (const ParamError&) {
-    return true;
-  } catch (...) {
-  }
-  return false;
-}
-
 std::string Engine::Impl::failure_advice(const StageRuntime& st) const {
-  bool schema = false;
-  try {
-    if (std::current_exception()) std::rethrow_exception(std::current_exception());
-  } catch (const SchemaMismatch&) {
-    schema = true;
-  } catch (...) {
-  }
-  if (schema && st.counters.elements_out.load() == 0)
+  if (current_exception_is<SchemaMismatch>() && st.counters.elements_out.load() == 0)
     return "no element has passed this stage yet: its parameters likely do not fit the data, and skipping would drop every "
            "element; fix the parameters (`sluice plugins " + st.spec->op->info.name + "` says what each means)";
   return "set `error_policy: skip` on this stage to drop such elements and go on";
@@ -153,17 +135,6 @@ void Engine::Impl::fail_or_defer(StageRuntime& st, std::string message, ChunkIss
   } else {
     fail(message, &st);
   }
-}
-
-bool Engine::Impl::handling_out_of_memory() {
-  if (!std::current_exception()) return false;
-  try {
-    std::rethrow_exception(std::current_exception());
-  } catch (const std::bad_alloc&) {
-    return true;
-  } catch (...) {
-  }
-  return false;
 }
 
 std::string Engine::Impl::out_of_memory_message(const StageRuntime& st) const {

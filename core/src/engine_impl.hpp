@@ -6,10 +6,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -412,9 +414,20 @@ struct Engine::Impl {
   // Ends the run blaming `st` now, or, with `deferred`, when its chunk is committed in order.
   void fail_or_defer(StageRuntime& st, std::string message, ChunkIssues* deferred);
 
-  static bool handling_out_of_memory();
-  // Inside a catch: whether the exception is a ParamError (a parameter that does not fit the data).
-  static bool parameter_does_not_fit();
+  // Inside a catch: whether the exception being handled is a `Kind` (a ParamError: a parameter
+  // that does not fit the data; a SchemaMismatch; std::bad_alloc: out of memory).
+  template <class Kind>
+  static bool current_exception_is() {
+    if (!std::current_exception()) return false;
+    try {
+      std::rethrow_exception(std::current_exception());
+    } catch (const Kind&) {
+      return true;
+    } catch (...) {
+    }
+    return false;
+  }
+  static bool handling_out_of_memory() { return current_exception_is<std::bad_alloc>(); }
   std::string largest_holder() const;  // for out_of_memory_message
   std::string out_of_memory_message(const StageRuntime& st) const;
 

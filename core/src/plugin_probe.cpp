@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -200,13 +201,9 @@ class ProbeCache {
       file_.clear();  // and never written over
     }
     ::close(fd);
-    std::size_t at = 0;
-    while (at < text.size()) {
-      std::size_t end = text.find('\n', at);
-      if (end == std::string::npos) end = text.size();
-      if (end > at) good_.insert(text.substr(at, end - at));
-      at = end + 1;
-    }
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) good_.insert(line);
   }
   static constexpr off_t kLargestCache = 16 << 20;
   static fs::path location() {

@@ -249,22 +249,19 @@ FeatureValues default_values(const FeatureSpec& spec, std::size_t count) {
   return v;
 }
 
-}  // namespace
-
-
 // Every record gets a fixed shape's values (its default where the record lacks it): a shape no
 // memory could hold ([100000,100000] of float: 40 GB a record) is refused with the spec, not met
 // by the kernel's out-of-memory killer on the first record.
 void refuse_beyond_memory(const FeatureSpec& spec) {
   long double values = 1;
   for (auto d : spec.shape) values *= static_cast<long double>(d);
-  const long double bytes = values * (spec.kind == FeatureKind::Bytes ? 16 : spec.kind == FeatureKind::Int64 ? 8 : 4);
-  const std::uint64_t memory = physical_memory_bytes();
-  if (memory == 0 || bytes <= static_cast<long double>(memory)) return;
-  throw ParamError("feature '" + spec.name + "': shape " + shape_string(spec.shape) + " is " +
-                   std::to_string(static_cast<unsigned long long>(bytes / (1 << 20))) + " MiB a record, more than this machine's memory (" +
-                   std::to_string(memory >> 20) + " MiB); give the shape the records have ([] for variable length)");
+  const auto beyond = beyond_memory(values * (spec.kind == FeatureKind::Bytes ? 16 : spec.kind == FeatureKind::Int64 ? 8 : 4), " a record");
+  if (!beyond) return;
+  throw ParamError("feature '" + spec.name + "': shape " + shape_string(spec.shape) + " is " + *beyond +
+                   "; give the shape the records have ([] for variable length)");
 }
+
+}  // namespace
 
 std::vector<FeatureSpec> parse_feature_spec(const std::string& text) {
   std::vector<FeatureSpec> specs;

@@ -66,7 +66,6 @@ bool RecordReader::ensure_in_mapping(std::size_t n) {
   std::size_t capacity = (std::max(options_.chunk_bytes, std::min(n, 2 * have)) + page - 1) / page * page;
   void* region = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (region == MAP_FAILED) throw std::bad_alloc();
-  auto unmap = [](void* p, std::size_t size) { ::munmap(p, size); };
   struct Mapping {
     void* data;
     std::size_t size;
@@ -92,7 +91,7 @@ bool RecordReader::ensure_in_mapping(std::size_t n) {
     filled += got;
   }
   // Records already handed out keep viewing the old chunk.
-  chunk_ = std::make_shared<Buffer>(static_cast<std::byte*>(mapping.data), mapping.size, [unmap](std::byte* p, std::size_t size) { unmap(p, size); });
+  chunk_ = std::make_shared<Buffer>(static_cast<std::byte*>(mapping.data), mapping.size, [](std::byte* p, std::size_t size) { ::munmap(p, size); });
   mapping.data = nullptr;
   chunk_offset_ += begin_;
   begin_ = 0;

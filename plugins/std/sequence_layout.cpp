@@ -202,15 +202,14 @@ void HeldRows::check(const Sample& in, bool same_shapes) const {
 }
 
 
+namespace {
+
 // A batch this machine's memory cannot hold is refused by name before it is allocated (the
 // kernel's out-of-memory killer says nothing of padded_shapes).
 void refuse_beyond_memory(const std::string& field, DType dtype, const Shape& shape, bool shape_given) {
-  const std::uint64_t memory = physical_memory_bytes();
-  const long double bytes = static_cast<long double>(shape_elements(shape)) * (dtype == DType::Bytes ? 16 : dtype_size(dtype));
-  if (memory == 0 || bytes <= static_cast<long double>(memory)) return;
-  throw ParamError("a batch of field '" + field + "' would be " + dtype_name(dtype) + shape_string(shape) + ", " +
-                   std::to_string(static_cast<std::uint64_t>(bytes / (1 << 20))) + " MiB, more than this machine's memory (" +
-                   std::to_string(memory >> 20) + " MiB); " +
+  const auto beyond = beyond_memory(static_cast<long double>(shape_elements(shape)) * (dtype == DType::Bytes ? 16 : dtype_size(dtype)));
+  if (!beyond) return;
+  throw ParamError("a batch of field '" + field + "' would be " + dtype_name(dtype) + shape_string(shape) + ", " + *beyond + "; " +
                    (shape_given ? "give a smaller padded shape for it in padded_shapes (or a smaller batch_size)"
                                 : "give a smaller batch_size, or cut the rows before batching"));
 }
@@ -230,6 +229,8 @@ void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
   for (const auto& field : rules.length_fields) check(field, "lengths");
   for (const auto& field : rules.mask_fields) check(field, "masks");
 }
+
+}  // namespace
 
 Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {

@@ -23,8 +23,6 @@ bool has_control_characters(std::string_view text);
 // " (did you mean 'a' or 'b'?)", or "" when nothing is close.
 std::string did_you_mean(const std::vector<std::string>& suggestions);
 
-// "4GiB", "512MB", "1.5G", "65536" -> bytes (K/M/G/T and their -iB forms are powers of 1024, as
-// memory is counted). Nullopt when it is not a size.
 // How deeply JSON text nests arrays and objects (brackets inside strings do not count). Checked
 // before a JSON parser sees text from outside: protobuf's takes time quadratic in the depth
 // (60,000 nested arrays in a 120 KB TF_CONFIG ran for more than ten minutes).
@@ -32,6 +30,8 @@ std::size_t json_nesting_depth(std::string_view text);
 // Nesting no pipeline file, TF_CONFIG or metrics snapshot has legitimately.
 inline constexpr std::size_t kDeepestJson = 100;
 
+// "4GiB", "512MB", "1.5G", "65536" -> bytes (K/M/G/T and their -iB forms are powers of 1024, as
+// memory is counted). Nullopt when it is not a size.
 std::optional<std::uint64_t> parse_byte_size(const std::string& text);
 std::string byte_size_text(std::uint64_t bytes);  // "1.5 GiB"
 
