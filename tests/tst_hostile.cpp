@@ -24,6 +24,7 @@
 #include "crc32c.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "pipeline_runner.hpp"
+#include "../core/src/registry_cache.hpp"
 
 using namespace sluice::test;
 namespace fs = std::filesystem;
@@ -413,7 +414,7 @@ class TestHostile : public QObject {
     fs::create_symlink("libloop_b.so", (plugins + "/libloop_a.so").toStdString());
     fs::create_symlink("libloop_a.so", (plugins + "/libloop_b.so").toStdString());
     auto listed = run_cli({"plugins", "--verbose", "--plugin-dir", plugins}, 60000,
-                          {"SLUICE_PLUGIN_PROBE_TIMEOUT_MS=1500", "SLUICE_PLUGIN_PROBE_CACHE=off"});
+                          {"SLUICE_PLUGIN_PROBE_TIMEOUT_MS=1500", "SLUICE_REGISTRY=off"});
     QVERIFY2(listed.code == 0, qPrintable(listed.err + listed.out));
     const QString all = listed.out + listed.err;
     QVERIFY(all.contains("range"));  // the bundled plugins still load
@@ -436,15 +437,15 @@ class TestHostile : public QObject {
     reason("libloop_a.so", "loop of symbolic links");
   }
 
-  // 6a. The probe cache trusts a library only by its content: another library copied over a probed
-  // one with its size and time kept (`cp -p`, `rsync -t`), or a cache line forged from the size
-  // and time, is probed again and named, never loaded into the host. A cache path that is a FIFO
-  // blocks nothing.
-  void the_probe_cache_trusts_content_not_size_and_time() {
+  // 6a. The registry cache trusts a library only by its content: another library copied over a
+  // described one with its size and time kept (`cp -p`, `rsync -t`), or an entry forged from the
+  // size and time, is probed again and named, never loaded into the host. A cache path that is a
+  // FIFO blocks nothing.
+  void the_registry_cache_trusts_content_not_size_and_time() {
     QTemporaryDir dir;
     const QString plugins = dir.filePath("plugins");
     QDir().mkpath(plugins);
-    const std::string library = (plugins + "/libswapped.so").toStdString(), cache = dir.filePath("probes.txt").toStdString();
+    const std::string library = (plugins + "/libswapped.so").toStdString(), cache = dir.filePath("registry.bin").toStdString();
     std::string good = read_file(SLUICE_FIXTURE_PLUGIN_DIR "/good/libfixture_good.so");
     std::string crashing = read_file(SLUICE_FIXTURE_PLUGIN_DIR "/hostile/libhostile_register_segfaults.so");
     // Equal sizes: bytes after an ELF file's last section change nothing the loader reads.
@@ -452,7 +453,7 @@ class TestHostile : public QObject {
     crashing.resize(good.size(), '\0');
     std::ofstream(library, std::ios::binary) << good;
     const auto probed_time = fs::last_write_time(library);
-    const QStringList env{"SLUICE_PLUGIN_PROBE_CACHE=" + QString::fromStdString(cache)};
+    const QStringList env{"SLUICE_REGISTRY=" + QString::fromStdString(cache)};
     auto first = run_cli({"plugins", "--plugin-dir", plugins}, 60000, env);
     QVERIFY2(first.code == 0, qPrintable(first.err));
     QVERIFY2(read_file(cache).find("libswapped.so") != std::string::npos, "the good library was not remembered");
@@ -462,18 +463,29 @@ class TestHostile : public QObject {
     QVERIFY2(swapped.finished && swapped.code == 0, qPrintable(QString("exit %1: %2").arg(swapped.code).arg(swapped.err)));
     QVERIFY2((swapped.out + swapped.err).contains(QRegularExpression("libswapped.so[^\n]*\n?[^\n]*killed the probe process")),
              qPrintable(swapped.out + swapped.err));
-    // A line of the old form (path, size, time) for the crashing library is no pass either.
-    struct stat st {};
-    QCOMPARE(::stat(library.c_str(), &st), 0);
-    std::ofstream(cache, std::ios::app) << library << '\t' << st.st_size << '\t' << st.st_mtim.tv_sec << '.'
-                                        << QString::number(st.st_mtim.tv_nsec).rightJustified(9, '0').toStdString() << '\n';
-    auto forged = run_cli({"plugins", "--verbose", "--plugin-dir", plugins}, 60000, env);
-    QVERIFY2(forged.finished && forged.code == 0 && (forged.out + forged.err).contains("killed the probe process"), qPrintable(forged.err));
+    // An entry of the crashing library's size and time without its content's identity (as a cache
+    // of the size and time alone would hold) is no pass either.
+    sluice::registry::Cache forged;
+    std::string problem;
+    bool ours = false;
+    QVERIFY2(sluice::decode_registry_cache(read_file(cache), forged, problem, ours), problem.c_str());
+    bool found = false;
+    for (auto& entry : *forged.mutable_libraries())
+      if (entry.path() == library) {
+        entry.set_identity("");
+        found = true;
+      }
+    QVERIFY(found);
+    std::ofstream(cache, std::ios::binary | std::ios::trunc) << sluice::encode_registry_cache(forged);
+    auto forged_run = run_cli({"plugins", "--verbose", "--plugin-dir", plugins}, 60000, env);
+    QVERIFY2(forged_run.finished && forged_run.code == 0 && (forged_run.out + forged_run.err).contains("killed the probe process"),
+             qPrintable(forged_run.err));
     // A FIFO named as the cache: commands neither block on it nor replace it.
     const std::string fifo = dir.filePath("probes.fifo").toStdString();
     QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
-    auto fifo_run = run_cli({"plugins"}, 30000, {"SLUICE_PLUGIN_PROBE_CACHE=" + QString::fromStdString(fifo)});
+    auto fifo_run = run_cli({"plugins"}, 30000, {"SLUICE_REGISTRY=" + QString::fromStdString(fifo)});
     QVERIFY2(fifo_run.finished && fifo_run.code == 0, qPrintable(fifo_run.err));
+    QVERIFY2(fifo_run.err.contains("is a FIFO (named pipe), not a regular file: not used"), qPrintable(fifo_run.err));
     QVERIFY(is_fifo(fifo));
   }
 
@@ -491,7 +503,7 @@ class TestHostile : public QObject {
       QProcess p;
       QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
       e.insert("SLUICE_PLUGIN_PROBE_TIMEOUT_MS", "3000");
-      e.insert("SLUICE_PLUGIN_PROBE_CACHE", "off");
+      e.insert("SLUICE_REGISTRY", "off");
       p.setProcessEnvironment(e);
       // Its own process group, as a shell gives a foreground job, so that the interrupt reaches
       // the probe processes too, as a terminal's Ctrl-C does.

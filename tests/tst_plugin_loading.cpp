@@ -1,9 +1,17 @@
 // Broken plugin libraries are refused with their path and the reason; the others still load.
 #include <QtTest>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include "pipeline_runner.hpp"
+#include "sluice/core/param_parse.hpp"
+#include "../core/src/registry_cache.hpp"
+
+namespace fs = std::filesystem;
 
 namespace {
 const std::string kBroken = std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/broken";
@@ -12,6 +20,44 @@ std::string reason_for(const sluice::Registry& registry, const std::string& libr
   for (const auto& r : registry.refused())
     if (r.path.find(library) != std::string::npos) return r.reason;
   return "";
+}
+
+// How the registry came to know the library whose file name is `library`; empty if refused or absent.
+std::string described_by(const sluice::Registry& registry, const std::string& library) {
+  for (const auto& p : registry.plugins())
+    if (fs::path(p.path).filename() == library) return p.described_by;
+  return "";
+}
+
+bool from_cache(const sluice::Registry& registry, const std::string& library) {
+  return described_by(registry, library).rfind("registry cache ", 0) == 0;
+}
+
+// A registry over `dir` alone (no bundled plugins), with `cache` as its registry cache.
+std::unique_ptr<sluice::Registry> registry_over(const std::string& dir, const std::string& cache) {
+  auto registry = std::make_unique<sluice::Registry>();
+  registry->set_cache_file(cache);
+  registry->load_directory(dir);
+  return registry;
+}
+
+sluice::registry::Cache decoded(const std::string& file) {
+  sluice::registry::Cache cache;
+  std::string problem;
+  bool ours = false;
+  if (!sluice::decode_registry_cache(sluice::test::read_file(file), cache, problem, ours))
+    throw std::runtime_error(file + " " + problem);
+  return cache;
+}
+
+void encode_to(const std::string& file, const sluice::registry::Cache& cache) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << sluice::encode_registry_cache(cache);
+}
+
+std::vector<std::pair<std::string, std::string>> refusals(const sluice::Registry& registry) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : registry.refused()) out.emplace_back(r.path, r.reason);
+  return out;
 }
 }  // namespace
 
@@ -54,6 +100,194 @@ class TestPluginLoading : public QObject {
     QVERIFY(reason_for(registry, "libfixture_register_throws.so").find("registration failed on purpose") != std::string::npos);
     QCOMPARE(registry.refused().size(), std::size_t(8));
     for (const auto& r : registry.refused()) QVERIFY(r.path.rfind(kBroken, 0) == 0);
+  }
+
+  // The registry cache: made by the first registry, read by the next; a library rebuilt (another
+  // size, or only another time), removed, or described for another ABI is not taken from it.
+  void the_registry_cache_is_made_reused_and_invalidated() {
+    QTemporaryDir dir;
+    const std::string plugins = dir.filePath("plugins").toStdString(), cache = dir.filePath("cache/registry.bin").toStdString();
+    fs::create_directories(plugins);
+    const std::string good = plugins + "/libfixture_good.so", fine = plugins + "/libfixture_fine.so";
+    fs::copy_file(std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/good/libfixture_good.so", good);
+    fs::copy_file(kBroken + "/libfixture_fine.so", fine);
+    auto first = registry_over(plugins, cache);
+    QCOMPARE(described_by(*first, "libfixture_good.so"), std::string("probed"));
+    QVERIFY(fs::is_regular_file(cache));
+    QVERIFY(first->warnings().empty());
+    auto second = registry_over(plugins, cache);
+    QVERIFY2(from_cache(*second, "libfixture_good.so"), described_by(*second, "libfixture_good.so").c_str());
+    QVERIFY(from_cache(*second, "libfixture_fine.so"));
+    QVERIFY(second->find("fixture_noop"));
+    QCOMPARE(second->operators().size(), first->operators().size());
+    // Nothing was loaded to list them; building an operator loads its library, and only that one.
+    QVERIFY(!second->library_loaded(good) && !second->library_loaded(fine));
+    QVERIFY(second->find("fixture_noop")->info.create(sluice::parse_params(second->find("fixture_noop")->info.params, {})));
+    QVERIFY(second->library_loaded(fine) && !second->library_loaded(good));
+
+    // Rebuilt to another size.
+    std::ofstream(good, std::ios::binary | std::ios::app) << std::string(64, '\0');
+    QCOMPARE(described_by(*registry_over(plugins, cache), "libfixture_good.so"), std::string("probed"));
+    QVERIFY(from_cache(*registry_over(plugins, cache), "libfixture_good.so"));
+    // Rebuilt to the same size: only its time differs.
+    fs::last_write_time(good, fs::last_write_time(good) + std::chrono::seconds(5));
+    QCOMPARE(described_by(*registry_over(plugins, cache), "libfixture_good.so"), std::string("probed"));
+    QVERIFY(from_cache(*registry_over(plugins, cache), "libfixture_good.so"));
+    // Removed: its operators go, and so does its entry.
+    fs::remove(fine);
+    auto without = registry_over(plugins, cache);
+    QVERIFY(!without->find("fixture_noop"));
+    QVERIFY(without->find("fail_when"));
+    const auto kept = decoded(cache);
+    for (const auto& library : kept.libraries()) QVERIFY2(library.path() != fine, library.path().c_str());
+    // Described by a host of another ABI.
+    auto other_abi = decoded(cache);
+    for (auto& library : *other_abi.mutable_libraries()) library.set_host("abi 99.0 format 1");
+    encode_to(cache, other_abi);
+    auto after = registry_over(plugins, cache);
+    QCOMPARE(described_by(*after, "libfixture_good.so"), std::string("probed"));
+    QVERIFY(after->warnings().empty());
+    QVERIFY(from_cache(*registry_over(plugins, cache), "libfixture_good.so"));
+  }
+
+  // A damaged or truncated cache is never trusted: it is rebuilt with a warning. A file that is
+  // not a registry cache is not written over. A cache that cannot be written costs only time.
+  void a_damaged_cache_is_rebuilt_and_an_unwritable_one_is_done_without() {
+    QTemporaryDir dir;
+    const std::string plugins = std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/good", cache = dir.filePath("registry.bin").toStdString();
+    registry_over(plugins, cache);
+    const std::string whole = sluice::test::read_file(cache);
+    auto expect_rebuilt = [&](const std::string& content, const std::string& problem) {
+      std::ofstream(cache, std::ios::binary | std::ios::trunc) << content;
+      auto registry = registry_over(plugins, cache);
+      QCOMPARE(described_by(*registry, "libfixture_good.so"), std::string("probed"));
+      QCOMPARE(registry->warnings().size(), std::size_t(1));
+      const auto& warning = registry->warnings().front();
+      QVERIFY2(warning.find(cache) != std::string::npos && warning.find(problem) != std::string::npos &&
+                   warning.find("rebuilt") != std::string::npos,
+               warning.c_str());
+      QCOMPARE(sluice::test::read_file(cache), whole);
+    };
+    expect_rebuilt(whole.substr(0, whole.size() / 2), "truncated");
+    expect_rebuilt(whole.substr(0, 10), "truncated");
+    expect_rebuilt("", "empty");
+    std::string flipped = whole;
+    flipped[flipped.size() - 3] ^= 0x55;
+    expect_rebuilt(flipped, "damaged");
+    expect_rebuilt(whole + "x", "damaged");
+
+    std::ofstream(cache, std::ios::trunc) << "someone's notes\n";
+    auto foreign = registry_over(plugins, cache);
+    QVERIFY(foreign->find("fail_when"));
+    QVERIFY(!foreign->warnings().empty() && foreign->warnings().front().find("not a Sluice registry cache") != std::string::npos);
+    QCOMPARE(sluice::test::read_file(cache), std::string("someone's notes\n"));
+
+    // Where nothing can be written: under a regular file (for everyone, root included), and in a
+    // folder without write permission (where the test does not run as root).
+    const std::string blocker = dir.filePath("a-file").toStdString();
+    std::ofstream(blocker) << "x";
+    auto under_file = registry_over(plugins, blocker + "/registry.bin");
+    QVERIFY(under_file->find("fail_when"));
+    QCOMPARE(described_by(*under_file, "libfixture_good.so"), std::string("probed"));
+    QVERIFY(under_file->warnings().empty());
+    if (::geteuid() != 0) {
+      const std::string locked = dir.filePath("locked").toStdString();
+      fs::create_directories(locked);
+      ::chmod(locked.c_str(), 0555);
+      auto read_only = registry_over(plugins, locked + "/registry.bin");
+      QVERIFY(read_only->find("fail_when"));
+      QVERIFY(!fs::exists(locked + "/registry.bin"));
+      ::chmod(locked.c_str(), 0755);
+    }
+    // No cache at all.
+    auto none = registry_over(plugins, "");
+    QVERIFY(none->find("fail_when"));
+    QCOMPARE(described_by(*none, "libfixture_good.so"), std::string("probed"));
+  }
+
+  // Processes that start at once with no cache all work, and leave one valid cache that describes
+  // every library.
+  void processes_starting_at_once_share_one_valid_cache() {
+    QTemporaryDir dir;
+    const QString cache = dir.filePath("registry.bin");
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SLUICE_REGISTRY", cache);
+    for (int round = 0; round < 3; ++round) {
+      QFile::remove(cache);
+      std::vector<std::unique_ptr<QProcess>> processes;
+      for (int i = 0; i < 4; ++i) {
+        auto p = std::make_unique<QProcess>();
+        p->setProcessEnvironment(env);
+        p->start(SLUICE_CLI, {"plugins", "--json", "--plugin-dir", QString::fromStdString(kBroken)});
+        processes.push_back(std::move(p));
+      }
+      for (auto& p : processes) {
+        QVERIFY(p->waitForFinished(60000));
+        QCOMPARE(p->exitCode(), 0);
+        const QByteArray out = p->readAllStandardOutput();
+        QVERIFY(out.contains("\"name\":\"range\"") && out.contains("\"name\":\"fixture_noop\""));
+        QVERIFY2(!p->readAllStandardError().contains("registry cache"), "a process met a damaged cache");
+      }
+      const auto kept = decoded(cache.toStdString());  // throws if damaged
+      QVERIFY(kept.libraries_size() >= 4);
+      sluice::Registry registry;
+      registry.set_cache_file(cache.toStdString());
+      registry.load_search_path({kBroken});
+      QVERIFY(registry.warnings().empty());
+      QVERIFY(from_cache(registry, "libsluice_std.so"));
+      QVERIFY(from_cache(registry, "libfixture_fine.so"));
+    }
+  }
+
+  // Every broken fixture is refused in the same words whether it was probed now, described by the
+  // cache, or loaded with no cache at all.
+  void refusals_are_the_same_with_and_without_a_cache() {
+    QTemporaryDir dir;
+    const std::string cache = dir.filePath("registry.bin").toStdString();
+    auto refused_with = [&](const std::string& file) {
+      sluice::Registry registry;
+      registry.set_cache_file(file);
+      registry.load_search_path({kBroken});
+      return refusals(registry);
+    };
+    const auto without = refused_with("");
+    QCOMPARE(without.size(), std::size_t(8));
+    QCOMPARE(refused_with(cache), without);  // probed, and cached
+    QCOMPARE(refused_with(cache), without);  // from the cache
+    // The refusals that depend on the file alone are kept; a name taken by another library is
+    // the host's finding, made again at every start.
+    const auto kept = decoded(cache);
+    int kept_refusals = 0;
+    for (const auto& library : kept.libraries()) kept_refusals += !library.refusal().empty();
+    QCOMPARE(kept_refusals, 6);
+  }
+
+  // A pipeline of `std` operators loads the std library and no other: by the registry's own
+  // record, and by what the process has mapped.
+  void a_pipeline_loads_only_the_libraries_it_uses() {
+    QTemporaryDir dir;
+    sluice::Registry registry;
+    registry.set_cache_file(dir.filePath("registry.bin").toStdString());
+    registry.load_search_path();
+    const auto doc = sluice::parse_pipeline(sluice::test::stage("src", "range", "", {{"count", "10"}}) +
+                                                sluice::test::stage("out", "null_sink", "src"),
+                                            "p");
+    sluice::Engine engine(sluice::build_graph(doc, registry));
+    engine.start();
+    QCOMPARE(engine.wait().state, sluice::RunState::Finished);
+    std::string vision, io;
+    for (const auto& p : registry.plugins()) {
+      if (p.name == "vision") vision = p.path;
+      if (p.name == "io") io = p.path;
+    }
+    QVERIFY(!vision.empty() && !io.empty());
+    QVERIFY(registry.library_loaded(registry.find("range")->library_path));
+    QVERIFY(!registry.library_loaded(vision));
+    QVERIFY(!registry.library_loaded(io));
+    const std::string maps = sluice::test::read_file("/proc/self/maps");
+    QVERIFY(maps.find("libsluice_std.so") != std::string::npos);
+    // (Valid while no slot before this one builds a vision operator: slots run in their order.)
+    QVERIFY2(maps.find(fs::path(vision).filename().string()) == std::string::npos, "the vision library is mapped");
   }
 
   void a_plugin_built_for_an_older_minor_gets_no_ragged_chunks() {

@@ -6,7 +6,6 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <mutex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -15,23 +14,16 @@
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
-#include "sluice/core/metrics_server.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
 #include "sluice/core/text.hpp"
+#include "cli.hpp"
 #include "new_plugin.hpp"
 
-namespace {
-
-constexpr int kExitRunFailed = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kExitInterrupted = 130;
-// Stopped at a checkpoint on SIGTERM or SIGUSR1 (`--checkpoint`): the run can be resumed. 75 is
-// sysexits' EX_TEMPFAIL, "try again later", which is what a preempted job should be.
-constexpr int kExitCheckpointed = 75;
+namespace sluice_cli {
 
 volatile std::sig_atomic_t g_interrupted = 0;
 volatile std::sig_atomic_t g_checkpoint_and_stop = 0;
@@ -91,13 +83,11 @@ void install_interrupt_handler(bool checkpoint_on_term) {
   sigaction(SIGALRM, &too_long, nullptr);
 }
 
-struct CommonOptions {
-  std::vector<std::string> plugin_dirs;
-};
-
 void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool warn) {
   std::vector<std::filesystem::path> dirs(common.plugin_dirs.begin(), common.plugin_dirs.end());
+  if (common.no_registry_cache) registry.set_cache_file({});
   registry.load_search_path(dirs);
+  for (const auto& w : registry.warnings()) fmt::print(stderr, "warning: {}\n", sluice::printable(w));
   if (warn)
     for (const auto& r : registry.refused())
       fmt::print(stderr, "warning: plugin library {} was not loaded: {}\n", r.path, r.reason);
@@ -201,8 +191,11 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
   }
   if (verbose || registry.refused().size()) {
     if (verbose) {
-      fmt::print("\nPlugins loaded:\n");
-      for (const auto& p : registry.plugins()) fmt::print("  {} {} ({})\n", p.name, p.version, p.path);
+      fmt::print("\nPlugins (a library's code is loaded when a pipeline uses one of its operators):\n");
+      for (const auto& p : registry.plugins())
+        fmt::print("  {} {} ({})\n    described by: {}\n", p.name, p.version, p.path, sluice::printable(p.described_by));
+      const auto cache = registry.cache_file();
+      fmt::print("Registry cache: {}\n", cache.empty() ? "none (--no-registry-cache, or SLUICE_REGISTRY=off)" : cache.string());
       fmt::print("Search path:\n");
       for (const auto& d : sluice::Registry::search_path({common.plugin_dirs.begin(), common.plugin_dirs.end()}))
         fmt::print("  {}\n", d.string());
@@ -216,18 +209,9 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
   return 0;
 }
 
-// --worker-index and --num-workers.
-struct WorkerArgs {
-  std::optional<int> index;
-  std::optional<int> count;
-};
-
-// Reads, overrides, makes it this worker's pipeline (see sluice::plan_for_worker) and validates;
-// prints every problem and returns nullopt when invalid. `as_run`, when given, receives the
-// pipeline as it will run: overrides, seed and the worker's shard applied.
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
-                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr) {
+                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run) {
   try {
     auto doc = sluice::read_pipeline_file(file);
     sluice::apply_overrides(doc, sets);
@@ -268,312 +252,6 @@ int cmd_validate(const CommonOptions& common, const std::string& file, const std
   fmt::print("{}: valid, {} stages\n", file, graph->stages.size());
   for (const auto& st : graph->stages)
     for (const auto& note : st.notes) fmt::print("  stage '{}': {}\n", st.id, note);
-  return 0;
-}
-
-struct RunOptions {
-  bool quiet = false;
-  std::optional<double> progress_every;  // seconds; default 0.5 on a terminal, 10 otherwise
-  std::string metrics_log;
-  std::string metrics_addr;
-  bool explain_autotune = false;
-  std::string checkpoint_dir;    // --checkpoint
-  std::string checkpoint_every;  // "N" batches (elements reaching the sinks) or "Ns" / "Nm" seconds
-  std::string resume;            // --resume DIR or FILE
-};
-
-// --checkpoint-every: a count of elements reaching the sinks, or a time ("30s", "5m").
-struct CheckpointEvery {
-  std::uint64_t elements = 0;
-  double seconds = 0;
-};
-CheckpointEvery parse_checkpoint_every(const std::string& text) {
-  CheckpointEvery every;
-  if (text.empty()) return every;
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = text.substr(used);
-  if (used == 0 || value <= 0 || !(unit.empty() || unit == "s" || unit == "m" || unit == "h"))
-    throw sluice::Error(fmt::format("--checkpoint-every {}: give a number of batches (500) or a time (30s, 5m, 1h)", text));
-  if (unit.empty()) {
-    if (value != static_cast<double>(static_cast<std::uint64_t>(value)))
-      throw sluice::Error(fmt::format("--checkpoint-every {}: a number of batches is a whole number", text));
-    every.elements = static_cast<std::uint64_t>(value);
-  } else {
-    every.seconds = value * (unit == "s" ? 1 : unit == "m" ? 60 : 3600);
-  }
-  return every;
-}
-
-int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
-            std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options) {
-  std::optional<sluice::MetricsAddress> metrics_address;
-  try {
-    if (!options.metrics_addr.empty()) metrics_address = sluice::parse_metrics_address(options.metrics_addr);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
-    return kExitBadInput;
-  }
-  // Interrupts are caught from here on, not only once the engine runs: on a cold start, probing
-  // the plugins takes a while, and a Ctrl-C then must still end with 130 and say so.
-  const bool checkpointing = !options.checkpoint_dir.empty();
-  install_interrupt_handler(checkpointing);
-  CheckpointEvery checkpoint_every;
-  std::filesystem::path checkpoint_path;
-  sluice::EngineOptions engine_options;
-  try {
-    checkpoint_every = parse_checkpoint_every(options.checkpoint_every);
-    if (!options.checkpoint_every.empty() && !checkpointing)
-      throw sluice::Error("--checkpoint-every needs --checkpoint DIR (where the checkpoints go)");
-    if (checkpointing) {
-      // Where checkpoints go is checked before any work: a run that cannot write its first
-      // checkpoint would find out only when it matters.
-      checkpoint_path = sluice::checkpoint_file(options.checkpoint_dir);
-      std::error_code ec;
-      const auto folder = checkpoint_path.has_parent_path() ? checkpoint_path.parent_path() : std::filesystem::path(".");
-      std::filesystem::create_directories(folder, ec);
-      if (!std::filesystem::is_directory(folder))
-        throw sluice::Error(fmt::format("--checkpoint {}: cannot make the folder {}{}", options.checkpoint_dir, folder.string(),
-                                        ec ? ": " + ec.message() : std::string(" (a file is in the way)")));
-      if (std::filesystem::exists(checkpoint_path) && !std::filesystem::is_regular_file(checkpoint_path))
-        throw sluice::Error(fmt::format("--checkpoint {}: {} exists and is not a regular file", options.checkpoint_dir, checkpoint_path.string()));
-      if (::access(folder.c_str(), W_OK) != 0)
-        throw sluice::Error(fmt::format("--checkpoint {}: the folder {} is not writable", options.checkpoint_dir, folder.string()));
-    }
-    if (!options.resume.empty())
-      engine_options.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(
-          sluice::read_checkpoint(sluice::checkpoint_file(options.resume)));
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
-    return kExitBadInput;
-  }
-  sluice::Registry registry;
-  load_plugins(registry, common, true);
-  sluice::spec::PipelineSpec as_run;
-  auto graph = load_graph(registry, file, sets, seed, worker_args, &as_run);
-  if (g_interrupted) {
-    fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");
-    return kExitInterrupted;
-  }
-  if (!graph) return kExitBadInput;
-
-  for (const auto& st : graph->stages)
-    for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
-  std::unique_ptr<sluice::MetricsLog> log;
-  std::unique_ptr<sluice::MetricsServer> server;
-  std::unique_ptr<sluice::Engine> engine;
-  // The last published snapshot: the progress line reads it, and the report is made from the
-  // final one, the same one the metrics log ends with.
-  std::mutex latest_mutex;
-  sluice::metrics::MetricsSnapshot latest;
-  // --explain-autotune: the tuner's decisions not printed yet (printed by this thread, between
-  // progress lines).
-  std::vector<std::string> unexplained;
-  int explained = 0;
-  try {
-    if (!options.metrics_log.empty()) {
-      log = std::make_unique<sluice::MetricsLog>(options.metrics_log);
-      log->set_pipeline(std::filesystem::absolute(file).lexically_normal().string(), sluice::pipeline_to_text(as_run));
-    }
-    if (metrics_address) {
-      server = std::make_unique<sluice::MetricsServer>(*metrics_address);
-      server->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file),
-                                       sets.empty() && !seed && graph->worker.count == 1 ? "" : " (with --set/--seed and the worker's shard applied)") +
-                           sluice::pipeline_to_text(as_run));
-      fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream, /pipeline)\n", server->url());
-    }
-    try {
-      engine = std::make_unique<sluice::Engine>(std::move(*graph), engine_options);
-    } catch (const std::exception& e) {
-      if (!engine_options.resume_from) throw;
-      fmt::print(stderr, "error: cannot resume from {}: {}\n", sluice::checkpoint_file(options.resume).string(), sluice::printable(e.what(), true));
-      return kExitBadInput;
-    }
-    if (checkpointing) {
-      if (auto refusals = engine->checkpoint_refusals(); !refusals.empty()) {
-        fmt::print(stderr, "error: --checkpoint: this pipeline cannot be checkpointed:\n");
-        for (const auto& r : refusals) fmt::print(stderr, "  {}\n", sluice::printable(r, true));
-        return kExitBadInput;
-      }
-    }
-    engine->subscribe([&](const sluice::metrics::MetricsSnapshot& snapshot) {
-      if (log) log->append(snapshot);
-      if (server) server->publish(snapshot);
-      std::lock_guard lock(latest_mutex);
-      latest = snapshot;
-      if (options.explain_autotune)
-        for (; explained < snapshot.autotune().changes_size(); ++explained)
-          unexplained.push_back(sluice::format_autotune_change(snapshot.autotune().changes(explained)));
-    });
-    const auto starting = std::chrono::steady_clock::now();
-    engine->start();
-    if (engine_options.resume_from) {
-      std::uint64_t reread = 0;
-      const auto now = engine->snapshot();
-      for (const auto& stage : now.stage()) reread += stage.elements_reread();
-      fmt::print(stderr, "resumed from checkpoint {} ({} elements had reached the sinks) in {:.2f} s ({} held elements read again)\n",
-                 engine_options.resume_from->sequence(), engine_options.resume_from->sink_elements(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - starting).count(), reread);
-    }
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
-    return kExitRunFailed;
-  }
-  // Progress on stderr: redrawn in place on a terminal, plain lines otherwise.
-  const bool terminal = ::isatty(STDERR_FILENO) != 0;
-  const auto every = std::chrono::duration<double>(options.progress_every.value_or(terminal ? 0.5 : 10.0));
-  auto next_progress = std::chrono::steady_clock::now() + every;
-  std::size_t drawn = 0;
-  auto draw_progress = [&](bool final) {
-    std::string line;
-    {
-      std::lock_guard lock(latest_mutex);
-      if (latest.stage_size() == 0) return;
-      line = sluice::format_progress(latest);
-    }
-    if (terminal) {
-      const std::size_t width = line.size();
-      if (line.size() < drawn) line.append(drawn - line.size(), ' ');  // wipe the rest of a longer line
-      fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
-      drawn = width;
-    } else {
-      fmt::print(stderr, "{}\n", line);
-    }
-    std::fflush(stderr);
-  };
-  auto explain = [&] {
-    std::vector<std::string> lines;
-    {
-      std::lock_guard lock(latest_mutex);
-      lines.swap(unexplained);
-    }
-    if (lines.empty()) return;
-    if (terminal && drawn) {  // above the progress line, which the next draw puts back
-      fmt::print(stderr, "\r{}\r", std::string(drawn, ' '));
-      drawn = 0;
-    }
-    for (const auto& line : lines) fmt::print(stderr, "{}\n", sluice::printable(line));
-    std::fflush(stderr);
-  };
-  bool interrupted = false;
-  std::chrono::steady_clock::time_point interrupted_at;
-  constexpr auto kStopGrace = std::chrono::seconds(2);
-  // Checkpoints: every N elements reaching the sinks or every S seconds, and one to stop at on
-  // SIGTERM/SIGUSR1. A failed write ends the run: training on without the checkpoints asked for
-  // would lose the work they were to keep.
-  bool stopped_for_checkpoint = false, checkpoint_failed = false;
-  std::uint64_t sink_elements_at_last = engine_options.resume_from ? engine_options.resume_from->sink_elements() : 0;
-  auto last_checkpoint_at = std::chrono::steady_clock::now();
-  auto sink_elements_now = [&] {
-    std::uint64_t n = engine_options.resume_from ? engine_options.resume_from->sink_elements() : 0;
-    std::lock_guard lock(latest_mutex);
-    for (const auto& stage : latest.stage())
-      if (stage.kind() == "sink") n += stage.elements_in();
-    return n;
-  };
-  auto take_checkpoint = [&](bool then_stop) {
-    try {
-      auto taken = engine->checkpoint(then_stop);
-      if (!taken) {  // every source and reader had ended: the run finishes what its buffers hold
-        if (then_stop) fmt::print(stderr, "the run is in its last elements (every source has ended): finishing it instead of checkpointing\n");
-        return;
-      }
-      sluice::write_checkpoint(checkpoint_path, *taken);
-      sink_elements_at_last = taken->sink_elements();
-      last_checkpoint_at = std::chrono::steady_clock::now();
-      if (terminal && drawn) {
-        fmt::print(stderr, "\r{}\r", std::string(drawn, ' '));
-        drawn = 0;
-      }
-      fmt::print(stderr, "checkpoint {} written to {} ({} elements had reached the sinks; cut in {:.3f} s)\n", taken->sequence(),
-                 checkpoint_path.string(), taken->sink_elements(), taken->save_seconds());
-      std::fflush(stderr);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "error: checkpoint: {}\n", sluice::printable(e.what(), true));
-      checkpoint_failed = true;
-      engine->stop();
-    }
-  };
-  while (!engine->wait_for(std::chrono::milliseconds(50))) {
-    if (g_checkpoint_and_stop && !stopped_for_checkpoint && !checkpoint_failed && !interrupted) {
-      stopped_for_checkpoint = true;
-      fmt::print(stderr, "{}signal received: checkpointing at the next batch, then stopping...\n", terminal && drawn ? "\n" : "");
-      drawn = 0;
-      take_checkpoint(true);
-      continue;
-    }
-    if (checkpointing && !stopped_for_checkpoint && !checkpoint_failed && !interrupted &&
-        ((checkpoint_every.elements > 0 && sink_elements_now() >= sink_elements_at_last + checkpoint_every.elements) ||
-         (checkpoint_every.seconds > 0 &&
-          std::chrono::steady_clock::now() - last_checkpoint_at >= std::chrono::duration<double>(checkpoint_every.seconds))))
-      take_checkpoint(false);
-    if (g_interrupted && !interrupted) {
-      interrupted = true;
-      interrupted_at = std::chrono::steady_clock::now();
-      fmt::print(stderr, "{}interrupted: stopping the pipeline (Ctrl-C again to quit at once)...\n", terminal && drawn ? "\n" : "");
-      engine->stop();
-    }
-    // A stage stuck inside a call that ignores the stop (a read that never returns) must not keep
-    // the process: the promise is a stop within a second, so past a grace period it exits.
-    if (interrupted && std::chrono::steady_clock::now() - interrupted_at > kStopGrace) {
-      fmt::print(stderr, "error: the pipeline did not stop within {} s of the interrupt (a stage is blocked in a call "
-                         "that does not return); exiting, outputs stay .partial\n",
-                 std::chrono::duration_cast<std::chrono::seconds>(kStopGrace).count());
-      std::fflush(stderr);
-      std::_Exit(kExitInterrupted);
-    }
-    explain();
-    if (!options.quiet && std::chrono::steady_clock::now() >= next_progress) {
-      draw_progress(false);
-      next_progress += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
-    }
-  }
-  auto result = engine->wait();
-  explain();
-  if (!options.quiet && terminal && drawn) draw_progress(true);
-  sluice::metrics::MetricsSnapshot final_snapshot;
-  {
-    std::lock_guard lock(latest_mutex);
-    final_snapshot = latest.stage_size() ? latest : engine->snapshot();
-  }
-  fmt::print("{}", sluice::format_report(final_snapshot));
-  std::fflush(stdout);
-  if (log) {
-    try {
-      log->close();
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
-      return kExitRunFailed;
-    }
-  }
-  if (result.state == sluice::RunState::Failed) {
-    fmt::print(stderr, "error: {}\n", sluice::printable(result.error, true));
-    return kExitRunFailed;
-  }
-  if (checkpoint_failed) return kExitRunFailed;
-  if (result.stopped_at_checkpoint) {
-    fmt::print(stderr, "stopped at the checkpoint; continue with: sluice run {} --resume {}\n", sluice::printable(file),
-               sluice::printable(options.checkpoint_dir));
-    return kExitCheckpointed;
-  }
-  if (interrupted || g_interrupted) return kExitInterrupted;
-  // Under the skip policy a run whose every element was skipped "succeeds" with nothing done:
-  // that is a failure the user must see, not an exit 0.
-  std::uint64_t skipped = 0, reached_sinks = 0;
-  for (const auto& stage : final_snapshot.stage()) {
-    skipped += stage.errors_skipped();
-    if (stage.kind() == "sink") reached_sinks += stage.elements_in();
-  }
-  if (skipped > 0 && reached_sinks == 0) {
-    fmt::print(stderr, "error: every element was skipped ({} skipped, none reached a sink); the reasons are listed above\n",
-               skipped);
-    return kExitRunFailed;
-  }
   return 0;
 }
 
@@ -626,7 +304,9 @@ int cmd_report(const std::string& file) {
   }
 }
 
-}  // namespace
+}  // namespace sluice_cli
+
+using namespace sluice_cli;
 
 int cmd_new_plugin(const CommonOptions& common, const NewPluginRequest& request) {
   sluice::Registry registry;
@@ -660,6 +340,9 @@ int main(int argc, char** argv) {
 
   auto add_plugin_dir = [&](CLI::App* cmd) {
     cmd->add_option("--plugin-dir", common.plugin_dirs, "extra folder of plugin libraries (repeatable)");
+    cmd->add_flag("--no-registry-cache", common.no_registry_cache,
+                  "describe every plugin library by loading it in a child process, without reading or writing the registry "
+                  "cache ($SLUICE_REGISTRY, else $XDG_CACHE_HOME/sluice/registry.bin)");
   };
   WorkerArgs worker_args;
   auto add_worker_options = [&](CLI::App* cmd) {
@@ -688,6 +371,9 @@ int main(int argc, char** argv) {
   run->add_option("--checkpoint-every", run_options.checkpoint_every,
                   "also write one every N batches (elements reaching the sinks) or every time span (30s, 5m, 1h)");
   run->add_option("--resume", run_options.resume, "continue from the checkpoint in this folder (or file) exactly where it was");
+  run->add_flag("--timings", run_options.timings,
+                "print what the start cost, by phase (plugins described, pipeline checked, engine started, ...), and which plugin "
+                "libraries the run loaded");
   add_plugin_dir(run);
   add_worker_options(run);
   auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");

@@ -595,7 +595,8 @@ void add_host_operators(Registry& r) {
                                       "the iterator's queue", false);
 }
 
-// Loads the bundled plugins, SLUICE_PLUGIN_PATH and `extra` (once each), and the host operators.
+// Describes the bundled plugins, SLUICE_PLUGIN_PATH and `extra` (once each) through the registry
+// cache, and adds the host operators; a plugin library's code is loaded when a pipeline uses it.
 Registry& loaded_registry(const std::vector<std::string>& extra) {
   std::lock_guard lock(g_registry_mutex);
   Registry& r = registry();
@@ -622,6 +623,10 @@ Registry& loaded_registry(const std::vector<std::string>& extra) {
     if (!loaded_dirs().insert(key).second) continue;
     r.load_directory(d);
   }
+  // A damaged registry cache (rebuilt) is worth a warning, once per process.
+  static std::size_t warned = 0;
+  for (; warned < r.warnings().size(); ++warned)
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, r.warnings()[warned].c_str(), 1) != 0) throw py::error_already_set();
   return r;
 }
 

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   std::vector<std::filesystem::path> extra;
   for (const QString& d : cli.values(plugin_dir)) extra.emplace_back(d.toStdString());
   registry.load_search_path(extra);
+  for (const auto& warning : registry.warnings()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
   for (const auto& refused : registry.refused())
     std::fprintf(stderr, "plugin %s not loaded: %s\n", refused.path.c_str(), refused.reason.c_str());
 

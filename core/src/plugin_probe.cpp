@@ -10,18 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include <fmt/format.h>
 
-#include "sluice/core/atomic_file.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/output_file.hpp"
 #include "sluice/plugin.hpp"
@@ -53,7 +51,7 @@ const char* machine_name(unsigned machine) {
 }
 
 // What the child does: everything loading does in the host, so that whatever would crash, hang
-// or end the host ends the child instead. Normal refusals are left for the host to explain.
+// or end the host ends the child instead; then it writes what it learnt to `report_fd`.
 [[noreturn]] void probe_in_child(const std::string& path, int report_fd, pid_t host) {
   // A Ctrl-C at the terminal reaches the whole foreground group: the probe must not die of it, or
   // a good plugin would be reported broken. The host decides what an interrupt means, and the
@@ -62,28 +60,20 @@ const char* machine_name(unsigned machine) {
   ::signal(SIGTERM, SIG_IGN);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != host) ::_exit(1);  // the host ended before the request above was made
+  registry::Library described;
   if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-    try {
-      using Entry = const PluginDescriptor* (*)();
-      if (auto entry = reinterpret_cast<Entry>(::dlsym(handle, SLUICE_PLUGIN_ENTRY_SYMBOL))) {
-        const PluginDescriptor* descriptor = entry();
-        if (descriptor && descriptor->abi_major == kAbiMajor && descriptor->abi_minor <= kAbiMinor &&
-            descriptor->register_operators) {
-          CollectingRegistrar registrar;
-          descriptor->register_operators(registrar);
-          for (const auto& info : registrar.operators) {
-            bool all_defaults = true;
-            for (const auto& p : info.params) all_defaults = all_defaults && !p.required();
-            if (all_defaults && info.create) info.create(parse_params(info.params, {}));
-          }
-        }
-      }
-    } catch (...) {
-      // The host sees the same exception and names it.
-    }
+    described = describe_loaded_library(handle);
+  } else {
+    const char* text = ::dlerror();
+    described.set_refusal(std::string("cannot be loaded: ") + (text ? text : "the dynamic loader refused it"));
   }
-  const char done = 'k';
-  [[maybe_unused]] auto ignored = ::write(report_fd, &done, 1);
+  const std::string bytes = described.SerializeAsString();
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(report_fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(1);
+    done += static_cast<std::size_t>(n);
+  }
   ::_exit(0);
 }
 
@@ -114,7 +104,7 @@ std::chrono::milliseconds probe_timeout() {
 // linked, read from the note segments without reading the whole file), or else a hash of all its
 // bytes. Size and modification time alone would trust another library copied over a probed one
 // with `cp -p` or `rsync -t`. Empty if the file cannot be read (then it is probed).
-std::string library_identity(const fs::path& file) {
+std::string identity_of(const fs::path& file) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
   struct Closer {
@@ -155,72 +145,6 @@ std::string library_identity(const fs::path& file) {
     got += static_cast<std::size_t>(n);
   }
   return fmt::format("bytes:{:016x}", std::hash<std::string_view>{}(bytes));
-}
-
-// Loads of the same library that already survived a probe: keyed by path, size, mtime and content
-// identity (library_identity).
-class ProbeCache {
- public:
-  bool known_good(const std::string& key) {
-    std::lock_guard lock(mutex_);
-    load();
-    return good_.count(key) != 0;
-  }
-  void remember(const std::string& key) {
-    std::lock_guard lock(mutex_);
-    load();
-    if (!good_.insert(key).second || file_.empty()) return;
-    std::string text;
-    for (const auto& k : good_) text += k + '\n';
-    try {
-      std::error_code ec;
-      fs::create_directories(file_.parent_path(), ec);
-      write_file_atomically(file_, text);
-    } catch (const std::exception&) {
-      // No cache: every start probes again, which is slower but as safe.
-    }
-  }
-
- private:
-  void load() {
-    if (loaded_) return;
-    loaded_ = true;
-    file_ = location();
-    if (file_.empty()) return;
-    // Only a regular file is read, opened without blocking: a FIFO at the cache's path would stop
-    // every start waiting for a writer. Anything else there means no cache (probes every time).
-    const int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return;
-    struct stat st {};
-    std::string text;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < kLargestCache) {
-      text.resize(static_cast<std::size_t>(st.st_size));
-      const ssize_t got = ::pread(fd, text.data(), text.size(), 0);
-      text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
-    } else {
-      file_.clear();  // and never written over
-    }
-    ::close(fd);
-    std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);)
-      if (!line.empty()) good_.insert(line);
-  }
-  static constexpr off_t kLargestCache = 16 << 20;
-  static fs::path location() {
-    if (const char* set = std::getenv("SLUICE_PLUGIN_PROBE_CACHE")) return std::string(set) == "off" ? fs::path() : fs::path(set);
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "sluice" / "plugin-probes.txt";
-    if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "sluice" / "plugin-probes.txt";
-    return {};
-  }
-  std::mutex mutex_;
-  bool loaded_ = false;
-  fs::path file_;
-  std::set<std::string> good_;
-};
-
-ProbeCache& probe_cache() {
-  static ProbeCache cache;
-  return cache;
 }
 
 }  // namespace
@@ -266,24 +190,155 @@ std::string check_plugin_file(const fs::path& file) {
   return {};
 }
 
-std::string probe_plugin_in_child(const fs::path& file) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
-  const std::string identity = library_identity(file);
-  const std::string key = identity.empty() ? std::string()
-                                           : fmt::format("{}\t{}\t{}.{:09}\t{}", file.string(), st.st_size, st.st_mtim.tv_sec,
-                                                         st.st_mtim.tv_nsec, identity);
-  if (!key.empty() && probe_cache().known_good(key)) return {};
+std::string library_identity(const fs::path& file) { return identity_of(file); }
 
+void describe_operator(const OperatorInfo& info, registry::Operator& out) {
+  out.set_name(info.name);
+  out.set_kind(static_cast<int>(info.kind));
+  out.set_summary(info.summary);
+  out.set_stateless(info.traits.stateless);
+  out.set_random(info.traits.random);
+  out.set_keeps_shape(info.traits.keeps_shape);
+  out.set_saves_state(info.traits.saves_state);
+  out.set_min_inputs(info.min_inputs);
+  out.set_max_inputs(info.max_inputs);
+  for (const auto& p : info.params) {
+    auto& param = *out.add_params();
+    param.set_name(p.name);
+    param.set_type(static_cast<int>(p.type));
+    param.set_doc(p.doc);
+    if (p.default_value) param.set_default_value(*p.default_value);
+    if (p.min) param.set_min(*p.min);
+    if (p.max) param.set_max(*p.max);
+    for (const auto& c : p.choices) param.add_choices(c);
+    param.set_hint_role(static_cast<int>(p.hint_role));
+    param.set_hint(p.hint);
+  }
+}
+
+OperatorInfo operator_from(const registry::Operator& described) {
+  OperatorInfo info;
+  info.name = described.name();
+  info.kind = static_cast<OperatorKind>(described.kind());
+  info.summary = described.summary();
+  info.traits.stateless = described.stateless();
+  info.traits.random = described.random();
+  info.traits.keeps_shape = described.keeps_shape();
+  info.traits.saves_state = described.saves_state();
+  info.min_inputs = described.min_inputs();
+  info.max_inputs = described.max_inputs();
+  for (const auto& param : described.params()) {
+    ParamSpec p;
+    p.name = param.name();
+    p.type = static_cast<ParamType>(param.type());
+    p.doc = param.doc();
+    if (param.has_default_value()) p.default_value = param.default_value();
+    if (param.has_min()) p.min = param.min();
+    if (param.has_max()) p.max = param.max();
+    p.choices.assign(param.choices().begin(), param.choices().end());
+    p.hint_role = static_cast<ParamSpec::HintRole>(param.hint_role());
+    p.hint = param.hint();
+    info.params.push_back(std::move(p));
+  }
+  return info;
+}
+
+namespace {
+
+// The checks of one operator a library registers: a refusal's words, or empty.
+std::string check_operator(const OperatorInfo& info, std::set<std::string>& names_in_library) {
+  if (info.name.empty()) return "registers an operator with no name";
+  if (!info.create) return fmt::format("operator '{}' has no factory", info.name);
+  if (info.kind == OperatorKind::Combine &&
+      (info.min_inputs < 1 || (info.max_inputs != kAnyNumberOfInputs && info.max_inputs < info.min_inputs)))
+    return fmt::format("combine operator '{}' takes {} to {} inputs; min_inputs must be 1 or more and max_inputs "
+                       "at least min_inputs (or kAnyNumberOfInputs)",
+                       info.name, info.min_inputs, info.max_inputs);
+  if (!names_in_library.insert(info.name).second) return fmt::format("registers operator '{}' twice", info.name);
+  // Build one with default parameters where every parameter has one: a plugin whose operators
+  // cannot even be constructed is refused now, not in the middle of someone's run.
+  const bool all_defaults = std::all_of(info.params.begin(), info.params.end(), [](const auto& p) { return !p.required(); });
+  if (!all_defaults) return {};
+  try {
+    if (!info.create(parse_params(info.params, {}))) return fmt::format("operator '{}' factory returned nothing", info.name);
+  } catch (const std::exception& e) {
+    return fmt::format("operator '{}' failed to construct with default parameters: {}", info.name, e.what());
+  } catch (...) {
+    return fmt::format("operator '{}' failed to construct with default parameters", info.name);
+  }
+  return {};
+}
+
+}  // namespace
+
+registry::Library describe_loaded_library(void* handle) {
+  registry::Library out;
+  // Every refusal below depends on the library's bytes alone (and this host's ABI).
+  auto refuse = [&](std::string reason) {
+    out.Clear();
+    out.set_refusal(std::move(reason));
+    out.set_refusal_depends_on_file_only(true);
+    return out;
+  };
+  using Entry = const PluginDescriptor* (*)();
+  auto entry = reinterpret_cast<Entry>(::dlsym(handle, SLUICE_PLUGIN_ENTRY_SYMBOL));
+  if (!entry) return refuse("has no entry symbol '" SLUICE_PLUGIN_ENTRY_SYMBOL "' (was it declared with SLUICE_PLUGIN?)");
+  const PluginDescriptor* descriptor = nullptr;
+  try {
+    descriptor = entry();
+  } catch (const std::exception& e) {
+    return refuse(fmt::format("its entry function threw: {}", e.what()));
+  }
+  if (!descriptor) return refuse("its entry function returned no descriptor");
+  if (descriptor->abi_major != kAbiMajor)
+    return refuse(fmt::format("built for plugin ABI {}.{}, this host has ABI {}.{} (major versions differ: rebuild the "
+                              "plugin against this SDK)",
+                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
+  if (descriptor->abi_minor > kAbiMinor)
+    return refuse(fmt::format("built for plugin ABI {}.{}, newer than this host's {}.{} (upgrade Sluice or rebuild the "
+                              "plugin against this SDK)",
+                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
+  const std::string plugin_name = descriptor->name ? descriptor->name : "";
+  if (plugin_name.empty()) return refuse("its descriptor has no plugin name");
+  if (!descriptor->register_operators) return refuse("its descriptor has no registration function");
+
+  CollectingRegistrar registrar;
+  try {
+    descriptor->register_operators(registrar);
+  } catch (const std::exception& e) {
+    return refuse(fmt::format("registering its operators threw: {}", e.what()));
+  } catch (...) {
+    return refuse("registering its operators threw a non-standard exception");
+  }
+  std::set<std::string> names_in_library;
+  for (const auto& info : registrar.operators) {
+    if (auto problem = check_operator(info, names_in_library); !problem.empty()) return refuse(problem);
+    describe_operator(info, *out.add_operators());
+  }
+  out.set_plugin_name(plugin_name);
+  out.set_version(descriptor->version ? descriptor->version : "");
+  out.set_summary(descriptor->summary ? descriptor->summary : "");
+  out.set_abi_minor(descriptor->abi_minor);
+  return out;
+}
+
+registry::Library probe_library(const fs::path& file) {
+  auto in_this_process = [&] {
+    registry::Library described;
+    if (void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) return describe_loaded_library(handle);
+    const char* text = ::dlerror();
+    described.set_refusal(std::string("cannot be loaded: ") + (text ? text : "the dynamic loader refused it"));
+    return described;
+  };
   int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return {};  // cannot probe: load as before
+  if (::pipe2(report, O_CLOEXEC) != 0) return in_this_process();  // cannot probe: load as before
   std::fflush(nullptr);  // a library that calls exit() in the child must not write our buffers twice
   const pid_t host = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(report[0]);
     ::close(report[1]);
-    return {};
+    return in_this_process();
   }
   if (child == 0) {
     ::close(report[0]);
@@ -291,9 +346,9 @@ std::string probe_plugin_in_child(const fs::path& file) {
   }
   ::close(report[1]);
   const auto deadline = std::chrono::steady_clock::now() + probe_timeout();
-  char done = 0;
-  bool reported = false, timed_out = false;
-  for (;;) {
+  std::string reported;
+  bool ended = false, timed_out = false;
+  while (!ended) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
       timed_out = true;
@@ -302,22 +357,33 @@ std::string probe_plugin_in_child(const fs::path& file) {
     pollfd p{report[0], POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(left));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) timed_out = true;
-    if (ready > 0) reported = ::read(report[0], &done, 1) == 1 && done == 'k';
-    break;
+    if (ready <= 0) {
+      timed_out = ready == 0;
+      break;
+    }
+    char buffer[16384];
+    const ssize_t n = ::read(report[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ended = true;  // the child closed its end: it exited, or died
+    else reported.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(report[0]);
   if (timed_out) ::kill(child, SIGKILL);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out)
-    return fmt::format("loading it did not finish within {} s (its initialisation or registration hangs; "
-                       "SLUICE_PLUGIN_PROBE_TIMEOUT_MS sets the limit)",
-                       probe_timeout().count() / 1000.0);
-  if (!reported) return describe_child_end(status);
-  if (!key.empty()) probe_cache().remember(key);
-  return {};
+  registry::Library described;
+  if (timed_out) {
+    described.set_refusal(fmt::format("loading it did not finish within {} s (its initialisation or registration hangs; "
+                                      "SLUICE_PLUGIN_PROBE_TIMEOUT_MS sets the limit)",
+                                      probe_timeout().count() / 1000.0));
+  } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || !described.ParseFromString(reported) ||
+             (described.refusal().empty() && described.plugin_name().empty())) {
+    // (A library that calls exit(0) while loading ends the child with status 0 and no report.)
+    described.Clear();
+    described.set_refusal(describe_child_end(status));
+  }
+  return described;
 }
 
 }  // namespace sluice

@@ -1,10 +1,14 @@
 #pragma once
-// Checks made before a plugin library is loaded into the host, so that no library in the plugin
-// path can crash, hang or end the process that loads it.
+// Learning what a plugin library offers without letting it harm the host: the file is checked
+// before any loading, then loaded in a child process that reports the library's descriptor and
+// operators (or why it is refused), so that no library in the plugin path can crash, hang or end
+// the process that lists it. The host loads a library itself only when a pipeline uses one of its
+// operators (registry.cpp).
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "registry.pb.h"
 #include "sluice/plugin.hpp"
 
 namespace sluice {
@@ -20,11 +24,22 @@ class CollectingRegistrar final : public Registrar {
 // reason it is not (a FIFO, a symlink loop, a 32-bit or ARM build, a truncated file).
 std::string check_plugin_file(const std::filesystem::path& file);
 
-// Loads the library in a child process first (dlopen, entry, registration, default construction):
-// empty when that ended normally, else what went wrong (a signal, an exit, a hang past
-// SLUICE_PLUGIN_PROBE_TIMEOUT_MS). Libraries that passed are remembered by path, size,
-// modification time and content (the GNU build ID, or a hash of the bytes) in a regular file
-// (SLUICE_PLUGIN_PROBE_CACHE names it, or "off"), so a start-up probes only what changed.
-std::string probe_plugin_in_child(const std::filesystem::path& file);
+// What the library is, by its content: its GNU build ID, or else a hash of its bytes. Empty if
+// the file cannot be read.
+std::string library_identity(const std::filesystem::path& file);
+
+// Loads the library in a child process (dlopen, entry, ABI, registration, every operator built
+// with its default parameters where it has them) and returns what it offers, or in `refusal` why
+// it is refused: the checks' own words, or what the child's end says (a signal, an exit, a hang
+// past SLUICE_PLUGIN_PROBE_TIMEOUT_MS). Where no child can be made, the same in this process.
+// `path`, `size`, `mtime_ns` and `identity` are the caller's to fill.
+registry::Library probe_library(const std::filesystem::path& file);
+
+// The same checks in this process, on a library already loaded with dlopen (`handle`).
+registry::Library describe_loaded_library(void* handle);
+
+void describe_operator(const OperatorInfo& info, registry::Operator& out);
+// Everything but the factory, which the caller supplies.
+OperatorInfo operator_from(const registry::Operator& described);
 
 }  // namespace sluice

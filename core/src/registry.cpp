@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -14,16 +15,12 @@
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/text.hpp"
 #include "plugin_probe.hpp"
+#include "registry_cache.hpp"
 #include "sluice/plugin.hpp"
 
 namespace fs = std::filesystem;
 
 namespace sluice {
-
-class PluginLibrary {
- public:
-  boost::dll::shared_library library;
-};
 
 namespace {
 
@@ -40,6 +37,70 @@ std::string loader_error(const fs::path& file) {
 }
 
 }  // namespace
+
+// A plugin library as the registry knows it: described (from the registry cache or a probe), and
+// loaded into this process only when one of its operators is first built.
+class PluginLibrary {
+ public:
+  PluginLibrary(std::string path, const registry::Library& described)
+      : path_(std::move(path)), size_(described.size()), mtime_ns_(described.mtime_ns()), identity_(described.identity()) {}
+
+  // Builds operator `name` with the library's own factory, loading the library the first time.
+  std::unique_ptr<Operator> create(const std::string& name, const Params& params) {
+    OperatorFactory* factory = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (!library_.is_loaded()) load();
+      auto it = factories_.find(name);
+      if (it == factories_.end())
+        throw Error(fmt::format("plugin library {} no longer registers operator '{}' (it changed since it was described; "
+                                "run again)",
+                                path_, name));
+      factory = &it->second;
+    }
+    return (*factory)(params);
+  }
+
+  bool loaded() const {
+    std::lock_guard lock(mutex_);
+    return library_.is_loaded();
+  }
+
+ private:
+  using OperatorFactory = std::function<std::unique_ptr<Operator>(const Params&)>;
+
+  void load() {
+    // The description vouches for the file as it was probed: another file at the path since then
+    // has not been through a probe, and is not loaded.
+    registry::Library now;
+    if (!describe_file_key(path_, now) || now.size() != size_ || now.mtime_ns() != mtime_ns_ || now.identity() != identity_)
+      throw Error(fmt::format("plugin library {} changed since its operators were listed; run again to describe it anew", path_));
+    boost::dll::fs::error_code ec;
+    library_.load(path_, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+    if (ec) throw Error(fmt::format("plugin library {} cannot be loaded: {}", path_, loader_error(path_)));
+    CollectingRegistrar registrar;
+    try {
+      const PluginDescriptor* descriptor = nullptr;
+      if (library_.has(SLUICE_PLUGIN_ENTRY_SYMBOL)) descriptor = library_.get<const PluginDescriptor*()>(SLUICE_PLUGIN_ENTRY_SYMBOL)();
+      if (!descriptor || !descriptor->register_operators) throw Error("it has no entry or no registration function");
+      descriptor->register_operators(registrar);
+    } catch (const std::exception& e) {
+      factories_.clear();
+      library_.unload();
+      throw Error(fmt::format("plugin library {} failed to register its operators in this process: {}", path_, e.what()));
+    }
+    for (auto& info : registrar.operators) factories_.emplace(info.name, std::move(info.create));
+  }
+
+  mutable std::mutex mutex_;
+  // Declared before the factories, so destroyed after them: their code is in the library.
+  boost::dll::shared_library library_;
+  std::map<std::string, OperatorFactory> factories_;
+  const std::string path_;
+  const std::uint64_t size_;
+  const std::int64_t mtime_ns_;
+  const std::string identity_;
+};
 
 Registry::Registry() = default;
 
@@ -94,10 +155,51 @@ void Registry::load_directory(const fs::path& dir) {
     if (it->path().extension() == ".so" && !it->is_directory(kind_error)) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
-  for (const auto& f : files) load_library(f);
+  for (const auto& f : files) add_library(f);
+  save_cache();
 }
 
+RegistryCache& Registry::cache() {
+  if (!cache_) cache_ = std::make_unique<RegistryCache>(cache_file_ ? *cache_file_ : RegistryCache::default_file());
+  return *cache_;
+}
+
+void Registry::set_cache_file(fs::path file) {
+  cache_file_ = std::move(file);
+  cache_.reset();
+}
+
+fs::path Registry::cache_file() { return cache().file(); }
+
 bool Registry::load_library(const fs::path& file) {
+  const bool loaded = add_library(file);
+  save_cache();
+  return loaded;
+}
+
+void Registry::save_cache() {
+  cache().save();
+  if (auto warning = cache().take_warning(); !warning.empty()) warnings_.push_back(std::move(warning));
+}
+
+registry::Library Registry::describe(const fs::path& file, std::string& described_by) {
+  registry::Library key;
+  if (!describe_file_key(file, key)) {  // cannot be examined: probed every time
+    described_by = "probed (not cached: the file could not be read whole)";
+    return probe_library(file);
+  }
+  if (const registry::Library* kept = cache().find(key)) {
+    described_by = "registry cache " + cache().file().string();
+    return *kept;
+  }
+  registry::Library described = probe_library(file);
+  described.MergeFrom(key);  // the key's fields, which the probe leaves empty
+  described_by = "probed";
+  if (described.refusal().empty() || described.refusal_depends_on_file_only()) cache().remember(described);
+  return described;
+}
+
+bool Registry::add_library(const fs::path& file) {
   const std::string path = file.string();
   auto refuse = [&](std::string reason) {
     refused_.push_back({path, std::move(reason)});
@@ -107,84 +209,33 @@ bool Registry::load_library(const fs::path& file) {
     if (p.path == path) return true;
 
   if (auto problem = check_plugin_file(file); !problem.empty()) return refuse(problem);
-  if (auto problem = probe_plugin_in_child(file); !problem.empty()) return refuse(problem);
-
-  auto lib = std::make_shared<PluginLibrary>();
-  boost::dll::fs::error_code ec;
-  lib->library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
-  if (ec) return refuse("cannot be loaded: " + loader_error(file));
-  if (!lib->library.has(SLUICE_PLUGIN_ENTRY_SYMBOL))
-    return refuse("has no entry symbol '" SLUICE_PLUGIN_ENTRY_SYMBOL "' (was it declared with SLUICE_PLUGIN?)");
-
-  const PluginDescriptor* descriptor = nullptr;
-  try {
-    descriptor = lib->library.get<const PluginDescriptor*()>(SLUICE_PLUGIN_ENTRY_SYMBOL)();
-  } catch (const std::exception& e) {
-    return refuse(fmt::format("its entry function threw: {}", e.what()));
-  }
-  if (!descriptor) return refuse("its entry function returned no descriptor");
-  if (descriptor->abi_major != kAbiMajor)
-    return refuse(fmt::format("built for plugin ABI {}.{}, this host has ABI {}.{} (major versions differ: rebuild the "
-                              "plugin against this SDK)",
-                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
-  if (descriptor->abi_minor > kAbiMinor)
-    return refuse(fmt::format("built for plugin ABI {}.{}, newer than this host's {}.{} (upgrade Sluice or rebuild the "
-                              "plugin against this SDK)",
-                              descriptor->abi_major, descriptor->abi_minor, kAbiMajor, kAbiMinor));
-  const std::string plugin_name = descriptor->name ? descriptor->name : "";
-  if (plugin_name.empty()) return refuse("its descriptor has no plugin name");
-  if (!descriptor->register_operators) return refuse("its descriptor has no registration function");
-
-  CollectingRegistrar registrar;
-  try {
-    descriptor->register_operators(registrar);
-  } catch (const std::exception& e) {
-    return refuse(fmt::format("registering its operators threw: {}", e.what()));
-  } catch (...) {
-    return refuse("registering its operators threw a non-standard exception");
-  }
-
-  std::set<std::string> names_in_library;
-  for (const auto& info : registrar.operators) {
-    if (info.name.empty()) return refuse("registers an operator with no name");
-    if (!info.create) return refuse(fmt::format("operator '{}' has no factory", info.name));
-    if (info.kind == OperatorKind::Combine &&
-        (info.min_inputs < 1 || (info.max_inputs != kAnyNumberOfInputs && info.max_inputs < info.min_inputs)))
-      return refuse(fmt::format("combine operator '{}' takes {} to {} inputs; min_inputs must be 1 or more and max_inputs "
-                                "at least min_inputs (or kAnyNumberOfInputs)",
-                                info.name, info.min_inputs, info.max_inputs));
-    if (!names_in_library.insert(info.name).second)
-      return refuse(fmt::format("registers operator '{}' twice", info.name));
-    if (auto existing = find(info.name))
-      return refuse(fmt::format("registers operator '{}', already registered by plugin '{}' ({})", info.name,
+  std::string described_by;
+  const registry::Library described = describe(file, described_by);
+  if (!described.refusal().empty()) return refuse(described.refusal());
+  for (const auto& op : described.operators())
+    if (auto existing = find(op.name()))
+      return refuse(fmt::format("registers operator '{}', already registered by plugin '{}' ({})", op.name(),
                                 existing->plugin_name, existing->library_path));
-    // Build one with default parameters where every parameter has one: a plugin whose operators
-    // cannot even be constructed is refused now, not in the middle of someone's run.
-    bool all_defaults = std::all_of(info.params.begin(), info.params.end(), [](const auto& p) { return !p.required(); });
-    if (all_defaults) {
-      try {
-        Params defaults = parse_params(info.params, {});
-        auto probe = info.create(defaults);
-        if (!probe) return refuse(fmt::format("operator '{}' factory returned nothing", info.name));
-      } catch (const std::exception& e) {
-        return refuse(fmt::format("operator '{}' failed to construct with default parameters: {}", info.name, e.what()));
-      } catch (...) {
-        return refuse(fmt::format("operator '{}' failed to construct with default parameters", info.name));
-      }
-    }
-  }
 
-  for (auto& info : registrar.operators) {
-    auto op = std::make_shared<RegisteredOperator>();
-    op->library = lib;
-    op->info = std::move(info);
-    op->plugin_name = plugin_name;
-    op->library_path = path;
-    op->abi_minor = descriptor->abi_minor;
-    operators_.push_back(std::move(op));
+  auto library = std::make_shared<PluginLibrary>(path, described);
+  for (const auto& op : described.operators()) {
+    auto registered = std::make_shared<RegisteredOperator>();
+    registered->library = library;
+    registered->info = operator_from(op);
+    registered->info.create = [library, name = op.name()](const Params& params) { return library->create(name, params); };
+    registered->plugin_name = described.plugin_name();
+    registered->library_path = path;
+    registered->abi_minor = described.abi_minor();
+    operators_.push_back(std::move(registered));
   }
-  plugins_.push_back({plugin_name, descriptor->version ? descriptor->version : "", descriptor->summary ? descriptor->summary : "", path});
+  plugins_.push_back({described.plugin_name(), described.version(), described.summary(), path, described_by});
+  libraries_.emplace(path, std::move(library));
   return true;
+}
+
+bool Registry::library_loaded(const std::string& path) const {
+  auto it = libraries_.find(path);
+  return it != libraries_.end() && it->second->loaded();
 }
 
 void Registry::add_host_operator(OperatorInfo info, const std::string& provider) {

@@ -1,6 +1,8 @@
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,13 +12,20 @@
 
 namespace sluice {
 
-class PluginLibrary;  // a loaded shared library (Boost.DLL); kept alive by what came from it
+class PluginLibrary;  // a plugin library, loaded when first used (Boost.DLL); kept alive by what came from it
+class RegistryCache;
+namespace registry {
+class Library;
+}
 
 struct PluginRecord {
   std::string name;
   std::string version;
   std::string summary;
   std::string path;
+  // Where its description came from: "registry cache FILE", or "probed" (loaded in a child
+  // process by this one, because it is new, changed, or there is no cache).
+  std::string described_by;
 };
 
 // An operator as the registry holds it. `library` is declared first so that it is destroyed
@@ -34,7 +43,10 @@ struct RefusedLibrary {
   std::string reason;
 };
 
-// Finds, checks and loads plugin libraries, and knows every operator they register.
+// Finds and checks plugin libraries, and knows every operator they register. A library is
+// described by a probe in a child process (plugin_probe.hpp) or by the registry cache
+// (registry_cache.hpp), and its code is loaded into this process only when one of its operators
+// is first built (`info.create`): a pipeline of `std` operators never loads the vision library.
 // A library is refused as a whole (with the reason kept) when it is not a shared library, lacks
 // the entry symbol, was built for another ABI, registers a name already taken, or an operator
 // fails to construct with its default parameters; the others still load.
@@ -49,6 +61,12 @@ class Registry {
   // SLUICE_PLUGIN_PATH (colon-separated), then `extra_dirs` (--plugin-dir), in that order.
   static std::vector<std::filesystem::path> search_path(const std::vector<std::filesystem::path>& extra_dirs);
   static std::filesystem::path bundled_plugin_dir();
+
+  // The registry cache to read and write: RegistryCache::default_file() ($SLUICE_REGISTRY, else
+  // $XDG_CACHE_HOME/sluice/registry.bin) unless set; an empty path: none (--no-registry-cache).
+  // Set before loading.
+  void set_cache_file(std::filesystem::path file);
+  std::filesystem::path cache_file();
 
   void load_search_path(const std::vector<std::filesystem::path>& extra_dirs = {});
   // Loads every *.so in the folder (sorted by name). A missing folder is not an error.
@@ -67,11 +85,24 @@ class Registry {
   std::vector<std::shared_ptr<const RegisteredOperator>> operators() const;
   const std::vector<PluginRecord>& plugins() const { return plugins_; }
   const std::vector<RefusedLibrary>& refused() const { return refused_; }
+  // What went wrong with the registry cache (a damaged file, rebuilt), for the host to show.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // Whether a described library's code is in this process (one of its operators was built).
+  bool library_loaded(const std::string& path) const;
 
  private:
+  bool add_library(const std::filesystem::path& file);
+  registry::Library describe(const std::filesystem::path& file, std::string& described_by);
+  RegistryCache& cache();
+  void save_cache();
+
   std::vector<std::shared_ptr<RegisteredOperator>> operators_;
   std::vector<PluginRecord> plugins_;
   std::vector<RefusedLibrary> refused_;
+  std::vector<std::string> warnings_;
+  std::map<std::string, std::shared_ptr<PluginLibrary>> libraries_;  // by path
+  std::optional<std::filesystem::path> cache_file_;
+  std::unique_ptr<RegistryCache> cache_;
 };
 
 }  // namespace sluice

@@ -1,0 +1,64 @@
+#pragma once
+// What the `sluice` command's subcommands share: exit codes, the interrupt flags, loading the
+// plugins, and reading a pipeline as this worker's.
+#include <csignal>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+namespace sluice_cli {
+
+constexpr int kExitRunFailed = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInterrupted = 130;
+// Stopped at a checkpoint on SIGTERM or SIGUSR1 (`--checkpoint`): the run can be resumed. 75 is
+// sysexits' EX_TEMPFAIL, "try again later", which is what a preempted job should be.
+constexpr int kExitCheckpointed = 75;
+
+// Set by the signal handlers (main.cpp): a Ctrl-C, and a checkpoint asked for by SIGTERM/SIGUSR1.
+extern volatile std::sig_atomic_t g_interrupted;
+extern volatile std::sig_atomic_t g_checkpoint_and_stop;
+void install_interrupt_handler(bool checkpoint_on_term);
+
+struct CommonOptions {
+  std::vector<std::string> plugin_dirs;
+  bool no_registry_cache = false;
+};
+
+// --worker-index and --num-workers.
+struct WorkerArgs {
+  std::optional<int> index;
+  std::optional<int> count;
+};
+
+// The search path and --plugin-dir; with `warn`, refused libraries are named on stderr (problems
+// with the registry cache always are).
+void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool warn);
+
+// Reads, overrides, makes it this worker's pipeline (see sluice::plan_for_worker) and validates;
+// prints every problem and returns nullopt when invalid. `as_run`, when given, receives the
+// pipeline as it will run: overrides, seed and the worker's shard applied.
+std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
+                                        const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
+                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr);
+
+struct RunOptions {
+  bool quiet = false;
+  std::optional<double> progress_every;  // seconds; default 0.5 on a terminal, 10 otherwise
+  std::string metrics_log;
+  std::string metrics_addr;
+  bool explain_autotune = false;
+  std::string checkpoint_dir;    // --checkpoint
+  std::string checkpoint_every;  // "N" batches (elements reaching the sinks) or "Ns" / "Nm" seconds
+  std::string resume;            // --resume DIR or FILE
+  bool timings = false;          // --timings: what the start cost, by phase
+};
+
+// `sluice run` (run.cpp).
+int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
+            std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options);
+
+}  // namespace sluice_cli

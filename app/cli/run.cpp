@@ -1,0 +1,452 @@
+// `sluice run`: a pipeline run headless, with a progress line, checkpoints on signals and on a
+// schedule, a metrics log and endpoint, and the end-of-run report.
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "sluice/core/checkpoint.hpp"
+#include "sluice/core/engine.hpp"
+#include "sluice/core/metrics_log.hpp"
+#include "sluice/core/metrics_server.hpp"
+#include "sluice/core/report.hpp"
+#include "sluice/core/text.hpp"
+
+namespace sluice_cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// --timings: what the run's start cost, phase by phase, in milliseconds.
+class PhaseClock {
+ public:
+  void mark(const std::string& phase) {
+    const auto now = Clock::now();
+    phases_.emplace_back(phase, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  std::string text(const sluice::Registry& registry) const {
+    std::string out = "timings (ms):";
+    if (const double before = ms_before_main(); before >= 0) out += fmt::format(" before main {:.0f} (to 10 ms);", before);
+    double total = 0;
+    for (const auto& [phase, ms] : phases_) {
+      out += fmt::format(" {} {:.1f};", phase, ms);
+      total += ms;
+    }
+    out += fmt::format(" total from main {:.1f}\n", total);
+    std::size_t probed = 0;
+    std::string loaded;
+    for (const auto& p : registry.plugins()) {
+      probed += p.described_by == "probed";
+      if (registry.library_loaded(p.path)) loaded += (loaded.empty() ? "" : ", ") + std::filesystem::path(p.path).filename().string();
+    }
+    out += fmt::format("plugins: {} described ({} from the registry cache, {} probed now); loaded into this process: {}\n",
+                       registry.plugins().size(), registry.plugins().size() - probed, probed, loaded.empty() ? "none" : loaded);
+    return out;
+  }
+
+ private:
+  // Exec, the dynamic linking of the program's libraries and static constructors: from the
+  // process's start time (/proc/self/stat, in clock ticks) to now, less what main has spent.
+  double ms_before_main() const {
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) return -1;
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && fields >> field; ++i) {
+      if (i < 22) continue;
+      timespec boot{};
+      ::clock_gettime(CLOCK_BOOTTIME, &boot);
+      const double started_ms = std::stod(field) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+      const double now_ms = static_cast<double>(boot.tv_sec) * 1000.0 + static_cast<double>(boot.tv_nsec) / 1e6;
+      return std::max(0.0, now_ms - started_ms - std::chrono::duration<double, std::milli>(Clock::now() - main_).count());
+    }
+    return -1;
+  }
+
+  Clock::time_point main_ = Clock::now(), last_ = main_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
+
+// --checkpoint-every: a count of elements reaching the sinks, or a time ("30s", "5m").
+struct CheckpointEvery {
+  std::uint64_t elements = 0;
+  double seconds = 0;
+};
+
+CheckpointEvery parse_checkpoint_every(const std::string& text) {
+  CheckpointEvery every;
+  if (text.empty()) return every;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  if (used == 0 || value <= 0 || !(unit.empty() || unit == "s" || unit == "m" || unit == "h"))
+    throw sluice::Error(fmt::format("--checkpoint-every {}: give a number of batches (500) or a time (30s, 5m, 1h)", text));
+  if (unit.empty()) {
+    if (value != static_cast<double>(static_cast<std::uint64_t>(value)))
+      throw sluice::Error(fmt::format("--checkpoint-every {}: a number of batches is a whole number", text));
+    every.elements = static_cast<std::uint64_t>(value);
+  } else {
+    every.seconds = value * (unit == "h" ? 3600 : unit == "m" ? 60 : 1);
+  }
+  return every;
+}
+
+// Where checkpoints go, how often, and what to resume from, checked before any work: a run that
+// cannot write its first checkpoint would find out only when it matters.
+struct CheckpointPlan {
+  bool enabled = false;
+  CheckpointEvery every;
+  std::filesystem::path file;
+  std::shared_ptr<const sluice::checkpoint::Checkpoint> resume_from;
+};
+
+CheckpointPlan plan_checkpoints(const RunOptions& options) {
+  CheckpointPlan plan;
+  plan.enabled = !options.checkpoint_dir.empty();
+  plan.every = parse_checkpoint_every(options.checkpoint_every);
+  if (!options.checkpoint_every.empty() && !plan.enabled)
+    throw sluice::Error("--checkpoint-every needs --checkpoint DIR (where the checkpoints go)");
+  if (plan.enabled) {
+    plan.file = sluice::checkpoint_file(options.checkpoint_dir);
+    std::error_code ec;
+    const auto folder = plan.file.has_parent_path() ? plan.file.parent_path() : std::filesystem::path(".");
+    std::filesystem::create_directories(folder, ec);
+    if (!std::filesystem::is_directory(folder))
+      throw sluice::Error(fmt::format("--checkpoint {}: cannot make the folder {}{}", options.checkpoint_dir, folder.string(),
+                                      ec ? ": " + ec.message() : std::string(" (a file is in the way)")));
+    if (std::filesystem::exists(plan.file) && !std::filesystem::is_regular_file(plan.file))
+      throw sluice::Error(fmt::format("--checkpoint {}: {} exists and is not a regular file", options.checkpoint_dir, plan.file.string()));
+    if (::access(folder.c_str(), W_OK) != 0)
+      throw sluice::Error(fmt::format("--checkpoint {}: the folder {} is not writable", options.checkpoint_dir, folder.string()));
+  }
+  if (!options.resume.empty())
+    plan.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(sluice::checkpoint_file(options.resume)));
+  return plan;
+}
+
+// One run, from its engine's start to its exit code.
+class HeadlessRun {
+ public:
+  HeadlessRun(std::string file, const RunOptions& options, CheckpointPlan checkpoints)
+      : file_(std::move(file)), options_(options), checkpoints_(std::move(checkpoints)) {
+    if (checkpoints_.resume_from) sink_elements_at_last_ = checkpoints_.resume_from->sink_elements();
+  }
+
+  // Opens the metrics log and endpoint, makes the engine and starts it: 0, or the exit code.
+  int start(sluice::Graph graph, const sluice::spec::PipelineSpec& as_run, const std::optional<sluice::MetricsAddress>& address,
+            const std::string& as_run_note) {
+    try {
+      open_metrics_outputs(as_run, address, as_run_note);
+      sluice::EngineOptions engine_options;
+      engine_options.resume_from = checkpoints_.resume_from;
+      try {
+        engine_ = std::make_unique<sluice::Engine>(std::move(graph), engine_options);
+      } catch (const std::exception& e) {
+        if (!checkpoints_.resume_from) throw;
+        fmt::print(stderr, "error: cannot resume from {}: {}\n", sluice::checkpoint_file(options_.resume).string(),
+                   sluice::printable(e.what(), true));
+        return kExitBadInput;
+      }
+      if (checkpoints_.enabled) {
+        if (auto refusals = engine_->checkpoint_refusals(); !refusals.empty()) {
+          fmt::print(stderr, "error: --checkpoint: this pipeline cannot be checkpointed:\n");
+          for (const auto& r : refusals) fmt::print(stderr, "  {}\n", sluice::printable(r, true));
+          return kExitBadInput;
+        }
+      }
+      engine_->subscribe([this](const sluice::metrics::MetricsSnapshot& snapshot) { publish(snapshot); });
+      const auto starting = Clock::now();
+      engine_->start();
+      if (checkpoints_.resume_from) report_resume(starting);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+      return kExitRunFailed;
+    }
+    return 0;
+  }
+
+  // Until the engine ends: progress, autotune explanations, checkpoints, and interrupts.
+  void watch() {
+    next_progress_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(every());
+    while (!engine_->wait_for(std::chrono::milliseconds(50))) {
+      if (g_checkpoint_and_stop && !stopped_for_checkpoint_ && !checkpoint_failed_ && !interrupted_) {
+        stopped_for_checkpoint_ = true;
+        fmt::print(stderr, "{}signal received: checkpointing at the next batch, then stopping...\n", terminal_ && drawn_ ? "\n" : "");
+        drawn_ = 0;
+        take_checkpoint(true);
+        continue;
+      }
+      if (checkpoint_due()) take_checkpoint(false);
+      if (g_interrupted && !interrupted_) {
+        interrupted_ = true;
+        interrupted_at_ = Clock::now();
+        fmt::print(stderr, "{}interrupted: stopping the pipeline (Ctrl-C again to quit at once)...\n", terminal_ && drawn_ ? "\n" : "");
+        engine_->stop();
+      }
+      exit_if_stuck_after_interrupt();
+      explain();
+      if (!options_.quiet && Clock::now() >= next_progress_) {
+        draw_progress(false);
+        next_progress_ += std::chrono::duration_cast<Clock::duration>(every());
+      }
+    }
+  }
+
+  // The report, the metrics log closed, and the exit code the run ends with.
+  int finish() {
+    auto result = engine_->wait();
+    explain();
+    if (!options_.quiet && terminal_ && drawn_) draw_progress(true);
+    sluice::metrics::MetricsSnapshot final_snapshot;
+    {
+      std::lock_guard lock(latest_mutex_);
+      final_snapshot = latest_.stage_size() ? latest_ : engine_->snapshot();
+    }
+    fmt::print("{}", sluice::format_report(final_snapshot));
+    std::fflush(stdout);
+    if (log_) {
+      try {
+        log_->close();
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+        return kExitRunFailed;
+      }
+    }
+    if (result.state == sluice::RunState::Failed) {
+      fmt::print(stderr, "error: {}\n", sluice::printable(result.error, true));
+      return kExitRunFailed;
+    }
+    if (checkpoint_failed_) return kExitRunFailed;
+    if (result.stopped_at_checkpoint) {
+      fmt::print(stderr, "stopped at the checkpoint; continue with: sluice run {} --resume {}\n", sluice::printable(file_),
+                 sluice::printable(options_.checkpoint_dir));
+      return kExitCheckpointed;
+    }
+    if (interrupted_ || g_interrupted) return kExitInterrupted;
+    return every_element_skipped(final_snapshot) ? kExitRunFailed : 0;
+  }
+
+ private:
+  void open_metrics_outputs(const sluice::spec::PipelineSpec& as_run, const std::optional<sluice::MetricsAddress>& address,
+                            const std::string& as_run_note) {
+    if (!options_.metrics_log.empty()) {
+      log_ = std::make_unique<sluice::MetricsLog>(options_.metrics_log);
+      log_->set_pipeline(std::filesystem::absolute(file_).lexically_normal().string(), sluice::pipeline_to_text(as_run));
+    }
+    if (address) {
+      server_ = std::make_unique<sluice::MetricsServer>(*address);
+      server_->set_pipeline(fmt::format("# {}, as run{}\n", sluice::printable(file_), as_run_note) + sluice::pipeline_to_text(as_run));
+      fmt::print(stderr, "metrics: {} (/metrics, /snapshot, /stream, /pipeline)\n", server_->url());
+    }
+  }
+
+  // From the engine's metrics thread: every snapshot goes to the log and the endpoint, and the
+  // last is kept for the progress line and the report.
+  void publish(const sluice::metrics::MetricsSnapshot& snapshot) {
+    if (log_) log_->append(snapshot);
+    if (server_) server_->publish(snapshot);
+    std::lock_guard lock(latest_mutex_);
+    latest_ = snapshot;
+    if (options_.explain_autotune)
+      for (; explained_ < snapshot.autotune().changes_size(); ++explained_)
+        unexplained_.push_back(sluice::format_autotune_change(snapshot.autotune().changes(explained_)));
+  }
+
+  void report_resume(Clock::time_point starting) {
+    std::uint64_t reread = 0;
+    const auto now = engine_->snapshot();
+    for (const auto& stage : now.stage()) reread += stage.elements_reread();
+    fmt::print(stderr, "resumed from checkpoint {} ({} elements had reached the sinks) in {:.2f} s ({} held elements read again)\n",
+               checkpoints_.resume_from->sequence(), checkpoints_.resume_from->sink_elements(),
+               std::chrono::duration<double>(Clock::now() - starting).count(), reread);
+  }
+
+  std::chrono::duration<double> every() const {
+    return std::chrono::duration<double>(options_.progress_every.value_or(terminal_ ? 0.5 : 10.0));
+  }
+
+  // Progress on stderr: redrawn in place on a terminal, plain lines otherwise.
+  void draw_progress(bool final) {
+    std::string line;
+    {
+      std::lock_guard lock(latest_mutex_);
+      if (latest_.stage_size() == 0) return;
+      line = sluice::format_progress(latest_);
+    }
+    if (terminal_) {
+      const std::size_t width = line.size();
+      if (line.size() < drawn_) line.append(drawn_ - line.size(), ' ');  // wipe the rest of a longer line
+      fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
+      drawn_ = width;
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+  }
+
+  // --explain-autotune: the tuner's decisions not printed yet, above the progress line.
+  void explain() {
+    std::vector<std::string> lines;
+    {
+      std::lock_guard lock(latest_mutex_);
+      lines.swap(unexplained_);
+    }
+    if (lines.empty()) return;
+    clear_progress_line();
+    for (const auto& line : lines) fmt::print(stderr, "{}\n", sluice::printable(line));
+    std::fflush(stderr);
+  }
+
+  void clear_progress_line() {
+    if (terminal_ && drawn_) {  // the next draw puts it back
+      fmt::print(stderr, "\r{}\r", std::string(drawn_, ' '));
+      drawn_ = 0;
+    }
+  }
+
+  std::uint64_t sink_elements_now() {
+    std::uint64_t n = checkpoints_.resume_from ? checkpoints_.resume_from->sink_elements() : 0;
+    std::lock_guard lock(latest_mutex_);
+    for (const auto& stage : latest_.stage())
+      if (stage.kind() == "sink") n += stage.elements_in();
+    return n;
+  }
+
+  // Every N elements reaching the sinks or every S seconds (--checkpoint-every).
+  bool checkpoint_due() {
+    if (!checkpoints_.enabled || stopped_for_checkpoint_ || checkpoint_failed_ || interrupted_) return false;
+    const auto& every = checkpoints_.every;
+    return (every.elements > 0 && sink_elements_now() >= sink_elements_at_last_ + every.elements) ||
+           (every.seconds > 0 && Clock::now() - last_checkpoint_at_ >= std::chrono::duration<double>(every.seconds));
+  }
+
+  // A failed write ends the run: training on without the checkpoints asked for would lose the
+  // work they were to keep.
+  void take_checkpoint(bool then_stop) {
+    try {
+      auto taken = engine_->checkpoint(then_stop);
+      if (!taken) {  // every source and reader had ended: the run finishes what its buffers hold
+        if (then_stop) fmt::print(stderr, "the run is in its last elements (every source has ended): finishing it instead of checkpointing\n");
+        return;
+      }
+      sluice::write_checkpoint(checkpoints_.file, *taken);
+      sink_elements_at_last_ = taken->sink_elements();
+      last_checkpoint_at_ = Clock::now();
+      clear_progress_line();
+      fmt::print(stderr, "checkpoint {} written to {} ({} elements had reached the sinks; cut in {:.3f} s)\n", taken->sequence(),
+                 checkpoints_.file.string(), taken->sink_elements(), taken->save_seconds());
+      std::fflush(stderr);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: checkpoint: {}\n", sluice::printable(e.what(), true));
+      checkpoint_failed_ = true;
+      engine_->stop();
+    }
+  }
+
+  // A stage stuck inside a call that ignores the stop (a read that never returns) must not keep
+  // the process: the promise is a stop within a second, so past a grace period it exits.
+  void exit_if_stuck_after_interrupt() {
+    constexpr auto kStopGrace = std::chrono::seconds(2);
+    if (!interrupted_ || Clock::now() - interrupted_at_ <= kStopGrace) return;
+    fmt::print(stderr, "error: the pipeline did not stop within {} s of the interrupt (a stage is blocked in a call "
+                       "that does not return); exiting, outputs stay .partial\n",
+               std::chrono::duration_cast<std::chrono::seconds>(kStopGrace).count());
+    std::fflush(stderr);
+    std::_Exit(kExitInterrupted);
+  }
+
+  // Under the skip policy a run whose every element was skipped "succeeds" with nothing done:
+  // that is a failure the user must see, not an exit 0.
+  static bool every_element_skipped(const sluice::metrics::MetricsSnapshot& final_snapshot) {
+    std::uint64_t skipped = 0, reached_sinks = 0;
+    for (const auto& stage : final_snapshot.stage()) {
+      skipped += stage.errors_skipped();
+      if (stage.kind() == "sink") reached_sinks += stage.elements_in();
+    }
+    if (skipped == 0 || reached_sinks > 0) return false;
+    fmt::print(stderr, "error: every element was skipped ({} skipped, none reached a sink); the reasons are listed above\n", skipped);
+    return true;
+  }
+
+  const std::string file_;
+  const RunOptions& options_;
+  const CheckpointPlan checkpoints_;
+  std::unique_ptr<sluice::MetricsLog> log_;
+  std::unique_ptr<sluice::MetricsServer> server_;
+  std::unique_ptr<sluice::Engine> engine_;
+  // The last published snapshot: the progress line reads it, and the report is made from the
+  // final one, the same one the metrics log ends with.
+  std::mutex latest_mutex_;
+  sluice::metrics::MetricsSnapshot latest_;
+  std::vector<std::string> unexplained_;
+  int explained_ = 0;
+  const bool terminal_ = ::isatty(STDERR_FILENO) != 0;
+  std::size_t drawn_ = 0;
+  Clock::time_point next_progress_;
+  bool interrupted_ = false, stopped_for_checkpoint_ = false, checkpoint_failed_ = false;
+  Clock::time_point interrupted_at_, last_checkpoint_at_ = Clock::now();
+  std::uint64_t sink_elements_at_last_ = 0;
+};
+
+}  // namespace
+
+int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
+            std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options) {
+  PhaseClock clock;
+  std::optional<sluice::MetricsAddress> metrics_address;
+  CheckpointPlan checkpoints;
+  // Interrupts are caught from here on, not only once the engine runs: on a cold start, probing
+  // the plugins takes a while, and a Ctrl-C then must still end with 130 and say so.
+  install_interrupt_handler(!options.checkpoint_dir.empty());
+  try {
+    if (!options.metrics_addr.empty()) metrics_address = sluice::parse_metrics_address(options.metrics_addr);
+    checkpoints = plan_checkpoints(options);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
+  clock.mark("options");
+  sluice::Registry registry;
+  load_plugins(registry, common, true);
+  clock.mark("plugins described");
+  sluice::spec::PipelineSpec as_run;
+  auto graph = load_graph(registry, file, sets, seed, worker_args, &as_run);
+  clock.mark("pipeline read and checked");
+  if (g_interrupted) {
+    fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");
+    return kExitInterrupted;
+  }
+  if (!graph) return kExitBadInput;
+  for (const auto& st : graph->stages)
+    for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
+
+  const bool changed = !sets.empty() || seed || graph->worker.count != 1;
+  HeadlessRun run(file, options, std::move(checkpoints));
+  if (int code = run.start(std::move(*graph), as_run, metrics_address,
+                           changed ? " (with --set/--seed and the worker's shard applied)" : "")) return code;
+  clock.mark("engine started");
+  run.watch();
+  clock.mark("ran");
+  const int code = run.finish();
+  clock.mark("report");
+  if (options.timings) fmt::print(stderr, "{}", clock.text(registry));
+  return code;
+}
+
+}  // namespace sluice_cli
