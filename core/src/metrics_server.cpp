@@ -1,20 +1,23 @@
 #include "sluice/core/metrics_server.hpp"
 
-#include <httplib.h>
+#include <dlfcn.h>
 
-#include <condition_variable>
 #include <algorithm>
-#include <mutex>
-#include <atomic>
-#include <deque>
-#include <system_error>
+#include <condition_variable>
+#include <filesystem>
 #include <memory>
-#include <thread>
+#include <mutex>
+#include <vector>
+
+#include <boost/dll/runtime_symbol_info.hpp>
 
 #include <fmt/format.h>
 
 #include "sluice/core/metrics_log.hpp"
+#include "metrics_http.hpp"
 #include "sluice/error.hpp"
+
+namespace fs = std::filesystem;
 
 namespace sluice {
 
@@ -151,69 +154,50 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
 
 namespace {
 
-// A thread per connection (up to kMaxThreads, then connections wait for one): with httplib's
-// fixed pool of 8, eight idle or slow clients, or eight /stream readers, left Prometheus without
-// an answer. Threads hold the shared state, not the queue, so they may finish after it is gone.
-class ConnectionThreads final : public httplib::TaskQueue {
- public:
-  static constexpr int kMaxThreads = 256;
-
-  void enqueue(std::function<void()> task) override {
-    {
-      std::lock_guard lock(state_->mutex);
-      if (state_->active >= kMaxThreads) {
-        state_->waiting.push_back(std::move(task));
-        return;
-      }
-      ++state_->active;
-    }
-    try {
-      std::thread(run, state_, std::move(task)).detach();
-    } catch (const std::system_error&) {  // no thread to be had: serve it on the accepting thread
-      {
-        std::lock_guard lock(state_->mutex);
-        --state_->active;
-      }
-      task();
-    }
-  }
-  void shutdown() override {
-    std::unique_lock lock(state_->mutex);
-    state_->idle.wait(lock, [&] { return state_->active == 0; });
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable idle;
-    int active = 0;
-    std::deque<std::function<void()>> waiting;
-  };
-  static void run(std::shared_ptr<State> state, std::function<void()> task) {
-    for (;;) {
-      task();
-      std::lock_guard lock(state->mutex);
-      if (state->waiting.empty()) {
-        --state->active;
-        state->idle.notify_all();
-        return;
-      }
-      task = std::move(state->waiting.front());
-      state->waiting.pop_front();
-    }
-  }
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
-
 // Readers of /stream hold their connection for the whole run; beyond this many, they are told to
 // come back later, and the rest of the endpoint stays free for scrapes.
 constexpr int kMaxStreamClients = 16;
 
+// The HTTP module, next to this program's plugin folder: lib/sluice/ beside bin/ (the CLI, the
+// tests), or as the Python package finds its plugins (build/python/sluice, an installed
+// dist-packages/sluice).
+std::vector<fs::path> http_module_candidates() {
+  std::error_code ec;
+  const fs::path self = boost::dll::this_line_location(ec);
+  if (ec) return {};
+  const fs::path folder = self.parent_path();
+  std::vector<fs::path> out;
+  for (const char* up : {"../lib/sluice", "../../lib/sluice", "../../../sluice"})
+    out.push_back((folder / up / http::kModuleName).lexically_normal());
+  return out;
+}
+
+http::StartEndpoint load_http_module() {
+  static std::mutex mutex;
+  static http::StartEndpoint start = nullptr;
+  std::lock_guard lock(mutex);
+  if (start) return start;
+  std::string tried;
+  for (const auto& candidate : http_module_candidates()) {
+    tried += (tried.empty() ? "" : ", ") + candidate.string();
+    if (!fs::exists(candidate)) continue;
+    // Kept loaded for the process's life: its threads may outlast a server by moments.
+    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!handle) {
+      const char* why = ::dlerror();
+      throw Error(fmt::format("cannot serve metrics: {} did not load: {}", candidate.string(), why ? why : "unknown reason"));
+    }
+    start = reinterpret_cast<http::StartEndpoint>(::dlsym(handle, http::kStartEndpointSymbol));
+    if (!start) throw Error(fmt::format("cannot serve metrics: {} is not Sluice's HTTP module (reinstall Sluice)", candidate.string()));
+    return start;
+  }
+  throw Error(fmt::format("cannot serve metrics: Sluice's HTTP module {} is missing (looked at {}); reinstall Sluice",
+                          http::kModuleName, tried));
+}
+
 }  // namespace
 
-struct MetricsServer::Impl {
-  httplib::Server server;
-  std::thread thread;
+struct MetricsServer::Impl final : http::MetricsContent {
   std::string host;
   int port = 0;
   std::mutex mutex;
@@ -221,106 +205,59 @@ struct MetricsServer::Impl {
   metrics::MetricsSnapshot latest;
   std::uint64_t version = 0;  // bumped by every publish
   bool stopping = false;
-  std::atomic<int> stream_clients{0};
-  std::string pipeline_text;  // under mutex
+  int stream_clients = 0;
+  std::string pipeline_text;
+  std::unique_ptr<http::Endpoint> endpoint;  // last member: stopped first
 
-  std::pair<metrics::MetricsSnapshot, std::uint64_t> current() {
+  metrics::MetricsSnapshot current() {
     std::lock_guard lock(mutex);
-    return {latest, version};
+    return latest;
+  }
+  std::string prometheus() override { return prometheus_text(current()); }
+  std::string snapshot(bool json) override {
+    const auto now = current();
+    return json ? snapshot_to_json(now) : now.SerializeAsString();
+  }
+  std::string pipeline() override {
+    std::lock_guard lock(mutex);
+    return pipeline_text;
+  }
+  bool enter_stream(std::string& refusal) override {
+    std::lock_guard lock(mutex);
+    if (stream_clients >= kMaxStreamClients) {
+      refusal = fmt::format("too many /stream clients ({}); try again later, or poll /snapshot\n", kMaxStreamClients);
+      return false;
+    }
+    ++stream_clients;
+    return true;
+  }
+  void leave_stream() override {
+    {
+      std::lock_guard lock(mutex);
+      --stream_clients;
+    }
+    published.notify_all();
+  }
+  bool next_stream_event(std::uint64_t& seen, std::string& json) override {
+    std::unique_lock lock(mutex);
+    published.wait_for(lock, std::chrono::seconds(1), [&] { return stopping || version != seen; });
+    if (version != seen) {
+      seen = version;
+      json = snapshot_to_json(latest);
+      return true;
+    }
+    return !stopping;
   }
 };
 
 MetricsServer::MetricsServer(const MetricsAddress& address) : impl_(std::make_unique<Impl>()) {
-  Impl& I = *impl_;
-  I.host = address.host;
-  auto& server = I.server;
-  // Slow or silent clients give up their thread after a few seconds; request bodies are refused.
-  server.new_task_queue = [] { return new ConnectionThreads; };
-  server.set_read_timeout(3, 0);
-  server.set_write_timeout(3, 0);
-  server.set_keep_alive_timeout(3);
-  server.set_payload_max_length(1024);
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second run on the same
-  // port would bind too and the two would share its connections.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
-  });
-
-  server.Get("/metrics", [&I](const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_text(I.current().first), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server.Get("/snapshot", [&I](const httplib::Request& req, httplib::Response& res) {
-    auto snapshot = I.current().first;
-    if (req.get_param_value("format") == "json") res.set_content(snapshot_to_json(snapshot), "application/json");
-    else res.set_content(snapshot.SerializeAsString(), "application/x-protobuf");
-  });
-  server.Get("/stream", [&I](const httplib::Request&, httplib::Response& res) {
-    if (I.stream_clients.fetch_add(1) >= kMaxStreamClients) {
-      I.stream_clients.fetch_sub(1);
-      res.status = 503;
-      res.set_content(fmt::format("too many /stream clients ({}); try again later, or poll /snapshot\n", kMaxStreamClients),
-                      "text/plain");
-      return;
-    }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [&I, seen = std::uint64_t(0)](std::size_t, httplib::DataSink& sink) mutable {
-      std::string event;
-      {
-        std::unique_lock lock(I.mutex);
-        I.published.wait_for(lock, std::chrono::seconds(1), [&] { return I.stopping || I.version != seen; });
-        // The last snapshot (finished, stopped or failed) goes out before the stream closes, so a
-        // viewer can tell how the run ended from a connection that was lost.
-        if (I.version != seen) {
-          seen = I.version;
-          event = "data: " + snapshot_to_json(I.latest) + "\n\n";
-        } else if (I.stopping) {
-          return false;
-        }
-      }
-      if (event.empty()) event = ": waiting for the next snapshot\n\n";  // keeps proxies and dead peers in check
-      return sink.write(event.data(), event.size());
-    }, [&I](bool) {
-      {
-        std::lock_guard lock(I.mutex);
-        I.stream_clients.fetch_sub(1);
-      }
-      I.published.notify_all();
-    });
-  });
-  server.Get("/pipeline", [&I](const httplib::Request&, httplib::Response& res) {
-    std::string text;
-    {
-      std::lock_guard lock(I.mutex);
-      text = I.pipeline_text;
-    }
-    if (text.empty()) {
-      res.status = 404;
-      res.set_content("this run did not publish its pipeline\n", "text/plain");
-      return;
-    }
-    res.set_content(text, "text/plain; charset=utf-8");
-  });
-  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        "Sluice metrics: /metrics (Prometheus), /snapshot (protobuf; ?format=json), /stream (server-sent events), "
-        "/pipeline (the pipeline as run)\n",
-        "text/plain");
-  });
-
-  if (address.port == 0) {
-    I.port = server.bind_to_any_port(address.host);
-  } else {
-    I.port = server.bind_to_port(address.host, address.port) ? address.port : -1;
-  }
-  if (I.port < 0)
-    throw Error(fmt::format("cannot serve metrics on {}:{} (in use, or not an address of this machine); choose another "
-                            "port with --metrics-addr, or 0 for any free one",
-                            address.host, address.port));
-  I.thread = std::thread([&I] { I.server.listen_after_bind(); });
-  // stop() does nothing to a server not yet listening: wait until it is, so that the destructor
-  // can always end it.
-  for (int i = 0; i < 5000 && !server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->host = address.host;
+  std::string error;
+  impl_->endpoint.reset(load_http_module()(address.host.c_str(), address.port, impl_.get(), &error));
+  if (!impl_->endpoint)
+    throw Error(fmt::format("cannot serve metrics on {}:{} ({}); choose another port with --metrics-addr, or 0 for any free one",
+                            address.host, address.port, error.empty() ? "in use, or not an address of this machine" : error));
+  impl_->port = impl_->endpoint->port();
 }
 
 MetricsServer::~MetricsServer() {
@@ -333,10 +270,9 @@ MetricsServer::~MetricsServer() {
     // Each /stream reader sends the last snapshot, then ends; a reader that cannot (a peer gone
     // quiet) is not waited for long.
     std::unique_lock lock(impl_->mutex);
-    impl_->published.wait_for(lock, std::chrono::seconds(1), [&] { return impl_->stream_clients.load() == 0; });
+    impl_->published.wait_for(lock, std::chrono::seconds(1), [&] { return impl_->stream_clients == 0; });
   }
-  impl_->server.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->endpoint.reset();
 }
 
 void MetricsServer::set_pipeline(const std::string& text) {

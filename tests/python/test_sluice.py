@@ -513,3 +513,30 @@ def test_a_pipeline_with_several_ends_iterates_the_one_named(tmp_path):
     assert [json.loads(line)["value"] for line in copy.read_text().splitlines()] == list(range(50))
     with pytest.raises(ValueError, match="output='nope' names no stage"):
         sluice.Pipeline.from_spec(text, output="nope")
+
+
+def test_a_pipeline_loads_only_the_plugin_libraries_it_uses(tmp_path):
+    # In a fresh interpreter, as a user's script starts: the operators of every plugin are known
+    # (from the registry cache) without loading their libraries, and a run maps only the ones its
+    # pipeline uses: no vision library (and its image codecs) for a pipeline of std operators.
+    script = """
+import sluice
+def mapped():
+    return open("/proc/self/maps").read()
+assert hasattr(sluice.data, "synthetic_images") and not hasattr(sluice.data, "no_such_operator")
+assert "libsluice_" not in mapped(), "importing sluice loaded a plugin library"
+rows = [int(v) for batch in sluice.data.range(count=20).batch(batch_size=5) for v in batch["value"]]
+assert rows == list(range(20)), rows
+assert "libsluice_std.so" in mapped(), "std was not loaded"
+assert "libsluice_vision.so" not in mapped(), "a std-only pipeline loaded the vision library"
+assert "libsluice_io.so" not in mapped(), "a std-only pipeline loaded the io library"
+images = list(sluice.data.synthetic_images(count=2, height=8, width=8).random_flip())
+assert len(images) == 2
+assert "libsluice_vision.so" in mapped(), "an image pipeline did not load the vision library"
+print("ok")
+"""
+    env = dict(os.environ, SLUICE_REGISTRY=str(tmp_path / "registry.bin"))
+    for attempt in ("probed", "from the cache"):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", (attempt, done.stdout, done.stderr)
+    assert (tmp_path / "registry.bin").is_file()
