@@ -24,6 +24,7 @@ packages=(
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/
+  packages+=(xdotool)  # bench/startup.sh: when the studio's window shows
   packages+=(python3-torchvision python3-pil)  # PyTorch's DataLoader baseline of bench/
 fi
 

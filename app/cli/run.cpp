@@ -1,14 +1,11 @@
 // `sluice run`: a pipeline run headless, with a progress line, checkpoints on signals and on a
 // schedule, a metrics log and endpoint, and the end-of-run report.
-#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -25,7 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// --timings: what the run's start cost, phase by phase, in milliseconds.
+// --timings: what the run's start cost, phase by phase, in milliseconds from main() (what comes
+// before, exec and the dynamic linking, is the wall time less their total).
 class PhaseClock {
  public:
   void mark(const std::string& phase) {
@@ -35,7 +33,6 @@ class PhaseClock {
   }
   std::string text(const sluice::Registry& registry) const {
     std::string out = "timings (ms):";
-    if (const double before = ms_before_main(); before >= 0) out += fmt::format(" before main {:.0f} (to 10 ms);", before);
     double total = 0;
     for (const auto& [phase, ms] : phases_) {
       out += fmt::format(" {} {:.1f};", phase, ms);
@@ -54,27 +51,7 @@ class PhaseClock {
   }
 
  private:
-  // Exec, the dynamic linking of the program's libraries and static constructors: from the
-  // process's start time (/proc/self/stat, in clock ticks) to now, less what main has spent.
-  double ms_before_main() const {
-    std::ifstream stat("/proc/self/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) return -1;
-    std::istringstream fields(text.substr(close + 2));
-    std::string field;
-    for (int i = 3; i <= 22 && fields >> field; ++i) {
-      if (i < 22) continue;
-      timespec boot{};
-      ::clock_gettime(CLOCK_BOOTTIME, &boot);
-      const double started_ms = std::stod(field) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-      const double now_ms = static_cast<double>(boot.tv_sec) * 1000.0 + static_cast<double>(boot.tv_nsec) / 1e6;
-      return std::max(0.0, now_ms - started_ms - std::chrono::duration<double, std::milli>(Clock::now() - main_).count());
-    }
-    return -1;
-  }
-
-  Clock::time_point main_ = Clock::now(), last_ = main_;
+  Clock::time_point last_ = Clock::now();
   std::vector<std::pair<std::string, double>> phases_;
 };
 
