@@ -5,12 +5,16 @@
 # input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/stage.sh
 bash scripts/install-deps.sh
 seconds=${1:-60}
 testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz
-CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build "$out" -j "${JOBS:-2}"
+build_targets() {
+  CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  cmake --build "$out" -j "${JOBS:-2}"
+}
+stage "build build-fuzz" build_targets
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
@@ -62,5 +66,8 @@ run_target() {  # run_target NAME: 0, or 1 and the end of its log when it found 
 export -f run_target
 export out corpus seconds
 status=0
-printf '%s\n' fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}' || status=1
+run_all_targets() {
+  printf '%s\n' fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}'
+}
+stage "fuzzing (5 targets, ${seconds} s each)" run_all_targets || status=1
 exit $status

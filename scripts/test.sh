@@ -3,6 +3,7 @@
 # ctest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/stage.sh
 export BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/build.sh
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-2}" --timeout 600
+stage "tests in $BUILD_DIR" ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-2}" --timeout 600
