@@ -205,6 +205,24 @@ class TestPluginLoading : public QObject {
     QCOMPARE(described_by(*none, "libfixture_good.so"), std::string("probed"));
   }
 
+  // A library that crashed its probe is probed again at the next start, never remembered as
+  // refused: the crash may have come from the machine (memory, a missing device), not the file.
+  void a_crashing_probe_is_not_remembered() {
+    QTemporaryDir dir;
+    const std::string plugins = dir.filePath("plugins").toStdString(), cache = dir.filePath("registry.bin").toStdString();
+    fs::create_directories(plugins);
+    fs::copy_file(std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/hostile/libhostile_register_segfaults.so", plugins + "/libcrashes.so");
+    fs::copy_file(std::string(SLUICE_FIXTURE_PLUGIN_DIR) + "/good/libfixture_good.so", plugins + "/libfixture_good.so");
+    for (int start = 0; start < 2; ++start) {
+      auto registry = registry_over(plugins, cache);
+      QVERIFY2(reason_for(*registry, "libcrashes.so").find("killed the probe process") != std::string::npos,
+               reason_for(*registry, "libcrashes.so").c_str());
+      QCOMPARE(described_by(*registry, "libfixture_good.so"), std::string(start == 0 ? "probed" : "registry cache " + cache));
+    }
+    const auto kept = decoded(cache);
+    for (const auto& library : kept.libraries()) QVERIFY2(library.path().find("libcrashes.so") == std::string::npos, library.path().c_str());
+  }
+
   // Processes that start at once with no cache all work, and leave one valid cache that describes
   // every library.
   void processes_starting_at_once_share_one_valid_cache() {

@@ -50,6 +50,16 @@ const char* machine_name(unsigned machine) {
   }
 }
 
+// Loads the library into this process and describes it: the probe's work in its child, or the
+// host's own where no child can be made.
+registry::Library load_and_describe(const std::string& path) {
+  if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return describe_loaded_library(handle);
+  registry::Library described;
+  const char* text = ::dlerror();
+  described.set_refusal(std::string("cannot be loaded: ") + (text ? text : "the dynamic loader refused it"));
+  return described;
+}
+
 // What the child does: everything loading does in the host, so that whatever would crash, hang
 // or end the host ends the child instead; then it writes what it learnt to `report_fd`.
 [[noreturn]] void probe_in_child(const std::string& path, int report_fd, pid_t host) {
@@ -60,14 +70,7 @@ const char* machine_name(unsigned machine) {
   ::signal(SIGTERM, SIG_IGN);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != host) ::_exit(1);  // the host ended before the request above was made
-  registry::Library described;
-  if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-    described = describe_loaded_library(handle);
-  } else {
-    const char* text = ::dlerror();
-    described.set_refusal(std::string("cannot be loaded: ") + (text ? text : "the dynamic loader refused it"));
-  }
-  const std::string bytes = described.SerializeAsString();
+  const std::string bytes = load_and_describe(path).SerializeAsString();
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(report_fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -323,22 +326,15 @@ registry::Library describe_loaded_library(void* handle) {
 }
 
 registry::Library probe_library(const fs::path& file) {
-  auto in_this_process = [&] {
-    registry::Library described;
-    if (void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) return describe_loaded_library(handle);
-    const char* text = ::dlerror();
-    described.set_refusal(std::string("cannot be loaded: ") + (text ? text : "the dynamic loader refused it"));
-    return described;
-  };
   int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return in_this_process();  // cannot probe: load as before
+  if (::pipe2(report, O_CLOEXEC) != 0) return load_and_describe(file.string());  // cannot probe: load as before
   std::fflush(nullptr);  // a library that calls exit() in the child must not write our buffers twice
   const pid_t host = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(report[0]);
     ::close(report[1]);
-    return in_this_process();
+    return load_and_describe(file.string());
   }
   if (child == 0) {
     ::close(report[0]);
