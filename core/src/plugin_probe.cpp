@@ -103,11 +103,13 @@ std::chrono::milliseconds probe_timeout() {
   return std::chrono::milliseconds(10000);
 }
 
+}  // namespace
+
 // What the library is, by its content: its GNU build ID (a hash the linker wrote of what it
 // linked, read from the note segments without reading the whole file), or else a hash of all its
 // bytes. Size and modification time alone would trust another library copied over a probed one
 // with `cp -p` or `rsync -t`. Empty if the file cannot be read (then it is probed).
-std::string identity_of(const fs::path& file) {
+std::string library_identity(const fs::path& file) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
   struct Closer {
@@ -150,8 +152,6 @@ std::string identity_of(const fs::path& file) {
   return fmt::format("bytes:{:016x}", std::hash<std::string_view>{}(bytes));
 }
 
-}  // namespace
-
 std::string check_plugin_file(const fs::path& file) {
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0) {
@@ -192,8 +192,6 @@ std::string check_plugin_file(const fs::path& file) {
   }
   return {};
 }
-
-std::string library_identity(const fs::path& file) { return identity_of(file); }
 
 void describe_operator(const OperatorInfo& info, registry::Operator& out) {
   out.set_name(info.name);
