@@ -18,7 +18,7 @@ namespace {
 
 enum class ColumnType { Int64, Float, Bytes };
 
-struct Column {
+struct CsvColumn {
   std::string name;
   ColumnType type = ColumnType::Bytes;
 };
@@ -89,7 +89,7 @@ class CsvReader final : public Expand {
         return s;
       };
       if (colon == std::string::npos) throw ParamError("schema entry '" + entry + "' is not NAME:TYPE");
-      Column c{trim(entry.substr(0, colon)), ColumnType::Bytes};
+      CsvColumn c{trim(entry.substr(0, colon)), ColumnType::Bytes};
       auto type = trim(entry.substr(colon + 1));
       if (type == "int64") c.type = ColumnType::Int64;
       else if (type == "float") c.type = ColumnType::Float;
@@ -100,7 +100,7 @@ class CsvReader final : public Expand {
     }
     if (schema_.empty() && !header_) throw ParamError("without a header row, give a schema");
     for (const auto& name : select_)
-      if (!schema_.empty() && std::none_of(schema_.begin(), schema_.end(), [&](const Column& c) { return c.name == name; }))
+      if (!schema_.empty() && std::none_of(schema_.begin(), schema_.end(), [&](const CsvColumn& c) { return c.name == name; }))
         throw ParamError("select_columns names '" + name + "', which the schema has not");
   }
 
@@ -108,7 +108,7 @@ class CsvReader final : public Expand {
   // being split, never the whole file.
   class Rows final : public ExpandCursor {
    public:
-    Rows(std::string path, std::vector<Column> schema, bool header, char delimiter, const CsvReader& op, DamageReport& damage)
+    Rows(std::string path, std::vector<CsvColumn> schema, bool header, char delimiter, const CsvReader& op, DamageReport& damage)
         : path_(std::move(path)), fd_{open_regular_file(path_)}, parser_({}, delimiter, false), columns_(std::move(schema)),
           op_(op), damage_(damage) {
       if (header) read_header();
@@ -244,7 +244,7 @@ class CsvReader final : public Expand {
     Fd fd_;  // closed however the constructor or the cursor ends
     std::string text_;
     CsvParser parser_;
-    std::vector<Column> columns_;
+    std::vector<CsvColumn> columns_;
     std::vector<std::size_t> selected_;  // the columns handed out, in order
     const CsvReader& op_;
     bool infer_types_ = false;
@@ -259,7 +259,7 @@ class CsvReader final : public Expand {
   std::string field_;
   bool header_;
   char delimiter_ = ',';
-  std::vector<Column> schema_;
+  std::vector<CsvColumn> schema_;
   std::vector<std::string> select_, na_values_;
   std::map<std::string, std::string> defaults_;
 };
