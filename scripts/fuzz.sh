@@ -11,7 +11,7 @@ seconds=${1:-60}
 testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz
 build_targets() {
-  CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON > /dev/null
   cmake --build "$out" -j "${JOBS:-2}"
 }
 stage "build build-fuzz" build_targets
