@@ -1,6 +1,7 @@
 // The metrics endpoint's HTTP server (libsluice_http.so): cpp-httplib serving what the host's
 // MetricsContent answers. Loaded by metrics_server.cpp only when a run serves metrics.
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -79,6 +80,7 @@ class HttpEndpoint final : public Endpoint {
     route();
     port_ = port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
     if (port_ < 0) return false;
+    widen_accept_queue();
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() does nothing to a server not yet listening: wait until it is, so that the destructor
     // can always end it.
@@ -103,10 +105,18 @@ class HttpEndpoint final : public Endpoint {
     server_.set_payload_max_length(1024);
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second run on the same
     // port would bind too and the two would share its connections.
-    server_.set_socket_options([](socket_t sock) {
+    server_.set_socket_options([this](socket_t sock) {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
+      listening_socket_ = sock;
     });
+  }
+
+  // Debian's httplib is compiled with an accept queue of 5. The kernel drops a connection attempt
+  // while the queue is full and the client tries again only a second later: a scrape arriving
+  // with a burst of clients waited seconds. listen() again on the bound socket sets a longer one.
+  void widen_accept_queue() {
+    if (listening_socket_ >= 0) ::listen(listening_socket_, 512);
   }
 
   void route() {
@@ -159,6 +169,7 @@ class HttpEndpoint final : public Endpoint {
   MetricsContent& content_;
   httplib::Server server_;
   std::thread thread_;
+  int listening_socket_ = -1;
   int port_ = -1;
 };
 
