@@ -26,10 +26,10 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/t
 # CSV) ran several times slower at -O0, and the suites took longer than the optimisation costs
 # to compile. Assertions stay on (a Debug build).
 not_under_asan='^(sdk_plugin_authoring|sdk_external_plugin|studio_screenshots)$'
-# The suites' own code at -O0 (SLUICE_TEST_CODE_FLAGS): a quarter less to compile, and it is not
-# what these runs check.
+# The suites' own code at -O0 (SLUICE_TEST_CODE_FLAGS, from scripts/build.sh): a quarter less to
+# compile, and it is not what these runs check.
 BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-  -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF -DSLUICE_TEST_CODE_FLAGS=-O0
+  -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF
 stage "tests in build-asan (ASan+UBSan)" ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}" --timeout 900 -E "$not_under_asan"
 
 # Only what the suites labelled `threads` run is built (their programs depend on the plugins and
