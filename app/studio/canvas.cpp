@@ -674,3 +674,7 @@ void CanvasView::dropEvent(QDropEvent* event) {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_canvas.cpp"

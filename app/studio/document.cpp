@@ -468,3 +468,7 @@ bool same_pipeline_ignoring_layout(const spec::PipelineSpec& a, const spec::Pipe
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_document.cpp"

@@ -489,3 +489,7 @@ void Inspector::commit(const QString& param, const QString& text, const ParamSpe
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_inspector.cpp"

@@ -169,3 +169,7 @@ void AttachClient::read_events() {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_live.cpp"

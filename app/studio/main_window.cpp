@@ -1068,3 +1068,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_main_window.cpp"

@@ -481,3 +481,7 @@ void LogPanel::show_snapshot(const metrics::MetricsSnapshot& snap) {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_monitor.cpp"

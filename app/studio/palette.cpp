@@ -120,3 +120,7 @@ void Palette::filter(const QString& text) {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_palette.cpp"

@@ -144,3 +144,7 @@ void VerdictPanel::mark(int index, const QString& outcome) {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_verdict.cpp"

@@ -167,3 +167,7 @@ void WorkersPanel::redraw() {
 }
 
 }  // namespace sluice::studio
+
+// The meta-object code compiled with this file (and its unity batch), not in a separate
+// mocs_compilation unit that parsed Qt's headers again for it.
+#include "moc_workers.cpp"
