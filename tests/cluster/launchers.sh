@@ -220,6 +220,10 @@ EOF
   [ -n "$victim" ] || fail "slurm: worker 1 of the slow job was not found"
   ls "$work/killed" | grep -q -- "-worker-1-.*partial" || fail "slurm: worker 1 never started writing"
   kill -9 "$victim"
+  # The other two workers would go on for seconds of simulated work nobody checks: the step ends
+  # once the victim is gone.
+  for _ in $(seq 50); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; done
+  pkill -TERM -f -- "run -q $work/slow.txtpb" || true
   wait "$job" || true
   if ls "$work/killed" | grep -E -- "-worker-1-[0-9]+\.tfrecord$"; then fail "slurm: the killed worker left a shard that looks complete"; fi
   echo "  worker 1 killed mid-run: $(ls "$work/killed" | grep -c -- "-worker-1-") .partial file(s), no complete-looking shard"
@@ -235,7 +239,8 @@ stage { id: "mix" op: "shuffle" input: "work" params { key: "buffer_size" value:
 stage { id: "b" op: "batch" input: "mix" buffer_size: 2 params { key: "batch_size" value: "8" } }
 stage { id: "out" op: "jsonl_sink" input: "b" params { key: "path" value: "$work/resumable.jsonl" } }
 EOF
-  "$sluice" run -q "$work/resumable.txtpb" --set "out.path=$work/whole.jsonl" > /dev/null
+  # The uninterrupted output, without the simulated work (which passes elements through as they are).
+  "$sluice" run -q "$work/resumable.txtpb" --set "out.path=$work/whole.jsonl" --set work.us=0 > /dev/null
   job_state() { scontrol show job "$1" | grep -o "JobState=[A-Z_]*" | cut -d= -f2; }
   restarts() { scontrol show job "$1" | grep -o "Restarts=[0-9]*" | cut -d= -f2; }
   wait_for() {  # job state [restarts]
