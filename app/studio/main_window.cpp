@@ -267,6 +267,10 @@ MainWindow::~MainWindow() {
   // The scene reads the document: gone before it.
   attach_.detach();
   delete view_;
+  // QGraphicsScene's own destructor removes the items, which changes the selection after the
+  // PipelineScene part is gone: this window's handler must not hear it (it would call into the
+  // destroyed part; clang's UndefinedBehaviorSanitizer saw it).
+  scene_->disconnect(this);
   delete scene_;
 }
 
@@ -660,7 +664,9 @@ std::unique_ptr<QMenu> MainWindow::context_menu_at(QPoint view_pos) {
 void MainWindow::add_from_palette(const QString& op) {
   if (document_.read_only()) return;
   if (insert_between_) {
-    const auto [from, to] = *insert_between_;
+    // Named copies, not structured bindings: a lambda below uses `to`, and capturing a binding is
+    // something clang before 16 refuses (the sanitizer trees build with clang).
+    const QString from = insert_between_->first, to = insert_between_->second;
     insert_between_.reset();
     if (document_.index_of(from) >= 0 && document_.index_of(to) >= 0) {
       const auto* consumer = &document_.spec().stage(document_.index_of(to));
