@@ -10,6 +10,31 @@
 namespace sluice::std_ops {
 namespace {
 
+// IEEE binary16 nearest to `v` (ties to even), as a conversion instruction gives: rounded once,
+// from the double, not through a float. Written out because clang before 15 has no _Float16 on
+// x86-64 (the sanitizer trees build with clang).
+std::uint16_t double_to_half(double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  const auto sign = static_cast<std::uint16_t>((bits >> 48) & 0x8000);
+  const std::uint64_t magnitude = bits & 0x7FFFFFFFFFFFFFFFull;
+  const auto exponent = static_cast<int>(magnitude >> 52);
+  const std::uint64_t mantissa = magnitude & ((1ull << 52) - 1);
+  if (exponent == 0x7FF)  // infinity, or NaN kept quiet with its top payload bits
+    return static_cast<std::uint16_t>(sign | 0x7C00 | (mantissa ? 0x200 | ((mantissa >> 42) & 0x3FF) : 0));
+  if (magnitude >= ((1038ull << 52) | (0x7FFull << 41))) return sign | 0x7C00;  // 65520 and up: infinity
+  // Normal halves: the exponent rebased (1023 - 15), the mantissa's top 10 bits. Below 2^-14 the
+  // value counts units of 2^-24 (subnormal halves), the implicit bit made explicit.
+  const bool normal = exponent >= 1009;
+  if (!normal && exponent < 998) return sign;  // below 2^-25: rounds to zero
+  const int shift = normal ? 42 : 1051 - exponent;
+  const std::uint64_t significand = normal ? mantissa : (mantissa | (1ull << 52));
+  std::uint64_t half = (normal ? static_cast<std::uint64_t>(exponent - 1008) << 10 : 0) | (significand >> shift);
+  const std::uint64_t rest = significand & ((1ull << shift) - 1), midway = 1ull << (shift - 1);
+  if (rest > midway || (rest == midway && (half & 1))) ++half;  // a carry into the exponent is right
+  return static_cast<std::uint16_t>(sign | half);
+}
+
 std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t"));
   s.erase(s.find_last_not_of(" \t") + 1);
@@ -79,8 +104,8 @@ void encode_value(const std::string& field, const std::string& text, DType dtype
       break;
     }
     case DType::F16: {
-      const _Float16 h = static_cast<_Float16>(v);
-      std::memcpy(out, &h, 2);
+      const std::uint16_t half = double_to_half(v);
+      std::memcpy(out, &half, 2);
       break;
     }
     case DType::Bytes: break;
