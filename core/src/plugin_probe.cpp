@@ -60,6 +60,23 @@ registry::Library load_and_describe(const std::string& path) {
   return described;
 }
 
+// A static constructor that throws ends the process in a library built by GCC (std::terminate:
+// SIGABRT), but in one built by clang 14 the exception leaves dlopen() itself: the child names it
+// rather than letting it reach the CLI's own handler as an unexplained exit.
+registry::Library described_in_child(const std::string& path) {
+  try {
+    return load_and_describe(path);
+  } catch (const std::exception& e) {
+    registry::Library described;
+    described.set_refusal(fmt::format("an exception left the library while it loaded (a static constructor threw): {}", e.what()));
+    return described;
+  } catch (...) {
+    registry::Library described;
+    described.set_refusal("an exception left the library while it loaded (a static constructor threw something not a std::exception)");
+    return described;
+  }
+}
+
 // What the child does: everything loading does in the host, so that whatever would crash, hang
 // or end the host ends the child instead; then it writes what it learnt to `report_fd`.
 [[noreturn]] void probe_in_child(const std::string& path, int report_fd, pid_t host) {
@@ -70,7 +87,7 @@ registry::Library load_and_describe(const std::string& path) {
   ::signal(SIGTERM, SIG_IGN);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != host) ::_exit(1);  // the host ended before the request above was made
-  const std::string bytes = load_and_describe(path).SerializeAsString();
+  const std::string bytes = described_in_child(path).SerializeAsString();
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(report_fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
