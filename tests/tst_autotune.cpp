@@ -41,8 +41,8 @@ sluice::RunResult run_watched(const std::string& text, const std::function<void(
   return result;
 }
 
-// (The TSan build hides __SANITIZE_THREAD__ for protobuf's sake and sets _GLIBCXX_TSAN instead.)
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_TSAN)
+// SLUICE_SANITIZED: tests/CMakeLists.txt defines it in the sanitizer builds.
+#ifdef SLUICE_SANITIZED
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;

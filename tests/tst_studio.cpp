@@ -2069,7 +2069,7 @@ class TestStudio : public QObject {
     tick.stop();
     window_->stop_run();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 5000);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_TSAN)
+#ifdef SLUICE_SANITIZED
     // The run started, was watched and stopped (what the sanitizer checks); latency is not
     // measured: instrumented repaints and snapshots cost several times their cost, and in
     // .ci/run's ASan suite on 2 cores the median was 5 ms in one run and 61 ms in another.
