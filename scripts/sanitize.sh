@@ -27,9 +27,14 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/t
 # to compile. Assertions stay on (a Debug build).
 not_under_asan='^(sdk_plugin_authoring|sdk_external_plugin|studio_screenshots)$'
 # The suites' own code at -O0 (SLUICE_TEST_CODE_FLAGS, from scripts/build.sh): a quarter less to
-# compile, and it is not what these runs check.
-BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-  -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF
+# compile, and it is not what these runs check. Compiled by clang (14, Debian's, already there for
+# the fuzz targets): a third faster than GCC at -O1 with these sanitizers (the core's largest unity
+# batch 40 s -> 27 s, a suite's 12.3 s -> 8.9 s), and its UndefinedBehaviorSanitizer checks what
+# GCC's does not (a call into a half-destroyed object, through its vtable, was found so).
+# ThreadSanitizer stays with GCC for now: the macro hiding below is GCC's, and clang reveals the
+# sanitizer to protobuf's headers through __has_feature, which cannot be hidden (untried there).
+BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF
 stage "tests in build-asan (ASan+UBSan)" ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}" --timeout 900 -E "$not_under_asan"
 
 # Only what the suites labelled `threads` run is built (their programs depend on the plugins and
