@@ -59,3 +59,17 @@ def test_per_input_batches_never_mix_files(tmp_path):
     assert [b["line"].tolist() for b in ds] == [[[1, 0], [2, 2]], [[10, 10, 10], [11, 0, 0]], [[3]]]
     with pytest.raises(sluice.SpecError, match="stage 'split_text': per_input runs a stage once per input"):
         list(files.split_text(per_input=True))
+
+
+def test_float16_rows_are_padded_with_the_value_rounded_as_numpy_rounds_it():
+    # The padding value is converted to binary16 by Sluice's own rounding (ties to even, once,
+    # from the double): it must give NumPy's float16 of the same value, including values between
+    # two halves, beyond the largest half and below the smallest subnormal.
+    rows = [np.array([1.5, -2.0], dtype=np.float16), np.array([0.25], dtype=np.float16)]
+    for value in [0.1, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65519.0, 65520.0, -1e-8, 2.0 ** -25 * 1.5, 3.0e-5]:
+        ds = sluice.data.from_generator(lambda: iter({"x": r} for r in rows)).padded_batch(
+            batch_size=2, padding_values=value)
+        (batch,) = list(ds)
+        assert batch["x"].dtype == np.float16
+        want = np.array([[1.5, -2.0], [0.25, value]], dtype=np.float16)
+        assert batch["x"].view(np.uint16).tolist() == want.view(np.uint16).tolist(), value
