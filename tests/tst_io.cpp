@@ -12,6 +12,7 @@
 #include "example_codec.hpp"
 #include "example.pb.h"
 #include "pipeline_runner.hpp"
+#include "tfds_split.hpp"
 #include "tfrecord.hpp"
 
 using namespace sluice::test;
@@ -605,6 +606,102 @@ class TestIo : public QObject {
     QCOMPARE(out.lines.size(), std::size_t(3));
     QVERIFY(out.lines[0].find("\"label\":0") != std::string::npos);
     QVERIFY(out.lines[2].find("\"label\":1") != std::string::npos);
+  }
+  // TFDS's split grammar against the boundaries TFDS computes (Python's round(b * n / 100.):
+  // halves to even; pct1_dropremainder: b * trunc(n / 100)); the expected values were computed
+  // with Python, not with the code under test.
+  void tfds_splits_resolve_as_tfds_resolves_them_data() {
+    QTest::addColumn<QString>("spec");
+    QTest::addColumn<bool>("pct1");
+    QTest::addColumn<QString>("expected");
+    auto row = [](const char* spec, const char* expected, bool pct1 = false) {
+      QTest::addRow("%s%s", spec, pct1 ? " pct1" : "") << QString(spec) << pct1 << QString(expected);
+    };
+    // MNIST's splits (tests/data/real/tfds): TFDS's documented forms.
+    row("train", "train:0-60000");
+    row("train[:4000]", "train:0-4000");
+    row("train[-1000:]", "train:59000-60000");
+    row("train[:75%]", "train:0-45000");
+    row("train[25%:75%]", "train:15000-45000");
+    row("train[1:-1]", "train:1-59999");
+    row("train[:25%]+test", "train:0-15000,test:0-10000");
+    row("test[:-5%]+train[40%:60%]", "test:0-9500,train:24000-36000");
+    row("train[:10%] + test", "train:0-6000,test:0-10000");
+    row("all", "train:0-60000,test:0-10000");
+    row("train[10.5%:20.25%]", "train:6300-12150");
+    // Sizes where rounding to the closest and truncation differ, exact halves among them.
+    row("five[:50%]", "five:0-2");
+    row("five[50%:]", "five:2-5");
+    row("seven[:50%]", "seven:0-4");
+    row("three[33%:67%]", "three:1-2");
+    row("n199[:50%]", "n199:0-100");
+    row("n199[:50%]", "n199:0-50", true);
+    row("n250[:3%]", "n250:0-8");
+    row("n250[:3%]", "n250:0-6", true);
+    row("n1001[-1%:]", "n1001:991-1001");
+    row("n1001[:-99.5%]", "n1001:0-5");
+    row("n1001[:-99.5%]", "n1001:0-6", true);
+    // Shards of 10, 20 and 30 examples.
+    row("sharded[1shard]", "sharded:10-30");
+    row("sharded[:2shard]", "sharded:0-30");
+    row("sharded[-1shard:]", "sharded:30-60");
+    row("sharded[:-1shard]", "sharded:0-30");
+    row("sharded[1shard:3shard]", "sharded:10-60");
+  }
+  void tfds_splits_resolve_as_tfds_resolves_them() {
+    QFETCH(QString, spec);
+    QFETCH(bool, pct1);
+    QFETCH(QString, expected);
+    const std::vector<sluice::io::SplitShards> splits = {{"train", {60000}}, {"test", {10000}},   {"five", {5}},    {"seven", {7}},
+                                                         {"three", {3}},      {"n199", {199}},     {"n250", {250}},  {"n1001", {1001}},
+                                                         {"sharded", {10, 20, 30}}};
+    // `all` is every split: ask it of MNIST's two alone.
+    const auto used = spec == "all" ? std::vector<sluice::io::SplitShards>(splits.begin(), splits.begin() + 2) : splits;
+    const auto ranges = sluice::io::resolve_split(spec.toStdString(), used,
+                                                  pct1 ? sluice::io::SplitRounding::Pct1DropRemainder : sluice::io::SplitRounding::Closest);
+    QStringList got;
+    for (const auto& r : ranges) got << QString("%1:%2-%3").arg(QString::fromStdString(r.split)).arg(r.from).arg(r.to);
+    QCOMPARE(got.join(","), expected);
+  }
+
+  void tfds_split_errors_name_what_is_wrong() {
+    const std::vector<sluice::io::SplitShards> splits = {{"train", {60000}}, {"test", {10000}}, {"small", {50}}};
+    auto refusal = [&](const std::string& spec, sluice::io::SplitRounding rounding = sluice::io::SplitRounding::Closest) {
+      try {
+        sluice::io::resolve_split(spec, splits, rounding);
+      } catch (const sluice::ParamError& e) {
+        return std::string(e.what());
+      }
+      return std::string("(accepted)");
+    };
+    auto expect = [&](const std::string& spec, const std::string& text, sluice::io::SplitRounding rounding = sluice::io::SplitRounding::Closest) {
+      const std::string why = refusal(spec, rounding);
+      QVERIFY2(why.find("split '" + spec + "'") != std::string::npos && why.find(text) != std::string::npos, (spec + ": " + why).c_str());
+    };
+    expect("train[:101%]", "between -100% and 100%");
+    expect("train[70000:]", "exceeds its 60000 examples");
+    expect("train[-60001:]", "exceeds its 60000 examples");
+    expect("all[:10%]", "'all' takes no slice");
+    expect("valid", "no split 'valid' (it has: train, test, small)");
+    expect("train[5]", "a single index must be a shard");
+    expect("train[:]", "selects nothing");
+    expect("train[1.5:]", "only a percent may have a fraction");
+    expect("train[1:2:3]", "more than one ':'");
+    expect("train[a:]", "is not a boundary");
+    expect("train[:10%", "is not SPLIT or SPLIT[SLICE]");
+    expect("small[:10%]", "at least 100 examples (this one has 50)", sluice::io::SplitRounding::Pct1DropRemainder);
+  }
+
+  // Only the shards a range touches are read, each from where the range enters it.
+  void tfds_split_ranges_open_only_their_shards() {
+    const sluice::io::SplitShards sharded{"train", {10, 20, 30}};
+    QStringList got;
+    for (const auto& r : sluice::io::shard_reads({"train", 5, 45}, sharded)) got << QString("%1+%2:%3").arg(r.shard).arg(r.skip).arg(r.take);
+    QCOMPARE(got.join(" "), QString("0+5:5 1+0:20 2+0:15"));
+    got.clear();
+    for (const auto& r : sluice::io::shard_reads({"train", 12, 14}, sharded)) got << QString("%1+%2:%3").arg(r.shard).arg(r.skip).arg(r.take);
+    QCOMPARE(got.join(" "), QString("1+2:2"));
+    QVERIFY(sluice::io::shard_reads({"train", 30, 30}, sharded).empty());
   }
 };
 

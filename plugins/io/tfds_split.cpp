@@ -1,0 +1,167 @@
+#include "tfds_split.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <regex>
+
+#include "sluice/error.hpp"
+
+namespace sluice::io {
+namespace {
+
+enum class Unit { Absolute, Percent, Shard };
+
+struct Bound {
+  std::optional<double> value;  // absent: the split's start or end
+  std::optional<Unit> unit;     // absent: no unit written
+};
+
+struct Slice {
+  std::string split;
+  std::optional<double> from, to;
+  Unit unit = Unit::Absolute;
+};
+
+[[noreturn]] void refuse(const std::string& spec, const std::string& why) {
+  throw ParamError("split '" + spec + "': " + why + " (TFDS's forms: train, train[:4000], train[-1000:], train[25%:75%], "
+                   "train[:4shard], train[4shard], train[:25%]+test, all)");
+}
+
+Bound parse_bound(const std::string& spec, const std::string& text) {
+  static const std::regex form(R"(^(-?\d+(?:\.\d+)?)(%|shard)?$)");
+  if (text.empty()) return {};
+  std::smatch m;
+  if (!std::regex_match(text, m, form)) refuse(spec, "'" + text + "' is not a boundary (a whole number, or a percent)");
+  Bound b;
+  b.value = std::stod(m[1].str());
+  if (m[2].matched) b.unit = m[2].str() == "%" ? Unit::Percent : Unit::Shard;
+  if (m[1].str().find('.') != std::string::npos && b.unit != Unit::Percent)
+    refuse(spec, "'" + text + "': only a percent may have a fraction");
+  return b;
+}
+
+Slice parse_part(const std::string& spec, const std::string& part) {
+  static const std::regex form(R"(^([\w-]+)(?:\[([^\]]*)\])?$)");
+  std::smatch m;
+  if (!std::regex_match(part, m, form)) refuse(spec, "'" + part + "' is not SPLIT or SPLIT[SLICE]");
+  Slice s;
+  s.split = m[1].str();
+  if (!m[2].matched) return s;
+  const std::string selector = m[2].str();
+  const auto colon = selector.find(':');
+  if (colon == std::string::npos) {  // train[4shard]: one shard
+    const Bound b = parse_bound(spec, selector);
+    if (!b.value || b.unit != Unit::Shard) refuse(spec, "'" + part + "': a single index must be a shard (as 4shard); slice examples or percents with ':'");
+    s.from = *b.value;
+    s.to = *b.value + 1;
+    s.unit = Unit::Shard;
+    return s;
+  }
+  if (selector.find(':', colon + 1) != std::string::npos) refuse(spec, "'" + part + "' has more than one ':'");
+  const Bound from = parse_bound(spec, selector.substr(0, colon)), to = parse_bound(spec, selector.substr(colon + 1));
+  if (!from.value && !to.value) refuse(spec, "'" + part + "' selects nothing between its brackets");
+  s.from = from.value;
+  s.to = to.value;
+  // As TFDS: the unit written on either side is the slice's.
+  s.unit = from.unit ? *from.unit : to.unit ? *to.unit : Unit::Absolute;
+  if (s.unit == Unit::Percent && (std::abs(s.from.value_or(0)) > 100 || std::abs(s.to.value_or(0)) > 100))
+    refuse(spec, "'" + part + "': a percent boundary lies between -100% and 100%");
+  return s;
+}
+
+std::int64_t percent_to_index(double percent, std::uint64_t examples, SplitRounding rounding, const std::string& spec) {
+  if (rounding == SplitRounding::Closest)  // Python's round(): halves to even, as the default mode does
+    return static_cast<std::int64_t>(std::nearbyint(percent * static_cast<double>(examples) / 100.0));
+  if (examples < 100) refuse(spec, "pct1_dropremainder rounding needs a split of at least 100 examples (this one has " + std::to_string(examples) + ")");
+  return static_cast<std::int64_t>(std::trunc(percent * static_cast<double>(examples / 100)));
+}
+
+// The sum of the first `index` shard lengths, `index` read as a Python slice end (negative from
+// the end, clamped).
+std::uint64_t examples_before_shard(std::int64_t index, const std::vector<std::uint64_t>& lengths) {
+  const auto count = static_cast<std::int64_t>(lengths.size());
+  if (index < 0) index = std::max<std::int64_t>(0, count + index);
+  index = std::min(index, count);
+  return std::accumulate(lengths.begin(), lengths.begin() + index, std::uint64_t{0});
+}
+
+SplitRange to_range(const Slice& s, const SplitShards& split, SplitRounding rounding, const std::string& spec) {
+  const std::uint64_t examples = std::accumulate(split.shard_lengths.begin(), split.shard_lengths.end(), std::uint64_t{0});
+  const auto n = static_cast<std::int64_t>(examples);
+  std::int64_t from = 0, to = n;
+  switch (s.unit) {
+    case Unit::Percent:
+      if (s.from) from = percent_to_index(*s.from, examples, rounding, spec);
+      if (s.to) to = percent_to_index(*s.to, examples, rounding, spec);
+      break;
+    case Unit::Shard: {
+      if (s.from) from = static_cast<std::int64_t>(examples_before_shard(static_cast<std::int64_t>(*s.from), split.shard_lengths));
+      if (s.to) {
+        auto end = static_cast<std::int64_t>(*s.to);
+        if (end <= 0) end += static_cast<std::int64_t>(split.shard_lengths.size());
+        to = static_cast<std::int64_t>(examples_before_shard(end, split.shard_lengths));
+      }
+      break;
+    }
+    case Unit::Absolute:
+      if (s.from) from = static_cast<std::int64_t>(*s.from);
+      if (s.to) to = static_cast<std::int64_t>(*s.to);
+      break;
+  }
+  if (std::abs(from) > n || std::abs(to) > n)
+    refuse(spec, "the slice [" + (s.from ? std::to_string(from) : "") + ":" + (s.to ? std::to_string(to) : "") + "] of split '" + s.split +
+                     "' exceeds its " + std::to_string(examples) + " examples");
+  if (from < 0) from += n;
+  if (to < 0) to += n;
+  SplitRange range{s.split, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(std::max(from, to))};
+  return range;
+}
+
+std::vector<std::string> parts_of(const std::string& spec) {
+  static const std::regex plus(R"(\s*\+\s*)");
+  std::vector<std::string> parts;
+  for (std::sregex_token_iterator it(spec.begin(), spec.end(), plus, -1), end; it != end; ++it) parts.push_back(it->str());
+  return parts;
+}
+
+}  // namespace
+
+std::vector<SplitRange> resolve_split(const std::string& spec, const std::vector<SplitShards>& splits, SplitRounding rounding) {
+  auto find = [&](const std::string& name) -> const SplitShards* {
+    for (const auto& s : splits)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  std::vector<SplitRange> ranges;
+  for (const std::string& part : parts_of(spec)) {
+    const Slice slice = parse_part(spec, part);
+    if (slice.split == "all") {
+      if (part != "all") refuse(spec, "'all' takes no slice (TFDS refuses it too): slice each split and join them with '+'");
+      for (const auto& s : splits) ranges.push_back(to_range(Slice{s.name, {}, {}, Unit::Absolute}, s, rounding, spec));
+      continue;
+    }
+    const SplitShards* split = find(slice.split);
+    if (!split) {
+      std::string names;
+      for (const auto& s : splits) names += (names.empty() ? "" : ", ") + s.name;
+      refuse(spec, "the dataset has no split '" + slice.split + "' (it has: " + names + ")");
+    }
+    ranges.push_back(to_range(slice, *split, rounding, spec));
+  }
+  return ranges;
+}
+
+std::vector<ShardRead> shard_reads(const SplitRange& range, const SplitShards& split) {
+  std::vector<ShardRead> reads;
+  std::uint64_t start = 0;
+  for (std::size_t shard = 0; shard < split.shard_lengths.size(); ++shard) {
+    const std::uint64_t end = start + split.shard_lengths[shard];
+    const std::uint64_t from = std::max(start, range.from), to = std::min(end, range.to);
+    if (from < to) reads.push_back({split.name, shard, from - start, to - from});
+    start = end;
+  }
+  return reads;
+}
+
+}  // namespace sluice::io
