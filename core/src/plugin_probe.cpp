@@ -64,16 +64,17 @@ registry::Library load_and_describe(const std::string& path) {
 // SIGABRT), but in one built by clang 14 the exception leaves dlopen() itself: the child names it
 // rather than letting it reach the CLI's own handler as an unexplained exit.
 registry::Library described_in_child(const std::string& path) {
+  auto refused = [](const std::string& what) {
+    registry::Library described;
+    described.set_refusal("an exception left the library while it loaded (a static constructor threw" + what);
+    return described;
+  };
   try {
     return load_and_describe(path);
   } catch (const std::exception& e) {
-    registry::Library described;
-    described.set_refusal(fmt::format("an exception left the library while it loaded (a static constructor threw): {}", e.what()));
-    return described;
+    return refused(std::string("): ") + e.what());
   } catch (...) {
-    registry::Library described;
-    described.set_refusal("an exception left the library while it loaded (a static constructor threw something not a std::exception)");
-    return described;
+    return refused(" something not a std::exception)");
   }
 }
 

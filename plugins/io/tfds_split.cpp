@@ -114,8 +114,7 @@ SplitRange to_range(const Slice& s, const SplitShards& split, SplitRounding roun
                      "' exceeds its " + std::to_string(examples) + " examples");
   if (from < 0) from += n;
   if (to < 0) to += n;
-  SplitRange range{s.split, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(std::max(from, to))};
-  return range;
+  return {s.split, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(std::max(from, to))};
 }
 
 std::vector<std::string> parts_of(const std::string& spec) {
