@@ -1,8 +1,9 @@
 #include "io_plugin.hpp"
 
-SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV, text lines and fixed-length records") {
+SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV, text lines, fixed-length records and tensorflow_datasets directories") {
   sluice::io::register_files(registrar);
   sluice::io::register_tfrecord(registrar);
   sluice::io::register_csv(registrar);
   sluice::io::register_text(registrar);
+  sluice::io::register_tfds(registrar);
 }

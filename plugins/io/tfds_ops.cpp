@@ -1,0 +1,353 @@
+// tfds (the shards a split expression selects in a prepared tensorflow_datasets directory) and
+// tfds_reader (one shard's examples, parsed by the dataset's features.json).
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "example_codec.hpp"
+#include "io_plugin.hpp"
+#include "tfds_info.hpp"
+#include "tfrecord.hpp"
+
+namespace fs = std::filesystem;
+
+namespace sluice::io {
+namespace {
+
+// tfds.load's data_dir: the parameter, else $TFDS_DATA_DIR, else ~/tensorflow_datasets.
+std::string tfds_data_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("TFDS_DATA_DIR"); env && *env) return env;
+  const char* home = std::getenv("HOME");
+  return (fs::path(home && *home ? home : ".") / "tensorflow_datasets").string();
+}
+
+std::int64_t shard_bytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
+}
+
+// One element per shard a split expression reads, with the examples to skip and take there, in
+// TFDS's order (the expression's parts in turn, each part's shards in order); shuffle_files
+// shuffles them each epoch with the pipeline's seed. The reader after it (tfds_reader, interleaved
+// as TFDS's read_config does: 16 shards, blocks of 16) opens only these shards.
+class TfdsSource final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"tfds",
+            OperatorKind::Source,
+            "The shards of a split of a prepared tensorflow_datasets dataset ('path', 'skip', 'take', 'split', 'shard'), "
+            "for tfds_reader; split in TFDS's grammar (train[:75%]+test, train[:4shard], ...)",
+            {ParamSpec::make("name", ParamType::String, "as tfds.load's: mnist, mnist:3.0.1, NAME/CONFIG, NAME/CONFIG:VERSION (newest version when none)"),
+             ParamSpec::make("split", ParamType::String, "TFDS's split expression: train, test[:1000], train[25%:75%], train[:4shard], train+test, all"),
+             ParamSpec::make("data_dir", ParamType::Path, "folder holding the datasets; empty: $TFDS_DATA_DIR, else ~/tensorflow_datasets").def(""),
+             ParamSpec::make("shuffle_files", ParamType::Bool, "shuffle the shards' order each epoch, as tfds.load(shuffle_files=True)").def("false"),
+             ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
+             ParamSpec::make("rounding", ParamType::Choice, "how percent boundaries become examples, as tfds.ReadInstruction's")
+                 .def("closest")
+                 .one_of({"closest", "pct1_dropremainder"})},
+            {.stateless = false, .random = true, .saves_state = true},
+            {}};
+  }
+  explicit TfdsSource(const Params& p)
+      : name_(p.get_string("name")),
+        split_(p.get_string("split")),
+        data_dir_(p.get_string("data_dir")),
+        shuffle_(p.get_bool("shuffle_files")),
+        seed_(p.get_int("seed")),
+        rounding_(p.get_string("rounding") == "closest" ? SplitRounding::Closest : SplitRounding::Pct1DropRemainder) {}
+
+  void start(const StageInfo& info) override {
+    info_ = info;
+    const TfdsDataset ds = read_tfds_dataset(find_tfds_dataset(tfds_data_dir(data_dir_), name_));
+    const auto splits = ds.split_shards();
+    reads_.clear();
+    for (const SplitRange& range : resolve_split(split_, splits, rounding_))
+      for (const ShardRead& r : shard_reads(range, ds.split(range.split).shards)) {
+        const std::string path = ds.shard_path(r.split, r.shard);
+        if (shard_bytes(path) < 0)
+          throw DataError(path + ": shard " + std::to_string(r.shard) + " of split '" + r.split + "' is missing (dataset_info.json in " +
+                          ds.dir + " lists it); prepare the dataset again, or copy the shard back");
+        reads_.push_back({path, r});
+      }
+  }
+  void begin_pass(std::uint64_t pass) override {
+    order_.resize(reads_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    if (shuffle_) {
+      Rng rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, pass, 0);
+      for (std::size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+    }
+    next_ = 0;
+  }
+  std::int64_t expected_elements() const override { return static_cast<std::int64_t>(reads_.size()); }
+  bool next(Sample& out, const ElementContext&) override {
+    if (next_ >= order_.size()) return false;
+    const Read& r = reads_[order_[next_++]];
+    out.set("path", Tensor::from_string(r.path));
+    out.set("skip", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.read.skip)));
+    out.set("take", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.read.take)));
+    out.set("split", Tensor::from_string(r.read.split));
+    out.set("shard", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.read.shard)));
+    out.set_origin(r.path);
+    return true;
+  }
+  // The shards read (with their sizes) and what of each, so that a resume over another dataset or
+  // split is refused; then the pass's order and place.
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint64_t>(reads_.size());
+    for (const Read& r : reads_) {
+      w.put_string(r.path);
+      w.put(shard_bytes(r.path));
+      w.put(r.read.skip);
+      w.put(r.read.take);
+    }
+    w.put<std::uint64_t>(order_.size());
+    for (auto i : order_) w.put<std::uint64_t>(i);
+    w.put<std::uint64_t>(next_);
+    w.describe(std::to_string(next_) + " of " + std::to_string(reads_.size()) + " shards of " + split_);
+  }
+  void restore_state(StateReader& r) override {
+    const auto count = r.get<std::uint64_t>();
+    if (count != reads_.size())
+      throw Error("the checkpoint's run read " + std::to_string(count) + " shards, split '" + split_ + "' of '" + name_ + "' now reads " +
+                  std::to_string(reads_.size()) + ": resume with the same dataset and split");
+    for (const Read& now : reads_) {
+      const std::string path = r.get_string();
+      const auto size = r.get<std::int64_t>();
+      const auto skip = r.get<std::uint64_t>();
+      const auto take = r.get<std::uint64_t>();
+      if (path != now.path || skip != now.read.skip || take != now.read.take)
+        throw Error("the checkpoint's run read " + path + " (skip " + std::to_string(skip) + ", take " + std::to_string(take) + ") where split '" +
+                    split_ + "' now reads " + now.path + " (skip " + std::to_string(now.read.skip) + ", take " + std::to_string(now.read.take) +
+                    "): resume with the same dataset and split");
+      if (size != shard_bytes(now.path))
+        throw Error(now.path + " had " + std::to_string(size) + " bytes in the checkpoint's run and has " + std::to_string(shard_bytes(now.path)) +
+                    " now: resume over the same dataset");
+    }
+    const auto ordered = r.get_within<std::uint64_t>(0, reads_.size(), "the number of shards in the saved order");
+    order_.assign(static_cast<std::size_t>(ordered), 0);
+    for (auto& i : order_) i = static_cast<std::size_t>(r.get_within<std::uint64_t>(0, reads_.size() - 1, "a shard in the saved order"));
+    next_ = static_cast<std::size_t>(r.get_within<std::uint64_t>(0, order_.size(), "the next shard's number"));
+  }
+
+ private:
+  struct Read {
+    std::string path;
+    ShardRead read;
+  };
+  std::string name_, split_, data_dir_;
+  bool shuffle_;
+  std::int64_t seed_;
+  SplitRounding rounding_;
+  StageInfo info_;
+  std::vector<Read> reads_;
+  std::vector<std::size_t> order_;
+  std::size_t next_ = 0;
+};
+
+// What a reader needs of a version folder, read once per folder and shared by its cursors.
+struct LoadedDataset {
+  TfdsDataset info;
+  std::unique_ptr<ExampleParser> parser;
+  std::map<std::string, Tensor> class_names;  // ClassLabel feature -> its names (Bytes [num_classes])
+};
+
+// TFDS writes the names of ClassLabel 'a/b' to a-b.labels.txt, one per line, when it has names.
+std::string class_names_file(const std::string& dir, const TfdsFeature& f) {
+  std::string file_name = f.name;
+  for (auto& c : file_name)
+    if (c == '/') c = '-';
+  return (fs::path(dir) / (file_name + ".labels.txt")).string();
+}
+
+Tensor read_class_names(const std::string& dir, const TfdsFeature& f) {
+  const std::string path = class_names_file(dir, f);
+  std::ifstream in(path);
+  if (!in) throw DataError(path + " cannot be read: class_names needs the names of ClassLabel '" + f.name + "'; set class_names: false");
+  std::vector<std::string> names;
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) names.push_back(line);
+  }
+  std::vector<std::string_view> views(names.begin(), names.end());
+  return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
+}
+
+// A numeric value parsed as int64 or float32 (the Example's lists), in the feature's dtype and
+// shape: the open dimension is what the value count leaves.
+Tensor as_feature(const Tensor& parsed, const TfdsFeature& f) {
+  if (f.dtype == DType::Bytes) return parsed;
+  Shape shape = f.shape;
+  std::int64_t known = 1;
+  int open = -1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (shape[i] < 0) open = i;
+    else known *= shape[i];
+  }
+  const std::int64_t n = parsed.num_elements();
+  if (open >= 0) {
+    if (known == 0 ? n != 0 : n % known != 0)
+      throw DataError("feature '" + f.name + "' has " + std::to_string(n) + " values, not a whole number of items of " + std::to_string(known) +
+                      " (features.json's shape " + shape_string(f.shape) + ")");
+    shape[open] = known == 0 ? 0 : n / known;
+  }
+  if (parsed.dtype() == f.dtype) return Tensor::view(f.dtype, shape, parsed.buffer(), parsed.byte_offset());
+  Tensor out = Tensor::empty(f.dtype, shape);
+  auto convert = [&](auto* to) {
+    using To = std::remove_pointer_t<decltype(to)>;
+    if (parsed.dtype() == DType::I64) {
+      const auto* from = parsed.data<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+    } else {
+      const auto* from = parsed.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+    }
+  };
+  switch (f.dtype) {
+    case DType::U8: convert(out.data<std::uint8_t>()); break;
+    case DType::I16: convert(out.data<std::int16_t>()); break;
+    case DType::I32: convert(out.data<std::int32_t>()); break;
+    case DType::I64: convert(out.data<std::int64_t>()); break;
+    case DType::F32: convert(out.data<float>()); break;
+    case DType::F64: convert(out.data<double>()); break;
+    default: throw DataError("feature '" + f.name + "': Sluice cannot hand out " + dtype_name(f.dtype) + " from a tf.train.Example");
+  }
+  return out;
+}
+
+class TfdsReader final : public Expand {
+ public:
+  static OperatorInfo describe() {
+    return {"tfds_reader",
+            OperatorKind::Expand,
+            "Reads the examples of one tfds shard ('path', 'skip', 'take' from the tfds source) into the fields its features.json "
+            "describes (nested names as a/b; images stay encoded for decode_image)",
+            {ParamSpec::make("class_names", ParamType::Bool, "add FEATURE_name (bytes) beside each ClassLabel whose names TFDS wrote (FEATURE.labels.txt)").def("false"),
+             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30)},
+            {.stateless = true},
+            {}};
+  }
+  explicit TfdsReader(const Params& p) : class_names_(p.get_bool("class_names")) {
+    options_.verify_crc = p.get_bool("verify_crc");
+    options_.chunk_bytes = static_cast<std::size_t>(p.get_int("buffer_bytes"));
+    options_.allocator = &pool_;
+  }
+
+  class Cursor final : public ExpandCursor {
+   public:
+    Cursor(std::string path, std::shared_ptr<const LoadedDataset> dataset, std::uint64_t skip, std::uint64_t take,
+           RecordReaderOptions options, bool class_names, DamageReport& damage)
+        : path_(std::make_shared<const std::string>(std::move(path))),
+          dataset_(std::move(dataset)),
+          reader_(open_file(*path_, Compression::None), *path_, options),
+          skip_(skip),
+          end_(skip + take),
+          class_names_(class_names),
+          damage_(damage) {}
+    bool next(Sample& out) override {
+      Record r;
+      while (reader_.records_read() < skip_)
+        if (!reader_.next(r, &damage_)) return shard_ended();
+      if (reader_.records_read() >= end_) return false;
+      if (!reader_.next(r, &damage_)) return shard_ended();
+      out = Sample();
+      try {
+        dataset_->parser->parse(r.buffer, r.offset, r.length, out);
+        for (const TfdsFeature& f : dataset_->info.features) out.set(f.name, as_feature(out.at(f.name), f));
+      } catch (const DataError& e) {
+        throw DataError(*path_ + ", record " + std::to_string(r.index) + " (byte " + std::to_string(r.file_offset) + "): " + e.what());
+      }
+      if (class_names_)
+        for (const auto& [feature, names] : dataset_->class_names) out.set(feature + "_name", class_name(out.at(feature), names, feature));
+      out.set_origin(path_, static_cast<std::int64_t>(r.index), static_cast<std::int64_t>(r.file_offset));
+      return true;
+    }
+    bool seek(std::int64_t record, std::int64_t byte_offset) override {
+      return record >= static_cast<std::int64_t>(skip_) && record < static_cast<std::int64_t>(end_) && byte_offset >= 0 &&
+             reader_.seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
+    }
+
+   private:
+    // dataset_info.json promised `end_` records here: fewer means the shard lost some.
+    bool shard_ended() {
+      const std::string reason = *path_ + " ends after " + std::to_string(reader_.records_read()) + " records, where dataset_info.json in " +
+                                 dataset_->info.dir + " says the split reads up to record " + std::to_string(end_) +
+                                 " (a shard cut short, or metadata of another preparation)";
+      if (!damage_.skip_damaged(reason)) throw DataError(reason);
+      return false;
+    }
+    static Tensor class_name(const Tensor& label, const Tensor& names, const std::string& feature) {
+      const std::int64_t n = label.num_elements();
+      std::vector<std::string_view> out;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t k = label.data<std::int64_t>()[i];
+        if (k < 0 || k >= names.num_elements())
+          throw DataError("ClassLabel '" + feature + "' is " + std::to_string(k) + ", past its " + std::to_string(names.num_elements()) + " names");
+        out.push_back(names.string_at(k));
+      }
+      return Tensor::from_strings(out, label.shape());
+    }
+
+    std::shared_ptr<const std::string> path_;
+    std::shared_ptr<const LoadedDataset> dataset_;
+    RecordReader reader_;
+    std::uint64_t skip_, end_;
+    bool class_names_;
+    DamageReport& damage_;
+  };
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+    if (!in.find("path"))
+      throw DataError("tfds_reader reads the elements of the tfds source ('path', 'skip', 'take'); this one has no 'path'");
+    std::string path(in.at("path").string_at(0));
+    const std::uint64_t skip = in.find("skip") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("skip").data<std::int64_t>()[0])) : 0;
+    const std::uint64_t take = in.find("take") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("take").data<std::int64_t>()[0]))
+                                              : std::numeric_limits<std::uint64_t>::max() - skip;
+    auto dataset = load(fs::path(path).parent_path().string());
+    return std::make_unique<Cursor>(std::move(path), std::move(dataset), skip, take, options_, class_names_, damage);
+  }
+
+ private:
+  std::shared_ptr<const LoadedDataset> load(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = loaded_[dir];
+    if (!slot) {
+      auto d = std::make_shared<LoadedDataset>();
+      d->info = read_tfds_dataset(dir.empty() ? "." : dir);
+      d->parser = std::make_unique<ExampleParser>(tfds_example_spec(d->info.features), std::vector<FeatureSpec>{});
+      if (class_names_) {
+        for (const TfdsFeature& f : d->info.features)
+          if (f.kind == TfdsFeature::Kind::ClassLabel && fs::exists(class_names_file(d->info.dir, f)))
+            d->class_names[f.name] = read_class_names(d->info.dir, f);
+        if (d->class_names.empty())
+          throw DataError(d->info.dir + " names the classes of no ClassLabel (no FEATURE.labels.txt beside its features.json); "
+                          "set class_names: false");
+      }
+      slot = std::move(d);
+    }
+    return slot;
+  }
+
+  bool class_names_;
+  PooledHostAllocator pool_;
+  RecordReaderOptions options_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const LoadedDataset>> loaded_;
+};
+
+}  // namespace
+
+void register_tfds(Registrar& registrar) {
+  registrar.add<TfdsSource>();
+  registrar.add<TfdsReader>();
+}
+
+}  // namespace sluice::io
