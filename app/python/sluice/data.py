@@ -961,6 +961,112 @@ def TextLineDataset(filenames, compression_type=None, buffer_size=None, num_para
                         {"name": name})
 
 
+_TFDS_NAME = r"^([\w.-]+)(/[\w.-]+)?(?::(\d+\.\d+\.\d+))?$"
+
+
+def _tfds_version_folder(name, data_dir):
+    """The folder the tfds source reads for `name` (the same rule as its: the newest prepared
+    version when none is named), or None when there is none (the source then says why)."""
+    import re
+    match = re.match(_TFDS_NAME, name)
+    if match is None:
+        return None
+    base = os.path.join(data_dir, match.group(1) + (match.group(2) or ""))
+    if match.group(3):
+        return os.path.join(base, match.group(3))
+    try:
+        versions = [v for v in os.listdir(base) if re.match(r"^\d+\.\d+\.\d+$", v) and os.path.exists(os.path.join(base, v, "dataset_info.json"))]
+    except OSError:
+        return None
+    return os.path.join(base, max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))) if versions else None
+
+
+def _tfds_features(feature, name=""):
+    """(field, kind, channels) of each feature of features.json, nested names joined with '/';
+    kind 'image' only for a single (not sequence) image, which decode_image can decode."""
+    if not isinstance(feature, dict):
+        return []
+    if "featuresDict" in feature:
+        found = []
+        for key, inner in feature["featuresDict"].get("features", {}).items():
+            found += _tfds_features(inner, f"{name}/{key}" if name else key)
+        return found
+    if "sequence" in feature:
+        return [(field, "other" if kind == "image" else kind, channels)
+                for field, kind, channels in _tfds_features(feature["sequence"].get("feature"), name)]
+    if "image" in feature:
+        dims = feature["image"].get("shape", {}).get("dimensions", [])
+        last = int(dims[-1]) if dims else 3
+        return [(name, "image", str(last) if last in (1, 3) else "0")]
+    return [(name, "class_label" if "classLabel" in feature else "other", None)]
+
+
+def tfds(name, *, split=None, data_dir=None, shuffle_files=False, as_supervised=False, read_config=None,
+         class_names=False, decode_images=True, seed=None):
+    """A prepared tensorflow_datasets dataset, as tfds.load(name, split=..., data_dir=...,
+    shuffle_files=..., as_supervised=...) gives it: elements are dicts of its features (nested
+    dicts as TFDS nests them), images decoded (decode_images=False keeps the encoded bytes),
+    or (input, target) pairs with as_supervised=True. split is TFDS's grammar ('train[:10%]',
+    'train[:4shard]+test', 'all'); data_dir defaults to $TFDS_DATA_DIR, else
+    ~/tensorflow_datasets. The shards are read as TFDS reads them: 16 at once, in blocks of 16
+    (read_config={'interleave_cycle_length': C, 'interleave_block_length': B} changes it).
+    class_names=True adds FEATURE_name beside each ClassLabel whose names the dataset holds."""
+    if split is None:
+        raise TypeError("tfds(): give split= (tfds.load(split=None) returns a dict of every split; name one, or 'all', "
+                        "or a union such as 'train+test')")
+    read_config = dict(read_config or {})
+    unknown = set(read_config) - {"interleave_cycle_length", "interleave_block_length", "shuffle_seed"}
+    if unknown:
+        raise TypeError(f"tfds(): read_config takes interleave_cycle_length, interleave_block_length and shuffle_seed, "
+                        f"not {', '.join(sorted(unknown))}")
+    folder_base = os.fspath(data_dir) if data_dir is not None else (
+        os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"), "tensorflow_datasets"))
+    if seed is None:
+        seed = read_config.get("shuffle_seed")
+    shards = _source("tfds", {"name": name, "split": split, "data_dir": folder_base if data_dir is not None else None,
+                              "shuffle_files": shuffle_files, "seed": seed})
+    cycle = int(read_config.get("interleave_cycle_length", 16))
+    block = int(read_config.get("interleave_block_length", 16))
+    dataset = shards.tfds_reader(class_names=class_names or None,
+                                 interleave={"cycle_length": cycle, "block_length": block}, parallelism=AUTOTUNE)
+    folder = _tfds_version_folder(name, folder_base)
+    features = []
+    if folder is not None:
+        try:
+            with open(os.path.join(folder, "features.json"), encoding="utf-8") as f:
+                features = _tfds_features(json.load(f))
+        except (OSError, ValueError):
+            features = []  # the source refuses the dataset when it starts, naming the file
+    if decode_images:
+        for field, kind, channels in features:
+            if kind == "image":
+                dataset = dataset.decode_image(field=field, output=field, channels=channels)
+    fields = [field for field, _, _ in features]
+    if class_names:
+        fields += [f"{field}_name" for field, kind, _ in features
+                   if kind == "class_label" and os.path.exists(os.path.join(folder, field.replace("/", "-") + ".labels.txt"))]
+    if as_supervised:
+        with open(os.path.join(folder, "dataset_info.json"), encoding="utf-8") as f:
+            keys = json.load(f).get("supervisedKeys", {})
+        pair = ([keys["input"], keys["output"]] if "input" in keys else
+                [item.get("featureKey") for item in keys.get("tuple", {}).get("items", [])])
+        if len(pair) != 2 or None in pair:
+            raise ValueError(f"tfds(): {name} has no supervised keys (a pair of features) in its dataset_info.json; "
+                             "use as_supervised=False and pick the fields yourself")
+        dataset = dataset.select_fields(keep=pair)
+        dataset._structure = _Structure(tuple(pair))
+    elif any("/" in field for field in fields):
+        template = {}
+        for field in fields:
+            *outer, last = field.split("/")
+            level = template
+            for key in outer:
+                level = level.setdefault(key, {})
+            level[last] = field
+        dataset._structure = _Structure(template)
+    return dataset
+
+
 class experimental:
     """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors(), parallel_interleave()."""
     AUTOTUNE = AUTOTUNE
