@@ -112,6 +112,29 @@ std::string make_shards(const QTemporaryDir& dir) {
   return dir.filePath("shards").toStdString();
 }
 
+// The same images as a tensorflow_datasets directory (DIR/tfds/pics/1.0.0), 8 shards of 300.
+std::string make_tfds(const QTemporaryDir& dir) {
+  const std::string data_dir = dir.filePath("tfds").toStdString();
+  auto made = run_text("options { seed: 3 }\n" +
+                       stage("img", "synthetic_images", "", {{"count", "2400"}, {"height", "8"}, {"width", "8"}, {"classes", "10"}}) +
+                       stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                       stage("w", "tfds_writer", "enc", {{"data_dir", data_dir}, {"name", "pics"}, {"max_records", "300"}, {"class_labels", "label"}}));
+  if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing the tfds directory failed: " + made.result.error);
+  return data_dir;
+}
+
+// A slice of a tfds split across shards, shuffled shards read as TFDS reads them (interleaved),
+// decoded, shuffled, batched, three epochs: a cut inside a shard read that skips and takes.
+std::string tfds_pipeline(const std::string& data_dir, int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 11 deterministic: true }\n" +
+         stage("split", "tfds", "", {{"name", "pics"}, {"split", "train[10%:-6%]"}, {"data_dir", data_dir}, {"shuffle_files", "true"}}) +
+         stage("read", "tfds_reader", "split", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
+         stage("decode", "decode_image", "read", {}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
+         stage("shuffle", "shuffle", "flip", {{"buffer_size", "500"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
 // The pipeline: shards read interleaved by parallel readers, parsed, decoded, randomly
 // flipped, shuffled through 1000, batched, three epochs. Small buffers keep the cut close to where
 // the test asks for it (the barrier follows every batch already made) and the reader close behind
@@ -246,12 +269,14 @@ class TestCheckpoint : public QObject {
   Q_OBJECT
   QTemporaryDir data_;
   std::string shards_;
+  std::string tfds_;
   std::string token_files_;
   int cuts_inside_a_shard_ = 0;
 
  private slots:
   void initTestCase() {
     shards_ = make_shards(data_);
+    tfds_ = make_tfds(data_);
     token_files_ = make_token_files(data_);
   }
 
@@ -279,6 +304,8 @@ class TestCheckpoint : public QObject {
       // Batches made per input (each reader splits and batches its own files), about 700 in two
       // epochs: a cut finds rows held inside the open inputs' batches, made again on resume.
       for (int k : {1, 100, 400}) QTest::addRow("per input p%d k%d", p, k) << "per input" << p << k;
+      // 2016 images of a tfds split in 126 batches per epoch.
+      for (int k : {1, 200}) QTest::addRow("tfds p%d k%d", p, k) << "tfds" << p << k;
     }
   }
   void resume_is_exact() {
@@ -290,12 +317,14 @@ class TestCheckpoint : public QObject {
                              : pipeline == "chunked" ? chunked_pipeline(shards_, parallelism)
                              : pipeline == "zip"     ? zip_pipeline(parallelism)
                              : pipeline == "mixture" ? mixture_pipeline(parallelism)
+                             : pipeline == "tfds"    ? tfds_pipeline(tfds_, parallelism)
                                                      : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
     if (pipeline == "tfrecord" || pipeline == "cached") QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
+    if (pipeline == "tfds") QCOMPARE(whole.lines.size(), std::size_t(3 * 126));  // 2400 - 240 - 144 = 2016 images
     if (pipeline == "padded chunks")  // lines, tokens and kept fields went on in chunks
       QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0 && whole.snapshot.stage(3).chunks_out() > 0);
     if (pipeline == "chunked") {  // the reader and the parser handed on chunks
@@ -364,7 +393,8 @@ class TestCheckpoint : public QObject {
              stage("work", "simulate_work", "enc", {{"us", "1500"}}, "buffer_size: 2") +
              stage("lines", "jsonl_sink", "work", {{"path", out + "/out.jsonl"}}) +
              stage("shards", "tfrecord_writer", "work", {{"prefix", out + "/shards/train"}, {"max_records", "37"}}) +
-             stage("files", "write_files", "work", {{"folder", out + "/files"}});
+             stage("files", "write_files", "work", {{"folder", out + "/files"}}) +
+             stage("tfds", "tfds_writer", "work", {{"data_dir", out + "/tfds"}, {"name", "pics"}, {"max_records", "37"}, {"class_labels", "label"}});
     };
     const std::string whole = dir.filePath("whole").toStdString(), cut = dir.filePath("cut").toStdString();
     fs::create_directories(whole);
@@ -378,8 +408,8 @@ class TestCheckpoint : public QObject {
     {
       sluice::Engine engine(graph_of(text(cut)));
       engine.start();
-      // Three sinks read every element.
-      while (sink_elements(engine.snapshot()) < 3u * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
+      // Four sinks read every element.
+      while (sink_elements(engine.snapshot()) < 4u * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       saved = engine.checkpoint(/*then_stop=*/!past_the_checkpoint);
       QVERIFY2(saved.has_value(), "the run ended before the checkpoint");
@@ -401,7 +431,7 @@ class TestCheckpoint : public QObject {
                                                           std::string(sluice::run_state_name(ended.state)) + " " + ended.error).c_str());
     }
     // The cut falls behind what was in flight when it was asked for.
-    const std::uint64_t cut_at = saved->sink_elements() / 3;
+    const std::uint64_t cut_at = saved->sink_elements() / 4;
     QVERIFY2(cut_at >= std::uint64_t(stop_after) && cut_at < 200, std::to_string(cut_at).c_str());
     if (cut_at % 37 != 0) ++cuts_inside_a_shard_;
     QCOMPARE(fs::exists(cut + "/out.jsonl"), !past_the_checkpoint);  // published only when it stopped at the checkpoint
@@ -414,7 +444,7 @@ class TestCheckpoint : public QObject {
       QVERIFY2(result.state == sluice::RunState::Finished, result.error.c_str());
     }
     const auto expected = files_under(whole), got = files_under(cut);
-    QCOMPARE(expected.size(), std::size_t(1 + 7 + 240));  // the lines, 7 shards, 240 files
+    QCOMPARE(expected.size(), std::size_t(1 + 7 + 240 + 7 + 2));  // the lines, 7 shards, 240 files, 7 tfds shards and their metadata
     for (const auto& [name, bytes] : expected) {
       QVERIFY2(got.count(name), ("missing after the resume: " + name).c_str());
       QVERIFY2(got.at(name) == bytes, ("differs from the uninterrupted run's: " + name).c_str());

@@ -372,6 +372,70 @@ class TestStoredDatasets : public QObject {
     QCOMPARE(all_integers(out.lines), joined(span(0, 11), span(12, 16)));
   }
 
+  // tfds_writer's directory read back by the tfds source: the same values, split by split, with
+  // the features described from the fields (class labels and supervised keys as asked).
+  void tfds_writer_round_trips() {
+    QTemporaryDir out;
+    const std::string dir = out.path().toStdString();
+    auto write = [&](const std::string& split, const std::string& extra) {
+      run_ok(tfds_chain(data_.path().toStdString(), "toy", split) +
+             stage("write", "tfds_writer", "examples",
+                   {{"data_dir", dir}, {"name", "copy"}, {"split", split.substr(0, split.find('['))}, {"max_records", "5"},
+                    {"class_labels", "label,objects/kind"}, {"supervised_keys", "image,label"}}, extra));
+    };
+    write("train", "");
+    write("test", "");
+    const std::string version = dir + "/copy/1.0.0";
+    QVERIFY(fs::exists(version + "/copy-train.tfrecord-00003-of-00004"));  // 16 examples, 5 a shard
+    QVERIFY(fs::exists(version + "/copy-test.tfrecord-00001-of-00002"));
+    const auto ds = sluice::io::read_tfds_dataset(version);
+    QCOMPARE(ds.splits.size(), std::size_t(2));
+    QCOMPARE(ds.splits[0].shards.shard_lengths, (std::vector<std::uint64_t>{5, 5, 5, 1}));
+    QCOMPARE(ds.splits[1].shards.shard_lengths, (std::vector<std::uint64_t>{5, 1}));
+    QVERIFY(ds.splits[0].num_bytes > 0);
+    QCOMPARE(ds.supervised_keys->second, std::string("label"));
+    std::map<std::string, sluice::io::TfdsFeature> features;
+    for (const auto& f : ds.features) features[f.name] = f;
+    QCOMPARE(features["label"].kind, sluice::io::TfdsFeature::Kind::ClassLabel);
+    QCOMPARE(features["label"].num_classes, std::int64_t(3));
+    QCOMPARE(features["objects/kind"].num_classes, std::int64_t(3));
+    QCOMPARE(features["caption"].kind, sluice::io::TfdsFeature::Kind::Text);
+    QCOMPARE(features["pose"].shape, (sluice::Shape{2, 3}));
+    QCOMPARE(features["objects/bbox"].shape, (sluice::Shape{-1, 4}));
+    QCOMPARE(features["id"].shape, sluice::Shape{});
+
+    for (const std::string split : {"train", "test", "all", "train[3:13]"}) {
+      auto original = run_ok(tfds_chain(data_.path().toStdString(), "toy", split) + sink_after("examples"));
+      auto copy = run_ok(tfds_chain(dir, "copy", split) + sink_after("examples"));
+      QCOMPARE(copy.lines, original.lines);
+    }
+
+    // Another split of other features is refused, and what was written stays.
+    const std::string info_before = read_file(version + "/dataset_info.json");
+    const std::string error = error_of(tfds_chain(data_.path().toStdString(), "toy", "test") +
+                                       stage("pick", "select_fields", "examples", {{"keep", "id,caption"}}) +
+                                       stage("write", "tfds_writer", "pick", {{"data_dir", dir}, {"name", "copy"}, {"split", "extra"}}));
+    QVERIFY2(error.find(version + "/features.json") != std::string::npos && error.find("other features") != std::string::npos, error.c_str());
+    QCOMPARE(read_file(version + "/dataset_info.json"), info_before);
+    QVERIFY(!fs::exists(version + "/copy-extra.tfrecord-00000-of-00001"));
+  }
+
+  // Images are described as TFDS describes them, from their headers: format, height, width,
+  // channels, with -1 where they differ.
+  void tfds_writer_describes_encoded_images() {
+    QTemporaryDir out;
+    const std::string dir = out.path().toStdString();
+    run_ok(stage("img", "synthetic_images", "", {{"count", "6"}, {"height", "24"}, {"width", "32"}}) +
+           stage("png", "encode_image", "img", {{"format", "png"}}) +
+           stage("write", "tfds_writer", "png", {{"data_dir", dir}, {"name", "pictures"}}));
+    const auto ds = sluice::io::read_tfds_dataset(dir + "/pictures/1.0.0");
+    std::map<std::string, sluice::io::TfdsFeature> features;
+    for (const auto& f : ds.features) features[f.name] = f;
+    QCOMPARE(features["image"].kind, sluice::io::TfdsFeature::Kind::Image);
+    QCOMPARE(features["image"].encoding_format, std::string("png"));
+    QCOMPARE(features["image"].shape, (sluice::Shape{24, 32, 3}));
+  }
+
  private:
   QTemporaryDir data_;
 };

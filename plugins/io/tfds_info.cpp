@@ -322,6 +322,137 @@ TfdsDataset read_tfds_dataset(const std::string& dir) {
   return ds;
 }
 
+namespace {
+
+Json dimensions_json(const Shape& shape) {
+  Json dims = Json::array();
+  for (auto d : shape) dims.push_back(std::to_string(d));
+  Json out = Json::object();
+  if (!shape.empty()) out["dimensions"] = dims;  // protobuf's JSON leaves an empty list out
+  return out;
+}
+
+Json feature_json(const TfdsFeature& f) {
+  Json j = Json::object();
+  if (f.sequence) {  // its items' feature, inside a Sequence of the shape's first dimension
+    TfdsFeature item = f;
+    item.sequence = false;
+    item.shape.erase(item.shape.begin());
+    j["pythonClassName"] = "tensorflow_datasets.core.features.sequence_feature.Sequence";
+    j["sequence"] = {{"feature", feature_json(item)}, {"length", std::to_string(f.shape.front())}};
+    return j;
+  }
+  switch (f.kind) {
+    case TfdsFeature::Kind::Image:
+      j["pythonClassName"] = "tensorflow_datasets.core.features.image_feature.Image";
+      j["image"] = {{"shape", dimensions_json(f.shape)}, {"dtype", "uint8"}};
+      if (!f.encoding_format.empty()) j["image"]["encodingFormat"] = f.encoding_format;
+      break;
+    case TfdsFeature::Kind::ClassLabel:
+      j["pythonClassName"] = "tensorflow_datasets.core.features.class_label_feature.ClassLabel";
+      j["classLabel"] = {{"numClasses", std::to_string(f.num_classes)}};
+      break;
+    case TfdsFeature::Kind::Text:
+      j["pythonClassName"] = "tensorflow_datasets.core.features.text_feature.Text";
+      j["text"] = Json::object();
+      break;
+    default:
+      j["pythonClassName"] = "tensorflow_datasets.core.features.tensor_feature.Tensor";
+      j["tensor"] = {{"shape", dimensions_json(f.shape)}, {"dtype", f.tfds_dtype.empty() ? tfds_dtype_name(f.dtype) : f.tfds_dtype},
+                     {"encoding", "none"}};
+  }
+  return j;
+}
+
+Json features_dict() {
+  return {{"pythonClassName", "tensorflow_datasets.core.features.features_dict.FeaturesDict"}, {"featuresDict", {{"features", Json::object()}}}};
+}
+
+}  // namespace
+
+std::string tfds_features_json(const std::vector<TfdsFeature>& features, const std::string& existing, const std::string& file) {
+  Json root = features_dict();
+  for (const auto& f : features) {
+    Json* level = &root;
+    std::string rest = f.name;
+    for (auto slash = rest.find('/'); slash != std::string::npos; slash = rest.find('/')) {
+      Json& members = (*level)["featuresDict"]["features"];
+      const std::string key = rest.substr(0, slash);
+      if (!members.contains(key)) members[key] = features_dict();
+      if (!members[key].contains("featuresDict"))
+        throw DataError("field '" + f.name + "' nests under '" + key + "', which is a field of its own; rename one of them");
+      level = &members[key];
+      rest = rest.substr(slash + 1);
+    }
+    (*level)["featuresDict"]["features"][rest] = feature_json(f);
+  }
+  if (!existing.empty()) {
+    Json before;
+    try {
+      before = Json::parse(existing);
+    } catch (const Json::exception& e) {
+      refuse_in(file, std::string("is not valid JSON (") + e.what() + "); remove it, or write to another data_dir");
+    }
+    if (before != root) {
+      FeatureReader old(file);
+      old.read(before, "", false);
+      std::string differs;
+      const auto old_features = old.take();
+      for (const auto& f : features) {
+        auto same = std::find_if(old_features.begin(), old_features.end(), [&](const TfdsFeature& o) { return o.name == f.name; });
+        if (same == old_features.end()) differs = "field '" + f.name + "' is new";
+        else if (feature_json(*same) != feature_json(f))
+          differs = "field '" + f.name + "' is " + feature_json(f).dump() + " here, " + feature_json(*same).dump() + " there";
+        if (!differs.empty()) break;
+      }
+      if (differs.empty()) differs = "fields are missing here that it describes";
+      refuse_in(file, "describes other features than this split's (" + differs +
+                          "); the splits of a dataset share their features: write to another version or data_dir");
+    }
+  }
+  return root.dump(2);
+}
+
+std::string tfds_dataset_info_json(const std::string& existing, const std::string& file, const std::string& name,
+                                   const std::string& version, const TfdsSplit& split,
+                                   const std::optional<std::pair<std::string, std::string>>& supervised_keys,
+                                   const std::string& description) {
+  Json info = Json::object();
+  if (!existing.empty()) {
+    try {
+      info = Json::parse(existing);
+    } catch (const Json::exception& e) {
+      refuse_in(file, std::string("is not valid JSON (") + e.what() + "); remove it, or write to another data_dir");
+    }
+    if (json_string(info, "name") != name || json_string(info, "version") != version)
+      refuse_in(file, "describes dataset '" + json_string(info, "name") + "' version " + json_string(info, "version") + ", not '" + name +
+                          "' version " + version + "; write to another folder");
+  }
+  info["name"] = name;
+  info["version"] = version;
+  info["fileFormat"] = "tfrecord";
+  if (!description.empty() || !info.contains("description")) info["description"] = description;
+  Json entry = {{"name", split.shards.name}, {"numBytes", std::to_string(split.num_bytes)}, {"shardLengths", Json::array()},
+                {"filepathTemplate", split.filepath_template}};
+  for (auto n : split.shards.shard_lengths) entry["shardLengths"].push_back(std::to_string(n));
+  Json splits = Json::array();
+  bool placed = false;
+  if (info.contains("splits") && info["splits"].is_array())
+    for (const Json& s : info["splits"]) {
+      if (json_string(s, "name") == split.shards.name) {
+        splits.push_back(entry);
+        placed = true;
+      } else {
+        splits.push_back(s);
+      }
+    }
+  if (!placed) splits.push_back(entry);
+  info["splits"] = splits;
+  if (supervised_keys)
+    info["supervisedKeys"] = {{"tuple", {{"items", {{{"featureKey", supervised_keys->first}}, {{"featureKey", supervised_keys->second}}}}}}};
+  return info.dump(2);
+}
+
 std::vector<FeatureSpec> tfds_example_spec(const std::vector<TfdsFeature>& features) {
   std::vector<FeatureSpec> spec;
   for (const auto& f : features) {

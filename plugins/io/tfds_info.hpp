@@ -62,6 +62,20 @@ TfdsDataset read_tfds_dataset(const std::string& dir);
 // The parse_example spec of the dataset's features (every feature of an example, by its key).
 std::vector<FeatureSpec> tfds_example_spec(const std::vector<TfdsFeature>& features);
 
+// features.json for `features` as TFDS writes it (names with '/' nest FeaturesDicts). With the text
+// of an existing features.json (`existing`, read from `file`), refuses features that differ from
+// it, naming the file and the feature: the splits of one dataset share its features.
+std::string tfds_features_json(const std::vector<TfdsFeature>& features, const std::string& existing = "",
+                               const std::string& file = "");
+
+// dataset_info.json as TFDS writes it, with `split` (its shard lengths, bytes and name template)
+// put in place of a split of its name in `existing` (the text of the file there, or empty), the
+// other splits kept. Refuses an existing file of another dataset name or version.
+std::string tfds_dataset_info_json(const std::string& existing, const std::string& file, const std::string& name,
+                                   const std::string& version, const TfdsSplit& split,
+                                   const std::optional<std::pair<std::string, std::string>>& supervised_keys,
+                                   const std::string& description);
+
 // TFDS's dtype names and Sluice's: "uint8" -> U8; "bool" -> U8, "int8" -> I16, "uint16" -> I32,
 // "uint32" and "uint64" -> I64, "float16" and "bfloat16" -> F32 (widened: Sluice has no such
 // dtype, or none that tf.train.Example's float list converts to exactly); "string" -> Bytes.

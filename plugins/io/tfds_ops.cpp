@@ -9,11 +9,15 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
 #include "tfds_info.hpp"
 #include "tfrecord.hpp"
+#include "tfrecord_writer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -343,11 +347,258 @@ class TfdsReader final : public Expand {
   std::map<std::string, std::shared_ptr<const LoadedDataset>> loaded_;
 };
 
+// What the bytes of an encoded image say of it without decoding: format, height, width and
+// channels (PNG's header, JPEG's frame header); nullopt for anything else.
+struct ImageHeader {
+  std::string format;
+  std::int64_t height = 0, width = 0, channels = 0;
+};
+std::optional<ImageHeader> image_header(std::string_view b) {
+  auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(b[i]); };
+  auto be16 = [&](std::size_t i) { return (std::int64_t(byte(i)) << 8) | byte(i + 1); };
+  auto be32 = [&](std::size_t i) { return (be16(i) << 16) | be16(i + 2); };
+  if (b.size() >= 26 && b.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0 && b.compare(12, 4, "IHDR") == 0) {
+    static const int channels_of_color_type[] = {1, 0, 3, 3, 2, 0, 4};
+    const int type = byte(25);
+    if (type > 6 || channels_of_color_type[type] == 0) return std::nullopt;
+    return ImageHeader{"png", be32(20), be32(16), channels_of_color_type[type]};
+  }
+  if (b.size() < 4 || byte(0) != 0xFF || byte(1) != 0xD8) return std::nullopt;
+  for (std::size_t i = 2; i + 9 < b.size();) {  // markers up to the frame header (SOF0-SOF15 but DHT, JPG, DAC)
+    if (byte(i) != 0xFF) return std::nullopt;
+    const int marker = byte(i + 1);
+    if (marker == 0xFF) { ++i; continue; }
+    if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)
+      return ImageHeader{"jpeg", be16(i + 5), be16(i + 7), byte(i + 9)};
+    i += 2 + static_cast<std::size_t>(be16(i + 2));
+  }
+  return std::nullopt;
+}
+
+// Writes one split of a tensorflow_datasets directory: DATA_DIR/NAME/VERSION/NAME-SPLIT.tfrecord-
+// 00000-of-000NN shards (through tfrecord_writer, published whole at the end), then features.json
+// from the fields it saw and dataset_info.json with the split's shard lengths. A second run with
+// another split adds it beside the first.
+class TfdsWriter final : public TFRecordWriter {
+ public:
+  static OperatorInfo describe() {
+    return {"tfds_writer",
+            OperatorKind::Sink,
+            "Writes a split of a tensorflow_datasets directory (DATA_DIR/NAME/VERSION: shards, dataset_info.json, features.json "
+            "from the fields) that the tfds source and tfds.builder_from_directory read",
+            {ParamSpec::make("data_dir", ParamType::OutputPath, "folder of the datasets (as tfds.load's data_dir)"),
+             ParamSpec::make("name", ParamType::String, "the dataset's name (lower case, digits, _)"),
+             ParamSpec::make("version", ParamType::String, "its version, MAJOR.MINOR.PATCH").def("1.0.0"),
+             ParamSpec::make("split", ParamType::String, "the split this run writes; other splits already there stay").def("train"),
+             ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes").def("100000000").range(1, std::nullopt),
+             ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
+             ParamSpec::make("class_labels", ParamType::StringList, "integer fields written as ClassLabel (classes: the largest value + 1)").def(""),
+             ParamSpec::make("supervised_keys", ParamType::StringList, "INPUT,TARGET: the fields of as_supervised pairs").def(""),
+             ParamSpec::make("description", ParamType::String, "the dataset's description").def("")},
+            {.saves_state = true},
+            {}};
+  }
+  explicit TfdsWriter(const Params& p)
+      : TFRecordWriter(shard_prefix(p), static_cast<std::uint64_t>(p.get_int("max_bytes")), static_cast<std::uint64_t>(p.get_int("max_records"))),
+        dir_((fs::path(p.get_string("data_dir")) / p.get_string("name") / p.get_string("version")).string()),
+        name_(p.get_string("name")),
+        version_(p.get_string("version")),
+        split_(p.get_string("split")),
+        description_(p.get_string("description")) {
+    for (const auto& f : p.get_string_list("class_labels")) class_labels_.insert(f);
+    const auto& keys = p.get_string_list("supervised_keys");
+    if (keys.size() == 2) supervised_keys_ = std::make_pair(keys[0], keys[1]);
+    else if (!keys.empty()) throw ParamError("supervised_keys names " + std::to_string(keys.size()) + " fields; give two: INPUT,TARGET");
+  }
+  void consume(Sample in, const ElementContext& ctx) override {
+    observe(in);
+    TFRecordWriter::consume(std::move(in), ctx);
+  }
+  void finish(bool complete) override {
+    if (!complete) return TFRecordWriter::finish(false);
+    std::string features, info;
+    try {  // refused before the shards are published: nothing of this run replaces what is there
+      features = tfds_features_json(described_features(), existing(dir_ + "/features.json"), dir_ + "/features.json");
+      TfdsSplit split;
+      split.shards.name = split_;
+      split.shards.shard_lengths = shard_lengths();
+      split.filepath_template = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}";
+      split.num_bytes = bytes_;
+      info = tfds_dataset_info_json(existing(dir_ + "/dataset_info.json"), dir_ + "/dataset_info.json", name_, version_, split,
+                                    supervised_keys_, description_);
+    } catch (...) {
+      TFRecordWriter::finish(false);
+      throw;
+    }
+    TFRecordWriter::finish(true);
+    publish(dir_ + "/features.json", features);
+    publish(dir_ + "/dataset_info.json", info);
+  }
+  void save_state(StateWriter& w) const override {
+    TFRecordWriter::save_state(w);
+    w.put<std::uint64_t>(bytes_);
+    w.put<std::uint64_t>(seen_.size());
+    for (const auto& [field, seen] : seen_) {
+      w.put_string(field);
+      w.put(static_cast<std::uint8_t>(seen.dtype));
+      w.put<std::uint64_t>(seen.shape.size());
+      for (auto d : seen.shape) w.put(d);
+      w.put_string(seen.image_format);
+      w.put<std::uint8_t>(seen.image ? 1 : 0);
+      w.put(seen.largest);
+    }
+  }
+  void restore_state(StateReader& r) override {
+    TFRecordWriter::restore_state(r);
+    bytes_ = r.get<std::uint64_t>();
+    seen_.clear();
+    const auto count = r.get_within<std::uint64_t>(0, 1u << 16, "the number of fields");
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string field = r.get_string();
+      Seen& seen = seen_[field];
+      order_.push_back(field);
+      seen.dtype = static_cast<DType>(r.get_within<std::uint8_t>(0, static_cast<std::uint8_t>(DType::Bytes), "a field's dtype"));
+      seen.shape.resize(r.get_within<std::uint64_t>(0, 64, "a field's rank"));
+      for (auto& d : seen.shape) d = r.get<std::int64_t>();
+      seen.image_format = r.get_string();
+      seen.image = r.get<std::uint8_t>() != 0;
+      seen.largest = r.get<std::int64_t>();
+    }
+  }
+
+ private:
+  struct Seen {
+    DType dtype = DType::Bytes;
+    Shape shape;               // -1 where elements differ; for images, height, width, channels
+    bool image = true;         // every value so far an encoded PNG or JPEG (bytes scalars only)
+    std::string image_format;  // png, jpeg, or "" once both were seen
+    std::int64_t largest = -1; // class labels
+  };
+
+  static std::string shard_prefix(const Params& p) {
+    static const std::regex name_form(R"(^[a-z][a-z0-9_]*$)"), version_form(R"(^\d+\.\d+\.\d+$)"), split_form(R"(^[\w-]+$)");
+    const std::string& name = p.get_string("name");
+    if (!std::regex_match(name, name_form))
+      throw ParamError("name '" + name + "' is not a TFDS dataset name: lower case letters, digits and _, starting with a letter");
+    if (!std::regex_match(p.get_string("version"), version_form))
+      throw ParamError("version '" + p.get_string("version") + "' is not MAJOR.MINOR.PATCH (as 1.0.0)");
+    if (!std::regex_match(p.get_string("split"), split_form))
+      throw ParamError("split '" + p.get_string("split") + "' is not a split name (letters, digits, _ and -)");
+    if (p.get_string("data_dir").empty()) throw ParamError("data_dir must not be empty");
+    return (fs::path(p.get_string("data_dir")) / name / p.get_string("version") / (name + "-" + p.get_string("split"))).string();
+  }
+
+  void observe(const Sample& in) {
+    for (const auto& field : in.fields()) {
+      const Tensor& t = field.tensor;
+      auto [it, first] = seen_.try_emplace(field.name);
+      Seen& seen = it->second;
+      if (first) order_.push_back(field.name);
+      bytes_ += t.dtype() == DType::Bytes ? t.nbytes() : static_cast<std::uint64_t>(t.num_elements()) * dtype_size(t.dtype());
+      Shape shape = t.shape();
+      if (t.dtype() == DType::Bytes && t.rank() == 0) {
+        const auto header = seen.image ? image_header(t.string_at(0)) : std::nullopt;
+        seen.image = seen.image && header.has_value();
+        if (header) {
+          shape = {header->height, header->width, header->channels};
+          if (first) seen.image_format = header->format;
+          else if (seen.image_format != header->format) seen.image_format.clear();
+        }
+      }
+      if (first) {
+        seen.dtype = t.dtype();
+        seen.shape = shape;
+      } else {
+        if (t.dtype() != seen.dtype)
+          throw DataError("field '" + field.name + "' is " + dtype_name(t.dtype()) + " here and was " + dtype_name(seen.dtype) +
+                          " before: a TFDS feature has one dtype");
+        if (shape.size() != seen.shape.size())
+          throw DataError("field '" + field.name + "' has rank " + std::to_string(shape.size()) + " here and " + std::to_string(seen.shape.size()) +
+                          " before: a TFDS feature has one rank");
+        for (std::size_t d = 0; d < shape.size(); ++d)
+          if (seen.shape[d] != shape[d]) seen.shape[d] = -1;
+      }
+      if (class_labels_.count(field.name)) {
+        if (t.dtype() == DType::Bytes || t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::F16 || t.dtype() == DType::BF16)
+          throw DataError("field '" + field.name + "' is listed in class_labels but holds " + dtype_name(t.dtype()) + ", not integers");
+        for (std::int64_t i = 0; i < t.num_elements(); ++i) {
+          std::int64_t v = 0;
+          switch (t.dtype()) {
+            case DType::U8: v = t.data<std::uint8_t>()[i]; break;
+            case DType::I16: v = t.data<std::int16_t>()[i]; break;
+            case DType::I32: v = t.data<std::int32_t>()[i]; break;
+            default: v = t.data<std::int64_t>()[i];
+          }
+          if (v < 0) throw DataError("field '" + field.name + "' holds class " + std::to_string(v) + "; ClassLabel classes count from 0");
+          seen.largest = std::max(seen.largest, v);
+        }
+      }
+    }
+  }
+
+  std::vector<TfdsFeature> described_features() const {
+    for (const auto& label : class_labels_)
+      if (!seen_.count(label)) throw DataError("class_labels names field '" + label + "', which no element had");
+    for (const auto& key : {supervised_keys_ ? supervised_keys_->first : "", supervised_keys_ ? supervised_keys_->second : ""})
+      if (!key.empty() && !seen_.count(key)) throw DataError("supervised_keys names field '" + key + "', which no element had");
+    std::vector<TfdsFeature> out;
+    for (const auto& name : order_) {
+      const Seen& seen = seen_.at(name);
+      TfdsFeature f;
+      f.name = name;
+      f.dtype = seen.dtype;
+      f.shape = seen.shape;
+      if (class_labels_.count(name)) {
+        f.kind = TfdsFeature::Kind::ClassLabel;
+        f.num_classes = seen.largest + 1;
+        f.sequence = seen.shape.size() == 1;  // a Sequence of ClassLabel
+        if (seen.shape.size() > 1)
+          throw DataError("field '" + name + "' is listed in class_labels but has shape " + shape_string(seen.shape) +
+                          "; a ClassLabel is one number per element, or a list of them");
+      } else if (seen.dtype == DType::Bytes && seen.shape.size() == 3 && seen.image) {
+        f.kind = TfdsFeature::Kind::Image;
+        f.encoding_format = seen.image_format;
+      } else if (seen.dtype == DType::Bytes && seen.shape.empty()) {
+        f.kind = TfdsFeature::Kind::Text;
+      } else {
+        f.kind = TfdsFeature::Kind::Tensor;
+        if (std::count(f.shape.begin(), f.shape.end(), -1) > 1)
+          throw DataError("field '" + name + "' varies in more than one dimension (" + shape_string(f.shape) +
+                          "); TFDS stores such tensors ragged, which tfds_writer does not write: pad it to one shape first");
+      }
+      out.push_back(std::move(f));
+    }
+    if (out.empty()) throw DataError("no element reached tfds_writer: a TFDS split needs at least one example");
+    return out;
+  }
+
+  static std::string existing(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "";
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  static void publish(const std::string& path, const std::string& text) {
+    AtomicOutputFile file(path);
+    file.write(text);
+    file.commit();
+  }
+
+  std::string dir_, name_, version_, split_, description_;
+  std::set<std::string> class_labels_;
+  std::optional<std::pair<std::string, std::string>> supervised_keys_;
+  std::map<std::string, Seen> seen_;
+  std::vector<std::string> order_;  // fields in the order first seen
+  std::uint64_t bytes_ = 0;
+};
+
 }  // namespace
 
 void register_tfds(Registrar& registrar) {
   registrar.add<TfdsSource>();
   registrar.add<TfdsReader>();
+  registrar.add<TfdsWriter>();
 }
 
 }  // namespace sluice::io
