@@ -2,6 +2,8 @@
 // sample-data pipelines (fewer images, so the test stays quick).
 #include <QtTest>
 
+#include <cmath>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +50,27 @@ class TestPipelines : public QObject {
     QCOMPARE(out_of(out, "read"), std::uint64_t(320));
     QCOMPARE(out_of(out, "batch"), std::uint64_t(5));  // 320 / 64, remainder dropped
     QVERIFY(!out.snapshot.bottleneck().empty());
+  }
+
+  // The sample as a tensorflow_datasets directory (two runs: train, then test beside it), then
+  // read by a split expression over both.
+  void tfds_directory_written_then_read() {
+    const std::string tfds = dir_.path().toStdString() + "/tfds";
+    const std::vector<std::string> sample{"files.patterns=" + tfrecords_ + "/*.tfrecord", "write.data_dir=" + tfds, "write.max_records=100"};
+    auto train = run_file("sample_data_tfds.txtpb", sample);
+    QVERIFY2(train.error.empty() && train.result.state == sluice::RunState::Finished, (train.error + train.result.error).c_str());
+    auto with_test = sample;
+    with_test.insert(with_test.end(), {"part.from=0.9", "part.to=1", "write.split=test"});
+    auto test = run_file("sample_data_tfds.txtpb", with_test);
+    QVERIFY2(test.error.empty() && test.result.state == sluice::RunState::Finished, (test.error + test.result.error).c_str());
+    const std::uint64_t train_count = out_of(train, "part"), test_count = out_of(test, "part");
+    QCOMPARE(train_count + test_count, std::uint64_t(320));  // the two ranges split every image
+    QVERIFY(fs::exists(tfds + "/sample_images/1.0.0/sample_images-train.tfrecord-00000-of-0000" + std::to_string((train_count + 99) / 100)));
+
+    auto out = run_file("tfds_sample.txtpb", {"split.data_dir=" + tfds});
+    QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+    const auto quarter = static_cast<std::uint64_t>(std::nearbyint(train_count * 0.75));  // TFDS rounds halves to even too
+    QCOMPARE(out_of(out, "read"), quarter + test_count);
   }
 
   void places365_folder_chain_with_cache() {

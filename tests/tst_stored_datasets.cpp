@@ -410,6 +410,18 @@ class TestStoredDatasets : public QObject {
       QCOMPARE(copy.lines, original.lines);
     }
 
+    // A split of one example (one class, one object) fits the others' description: their class
+    // counts and open dimensions stay.
+    write("test[:1]", "");
+    const auto grown = sluice::io::read_tfds_dataset(version);
+    QCOMPARE(grown.splits.size(), std::size_t(2));
+    QCOMPARE(grown.splits[1].shards.shard_lengths, (std::vector<std::uint64_t>{1}));
+    for (const auto& f : grown.features) {
+      if (f.name == "label") QCOMPARE(f.num_classes, std::int64_t(3));
+      if (f.name == "objects/bbox") QCOMPARE(f.shape, (sluice::Shape{-1, 4}));
+    }
+    write("test", "");
+
     // Another split of other features is refused, and what was written stays.
     const std::string info_before = read_file(version + "/dataset_info.json");
     const std::string error = error_of(tfds_chain(data_.path().toStdString(), "toy", "test") +

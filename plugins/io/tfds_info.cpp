@@ -370,7 +370,9 @@ Json features_dict() {
 
 }  // namespace
 
-std::string tfds_features_json(const std::vector<TfdsFeature>& features, const std::string& existing, const std::string& file) {
+namespace {
+
+Json features_dict_of(const std::vector<TfdsFeature>& features) {
   Json root = features_dict();
   for (const auto& f : features) {
     Json* level = &root;
@@ -386,31 +388,48 @@ std::string tfds_features_json(const std::vector<TfdsFeature>& features, const s
     }
     (*level)["featuresDict"]["features"][rest] = feature_json(f);
   }
-  if (!existing.empty()) {
-    Json before;
-    try {
-      before = Json::parse(existing);
-    } catch (const Json::exception& e) {
-      refuse_in(file, std::string("is not valid JSON (") + e.what() + "); remove it, or write to another data_dir");
-    }
-    if (before != root) {
-      FeatureReader old(file);
-      old.read(before, "", false);
-      std::string differs;
-      const auto old_features = old.take();
-      for (const auto& f : features) {
-        auto same = std::find_if(old_features.begin(), old_features.end(), [&](const TfdsFeature& o) { return o.name == f.name; });
-        if (same == old_features.end()) differs = "field '" + f.name + "' is new";
-        else if (feature_json(*same) != feature_json(f))
-          differs = "field '" + f.name + "' is " + feature_json(f).dump() + " here, " + feature_json(*same).dump() + " there";
-        if (!differs.empty()) break;
-      }
-      if (differs.empty()) differs = "fields are missing here that it describes";
-      refuse_in(file, "describes other features than this split's (" + differs +
-                          "); the splits of a dataset share their features: write to another version or data_dir");
-    }
+  return root;
+}
+
+}  // namespace
+
+std::string tfds_features_json(const std::vector<TfdsFeature>& given, const std::string& existing, const std::string& file) {
+  if (existing.empty()) return features_dict_of(given).dump(2);
+  Json before;
+  try {
+    before = Json::parse(existing);
+  } catch (const Json::exception& e) {
+    refuse_in(file, std::string("is not valid JSON (") + e.what() + "); remove it, or write to another data_dir");
   }
-  return root.dump(2);
+  FeatureReader reader(file);
+  reader.read(before, "", false);
+  std::vector<TfdsFeature> old = reader.take(), features = given;
+  // What one split saw of a feature is not all the dataset holds: a split with fewer classes, or
+  // whose images or tensors happen to share a size, still fits the others. A ClassLabel counts
+  // the most classes either says, a dimension that differs is left open, two image formats are
+  // either.
+  for (auto& f : features)
+    for (auto& o : old) {
+      if (o.name != f.name || o.kind != f.kind || o.dtype != f.dtype || o.sequence != f.sequence || o.shape.size() != f.shape.size()) continue;
+      f.num_classes = o.num_classes = std::max(o.num_classes, f.num_classes);
+      for (std::size_t d = 0; d < f.shape.size(); ++d)
+        if (f.shape[d] != o.shape[d]) f.shape[d] = o.shape[d] = -1;
+      if (f.encoding_format != o.encoding_format) f.encoding_format = o.encoding_format = "";
+      if (f.tfds_dtype.empty()) f.tfds_dtype = o.tfds_dtype;
+    }
+  std::string differs;
+  for (const auto& f : features) {
+    auto same = std::find_if(old.begin(), old.end(), [&](const TfdsFeature& o) { return o.name == f.name; });
+    if (same == old.end()) differs = "field '" + f.name + "' is new";
+    else if (feature_json(*same) != feature_json(f))
+      differs = "field '" + f.name + "' is " + feature_json(f).dump() + " here, " + feature_json(*same).dump() + " there";
+    if (!differs.empty()) break;
+  }
+  if (differs.empty() && old.size() != features.size()) differs = "fields are missing here that it describes";
+  if (!differs.empty())
+    refuse_in(file, "describes other features than this split's (" + differs +
+                        "); the splits of a dataset share their features: write to another version or data_dir");
+  return features_dict_of(old).dump(2);  // the file's order, with its class counts brought up to date
 }
 
 std::string tfds_dataset_info_json(const std::string& existing, const std::string& file, const std::string& name,

@@ -1,6 +1,9 @@
 // tfds (the shards a split expression selects in a prepared tensorflow_datasets directory) and
 // tfds_reader (one shard's examples, parsed by the dataset's features.json).
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -375,6 +378,26 @@ std::optional<ImageHeader> image_header(std::string_view b) {
   return std::nullopt;
 }
 
+// Holds an exclusive flock() on a folder while it lives.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ < 0) throw Error("cannot open " + dir + " to lock it: " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        const int err = errno;
+        ::close(fd_);
+        throw Error("cannot lock " + dir + ": " + std::strerror(err));
+      }
+  }
+  ~DirectoryLock() { ::close(fd_); }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 // Writes one split of a tensorflow_datasets directory: DATA_DIR/NAME/VERSION/NAME-SPLIT.tfrecord-
 // 00000-of-000NN shards (through tfrecord_writer, published whole at the end), then features.json
 // from the fields it saw and dataset_info.json with the split's shard lengths. A second run with
@@ -392,7 +415,9 @@ class TfdsWriter final : public TFRecordWriter {
              ParamSpec::make("split", ParamType::String, "the split this run writes; other splits already there stay").def("train"),
              ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes").def("100000000").range(1, std::nullopt),
              ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
-             ParamSpec::make("class_labels", ParamType::StringList, "integer fields written as ClassLabel (classes: the largest value + 1)").def(""),
+             ParamSpec::make("class_labels", ParamType::StringList,
+                             "integer fields written as ClassLabel: FIELD (classes: the largest value + 1, or more if another split has more) or FIELD:CLASSES")
+                 .def(""),
              ParamSpec::make("supervised_keys", ParamType::StringList, "INPUT,TARGET: the fields of as_supervised pairs").def(""),
              ParamSpec::make("description", ParamType::String, "the dataset's description").def("")},
             {.saves_state = true},
@@ -405,7 +430,17 @@ class TfdsWriter final : public TFRecordWriter {
         version_(p.get_string("version")),
         split_(p.get_string("split")),
         description_(p.get_string("description")) {
-    for (const auto& f : p.get_string_list("class_labels")) class_labels_.insert(f);
+    for (const auto& entry : p.get_string_list("class_labels")) {  // FIELD or FIELD:CLASSES
+      const auto colon = entry.find(':');
+      const std::string field = entry.substr(0, colon);
+      std::int64_t classes = 0;
+      if (colon != std::string::npos) {
+        char* end = nullptr;
+        classes = std::strtoll(entry.c_str() + colon + 1, &end, 10);
+        if (classes < 1 || *end != '\0') throw ParamError("class_labels entry '" + entry + "': CLASSES after ':' is a whole number above 0");
+      }
+      class_labels_[field] = classes;
+    }
     const auto& keys = p.get_string_list("supervised_keys");
     if (keys.size() == 2) supervised_keys_ = std::make_pair(keys[0], keys[1]);
     else if (!keys.empty()) throw ParamError("supervised_keys names " + std::to_string(keys.size()) + " fields; give two: INPUT,TARGET");
@@ -416,6 +451,9 @@ class TfdsWriter final : public TFRecordWriter {
   }
   void finish(bool complete) override {
     if (!complete) return TFRecordWriter::finish(false);
+    // Writers of other splits of this dataset (other stages, other processes) read, merge and
+    // publish the metadata one at a time.
+    const DirectoryLock lock(dir_);
     std::string features, info;
     try {  // refused before the shards are published: nothing of this run replaces what is there
       features = tfds_features_json(described_features(), existing(dir_ + "/features.json"), dir_ + "/features.json");
@@ -537,7 +575,7 @@ class TfdsWriter final : public TFRecordWriter {
   }
 
   std::vector<TfdsFeature> described_features() const {
-    for (const auto& label : class_labels_)
+    for (const auto& [label, classes] : class_labels_)
       if (!seen_.count(label)) throw DataError("class_labels names field '" + label + "', which no element had");
     for (const auto& key : {supervised_keys_ ? supervised_keys_->first : "", supervised_keys_ ? supervised_keys_->second : ""})
       if (!key.empty() && !seen_.count(key)) throw DataError("supervised_keys names field '" + key + "', which no element had");
@@ -550,7 +588,10 @@ class TfdsWriter final : public TFRecordWriter {
       f.shape = seen.shape;
       if (class_labels_.count(name)) {
         f.kind = TfdsFeature::Kind::ClassLabel;
-        f.num_classes = seen.largest + 1;
+        f.num_classes = std::max(seen.largest + 1, class_labels_.at(name));
+        if (class_labels_.at(name) && seen.largest >= class_labels_.at(name))
+          throw DataError("field '" + name + "' holds class " + std::to_string(seen.largest) + ", past the " + std::to_string(class_labels_.at(name)) +
+                          " classes class_labels gives it");
         f.sequence = seen.shape.size() == 1;  // a Sequence of ClassLabel
         if (seen.shape.size() > 1)
           throw DataError("field '" + name + "' is listed in class_labels but has shape " + shape_string(seen.shape) +
@@ -586,7 +627,7 @@ class TfdsWriter final : public TFRecordWriter {
   }
 
   std::string dir_, name_, version_, split_, description_;
-  std::set<std::string> class_labels_;
+  std::map<std::string, std::int64_t> class_labels_;  // field -> classes given (0: count them)
   std::optional<std::pair<std::string, std::string>> supervised_keys_;
   std::map<std::string, Seen> seen_;
   std::vector<std::string> order_;  // fields in the order first seen

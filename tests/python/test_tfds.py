@@ -137,3 +137,27 @@ def test_refusals_name_what_to_do(data_dir):
     real = os.path.dirname(os.path.dirname(os.path.dirname(MNIST_INFO)))
     with pytest.raises(sluice.PipelineError, match="array_record"):
         list(sluice.data.tfds("mnist", split="train", data_dir=real))
+
+
+def test_tfds_writer_directory_reads_back_as_written(tmp_path):
+    """A split written by tfds_writer from NumPy arrays, read back by tfds(): the same images and
+    labels, described in features.json and dataset_info.json as TFDS describes them."""
+    images = numpy.stack([digit_image(k) for k in range(25)])
+    labels = numpy.arange(25, dtype=numpy.int64) % 10
+    for split, rows in (("train", slice(0, 20)), ("test", slice(20, 25))):
+        (sluice.data.from_tensor_slices({"image": images[rows], "label": labels[rows]})
+         .encode_image(format="png")
+         .tfds_writer(data_dir=str(tmp_path), name="digits", split=split, max_records=8,
+                      class_labels=["label"], supervised_keys=["image", "label"])
+         .pipeline().run())
+    folder = tmp_path / "digits" / "1.0.0"
+    info = json.loads((folder / "dataset_info.json").read_text())
+    assert [(s["name"], s["shardLengths"]) for s in info["splits"]] == [("train", ["8", "8", "4"]), ("test", ["5"])]
+    assert info["supervisedKeys"]["tuple"]["items"] == [{"featureKey": "image"}, {"featureKey": "label"}]
+    features = json.loads((folder / "features.json").read_text())["featuresDict"]["features"]
+    assert features["image"]["image"] == {"shape": {"dimensions": ["28", "28", "1"]}, "dtype": "uint8", "encodingFormat": "png"}
+    assert features["label"]["classLabel"] == {"numClasses": "10"}
+    pairs = list(sluice.data.tfds("digits", split="all", data_dir=str(tmp_path), as_supervised=True,
+                                  read_config={"interleave_cycle_length": 1}))
+    assert numbers([image for image, _ in pairs]) == list(range(25))
+    assert all(numpy.array_equal(image, images[k]) and label == labels[k] for k, (image, label) in enumerate(pairs))
