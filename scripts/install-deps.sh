@@ -14,6 +14,7 @@ packages=(
   libcli11-dev libfmt-dev
   libcpp-httplib-dev           # the metrics endpoint of headless runs (sluice run --metrics-addr)
   nlohmann-json3-dev           # dataset_info.json and features.json of tensorflow_datasets directories
+  libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding

@@ -1,0 +1,269 @@
+#include "webdataset_format.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <regex>
+
+#include "byte_source.hpp"
+
+namespace sluice::io {
+
+std::pair<std::string, std::string> webdataset_key(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const auto name_at = slash == std::string::npos ? 0 : slash + 1;
+  const auto dot = path.find('.', name_at);
+  if (dot == std::string::npos) return {path, ""};
+  return {path.substr(0, dot), path.substr(dot + 1)};
+}
+
+WebDatasetShard::WebDatasetShard(std::string path) : path_(std::move(path)) { open(); }
+
+WebDatasetShard::~WebDatasetShard() { close(); }
+
+void WebDatasetShard::close() {
+  if (archive_) archive_read_free(archive_);
+  archive_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);  // libarchive reads the descriptor but leaves closing it to us
+  fd_ = -1;
+}
+
+void WebDatasetShard::open() {
+  close();
+  pending_.reset();
+  samples_ = 0;
+  ended_ = false;
+  fd_ = open_regular_file(path_);  // a FIFO or device refused without waiting on it
+  archive_ = archive_read_new();
+  archive_read_support_filter_all(archive_);
+  archive_read_support_format_tar(archive_);
+  archive_read_support_format_gnutar(archive_);
+  if (archive_read_open_fd(archive_, fd_, 1 << 20) != ARCHIVE_OK) {
+    const std::string why = archive_error_string(archive_) ? archive_error_string(archive_) : "unknown error";
+    close();
+    throw DataError(path_ + ": cannot be read as a tar archive (" + why + ")");
+  }
+}
+
+std::string WebDatasetShard::archive_error() const {
+  const char* why = archive_error_string(archive_);
+  return why ? why : "read error";
+}
+
+std::optional<TarMember> WebDatasetShard::read_header() {
+  for (;;) {
+    archive_entry* entry = nullptr;
+    const std::int64_t at = archive_read_header_position(archive_);
+    const int rc = archive_read_next_header(archive_, &entry);
+    if (rc == ARCHIVE_EOF) return std::nullopt;
+    if (rc < ARCHIVE_WARN) damaged("a damaged member header (" + archive_error() + ")", at);
+    if (archive_entry_filetype(entry) != AE_IFREG) continue;  // folders, links: not data (their data skipped by the next read)
+    TarMember m;
+    m.path = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
+    if (m.path.rfind("./", 0) == 0) m.path.erase(0, 2);
+    std::tie(m.key, m.field) = webdataset_key(m.path);
+    m.header_offset = at;
+    if (archive_entry_size_is_set(entry)) m.data.reserve(static_cast<std::size_t>(std::max<la_int64_t>(0, archive_entry_size(entry))));
+    return m;
+  }
+}
+
+void WebDatasetShard::read_data(TarMember& m) {
+  char block[1 << 16];
+  for (;;) {
+    const la_ssize_t got = archive_read_data(archive_, block, sizeof block);
+    if (got == 0) return;
+    if (got < 0) {
+      if (got >= ARCHIVE_WARN) continue;
+      damaged("member " + m.path + " cut short after " + std::to_string(m.data.size()) + " bytes (" + archive_error() + ")", m.header_offset);
+    }
+    m.data.append(block, static_cast<std::size_t>(got));
+  }
+}
+
+std::optional<TarMember> WebDatasetShard::read_member() {
+  std::optional<TarMember> m = read_header();
+  if (m) read_data(*m);
+  return m;
+}
+
+void WebDatasetShard::damaged(const std::string& what, std::int64_t offset) {
+  throw DataError(path_ + ": " + what + " at byte " + std::to_string(offset));
+}
+
+bool WebDatasetShard::next(WebDatasetSample& out, DamageReport& damage) {
+  for (;;) {
+    if (ended_) return false;
+    out = WebDatasetSample();
+    try {
+      std::optional<TarMember> first = pending_ ? std::move(pending_) : read_member();
+      pending_.reset();
+      if (!first) {
+        ended_ = true;
+        return false;
+      }
+      out.key = first->key;
+      out.header_offset = first->header_offset;
+      out.index = samples_++;
+      out.members.push_back(std::move(*first));
+      std::string repeated;
+      for (;;) {
+        std::optional<TarMember> m = read_member();
+        if (!m) {
+          ended_ = true;
+          break;
+        }
+        if (m->key != out.key) {
+          pending_ = std::move(m);
+          break;
+        }
+        for (const auto& have : out.members)
+          if (have.field == m->field && repeated.empty()) repeated = m->path;
+        out.members.push_back(std::move(*m));
+      }
+      if (repeated.empty()) return true;
+      const std::string reason = path_ + ": sample '" + out.key + "' (byte " + std::to_string(out.header_offset) + ") holds member " +
+                                 repeated + " twice; a sample's members must have different extensions";
+      if (!damage.skip_damaged(reason)) throw DataError(reason);
+    } catch (const DataError& e) {
+      // A damaged archive: nothing after it can be found again.
+      ended_ = true;
+      if (!damage.skip_damaged(e.what())) throw;
+      return false;
+    }
+  }
+}
+
+bool WebDatasetShard::seek(std::int64_t index, std::int64_t header_offset) {
+  if (index < 0 || header_offset < 0) return false;
+  try {
+    open();
+    for (;;) {  // headers only: the members' data before it is skipped, not read
+      std::optional<TarMember> m = read_header();
+      if (!m || m->header_offset > header_offset) break;
+      if (m->header_offset == header_offset) {
+        read_data(*m);
+        pending_ = std::move(m);
+        samples_ = index;
+        return true;
+      }
+    }
+  } catch (const DataError&) {
+  }
+  open();
+  return false;
+}
+
+namespace {
+
+DType npy_dtype(const std::string& descr) {
+  if (descr == "|u1" || descr == "|b1" || descr == "<u1") return DType::U8;
+  if (descr == "<i2") return DType::I16;
+  if (descr == "<i4") return DType::I32;
+  if (descr == "<i8") return DType::I64;
+  if (descr == "<f2") return DType::F16;
+  if (descr == "<f4") return DType::F32;
+  if (descr == "<f8") return DType::F64;
+  throw DataError(".npy dtype '" + descr + "' is not one Sluice reads (u1, b1, i2, i4, i8, f2, f4, f8, little-endian)");
+}
+
+const char* npy_descr(DType t) {
+  switch (t) {
+    case DType::U8: return "|u1";
+    case DType::I16: return "<i2";
+    case DType::I32: return "<i4";
+    case DType::I64: return "<i8";
+    case DType::F16: return "<f2";
+    case DType::F32: return "<f4";
+    case DType::F64: return "<f8";
+    default: throw DataError(std::string("a ") + dtype_name(t) + " tensor has no .npy form Sluice writes");
+  }
+}
+
+}  // namespace
+
+Tensor parse_npy(std::string_view b) {
+  if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) throw DataError("not a .npy file (no \\x93NUMPY magic)");
+  const int major = static_cast<std::uint8_t>(b[6]);
+  std::size_t header_len = 0, at = 0;
+  if (major == 1) {
+    header_len = static_cast<std::uint8_t>(b[8]) | (static_cast<std::size_t>(static_cast<std::uint8_t>(b[9])) << 8);
+    at = 10;
+  } else if (major == 2 || major == 3) {
+    if (b.size() < 12) throw DataError(".npy file cut short in its header");
+    for (int k = 3; k >= 0; --k) header_len = (header_len << 8) | static_cast<std::uint8_t>(b[8 + k]);
+    at = 12;
+  } else {
+    throw DataError(".npy format version " + std::to_string(major) + " is not 1, 2 or 3");
+  }
+  if (at + header_len > b.size()) throw DataError(".npy file cut short in its header");
+  const std::string header(b.substr(at, header_len));
+  std::smatch m;
+  static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')"), order_re(R"('fortran_order'\s*:\s*(True|False))"),
+      shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
+  if (!std::regex_search(header, m, descr_re)) throw DataError(".npy header has no 'descr'");
+  const DType dtype = npy_dtype(m[1].str());
+  if (!std::regex_search(header, m, order_re)) throw DataError(".npy header has no 'fortran_order'");
+  if (m[1].str() == "True") throw DataError(".npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
+  if (!std::regex_search(header, m, shape_re)) throw DataError(".npy header has no 'shape'");
+  Shape shape;
+  const std::string dims = m[1].str();
+  static const std::regex dim_re(R"(\d+)");
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), dim_re); it != std::sregex_iterator(); ++it)
+    shape.push_back(std::stoll(it->str()));
+  Tensor t = Tensor::empty(dtype, shape);
+  const std::size_t data_at = at + header_len;
+  if (b.size() - data_at != t.nbytes())
+    throw DataError(".npy data holds " + std::to_string(b.size() - data_at) + " bytes, its shape " + shape_string(shape) + " of " +
+                    dtype_name(dtype) + " needs " + std::to_string(t.nbytes()));
+  std::memcpy(t.raw_data(), b.data() + data_at, t.nbytes());
+  return t;
+}
+
+std::string encode_npy(const Tensor& t) {
+  std::string dims;
+  for (auto d : t.shape()) dims += std::to_string(d) + ",";
+  if (t.rank() > 1) dims.pop_back();  // (3,) for one dimension, (2,3) for more
+  std::string header = "{'descr': '" + std::string(npy_descr(t.dtype())) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Padded with spaces and a newline so that the data starts at a multiple of 64 bytes.
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(t.raw_data()), t.nbytes());
+  return out;
+}
+
+std::string gunzip(std::string_view bytes) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) throw DataError("zlib initialisation failed");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  std::string out;
+  char block[1 << 16];
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    z.next_out = reinterpret_cast<Bytef*>(block);
+    z.avail_out = sizeof block;
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&z);
+      throw DataError(std::string("not gzip data, or cut short (") + (z.msg ? z.msg : "inflate failed") + ")");
+    }
+    out.append(block, sizeof block - z.avail_out);
+    if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+      inflateEnd(&z);
+      throw DataError("gzip data cut short");
+    }
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+}  // namespace sluice::io

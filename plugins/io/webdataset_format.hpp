@@ -1,0 +1,84 @@
+#pragma once
+// WebDataset shards: tar files (plain, gzip, zstd, bzip2, xz: libarchive detects the filter) whose
+// consecutive members sharing a key make one sample. The key is a member's path up to the first
+// dot of its file name ("train/0001.seg.png": key "train/0001", field "seg.png"), as
+// webdataset's tariterators split it. Folder entries are skipped.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/sdk.hpp"
+
+struct archive;
+
+namespace sluice::io {
+
+struct TarMember {
+  std::string key, field;  // "train/0001", "seg.png"
+  std::string path;        // as the archive names it
+  std::string data;
+  std::int64_t header_offset = 0;  // byte of its header in the uncompressed stream
+};
+
+struct WebDatasetSample {
+  std::string key;
+  std::vector<TarMember> members;  // in the archive's order, each field once
+  std::int64_t index = 0;          // samples before it in the shard
+  std::int64_t header_offset = 0;  // its first member's
+};
+
+class WebDatasetShard {
+ public:
+  // Opens `path`; throws DataError naming it when it cannot be read or is not an archive.
+  explicit WebDatasetShard(std::string path);
+  ~WebDatasetShard();
+  WebDatasetShard(const WebDatasetShard&) = delete;
+  WebDatasetShard& operator=(const WebDatasetShard&) = delete;
+
+  // The next sample, or false at the end. Damage (a cut member, a bad header, a field twice in one
+  // sample) is described to `damage` with the shard, the member and its byte offset: under skip,
+  // a sample with a repeated field is dropped and reading goes on; a damaged archive ends the
+  // shard there (a tar has no marks to find the next member by); otherwise DataError.
+  bool next(WebDatasetSample& out, DamageReport& damage);
+
+  // Goes to the sample numbered `index` whose first member's header is at `header_offset` (as a
+  // sample read before said), reading headers from the start and skipping members' data. False
+  // when no sample starts there.
+  bool seek(std::int64_t index, std::int64_t header_offset);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void open();
+  void close();
+  // The next regular member's header (its data still unread), or nullopt at the end; then its
+  // data. Both throw DataError naming the shard, the member and the byte on damage.
+  std::optional<TarMember> read_header();
+  void read_data(TarMember& m);
+  std::optional<TarMember> read_member();
+  std::string archive_error() const;
+  [[noreturn]] void damaged(const std::string& what, std::int64_t offset);
+
+  std::string path_;
+  int fd_ = -1;
+  ::archive* archive_ = nullptr;
+  std::optional<TarMember> pending_;  // the first member of the next sample
+  std::int64_t samples_ = 0;
+  bool ended_ = false;
+};
+
+// Splits a member path into (key, field) as webdataset does; field "" when the file name has no dot.
+std::pair<std::string, std::string> webdataset_key(const std::string& path);
+
+// A NumPy .npy file (format 1.0 to 3.0, little-endian or single-byte dtypes, C order) as a tensor.
+// Throws DataError saying what it does not read.
+Tensor parse_npy(std::string_view bytes);
+// The .npy file of a numeric tensor (format 1.0).
+std::string encode_npy(const Tensor& t);
+
+// The inflated bytes of a gzip member; throws DataError when they are not gzip.
+std::string gunzip(std::string_view bytes);
+
+}  // namespace sluice::io
