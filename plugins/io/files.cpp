@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "byte_source.hpp"
@@ -60,6 +61,60 @@ void expand(const fs::path& base, const std::vector<std::string>& segments, std:
   }
 }
 
+// Brace patterns as webdataset and the shell write them: number ranges {000000..000999} (zero-padded
+// to the wider bound when either is written with a leading zero) and alternatives {train,val},
+// nested or several in one pattern; the expansions in order.
+constexpr std::size_t kMostBraceExpansions = 10'000'000;
+void expand_braces(const std::string& pattern, std::vector<std::string>& out) {
+  std::size_t open = std::string::npos;
+  int depth = 0;
+  std::size_t close = std::string::npos;
+  for (std::size_t i = 0; i < pattern.size() && close == std::string::npos; ++i) {
+    if (pattern[i] == '{' && depth++ == 0) open = i;
+    else if (pattern[i] == '}' && depth > 0 && --depth == 0) close = i;
+  }
+  if (close == std::string::npos) {
+    if (out.size() >= kMostBraceExpansions) throw ParamError("a brace pattern expands to more than 10,000,000 paths");
+    out.push_back(pattern);
+    return;
+  }
+  const std::string head = pattern.substr(0, open), body = pattern.substr(open + 1, close - open - 1), tail = pattern.substr(close + 1);
+  std::vector<std::string> choices;
+  static const std::regex range(R"(^(-?\d+)\.\.(-?\d+)$)");
+  std::smatch m;
+  if (std::regex_match(body, m, range)) {
+    const std::string a = m[1].str(), b = m[2].str();
+    const long long from = std::stoll(a), to = std::stoll(b);
+    const bool padded = (a.size() > 1 && a[0] == '0') || (b.size() > 1 && b[0] == '0');
+    const std::size_t width = padded ? std::max(a.size(), b.size()) : 0;
+    if (static_cast<unsigned long long>(to > from ? to - from : from - to) >= kMostBraceExpansions)
+      throw ParamError("brace range {" + body + "} names more than 10,000,000 paths");
+    for (long long v = from;; v += from <= to ? 1 : -1) {
+      std::string digits = std::to_string(v < 0 ? -v : v);
+      if (digits.size() + (v < 0) < width) digits.insert(0, width - digits.size() - (v < 0), '0');
+      choices.push_back((v < 0 ? "-" : "") + digits);
+      if (v == to) break;
+    }
+  } else {
+    int level = 0;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= body.size(); ++i) {
+      if (i < body.size()) level += body[i] == '{' ? 1 : body[i] == '}' ? -1 : 0;
+      if (i == body.size() || (body[i] == ',' && level == 0)) {
+        choices.push_back(body.substr(start, i - start));
+        start = i + 1;
+      }
+    }
+    if (choices.size() < 2) {  // {x} is no brace pattern: the braces are part of the name
+      std::vector<std::string> tails;
+      expand_braces(tail, tails);
+      for (const auto& t : tails) out.push_back(head + "{" + body + "}" + t);
+      return;
+    }
+  }
+  for (const auto& choice : choices) expand_braces(head + choice + tail, out);
+}
+
 std::vector<std::string> glob(const std::string& pattern) {
   std::vector<std::string> segments;
   fs::path p(pattern);
@@ -108,7 +163,7 @@ class ListFiles final : public Source {
   static OperatorInfo describe() {
     return {"list_files",
             OperatorKind::Source,
-            "Emits the paths matching glob patterns ('*', '?', '[ab]', '**' for any depth) as 'path', shuffled (shuffle: false for sorted)",
+            "Emits the paths matching glob patterns ('*', '?', '[ab]', '**' for any depth, {000..099} and {a,b} braces) as 'path', shuffled (shuffle: false for sorted)",
             {ParamSpec::make("patterns", ParamType::PathList, "paths or glob patterns, comma-separated (relative to the pipeline file)"),
              ParamSpec::make("shuffle", ParamType::Bool, "shuffle the list, as tf.data's list_files does (the same order on every worker for a seed); false keeps it sorted").def("true"),
              ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
@@ -125,10 +180,16 @@ class ListFiles final : public Source {
   }
   void start(const StageInfo& info) override {
     info_ = info;
-    for (const auto& pattern : patterns_) {
-      auto matched = glob(pattern);
-      if (matched.empty()) throw DataError("pattern '" + pattern + "' matches no file: " + why_nothing_matches(pattern));
-      files_.insert(files_.end(), matched.begin(), matched.end());
+    for (const auto& written : patterns_) {
+      std::vector<std::string> expanded;
+      expand_braces(written, expanded);
+      for (const auto& pattern : expanded) {
+        auto matched = glob(pattern);
+        if (matched.empty())
+          throw DataError("pattern '" + pattern + "'" + (pattern == written ? "" : " (of '" + written + "')") + " matches no file: " +
+                          why_nothing_matches(pattern));
+        files_.insert(files_.end(), matched.begin(), matched.end());
+      }
     }
   }
   void begin_pass(std::uint64_t pass) override {

@@ -34,6 +34,7 @@ void WebDatasetShard::close() {
 void WebDatasetShard::open() {
   close();
   pending_.reset();
+  deferred_damage_.clear();
   samples_ = 0;
   ended_ = false;
   fd_ = open_regular_file(path_);  // a FIFO or device refused without waiting on it
@@ -56,10 +57,11 @@ std::string WebDatasetShard::archive_error() const {
 std::optional<TarMember> WebDatasetShard::read_header() {
   for (;;) {
     archive_entry* entry = nullptr;
-    const std::int64_t at = archive_read_header_position(archive_);
     const int rc = archive_read_next_header(archive_, &entry);
+    const std::int64_t at = archive_read_header_position(archive_);  // of the header just read (its pax header first)
     if (rc == ARCHIVE_EOF) return std::nullopt;
-    if (rc < ARCHIVE_WARN) damaged("a damaged member header (" + archive_error() + ")", at);
+    // RETRY is a header libarchive could not use (a bad checksum): what follows it cannot be trusted.
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) damaged("a damaged member header (" + archive_error() + ")", at);
     if (archive_entry_filetype(entry) != AE_IFREG) continue;  // folders, links: not data (their data skipped by the next read)
     TarMember m;
     m.path = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
@@ -96,44 +98,56 @@ void WebDatasetShard::damaged(const std::string& what, std::int64_t offset) {
 
 bool WebDatasetShard::next(WebDatasetSample& out, DamageReport& damage) {
   for (;;) {
+    if (!deferred_damage_.empty()) {  // found after the sample before it, which went out whole
+      const std::string reason = std::move(deferred_damage_);
+      deferred_damage_.clear();
+      if (!damage.skip_damaged(reason)) throw DataError(reason);
+      return false;
+    }
     if (ended_) return false;
     out = WebDatasetSample();
+    std::optional<TarMember> first;
     try {
-      std::optional<TarMember> first = pending_ ? std::move(pending_) : read_member();
-      pending_.reset();
-      if (!first) {
-        ended_ = true;
-        return false;
-      }
-      out.key = first->key;
-      out.header_offset = first->header_offset;
-      out.index = samples_++;
-      out.members.push_back(std::move(*first));
-      std::string repeated;
-      for (;;) {
-        std::optional<TarMember> m = read_member();
-        if (!m) {
-          ended_ = true;
-          break;
-        }
-        if (m->key != out.key) {
-          pending_ = std::move(m);
-          break;
-        }
-        for (const auto& have : out.members)
-          if (have.field == m->field && repeated.empty()) repeated = m->path;
-        out.members.push_back(std::move(*m));
-      }
-      if (repeated.empty()) return true;
-      const std::string reason = path_ + ": sample '" + out.key + "' (byte " + std::to_string(out.header_offset) + ") holds member " +
-                                 repeated + " twice; a sample's members must have different extensions";
-      if (!damage.skip_damaged(reason)) throw DataError(reason);
+      first = pending_ ? std::move(pending_) : read_member();
     } catch (const DataError& e) {
-      // A damaged archive: nothing after it can be found again.
-      ended_ = true;
+      ended_ = true;  // a damaged archive: nothing after it can be found again
       if (!damage.skip_damaged(e.what())) throw;
       return false;
     }
+    pending_.reset();
+    if (!first) {
+      ended_ = true;
+      return false;
+    }
+    out.key = first->key;
+    out.header_offset = first->header_offset;
+    out.index = samples_++;
+    out.members.push_back(std::move(*first));
+    std::string repeated;
+    for (;;) {
+      std::optional<TarMember> m;
+      try {
+        m = read_member();
+      } catch (const DataError& e) {
+        ended_ = true;
+        deferred_damage_ = e.what();
+      }
+      if (!m) {
+        ended_ = true;
+        break;
+      }
+      if (m->key != out.key) {
+        pending_ = std::move(m);
+        break;
+      }
+      for (const auto& have : out.members)
+        if (have.field == m->field && repeated.empty()) repeated = m->path;
+      out.members.push_back(std::move(*m));
+    }
+    if (repeated.empty()) return true;
+    const std::string reason = path_ + ": sample '" + out.key + "' (byte " + std::to_string(out.header_offset) + ") holds member " +
+                               repeated + " twice; a sample's members must have different extensions";
+    if (!damage.skip_damaged(reason)) throw DataError(reason);
   }
 }
 

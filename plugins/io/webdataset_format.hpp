@@ -65,6 +65,7 @@ class WebDatasetShard {
   int fd_ = -1;
   ::archive* archive_ = nullptr;
   std::optional<TarMember> pending_;  // the first member of the next sample
+  std::string deferred_damage_;       // damage met while looking for the end of a whole sample
   std::int64_t samples_ = 0;
   bool ended_ = false;
 };

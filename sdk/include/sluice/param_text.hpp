@@ -27,16 +27,20 @@ inline std::string_view trim(std::string_view s) {
   return s;
 }
 
-inline std::vector<std::string_view> split_list(std::string_view text) {
+/// Comma-separated items; with `braces`, a comma inside {...} belongs to its item (a path pattern
+/// such as shards-{train,val}-*.tar).
+inline std::vector<std::string_view> split_list(std::string_view text, bool braces = false) {
   std::vector<std::string_view> items;
   text = trim(text);
   if (text.empty()) return items;
   std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    items.push_back(trim(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
+  int depth = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && braces) depth += text[i] == '{' ? 1 : (text[i] == '}' && depth > 0) ? -1 : 0;
+    if (i == text.size() || (text[i] == ',' && depth == 0)) {
+      items.push_back(trim(text.substr(start, i - start)));
+      start = i + 1;
+    }
   }
   return items;
 }
@@ -150,7 +154,7 @@ inline ParamValue parse_param_text(const ParamSpec& spec, std::string_view text)
     case ParamType::StringList:
     case ParamType::PathList: {
       std::vector<std::string> out;
-      for (auto item : split_list(text)) out.emplace_back(item);
+      for (auto item : split_list(text, spec.type == ParamType::PathList)) out.emplace_back(item);
       return out;
     }
   }
