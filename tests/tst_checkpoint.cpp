@@ -123,6 +123,30 @@ std::string make_tfds(const QTemporaryDir& dir) {
   return data_dir;
 }
 
+// The same images as WebDataset tar shards (DIR/wds/train-00000N.tar, 8 of 300 samples).
+std::string make_webdataset(const QTemporaryDir& dir) {
+  const std::string prefix = dir.filePath("wds/train").toStdString();
+  auto made = run_text("options { seed: 3 }\n" +
+                       stage("img", "synthetic_images", "", {{"count", "2400"}, {"height", "8"}, {"width", "8"}, {"classes", "10"}}) +
+                       stage("enc", "encode_image", "img", {{"quality", "95"}, {"output", "jpg"}}) +
+                       stage("pick", "select_fields", "enc", {{"keep", "jpg,label"}}) +
+                       stage("w", "webdataset_writer", "pick", {{"prefix", prefix}, {"max_records", "300"}}));
+  if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing the tar shards failed: " + made.result.error);
+  return dir.filePath("wds").toStdString();
+}
+
+// Tar shards read interleaved, decoded, shuffled, batched, three epochs: a cut between two samples
+// of a shard, found again by its first member's offset.
+std::string webdataset_pipeline(const std::string& shards, int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 11 deterministic: true }\n" +
+         stage("files", "list_files", "", {{"patterns", shards + "/train-{000000..000007}.tar"}}) +
+         stage("read", "webdataset_reader", "files", {{"integers", "label"}}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
+         stage("decode", "decode_image", "read", {{"field", "jpg"}}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
+         stage("shuffle", "shuffle", "flip", {{"buffer_size", "500"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
 // A slice of a tfds split across shards, shuffled shards read as TFDS reads them (interleaved),
 // decoded, shuffled, batched, three epochs: a cut inside a shard read that skips and takes.
 std::string tfds_pipeline(const std::string& data_dir, int parallelism) {
@@ -270,6 +294,7 @@ class TestCheckpoint : public QObject {
   QTemporaryDir data_;
   std::string shards_;
   std::string tfds_;
+  std::string webdataset_;
   std::string token_files_;
   int cuts_inside_a_shard_ = 0;
 
@@ -277,6 +302,7 @@ class TestCheckpoint : public QObject {
   void initTestCase() {
     shards_ = make_shards(data_);
     tfds_ = make_tfds(data_);
+    webdataset_ = make_webdataset(data_);
     token_files_ = make_token_files(data_);
   }
 
@@ -306,6 +332,8 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 100, 400}) QTest::addRow("per input p%d k%d", p, k) << "per input" << p << k;
       // 2016 images of a tfds split in 126 batches per epoch.
       for (int k : {1, 200}) QTest::addRow("tfds p%d k%d", p, k) << "tfds" << p << k;
+      // 2400 images in tar shards, 150 batches per epoch.
+      for (int k : {1, 200}) QTest::addRow("webdataset p%d k%d", p, k) << "webdataset" << p << k;
     }
   }
   void resume_is_exact() {
@@ -318,13 +346,15 @@ class TestCheckpoint : public QObject {
                              : pipeline == "zip"     ? zip_pipeline(parallelism)
                              : pipeline == "mixture" ? mixture_pipeline(parallelism)
                              : pipeline == "tfds"    ? tfds_pipeline(tfds_, parallelism)
+                             : pipeline == "webdataset" ? webdataset_pipeline(webdataset_, parallelism)
                                                      : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
     if (pipeline == "tfrecord" || pipeline == "cached") QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
-    if (pipeline == "tfds") QCOMPARE(whole.lines.size(), std::size_t(3 * 126));  // 2400 - 240 - 144 = 2016 images
+    if (pipeline == "tfds") QCOMPARE(whole.lines.size(), std::size_t(3 * 126));
+    if (pipeline == "webdataset") QCOMPARE(whole.lines.size(), std::size_t(3 * 150));  // 2400 - 240 - 144 = 2016 images
     if (pipeline == "padded chunks")  // lines, tokens and kept fields went on in chunks
       QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0 && whole.snapshot.stage(3).chunks_out() > 0);
     if (pipeline == "chunked") {  // the reader and the parser handed on chunks

@@ -10,6 +10,7 @@
 #include "pipeline_runner.hpp"
 #include "tfds_info.hpp"
 #include "tfrecord.hpp"
+#include "webdataset_format.hpp"
 
 using namespace sluice::test;
 using Ints = std::vector<long long>;
@@ -446,6 +447,60 @@ class TestStoredDatasets : public QObject {
     QCOMPARE(features["image"].kind, sluice::io::TfdsFeature::Kind::Image);
     QCOMPARE(features["image"].encoding_format, std::string("png"));
     QCOMPARE(features["image"].shape, (sluice::Shape{24, 32, 3}));
+  }
+
+  // A resumed run finds a sample again by its first member's offset, without reading the data
+  // of the members before it; an offset where no sample starts is refused.
+  void webdataset_shards_seek_to_a_sample() {
+    struct Count final : sluice::DamageReport {
+      bool skip_damaged(const std::string&) override { return false; }
+    } damage;
+    for (const char* name : {"sample.tgz", "testgz.tar"}) {
+      sluice::io::WebDatasetShard shard(testdata_dir() + "/webdataset/" + name);
+      std::vector<sluice::io::WebDatasetSample> all;
+      for (sluice::io::WebDatasetSample s; shard.next(s, damage);) all.push_back(s);
+      QVERIFY(all.size() == 90 || all.size() == 1000);
+      for (std::size_t at : {std::size_t(0), std::size_t(37), all.size() - 1}) {
+        QVERIFY(shard.seek(all[at].index, all[at].header_offset));
+        sluice::io::WebDatasetSample again;
+        QVERIFY(shard.next(again, damage));
+        QCOMPARE(again.key, all[at].key);
+        QCOMPARE(again.index, all[at].index);
+        QCOMPARE(again.members.size(), all[at].members.size());
+        QCOMPARE(again.members.back().data, all[at].members.back().data);
+      }
+      QVERIFY(!shard.seek(5, all[5].header_offset + 1));
+    }
+  }
+
+  void npy_files_round_trip_and_refusals() {
+    const auto t = sluice::Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+    const auto back = sluice::io::parse_npy(sluice::io::encode_npy(t));
+    QCOMPARE(back.shape(), (sluice::Shape{2, 3}));
+    QCOMPARE(back.data<float>()[5], 6.0f);
+    QCOMPARE(sluice::io::encode_npy(t).size() % 64, std::size_t(24));  // header to 64 bytes, then 24 data bytes
+    const auto scalar = sluice::io::parse_npy(sluice::io::encode_npy(sluice::Tensor::scalar<std::int64_t>(7)));
+    QCOMPARE(scalar.rank(), std::size_t(0));
+    QCOMPARE(scalar.data<std::int64_t>()[0], std::int64_t(7));
+    auto npy = [](const std::string& header, const std::string& data) {  // format 1.0 with this header
+      std::string out("\x93NUMPY\x01\x00", 8);
+      out += static_cast<char>(header.size());
+      out += '\0';
+      return out + header + data;
+    };
+    for (const auto& [bytes, why] : std::vector<std::pair<std::string, std::string>>{
+             {"not npy", "magic"},
+             {npy("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }\n", "abcd"), "little-endian"},
+             {npy("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }\n", "abcd"), "Fortran"},
+             {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n", "abcd"), "needs 8"},
+             {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n", "").substr(0, 30), "cut short"}}) {
+      try {
+        sluice::io::parse_npy(bytes);
+        QFAIL(("accepted: " + why).c_str());
+      } catch (const sluice::DataError& e) {
+        QVERIFY2(std::string(e.what()).find(why) != std::string::npos, e.what());
+      }
+    }
   }
 
  private:
