@@ -258,6 +258,40 @@ class TestStoredDatasets : public QObject {
     QCOMPARE(ids_of(data_.path().toStdString(), split.toStdString(), "interleave { cycle_length: 16 block_length: 16 } parallelism: 2"), ids);
   }
 
+  // Each worker of a job reads its part of a split, through automatic sharding: by shard read
+  // when there are as many as workers, by example otherwise; together, the split once.
+  void workers_read_their_parts_of_a_split_data() {
+    QTest::addColumn<QString>("split");
+    QTest::addColumn<int>("workers");
+    QTest::addColumn<QString>("how");
+    QTest::newRow("by shard") << "train" << 3 << "by file";
+    QTest::newRow("by example") << "train[2:9]" << 3 << "by record";  // 2 shard reads for 3 workers
+  }
+  void workers_read_their_parts_of_a_split() {
+    QFETCH(QString, split);
+    QFETCH(int, workers);
+    QFETCH(QString, how);
+    const std::string text = "options { seed: 4 }\n" + tfds_chain(data_.path().toStdString(), "toy", split.toStdString(), {{"shuffle_files", "true"}}) +
+                             stage("ids", "select_fields", "examples", {{"keep", "id"}}) + sink_after("ids");
+    Ints all;
+    for (int w = 0; w < workers; ++w) {
+      sluice::WorkerIdentity worker;
+      worker.index = w;
+      worker.count = workers;
+      sluice::WorkerPlan plan;
+      auto out = run_text_as_worker(text, worker, &plan);
+      QVERIFY2(out.error.empty() && out.result.state == sluice::RunState::Finished, (out.error + out.result.error).c_str());
+      std::string notes;
+      for (const auto& n : plan.notes) notes += n + "\n";
+      QVERIFY2(notes.find(how.toStdString()) != std::string::npos, notes.c_str());
+      const Ints mine = all_integers(out.lines);
+      QVERIFY(!mine.empty());
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    std::sort(all.begin(), all.end());
+    QCOMPARE(all, ids_of(data_.path().toStdString(), split.toStdString()));
+  }
+
   void pct1_dropremainder_rounds_in_whole_percents() {
     QTemporaryDir data;
     write_toy(data.path().toStdString(), "toy", {{"train", {60, 90}}});
