@@ -18,7 +18,7 @@ stage "build build-fuzz" build_targets
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
-rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$out/crashes"
+rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$corpus/stored" "$out/crashes"
 for f in "$testdata"/tfrecord/*.tfrecord "$testdata"/tfrecord/*.gz "$testdata"/tfrecord/corrupt/*; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 1000000 ] && cp "$f" "$corpus/tfrecord/"
 done
@@ -33,6 +33,10 @@ prefixed() {  # prefixed DEST_DIR FILE...
 }
 prefixed "$corpus/pipeline" resources/pipelines/*.txtpb tests/fuzz/seeds/pipeline/*
 prefixed "$corpus/image" "$testdata"/jpeg/*/*.jpg tests/fuzz/seeds/image/*
+# fuzz_stored: byte 0 picks tfds metadata (info NUL features NUL split), .npy, or a tar shard.
+{ printf '\x00'; sed 's/"array_record"/"tfrecord"/' "$testdata"/tfds/metadata/mnist/3.0.1/dataset_info.json; printf '\0'; cat tests/fuzz/seeds/stored/features.json; printf '\0train[:10%%]+test[1shard]'; } > "$corpus/stored/mnist"
+cp tests/fuzz/seeds/stored/*.npy.seed "$corpus/stored/" 2>/dev/null || true
+for f in "$testdata"/webdataset/*; do { printf '\x02'; cat "$f"; } > "$corpus/stored/$(basename "$f")"; done
 sluice=${BUILD_DIR:-build}/bin/sluice
 # Paths written in a pipeline file are relative to its folder ($out here): write them absolute.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
@@ -67,7 +71,7 @@ export -f run_target
 export out corpus seconds
 status=0
 run_all_targets() {
-  printf '%s\n' fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}'
+  printf '%s\n' fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}'
 }
-stage "fuzzing (5 targets, ${seconds} s each)" run_all_targets || status=1
+stage "fuzzing (6 targets, ${seconds} s each)" run_all_targets || status=1
 exit $status

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -20,16 +21,20 @@ constexpr const char* kDefaultTemplate = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_
 
 [[noreturn]] void refuse_in(const std::string& file, const std::string& why) { throw DataError(file + ": " + why); }
 
+Json parse_json(const std::string& text, const std::string& path) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    refuse_in(path, std::string("is not valid JSON (") + e.what() + ")");
+  }
+}
+
 Json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) refuse_in(path, "cannot be read (is this a version folder of a prepared tensorflow_datasets dataset?)");
   std::stringstream text;
   text << in.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {
-    refuse_in(path, std::string("is not valid JSON (") + e.what() + ")");
-  }
+  return parse_json(text.str(), path);
 }
 
 // Protobuf's JSON writes 64-bit integers as strings ("60000"); hand-written files use numbers.
@@ -207,6 +212,10 @@ class FeatureReader {
   std::vector<TfdsFeature> features_;
 };
 
+// `features` gives features.json's content once dataset_info.json is found readable: a dataset of
+// another format is refused for that, before its features are looked at.
+TfdsDataset dataset_from_json(const Json& info, const std::function<Json()>& features, const std::string& dir);
+
 }  // namespace
 
 DType tfds_dtype(const std::string& name) {
@@ -295,10 +304,23 @@ std::string find_tfds_dataset(const std::string& data_dir, const std::string& na
 }
 
 TfdsDataset read_tfds_dataset(const std::string& dir) {
+  const std::string info_file = (fs::path(dir) / "dataset_info.json").string();
+  const std::string features_file = (fs::path(dir) / "features.json").string();
+  return dataset_from_json(read_json(info_file), [&] { return read_json(features_file); }, dir);
+}
+
+TfdsDataset parse_tfds_dataset(const std::string& info_text, const std::string& features_text, const std::string& dir) {
+  const std::string info_file = (fs::path(dir) / "dataset_info.json").string();
+  const std::string features_file = (fs::path(dir) / "features.json").string();
+  return dataset_from_json(parse_json(info_text, info_file), [&] { return parse_json(features_text, features_file); }, dir);
+}
+
+namespace {
+
+TfdsDataset dataset_from_json(const Json& info, const std::function<Json()>& features_json, const std::string& dir) {
   TfdsDataset ds;
   ds.dir = dir;
   const std::string info_file = (fs::path(dir) / "dataset_info.json").string();
-  const Json info = read_json(info_file);
   if (!info.is_object()) refuse_in(info_file, "is not a JSON object");
   ds.name = json_string(info, "name");
   ds.version = json_string(info, "version");
@@ -306,13 +328,13 @@ TfdsDataset read_tfds_dataset(const std::string& dir) {
   ds.file_format = json_string(info, "fileFormat", "tfrecord");
   if (ds.file_format != "tfrecord")
     refuse_in(info_file, "says fileFormat \"" + ds.file_format + "\"; Sluice reads TFDS datasets written as tfrecord: prepare it with "
-                      "tfds.builder(name, file_format='tfrecord').download_and_prepare()");
+                         "tfds.builder(name, file_format='tfrecord').download_and_prepare()");
   ds.splits = read_splits(info, info_file);
   ds.supervised_keys = read_supervised_keys(info, info_file);
 
   const std::string features_file = (fs::path(dir) / "features.json").string();
   FeatureReader features(features_file);
-  features.read(read_json(features_file), "", false);
+  features.read(features_json(), "", false);
   ds.features = features.take();
   if (ds.features.empty()) refuse_in(features_file, "describes no feature");
   if (ds.supervised_keys)
@@ -321,6 +343,8 @@ TfdsDataset read_tfds_dataset(const std::string& dir) {
         refuse_in(info_file, "names supervised key '" + key + "', which features.json does not describe");
   return ds;
 }
+
+}  // namespace
 
 namespace {
 

@@ -58,6 +58,8 @@ std::string find_tfds_dataset(const std::string& data_dir, const std::string& na
 // and the entry that is missing or malformed, and refuses what Sluice cannot read (a fileFormat
 // other than tfrecord, features it does not know) saying what to do.
 TfdsDataset read_tfds_dataset(const std::string& dir);
+// The same from the two files' text (the fuzz target's entry), named as the files of `dir`.
+TfdsDataset parse_tfds_dataset(const std::string& info_text, const std::string& features_text, const std::string& dir);
 
 // The parse_example spec of the dataset's features (every feature of an example, by its key).
 std::vector<FeatureSpec> tfds_example_spec(const std::vector<TfdsFeature>& features);
