@@ -23,7 +23,9 @@ struct Slice {
   Unit unit = Unit::Absolute;
 };
 
-[[noreturn]] void refuse(const std::string& spec, const std::string& why) {
+[[noreturn]] void refuse(const std::string& spec, std::string why) {
+  // A part that is the whole expression is named once: "split 'train[:120%]': percent ...".
+  if (why.compare(0, spec.size() + 4, "'" + spec + "': ") == 0) why.erase(0, spec.size() + 4);
   throw ParamError("split '" + spec + "': " + why + " (TFDS's forms: train, train[:4000], train[-1000:], train[25%:75%], "
                    "train[:4shard], train[4shard], train[:25%]+test, all)");
 }
@@ -66,7 +68,7 @@ Slice parse_part(const std::string& spec, const std::string& part) {
   // As TFDS: the unit written on either side is the slice's.
   s.unit = from.unit ? *from.unit : to.unit ? *to.unit : Unit::Absolute;
   if (s.unit == Unit::Percent && (std::abs(s.from.value_or(0)) > 100 || std::abs(s.to.value_or(0)) > 100))
-    refuse(spec, "'" + part + "': a percent boundary lies between -100% and 100%");
+    refuse(spec, "'" + part + "': percent boundaries must lie between -100% and 100%");
   return s;
 }
 
