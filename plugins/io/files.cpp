@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "byte_source.hpp"
+#include "text_scan.hpp"
 #include "io_plugin.hpp"
 
 namespace fs = std::filesystem;
@@ -80,10 +80,10 @@ void expand_braces(const std::string& pattern, std::vector<std::string>& out) {
   }
   const std::string head = pattern.substr(0, open), body = pattern.substr(open + 1, close - open - 1), tail = pattern.substr(close + 1);
   std::vector<std::string> choices;
-  static const std::regex range(R"(^(-?\d+)\.\.(-?\d+)$)");
-  std::smatch m;
-  if (std::regex_match(body, m, range)) {
-    const std::string a = m[1].str(), b = m[2].str();
+  const std::size_t dots = body.find("..");
+  if (dots != std::string::npos && scan::whole_number(std::string_view(body).substr(0, dots)) &&
+      scan::whole_number(std::string_view(body).substr(dots + 2))) {  // {FROM..TO}
+    const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
     const long long from = std::stoll(a), to = std::stoll(b);
     const bool padded = (a.size() > 1 && a[0] == '0') || (b.size() > 1 && b[0] == '0');
     const std::size_t width = padded ? std::max(a.size(), b.size()) : 0;

@@ -6,10 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "text_scan.hpp"
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
@@ -274,32 +275,36 @@ std::string TfdsDataset::shard_path(const std::string& split_name, std::size_t s
 }
 
 std::string find_tfds_dataset(const std::string& data_dir, const std::string& name) {
-  static const std::regex form(R"(^([\w.-]+)(/[\w.-]+)?(?::(\d+\.\d+\.\d+))?$)");
-  std::smatch m;
-  if (!std::regex_match(name, m, form))
+  // NAME[/CONFIG][:VERSION], NAME and CONFIG of word characters, '.' and '-'.
+  const std::size_t colon = name.find(':'), slash = name.find('/');
+  const std::string dataset = name.substr(0, colon), version = colon == std::string::npos ? "" : name.substr(colon + 1);
+  const bool well_formed = scan::name(std::string_view(dataset).substr(0, slash), ".-") &&
+                           (slash == std::string::npos || (slash < dataset.size() && scan::name(std::string_view(dataset).substr(slash + 1), ".-"))) &&
+                           (colon == std::string::npos || scan::version(version));
+  if (!well_formed)
     throw ParamError("name '" + name + "' is not NAME, NAME:VERSION, NAME/CONFIG or NAME/CONFIG:VERSION (as mnist, mnist:3.0.1, "
                      "imagenet2012/subset:5.0.0)");
-  const fs::path base = fs::path(data_dir) / (m[1].str() + m[2].str());
+  const fs::path base = fs::path(data_dir) / dataset;
   std::error_code ec;
   if (!fs::is_directory(base, ec))
-    throw DataError("no dataset '" + m[1].str() + m[2].str() + "' in " + data_dir + " (" + base.string() +
+    throw DataError("no dataset '" + dataset + "' in " + data_dir + " (" + base.string() +
                     " is not a folder): prepare it with tfds.builder(...).download_and_prepare(), or set data_dir");
-  if (m[3].matched) {
-    const fs::path dir = base / m[3].str();
+  if (!version.empty()) {
+    const fs::path dir = base / version;
     if (!fs::exists(dir / "dataset_info.json", ec))
-      throw DataError("version " + m[3].str() + " of '" + m[1].str() + m[2].str() + "' is not prepared in " + base.string() +
+      throw DataError("version " + version + " of '" + dataset + "' is not prepared in " + base.string() +
                       " (no dataset_info.json in " + dir.string() + ")");
     return dir.string();
   }
   std::string newest;
   for (const auto& entry : fs::directory_iterator(base, ec)) {
     const std::string v = entry.path().filename().string();
-    if (!std::regex_match(v, std::regex(R"(\d+\.\d+\.\d+)")) || !fs::exists(entry.path() / "dataset_info.json", ec)) continue;
+    if (!scan::version(v) || !fs::exists(entry.path() / "dataset_info.json", ec)) continue;
     if (newest.empty() || newer_version(v, newest)) newest = v;
   }
   if (newest.empty())
     throw DataError(base.string() + " holds no prepared version (a folder such as 3.0.1 with a dataset_info.json)" +
-                    (m[2].matched ? std::string() : "; if the dataset has configs, name one: " + m[1].str() + "/CONFIG"));
+                    (slash != std::string::npos ? std::string() : "; if the dataset has configs, name one: " + dataset + "/CONFIG"));
   return (base / newest).string();
 }
 

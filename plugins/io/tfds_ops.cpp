@@ -12,12 +12,12 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
+#include "text_scan.hpp"
 #include "tfds_info.hpp"
 #include "tfrecord.hpp"
 #include "tfrecord_writer.hpp"
@@ -514,13 +514,14 @@ class TfdsWriter final : public TFRecordWriter {
   };
 
   static std::string shard_prefix(const Params& p) {
-    static const std::regex name_form(R"(^[a-z][a-z0-9_]*$)"), version_form(R"(^\d+\.\d+\.\d+$)"), split_form(R"(^[\w-]+$)");
     const std::string& name = p.get_string("name");
-    if (!std::regex_match(name, name_form))
+    const bool snake_case = !name.empty() && name[0] >= 'a' && name[0] <= 'z' &&
+                            std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || scan::digit(c) || c == '_'; });
+    if (!snake_case)
       throw ParamError("name '" + name + "' is not a TFDS dataset name: lower case letters, digits and _, starting with a letter");
-    if (!std::regex_match(p.get_string("version"), version_form))
+    if (!scan::version(p.get_string("version")))
       throw ParamError("version '" + p.get_string("version") + "' is not MAJOR.MINOR.PATCH (as 1.0.0)");
-    if (!std::regex_match(p.get_string("split"), split_form))
+    if (!scan::name(p.get_string("split"), "-"))
       throw ParamError("split '" + p.get_string("split") + "' is not a split name (letters, digits, _ and -)");
     if (p.get_string("data_dir").empty()) throw ParamError("data_dir must not be empty");
     return (fs::path(p.get_string("data_dir")) / name / p.get_string("version") / (name + "-" + p.get_string("split"))).string();

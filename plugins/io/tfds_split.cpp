@@ -3,9 +3,10 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
-#include <regex>
+
 
 #include "sluice/error.hpp"
+#include "text_scan.hpp"
 
 namespace sluice::io {
 namespace {
@@ -30,27 +31,40 @@ struct Slice {
                    "train[:4shard], train[4shard], train[:25%]+test, all)");
 }
 
+// -?DIGITS[.DIGITS], then % or shard or nothing.
 Bound parse_bound(const std::string& spec, const std::string& text) {
-  static const std::regex form(R"(^(-?\d+(?:\.\d+)?)(%|shard)?$)");
   if (text.empty()) return {};
-  std::smatch m;
-  if (!std::regex_match(text, m, form)) refuse(spec, "'" + text + "' is not a boundary (a whole number, or a percent)");
   Bound b;
-  b.value = std::stod(m[1].str());
-  if (m[2].matched) b.unit = m[2].str() == "%" ? Unit::Percent : Unit::Shard;
-  if (m[1].str().find('.') != std::string::npos && b.unit != Unit::Percent)
-    refuse(spec, "'" + text + "': only a percent may have a fraction");
+  std::string_view number(text);
+  if (number.size() > 1 && number.back() == '%') {
+    b.unit = Unit::Percent;
+    number.remove_suffix(1);
+  } else if (number.size() > 5 && number.substr(number.size() - 5) == "shard") {
+    b.unit = Unit::Shard;
+    number.remove_suffix(5);
+  }
+  const std::size_t dot = number.find('.');
+  const bool fraction = dot != std::string_view::npos;
+  const bool well_formed = fraction ? scan::whole_number(number.substr(0, dot)) && dot + 1 < number.size() &&
+                                          scan::digits(number, dot + 1) == number.size()
+                                    : scan::whole_number(number);
+  if (!well_formed) refuse(spec, "'" + text + "' is not a boundary (a whole number, or a percent)");
+  b.value = std::stod(std::string(number));
+  if (fraction && b.unit != Unit::Percent) refuse(spec, "'" + text + "': only a percent may have a fraction");
   return b;
 }
 
 Slice parse_part(const std::string& spec, const std::string& part) {
-  static const std::regex form(R"(^([\w-]+)(?:\[([^\]]*)\])?$)");
-  std::smatch m;
-  if (!std::regex_match(part, m, form)) refuse(spec, "'" + part + "' is not SPLIT or SPLIT[SLICE]");
+  // NAME or NAME[SELECTOR], NAME of word characters and '-', SELECTOR without ']'.
+  const std::size_t open = part.find('[');
+  const bool bracketed = open != std::string::npos;
+  if (!scan::name(std::string_view(part).substr(0, open), "-") ||
+      (bracketed && (part.back() != ']' || part.find(']', open) != part.size() - 1)))
+    refuse(spec, "'" + part + "' is not SPLIT or SPLIT[SLICE]");
   Slice s;
-  s.split = m[1].str();
-  if (!m[2].matched) return s;
-  const std::string selector = m[2].str();
+  s.split = part.substr(0, open);
+  if (!bracketed) return s;
+  const std::string selector = part.substr(open + 1, part.size() - open - 2);
   const auto colon = selector.find(':');
   if (colon == std::string::npos) {  // train[4shard]: one shard
     const Bound b = parse_bound(spec, selector);
@@ -119,10 +133,17 @@ SplitRange to_range(const Slice& s, const SplitShards& split, SplitRounding roun
   return {s.split, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(std::max(from, to))};
 }
 
-std::vector<std::string> parts_of(const std::string& spec) {
-  static const std::regex plus(R"(\s*\+\s*)");
+std::vector<std::string> parts_of(const std::string& spec) {  // split at '+', spaces around it dropped
   std::vector<std::string> parts;
-  for (std::sregex_token_iterator it(spec.begin(), spec.end(), plus, -1), end; it != end; ++it) parts.push_back(it->str());
+  if (spec.empty()) return parts;
+  const bool union_of_parts = spec.find('+') != std::string::npos;
+  for (std::size_t start = 0;;) {
+    const std::size_t plus = spec.find('+', start);
+    const std::string_view part = std::string_view(spec).substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    parts.emplace_back(union_of_parts ? scan::trimmed(part) : part);
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
   return parts;
 }
 

@@ -6,9 +6,9 @@
 #include <zlib.h>
 
 #include <cstring>
-#include <regex>
 
 #include "byte_source.hpp"
+#include "text_scan.hpp"
 
 namespace sluice::io {
 
@@ -197,6 +197,18 @@ const char* npy_descr(DType t) {
   }
 }
 
+// The text between `open` and `close` after 'KEY' in a .npy header's dict ({'descr': '<f4', ...}).
+std::string_view npy_entry(std::string_view header, std::string_view key, char open, char close) {
+  const std::string quoted = "'" + std::string(key) + "'";
+  const std::size_t at = header.find(quoted);
+  const std::size_t colon = at == std::string_view::npos ? at : header.find(':', at + quoted.size());
+  if (colon == std::string_view::npos) throw DataError(".npy header has no '" + std::string(key) + "'");
+  const std::size_t from = open == ':' ? colon : header.find(open, colon + 1);
+  const std::size_t to = from == std::string_view::npos ? from : header.find(close, from + 1);
+  if (to == std::string_view::npos) throw DataError(".npy header's '" + std::string(key) + "' is not closed");
+  return header.substr(from + 1, to - from - 1);
+}
+
 }  // namespace
 
 Tensor parse_npy(std::string_view b) {
@@ -214,20 +226,24 @@ Tensor parse_npy(std::string_view b) {
     throw DataError(".npy format version " + std::to_string(major) + " is not 1, 2 or 3");
   }
   if (at + header_len > b.size()) throw DataError(".npy file cut short in its header");
-  const std::string header(b.substr(at, header_len));
-  std::smatch m;
-  static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')"), order_re(R"('fortran_order'\s*:\s*(True|False))"),
-      shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
-  if (!std::regex_search(header, m, descr_re)) throw DataError(".npy header has no 'descr'");
-  const DType dtype = npy_dtype(m[1].str());
-  if (!std::regex_search(header, m, order_re)) throw DataError(".npy header has no 'fortran_order'");
-  if (m[1].str() == "True") throw DataError(".npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
-  if (!std::regex_search(header, m, shape_re)) throw DataError(".npy header has no 'shape'");
+  const std::string_view header = b.substr(at, header_len);
+  const DType dtype = npy_dtype(std::string(npy_entry(header, "descr", '\'', '\'')));
+  const std::string_view order = scan::trimmed(npy_entry(header, "fortran_order", ':', ','));
+  if (order == "True") throw DataError(".npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
+  if (order != "False") throw DataError(".npy header's 'fortran_order' is neither True nor False");
   Shape shape;
-  const std::string dims = m[1].str();
-  static const std::regex dim_re(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), dim_re); it != std::sregex_iterator(); ++it)
-    shape.push_back(std::stoll(it->str()));
+  const std::string_view dims = npy_entry(header, "shape", '(', ')');
+  for (std::size_t k = 0; k < dims.size();) {
+    if (!scan::digit(dims[k])) {
+      if (dims[k] != ',' && dims[k] != ' ' && dims[k] != 'L') throw DataError(".npy header's 'shape' is not a tuple of whole numbers");
+      ++k;
+      continue;
+    }
+    const std::size_t end = scan::digits(dims, k);
+    if (end - k > 15) throw DataError(".npy header's 'shape' holds a dimension too large to read");
+    shape.push_back(std::stoll(std::string(dims.substr(k, end - k))));
+    k = end;
+  }
   Tensor t = Tensor::empty(dtype, shape);
   const std::size_t data_at = at + header_len;
   if (b.size() - data_at != t.nbytes())

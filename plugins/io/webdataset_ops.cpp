@@ -2,6 +2,8 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -124,7 +126,9 @@ class WebDatasetReader final : public Expand {
 // Samples into tar shards PREFIX-000000.tar (webdataset's ShardWriter names), a member KEY.FIELD
 // per field: bytes as they are, an integer scalar as its decimal text (a class label), other
 // numbers as .npy. Each shard is written under a temporary name and renamed once it is closed;
-// files of an earlier run numbered past this run's last shard go at the end.
+// files of an earlier run numbered past this run's last shard go at the end. A checkpoint closes
+// the open shard (a tar stream cannot be continued from a saved place): a resumed run goes on with
+// the next number, after the shards published up to the checkpoint.
 class WebDatasetWriter final : public Sink {
  public:
   static OperatorInfo describe() {
@@ -136,7 +140,7 @@ class WebDatasetWriter final : public Sink {
              ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes").def("3000000000").range(1, std::nullopt),
              ParamSpec::make("compression", ParamType::Choice, "none: .tar, gzip: .tar.gz, zstd: .tar.zst").def("none").one_of({"none", "gzip", "zstd"}),
              ParamSpec::make("key", ParamType::String, "field naming each sample; absent from an element: its number, 9 digits").def("__key__")},
-            {},
+            {.saves_state = true},
             {}};
   }
   explicit WebDatasetWriter(const Params& p)
@@ -177,6 +181,19 @@ class WebDatasetWriter final : public Sink {
     }
     if (archive_) close_shard();
     remove_later_shards();
+  }
+  void save_state(StateWriter& w) const override { const_cast<WebDatasetWriter*>(this)->save_shards(w); }
+  void restore_state(StateReader& r) override {
+    const std::string prefix = r.get_string();
+    const auto shards = r.get_within<std::uint64_t>(0, 1u << 30, "the number of shards");
+    const auto written = r.get<std::uint64_t>();
+    if (prefix != absolute_path(prefix_)) return;  // another prefix (--set): this run writes its own shards there
+    for (std::size_t k = 0; k < shards; ++k)
+      if (!fs::is_regular_file(shard_path(k)))
+        throw Error(shard_path(k) + ", written before the checkpoint, is gone: resume cannot give the whole output; run again from the start");
+    shards_ = static_cast<std::size_t>(shards);
+    written_ = written;
+    remove_later_shards();  // what the cut run wrote after the checkpoint is written again
   }
 
  private:
@@ -250,14 +267,29 @@ class WebDatasetWriter final : public Sink {
     file_.reset();
     ++shards_;
   }
-  // An earlier run over this prefix that wrote more shards left files this run did not replace; a
-  // glob would read them beside the new ones.
+  void save_shards(StateWriter& w) {
+    if (archive_) close_shard();
+    w.put_string(absolute_path(prefix_));
+    w.put<std::uint64_t>(shards_);
+    w.put<std::uint64_t>(written_);
+    w.describe(std::to_string(shards_) + " shard(s) of " + prefix_ + " published, " + std::to_string(written_) + " samples");
+  }
+  // Shards numbered from this run's next one on, published (an earlier run over this prefix that
+  // wrote more, which a glob would read beside the new ones) or left partial (a run cut off after
+  // a checkpoint, whose samples a resumed run writes again).
   void remove_later_shards() const {
+    const fs::path folder = fs::path(prefix_).parent_path().empty() ? fs::path(".") : fs::path(prefix_).parent_path();
+    const std::string stem = fs::path(prefix_).filename().string() + "-";
     std::error_code ec;
-    for (std::size_t k = shards_;; ++k) {
-      if (!fs::is_regular_file(shard_path(k), ec)) break;
-      fs::remove(shard_path(k), ec);
+    std::vector<fs::path> doomed;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.compare(0, stem.size(), stem) != 0 || name.size() < stem.size() + 6) continue;
+      const std::string number = name.substr(stem.size(), 6), rest = name.substr(stem.size() + 6);
+      if (!std::all_of(number.begin(), number.end(), ::isdigit) || std::stoul(number) < shards_) continue;
+      if (rest == suffix() || rest.compare(0, suffix().size() + 9, suffix() + ".partial-") == 0) doomed.push_back(it->path());
     }
+    for (const auto& path : doomed) fs::remove(path, ec);
   }
 
   std::string prefix_;
