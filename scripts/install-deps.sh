@@ -15,6 +15,7 @@ packages=(
   libcpp-httplib-dev           # the metrics endpoint of headless runs (sluice run --metrics-addr)
   nlohmann-json3-dev           # dataset_info.json and features.json of tensorflow_datasets directories
   libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
+  libssl-dev                   # SHA-256 and HMAC for signing object-store requests (remote/)
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding
