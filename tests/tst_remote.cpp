@@ -3,7 +3,13 @@
 // store checks byte for byte.
 #include <QtTest>
 
+#include <QTemporaryDir>
+
+#include <fstream>
+#include <map>
+
 #include "sluice/remote/s3_signature.hpp"
+#include "sluice/remote/store_config.hpp"
 
 using sluice::remote::Credentials;
 using sluice::remote::RequestToSign;
@@ -30,6 +36,25 @@ RequestToSign documented(std::string method, std::string path, std::vector<std::
 }
 
 std::string signature_of(const std::string& authorization) { return authorization.substr(authorization.rfind('=') + 1); }
+
+sluice::remote::Environment environment(std::map<std::string, std::string> variables) {
+  return [variables](const std::string& name) {
+    auto it = variables.find(name);
+    return it == variables.end() ? std::string() : it->second;
+  };
+}
+
+void write(const QString& path, const std::string& text) { std::ofstream(path.toStdString()) << text; }
+
+template <class F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
 
 }  // namespace
 
@@ -75,6 +100,75 @@ class TestRemote : public QObject {
     const std::string header = sluice::remote::authorization(r, kExample);
     QVERIFY(header.find(kExample.secret_access_key) == std::string::npos);
     QVERIFY(header != sluice::remote::authorization(r, Credentials{kExample.access_key_id, "other", ""}));
+  }
+
+  void uris_name_their_store_bucket_and_key() {
+    using Scheme = sluice::remote::RemoteLocation::Scheme;
+    QVERIFY(!sluice::remote::parse_remote_uri("/data/train-00000.tfrecord"));
+    QVERIFY(!sluice::remote::parse_remote_uri("relative/file:with:colons"));
+    const auto s3 = sluice::remote::parse_remote_uri("s3://my-bucket/train/a b.tfrecord");
+    QVERIFY(s3 && s3->scheme == Scheme::S3);
+    QCOMPARE(s3->bucket, std::string("my-bucket"));
+    QCOMPARE(s3->key, std::string("train/a b.tfrecord"));
+    const auto gs = sluice::remote::parse_remote_uri("gs://b");
+    QVERIFY(gs && gs->scheme == Scheme::GS && gs->bucket == "b" && gs->key.empty());
+    const auto https = sluice::remote::parse_remote_uri("https://example.com/x.tar?sig=1");
+    QVERIFY(https && https->scheme == Scheme::Https && https->url == "https://example.com/x.tar?sig=1");
+    QVERIFY(refusal([] { sluice::remote::parse_remote_uri("s3:///key"); }).find("s3:///key: no bucket") == 0);
+    QVERIFY(refusal([] { sluice::remote::parse_remote_uri("ftp://host/file"); }).find("not ftp://") != std::string::npos);
+  }
+
+  // As the AWS tools resolve them: the environment, then the profile's files; custom endpoints
+  // path-style; never a secret in a refusal.
+  void settings_come_from_the_environment_then_the_aws_files() {
+    using Scheme = sluice::remote::RemoteLocation::Scheme;
+    QTemporaryDir home;
+    auto none = sluice::remote::s3_settings(Scheme::S3, environment({{"HOME", home.path().toStdString()}}));
+    QVERIFY(none.anonymous);
+    QCOMPARE(none.region, std::string("us-east-1"));
+    QCOMPARE(sluice::remote::object_url(none, "bucket", "train/a b.tfrecord"),
+             std::string("https://bucket.s3.us-east-1.amazonaws.com/train/a%20b.tfrecord"));
+
+    auto local = sluice::remote::s3_settings(Scheme::S3, environment({{"HOME", home.path().toStdString()},
+                                                                      {"AWS_ENDPOINT_URL", "http://127.0.0.1:4568/"},
+                                                                      {"AWS_DEFAULT_REGION", "eu-west-3"},
+                                                                      {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                                                                      {"AWS_SECRET_ACCESS_KEY", "S3RVER"}}));
+    QVERIFY(!local.anonymous && local.path_style);
+    QCOMPARE(local.region, std::string("eu-west-3"));
+    QCOMPARE(local.credentials_from, std::string("AWS_ACCESS_KEY_ID"));
+    QCOMPARE(sluice::remote::object_url(local, "bucket", "k"), std::string("http://127.0.0.1:4568/bucket/k"));
+    QCOMPARE(sluice::remote::object_url(local, "bucket", ""), std::string("http://127.0.0.1:4568/bucket/"));
+
+    QDir(home.path()).mkpath(".aws");
+    write(home.filePath(".aws/credentials"), "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = secret-default\n\n"
+                                             "[work]\naws_access_key_id=AKIDWORK\naws_secret_access_key=secret-work\naws_session_token = tok\n"
+                                             "[broken]\naws_access_key_id = AKIDBROKEN\n");
+    write(home.filePath(".aws/config"), "[default]\nregion = us-west-2\n[profile work]\nregion=ap-south-1\n"
+                                        "endpoint_url = https://minio.example:9000\n");
+    const std::string h = home.path().toStdString();
+    auto fallback = sluice::remote::s3_settings(Scheme::S3, environment({{"HOME", h}}));
+    QCOMPARE(fallback.credentials.access_key_id, std::string("AKIDDEFAULT"));
+    QCOMPARE(fallback.region, std::string("us-west-2"));
+    QVERIFY(!fallback.path_style);
+    auto work = sluice::remote::s3_settings(Scheme::S3, environment({{"HOME", h}, {"AWS_PROFILE", "work"}}));
+    QCOMPARE(work.credentials.session_token, std::string("tok"));
+    QCOMPARE(work.region, std::string("ap-south-1"));
+    QCOMPARE(work.endpoint, std::string("https://minio.example:9000"));
+    QVERIFY(work.credentials_from.find("profile work in ") == 0);
+    auto gcs = sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}}));
+    QCOMPARE(sluice::remote::object_url(gcs, "b", "k"), std::string("https://storage.googleapis.com/b/k"));
+
+    for (const auto& [variables, expected] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+             {{{"HOME", h}, {"AWS_PROFILE", "nobody"}}, "AWS_PROFILE names profile 'nobody'"},
+             {{{"HOME", h}, {"AWS_PROFILE", "broken"}}, "profile 'broken' in " + h + "/.aws/credentials gives aws_access_key_id without"},
+             {{{"HOME", h}, {"AWS_ACCESS_KEY_ID", "AKIDX"}}, "AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY"},
+             {{{"HOME", h}, {"AWS_SECRET_ACCESS_KEY", "very-secret"}}, "AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID"},
+             {{{"HOME", h}, {"AWS_ENDPOINT_URL", "minio:9000"}}, "is not an http:// or https:// URL"}}) {
+      const std::string message = refusal([&] { sluice::remote::s3_settings(Scheme::S3, environment(variables)); });
+      QVERIFY2(message.find(expected) != std::string::npos, message.c_str());
+      for (const char* secret : {"secret-default", "secret-work", "very-secret"}) QVERIFY2(message.find(secret) == std::string::npos, message.c_str());
+    }
   }
 };
 
