@@ -159,14 +159,14 @@ class TestRemote : public QObject {
     auto gcs = sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}}));
     QCOMPARE(sluice::remote::object_url(gcs, "b", "k"), std::string("https://storage.googleapis.com/b/k"));
 
-    for (const auto& [variables, expected] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+    for (const auto& refused : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
              {{{"HOME", h}, {"AWS_PROFILE", "nobody"}}, "AWS_PROFILE names profile 'nobody'"},
              {{{"HOME", h}, {"AWS_PROFILE", "broken"}}, "profile 'broken' in " + h + "/.aws/credentials gives aws_access_key_id without"},
              {{{"HOME", h}, {"AWS_ACCESS_KEY_ID", "AKIDX"}}, "AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY"},
              {{{"HOME", h}, {"AWS_SECRET_ACCESS_KEY", "very-secret"}}, "AWS_SECRET_ACCESS_KEY is set without AWS_ACCESS_KEY_ID"},
              {{{"HOME", h}, {"AWS_ENDPOINT_URL", "minio:9000"}}, "is not an http:// or https:// URL"}}) {
-      const std::string message = refusal([&] { sluice::remote::s3_settings(Scheme::S3, environment(variables)); });
-      QVERIFY2(message.find(expected) != std::string::npos, message.c_str());
+      const std::string message = refusal([&] { sluice::remote::s3_settings(Scheme::S3, environment(refused.first)); });
+      QVERIFY2(message.find(refused.second) != std::string::npos, message.c_str());
       for (const char* secret : {"secret-default", "secret-work", "very-secret"}) QVERIFY2(message.find(secret) == std::string::npos, message.c_str());
     }
   }
