@@ -3,7 +3,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cstring>
 
@@ -270,29 +269,11 @@ std::string encode_npy(const Tensor& t) {
   return out;
 }
 
-std::string gunzip(std::string_view bytes) {
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 16) != Z_OK) throw DataError("zlib initialisation failed");
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  z.avail_in = static_cast<uInt>(bytes.size());
+std::string gunzip(std::string_view bytes) {  // byte_source's inflating reader: truncation and several members handled there
+  auto source = memory_source(bytes.data(), bytes.size(), Compression::Gzip, "gzip data");
   std::string out;
   char block[1 << 16];
-  int rc = Z_OK;
-  while (rc != Z_STREAM_END) {
-    z.next_out = reinterpret_cast<Bytef*>(block);
-    z.avail_out = sizeof block;
-    rc = inflate(&z, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&z);
-      throw DataError(std::string("not gzip data, or cut short (") + (z.msg ? z.msg : "inflate failed") + ")");
-    }
-    out.append(block, sizeof block - z.avail_out);
-    if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
-      inflateEnd(&z);
-      throw DataError("gzip data cut short");
-    }
-  }
-  inflateEnd(&z);
+  for (std::size_t got; (got = source->read(reinterpret_cast<std::byte*>(block), sizeof block)) > 0;) out.append(block, got);
   return out;
 }
 

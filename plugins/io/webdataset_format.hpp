@@ -79,7 +79,8 @@ Tensor parse_npy(std::string_view bytes);
 // The .npy file of a numeric tensor (format 1.0).
 std::string encode_npy(const Tensor& t);
 
-// The inflated bytes of a gzip member; throws DataError when they are not gzip.
+// The inflated bytes of a gzip member (several members, as gzip allows, one after another); throws
+// DataError when they are not gzip or are cut short.
 std::string gunzip(std::string_view bytes);
 
 }  // namespace sluice::io
