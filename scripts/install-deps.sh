@@ -16,6 +16,9 @@ packages=(
   nlohmann-json3-dev           # dataset_info.json and features.json of tensorflow_datasets directories
   libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
   libssl-dev                   # SHA-256 and HMAC for signing object-store requests (remote/)
+  libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (remote/)
+  libtinyxml2-dev              # S3's XML answers: listings and errors (remote/)
+  nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding
@@ -35,12 +38,20 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "Installing Debian packages: ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# s3rver, the S3 server of the remote-storage tests, from the npm registry with the machine's
+# Node.js, at the versions tests/servers/package-lock.json pins; again only when the lock changed.
+servers=tests/servers
+if ! cmp -s "$servers/package-lock.json" "$servers/node_modules/.installed-from-lock" 2>/dev/null; then
+  command -v npm >/dev/null || { echo "npm is missing: install Node.js 20 (it brings npm), then run this again" >&2; exit 1; }
+  echo "Installing the test servers of $servers (npm ci)"
+  (cd "$servers" && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-from-lock)
+fi

@@ -25,6 +25,7 @@
 #include "channel.hpp"
 #include "chunk_carrier.hpp"
 #include "output_assembly.hpp"
+#include "remote_access.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 
@@ -282,6 +283,7 @@ struct StageRuntime {
       data.fetch_add(data_values, std::memory_order_relaxed);
     }
   } operator_counters;
+  StageRemoteStorage remote_storage;  // StageInfo::storage: counts this stage's remote requests
   // An interleave's inputs, by the origin their outputs share: a checkpoint names an element a
   // later stage holds by its input and place in it. An entry lasts while an element with that
   // origin does (`where` is not owned here): a reader that gives each record an origin of its own

@@ -1,6 +1,5 @@
 #include "sluice/core/metrics_server.hpp"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,11 +8,11 @@
 #include <mutex>
 #include <vector>
 
-#include <boost/dll/runtime_symbol_info.hpp>
 
 #include <fmt/format.h>
 
 #include "sluice/core/metrics_log.hpp"
+#include "host_module.hpp"
 #include "metrics_http.hpp"
 #include "sluice/error.hpp"
 
@@ -158,41 +157,10 @@ namespace {
 // come back later, and the rest of the endpoint stays free for scrapes.
 constexpr int kMaxStreamClients = 16;
 
-// The HTTP module, next to this program's plugin folder: lib/sluice/ beside bin/ (the CLI, the
-// tests), or as the Python package finds its plugins (build/python/sluice, an installed
-// dist-packages/sluice).
-std::vector<fs::path> http_module_candidates() {
-  std::error_code ec;
-  const fs::path self = boost::dll::this_line_location(ec);
-  if (ec) return {};
-  const fs::path folder = self.parent_path();
-  std::vector<fs::path> out;
-  for (const char* up : {"../lib/sluice", "../../lib/sluice", "../../../sluice"})
-    out.push_back((folder / up / http::kModuleName).lexically_normal());
-  return out;
-}
-
 http::StartEndpoint load_http_module() {
-  static std::mutex mutex;
-  static http::StartEndpoint start = nullptr;
-  std::lock_guard lock(mutex);
-  if (start) return start;
-  std::string tried;
-  for (const auto& candidate : http_module_candidates()) {
-    tried += (tried.empty() ? "" : ", ") + candidate.string();
-    if (!fs::exists(candidate)) continue;
-    // Kept loaded for the process's life: its threads may outlast a server by moments.
-    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!handle) {
-      const char* why = ::dlerror();
-      throw Error(fmt::format("cannot serve metrics: {} did not load: {}", candidate.string(), why ? why : "unknown reason"));
-    }
-    start = reinterpret_cast<http::StartEndpoint>(::dlsym(handle, http::kStartEndpointSymbol));
-    if (!start) throw Error(fmt::format("cannot serve metrics: {} is not Sluice's HTTP module (reinstall Sluice)", candidate.string()));
-    return start;
-  }
-  throw Error(fmt::format("cannot serve metrics: Sluice's HTTP module {} is missing (looked at {}); reinstall Sluice",
-                          http::kModuleName, tried));
+  static http::StartEndpoint start =
+      reinterpret_cast<http::StartEndpoint>(host_module_symbol(http::kModuleName, http::kStartEndpointSymbol, "cannot serve metrics"));
+  return start;
 }
 
 }  // namespace

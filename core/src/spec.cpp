@@ -1,4 +1,5 @@
 #include "sluice/core/spec.hpp"
+#include "sluice/storage.hpp"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -115,7 +116,7 @@ std::string write_pipeline_file(const spec::PipelineSpec& spec, const fs::path& 
 }
 
 std::string resolve_from_pipeline_folder(const std::string& path, const std::string& pipeline_file) {
-  if (path.empty() || pipeline_file.empty()) return path;
+  if (path.empty() || pipeline_file.empty() || is_remote_uri(path)) return path;  // s3://, gs://, http(s)://: not a file
   const fs::path as_given(path);
   if (as_given.is_absolute()) return path;
   const fs::path folder = fs::path(pipeline_file).parent_path();

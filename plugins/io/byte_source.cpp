@@ -78,6 +78,19 @@ class FileSource final : public ByteSource {
   int fd_ = -1;
 };
 
+class RemoteSource final : public ByteSource {
+ public:
+  explicit RemoteSource(std::unique_ptr<RemoteReader> reader) : reader_(std::move(reader)) {}
+  std::size_t read(std::byte* dst, std::size_t n) override { return reader_->read(dst, n); }
+  bool seek(std::uint64_t offset) override {
+    reader_->seek(offset);
+    return true;
+  }
+
+ private:
+  std::unique_ptr<RemoteReader> reader_;
+};
+
 class MemorySource final : public ByteSource {
  public:
   MemorySource(const void* data, std::size_t size) : data_(static_cast<const std::byte*>(data)), size_(size) {}
@@ -206,7 +219,13 @@ std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression co
 
 }  // namespace
 
-std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression) {
+std::unique_ptr<RemoteReader> open_remote(const std::string& uri, Storage* storage) {
+  if (!storage) throw DataError("cannot read " + uri + ": remote URIs are read through a Sluice engine (run the pipeline, not the operator alone)");
+  return storage->open(uri);
+}
+
+std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, Storage* storage) {
+  if (is_remote_uri(path)) return wrap(std::make_unique<RemoteSource>(open_remote(path, storage)), compression, path);
   auto file = std::make_unique<FileSource>(path);
   if (compression == Compression::Auto) {
     std::byte head[12];

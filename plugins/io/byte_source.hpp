@@ -1,12 +1,14 @@
 #pragma once
-// Where TFRecord bytes come from: a plain file read in large sequential chunks, a zlib/gzip
-// stream inflated on the fly, or memory (for tests and fuzzing).
+// Where TFRecord bytes come from: a plain file read in large sequential chunks, a remote object
+// (through the host's storage), a zlib/gzip stream inflated on the fly, or memory (for tests and
+// fuzzing).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "sluice/buffer.hpp"
+#include "sluice/storage.hpp"
 
 namespace sluice::io {
 
@@ -33,7 +35,11 @@ class ByteSource {
 // Files are read with plain read() calls, never memory-mapped: mapping was measured slower than
 // reading on both 2-core machines tried (1.25-1.35 s against 0.54-0.78 s for 1.5 GB from the page
 // cache), and a mapped file that shrinks under the reader ends the process with SIGBUS.
-std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression);
+// A remote URI (s3://, gs://, http(s)://) is read through `storage` (StageInfo::storage), whose
+// reader fetches ranges ahead and resumes cut transfers; without one it is refused.
+std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, Storage* storage = nullptr);
+// The remote reader of `uri`, or a DataError saying that this stage cannot read remote URIs.
+std::unique_ptr<RemoteReader> open_remote(const std::string& uri, Storage* storage);
 std::unique_ptr<ByteSource> memory_source(const void* data, std::size_t size, Compression compression,
                                           const std::string& name);
 

@@ -158,6 +158,57 @@ std::string why_nothing_matches(const std::string& pattern) {
   return "the folder " + shown + " holds nothing matching it";
 }
 
+// Remote patterns: the store lists every key under the part before the first wildcard, and the
+// keys are matched segment by segment as local paths are ('*', '?', '[...]' within a segment,
+// '**' across any number of them).
+std::vector<std::string> split_segments(std::string_view text) {
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto slash = text.find('/', at);
+    parts.emplace_back(text.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at));
+    if (slash == std::string_view::npos) return parts;
+    at = slash + 1;
+  }
+}
+
+bool segments_match(const std::vector<std::string>& pattern, std::size_t i, const std::vector<std::string>& key, std::size_t j) {
+  if (i == pattern.size()) return j == key.size();
+  if (pattern[i] == "**") {
+    for (std::size_t k = j; k <= key.size(); ++k)
+      if (segments_match(pattern, i + 1, key, k)) return true;
+    return false;
+  }
+  if (j == key.size() || fnmatch(pattern[i].c_str(), key[j].c_str(), FNM_PERIOD) != 0) return false;
+  return segments_match(pattern, i + 1, key, j + 1);
+}
+
+struct RemoteMatches {
+  std::vector<StoredObject> objects;
+  std::size_t listed = 0;  // objects under the prefix, matching or not
+  std::string prefix;
+};
+
+RemoteMatches remote_glob(const std::string& pattern, Storage* storage) {
+  RemoteMatches found;
+  const bool listable = pattern.rfind("s3://", 0) == 0 || pattern.rfind("gs://", 0) == 0;
+  if (!has_wildcard(pattern)) {
+    // One object, as a local path without wildcards names one file: it is opened, not listed.
+    found.objects.push_back({pattern, 0, ""});
+    return found;
+  }
+  if (!listable)
+    throw ParamError("pattern '" + pattern + "': an http(s) server has no listing, so its URIs take no wildcards; name each object");
+  if (!storage) throw DataError("cannot list " + pattern + ": remote URIs are read through a Sluice engine");
+  found.prefix = pattern.substr(0, pattern.find_first_of("*?["));
+  auto listed = storage->list(found.prefix);
+  found.listed = listed.size();
+  const auto wanted = split_segments(pattern.substr(pattern.find("://") + 3));
+  for (auto& object : listed)
+    if (segments_match(wanted, 0, split_segments(std::string_view(object.uri).substr(object.uri.find("://") + 3)), 0))
+      found.objects.push_back(std::move(object));
+  return found;
+}
+
 class ListFiles final : public Source {
  public:
   static OperatorInfo describe() {
@@ -184,6 +235,10 @@ class ListFiles final : public Source {
       std::vector<std::string> expanded;
       expand_braces(written, expanded);
       for (const auto& pattern : expanded) {
+        if (is_remote_uri(pattern)) {
+          add_remote(written, pattern, info.storage);
+          continue;
+        }
         auto matched = glob(pattern);
         if (matched.empty())
           throw DataError("pattern '" + pattern + "'" + (pattern == written ? "" : " (of '" + written + "')") + " matches no file: " +
@@ -255,10 +310,28 @@ class ListFiles final : public Source {
   }
 
  private:
-  static std::int64_t file_size(const std::string& path) {
+  void add_remote(const std::string& written, const std::string& pattern, Storage* storage) {
+    auto found = remote_glob(pattern, storage);
+    if (found.objects.empty())
+      throw DataError("pattern '" + pattern + "'" + (pattern == written ? "" : " (of '" + written + "')") + " matches no object: " +
+                      (found.listed ? "the " + std::to_string(found.listed) + " objects under " + found.prefix + " do not match it"
+                                    : "nothing is stored under " + found.prefix));
+    for (auto& object : found.objects) {
+      if (has_wildcard(pattern)) remote_sizes_[object.uri] = static_cast<std::int64_t>(object.size);
+      files_.push_back(std::move(object.uri));
+    }
+  }
+  // A local file's size now, a listed object's size when it was listed (-1: unknown), for the
+  // checkpoint's check that a resumed run reads the same files.
+  std::int64_t file_size(const std::string& path) const {
+    if (is_remote_uri(path)) {
+      auto it = remote_sizes_.find(path);
+      return it == remote_sizes_.end() ? -1 : it->second;
+    }
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
   }
+  std::map<std::string, std::int64_t> remote_sizes_;
   std::vector<std::string> patterns_, files_;
   bool shuffle_;
   std::int64_t seed_;
@@ -299,6 +372,20 @@ std::pair<std::shared_ptr<Buffer>, std::size_t> read_whole_file(const std::strin
   return {std::move(buffer), size};
 }
 
+// A remote object in one buffer of its size (the store said it when the reader opened it).
+std::pair<std::shared_ptr<Buffer>, std::size_t> read_whole_object(const std::string& uri, Storage* storage) {
+  auto reader = open_remote(uri, storage);
+  const auto size = static_cast<std::size_t>(reader->object().size);
+  auto buffer = HostAllocator::instance().allocate(std::max<std::size_t>(size, 1));
+  std::size_t got = 0;
+  while (got < size) {
+    const std::size_t n = reader->read(buffer->data() + got, size - got);
+    if (n == 0) throw DataError(uri + " ended after " + std::to_string(got) + " of its " + std::to_string(size) + " bytes");
+    got += n;
+  }
+  return {std::move(buffer), got};
+}
+
 class ReadFile final : public Map {
  public:
   static OperatorInfo describe() {
@@ -311,9 +398,9 @@ class ReadFile final : public Map {
             {}};
   }
   explicit ReadFile(const Params& p) : field_(p.get_string("field")), output_(p.get_string("output")) {}
-  Sample map(Sample in, const ElementContext&) override {
+  Sample map(Sample in, const ElementContext& ctx) override {
     std::string path(in.at(field_).string_at(0));
-    auto [buffer, size] = read_whole_file(path);
+    auto [buffer, size] = is_remote_uri(path) ? read_whole_object(path, ctx.stage ? ctx.stage->storage : nullptr) : read_whole_file(path);
     in.set(output_, Tensor::bytes_view(std::move(buffer), 0, size));
     if (!in.has_origin()) in.set_origin(path);
     return in;

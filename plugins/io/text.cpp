@@ -236,9 +236,9 @@ class TextLines final : public Expand {
     std::exception_ptr pending_error_;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Lines>(path, open_file(path, compression_), *this, damage);
+    return std::make_unique<Lines>(path, open_file(path, compression_, ctx.stage ? ctx.stage->storage : nullptr), *this, damage);
   }
 
  private:
@@ -325,9 +325,9 @@ class FixedLengthRecords final : public Expand {
     bool header_done_ = false;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Records>(path, open_file(path, compression_), *this, damage);
+    return std::make_unique<Records>(path, open_file(path, compression_, ctx.stage ? ctx.stage->storage : nullptr), *this, damage);
   }
 
  private:

@@ -144,9 +144,9 @@ class TFRecordReader final : public Expand {
     bool ended_ = false;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Cursor>(path, open_file(path, compression_), options_, pool_, damage);
+    return std::make_unique<Cursor>(path, open_file(path, compression_, ctx.stage ? ctx.stage->storage : nullptr), options_, pool_, damage);
   }
 
  private:

@@ -73,6 +73,11 @@ _TF_DATA_INSTEAD = {
 }
 
 
+def _is_remote_uri(path):
+    """s3://, gs://, http:// and https:// name remote objects (read through the engine's storage)."""
+    return path.startswith(("s3://", "gs://", "http://", "https://"))
+
+
 def _tf_data_call(method, args, kwargs):
     """The keyword arguments of a call written as tf.data writes it: positional arguments named in
     tf.data's order, tf.data's names turned into the operator's and the stage's, tf.data's None
@@ -542,7 +547,7 @@ class Dataset:
             params = dict(st.get("params", {}))
             for name, value in params.items():
                 if kinds.get(name) in ("path", "path-list", "output-path") and value:
-                    params[name] = ",".join(v if os.path.isabs(v) else os.path.relpath(os.path.abspath(v), folder)
+                    params[name] = ",".join(v if os.path.isabs(v) or _is_remote_uri(v) else os.path.relpath(os.path.abspath(v), folder)
                                             for v in value.split(","))
             stages.append(dict(st, params=params))
         last = stages[-1]

@@ -28,7 +28,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// 6.4: AssemblesInParallel and ParallelAssembly (operator.hpp: new classes, found with
 /// dynamic_cast; an aggregate of an older plugin keeps assembling its outputs on its own thread);
 /// 6.5: HandsOnItsInputs (operator.hpp: a new class, found with dynamic_cast) and SchemaMismatch
-/// (error.hpp: a DataError an older host takes as one).
-inline constexpr std::uint32_t kAbiMinor = 5;
+/// (error.hpp: a DataError an older host takes as one); 6.6: remote storage (storage.hpp: Storage,
+/// RemoteReader, StoredObject) and StageInfo::storage (appended; older plugins never read it).
+inline constexpr std::uint32_t kAbiMinor = 6;
 
 }  // namespace sluice

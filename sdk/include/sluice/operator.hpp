@@ -11,6 +11,7 @@
 #include "sluice/rng.hpp"
 #include "sluice/sample.hpp"
 #include "sluice/state.hpp"
+#include "sluice/storage.hpp"
 
 namespace sluice {
 
@@ -86,6 +87,9 @@ struct StageInfo {
   std::vector<std::string> input_ids;
   /// (6.1) The stage's own metrics; null when an operator is run outside an engine (a test).
   StageCounters* counters = nullptr;
+  /// (6.6) Remote storage for s3://, gs:// and http(s):// paths (storage.hpp); null when an
+  /// operator is run outside an engine, where a remote path is refused.
+  Storage* storage = nullptr;
 };
 
 /// Where an element stands: `epoch` is the iteration of the stage's input it belongs to (a stage

@@ -1,0 +1,27 @@
+#pragma once
+// A stage's remote storage (StageInfo::storage): forwards to the remote module, which is loaded
+// when the first remote URI is opened or listed. Its requests count into the stage's counters.
+#include <memory>
+#include <mutex>
+
+#include "sluice/remote/module.hpp"
+#include "sluice/storage.hpp"
+
+namespace sluice {
+
+class StageRemoteStorage final : public Storage {
+ public:
+  StageRemoteStorage() : counters_(std::make_shared<remote::RequestCounters>()) {}
+  std::unique_ptr<RemoteReader> open(const std::string& uri) override { return inner().open(uri); }
+  std::vector<StoredObject> list(const std::string& prefix) override { return inner().list(prefix); }
+  const remote::RequestCounters& counters() const { return *counters_; }
+  bool used() const;  // whether any remote request was made
+
+ private:
+  Storage& inner();
+  std::shared_ptr<remote::RequestCounters> counters_;
+  std::once_flag loaded_;
+  std::unique_ptr<Storage> inner_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,308 @@
+#include "sluice/remote/object_store.hpp"
+
+#include <tinyxml2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "sluice/remote/s3_signature.hpp"
+
+namespace sluice::remote {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string amz_date_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+// The authority of a URL ("host:port") and what follows it.
+std::pair<std::string, std::string> split_url(const std::string& url) {
+  const auto scheme_end = url.find("://");
+  const auto host_begin = scheme_end == std::string::npos ? 0 : scheme_end + 3;
+  const auto path_begin = url.find('/', host_begin);
+  if (path_begin == std::string::npos) return {url.substr(host_begin), "/"};
+  return {url.substr(host_begin, path_begin - host_begin), url.substr(path_begin)};
+}
+
+// "bytes FIRST-LAST/TOTAL" or "bytes */TOTAL": the total, or -1 when unknown ("*").
+std::int64_t total_of_content_range(const std::string& value) {
+  const auto slash = value.rfind('/');
+  if (slash == std::string::npos || slash + 1 >= value.size() || value[slash + 1] == '*') return -1;
+  return std::strtoll(value.c_str() + slash + 1, nullptr, 10);
+}
+
+std::string xml_text(const tinyxml2::XMLElement* parent, const char* name) {
+  const auto* e = parent ? parent->FirstChildElement(name) : nullptr;
+  return e && e->GetText() ? e->GetText() : "";
+}
+
+bool retryable_answer(long status, const std::string& code) {
+  if (status == 500 || status == 502 || status == 503 || status == 504 || status == 429 || status == 408) return true;
+  return code == "SlowDown" || code == "InternalError" || code == "RequestTimeout" || code == "ServiceUnavailable";
+}
+
+std::string advice_for(long status, const std::string& code, const std::string& credentials_from) {
+  const std::string from = credentials_from.empty() ? "no credentials were found (anonymous requests)" : "credentials from " + credentials_from;
+  if (code == "NoSuchKey" || (code.empty() && status == 404)) return "no object has this name: check the key (list the folder with `aws s3 ls`)";
+  if (code == "NoSuchBucket") return "the bucket does not exist at this endpoint: check its name, AWS_ENDPOINT_URL and the region";
+  if (code == "SignatureDoesNotMatch")
+    return "the store computed another signature: the secret key does not belong to the key id (" + from + "), or a proxy altered the request";
+  if (code == "InvalidAccessKeyId") return "the store does not know the key id (" + from + "): check the credentials and the endpoint";
+  if (code == "AccessDenied" || status == 403) return "the store refused access with " + from + ": check the credentials and the bucket's policy";
+  if (code == "PreconditionFailed" || status == 412) return "the object changed while it was read: rerun once it no longer changes";
+  if (code == "SlowDown" || status == 429 || status == 503) return "the store is throttling: fewer parallel readers, or a higher retry limit, would help";
+  if (status >= 500) return "the store failed; the retries were spent (raise the retry limit or try later)";
+  return "see the store's message";
+}
+
+}  // namespace
+
+StoreError error_of_answer(const std::string& uri, long status, const std::string& body, const std::string& credentials_from) {
+  std::string code, message;
+  tinyxml2::XMLDocument doc;
+  if (!body.empty() && doc.Parse(body.data(), body.size()) == tinyxml2::XML_SUCCESS) {
+    const auto* error = doc.FirstChildElement("Error");
+    code = xml_text(error, "Code");
+    message = xml_text(error, "Message");  // the store's words; other elements (a key id, what was signed) are left out
+  }
+  std::string text = uri + ": HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : " (" + message + ")") +
+                     ": " + advice_for(status, code, credentials_from);
+  return StoreError(text, status, code, retryable_answer(status, code));
+}
+
+ObjectStore::ObjectStore(Environment environment, HttpOptions http, RetryPolicy retry)
+    : environment_(std::move(environment)), http_(std::move(http)), retry_(retry) {}
+
+const S3Settings& ObjectStore::settings_for(RemoteLocation::Scheme scheme) {
+  std::lock_guard lock(settings_mutex_);
+  auto& slot = settings_[scheme];
+  if (!slot) slot = std::make_unique<S3Settings>(s3_settings(scheme, environment_));
+  return *slot;
+}
+
+ObjectStore::Target ObjectStore::target_of(const RemoteLocation& at) {
+  Target target;
+  if (at.scheme == RemoteLocation::Scheme::Http || at.scheme == RemoteLocation::Scheme::Https) {
+    target.url = at.url;
+    return target;
+  }
+  target.settings = &settings_for(at.scheme);
+  target.url = object_url(*target.settings, at.bucket, at.key);
+  target.host = split_url(target.url).first;
+  target.path = target.settings->path_style ? "/" + at.bucket + "/" + at.key : "/" + at.key;
+  return target;
+}
+
+void ObjectStore::sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
+                       const std::string& payload_sha256) {
+  if (!query.empty()) {
+    request.url += '?';
+    for (std::size_t i = 0; i < query.size(); ++i)
+      request.url += (i ? "&" : "") + uri_encode(query[i].first, false) + "=" + uri_encode(query[i].second, false);
+  }
+  if (!target.settings || target.settings->anonymous) return;
+  RequestToSign to_sign;
+  to_sign.method = request.method;
+  to_sign.path = target.path;
+  to_sign.query = query;
+  to_sign.payload_sha256 = payload_sha256;
+  to_sign.region = target.settings->region;
+  to_sign.amz_date = amz_date_now();
+  to_sign.headers = {{"host", target.host}, {"x-amz-content-sha256", payload_sha256}, {"x-amz-date", to_sign.amz_date}};
+  if (!target.settings->credentials.session_token.empty())
+    to_sign.headers.emplace_back("x-amz-security-token", target.settings->credentials.session_token);
+  for (const auto& header : to_sign.headers)
+    if (header.first != "host") request.headers.push_back(header);
+  request.headers.emplace_back("Authorization", authorization(to_sign, target.settings->credentials));
+}
+
+template <class Attempt>
+auto ObjectStore::with_retries(const std::string& uri, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt()) {
+  const auto first = Clock::now();
+  thread_local std::minstd_rand jitter(static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id())));
+  auto backoff = retry_.first_backoff;
+  for (int tries = 1;; ++tries) {
+    if (counters) counters->requests.fetch_add(1, std::memory_order_relaxed);
+    std::string why;
+    try {
+      return attempt();
+    } catch (const TransportError& e) {
+      if (!e.retryable()) {
+        if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
+        throw StoreError(uri + ": " + e.what() + " (not retried: check the address, the network and, for https, the certificate "
+                         "authority: CURL_CA_BUNDLE or SSL_CERT_FILE)", 0, "", false);
+      }
+      why = e.what();
+    } catch (const StoreError& e) {
+      if (!e.retryable()) {
+        if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
+        throw;
+      }
+      if (counters && (e.code() == "SlowDown" || e.status() == 429 || e.status() == 503))
+        counters->throttles.fetch_add(1, std::memory_order_relaxed);
+      why = e.what();
+    }
+    const auto elapsed = Clock::now() - first;
+    if (tries >= retry_.max_attempts || elapsed + backoff > retry_.deadline) {
+      if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
+      const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() / 1000.0;
+      throw StoreError(why + " (gave up after " + std::to_string(tries) + " tries over " + std::to_string(seconds).substr(0, 5) +
+                           " s; the retry limit and deadline are options of the pipeline)", 0, "", false);
+    }
+    if (counters) counters->retries.fetch_add(1, std::memory_order_relaxed);
+    std::uniform_int_distribution<long> wait(backoff.count() / 2, backoff.count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
+    backoff = std::min(backoff * 2, retry_.max_backoff);
+  }
+}
+
+ObjectVersion ObjectStore::head(const std::string& uri) {
+  const auto at = parse_remote_uri(uri);
+  if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
+  const Target target = target_of(*at);
+  return with_retries(uri, nullptr, [&] {
+    HttpRequest request;
+    request.method = "HEAD";
+    request.url = target.url;
+    sign(request, target, {}, kEmptySha256);
+    const HttpResponse answer = http_.perform(request, {});
+    if (answer.status >= 300) throw error_of_answer(uri, answer.status, "", target.settings ? target.settings->credentials_from : "");
+    ObjectVersion version;
+    version.size = std::strtoull(answer.header("content-length").c_str(), nullptr, 10);
+    version.etag = answer.header("etag");
+    return version;
+  });
+}
+
+std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset, std::size_t length, std::byte* dst, ObjectVersion& version,
+                                    RequestCounters* counters) {
+  const auto at = parse_remote_uri(uri);
+  if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
+  const Target target = target_of(*at);
+  const std::string credentials_from = target.settings ? target.settings->credentials_from : "";
+  bool known = !version.etag.empty() || version.size > 0;
+  std::size_t got = 0;
+  if (known && offset >= version.size) return 0;
+  return with_retries(uri, counters, [&]() -> std::size_t {
+    if (got == length || (known && offset + got >= version.size)) return got;
+    const std::uint64_t from = offset + got;
+    HttpRequest request;
+    request.url = target.url;
+    request.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(offset + length - 1));
+    if (known && !version.etag.empty()) request.headers.emplace_back("If-Match", version.etag);
+    sign(request, target, {}, kEmptySha256);
+
+    long status = 0;
+    std::string error_body, changed;
+    std::uint64_t skip = 0;  // a server that ignored the range sends the object from its start
+    std::int64_t total = -1;
+    const auto sent = Clock::now();
+    auto on_headers = [&](const HttpResponse& answer) {
+      if (counters) counters->add_latency(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent));
+      status = answer.status;
+      if (status == 206 || status == 416) total = total_of_content_range(answer.header("content-range"));
+      if (status == 200) {
+        total = std::strtoll(answer.header("content-length").c_str(), nullptr, 10);
+        skip = from;
+      }
+      if (status >= 300) return true;  // the body explains the error
+      const std::string etag = answer.header("etag");
+      if (known && ((!version.etag.empty() && !etag.empty() && etag != version.etag) ||
+                    (total >= 0 && static_cast<std::uint64_t>(total) != version.size))) {
+        changed = "its ETag was " + version.etag + " and " + std::to_string(version.size) + " bytes, and is now " + etag + " and " +
+                  std::to_string(total) + " bytes";
+        return false;
+      }
+      if (!known && total >= 0) {
+        version.size = static_cast<std::uint64_t>(total);
+        version.etag = etag;
+        known = true;
+      }
+      // Nothing to take at or past the end (s3rver answers a range of an empty object with a
+      // promised byte it never sends).
+      return total < 0 || from < static_cast<std::uint64_t>(total);
+    };
+    auto on_body = [&](const char* data, std::size_t size) {
+      if (status >= 300) {
+        if (error_body.size() < 65536) error_body.append(data, std::min<std::size_t>(size, 65536 - error_body.size()));
+        return true;
+      }
+      if (skip) {
+        const std::size_t dropped = static_cast<std::size_t>(std::min<std::uint64_t>(skip, size));
+        skip -= dropped;
+        data += dropped;
+        size -= dropped;
+      }
+      const std::size_t take = std::min(size, length - got);
+      std::memcpy(dst + got, data, take);
+      got += take;
+      if (counters) counters->bytes.fetch_add(take, std::memory_order_relaxed);
+      return got < length;
+    };
+    http_.perform(request, on_body, on_headers);
+    if (!changed.empty())
+      throw StoreError(uri + " changed while it was read: " + changed + "; rerun once it no longer changes", status, "", false);
+    if (status == 416) return got;  // at or past the end
+    if (status >= 300) {
+      if (status == 412)
+        throw StoreError(uri + " changed while it was read (HTTP 412: it no longer has ETag " + version.etag + "); rerun once it no longer changes",
+                         status, "PreconditionFailed", false);
+      throw error_of_answer(uri, status, error_body, credentials_from);
+    }
+    const std::uint64_t end = total >= 0 ? std::min<std::uint64_t>(static_cast<std::uint64_t>(total), offset + length) : offset + length;
+    if (total >= 0 && offset + got < end)
+      throw TransportError("the answer ended after " + std::to_string(offset + got) + " of " + std::to_string(end) + " bytes", true);
+    return got;
+  });
+}
+
+std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, RequestCounters* counters) {
+  const auto at = parse_remote_uri(uri_prefix);
+  if (!at || at->scheme == RemoteLocation::Scheme::Http || at->scheme == RemoteLocation::Scheme::Https)
+    throw StoreError(uri_prefix + ": only s3:// and gs:// can be listed (an http(s) server has no listing); name the objects one by one", 0, "",
+                     false);
+  RemoteLocation bucket = *at;
+  bucket.key.clear();
+  const Target target = target_of(bucket);
+  std::vector<ListedObject> objects;
+  std::string token;
+  do {
+    std::vector<std::pair<std::string, std::string>> query = {{"list-type", "2"}, {"prefix", at->key}};
+    if (!token.empty()) query.emplace_back("continuation-token", token);
+    const std::string body = with_retries(uri_prefix, counters, [&] {
+      HttpRequest request;
+      request.url = target.url;
+      sign(request, target, query, kEmptySha256);
+      std::string text;
+      const auto answer = http_.perform(request, [&](const char* data, std::size_t size) {
+        text.append(data, size);
+        return true;
+      });
+      if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, text, target.settings->credentials_from);
+      return text;
+    });
+    tinyxml2::XMLDocument doc;
+    if (doc.Parse(body.data(), body.size()) != tinyxml2::XML_SUCCESS || !doc.FirstChildElement("ListBucketResult"))
+      throw StoreError(uri_prefix + ": the store's listing is not a ListBucketResult document", 200, "", false);
+    const auto* result = doc.FirstChildElement("ListBucketResult");
+    for (const auto* c = result->FirstChildElement("Contents"); c; c = c->NextSiblingElement("Contents"))
+      objects.push_back({xml_text(c, "Key"), std::strtoull(xml_text(c, "Size").c_str(), nullptr, 10), xml_text(c, "ETag")});
+    token = xml_text(result, "IsTruncated") == "true" ? xml_text(result, "NextContinuationToken") : "";
+  } while (!token.empty());
+  std::sort(objects.begin(), objects.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  return objects;
+}
+
+}  // namespace sluice::remote

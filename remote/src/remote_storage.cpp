@@ -1,0 +1,227 @@
+#include "sluice/remote/remote_storage.hpp"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sluice/error.hpp"
+
+namespace sluice::remote {
+
+// Threads that run the GETs of every reader. Requests mostly wait on the network, so there are
+// more threads than cores: enough for every reader of a wide interleave to have its ranges in
+// flight.
+class FetchPool {
+ public:
+  explicit FetchPool(int threads) : wanted_(threads) {}
+  ~FetchPool() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void submit(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      if (threads_.empty())  // started on first use: a run that reads no remote object starts none
+        for (int i = 0; i < wanted_; ++i) threads_.emplace_back([this] { work(); });
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  int wanted_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;
+  bool stopping_ = false;
+};
+
+namespace {
+
+// One range of an object, fetched by the pool.
+struct Range {
+  std::uint64_t offset = 0;
+  std::size_t length = 0;
+  std::vector<std::byte> data;
+  std::size_t size = 0;  // bytes fetched (less than length only at the end of the object)
+  std::exception_ptr error;
+  bool done = false;
+  std::atomic<bool> abandoned{false};  // the reader moved away: not fetched if not begun
+  std::mutex mutex;
+  std::condition_variable cv;
+};
+
+class PrefetchingReader final : public RemoteReader {
+ public:
+  PrefetchingReader(ObjectStore& store, FetchPool& pool, const ReadAhead& ahead, std::shared_ptr<RequestCounters> counters, std::string uri)
+      : store_(store), pool_(pool), ahead_(ahead), counters_(std::move(counters)) {
+    object_.uri = std::move(uri);
+    // The first range is read here: its answer tells the object's size and ETag, and a small
+    // object is whole after this one request.
+    auto first = std::make_shared<Range>();
+    first->length = ahead_.range_bytes;
+    fetch(*first, version_);
+    object_.size = version_.size;
+    object_.etag = version_.etag;
+    ranges_.push_back(std::move(first));
+    next_fetch_ = ahead_.range_bytes;
+    top_up();
+  }
+  ~PrefetchingReader() override { abandon_all(); }
+
+  const StoredObject& object() const override { return object_; }
+
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    if (position_ >= object_.size || n == 0) return 0;
+    if (ranges_.empty()) top_up();
+    Range& range = *ranges_.front();
+    {
+      std::unique_lock lock(range.mutex);
+      range.cv.wait(lock, [&] { return range.done; });
+    }
+    if (range.error) std::rethrow_exception(range.error);
+    const std::size_t at = static_cast<std::size_t>(position_ - range.offset);
+    if (at >= range.size) {  // the object ended inside this range: it is shorter than it said
+      throw DataError(object_.uri + " ended at byte " + std::to_string(range.offset + range.size) + " though the store gave its size as " +
+                      std::to_string(object_.size) + "; it changed while it was read");
+    }
+    const std::size_t k = std::min(n, range.size - at);
+    std::memcpy(dst, range.data.data() + at, k);
+    position_ += k;
+    if (position_ >= range.offset + range.size) {
+      ranges_.pop_front();
+      top_up();
+    }
+    return k;
+  }
+
+  void seek(std::uint64_t offset) override {
+    // Ranges already in flight that hold the offset are kept; the others are dropped.
+    while (!ranges_.empty() && ranges_.front()->offset + ranges_.front()->length <= offset) {
+      ranges_.front()->abandoned = true;
+      ranges_.pop_front();
+    }
+    if (ranges_.empty() || ranges_.front()->offset > offset) {
+      abandon_all();
+      next_fetch_ = offset;
+    }
+    position_ = offset;
+    top_up();
+  }
+
+ private:
+  void fetch(Range& range, ObjectVersion& version) {
+    range.data.resize(range.length);
+    try {
+      range.size = store_.read_range(object_.uri, range.offset, range.length, range.data.data(), version, counters_.get());
+    } catch (const StoreError& e) {
+      throw DataError(e.what());
+    }
+    range.done = true;
+  }
+  void top_up() {
+    while (static_cast<int>(ranges_.size()) <= ahead_.ranges_ahead && next_fetch_ < object_.size) {
+      auto range = std::make_shared<Range>();
+      range->offset = next_fetch_;
+      range->length = static_cast<std::size_t>(std::min<std::uint64_t>(ahead_.range_bytes, object_.size - next_fetch_));
+      next_fetch_ += range->length;
+      ranges_.push_back(range);
+      pool_.submit([range, version = version_, store = &store_, counters = counters_, uri = object_.uri]() mutable {
+        if (!range->abandoned) {
+          range->data.resize(range->length);
+          try {
+            range->size = store->read_range(uri, range->offset, range->length, range->data.data(), version, counters.get());
+          } catch (const StoreError& e) {
+            range->error = std::make_exception_ptr(DataError(e.what()));
+          } catch (...) {
+            range->error = std::current_exception();
+          }
+        }
+        std::lock_guard lock(range->mutex);
+        range->done = true;
+        range->cv.notify_all();
+      });
+    }
+  }
+  void abandon_all() {
+    for (auto& r : ranges_) r->abandoned = true;
+    ranges_.clear();
+  }
+
+  ObjectStore& store_;
+  FetchPool& pool_;
+  ReadAhead ahead_;
+  std::shared_ptr<RequestCounters> counters_;
+  StoredObject object_;
+  ObjectVersion version_;
+  std::deque<std::shared_ptr<Range>> ranges_;
+  std::uint64_t position_ = 0, next_fetch_ = 0;
+};
+
+class StageStorage final : public Storage {
+ public:
+  StageStorage(RemoteService& service, FetchPool& pool, std::shared_ptr<RequestCounters> counters)
+      : service_(service), pool_(pool), counters_(std::move(counters)) {}
+  std::unique_ptr<RemoteReader> open(const std::string& uri) override {
+    return std::make_unique<PrefetchingReader>(service_.store(), pool_, service_.read_ahead(), counters_, uri);
+  }
+  std::vector<StoredObject> list(const std::string& prefix) override {
+    std::vector<ListedObject> listed;
+    try {
+      listed = service_.store().list(prefix, counters_.get());
+    } catch (const StoreError& e) {
+      throw DataError(e.what());
+    }
+    const auto at = parse_remote_uri(prefix);
+    const std::string bucket_uri = prefix.substr(0, prefix.find("://") + 3) + at->bucket + "/";
+    std::vector<StoredObject> objects;
+    objects.reserve(listed.size());
+    for (auto& o : listed) objects.push_back({bucket_uri + o.key, o.size, std::move(o.etag)});
+    return objects;
+  }
+
+ private:
+  RemoteService& service_;
+  FetchPool& pool_;
+  std::shared_ptr<RequestCounters> counters_;
+};
+
+}  // namespace
+
+RemoteService::RemoteService(Environment environment, HttpOptions http, RetryPolicy retry, ReadAhead read_ahead)
+    : store_(std::move(environment), std::move(http), retry), read_ahead_(read_ahead), pool_(std::make_unique<FetchPool>(32)) {}
+RemoteService::~RemoteService() = default;
+
+std::unique_ptr<Storage> RemoteService::storage_for(std::shared_ptr<RequestCounters> counters) {
+  return std::make_unique<StageStorage>(*this, *pool_, std::move(counters));
+}
+
+RemoteService& process_remote_service() {
+  static RemoteService service(process_environment(), http_options_from_environment(), RetryPolicy{}, ReadAhead{});
+  return service;
+}
+
+}  // namespace sluice::remote

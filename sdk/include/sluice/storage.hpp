@@ -1,0 +1,56 @@
+#pragma once
+/// Remote storage (ABI 6.6): objects in S3, S3-compatible stores and Google Cloud Storage, and files
+/// served over HTTP(S), read and listed through the host. A plugin that takes paths hands any path
+/// for which is_remote_uri() holds to StageInfo::storage rather than to the file system; the host
+/// signs the requests, retries what can be retried, reads ahead and counts requests and bytes
+/// into the stage's metrics. Credentials never reach a plugin.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+/// Whether `path` names a remote object rather than a local file: s3://, gs://, http://, https://.
+inline bool is_remote_uri(std::string_view path) {
+  for (std::string_view scheme : {"s3://", "gs://", "http://", "https://"})
+    if (path.substr(0, scheme.size()) == scheme) return true;
+  return false;
+}
+
+/// One object as the store lists it.
+struct StoredObject {
+  std::string uri;        ///< s3://bucket/key, or the URL as given
+  std::uint64_t size = 0;
+  std::string etag;       ///< the store's tag of this version of the object; "" where it gives none
+};
+
+/// Reads one object from its start or from any byte. Ranges ahead of the reader are being fetched
+/// while it reads; a transfer cut off is resumed at the byte it reached, so a reader never sees
+/// bytes twice or misses any. An object that changes while it is read (its ETag) is a DataError
+/// naming it. Not thread-safe: one reader per thread.
+class RemoteReader {
+ public:
+  virtual ~RemoteReader() = default;
+  virtual const StoredObject& object() const = 0;
+  /// Up to n bytes; 0 only at the end of the object. Throws DataError naming the URI, the HTTP
+  /// status and the store's error code once retries are spent or the error is not retryable.
+  virtual std::size_t read(std::byte* dst, std::size_t n) = 0;
+  /// The next read() starts at byte `offset` (past the end: read() returns 0).
+  virtual void seek(std::uint64_t offset) = 0;
+};
+
+/// The host's remote storage, given to operators in StageInfo::storage.
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  /// Opens an object for reading; throws DataError (missing object, access refused) naming the URI.
+  virtual std::unique_ptr<RemoteReader> open(const std::string& uri) = 0;
+  /// Every object whose URI begins with `prefix` (an s3:// or gs:// URI), over every page of the
+  /// store's listing, sorted by URI. Throws DataError for http(s), which has no listing.
+  virtual std::vector<StoredObject> list(const std::string& prefix) = 0;
+};
+
+}  // namespace sluice

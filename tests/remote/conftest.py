@@ -1,0 +1,93 @@
+"""Servers for the remote-storage tests, started on loopback by the tests themselves and stopped
+after them: s3rver (tests/servers, installed by scripts/install-deps.sh from its lock file), with
+boto3 as the independent client that puts the test files in and reads Sluice's outputs back."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+CLI = os.environ.get("SLUICE_CLI", os.path.join(SOURCE_DIR, "build", "bin", "sluice"))
+DATA = os.path.join(SOURCE_DIR, "tests", "data", "real")
+S3RVER = os.path.join(SOURCE_DIR, "tests", "servers", "node_modules", "s3rver", "bin", "s3rver.js")
+# s3rver's one account; the secret is what the tests look for in every output.
+ACCESS_KEY, SECRET_KEY = "S3RVER", "S3RVER"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, process, what, seconds=20):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on port {port} within {seconds} s")
+
+
+class S3Server:
+    def __init__(self, root):
+        if not os.path.exists(S3RVER):
+            pytest.fail(f"{S3RVER} is missing: run scripts/install-deps.sh (it installs tests/servers with npm ci)")
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.root = root
+        # s3rver's continuation tokens are DES-encrypted: Node 20's OpenSSL 3 has DES only in its
+        # legacy provider (without it every listing of more than one page fails with HTTP 500).
+        self.process = subprocess.Popen(["node", "--openssl-legacy-provider", S3RVER, "--directory", root, "--port", str(self.port), "--address", "127.0.0.1", "--silent"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process, "s3rver")
+        import boto3  # Debian's python3-boto3
+        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+                                   region_name="us-east-1")
+
+    def env(self, **more):
+        """The environment a user sets for an S3-compatible store, and nothing of this machine's AWS setup."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(AWS_ENDPOINT_URL=self.endpoint, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION="us-east-1",
+                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
+        env.update(more)
+        return env
+
+    def upload_tree(self, bucket, folder, prefix):
+        """Every file under `folder` as PREFIX/RELATIVE_PATH; returns {key: local path}."""
+        uploaded = {}
+        for dirpath, _, names in os.walk(folder):
+            for name in names:
+                local = os.path.join(dirpath, name)
+                key = prefix + "/" + os.path.relpath(local, folder)
+                self.client.upload_file(local, bucket, key)
+                uploaded[key] = local
+        return uploaded
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    server = S3Server(str(tmp_path_factory.mktemp("s3rver")))
+    yield server
+    server.stop()
+
+
+def run_cli(args, env, check=True, timeout=120):
+    done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+    if check and done.returncode != 0:
+        raise AssertionError(f"sluice {' '.join(args)} exited {done.returncode}: {done.stderr}")
+    return done
