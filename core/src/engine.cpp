@@ -337,6 +337,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
     st->info.counters = &st->operator_counters;
+    st->remote_storage.set_options(g.remote);
     st->info.storage = &st->remote_storage;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));
     st->output_fingerprint = output_fingerprints.back();

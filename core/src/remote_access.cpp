@@ -8,9 +8,20 @@ Storage& StageRemoteStorage::inner() {
   std::call_once(loaded_, [&] {
     static const auto make = reinterpret_cast<remote::MakeStageStorage>(
         host_module_symbol(remote::kModuleName, remote::kMakeStageStorageSymbol, "cannot read remote storage"));
-    inner_.reset(make(counters_));
+    inner_.reset(make(counters_, options_));
   });
   return *inner_;
+}
+
+void StageRemoteStorage::set_options(const RemoteOptions& options) {
+  options_.max_attempts = options.max_attempts;
+  options_.deadline_ms = static_cast<std::int64_t>(options.deadline_seconds * 1000);
+  options_.range_bytes = static_cast<std::size_t>(options.range_bytes);
+  options_.ranges_ahead = options.ranges_ahead;
+  options_.endpoint_url = options.endpoint_url;
+  options_.region = options.region;
+  options_.profile = options.profile;
+  options_.anonymous = options.anonymous;
 }
 
 bool StageRemoteStorage::used() const { return counters_->requests.load(std::memory_order_relaxed) > 0; }

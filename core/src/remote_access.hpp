@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "sluice/core/spec.hpp"
 #include "sluice/remote/module.hpp"
 #include "sluice/storage.hpp"
 
@@ -12,6 +13,7 @@ namespace sluice {
 class StageRemoteStorage final : public Storage {
  public:
   StageRemoteStorage() : counters_(std::make_shared<remote::RequestCounters>()) {}
+  void set_options(const RemoteOptions& options);  // before the first request
   std::unique_ptr<RemoteReader> open(const std::string& uri) override { return inner().open(uri); }
   std::vector<StoredObject> list(const std::string& prefix) override { return inner().list(prefix); }
   const remote::RequestCounters& counters() const { return *counters_; }
@@ -20,6 +22,7 @@ class StageRemoteStorage final : public Storage {
  private:
   Storage& inner();
   std::shared_ptr<remote::RequestCounters> counters_;
+  remote::StorageOptions options_;
   std::once_flag loaded_;
   std::unique_ptr<Storage> inner_;
 };

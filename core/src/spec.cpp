@@ -336,6 +336,7 @@ struct Validation {
     graph.deterministic = !doc.spec.options().has_deterministic() || doc.spec.options().deterministic();
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     check_autotune_options(graph);
+    check_remote_options(graph);
     graph.file = doc.file;
     graph.worker = doc.worker.value_or(WorkerIdentity{});
     graph.worker_notes = doc.worker_notes;
@@ -358,6 +359,40 @@ struct Validation {
       else
         graph.ram_budget = *bytes;
     }
+  }
+
+  void check_remote_options(Graph& graph) {
+    if (!doc.spec.options().has_remote()) return;
+    const auto& remote = doc.spec.options().remote();
+    auto& out = graph.remote;
+    if (remote.has_max_attempts()) {
+      if (remote.max_attempts() < 1 || remote.max_attempts() > 100)
+        problem(-1, "", fmt::format("options.remote.max_attempts {} is not between 1 (no retry) and 100", remote.max_attempts()));
+      else
+        out.max_attempts = remote.max_attempts();
+    }
+    if (!remote.deadline().empty()) {
+      auto seconds = parse_duration_seconds(remote.deadline());
+      if (!seconds) problem(-1, "", fmt::format("options.remote.deadline '{}' is not a duration; write it as \"30s\", \"5m\" or \"1h\"", remote.deadline()));
+      else out.deadline_seconds = *seconds;
+    }
+    if (!remote.range_size().empty()) {
+      auto bytes = parse_byte_size(remote.range_size());
+      if (!bytes || *bytes < 4096 || *bytes > (std::uint64_t{1} << 30))
+        problem(-1, "", fmt::format("options.remote.range_size '{}' is not a size between 4KiB and 1GiB; write it as \"8MiB\"", remote.range_size()));
+      else out.range_bytes = *bytes;
+    }
+    if (remote.has_ranges_ahead()) {
+      if (remote.ranges_ahead() < 0 || remote.ranges_ahead() > 64)
+        problem(-1, "", fmt::format("options.remote.ranges_ahead {} is not between 0 and 64", remote.ranges_ahead()));
+      else out.ranges_ahead = remote.ranges_ahead();
+    }
+    if (!remote.endpoint_url().empty() && remote.endpoint_url().rfind("http://", 0) != 0 && remote.endpoint_url().rfind("https://", 0) != 0)
+      problem(-1, "", fmt::format("options.remote.endpoint_url '{}' is not an http:// or https:// URL", remote.endpoint_url()));
+    out.endpoint_url = remote.endpoint_url();
+    out.region = remote.region();
+    out.profile = remote.profile();
+    out.anonymous = remote.anonymous();
   }
 
   // The readers of one stage get its elements in step, each through a bounded buffer: branches of

@@ -99,6 +99,18 @@ std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
   return std::nullopt;
 }
 
+std::optional<double> parse_duration_seconds(const std::string& text) {
+  double number = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (error != std::errc() || end == text.data() || !(number >= 0) || number > 1e9) return std::nullopt;
+  const std::string unit(end, text.data() + text.size());
+  if (unit.empty() || unit == "s") return number;
+  if (unit == "ms") return number / 1000;
+  if (unit == "m") return number * 60;
+  if (unit == "h") return number * 3600;
+  return std::nullopt;
+}
+
 std::string byte_size_text(std::uint64_t bytes) {
   static const char* const names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

@@ -4,8 +4,8 @@
 #include "sluice/remote/remote_storage.hpp"
 
 extern "C" __attribute__((visibility("default"))) sluice::Storage* sluice_remote_make_stage_storage(
-    std::shared_ptr<sluice::remote::RequestCounters> counters) {
-  return sluice::remote::process_remote_service().storage_for(std::move(counters)).release();
+    std::shared_ptr<sluice::remote::RequestCounters> counters, const sluice::remote::StorageOptions& options) {
+  return sluice::remote::process_remote_service().storage_for(std::move(counters), options).release();
 }
 
 static_assert(std::is_same_v<decltype(&sluice_remote_make_stage_storage), sluice::remote::MakeStageStorage>);

@@ -82,8 +82,7 @@ StoreError error_of_answer(const std::string& uri, long status, const std::strin
   return StoreError(text, status, code, retryable_answer(status, code));
 }
 
-ObjectStore::ObjectStore(Environment environment, HttpOptions http, RetryPolicy retry)
-    : environment_(std::move(environment)), http_(std::move(http)), retry_(retry) {}
+ObjectStore::ObjectStore(Environment environment, HttpOptions http) : environment_(std::move(environment)), http_(std::move(http)) {}
 
 const S3Settings& ObjectStore::settings_for(RemoteLocation::Scheme scheme) {
   std::lock_guard lock(settings_mutex_);
@@ -129,10 +128,10 @@ void ObjectStore::sign(HttpRequest& request, const Target& target, const std::ve
 }
 
 template <class Attempt>
-auto ObjectStore::with_retries(const std::string& uri, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt()) {
+auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt()) {
   const auto first = Clock::now();
   thread_local std::minstd_rand jitter(static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id())));
-  auto backoff = retry_.first_backoff;
+  auto backoff = retry.first_backoff;
   for (int tries = 1;; ++tries) {
     if (counters) counters->requests.fetch_add(1, std::memory_order_relaxed);
     std::string why;
@@ -155,7 +154,7 @@ auto ObjectStore::with_retries(const std::string& uri, RequestCounters* counters
       why = e.what();
     }
     const auto elapsed = Clock::now() - first;
-    if (tries >= retry_.max_attempts || elapsed + backoff > retry_.deadline) {
+    if (tries >= retry.max_attempts || elapsed + backoff > retry.deadline) {
       if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
       const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() / 1000.0;
       throw StoreError(why + " (gave up after " + std::to_string(tries) + " tries over " + std::to_string(seconds).substr(0, 5) +
@@ -164,15 +163,15 @@ auto ObjectStore::with_retries(const std::string& uri, RequestCounters* counters
     if (counters) counters->retries.fetch_add(1, std::memory_order_relaxed);
     std::uniform_int_distribution<long> wait(backoff.count() / 2, backoff.count());
     std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
-    backoff = std::min(backoff * 2, retry_.max_backoff);
+    backoff = std::min(backoff * 2, retry.max_backoff);
   }
 }
 
-ObjectVersion ObjectStore::head(const std::string& uri) {
+ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry) {
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
   const Target target = target_of(*at);
-  return with_retries(uri, nullptr, [&] {
+  return with_retries(uri, retry, nullptr, [&] {
     HttpRequest request;
     request.method = "HEAD";
     request.url = target.url;
@@ -187,7 +186,7 @@ ObjectVersion ObjectStore::head(const std::string& uri) {
 }
 
 std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset, std::size_t length, std::byte* dst, ObjectVersion& version,
-                                    RequestCounters* counters) {
+                                    const RetryPolicy& retry, RequestCounters* counters) {
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
   const Target target = target_of(*at);
@@ -195,7 +194,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
   bool known = !version.etag.empty() || version.size > 0;
   std::size_t got = 0;
   if (known && offset >= version.size) return 0;
-  return with_retries(uri, counters, [&]() -> std::size_t {
+  return with_retries(uri, retry, counters, [&]() -> std::size_t {
     if (got == length || (known && offset + got >= version.size)) return got;
     const std::uint64_t from = offset + got;
     HttpRequest request;
@@ -268,7 +267,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
   });
 }
 
-std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, RequestCounters* counters) {
+std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const RetryPolicy& retry, RequestCounters* counters) {
   const auto at = parse_remote_uri(uri_prefix);
   if (!at || at->scheme == RemoteLocation::Scheme::Http || at->scheme == RemoteLocation::Scheme::Https)
     throw StoreError(uri_prefix + ": only s3:// and gs:// can be listed (an http(s) server has no listing); name the objects one by one", 0, "",
@@ -281,7 +280,7 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, Reque
   do {
     std::vector<std::pair<std::string, std::string>> query = {{"list-type", "2"}, {"prefix", at->key}};
     if (!token.empty()) query.emplace_back("continuation-token", token);
-    const std::string body = with_retries(uri_prefix, counters, [&] {
+    const std::string body = with_retries(uri_prefix, retry, counters, [&] {
       HttpRequest request;
       request.url = target.url;
       sign(request, target, query, kEmptySha256);

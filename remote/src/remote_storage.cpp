@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sluice/error.hpp"
+#include <stdexcept>
 
 namespace sluice::remote {
 
@@ -61,6 +62,13 @@ class FetchPool {
 
 namespace {
 
+RetryPolicy retry_policy_of(const StorageOptions& options) {
+  RetryPolicy retry;
+  retry.max_attempts = options.max_attempts;
+  retry.deadline = std::chrono::milliseconds(options.deadline_ms);
+  return retry;
+}
+
 // One range of an object, fetched by the pool.
 struct Range {
   std::uint64_t offset = 0;
@@ -76,8 +84,9 @@ struct Range {
 
 class PrefetchingReader final : public RemoteReader {
  public:
-  PrefetchingReader(ObjectStore& store, FetchPool& pool, const ReadAhead& ahead, std::shared_ptr<RequestCounters> counters, std::string uri)
-      : store_(store), pool_(pool), ahead_(ahead), counters_(std::move(counters)) {
+  PrefetchingReader(ObjectStore& store, FetchPool& pool, const StorageOptions& options, std::shared_ptr<RequestCounters> counters,
+                    std::string uri)
+      : store_(store), pool_(pool), ahead_(options), retry_(retry_policy_of(options)), counters_(std::move(counters)) {
     object_.uri = std::move(uri);
     // The first range is read here: its answer tells the object's size and ETag, and a small
     // object is whole after this one request.
@@ -136,7 +145,7 @@ class PrefetchingReader final : public RemoteReader {
   void fetch(Range& range, ObjectVersion& version) {
     range.data.resize(range.length);
     try {
-      range.size = store_.read_range(object_.uri, range.offset, range.length, range.data.data(), version, counters_.get());
+      range.size = store_.read_range(object_.uri, range.offset, range.length, range.data.data(), version, retry_, counters_.get());
     } catch (const StoreError& e) {
       throw DataError(e.what());
     }
@@ -149,11 +158,11 @@ class PrefetchingReader final : public RemoteReader {
       range->length = static_cast<std::size_t>(std::min<std::uint64_t>(ahead_.range_bytes, object_.size - next_fetch_));
       next_fetch_ += range->length;
       ranges_.push_back(range);
-      pool_.submit([range, version = version_, store = &store_, counters = counters_, uri = object_.uri]() mutable {
+      pool_.submit([range, version = version_, store = &store_, retry = retry_, counters = counters_, uri = object_.uri]() mutable {
         if (!range->abandoned) {
           range->data.resize(range->length);
           try {
-            range->size = store->read_range(uri, range->offset, range->length, range->data.data(), version, counters.get());
+            range->size = store->read_range(uri, range->offset, range->length, range->data.data(), version, retry, counters.get());
           } catch (const StoreError& e) {
             range->error = std::make_exception_ptr(DataError(e.what()));
           } catch (...) {
@@ -173,7 +182,8 @@ class PrefetchingReader final : public RemoteReader {
 
   ObjectStore& store_;
   FetchPool& pool_;
-  ReadAhead ahead_;
+  StorageOptions ahead_;
+  RetryPolicy retry_;
   std::shared_ptr<RequestCounters> counters_;
   StoredObject object_;
   ObjectVersion version_;
@@ -183,17 +193,23 @@ class PrefetchingReader final : public RemoteReader {
 
 class StageStorage final : public Storage {
  public:
-  StageStorage(RemoteService& service, FetchPool& pool, std::shared_ptr<RequestCounters> counters)
-      : service_(service), pool_(pool), counters_(std::move(counters)) {}
+  StageStorage(ObjectStore& store, FetchPool& pool, std::shared_ptr<RequestCounters> counters, const StorageOptions& options)
+      : store_(store), pool_(pool), counters_(std::move(counters)), options_(options), retry_(retry_policy_of(options)) {}
   std::unique_ptr<RemoteReader> open(const std::string& uri) override {
-    return std::make_unique<PrefetchingReader>(service_.store(), pool_, service_.read_ahead(), counters_, uri);
+    try {
+      return std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+    } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
+      throw Error(e.what());
+    }
   }
   std::vector<StoredObject> list(const std::string& prefix) override {
     std::vector<ListedObject> listed;
     try {
-      listed = service_.store().list(prefix, counters_.get());
+      listed = store_.list(prefix, retry_, counters_.get());
     } catch (const StoreError& e) {
       throw DataError(e.what());
+    } catch (const std::invalid_argument& e) {
+      throw Error(e.what());
     }
     const auto at = parse_remote_uri(prefix);
     const std::string bucket_uri = prefix.substr(0, prefix.find("://") + 3) + at->bucket + "/";
@@ -204,23 +220,46 @@ class StageStorage final : public Storage {
   }
 
  private:
-  RemoteService& service_;
+  ObjectStore& store_;
   FetchPool& pool_;
   std::shared_ptr<RequestCounters> counters_;
+  StorageOptions options_;
+  RetryPolicy retry_;
 };
 
 }  // namespace
 
-RemoteService::RemoteService(Environment environment, HttpOptions http, RetryPolicy retry, ReadAhead read_ahead)
-    : store_(std::move(environment), std::move(http), retry), read_ahead_(read_ahead), pool_(std::make_unique<FetchPool>(32)) {}
+RemoteService::RemoteService(Environment environment, HttpOptions http)
+    : environment_(std::move(environment)), http_(std::move(http)), pool_(std::make_unique<FetchPool>(32)) {}
 RemoteService::~RemoteService() = default;
 
-std::unique_ptr<Storage> RemoteService::storage_for(std::shared_ptr<RequestCounters> counters) {
-  return std::make_unique<StageStorage>(*this, *pool_, std::move(counters));
+// One store per set of store settings: the options given in a pipeline file stand in front of the
+// environment's variables of the same meaning.
+ObjectStore& RemoteService::store_for(const StorageOptions& options) {
+  const std::string key = options.endpoint_url + '\n' + options.region + '\n' + options.profile + '\n' + (options.anonymous ? "1" : "0");
+  std::lock_guard lock(mutex_);
+  auto& store = stores_[key];
+  if (!store) {
+    Environment environment = [base = environment_, options](const std::string& name) -> std::string {
+      if ((name == "AWS_ENDPOINT_URL" || name == "AWS_ENDPOINT_URL_S3") && !options.endpoint_url.empty()) return options.endpoint_url;
+      if ((name == "AWS_REGION" || name == "AWS_DEFAULT_REGION") && !options.region.empty()) return options.region;
+      if (name == "AWS_PROFILE" && !options.profile.empty()) return options.profile;
+      if (options.anonymous && (name == "AWS_ACCESS_KEY_ID" || name == "AWS_SECRET_ACCESS_KEY" || name == "AWS_SESSION_TOKEN" ||
+                                name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" || name == "HOME"))
+        return name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" ? "/dev/null" : "";
+      return base(name);
+    };
+    store = std::make_unique<ObjectStore>(std::move(environment), http_);
+  }
+  return *store;
+}
+
+std::unique_ptr<Storage> RemoteService::storage_for(std::shared_ptr<RequestCounters> counters, const StorageOptions& options) {
+  return std::make_unique<StageStorage>(store_for(options), *pool_, std::move(counters), options);
 }
 
 RemoteService& process_remote_service() {
-  static RemoteService service(process_environment(), http_options_from_environment(), RetryPolicy{}, ReadAhead{});
+  static RemoteService service(process_environment(), http_options_from_environment());
   return service;
 }
 

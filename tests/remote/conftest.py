@@ -1,8 +1,9 @@
 """Servers for the remote-storage tests, started on loopback by the tests themselves and stopped
 after them: s3rver (tests/servers, installed by scripts/install-deps.sh from its lock file), with
 boto3 as the independent client that puts the test files in and reads Sluice's outputs back."""
+import json
 import os
-import shutil
+import sys
 import socket
 import subprocess
 import time
@@ -91,3 +92,45 @@ def run_cli(args, env, check=True, timeout=120):
     if check and done.returncode != 0:
         raise AssertionError(f"sluice {' '.join(args)} exited {done.returncode}: {done.stderr}")
     return done
+
+
+class FaultProxy:
+    """tests/remote/s3_proxy.py in front of the S3 server: checks signatures, injects faults."""
+
+    def __init__(self, s3, folder):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.faults = os.path.join(folder, "faults.json")
+        self.log = os.path.join(folder, "requests.jsonl")
+        self.s3 = s3
+        self.set_faults([])
+        self.process = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "s3_proxy.py"), str(self.port), s3.endpoint,
+                                         SECRET_KEY, self.faults, self.log], stdin=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process, "the fault proxy")
+
+    def set_faults(self, rules):
+        """Rules take effect for the next requests, each counted from zero."""
+        tmp = self.faults + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(rules, f)
+        os.replace(tmp, self.faults)
+        time.sleep(0.01)  # a later rewrite gets another modification time
+        open(self.log, "w").close()
+
+    def requests(self):
+        with open(self.log) as f:
+            return [json.loads(line) for line in f]
+
+    def env(self, **more):
+        return self.s3.env(AWS_ENDPOINT_URL=self.endpoint, **more)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def proxy(s3, tmp_path_factory):
+    p = FaultProxy(s3, str(tmp_path_factory.mktemp("proxy")))
+    yield p
+    p.stop()

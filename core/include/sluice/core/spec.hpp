@@ -111,6 +111,16 @@ struct GraphStage {
   std::vector<std::string> notes;
 };
 
+// options.remote: how s3://, gs:// and http(s):// paths are read (remote/README.md).
+struct RemoteOptions {
+  int max_attempts = 10;
+  double deadline_seconds = 300;
+  std::uint64_t range_bytes = 8u << 20;
+  int ranges_ahead = 2;
+  std::string endpoint_url, region, profile;
+  bool anonymous = false;
+};
+
 // A validated pipeline: stages in topological order (inputs before consumers).
 struct Graph {
   std::vector<GraphStage> stages;
@@ -124,6 +134,7 @@ struct Graph {
   std::uint64_t ram_budget = 0;
   bool autotune_budgets_given = false;
   bool autotunes() const;  // a stage autotunes, or budgets were given
+  RemoteOptions remote;
   WorkerIdentity worker;
   std::vector<std::string> worker_notes;
 };

@@ -34,5 +34,7 @@ inline constexpr std::size_t kDeepestJson = 100;
 // memory is counted). Nullopt when it is not a size.
 std::optional<std::uint64_t> parse_byte_size(const std::string& text);
 std::string byte_size_text(std::uint64_t bytes);  // "1.5 GiB"
+// "250ms", "30s", "5m", "1.5h", or a number of seconds -> seconds. Nullopt when it is not one.
+std::optional<double> parse_duration_seconds(const std::string& text);
 
 }  // namespace sluice

@@ -55,20 +55,18 @@ struct ListedObject {
 
 class ObjectStore {
  public:
-  ObjectStore(Environment environment, HttpOptions http, RetryPolicy retry);
+  ObjectStore(Environment environment, HttpOptions http);
 
   // Size and ETag, from a HEAD request.
-  ObjectVersion head(const std::string& uri);
+  ObjectVersion head(const std::string& uri, const RetryPolicy& retry);
   // Reads up to `length` bytes at `offset` into `dst` and returns how many (fewer only at the
   // end of the object; 0 at or past it). `version` is filled on the first answer when its size is
   // unknown (etag empty and size 0) and checked on every later one: an object that changed is a
   // StoreError naming it.
   std::size_t read_range(const std::string& uri, std::uint64_t offset, std::size_t length, std::byte* dst, ObjectVersion& version,
-                         RequestCounters* counters);
+                         const RetryPolicy& retry, RequestCounters* counters);
   // Every object of `bucket` whose key begins with `prefix`, over every page, in key order.
-  std::vector<ListedObject> list(const std::string& uri_prefix, RequestCounters* counters);
-
-  const RetryPolicy& retry_policy() const { return retry_; }
+  std::vector<ListedObject> list(const std::string& uri_prefix, const RetryPolicy& retry, RequestCounters* counters);
 
  private:
   struct Target {
@@ -80,11 +78,10 @@ class ObjectStore {
   void sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
             const std::string& payload_sha256);
   template <class Attempt>
-  auto with_retries(const std::string& uri, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt());
+  auto with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt());
 
   Environment environment_;
   HttpClient http_;
-  RetryPolicy retry_;
   std::mutex settings_mutex_;
   std::map<RemoteLocation::Scheme, std::unique_ptr<S3Settings>> settings_;
 };

@@ -1,0 +1,178 @@
+"""A proxy in front of the test S3 server that does what s3rver does not and what networks do.
+
+- It checks every signed request's Signature Version 4 with botocore's signer (an implementation
+  independent of Sluice's), from the path and query as S3 decodes them, and answers a mismatch as
+  S3 does: 403 SignatureDoesNotMatch. (s3rver 3.7.1 checks the key id but not the signature.)
+- It injects faults, read from a JSON file that the test rewrites between runs: a list of rules
+  {"key": substring of the path, "method": "GET", "action": ..., "at": byte of the body,
+   "times": how many matching requests it hits (-1: all)}, where action is
+    "reset"    the body's first `at` bytes, then a TCP reset;
+    "truncate" the body's first `at` bytes, then a clean close (fewer bytes than promised);
+    "status"   an S3 error answer, `status` and `code` (503 SlowDown, 500 InternalError, 429, 403
+               AccessDenied), without asking the server;
+    "delay"    `seconds` of silence before the request is forwarded.
+- It logs every request as a JSON line (method, path, range, status, fault) for the test to read.
+
+Run as: s3_proxy.py PORT UPSTREAM_URL SECRET FAULTS_FILE LOG_FILE
+"""
+import http.client
+import http.server
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+PORT, UPSTREAM, SECRET, FAULTS, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+UPSTREAM_HOST = urlsplit(UPSTREAM).netloc
+
+lock = threading.Lock()
+rules, rules_mtime, hits = [], None, {}
+
+
+def current_rules():
+    global rules, rules_mtime, hits
+    try:
+        mtime = os.stat(FAULTS).st_mtime_ns
+    except FileNotFoundError:
+        return []
+    if mtime != rules_mtime:
+        with open(FAULTS) as f:
+            rules = json.load(f)
+        rules_mtime, hits = mtime, {}
+    return rules
+
+
+def fault_for(method, path):
+    with lock:
+        for i, rule in enumerate(current_rules()):
+            if rule.get("key", "") not in path or rule.get("method", method) != method:
+                continue
+            times = rule.get("times", 1)
+            if times >= 0 and hits.get(i, 0) >= times:
+                continue
+            hits[i] = hits.get(i, 0) + 1
+            return rule
+    return None
+
+
+def log(entry):
+    with lock, open(LOG, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def signature_problem(handler, body):
+    """None when the request is unsigned or its signature is the one botocore computes."""
+    authorization = handler.headers.get("Authorization")
+    if not authorization:
+        return None
+    try:
+        fields = dict(part.strip().split("=", 1) for part in authorization[len("AWS4-HMAC-SHA256 "):].split(","))
+        key_id, day, region, service, _ = fields["Credential"].split("/")
+        signed = fields["SignedHeaders"].split(";")
+        given = fields["Signature"]
+    except (KeyError, ValueError):
+        return "the Authorization header is not Signature Version 4"
+    parts = urlsplit(handler.path)
+    # S3 decodes the path and query and encodes them again its own way: a client that encodes
+    # them otherwise signs something else.
+    path = quote(unquote(parts.path), safe="/~")
+    request = AWSRequest(method=handler.command, url=f"http://{handler.headers.get('Host')}{path}",
+                         params=parse_qsl(parts.query, keep_blank_values=True),
+                         headers={name: handler.headers.get(name, "") for name in signed})
+    request.context["timestamp"] = handler.headers.get("x-amz-date", "")
+    signer = S3SigV4Auth(Credentials(key_id, SECRET), service, region)
+    expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+    return None if expected == given else "signature mismatch"
+
+
+def s3_error(status, code, message):
+    return status, (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+                    f'<RequestId>proxy</RequestId></Error>').encode()
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body, headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        entry = {"method": self.command, "path": self.path, "range": self.headers.get("Range", "")}
+        problem = signature_problem(self, body)
+        if problem:
+            entry.update(status=403, fault="SignatureDoesNotMatch")
+            log(entry)
+            return self.answer(*s3_error(403, "SignatureDoesNotMatch", "The request signature we calculated does not match the "
+                                         "signature you provided. Check your key and signing method."), [("Content-Type", "application/xml")])
+        rule = fault_for(self.command, self.path)
+        if rule and rule["action"] == "status":
+            entry.update(status=rule["status"], fault=rule.get("code", "status"))
+            log(entry)
+            return self.answer(*s3_error(rule["status"], rule.get("code", "InternalError"), "injected by the test proxy"),
+                               [("Content-Type", "application/xml")])
+        if rule and rule["action"] == "delay":
+            time.sleep(rule["seconds"])
+        upstream = http.client.HTTPConnection(UPSTREAM_HOST, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+        upstream.request(self.command, self.path, body=body or None, headers=headers)
+        reply = upstream.getresponse()
+        data = reply.read()
+        upstream.close()
+        entry.update(status=reply.status, fault=rule["action"] if rule else "")
+        log(entry)
+        self.send_response(reply.status)
+        for name, value in reply.getheaders():
+            if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if rule and rule["action"] in ("reset", "truncate"):
+            at = min(rule.get("at", 0), len(data))
+            self.wfile.write(data[:at])
+            self.wfile.flush()
+            if rule["action"] == "reset":  # SO_LINGER 0, closed at once: a RST, not a FIN
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+            self.close_connection = True
+            return
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+    def finish(self):
+        try:
+            super().finish()
+        except (OSError, ValueError):  # a connection the proxy reset on purpose
+            pass
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a client that went away (Sluice stops reading what it does not need)
+
+
+if __name__ == "__main__":
+    server = Server(("127.0.0.1", PORT), Proxy)
+    server.serve_forever()
