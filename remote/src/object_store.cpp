@@ -53,7 +53,14 @@ bool retryable_answer(long status, const std::string& code) {
   return code == "SlowDown" || code == "InternalError" || code == "RequestTimeout" || code == "ServiceUnavailable";
 }
 
-std::string advice_for(long status, const std::string& code, const std::string& credentials_from) {
+std::string advice_for(const std::string& uri, long status, const std::string& code, const std::string& credentials_from) {
+  if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) {  // a web server: no S3 codes, no credentials
+    if (status == 404 || status == 410) return "the server has no file at this URL: check it (curl -I URL shows what the server answers)";
+    if (status == 401 || status == 403) return "the server refused access: Sluice sends no credentials to http(s) URLs; use a URL that needs none";
+    if (status == 429 || status == 503) return "the server is throttling: fewer parallel readers, or a higher retry limit, would help";
+    if (status >= 500) return "the server failed; the retries were spent (raise options.remote.max_attempts or try later)";
+    return "see the server's answer (curl -I URL)";
+  }
   const std::string from = credentials_from.empty() ? "no credentials were found (anonymous requests)" : "credentials from " + credentials_from;
   if (code == "NoSuchKey" || (code.empty() && status == 404)) return "no object has this name: check the key (list the folder with `aws s3 ls`)";
   if (code == "NoSuchBucket") return "the bucket does not exist at this endpoint: check its name, AWS_ENDPOINT_URL and the region";
@@ -63,7 +70,7 @@ std::string advice_for(long status, const std::string& code, const std::string& 
   if (code == "AccessDenied" || status == 403) return "the store refused access with " + from + ": check the credentials and the bucket's policy";
   if (code == "PreconditionFailed" || status == 412) return "the object changed while it was read: rerun once it no longer changes";
   if (code == "SlowDown" || status == 429 || status == 503) return "the store is throttling: fewer parallel readers, or a higher retry limit, would help";
-  if (status >= 500) return "the store failed; the retries were spent (raise the retry limit or try later)";
+  if (status >= 500) return "the store failed; the retries were spent (raise options.remote.max_attempts or try later)";
   return "see the store's message";
 }
 
@@ -78,7 +85,7 @@ StoreError error_of_answer(const std::string& uri, long status, const std::strin
     message = xml_text(error, "Message");  // the store's words; other elements (a key id, what was signed) are left out
   }
   std::string text = uri + ": HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : " (" + message + ")") +
-                     ": " + advice_for(status, code, credentials_from);
+                     ": " + advice_for(uri, status, code, credentials_from);
   return StoreError(text, status, code, retryable_answer(status, code));
 }
 
@@ -158,7 +165,7 @@ auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry,
       if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
       const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() / 1000.0;
       throw StoreError(why + " (gave up after " + std::to_string(tries) + " tries over " + std::to_string(seconds).substr(0, 5) +
-                           " s; the retry limit and deadline are options of the pipeline)", 0, "", false);
+                           " s; options.remote.max_attempts and deadline set how long to keep trying)", 0, "", false);
     }
     if (counters) counters->retries.fetch_add(1, std::memory_order_relaxed);
     std::uniform_int_distribution<long> wait(backoff.count() / 2, backoff.count());

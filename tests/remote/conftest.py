@@ -134,3 +134,64 @@ def proxy(s3, tmp_path_factory):
     p = FaultProxy(s3, str(tmp_path_factory.mktemp("proxy")))
     yield p
     p.stop()
+
+
+class Nginx:
+    """nginx (Debian's nginx-light) serving `root` over HTTP and HTTPS, with a certificate for
+    127.0.0.1 signed by a certificate authority made here (ca.pem: what SSL_CERT_FILE names)."""
+
+    def __init__(self, folder, root):
+        self.folder, self.root = folder, root
+        self.http_port, self.https_port = free_port(), free_port()
+        self.ca = os.path.join(folder, "ca.pem")
+        self.make_certificates()
+        conf = os.path.join(folder, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {folder}/error.log;
+pid {folder}/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    access_log {folder}/access.log;
+    client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy; fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
+    server {{ listen 127.0.0.1:{self.http_port}; root {root}; }}
+    server {{
+        listen 127.0.0.1:{self.https_port} ssl;
+        ssl_certificate {folder}/server.pem; ssl_certificate_key {folder}/server.key;
+        root {root};
+    }}
+}}
+""")
+        self.process = subprocess.Popen(["nginx", "-c", conf, "-p", folder, "-e", os.path.join(folder, "error.log")],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for_port(self.http_port, self.process, "nginx")
+        wait_for_port(self.https_port, self.process, "nginx")
+
+    def make_certificates(self):
+        def openssl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=self.folder)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                "-subj", "/CN=Sluice test CA")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+        with open(os.path.join(self.folder, "san.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
+                "-days", "2", "-extfile", "san.ext")
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory):
+    server = Nginx(str(tmp_path_factory.mktemp("nginx")), DATA)
+    yield server
+    server.stop()
