@@ -116,6 +116,17 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     }
     st.sample_output.store(true, std::memory_order_relaxed);  // one more output for the next snapshot
     m->set_padding_values(st.operator_counters.padding.load(std::memory_order_relaxed));
+    if (st.remote_storage.used()) {
+      const auto& r = st.remote_storage.counters();
+      auto* remote = m->mutable_remote();
+      remote->set_requests(r.requests.load(std::memory_order_relaxed));
+      remote->set_bytes(r.bytes.load(std::memory_order_relaxed));
+      remote->set_retries(r.retries.load(std::memory_order_relaxed));
+      remote->set_throttles(r.throttles.load(std::memory_order_relaxed));
+      remote->set_errors(r.errors.load(std::memory_order_relaxed));
+      remote->set_latency_p50_ms(static_cast<double>(r.latency_quantile_us(0.5)) / 1000.0);
+      remote->set_latency_p99_ms(static_cast<double>(r.latency_quantile_us(0.99)) / 1000.0);
+    }
     m->set_data_values(st.operator_counters.data.load(std::memory_order_relaxed));
     {
       std::lock_guard rl(st.reasons_mutex);

@@ -126,6 +126,22 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
   add_family(out, s, "sluice_stage_workers", "gauge", "Workers of a stage now (with parallelism -1: what the autotuner gives it).",
              [](const M& m) { return m.workers(); });
   add_family(out, s, "sluice_stage_epoch", "gauge", "Iterations of its input a stage has completed.", [](const M& m) { return m.epoch(); });
+  bool remote = false;
+  for (const auto& m : s.stage()) remote = remote || m.has_remote();
+  if (remote) {
+    add_family(out, s, "sluice_stage_remote_requests_total", "counter", "Requests to remote storage a stage made, retries included.",
+               [](const M& m) { return m.remote().requests(); });
+    add_family(out, s, "sluice_stage_remote_bytes_total", "counter", "Bytes of remote objects a stage received.",
+               [](const M& m) { return m.remote().bytes(); });
+    add_family(out, s, "sluice_stage_remote_retries_total", "counter", "Remote requests a stage retried.",
+               [](const M& m) { return m.remote().retries(); });
+    add_family(out, s, "sluice_stage_remote_throttles_total", "counter", "Remote answers that throttled a stage (503, 429, SlowDown).",
+               [](const M& m) { return m.remote().throttles(); });
+    add_family(out, s, "sluice_stage_remote_latency_p50_seconds", "gauge", "Median time to the first byte of a stage's remote answers.",
+               [](const M& m) { return m.remote().latency_p50_ms() / 1000.0; });
+    add_family(out, s, "sluice_stage_remote_latency_p99_seconds", "gauge", "99th percentile of the time to the first byte of a stage's remote answers.",
+               [](const M& m) { return m.remote().latency_p99_ms() / 1000.0; });
+  }
   bool feeds = false;
   for (const auto& m : s.stage()) feeds = feeds || m.devices_size() > 0;
   if (feeds) {

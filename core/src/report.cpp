@@ -131,6 +131,15 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
     return s;
   };
 
+  // 0. A stage that waits on remote storage: what hides the latency of its requests.
+  if (const auto* b = stage(snapshot.bottleneck()); b && b->has_remote() && b->remote().requests() > 0) {
+    const auto& r = b->remote();
+    advice(fmt::format("stage '{}' ({}) reads remote storage, {:.1f} ms to the first byte of an answer (p50{}): read more objects at once "
+                       "(its `parallelism`, and `interleave.cycle_length` of a reader), keep more ranges in flight per object "
+                       "(options.remote.ranges_ahead) or larger ones (options.remote.range_size)",
+                       b->id(), b->op(), r.latency_p50_ms(),
+                       r.throttles() ? fmt::format("; {} answers throttled it: fewer requests at once would help more", r.throttles()) : ""));
+  }
   // 1. The stage that limits throughput.
   if (const auto* b = stage(snapshot.bottleneck())) {
     const bool held_up = bottleneck_holds_up(snapshot);
@@ -336,6 +345,15 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
     for (const auto& r : m.readers())
       per_reader += fmt::format("{}'{}' {:.0f}%", per_reader.empty() ? "" : ", ", r.reader(), 100 * r.mean_fill());
     out += fmt::format("Buffers of '{}' per reader (mean fill): {}\n", m.id(), per_reader);
+  }
+  // Stages that read remote storage: what their requests did.
+  for (const auto& m : snapshot.stage()) {
+    if (!m.has_remote()) continue;
+    const auto& r = m.remote();
+    out += fmt::format("Remote reads of stage '{}' ({}): {} request{}, {:.1f} MB, {} retr{} ({} throttled), {} failed; latency p50 {:.1f} ms, "
+                       "p99 {:.1f} ms\n",
+                       m.id(), m.op(), r.requests(), r.requests() == 1 ? "" : "s", r.bytes() / 1e6, r.retries(), r.retries() == 1 ? "y" : "ies",
+                       r.throttles(), r.errors(), r.latency_p50_ms(), r.latency_p99_ms());
   }
   // Stages that pad: how much of what they wrote is padding (packing and bucketing lower it).
   for (const auto& m : snapshot.stage()) {

@@ -223,7 +223,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
         total = std::strtoll(answer.header("content-length").c_str(), nullptr, 10);
         skip = from;
       }
-      if (status >= 300) return true;  // the body explains the error
+      if (status >= 300 && status != 416) return true;  // the body explains the error
       const std::string etag = answer.header("etag");
       if (known && ((!version.etag.empty() && !etag.empty() && etag != version.etag) ||
                     (total >= 0 && static_cast<std::uint64_t>(total) != version.size))) {

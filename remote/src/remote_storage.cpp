@@ -88,22 +88,16 @@ class PrefetchingReader final : public RemoteReader {
                     std::string uri)
       : store_(store), pool_(pool), ahead_(options), retry_(retry_policy_of(options)), counters_(std::move(counters)) {
     object_.uri = std::move(uri);
-    // The first range is read here: its answer tells the object's size and ETag, and a small
-    // object is whole after this one request.
-    auto first = std::make_shared<Range>();
-    first->length = ahead_.range_bytes;
-    fetch(*first, version_);
-    object_.size = version_.size;
-    object_.etag = version_.etag;
-    ranges_.push_back(std::move(first));
-    next_fetch_ = ahead_.range_bytes;
-    top_up();
   }
   ~PrefetchingReader() override { abandon_all(); }
 
-  const StoredObject& object() const override { return object_; }
+  const StoredObject& object() const override {
+    const_cast<PrefetchingReader*>(this)->start_at(0);
+    return object_;
+  }
 
   std::size_t read(std::byte* dst, std::size_t n) override {
+    start_at(position_);
     if (position_ >= object_.size || n == 0) return 0;
     if (ranges_.empty()) top_up();
     Range& range = *ranges_.front();
@@ -128,6 +122,10 @@ class PrefetchingReader final : public RemoteReader {
   }
 
   void seek(std::uint64_t offset) override {
+    if (!started_) {  // the first request starts at the offset (a resumed run, an index)
+      position_ = offset;
+      return;
+    }
     // Ranges already in flight that hold the offset are kept; the others are dropped.
     while (!ranges_.empty() && ranges_.front()->offset + ranges_.front()->length <= offset) {
       ranges_.front()->abandoned = true;
@@ -142,6 +140,22 @@ class PrefetchingReader final : public RemoteReader {
   }
 
  private:
+  // The first range is read on the caller's thread, where the reader starts: its answer tells the
+  // object's size and ETag (the ranges after it are then asked for ahead), and a small object is
+  // whole after this one request.
+  void start_at(std::uint64_t offset) {
+    if (started_) return;
+    auto first = std::make_shared<Range>();
+    first->offset = offset;
+    first->length = ahead_.range_bytes;
+    fetch(*first, version_);
+    started_ = true;
+    object_.size = version_.size;
+    object_.etag = version_.etag;
+    ranges_.push_back(std::move(first));
+    next_fetch_ = offset + ahead_.range_bytes;
+    top_up();
+  }
   void fetch(Range& range, ObjectVersion& version) {
     range.data.resize(range.length);
     try {
@@ -189,6 +203,7 @@ class PrefetchingReader final : public RemoteReader {
   ObjectVersion version_;
   std::deque<std::shared_ptr<Range>> ranges_;
   std::uint64_t position_ = 0, next_fetch_ = 0;
+  bool started_ = false;
 };
 
 class StageStorage final : public Storage {

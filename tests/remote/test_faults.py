@@ -120,3 +120,49 @@ def test_latency_is_hidden_by_read_ahead(bucket, proxy, expected, tmp_path):
     proxy.set_faults([{"key": SHARD, "method": "GET", "action": "delay", "seconds": 0.05, "times": -1}])
     got, done = run_records(tmp_path, proxy.env(), f"s3://{bucket}/{SHARD}")
     assert got == expected[0]
+
+
+def test_report_and_metrics_log_count_requests_retries_and_throttles(bucket, proxy, expected, tmp_path):
+    proxy.set_faults([{"key": SHARD, "method": "GET", "action": "status", "status": 503, "code": "SlowDown", "times": 3}])
+    got, done = run_records(tmp_path, proxy.env(), f"s3://{bucket}/{SHARD}")
+    assert got == expected[0]
+    gets = [r for r in proxy.requests() if r["method"] == "GET"]
+    line = next(l for l in done.stdout.splitlines() if l.startswith("Remote reads of stage 'records'"))
+    assert f"{len(gets)} requests" in line and "3 retries (3 throttled), 0 failed" in line, line
+    assert f"{expected[1] / 1e6:.1f} MB" in line, line
+
+
+def test_a_run_cut_mid_object_resumes_from_its_checkpoint(bucket, proxy, expected, tmp_path):
+    import signal
+    import subprocess
+    import time
+    from conftest import CLI
+    # Slow answers, so that SIGTERM lands with the shard half read.
+    proxy.set_faults([{"key": SHARD, "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
+    out = tmp_path / "out.jsonl"
+    pipeline = tmp_path / "read.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        options {{ remote {{ range_size: "64KiB" ranges_ahead: 0 }} }}
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{bucket}/{SHARD}" }} params {{ key: "shuffle" value: "false" }} }}
+        stage {{ id: "records" op: "tfrecord_reader" input: "files" buffer_size: 1 }}
+        stage {{ id: "out" op: "jsonl_sink" input: "records" params {{ key: "path" value: "{out}" }} }}
+        """))
+    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], env=proxy.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    run.send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 75, stderr
+    with open(out) as f:  # published at the stop with what was read; the resumed run goes on with it
+        assert 0 < len(f.readlines()) < len(expected[0])
+    read_before = [r for r in proxy.requests() if r["method"] == "GET"]
+    assert 0 < len(read_before) < expected[1] // 65536, read_before  # cut inside the object
+    proxy.set_faults([])
+    done = run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), str(pipeline)], proxy.env())
+    with open(out) as f:
+        assert [json.loads(line)["record"] for line in f] == expected[0]
+    # The resumed run reads on from where the checkpoint's run stood (after the first bytes, which
+    # tell the shard's compression), not the whole object again.
+    resumed = [r for r in proxy.requests() if r["method"] == "GET"]
+    print(resumed)
+    assert len(resumed) < expected[1] // 65536, resumed
