@@ -18,6 +18,7 @@ void StageRemoteStorage::set_options(const RemoteOptions& options) {
   options_.deadline_ms = static_cast<std::int64_t>(options.deadline_seconds * 1000);
   options_.range_bytes = static_cast<std::size_t>(options.range_bytes);
   options_.ranges_ahead = options.ranges_ahead;
+  options_.part_bytes = static_cast<std::size_t>(options.part_bytes);
   options_.endpoint_url = options.endpoint_url;
   options_.region = options.region;
   options_.profile = options.profile;

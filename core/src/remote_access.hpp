@@ -16,6 +16,7 @@ class StageRemoteStorage final : public Storage {
   void set_options(const RemoteOptions& options);  // before the first request
   std::unique_ptr<RemoteReader> open(const std::string& uri) override { return inner().open(uri); }
   std::vector<StoredObject> list(const std::string& prefix) override { return inner().list(prefix); }
+  void upload(const std::string& local_path, const std::string& uri) override { inner().upload(local_path, uri); }
   const remote::RequestCounters& counters() const { return *counters_; }
   bool used() const;  // whether any remote request was made
 

@@ -382,6 +382,13 @@ struct Validation {
         problem(-1, "", fmt::format("options.remote.range_size '{}' is not a size between 4KiB and 1GiB; write it as \"8MiB\"", remote.range_size()));
       else out.range_bytes = *bytes;
     }
+    if (!remote.part_size().empty()) {
+      auto bytes = parse_byte_size(remote.part_size());
+      if (!bytes || *bytes < (std::uint64_t{5} << 20) || *bytes > (std::uint64_t{5} << 30))
+        problem(-1, "", fmt::format("options.remote.part_size '{}' is not a size between 5MiB and 5GiB (S3's bounds for a part); write it "
+                                    "as \"8MiB\"", remote.part_size()));
+      else out.part_bytes = *bytes;
+    }
     if (remote.has_ranges_ahead()) {
       if (remote.ranges_ahead() < 0 || remote.ranges_ahead() > 64)
         problem(-1, "", fmt::format("options.remote.ranges_ahead {} is not between 0 and 64", remote.ranges_ahead()));

@@ -23,7 +23,7 @@ namespace sluice::io {
 // for gzip and zlib. Its final name is given once the number of shards is known.
 class ShardFile {
  public:
-  ShardFile(const std::string& placeholder, Compression compression) : file_(placeholder), compression_(compression) {
+  ShardFile(const std::string& placeholder, Compression compression, Storage* storage) : file_(placeholder, storage), compression_(compression) {
     if (compression_ != Compression::None) {
       int bits = compression_ == Compression::Gzip ? 15 + 16 : 15;
       if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -128,8 +128,10 @@ class TFRecordWriter : public Sink {
       throw ParamError(std::to_string(p.get_int("workers")) + " workers would each write PREFIX-00000-of-000NN and replace " +
                        "each other's shards; set naming to worker (PREFIX-worker-W-00000 per worker)");
   }
-  void start(const StageInfo&) override {
+  void start(const StageInfo& info) override {
     if (worker_ < 0) worker_ = 0;  // a host that does not fill worker hints runs one process
+    storage_ = info.storage;
+    if (is_remote_uri(prefix_)) return;  // a bucket has no folders to make
     auto folder = std::filesystem::path(prefix_).parent_path();
     std::error_code ec;
     if (!folder.empty()) std::filesystem::create_directories(folder, ec);
@@ -162,7 +164,7 @@ class TFRecordWriter : public Sink {
       shards_[i]->publish_as(final_name);
       names.insert(std::filesystem::path(final_name).filename().string());
     }
-    remove_stale_shards(names);
+    if (!is_remote_uri(prefix_)) remove_stale_shards(names);  // objects of a bucket are never deleted
   }
   // A resumed run goes on with the interrupted run's shards: the finished ones are published at
   // the end with the rest, the open one continues after the records written before the
@@ -184,10 +186,18 @@ class TFRecordWriter : public Sink {
     const auto bytes = r.get<std::uint64_t>(), records = r.get<std::uint64_t>();
     if (prefix != absolute_path(prefix_)) return;  // another prefix (--set): this run writes its own shards there
     // A run that stopped at the checkpoint published its shards: they are taken back by identity.
-    const std::vector<std::string> published = shards_of_this_prefix();
-    remove_shards_begun_after(saved.size());
+    const bool remote = is_remote_uri(prefix_);
+    const std::vector<std::string> published = remote ? std::vector<std::string>{} : shards_of_this_prefix();
+    if (!remote) remove_shards_begun_after(saved.size());
     for (std::size_t i = 0; i < saved.size(); ++i) {
-      reclaim_partial(saved[i], published);
+      if (remote) {
+        // A run that stopped at this checkpoint uploaded shard i of saved.size() under its final name.
+        SavedOutput uploaded = saved[i];
+        uploaded.target = prefix_ + shard_name(i, saved.size());
+        reclaim_partial(uploaded, {}, storage_);
+      } else {
+        reclaim_partial(saved[i], published);
+      }
       open_shard();
       if (open && i + 1 == saved.size()) {
         shard_->continue_from(saved[i]);
@@ -322,7 +332,7 @@ class TFRecordWriter : public Sink {
     char name[64];
     if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu", static_cast<long long>(worker_), shards_.size());
     else std::snprintf(name, sizeof name, "-%05zu", shards_.size());
-    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_));
+    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_, storage_));
     shard_lengths_.push_back(0);
     shard_ = shards_.back().get();
     shard_closed_ = false;
@@ -337,6 +347,7 @@ class TFRecordWriter : public Sink {
   std::int64_t worker_;
   std::vector<std::unique_ptr<ShardFile>> shards_;
   ShardFile* shard_ = nullptr;
+  Storage* storage_ = nullptr;
   bool shard_closed_ = false;
   std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
   std::vector<std::uint64_t> shard_lengths_;

@@ -160,7 +160,7 @@ class JsonlSink final : public Sink {
   explicit JsonlSink(const Params& p) : path_(p.get_string("path")) {
     if (path_.empty()) throw ParamError("path must not be empty");
   }
-  void start(const StageInfo&) override { file_.open(path_); }
+  void start(const StageInfo& info) override { file_.open(path_, info.storage); }
   void consume(Sample in, const ElementContext&) override {
     line_.clear();
     line_ += '{';

@@ -1,12 +1,17 @@
 #include "sluice/remote/object_store.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <tinyxml2.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <exception>
+#include <mutex>
 #include <thread>
 
 #include "sluice/remote/s3_signature.hpp"
@@ -309,6 +314,149 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const
   } while (!token.empty());
   std::sort(objects.begin(), objects.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   return objects;
+}
+
+}  // namespace sluice::remote
+
+namespace sluice::remote {
+namespace {
+
+// The local file an upload sends, read part by part with pread (several parts at once).
+class LocalFile {
+ public:
+  explicit LocalFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) throw StoreError("cannot read " + path + ": " + std::strerror(errno), 0, "", false);
+    size_ = static_cast<std::uint64_t>(st.st_size);
+  }
+  ~LocalFile() { ::close(fd_); }
+  std::uint64_t size() const { return size_; }
+  std::string read(std::uint64_t offset, std::size_t length) const {
+    std::string data(length, '\0');
+    for (std::size_t got = 0; got < length;) {
+      const ssize_t n = ::pread(fd_, data.data() + got, length - got, static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw StoreError("cannot read " + path_ + ": " + (n == 0 ? std::string("it shrank") : std::strerror(errno)), 0, "", false);
+      got += static_cast<std::size_t>(n);
+    }
+    return data;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void ObjectStore::upload(const std::string& local_path, const std::string& uri, std::size_t part_bytes, int parallel, const RetryPolicy& retry,
+                         RequestCounters* counters) {
+  const auto at = parse_remote_uri(uri);
+  if (!at || at->scheme == RemoteLocation::Scheme::Http || at->scheme == RemoteLocation::Scheme::Https || at->key.empty())
+    throw StoreError(uri + ": outputs go to s3:// or gs:// objects (BUCKET/KEY)", 0, "", false);
+  const Target target = target_of(*at);
+  const std::string& credentials_from = target.settings->credentials_from;
+  const LocalFile file(local_path);
+
+  // One request with a body; the answer's body (for errors and the XML of multipart calls).
+  auto send = [&](const std::string& method, const std::vector<std::pair<std::string, std::string>>& query, const std::string& body,
+                  Headers extra, HttpResponse* answer_out) {
+    return with_retries(uri, retry, counters, [&] {
+      HttpRequest request;
+      request.method = method;
+      request.url = target.url;
+      request.body = body;
+      request.headers = extra;
+      sign(request, target, query, sha256_hex(body));
+      std::string text;
+      const auto answer = http_.perform(request, [&](const char* data, std::size_t size) {
+        if (text.size() < (1 << 20)) text.append(data, size);
+        return true;
+      });
+      // S3 may answer a CompleteMultipartUpload 200 and put an error in the body.
+      const bool error_in_body = answer.status == 200 && text.find("<Error>") != std::string::npos;
+      if (answer.status >= 300 || error_in_body) throw error_of_answer(uri, error_in_body ? 500 : answer.status, text, credentials_from);
+      if (counters) counters->bytes.fetch_add(body.size(), std::memory_order_relaxed);
+      if (answer_out) *answer_out = answer;
+      return text;
+    });
+  };
+
+  if (file.size() <= part_bytes) {
+    send("PUT", {}, file.read(0, static_cast<std::size_t>(file.size())), {}, nullptr);
+    return;
+  }
+  const std::uint64_t part_size = std::max<std::uint64_t>(part_bytes, (file.size() + 9999) / 10000);
+  const auto parts = static_cast<std::size_t>((file.size() + part_size - 1) / part_size);
+  tinyxml2::XMLDocument started;
+  const std::string start_text = send("POST", {{"uploads", ""}}, "", {{"Content-Type", "application/octet-stream"}}, nullptr);
+  started.Parse(start_text.data(), start_text.size());
+  const std::string upload_id = xml_text(started.FirstChildElement("InitiateMultipartUploadResult"), "UploadId");
+  if (upload_id.empty()) throw StoreError(uri + ": the store's answer to starting a multipart upload holds no UploadId", 200, "", false);
+  auto abort = [&] {
+    try {
+      send("DELETE", {{"uploadId", upload_id}}, "", {}, nullptr);
+    } catch (...) {  // the upload's first failure is what the user needs to read
+    }
+  };
+  std::vector<std::string> etags(parts);
+  std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto upload_parts = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < parts;) {
+      {
+        std::lock_guard lock(failure_mutex);
+        if (failure) return;
+      }
+      try {
+        const std::uint64_t offset = i * part_size;
+        const std::string body = file.read(offset, static_cast<std::size_t>(std::min<std::uint64_t>(part_size, file.size() - offset)));
+        HttpResponse answer;
+        send("PUT", {{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}}, body, {}, &answer);
+        etags[i] = answer.header("etag");
+        if (etags[i].empty()) throw StoreError(uri + ": the store gave part " + std::to_string(i + 1) + " no ETag", 200, "", false);
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> senders;
+  for (int t = 1; t < std::min<int>(parallel, static_cast<int>(parts)); ++t) senders.emplace_back(upload_parts);
+  upload_parts();
+  for (auto& t : senders) t.join();
+  if (failure) {
+    abort();
+    std::rethrow_exception(failure);
+  }
+  std::string complete = "<CompleteMultipartUpload>";
+  for (std::size_t i = 0; i < parts; ++i)
+    complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + xml_escape(etags[i]) + "</ETag></Part>";
+  complete += "</CompleteMultipartUpload>";
+  try {
+    send("POST", {{"uploadId", upload_id}}, complete, {{"Content-Type", "application/xml"}}, nullptr);
+  } catch (...) {
+    abort();
+    throw;
+  }
 }
 
 }  // namespace sluice::remote

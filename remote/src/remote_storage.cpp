@@ -233,6 +233,15 @@ class StageStorage final : public Storage {
     for (auto& o : listed) objects.push_back({bucket_uri + o.key, o.size, std::move(o.etag)});
     return objects;
   }
+  void upload(const std::string& local_path, const std::string& uri) override {
+    try {
+      store_.upload(local_path, uri, options_.part_bytes, options_.parallel_parts, retry_, counters_.get());
+    } catch (const StoreError& e) {
+      throw Error(e.what());
+    } catch (const std::invalid_argument& e) {
+      throw Error(e.what());
+    }
+  }
 
  private:
   ObjectStore& store_;

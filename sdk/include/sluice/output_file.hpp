@@ -5,11 +5,14 @@
 /// target only when the output is complete. A target that exists and is not a regular file (a
 /// directory, FIFO, socket or block device) is refused; a character device such as /dev/null is
 /// written through; a symbolic link is followed, so the file it points to is replaced and the link
-/// stays. Header-only, for plugins and the host alike.
+/// stays. A remote target (s3://, gs://) is spooled to a local temporary file the same way and
+/// uploaded when complete (StageInfo::storage): the object appears whole or not at all.
+/// Header-only, for plugins and the host alike.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 
 #include "sluice/error.hpp"
 #include "sluice/state.hpp"
+#include "sluice/storage.hpp"
 
 namespace sluice {
 
@@ -40,10 +44,37 @@ struct OutputTarget {
   bool write_through = false;  ///< a character device: written directly, nothing to rename
 };
 
+/// Where remote outputs are written before their upload: $SLUICE_SPOOL_DIR, else $TMPDIR, else
+/// /tmp, then sluice-uploads/. Created when missing.
+inline std::string remote_spool_folder() {
+  const char* given = std::getenv("SLUICE_SPOOL_DIR");
+  if (!given || !*given) given = std::getenv("TMPDIR");
+  std::string folder = std::string(given && *given ? given : "/tmp") + "/sluice-uploads";
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  return folder;
+}
+
+/// The prefix of the partial files of `target`: TARGET.partial- beside a local target; for a
+/// remote one, SPOOL/upload-HASH.partial-, HASH naming the URI (so a resumed run finds its file).
+inline std::string partial_prefix_of(const std::string& target) {
+  if (!is_remote_uri(target)) return target + ".partial-";
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: stable across runs and builds
+  for (unsigned char c : target) hash = (hash ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return remote_spool_folder() + "/upload-" + hex + ".partial-";
+}
+
 /// Decides where output for `path` goes, or throws an Error that says why it cannot.
 inline OutputTarget resolve_output_target(const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) throw Error("the output path is empty");
+  if (is_remote_uri(path)) {
+    if (path.rfind("s3://", 0) != 0 && path.rfind("gs://", 0) != 0)
+      throw Error("output " + path + ": http(s) URLs are read-only; write to an s3:// or gs:// URI or a local path");
+    return {path, false};
+  }
   OutputTarget target{path, false};
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -66,6 +97,7 @@ inline OutputTarget resolve_output_target(const std::string& path) {
 }
 
 inline std::string absolute_path(const std::string& path) {
+  if (is_remote_uri(path)) return path;
   return std::filesystem::absolute(path).lexically_normal().string();
 }
 
@@ -91,7 +123,7 @@ struct SavedOutput {
   /// Throws unless `partial` is a partial name of `target` (TARGET.partial-XXXXXX), so that a
   /// checkpoint of something else never makes a resumed run write elsewhere.
   void check_partial_of_target() const {
-    const std::string own_prefix = target + ".partial-";
+    const std::string own_prefix = partial_prefix_of(target);
     if (partial.compare(0, own_prefix.size(), own_prefix) != 0 || partial.find('/', own_prefix.size()) != std::string::npos)
       throw Error("the checkpoint's output " + partial + " is not a partial output of " + target);
   }
@@ -119,9 +151,36 @@ struct SavedOutput {
 /// checkpoint, or went on and finished, published it under one of the names in `published`: found
 /// there by its identity, it is renamed back, so nothing is copied and a second resume from the
 /// same checkpoint finds it again. Throws an Error naming the files when it is nowhere.
-inline void reclaim_partial(const SavedOutput& saved, const std::vector<std::string>& published) {
+/// A remote target published at the checkpoint's stop is read back from the store (`storage`)
+/// into its spool file: its first `saved.length` bytes, whole or not at all.
+inline void reclaim_partial(const SavedOutput& saved, const std::vector<std::string>& published, Storage* storage = nullptr) {
   struct stat st {};
   if (saved.partial.empty() || ::lstat(saved.partial.c_str(), &st) == 0) return;
+  if (is_remote_uri(saved.target)) {
+    if (!storage) throw Error("cannot take back " + saved.target + ": remote outputs are written through a Sluice engine");
+    auto reader = storage->open(saved.target);
+    if (reader->object().size < saved.length)
+      throw Error(saved.target + " holds " + std::to_string(reader->object().size) + " bytes, fewer than the " + std::to_string(saved.length) +
+                  " written before the checkpoint (replaced since?); resume from a later checkpoint, or run again");
+    std::string taking = saved.partial + ".download-XXXXXX";
+    const int fd = ::mkostemp(taking.data(), O_CLOEXEC);
+    if (fd < 0) throw Error("cannot write " + taking + ": " + std::strerror(errno));
+    std::vector<std::byte> buffer(1 << 20);
+    for (std::uint64_t copied = 0; copied < saved.length;) {
+      const std::size_t n = reader->read(buffer.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), saved.length - copied)));
+      if (n == 0 || ::write(fd, buffer.data(), n) != static_cast<ssize_t>(n)) {
+        ::close(fd);
+        ::unlink(taking.c_str());
+        throw Error("cannot take back " + saved.target + " into " + saved.partial + (n == 0 ? ": it ended early" : std::string(": ") + std::strerror(errno)));
+      }
+      copied += n;
+    }
+    if (::fsync(fd) != 0 || ::close(fd) != 0 || ::rename(taking.c_str(), saved.partial.c_str()) != 0) {
+      ::unlink(taking.c_str());
+      throw Error("cannot take back " + saved.target + " into " + saved.partial + ": " + std::strerror(errno));
+    }
+    return;
+  }
   for (const auto& name : published) {
     if (::lstat(name.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_dev) != saved.device ||
         static_cast<std::uint64_t>(st.st_ino) != saved.inode)
@@ -139,17 +198,24 @@ inline void reclaim_partial(const SavedOutput& saved, const std::vector<std::str
 class AtomicOutputFile {
  public:
   AtomicOutputFile() = default;
-  explicit AtomicOutputFile(const std::string& path) { open(path); }
+  explicit AtomicOutputFile(const std::string& path, Storage* storage = nullptr) { open(path, storage); }
   AtomicOutputFile(const AtomicOutputFile&) = delete;
   AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
   ~AtomicOutputFile() { close_stream(); }  // not committed: the .partial file stays, visibly incomplete
 
-  void open(const std::string& path) {
+  /// `storage` (StageInfo::storage) publishes a remote target; without it one is refused.
+  void open(const std::string& path, Storage* storage = nullptr) {
     close_stream();
     requested_ = path;
     target_ = resolve_output_target(path);
+    storage_ = storage;
+    if (is_remote_uri(path) && !storage_)
+      throw Error("cannot write " + path + ": remote outputs are written through a Sluice engine (this writer was given no storage)");
     int fd = -1;
-    if (target_.write_through) {
+    if (is_remote_uri(path)) {
+      temporary_ = partial_prefix_of(path) + "XXXXXX";
+      fd = ::mkostemp(temporary_.data(), O_CLOEXEC);
+    } else if (target_.write_through) {
       temporary_.clear();
       fd = ::open(target_.path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
       if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -200,6 +266,18 @@ class AtomicOutputFile {
   }
   void publish_as(const std::string& path) {
     const OutputTarget final_target = resolve_output_target(path);  // refuses a non-file that appeared meanwhile
+    if (is_remote_uri(path)) {
+      if (!storage_) throw Error("cannot publish " + path + ": remote outputs are written through a Sluice engine");
+      try {
+        storage_->upload(temporary_, path);
+      } catch (const std::exception& e) {
+        throw Error(std::string(e.what()) + " (the output is kept in " + temporary_ + ")");
+      }
+      ::unlink(temporary_.c_str());
+      temporary_.clear();
+      target_ = final_target;
+      return;
+    }
     if (final_target.write_through) throw Error("output " + path + " is a device; a finished file cannot be renamed onto it");
     if (::rename(temporary_.c_str(), final_target.path.c_str()) != 0)
       throw Error("cannot rename " + temporary_ + " to " + final_target.path + ": " + std::strerror(errno));
@@ -256,7 +334,7 @@ class AtomicOutputFile {
   void restore(StateReader& r) {
     const SavedOutput saved = SavedOutput::load(r);
     if (saved.partial.empty() || !is_open() || target_.write_through || saved.target != absolute_path(target_.path)) return;
-    reclaim_partial(saved, {target_.path});
+    reclaim_partial(saved, {target_.path}, storage_);
     continue_from(saved);
   }
   /// Closes without renaming; `keep` leaves the .partial file for the user to see, else it goes.
@@ -311,6 +389,7 @@ class AtomicOutputFile {
   std::string requested_, temporary_;
   OutputTarget target_;
   std::FILE* stream_ = nullptr;
+  Storage* storage_ = nullptr;
 };
 
 }  // namespace sluice

@@ -1,6 +1,6 @@
 #pragma once
 /// Remote storage (ABI 6.6): objects in S3, S3-compatible stores and Google Cloud Storage, and files
-/// served over HTTP(S), read and listed through the host. A plugin that takes paths hands any path
+/// served over HTTP(S), read and listed through the host, and outputs published to buckets. A plugin that takes paths hands any path
 /// for which is_remote_uri() holds to StageInfo::storage rather than to the file system; the host
 /// signs the requests, retries what can be retried, reads ahead and counts requests and bytes
 /// into the stage's metrics. Credentials never reach a plugin.
@@ -51,6 +51,11 @@ class Storage {
   /// Every object whose URI begins with `prefix` (an s3:// or gs:// URI), over every page of the
   /// store's listing, sorted by URI. Throws DataError for http(s), which has no listing.
   virtual std::vector<StoredObject> list(const std::string& prefix) = 0;
+  /// Publishes the local file `local_path` as the object `uri` (s3:// or gs://), whole or not at
+  /// all: one PUT, or a multipart upload whose parts go in parallel, completed only once every
+  /// part has arrived and aborted on any failure. Throws Error naming the URI. (Outputs reach it
+  /// through AtomicOutputFile, which spools them to a local file first.)
+  virtual void upload(const std::string& local_path, const std::string& uri) = 0;
 };
 
 }  // namespace sluice

@@ -117,6 +117,7 @@ struct RemoteOptions {
   double deadline_seconds = 300;
   std::uint64_t range_bytes = 8u << 20;
   int ranges_ahead = 2;
+  std::uint64_t part_bytes = 8u << 20;
   std::string endpoint_url, region, profile;
   bool anonymous = false;
 };

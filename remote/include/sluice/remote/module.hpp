@@ -20,6 +20,8 @@ struct StorageOptions {
   std::int64_t deadline_ms = 300'000;     // no new try this long after a request's first
   std::size_t range_bytes = 8u << 20;     // bytes of one ranged GET
   int ranges_ahead = 2;                   // GETs in flight ahead of each reader, besides the one it reads
+  std::size_t part_bytes = 8u << 20;      // parts of a multipart upload (S3 takes 5 MiB and more)
+  int parallel_parts = 4;                 // parts of one upload in flight at once
   std::string endpoint_url;               // AWS_ENDPOINT_URL
   std::string region;                     // AWS_REGION
   std::string profile;                    // AWS_PROFILE

@@ -67,6 +67,11 @@ class ObjectStore {
                          const RetryPolicy& retry, RequestCounters* counters);
   // Every object of `bucket` whose key begins with `prefix`, over every page, in key order.
   std::vector<ListedObject> list(const std::string& uri_prefix, const RetryPolicy& retry, RequestCounters* counters);
+  // Publishes the file at `local_path` as the object `uri`: one PUT up to `part_bytes`, else a
+  // multipart upload of parts of `part_bytes` (more where 10,000 parts would not hold the file),
+  // `parallel` of them in flight, completed once all arrived and aborted on any failure.
+  void upload(const std::string& local_path, const std::string& uri, std::size_t part_bytes, int parallel, const RetryPolicy& retry,
+              RequestCounters* counters);
 
  private:
   struct Target {

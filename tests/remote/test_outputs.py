@@ -1,0 +1,134 @@
+"""Outputs written to a bucket: whole or absent. jsonl_sink and tfrecord_writer publish an object only
+once it is complete (one PUT, or a multipart upload completed at the end), boto3 reads back what
+they wrote, and a run cut by SIGTERM or SIGKILL leaves no object and no open multipart upload."""
+import base64
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import CLI, DATA, run_cli
+
+BUCKET = "sluice-outputs"
+SHARD = os.path.join(DATA, "tfrecord", "pets_examples.record")
+
+
+@pytest.fixture(scope="module")
+def bucket(s3, proxy):
+    s3.client.create_bucket(Bucket=BUCKET)
+    s3.client.upload_file(SHARD, BUCKET, "in/pets.record")
+    return BUCKET
+
+
+def local_records():
+    with open(SHARD, "rb") as f:
+        data = f.read()
+    records, at = [], 0
+    while at < len(data):
+        length = int.from_bytes(data[at:at + 8], "little")
+        records.append(data[at + 12:at + 12 + length])
+        at += 16 + length
+    return records
+
+
+def keys(s3, prefix):
+    return sorted(o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []))
+
+
+def open_uploads(s3):
+    """Multipart uploads begun and neither completed nor aborted (s3rver keeps them in a folder of
+    the bucket; it does not implement ListMultipartUploads)."""
+    folder = os.path.join(s3.root, BUCKET, "._S3rver_uploads")
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def pipeline(tmp_path, sink, repeat=1, options=""):
+    path = tmp_path / "write.txtpb"
+    path.write_text(textwrap.dedent(f"""\
+        options {{ remote {{ {options} }} }}
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{BUCKET}/in/pets.record" }} params {{ key: "shuffle" value: "false" }} }}
+        stage {{ id: "records" op: "tfrecord_reader" input: "files" }}
+        stage {{ id: "again" op: "repeat" input: "records" params {{ key: "count" value: "{repeat}" }} }}
+        {sink}
+        """))
+    return str(path)
+
+
+def test_jsonl_output_is_one_object_boto3_reads(bucket, s3, tmp_path):
+    uri = f"s3://{BUCKET}/out/records.jsonl"
+    run_cli(["run", "-q", pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{uri}" }} }}')],
+            s3.env())
+    body = s3.client.get_object(Bucket=BUCKET, Key="out/records.jsonl")["Body"].read().decode()
+    assert [base64.b64decode(json.loads(line)["record"]) for line in body.splitlines()] == local_records()
+    assert open_uploads(s3) == []
+
+
+def test_large_shards_go_up_in_parts_and_read_back(bucket, s3, proxy, tmp_path):
+    # 7 copies of the 0.87 MB shard in one TFRecord shard: two 5 MiB parts of a multipart upload.
+    sink = (f'stage {{ id: "out" op: "tfrecord_writer" input: "again" params {{ key: "prefix" value: "s3://{BUCKET}/shards/train" }} '
+            f'params {{ key: "max_bytes" value: "1073741824" }} }}')
+    # The records become tf.Examples holding them; what matters is that boto3 gets the bytes Sluice wrote.
+    proxy.set_faults([])
+    run_cli(["run", "-q", pipeline(tmp_path, sink, repeat=7, options='part_size: "5MiB"')], proxy.env())
+    assert keys(s3, "shards/") == ["shards/train-00000-of-00001.tfrecord"]
+    # Through the proxy, which checked every signature (bodies' hashes included): begun, two parts, completed.
+    writes = [(r["method"], r["path"].split("?")[1]) for r in proxy.requests() if r["method"] in ("POST", "PUT")]
+    assert [w[0] for w in writes] == ["POST", "PUT", "PUT", "POST"] and writes[0][1] == "uploads=", writes
+    assert sorted(w[1].split("&")[0] for w in writes[1:3]) == ["partNumber=1", "partNumber=2"]
+    assert all(r["status"] == 200 for r in proxy.requests() if r["method"] in ("POST", "PUT")), proxy.requests()
+    body = s3.client.get_object(Bucket=BUCKET, Key="shards/train-00000-of-00001.tfrecord")["Body"].read()
+    assert len(body) > 5 << 20
+    local = tmp_path / "local"
+    local_sink = (f'stage {{ id: "out" op: "tfrecord_writer" input: "again" params {{ key: "prefix" value: "{local}/train" }} '
+                  f'params {{ key: "max_bytes" value: "1073741824" }} }}')
+    run_cli(["run", "-q", pipeline(tmp_path, local_sink, repeat=7)], s3.env())
+    assert body == (local / "train-00000-of-00001.tfrecord").read_bytes()
+    assert open_uploads(s3) == []
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_cut_run_leaves_no_object_and_no_upload(bucket, s3, proxy, tmp_path, how):
+    key = f"cut/{how.name}.jsonl"
+    # Slow reads through the proxy, so that the signal lands while the output is being written.
+    proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.2, "times": -1}])
+    path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "s3://{BUCKET}/{key}" }} }}',
+                    repeat=50, options='range_size: "64KiB" ranges_ahead: 0')
+    run = subprocess.Popen([CLI, "run", "-q", path], env=proxy.env(SLUICE_SPOOL_DIR=str(tmp_path / "spool")),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    run.send_signal(how)
+    run.communicate(timeout=60)
+    assert run.returncode != 0
+    assert keys(s3, "cut/") == [] or key not in keys(s3, "cut/")
+    assert open_uploads(s3) == []
+    proxy.set_faults([])
+
+
+def test_a_checkpointed_output_is_taken_back_and_continued(bucket, s3, proxy, tmp_path):
+    uri = f"s3://{BUCKET}/resumed/records.jsonl"
+    proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
+    path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{uri}" }} }}',
+                    options='range_size: "64KiB" ranges_ahead: 0')
+    env = proxy.env(SLUICE_SPOOL_DIR=str(tmp_path / "spool"))
+    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), path], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 75, stderr
+    first = s3.client.get_object(Bucket=BUCKET, Key="resumed/records.jsonl")["Body"].read().decode().splitlines()
+    assert 0 < len(first) < len(local_records())  # published at the stop, as a local output is
+    proxy.set_faults([])
+    run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), path], env)
+    body = s3.client.get_object(Bucket=BUCKET, Key="resumed/records.jsonl")["Body"].read().decode()
+    assert [base64.b64decode(json.loads(line)["record"]) for line in body.splitlines()] == local_records()
+
+
+def test_http_outputs_are_refused_by_name(bucket, s3, tmp_path):
+    done = run_cli(["run", "-q", pipeline(tmp_path, 'stage { id: "out" op: "jsonl_sink" input: "again" params { key: "path" value: "https://example.com/x.jsonl" } }')],
+                   s3.env(), check=False)
+    assert done.returncode != 0 and "https://example.com/x.jsonl" in done.stderr and "read-only" in done.stderr, done.stderr
