@@ -4,6 +4,8 @@
 #include <archive_entry.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "byte_source.hpp"
@@ -19,7 +21,29 @@ std::pair<std::string, std::string> webdataset_key(const std::string& path) {
   return {path.substr(0, dot), path.substr(dot + 1)};
 }
 
-WebDatasetShard::WebDatasetShard(std::string path) : path_(std::move(path)) { open(); }
+WebDatasetShard::WebDatasetShard(std::string path, Storage* storage) : path_(std::move(path)), storage_(storage) { open(); }
+
+ssize_t WebDatasetShard::read_remote(::archive* a, void* self, const void** buffer) {
+  auto& shard = *static_cast<WebDatasetShard*>(self);
+  try {
+    const std::size_t got = shard.remote_->read(shard.remote_buffer_.data(), shard.remote_buffer_.size());
+    shard.remote_position_ += got;
+    *buffer = shard.remote_buffer_.data();
+    return static_cast<la_ssize_t>(got);
+  } catch (const std::exception& e) {  // no exception may cross libarchive: it reports the message as a read error
+    archive_set_error(a, EIO, "%s", e.what());
+    return -1;
+  }
+}
+
+std::int64_t WebDatasetShard::skip_remote(::archive*, void* self, std::int64_t request) {
+  auto& shard = *static_cast<WebDatasetShard*>(self);
+  const auto size = static_cast<la_int64_t>(shard.remote_->object().size);
+  const la_int64_t skipped = std::max<la_int64_t>(0, std::min<la_int64_t>(request, size - static_cast<la_int64_t>(shard.remote_position_)));
+  shard.remote_position_ += static_cast<std::uint64_t>(skipped);
+  shard.remote_->seek(shard.remote_position_);
+  return skipped;
+}
 
 WebDatasetShard::~WebDatasetShard() { close(); }
 
@@ -28,6 +52,7 @@ void WebDatasetShard::close() {
   archive_ = nullptr;
   if (fd_ >= 0) ::close(fd_);  // libarchive reads the descriptor but leaves closing it to us
   fd_ = -1;
+  remote_.reset();
 }
 
 void WebDatasetShard::open() {
@@ -36,12 +61,28 @@ void WebDatasetShard::open() {
   deferred_damage_.clear();
   samples_ = 0;
   ended_ = false;
-  fd_ = open_regular_file(path_);  // a FIFO or device refused without waiting on it
+  const bool remote = is_remote_uri(path_);
+  if (remote) {
+    remote_ = open_remote(path_, storage_);
+    remote_buffer_.resize(1 << 20);
+    remote_position_ = 0;
+  } else {
+    fd_ = open_regular_file(path_);  // a FIFO or device refused without waiting on it
+  }
   archive_ = archive_read_new();
   archive_read_support_filter_all(archive_);
   archive_read_support_format_tar(archive_);
   archive_read_support_format_gnutar(archive_);
-  if (archive_read_open_fd(archive_, fd_, 1 << 20) != ARCHIVE_OK) {
+  int opened = ARCHIVE_OK;
+  if (remote) {
+    archive_read_set_callback_data(archive_, this);
+    archive_read_set_read_callback(archive_, read_remote);
+    archive_read_set_skip_callback(archive_, skip_remote);
+    opened = archive_read_open1(archive_);
+  } else {
+    opened = archive_read_open_fd(archive_, fd_, 1 << 20);
+  }
+  if (opened != ARCHIVE_OK) {
     const std::string why = archive_error_string(archive_) ? archive_error_string(archive_) : "unknown error";
     close();
     throw DataError(path_ + ": cannot be read as a tar archive (" + why + ")");

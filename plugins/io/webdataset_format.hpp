@@ -3,6 +3,8 @@
 // consecutive members sharing a key make one sample. The key is a member's path up to the first
 // dot of its file name ("train/0001.seg.png": key "train/0001", field "seg.png"), as
 // webdataset's tariterators split it. Folder entries are skipped.
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,7 +34,9 @@ struct WebDatasetSample {
 class WebDatasetShard {
  public:
   // Opens `path`; throws DataError naming it when it cannot be read or is not an archive.
-  explicit WebDatasetShard(std::string path);
+  // A remote URI (s3://, gs://, http(s)://) is read through `storage`, a skipped member's data
+  // skipped by a seek rather than fetched.
+  explicit WebDatasetShard(std::string path, Storage* storage = nullptr);
   ~WebDatasetShard();
   WebDatasetShard(const WebDatasetShard&) = delete;
   WebDatasetShard& operator=(const WebDatasetShard&) = delete;
@@ -61,8 +65,15 @@ class WebDatasetShard {
   std::string archive_error() const;
   [[noreturn]] void damaged(const std::string& what, std::int64_t offset);
 
+  static ssize_t read_remote(::archive*, void* self, const void** buffer);
+  static std::int64_t skip_remote(::archive*, void* self, std::int64_t request);
+
   std::string path_;
   int fd_ = -1;
+  Storage* storage_ = nullptr;
+  std::unique_ptr<RemoteReader> remote_;
+  std::vector<std::byte> remote_buffer_;
+  std::uint64_t remote_position_ = 0;
   ::archive* archive_ = nullptr;
   std::optional<TarMember> pending_;  // the first member of the next sample
   std::string deferred_damage_;       // damage met while looking for the end of a whole sample

@@ -45,8 +45,9 @@ class WebDatasetReader final : public Expand {
 
   class Cursor final : public ExpandCursor {
    public:
-    Cursor(const WebDatasetReader& op, std::string path, DamageReport& damage)
-        : op_(op), path_(std::make_shared<const std::string>(path)), url_(Tensor::from_string(path)), shard_(std::move(path)), damage_(damage) {}
+    Cursor(const WebDatasetReader& op, std::string path, DamageReport& damage, Storage* storage)
+        : op_(op), path_(std::make_shared<const std::string>(path)), url_(Tensor::from_string(path)), shard_(std::move(path), storage),
+          damage_(damage) {}
     bool next(Sample& out) override {
       WebDatasetSample sample;
       for (;;) {
@@ -73,8 +74,8 @@ class WebDatasetReader final : public Expand {
     DamageReport& damage_;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
-    return std::make_unique<Cursor>(*this, std::string(in.at(field_).string_at(0)), damage);
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
+    return std::make_unique<Cursor>(*this, std::string(in.at(field_).string_at(0)), damage, ctx.stage ? ctx.stage->storage : nullptr);
   }
 
  private:
@@ -152,7 +153,9 @@ class WebDatasetWriter final : public Sink {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
   }
   ~WebDatasetWriter() override { close_archive(); }
-  void start(const StageInfo&) override {
+  void start(const StageInfo& info) override {
+    storage_ = info.storage;
+    if (is_remote_uri(prefix_)) return;  // a bucket has no folders to make
     const fs::path folder = fs::path(prefix_).parent_path();
     std::error_code ec;
     if (!folder.empty()) fs::create_directories(folder, ec);
@@ -227,7 +230,7 @@ class WebDatasetWriter final : public Sink {
     }
   }
   void open_shard() {
-    file_ = std::make_unique<AtomicOutputFile>(shard_path(shards_));
+    file_ = std::make_unique<AtomicOutputFile>(shard_path(shards_), storage_);
     archive_ = archive_write_new();
     archive_write_set_format_pax_restricted(archive_);  // ustar, with pax headers only for long names
     if (compression_ == "gzip") archive_write_add_filter_gzip(archive_);
@@ -296,6 +299,7 @@ class WebDatasetWriter final : public Sink {
   std::uint64_t max_records_, max_bytes_;
   std::string compression_, key_field_;
   std::unique_ptr<AtomicOutputFile> file_;
+  Storage* storage_ = nullptr;
   ::archive* archive_ = nullptr;
   std::string write_error_;
   std::size_t shards_ = 0;

@@ -132,3 +132,15 @@ def test_http_outputs_are_refused_by_name(bucket, s3, tmp_path):
     done = run_cli(["run", "-q", pipeline(tmp_path, 'stage { id: "out" op: "jsonl_sink" input: "again" params { key: "path" value: "https://example.com/x.jsonl" } }')],
                    s3.env(), check=False)
     assert done.returncode != 0 and "https://example.com/x.jsonl" in done.stderr and "read-only" in done.stderr, done.stderr
+
+
+def test_webdataset_shards_written_to_a_bucket(bucket, s3, tmp_path):
+    sink = (f'stage {{ id: "out" op: "webdataset_writer" input: "again" params {{ key: "prefix" value: "s3://{BUCKET}/wds/train" }} '
+            f'params {{ key: "max_records" value: "4" }} }}')
+    run_cli(["run", "-q", pipeline(tmp_path, sink)], s3.env())
+    names = keys(s3, "wds/")
+    local = tmp_path / "local"
+    run_cli(["run", "-q", pipeline(tmp_path, sink.replace(f"s3://{BUCKET}/wds", str(local)))], s3.env())
+    assert len(names) > 1 and [n.split("/")[1] for n in names] == sorted(os.listdir(local)), names
+    for name in names:
+        assert s3.client.get_object(Bucket=BUCKET, Key=name)["Body"].read() == (local / name.split("/")[1]).read_bytes()

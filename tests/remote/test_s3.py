@@ -112,3 +112,22 @@ def test_secret_appears_in_no_output_of_a_run(store, tmp_path):
                    store.env(AWS_SECRET_ACCESS_KEY=secret))
     assert "records" in done.stdout
     assert secret not in done.stdout + done.stderr + metrics.read_text()
+
+
+def test_webdataset_shards_from_s3_are_the_local_samples(store):
+    folder = os.path.join(DATA, "webdataset")
+    names = sorted(n for n in os.listdir(folder) if n.endswith((".tar", ".tar.gz", ".tgz")) and "bad" not in n and "cut" not in n)
+    for n in names:
+        store.client.upload_file(os.path.join(folder, n), BUCKET, f"wds/{n}")
+
+    def samples(paths):
+        ds = sluice.data.list_files(paths, shuffle=False).webdataset_reader()
+        return [{k: v for k, v in e.items() if k != "__url__"} for e in ds.as_numpy_iterator()]
+
+    local = samples([os.path.join(folder, n) for n in names])
+    remote = samples([f"s3://{BUCKET}/wds/{n}" for n in names])
+    assert len(local) > 5
+    assert [sorted(e) for e in remote] == [sorted(e) for e in local]
+    for r, l in zip(remote, local):
+        for k in l:
+            assert bytes(r[k]) == bytes(l[k]) if isinstance(l[k], bytes) else (r[k] == l[k]).all()
