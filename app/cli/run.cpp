@@ -99,7 +99,9 @@ CheckpointPlan plan_checkpoints(const RunOptions& options) {
   plan.every = parse_checkpoint_every(options.checkpoint_every);
   if (!options.checkpoint_every.empty() && !plan.enabled)
     throw sluice::Error("--checkpoint-every needs --checkpoint DIR (where the checkpoints go)");
-  if (plan.enabled) {
+  if (plan.enabled && sluice::is_remote_uri(options.checkpoint_dir)) {  // a bucket: nothing to make, written by upload
+    plan.file = sluice::checkpoint_file(options.checkpoint_dir);
+  } else if (plan.enabled) {
     plan.file = sluice::checkpoint_file(options.checkpoint_dir);
     std::error_code ec;
     const auto folder = plan.file.has_parent_path() ? plan.file.parent_path() : std::filesystem::path(".");

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "remote_access.hpp"
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/tensor.hpp"
@@ -74,7 +75,7 @@ fs::path checkpoint_file(const fs::path& dir_or_file) {
 
 void write_checkpoint(const fs::path& file, const checkpoint::Checkpoint& checkpoint) {
   std::error_code ec;
-  if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
+  if (file.has_parent_path() && !is_remote_uri(file.string())) fs::create_directories(file.parent_path(), ec);
   if (ec) throw Error(fmt::format("cannot create checkpoint directory {}: {}", file.parent_path().string(), ec.message()));
   std::string payload;
   if (!checkpoint.SerializeToString(&payload)) throw Error("could not encode the checkpoint for " + file.string());
@@ -89,15 +90,38 @@ void write_checkpoint(const fs::path& file, const checkpoint::Checkpoint& checkp
   }
 }
 
+checkpoint::Checkpoint parse_checkpoint(const std::string& name, const std::string& content);
+
+// A checkpoint in a bucket, read whole.
+std::string read_remote_checkpoint(const std::string& uri) {
+  try {
+    auto reader = host_storage().open(uri);
+    std::string content(static_cast<std::size_t>(reader->object().size), '\0');
+    for (std::size_t got = 0; got < content.size();) {
+      const std::size_t n = reader->read(reinterpret_cast<std::byte*>(content.data()) + got, content.size() - got);
+      if (n == 0) throw Error("it ended early");
+      got += n;
+    }
+    return content;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("cannot read checkpoint {}: {}", uri, e.what()));
+  }
+}
+
 checkpoint::Checkpoint read_checkpoint(const fs::path& file) {
   std::error_code ec;
+  if (is_remote_uri(file.string())) return parse_checkpoint(file.string(), read_remote_checkpoint(file.string()));
   if (!fs::exists(file, ec)) throw Error(fmt::format("no checkpoint at {} (give the directory --checkpoint wrote to, or its {})", file.string(), kCheckpointFileName));
   if (!fs::is_regular_file(file, ec)) throw Error(fmt::format("{} is not a regular file: give a checkpoint file or its directory", file.string()));
   std::ifstream in(file, std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (!in && !in.eof()) throw Error(fmt::format("cannot read checkpoint {}", file.string()));
-  const std::string content = buffer.str();
+  return parse_checkpoint(file.string(), buffer.str());
+}
+
+checkpoint::Checkpoint parse_checkpoint(const std::string& name, const std::string& content) {
+  const fs::path file(name);
   if (content.size() < kHeaderBytes || std::memcmp(content.data(), kMagic, sizeof kMagic) != 0) {
     // Python's state_dict()["checkpoint"], written to a file: the same message without the header.
     checkpoint::Checkpoint state;

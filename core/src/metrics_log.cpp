@@ -7,6 +7,7 @@
 #include <fstream>
 #include <utility>
 
+#include "remote_access.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/error.hpp"
 
@@ -31,7 +32,7 @@ metrics::MetricsSnapshot snapshot_from_json(const std::string& json) {
 
 MetricsLog::MetricsLog(std::filesystem::path file) {
   try {
-    out_.open(file.string());
+    out_.open(file.string(), is_remote_uri(file.string()) ? &host_storage() : nullptr);
   } catch (const Error& e) {
     throw Error(std::string("cannot write the metrics log: ") + e.what());
   }

@@ -25,6 +25,11 @@ void StageRemoteStorage::set_options(const RemoteOptions& options) {
   options_.anonymous = options.anonymous;
 }
 
+Storage& host_storage() {
+  static StageRemoteStorage storage;
+  return storage;
+}
+
 bool StageRemoteStorage::used() const { return counters_->requests.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace sluice

@@ -28,4 +28,8 @@ class StageRemoteStorage final : public Storage {
   std::unique_ptr<Storage> inner_;
 };
 
+// What the host itself writes and reads remotely (--checkpoint, --metrics-log): the environment's
+// settings, requests counted apart from any stage.
+Storage& host_storage();
+
 }  // namespace sluice

@@ -144,3 +144,23 @@ def test_webdataset_shards_written_to_a_bucket(bucket, s3, tmp_path):
     assert len(names) > 1 and [n.split("/")[1] for n in names] == sorted(os.listdir(local)), names
     for name in names:
         assert s3.client.get_object(Bucket=BUCKET, Key=name)["Body"].read() == (local / name.split("/")[1]).read_bytes()
+
+
+def test_checkpoints_and_metrics_logs_in_a_bucket(bucket, s3, proxy, tmp_path):
+    ck, log = f"s3://{BUCKET}/ck/run1", f"s3://{BUCKET}/logs/run1.jsonl"
+    out = tmp_path / "out.jsonl"
+    proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
+    path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{out}" }} }}',
+                    options='range_size: "64KiB" ranges_ahead: 0')
+    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", ck, "--metrics-log", log, path], env=proxy.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 75, stderr
+    assert keys(s3, "ck/") == ["ck/run1/checkpoint.sluice"]
+    snapshots = s3.client.get_object(Bucket=BUCKET, Key="logs/run1.jsonl")["Body"].read().decode().splitlines()
+    assert snapshots and all(json.loads(line)["stage"] for line in snapshots)
+    proxy.set_faults([])
+    run_cli(["run", "-q", "--resume", ck, path], proxy.env())
+    assert [base64.b64decode(json.loads(line)["record"]) for line in out.read_text().splitlines()] == local_records()
