@@ -217,6 +217,30 @@ std::unique_ptr<ByteSource> wrap(std::unique_ptr<ByteSource> raw, Compression co
   return std::make_unique<InflateSource>(std::move(raw), compression, name);
 }
 
+// Detects the compression at the first read rather than when opened: an interleave opens its
+// inputs on one thread and reads them on several, so a remote object's first request (which the
+// detection's first bytes would make) belongs on a reader.
+class DetectOnFirstRead final : public ByteSource {
+ public:
+  DetectOnFirstRead(std::unique_ptr<ByteSource> raw, std::string name) : raw_(std::move(raw)), name_(std::move(name)) {}
+  std::size_t read(std::byte* dst, std::size_t n) override { return source().read(dst, n); }
+  bool seek(std::uint64_t offset) override {
+    if (!detected_) {
+      // A seek before any read (a resumed run): the head is read here, once, then the seek.
+      return source().seek(offset);
+    }
+    return detected_->seek(offset);
+  }
+
+ private:
+  ByteSource& source() {
+    if (!detected_) detected_ = wrap(std::move(raw_), Compression::Auto, name_);
+    return *detected_;
+  }
+  std::unique_ptr<ByteSource> raw_, detected_;
+  std::string name_;
+};
+
 }  // namespace
 
 std::unique_ptr<RemoteReader> open_remote(const std::string& uri, Storage* storage) {
@@ -225,7 +249,11 @@ std::unique_ptr<RemoteReader> open_remote(const std::string& uri, Storage* stora
 }
 
 std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, Storage* storage) {
-  if (is_remote_uri(path)) return wrap(std::make_unique<RemoteSource>(open_remote(path, storage)), compression, path);
+  if (is_remote_uri(path)) {
+    auto remote = std::make_unique<RemoteSource>(open_remote(path, storage));
+    if (compression == Compression::Auto) return std::make_unique<DetectOnFirstRead>(std::move(remote), path);
+    return wrap(std::move(remote), compression, path);
+  }
   auto file = std::make_unique<FileSource>(path);
   if (compression == Compression::Auto) {
     std::byte head[12];

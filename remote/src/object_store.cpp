@@ -198,7 +198,7 @@ ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry
 }
 
 std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset, std::size_t length, std::byte* dst, ObjectVersion& version,
-                                    const RetryPolicy& retry, RequestCounters* counters) {
+                                    const RetryPolicy& retry, RequestCounters* counters, const std::function<void(std::size_t)>& progress) {
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
   const Target target = target_of(*at);
@@ -240,6 +240,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
         version.size = static_cast<std::uint64_t>(total);
         version.etag = etag;
         known = true;
+        if (progress) progress(got);
       }
       // Nothing to take at or past the end (s3rver answers a range of an empty object with a
       // promised byte it never sends).
@@ -259,6 +260,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
       const std::size_t take = std::min(size, length - got);
       std::memcpy(dst + got, data, take);
       got += take;
+      if (progress) progress(got);
       if (counters) counters->bytes.fetch_add(take, std::memory_order_relaxed);
       return got < length;
     };

@@ -69,18 +69,54 @@ RetryPolicy retry_policy_of(const StorageOptions& options) {
   return retry;
 }
 
-// One range of an object, fetched by the pool.
+// One range of an object, fetched by the pool. Its bytes can be read as they arrive.
 struct Range {
   std::uint64_t offset = 0;
   std::size_t length = 0;
-  std::vector<std::byte> data;
-  std::size_t size = 0;  // bytes fetched (less than length only at the end of the object)
-  std::exception_ptr error;
-  bool done = false;
-  std::atomic<bool> abandoned{false};  // the reader moved away: not fetched if not begun
+  std::unique_ptr<std::byte[]> data;  // not zeroed: the GET fills what it returns
   std::mutex mutex;
   std::condition_variable cv;
+  std::size_t received = 0;  // bytes of `data` filled so far
+  bool answered = false;     // the first answer's headers came: the object's size and ETag are known
+  bool done = false;         // `received` is all there will be (less than length: the object ended)
+  std::exception_ptr error;
+  ObjectVersion version;     // what the store said of the object (the first range's answer sets it)
+  std::atomic<bool> abandoned{false};  // the reader moved away: not fetched if not begun
 };
+
+// Fetches `range` on the calling thread (a pool thread), telling waiting readers of each piece.
+void fetch_range(ObjectStore& store, const std::string& uri, Range& range, const RetryPolicy& retry, RequestCounters* counters) {
+  if (!range.abandoned) {
+    try {
+      range.data = std::make_unique_for_overwrite<std::byte[]>(range.length);
+      ObjectVersion version = range.version;
+      store.read_range(uri, range.offset, range.length, range.data.get(), version, retry, counters, [&](std::size_t got) {
+        std::lock_guard lock(range.mutex);
+        range.received = got;
+        if (!range.answered) {
+          range.answered = true;
+          range.version = version;
+        }
+        range.cv.notify_all();
+      });
+      std::lock_guard lock(range.mutex);
+      range.version = version;
+    } catch (const StoreError& e) {
+      std::lock_guard lock(range.mutex);
+      range.error = std::make_exception_ptr(DataError(e.what()));
+    } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
+      std::lock_guard lock(range.mutex);
+      range.error = std::make_exception_ptr(Error(e.what()));
+    } catch (...) {
+      std::lock_guard lock(range.mutex);
+      range.error = std::current_exception();
+    }
+  }
+  std::lock_guard lock(range.mutex);
+  range.done = true;
+  range.answered = true;
+  range.cv.notify_all();
+}
 
 class PrefetchingReader final : public RemoteReader {
  public:
@@ -101,20 +137,22 @@ class PrefetchingReader final : public RemoteReader {
     if (position_ >= object_.size || n == 0) return 0;
     if (ranges_.empty()) top_up();
     Range& range = *ranges_.front();
+    const std::size_t at = static_cast<std::size_t>(position_ - range.offset);
+    std::size_t available = 0;
     {
       std::unique_lock lock(range.mutex);
-      range.cv.wait(lock, [&] { return range.done; });
+      range.cv.wait(lock, [&] { return range.done || range.received > at; });
+      if (range.received <= at && range.error) std::rethrow_exception(range.error);
+      available = range.received;
     }
-    if (range.error) std::rethrow_exception(range.error);
-    const std::size_t at = static_cast<std::size_t>(position_ - range.offset);
-    if (at >= range.size) {  // the object ended inside this range: it is shorter than it said
-      throw DataError(object_.uri + " ended at byte " + std::to_string(range.offset + range.size) + " though the store gave its size as " +
+    if (at >= available) {  // done, and the object ended inside this range: it is shorter than it said
+      throw DataError(object_.uri + " ended at byte " + std::to_string(range.offset + available) + " though the store gave its size as " +
                       std::to_string(object_.size) + "; it changed while it was read");
     }
-    const std::size_t k = std::min(n, range.size - at);
-    std::memcpy(dst, range.data.data() + at, k);
+    const std::size_t k = std::min(n, available - at);
+    std::memcpy(dst, range.data.get() + at, k);
     position_ += k;
-    if (position_ >= range.offset + range.size) {
+    if (position_ >= range.offset + range.length) {
       ranges_.pop_front();
       top_up();
     }
@@ -140,30 +178,35 @@ class PrefetchingReader final : public RemoteReader {
   }
 
  private:
-  // The first range is read on the caller's thread, where the reader starts: its answer tells the
-  // object's size and ETag (the ranges after it are then asked for ahead), and a small object is
-  // whole after this one request.
+  // The first range starts where the reader is first read or sought; its answer's headers tell
+  // the object's size and ETag, and the ranges after it are then asked for ahead. A small object
+  // is whole after this one request.
   void start_at(std::uint64_t offset) {
     if (started_) return;
     auto first = std::make_shared<Range>();
     first->offset = offset;
     first->length = ahead_.range_bytes;
-    fetch(*first, version_);
+    submit(first);
+    {
+      std::unique_lock lock(first->mutex);
+      first->cv.wait(lock, [&] { return first->answered; });
+      if (first->error && first->received == 0) std::rethrow_exception(first->error);
+      version_ = first->version;
+    }
     started_ = true;
     object_.size = version_.size;
     object_.etag = version_.etag;
+    // The first range as it will be read: up to the object's end.
+    first->length = static_cast<std::size_t>(std::min<std::uint64_t>(first->length, object_.size > offset ? object_.size - offset : 0));
     ranges_.push_back(std::move(first));
-    next_fetch_ = offset + ahead_.range_bytes;
+    next_fetch_ = offset + ranges_.back()->length;
     top_up();
   }
-  void fetch(Range& range, ObjectVersion& version) {
-    range.data.resize(range.length);
-    try {
-      range.size = store_.read_range(object_.uri, range.offset, range.length, range.data.data(), version, retry_, counters_.get());
-    } catch (const StoreError& e) {
-      throw DataError(e.what());
-    }
-    range.done = true;
+  void submit(const std::shared_ptr<Range>& range) {
+    range->version = version_;
+    pool_.submit([range, store = &store_, retry = retry_, counters = counters_, uri = object_.uri] {
+      fetch_range(*store, uri, *range, retry, counters.get());
+    });
   }
   void top_up() {
     while (static_cast<int>(ranges_.size()) <= ahead_.ranges_ahead && next_fetch_ < object_.size) {
@@ -172,21 +215,7 @@ class PrefetchingReader final : public RemoteReader {
       range->length = static_cast<std::size_t>(std::min<std::uint64_t>(ahead_.range_bytes, object_.size - next_fetch_));
       next_fetch_ += range->length;
       ranges_.push_back(range);
-      pool_.submit([range, version = version_, store = &store_, retry = retry_, counters = counters_, uri = object_.uri]() mutable {
-        if (!range->abandoned) {
-          range->data.resize(range->length);
-          try {
-            range->size = store->read_range(uri, range->offset, range->length, range->data.data(), version, retry, counters.get());
-          } catch (const StoreError& e) {
-            range->error = std::make_exception_ptr(DataError(e.what()));
-          } catch (...) {
-            range->error = std::current_exception();
-          }
-        }
-        std::lock_guard lock(range->mutex);
-        range->done = true;
-        range->cv.notify_all();
-      });
+      submit(range);
     }
   }
   void abandon_all() {

@@ -4,6 +4,7 @@
 // refused at once with the URI, status, the store's error code and what to do when another try
 // cannot help. Counts requests, bytes, retries, throttles and latency for the metrics.
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -63,8 +64,10 @@ class ObjectStore {
   // end of the object; 0 at or past it). `version` is filled on the first answer when its size is
   // unknown (etag empty and size 0) and checked on every later one: an object that changed is a
   // StoreError naming it.
+  // `progress`, when given, is told the bytes in `dst` so far as they arrive (0 once the first
+  // answer's headers have set `version`), so that a reader can start on them before the range ends.
   std::size_t read_range(const std::string& uri, std::uint64_t offset, std::size_t length, std::byte* dst, ObjectVersion& version,
-                         const RetryPolicy& retry, RequestCounters* counters);
+                         const RetryPolicy& retry, RequestCounters* counters, const std::function<void(std::size_t)>& progress = {});
   // Every object of `bucket` whose key begins with `prefix`, over every page, in key order.
   std::vector<ListedObject> list(const std::string& uri_prefix, const RetryPolicy& retry, RequestCounters* counters);
   // Publishes the file at `local_path` as the object `uri`: one PUT up to `part_bytes`, else a
