@@ -166,3 +166,30 @@ def test_a_run_cut_mid_object_resumes_from_its_checkpoint(bucket, proxy, expecte
     resumed = [r for r in proxy.requests() if r["method"] == "GET"]
     print(resumed)
     assert len(resumed) < expected[1] // 65536, resumed
+
+
+def test_an_unreadable_object_is_skipped_under_skip(bucket, proxy, expected, tmp_path):
+    proxy.set_faults([])
+    out = tmp_path / "out.jsonl"
+    pipeline = tmp_path / "skip.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{bucket}/gone.tfrecord,s3://{bucket}/{SHARD}" }} params {{ key: "shuffle" value: "false" }} }}
+        stage {{ id: "records" op: "tfrecord_reader" input: "files" error_policy: skip }}
+        stage {{ id: "out" op: "jsonl_sink" input: "records" params {{ key: "path" value: "{out}" }} }}
+        """))
+    done = run_cli(["run", str(pipeline)], proxy.env())
+    assert [json.loads(line)["record"] for line in out.read_text().splitlines()] == expected[0]
+    assert "Skipped in stage 'records': 1 element" in done.stdout and f"s3://{bucket}/gone.tfrecord" in done.stdout, done.stdout
+
+
+def test_an_object_replaced_while_it_is_read_is_named(bucket, proxy, s3, tmp_path):
+    import threading
+    key = "changing.record"
+    s3.client.upload_file(os.path.join(DATA, SHARD), bucket, key)
+    # Slow answers, one range of 256 KiB at a time: the object is replaced after the first.
+    proxy.set_faults([{"key": key, "method": "GET", "action": "delay", "seconds": 0.4, "times": -1}])
+    replace = threading.Timer(0.6, lambda: s3.client.put_object(Bucket=bucket, Key=key, Body=b"x" * 500_000))
+    replace.start()
+    got, done = run_records(tmp_path, proxy.env(), f"s3://{bucket}/{key}", options="ranges_ahead: 0", check=False)
+    replace.join()
+    assert done.returncode != 0 and f"s3://{bucket}/{key} changed while it was read" in done.stderr, done.stderr
