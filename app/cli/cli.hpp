@@ -55,6 +55,7 @@ struct RunOptions {
   std::string checkpoint_every;  // "N" batches (elements reaching the sinks) or "Ns" / "Nm" seconds
   std::string resume;            // --resume DIR or FILE
   bool timings = false;          // --timings: what the start cost, by phase
+  std::string remote_cache;      // --remote-cache DIR: options.remote_cache.dir
 };
 
 // `sluice run` (run.cpp).

@@ -362,6 +362,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_flag("--explain-autotune", run_options.explain_autotune,
                 "print each decision of the autotuner (parallelism: -1, buffer_size: -1) as it is made, with its reason");
+  run->add_option("--remote-cache", run_options.remote_cache,
+                  "keep local copies of the remote objects read in this folder (options.remote_cache.dir): later epochs and runs read them");
   run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
   run->add_option("--metrics-addr", run_options.metrics_addr,
                   "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");

@@ -412,6 +412,7 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     return kExitInterrupted;
   }
   if (!graph) return kExitBadInput;
+  if (!options.remote_cache.empty()) graph->remote.cache_dir = options.remote_cache;
   for (const auto& st : graph->stages)
     for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
 

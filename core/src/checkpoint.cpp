@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "remote_access.hpp"
+#include "sluice/output_file.hpp"
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/tensor.hpp"
@@ -84,7 +85,18 @@ void write_checkpoint(const fs::path& file, const checkpoint::Checkpoint& checkp
   append_u64(content, checksum(payload));
   content += payload;
   try {
-    write_file_atomically(file, content);
+    if (is_remote_uri(file.string())) {  // a bucket: uploaded whole once written (remote/)
+      AtomicOutputFile out(file.string(), &host_storage());
+      try {
+        out.write(content);
+        out.commit();
+      } catch (...) {
+        out.abandon(/*keep=*/false);
+        throw;
+      }
+    } else {
+      write_file_atomically(file, content);
+    }
   } catch (const std::exception& e) {
     throw Error(fmt::format("could not write checkpoint {}: {} (the previous checkpoint there, if any, is unchanged)", file.string(), e.what()));
   }

@@ -124,6 +124,8 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
       remote->set_retries(r.retries.load(std::memory_order_relaxed));
       remote->set_throttles(r.throttles.load(std::memory_order_relaxed));
       remote->set_errors(r.errors.load(std::memory_order_relaxed));
+      remote->set_cache_hits(r.cache_hits.load(std::memory_order_relaxed));
+      remote->set_cache_bytes(r.cache_bytes.load(std::memory_order_relaxed));
       remote->set_latency_p50_ms(static_cast<double>(r.latency_quantile_us(0.5)) / 1000.0);
       remote->set_latency_p99_ms(static_cast<double>(r.latency_quantile_us(0.99)) / 1000.0);
     }

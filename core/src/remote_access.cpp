@@ -23,6 +23,8 @@ void StageRemoteStorage::set_options(const RemoteOptions& options) {
   options_.region = options.region;
   options_.profile = options.profile;
   options_.anonymous = options.anonymous;
+  options_.cache_dir = options.cache_dir;
+  options_.cache_max_bytes = options.cache_max_bytes;
 }
 
 Storage& host_storage() {
@@ -30,6 +32,8 @@ Storage& host_storage() {
   return storage;
 }
 
-bool StageRemoteStorage::used() const { return counters_->requests.load(std::memory_order_relaxed) > 0; }
+bool StageRemoteStorage::used() const {
+  return counters_->requests.load(std::memory_order_relaxed) > 0 || counters_->cache_hits.load(std::memory_order_relaxed) > 0;
+}
 
 }  // namespace sluice

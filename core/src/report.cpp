@@ -354,6 +354,9 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
                        "p99 {:.1f} ms\n",
                        m.id(), m.op(), r.requests(), r.requests() == 1 ? "" : "s", r.bytes() / 1e6, r.retries(), r.retries() == 1 ? "y" : "ies",
                        r.throttles(), r.errors(), r.latency_p50_ms(), r.latency_p99_ms());
+    if (r.cache_hits())
+      out += fmt::format("  and {} object{} ({:.1f} MB) from the remote cache's local copies\n", r.cache_hits(), r.cache_hits() == 1 ? "" : "s",
+                         r.cache_bytes() / 1e6);
   }
   // Stages that pad: how much of what they wrote is padding (packing and bucketing lower it).
   for (const auto& m : snapshot.stage()) {

@@ -337,6 +337,7 @@ struct Validation {
     graph.fuse = !doc.spec.options().has_fuse_stages() || doc.spec.options().fuse_stages();
     check_autotune_options(graph);
     check_remote_options(graph);
+    check_remote_cache_options(graph);
     graph.file = doc.file;
     graph.worker = doc.worker.value_or(WorkerIdentity{});
     graph.worker_notes = doc.worker_notes;
@@ -358,6 +359,18 @@ struct Validation {
                                     "number of bytes (empty: half of the memory this process may use)", tune.ram_budget()));
       else
         graph.ram_budget = *bytes;
+    }
+  }
+
+  void check_remote_cache_options(Graph& graph) {
+    if (!doc.spec.options().has_remote_cache()) return;
+    const auto& cache = doc.spec.options().remote_cache();
+    graph.remote.cache_dir = cache.dir();
+    if (!cache.max_bytes().empty()) {
+      auto bytes = parse_byte_size(cache.max_bytes());
+      if (!bytes || *bytes == 0)
+        problem(-1, "", fmt::format("options.remote_cache.max_bytes '{}' is not a size; write it as \"200GiB\"", cache.max_bytes()));
+      else graph.remote.cache_max_bytes = *bytes;
     }
   }
 

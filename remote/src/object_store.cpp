@@ -179,11 +179,11 @@ auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry,
   }
 }
 
-ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry) {
+ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters) {
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
   const Target target = target_of(*at);
-  return with_retries(uri, retry, nullptr, [&] {
+  return with_retries(uri, retry, counters, [&] {
     HttpRequest request;
     request.method = "HEAD";
     request.url = target.url;

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "sluice/error.hpp"
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
 #include <stdexcept>
 
 namespace sluice::remote {
@@ -118,6 +121,26 @@ void fetch_range(ObjectStore& store, const std::string& uri, Range& range, const
   range.cv.notify_all();
 }
 
+// A remote object's copy in the cache, read as a local file.
+class CachedCopyReader final : public RemoteReader {
+ public:
+  CachedCopyReader(int fd, StoredObject object) : fd_(fd), object_(std::move(object)) {}
+  ~CachedCopyReader() override { ::close(fd_); }
+  const StoredObject& object() const override { return object_; }
+  std::size_t read(std::byte* dst, std::size_t n) override {
+    for (;;) {
+      const ssize_t got = ::read(fd_, dst, n);
+      if (got >= 0) return static_cast<std::size_t>(got);
+      if (errno != EINTR) throw DataError("reading the cached copy of " + object_.uri + " failed: " + std::strerror(errno));
+    }
+  }
+  void seek(std::uint64_t offset) override { ::lseek(fd_, static_cast<off_t>(offset), SEEK_SET); }
+
+ private:
+  int fd_;
+  StoredObject object_;
+};
+
 class PrefetchingReader final : public RemoteReader {
  public:
   PrefetchingReader(ObjectStore& store, FetchPool& pool, const StorageOptions& options, std::shared_ptr<RequestCounters> counters,
@@ -126,6 +149,13 @@ class PrefetchingReader final : public RemoteReader {
     object_.uri = std::move(uri);
   }
   ~PrefetchingReader() override { abandon_all(); }
+
+  // The version a HEAD found (answers are checked against it), and a cache copy to fill with the
+  // object as it is read from its start to its end.
+  void read_version(const ObjectVersion& version, std::unique_ptr<ObjectCache::Filling> fill) {
+    version_ = version;
+    fill_ = std::move(fill);
+  }
 
   const StoredObject& object() const override {
     const_cast<PrefetchingReader*>(this)->start_at(0);
@@ -153,6 +183,7 @@ class PrefetchingReader final : public RemoteReader {
     std::memcpy(dst, range.data.get() + at, k);
     position_ += k;
     if (position_ >= range.offset + range.length) {
+      copy_to_cache(range);
       ranges_.pop_front();
       top_up();
     }
@@ -160,6 +191,7 @@ class PrefetchingReader final : public RemoteReader {
   }
 
   void seek(std::uint64_t offset) override {
+    if (offset != position_) fill_.reset();  // a copy is filled only by a read from start to end
     if (!started_) {  // the first request starts at the offset (a resumed run, an index)
       position_ = offset;
       return;
@@ -202,6 +234,19 @@ class PrefetchingReader final : public RemoteReader {
     next_fetch_ = offset + ranges_.back()->length;
     top_up();
   }
+  // A whole range read in order goes into the cache's copy; the last one completes it.
+  void copy_to_cache(const Range& range) {
+    if (!fill_) return;
+    if (range.offset != filled_ || !fill_->write(range.data.get(), range.length)) {
+      fill_.reset();
+      return;
+    }
+    filled_ += range.length;
+    if (filled_ == object_.size) {
+      fill_->commit();
+      fill_.reset();
+    }
+  }
   void submit(const std::shared_ptr<Range>& range) {
     range->version = version_;
     pool_.submit([range, store = &store_, retry = retry_, counters = counters_, uri = object_.uri] {
@@ -233,15 +278,32 @@ class PrefetchingReader final : public RemoteReader {
   std::deque<std::shared_ptr<Range>> ranges_;
   std::uint64_t position_ = 0, next_fetch_ = 0;
   bool started_ = false;
+  std::unique_ptr<ObjectCache::Filling> fill_;
+  std::uint64_t filled_ = 0;
 };
 
 class StageStorage final : public Storage {
  public:
-  StageStorage(ObjectStore& store, FetchPool& pool, std::shared_ptr<RequestCounters> counters, const StorageOptions& options)
-      : store_(store), pool_(pool), counters_(std::move(counters)), options_(options), retry_(retry_policy_of(options)) {}
+  StageStorage(RemoteService& service, ObjectStore& store, FetchPool& pool, ObjectCache* cache, std::shared_ptr<RequestCounters> counters,
+               const StorageOptions& options)
+      : service_(service), store_(store), pool_(pool), cache_(cache), counters_(std::move(counters)), options_(options),
+        retry_(retry_policy_of(options)) {}
   std::unique_ptr<RemoteReader> open(const std::string& uri) override {
     try {
-      return std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+      auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+      if (!cache_) return reader;
+      const ObjectVersion version = service_.version_of(store_, uri, retry_, counters_.get());
+      if (const int fd = cache_->open_copy(uri, version); fd >= 0) {
+        if (counters_) {
+          counters_->cache_hits.fetch_add(1, std::memory_order_relaxed);
+          counters_->cache_bytes.fetch_add(version.size, std::memory_order_relaxed);
+        }
+        return std::make_unique<CachedCopyReader>(fd, StoredObject{uri, version.size, version.etag});
+      }
+      reader->read_version(version, cache_->begin_fill(uri, version));
+      return reader;
+    } catch (const StoreError& e) {
+      throw DataError(e.what());
     } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
       throw Error(e.what());
     }
@@ -273,8 +335,10 @@ class StageStorage final : public Storage {
   }
 
  private:
+  RemoteService& service_;
   ObjectStore& store_;
   FetchPool& pool_;
+  ObjectCache* cache_;
   std::shared_ptr<RequestCounters> counters_;
   StorageOptions options_;
   RetryPolicy retry_;
@@ -307,8 +371,32 @@ ObjectStore& RemoteService::store_for(const StorageOptions& options) {
   return *store;
 }
 
+ObjectCache* RemoteService::cache_for(const StorageOptions& options) {
+  if (options.cache_dir.empty()) return nullptr;
+  std::lock_guard lock(mutex_);
+  auto& cache = caches_[options.cache_dir];
+  if (!cache) cache = std::make_unique<ObjectCache>(options.cache_dir, options.cache_max_bytes);
+  return cache.get();
+}
+
+ObjectVersion RemoteService::version_of(ObjectStore& store, const std::string& uri, const RetryPolicy& retry, RequestCounters* counters) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = versions_.find(uri); it != versions_.end()) return it->second;
+  }
+  const ObjectVersion version = store.head(uri, retry, counters);
+  std::lock_guard lock(mutex_);
+  return versions_.emplace(uri, version).first->second;
+}
+
 std::unique_ptr<Storage> RemoteService::storage_for(std::shared_ptr<RequestCounters> counters, const StorageOptions& options) {
-  return std::make_unique<StageStorage>(store_for(options), *pool_, std::move(counters), options);
+  ObjectCache* cache = nullptr;
+  try {
+    cache = cache_for(options);
+  } catch (const StoreError& e) {
+    throw Error(e.what());
+  }
+  return std::make_unique<StageStorage>(*this, store_for(options), *pool_, cache, std::move(counters), options);
 }
 
 RemoteService& process_remote_service() {

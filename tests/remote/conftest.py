@@ -1,6 +1,7 @@
 """Servers for the remote-storage tests, started on loopback by the tests themselves and stopped
 after them: s3rver (tests/servers, installed by scripts/install-deps.sh from its lock file), with
 boto3 as the independent client that puts the test files in and reads Sluice's outputs back."""
+import base64
 import json
 import os
 import sys
@@ -16,6 +17,30 @@ DATA = os.path.join(SOURCE_DIR, "tests", "data", "real")
 S3RVER = os.path.join(SOURCE_DIR, "tests", "servers", "node_modules", "s3rver", "bin", "s3rver.js")
 # s3rver's one account; the secret is what the tests look for in every output.
 ACCESS_KEY, SECRET_KEY = "S3RVER", "S3RVER"
+
+
+def tfrecord_records(data):
+    """The records of TFRecord bytes (length, its CRC, the record, its CRC), as jsonl_sink writes
+    them: base64 text."""
+    records, at = [], 0
+    while at < len(data):
+        length = int.from_bytes(data[at:at + 8], "little")
+        records.append(base64.b64encode(data[at + 12:at + 12 + length]).decode())
+        at += 16 + length
+    return records
+
+
+def file_records(path):
+    with open(path, "rb") as f:
+        return tfrecord_records(f.read())
+
+
+def stop_process(process):
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 def free_port():
@@ -73,11 +98,7 @@ class S3Server:
         return uploaded
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 @pytest.fixture(scope="session")
@@ -125,8 +146,7 @@ class FaultProxy:
         return self.s3.env(AWS_ENDPOINT_URL=self.endpoint, **more)
 
     def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 @pytest.fixture(scope="session")
@@ -183,11 +203,7 @@ http {{
                 "-days", "2", "-extfile", "san.ext")
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 @pytest.fixture(scope="session")

@@ -142,7 +142,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         for name, value in reply.getheaders():
             if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"):
                 self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
+        # A HEAD answer's length is the object's, not that of its (absent) body.
+        self.send_header("Content-Length", reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
         self.end_headers()
         if self.command == "HEAD":
             return

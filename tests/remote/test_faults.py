@@ -1,14 +1,13 @@
 """Faults between Sluice and the store, injected by tests/remote/s3_proxy.py at the start, middle and
 end of an object: each run gives every record once, in order, or fails at once naming the object,
 the HTTP status, the store's code and what to do."""
-import base64
 import json
 import os
 import textwrap
 
 import pytest
 
-from conftest import DATA, run_cli
+from conftest import DATA, file_records, run_cli
 
 BUCKET = "sluice-faults"
 SHARD = "tfrecord/pets_examples.record"  # 1.4 MB: several ranges with a 256 KiB range size
@@ -42,14 +41,8 @@ def run_records(tmp_path, env, pattern, options="", check=True):
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory):
-    with open(os.path.join(DATA, SHARD), "rb") as f:
-        data = f.read()
-    records, at = [], 0
-    while at < len(data):  # TFRecord framing: length, its CRC, the record, its CRC
-        length = int.from_bytes(data[at:at + 8], "little")
-        records.append(base64.b64encode(data[at + 12:at + 12 + length]).decode())
-        at += 16 + length
-    return records, len(data)
+    path = os.path.join(DATA, SHARD)
+    return file_records(path), os.path.getsize(path)
 
 
 @pytest.mark.parametrize("action", ["reset", "truncate"])
@@ -158,13 +151,12 @@ def test_a_run_cut_mid_object_resumes_from_its_checkpoint(bucket, proxy, expecte
     read_before = [r for r in proxy.requests() if r["method"] == "GET"]
     assert 0 < len(read_before) < expected[1] // 65536, read_before  # cut inside the object
     proxy.set_faults([])
-    done = run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), str(pipeline)], proxy.env())
+    run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), str(pipeline)], proxy.env())
     with open(out) as f:
         assert [json.loads(line)["record"] for line in f] == expected[0]
     # The resumed run reads on from where the checkpoint's run stood (after the first bytes, which
     # tell the shard's compression), not the whole object again.
     resumed = [r for r in proxy.requests() if r["method"] == "GET"]
-    print(resumed)
     assert len(resumed) < expected[1] // 65536, resumed
 
 

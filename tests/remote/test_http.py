@@ -1,26 +1,18 @@
 """http:// and https:// URLs served by nginx on loopback: ranged reads give the files' bytes, TLS
 is verified against the certificate authority SSL_CERT_FILE or CURL_CA_BUNDLE names, and what
 cannot work fails at once with the URL and what to do."""
-import base64
 import os
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, file_records
 from test_faults import run_records
 
 SHARDS = ["tfrecord/pets_examples.record", "tfrecord/tfx_mnist.tfrecord"]
 
 
 def local_records(relative):
-    with open(os.path.join(DATA, relative), "rb") as f:
-        data = f.read()
-    records, at = [], 0
-    while at < len(data):
-        length = int.from_bytes(data[at:at + 8], "little")
-        records.append(base64.b64encode(data[at + 12:at + 12 + length]).decode())
-        at += 16 + length
-    return records
+    return file_records(os.path.join(DATA, relative))
 
 
 def plain_env(**more):

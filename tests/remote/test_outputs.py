@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import CLI, DATA, run_cli
+from conftest import CLI, DATA, file_records, run_cli
 
 BUCKET = "sluice-outputs"
 SHARD = os.path.join(DATA, "tfrecord", "pets_examples.record")
@@ -25,14 +25,7 @@ def bucket(s3, proxy):
 
 
 def local_records():
-    with open(SHARD, "rb") as f:
-        data = f.read()
-    records, at = [], 0
-    while at < len(data):
-        length = int.from_bytes(data[at:at + 8], "little")
-        records.append(data[at + 12:at + 12 + length])
-        at += 16 + length
-    return records
+    return [base64.b64decode(r) for r in file_records(SHARD)]
 
 
 def keys(s3, prefix):

@@ -1,12 +1,11 @@
 """Reading from an S3-compatible store (s3rver on loopback), as a user points a pipeline at a bucket:
 the same bytes as from local files, every page of a listing, and failures that name the object."""
 import os
-import subprocess
 import textwrap
 
 import pytest
 
-from conftest import DATA, SECRET_KEY, run_cli
+from conftest import DATA, run_cli
 
 import sluice
 

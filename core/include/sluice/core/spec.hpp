@@ -120,6 +120,8 @@ struct RemoteOptions {
   std::uint64_t part_bytes = 8u << 20;
   std::string endpoint_url, region, profile;
   bool anonymous = false;
+  std::string cache_dir;  // options.remote_cache: "" for none
+  std::uint64_t cache_max_bytes = std::uint64_t{100} << 30;
 };
 
 // A validated pipeline: stages in topological order (inputs before consumers).

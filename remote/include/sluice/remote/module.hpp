@@ -26,6 +26,8 @@ struct StorageOptions {
   std::string region;                     // AWS_REGION
   std::string profile;                    // AWS_PROFILE
   bool anonymous = false;                 // unsigned requests even where credentials are found
+  std::string cache_dir;                  // options.remote_cache.dir: local copies of what is read ("": none)
+  std::uint64_t cache_max_bytes = 0;      // the most they may take
 };
 
 // A new Storage for one stage, counting its requests into `counters` (which it shares, so that

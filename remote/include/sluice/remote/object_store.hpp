@@ -59,7 +59,7 @@ class ObjectStore {
   ObjectStore(Environment environment, HttpOptions http);
 
   // Size and ETag, from a HEAD request.
-  ObjectVersion head(const std::string& uri, const RetryPolicy& retry);
+  ObjectVersion head(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters = nullptr);
   // Reads up to `length` bytes at `offset` into `dst` and returns how many (fewer only at the
   // end of the object; 0 at or past it). `version` is filled on the first answer when its size is
   // unknown (etag empty and size 0) and checked on every later one: an object that changed is a

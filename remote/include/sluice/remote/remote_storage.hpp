@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sluice/remote/module.hpp"
+#include "sluice/remote/object_cache.hpp"
 #include "sluice/remote/object_store.hpp"
 #include "sluice/storage.hpp"
 
@@ -23,13 +24,19 @@ class RemoteService {
   ~RemoteService();
   // The storage a stage is given; `counters` (may be null) receive its requests.
   std::unique_ptr<Storage> storage_for(std::shared_ptr<RequestCounters> counters, const StorageOptions& options);
+  // The version of `uri` this process reads: asked of the store (HEAD) the first time, the same
+  // afterwards, so that a cached copy is checked once per run rather than at every epoch.
+  ObjectVersion version_of(ObjectStore& store, const std::string& uri, const RetryPolicy& retry, RequestCounters* counters);
 
  private:
   ObjectStore& store_for(const StorageOptions& options);
+  ObjectCache* cache_for(const StorageOptions& options);
   Environment environment_;
   HttpOptions http_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<ObjectStore>> stores_;
+  std::map<std::string, std::unique_ptr<ObjectCache>> caches_;
+  std::map<std::string, ObjectVersion> versions_;
   std::unique_ptr<FetchPool> pool_;
 };
 
