@@ -82,7 +82,11 @@ struct Range {
   std::size_t received = 0;  // bytes of `data` filled so far
   bool answered = false;     // the first answer's headers came: the object's size and ETag are known
   bool done = false;         // `received` is all there will be (less than length: the object ended)
-  std::exception_ptr error;
+  // Why the fetch failed, thrown anew by the reader: an exception object is not shared between
+  // threads (its reference count lives in the uninstrumented C++ runtime, which a race detector
+  // cannot follow, and a message is all the reader passes on).
+  std::string error;
+  bool data_error = true;  // DataError (skippable: the object is unreadable); else Error (settings)
   ObjectVersion version;     // what the store said of the object (the first range's answer sets it)
   std::atomic<bool> abandoned{false};  // the reader moved away: not fetched if not begun
 };
@@ -106,13 +110,15 @@ void fetch_range(ObjectStore& store, const std::string& uri, Range& range, const
       range.version = version;
     } catch (const StoreError& e) {
       std::lock_guard lock(range.mutex);
-      range.error = std::make_exception_ptr(DataError(e.what()));
+      range.error = e.what();
     } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
       std::lock_guard lock(range.mutex);
-      range.error = std::make_exception_ptr(Error(e.what()));
-    } catch (...) {
+      range.error = e.what();
+      range.data_error = false;
+    } catch (const std::exception& e) {
       std::lock_guard lock(range.mutex);
-      range.error = std::current_exception();
+      range.error = e.what();
+      range.data_error = false;
     }
   }
   std::lock_guard lock(range.mutex);
@@ -140,6 +146,11 @@ class CachedCopyReader final : public RemoteReader {
   int fd_;
   StoredObject object_;
 };
+
+[[noreturn]] void throw_error_of(const Range& range) {
+  if (range.data_error) throw DataError(range.error);
+  throw Error(range.error);
+}
 
 class PrefetchingReader final : public RemoteReader {
  public:
@@ -172,7 +183,7 @@ class PrefetchingReader final : public RemoteReader {
     {
       std::unique_lock lock(range.mutex);
       range.cv.wait(lock, [&] { return range.done || range.received > at; });
-      if (range.received <= at && range.error) std::rethrow_exception(range.error);
+      if (range.received <= at && !range.error.empty()) throw_error_of(range);
       available = range.received;
     }
     if (at >= available) {  // done, and the object ended inside this range: it is shorter than it said
@@ -222,7 +233,7 @@ class PrefetchingReader final : public RemoteReader {
     {
       std::unique_lock lock(first->mutex);
       first->cv.wait(lock, [&] { return first->answered; });
-      if (first->error && first->received == 0) std::rethrow_exception(first->error);
+      if (!first->error.empty() && first->received == 0) throw_error_of(*first);
       version_ = first->version;
     }
     started_ = true;
