@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "sluice/error.hpp"
+#include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
@@ -411,6 +413,14 @@ std::unique_ptr<Storage> RemoteService::storage_for(std::shared_ptr<RequestCount
 }
 
 RemoteService& process_remote_service() {
+  // OpenSSL and libcurl first: their exit handlers then run after the service's destructor, whose
+  // fetching threads free their OpenSSL state as they end (the other order leaves it behind).
+  static const bool libraries_ready = [] {
+    OPENSSL_init_crypto(0, nullptr);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return true;
+  }();
+  (void)libraries_ready;
   static RemoteService service(process_environment(), http_options_from_environment());
   return service;
 }
