@@ -108,8 +108,9 @@ class CsvReader final : public Expand {
   // being split, never the whole file.
   class Rows final : public ExpandCursor {
    public:
-    Rows(std::string path, std::vector<CsvColumn> schema, bool header, char delimiter, const CsvReader& op, DamageReport& damage)
-        : path_(std::move(path)), fd_{open_regular_file(path_)}, parser_({}, delimiter, false), columns_(std::move(schema)),
+    Rows(std::string path, std::vector<CsvColumn> schema, bool header, char delimiter, const CsvReader& op, DamageReport& damage,
+         Storage* storage)
+        : path_(std::move(path)), source_(open_file(path_, Compression::None, storage)), parser_({}, delimiter, false), columns_(std::move(schema)),
           op_(op), damage_(damage) {
       if (header) read_header();
       // The columns handed out: the selected ones in their order, else all.
@@ -227,21 +228,14 @@ class CsvReader final : public Expand {
                           " MB (an unterminated quote?)");
         const std::size_t had = text_.size();
         text_.resize(had + kChunk);
-        ssize_t got;
-        do got = ::read(fd_.fd, text_.data() + had, kChunk);
-        while (got < 0 && errno == EINTR);
-        if (got < 0) throw DataError("reading " + path_ + " failed: " + std::strerror(errno));
-        text_.resize(had + static_cast<std::size_t>(got));
+        const std::size_t got = source_->read(reinterpret_cast<std::byte*>(text_.data() + had), kChunk);
+        text_.resize(had + got);
         parser_.refill(text_, got == 0);
       }
     }
 
-    struct Fd {
-      int fd;
-      ~Fd() { ::close(fd); }
-    };
     std::string path_;
-    Fd fd_;  // closed however the constructor or the cursor ends
+    std::unique_ptr<ByteSource> source_;  // a local file or a remote object
     std::string text_;
     CsvParser parser_;
     std::vector<CsvColumn> columns_;
@@ -251,8 +245,9 @@ class CsvReader final : public Expand {
     DamageReport& damage_;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
-    return std::make_unique<Rows>(std::string(in.at(field_).string_at(0)), schema_, header_, delimiter_, *this, damage);
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
+    return std::make_unique<Rows>(std::string(in.at(field_).string_at(0)), schema_, header_, delimiter_, *this, damage,
+                                  ctx.stage ? ctx.stage->storage : nullptr);
   }
 
  private:

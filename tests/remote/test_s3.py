@@ -130,3 +130,16 @@ def test_webdataset_shards_from_s3_are_the_local_samples(store):
     for r, l in zip(remote, local):
         for k in l:
             assert bytes(r[k]) == bytes(l[k]) if isinstance(l[k], bytes) else (r[k] == l[k]).all()
+
+
+def test_csv_rows_from_s3_are_the_local_rows(store, tmp_path):
+    local = tmp_path / "table.csv"
+    local.write_text('id,name,score\n1,"a, quoted",0.5\n2,b,1.5\n3,"multi\nline",2.5\n' + "".join(f"{i},n{i},{i}.25\n" for i in range(4, 3000)))
+    store.client.upload_file(str(local), BUCKET, "csv/table.csv")
+
+    def rows(path):
+        return [tuple(e[k].tolist() if hasattr(e[k], "tolist") else e[k] for k in ("id", "name", "score"))
+                for e in sluice.data.list_files(path, shuffle=False).csv_reader().as_numpy_iterator()]
+
+    assert rows(f"s3://{BUCKET}/csv/table.csv") == rows(str(local))
+    assert len(rows(str(local))) == 2999
