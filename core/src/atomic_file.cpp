@@ -4,8 +4,8 @@
 
 namespace sluice {
 
-void write_file_atomically(const std::filesystem::path& target, std::string_view content) {
-  AtomicOutputFile out(target.string());
+void write_file_atomically(const std::filesystem::path& target, std::string_view content, Storage* storage) {
+  AtomicOutputFile out(target.string(), storage);
   try {
     out.write(content);
     out.commit();

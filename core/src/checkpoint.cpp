@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "remote_access.hpp"
-#include "sluice/output_file.hpp"
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/tensor.hpp"
@@ -85,18 +84,8 @@ void write_checkpoint(const fs::path& file, const checkpoint::Checkpoint& checkp
   append_u64(content, checksum(payload));
   content += payload;
   try {
-    if (is_remote_uri(file.string())) {  // a bucket: uploaded whole once written (remote/)
-      AtomicOutputFile out(file.string(), &host_storage());
-      try {
-        out.write(content);
-        out.commit();
-      } catch (...) {
-        out.abandon(/*keep=*/false);
-        throw;
-      }
-    } else {
-      write_file_atomically(file, content);
-    }
+    // A bucket's checkpoint is uploaded whole once written (remote/).
+    write_file_atomically(file, content, is_remote_uri(file.string()) ? &host_storage() : nullptr);
   } catch (const std::exception& e) {
     throw Error(fmt::format("could not write checkpoint {}: {} (the previous checkpoint there, if any, is unchanged)", file.string(), e.what()));
   }
