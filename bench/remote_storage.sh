@@ -5,7 +5,9 @@
 #   - TFRecord shards (the sample's 8 shards, each stored 8 times: 64 objects, 310 MB): MB/s;
 #   - the sample's 2,048 JPEGs as 2,048 objects, read with read_file: objects/s;
 #   - the TFRecord read through tests/remote/s3_proxy.py, without and with 20 ms before every
-#     answer: what read-ahead keeps of the throughput.
+#     answer: what read-ahead keeps of the throughput;
+#   - the TFRecord read again from a filled --remote-cache, against the same 64 files read from
+#     local disk (both from the page cache).
 # The cases alternate over ROUNDS rounds; the best of each is printed. Wall-clock time of whole
 # runs (a Sluice run's start included, 60-70 ms).
 # Usage (after scripts/demo.sh): bash bench/remote_storage.sh [ROUNDS] [CONNECTIONS]
@@ -65,6 +67,10 @@ stage { id: "files" op: "list_files" params { key: "patterns" value: "s3://bench
 stage { id: "records" op: "tfrecord_reader" input: "files" parallelism: $connections interleave { cycle_length: $connections block_length: 16 } }
 stage { id: "out" op: "null_sink" input: "records" }
 PIPE
+mkdir -p "$work/local"
+for c in 0 1 2 3 4 5 6 7; do for f in "$sample"/tfrecord/*.tfrecord; do cp "$f" "$work/local/copy$c-$(basename "$f")"; done; done
+sed "s|s3://bench/tfr/\*.tfrecord|$work/local/*.tfrecord|" "$work/tfr.txtpb" > "$work/local.txtpb"
+"$sluice" run -q --remote-cache "$work/cache" "$work/tfr.txtpb" > /dev/null  # fills the cache
 cat > "$work/jpeg.txtpb" <<PIPE
 stage { id: "files" op: "list_files" params { key: "patterns" value: "s3://bench/jpeg/**/*.jpg" } }
 stage { id: "read" op: "read_file" input: "files" parallelism: $connections }
@@ -86,6 +92,8 @@ for ((r = 0; r < rounds; r++)); do
   keep_best sluice_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds "$sluice" run -q "$work/jpeg.txtpb")}")"
   cp "$work/none.json" "$work/faults.json"
   keep_best proxy_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
+  keep_best cached_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q --remote-cache "$work/cache" "$work/tfr.txtpb") / 1e6}")"
+  keep_best local_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/local.txtpb") / 1e6}")"
   cp "$work/delay.json" "$work/faults.json"
   keep_best delayed_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
 done
@@ -98,3 +106,6 @@ printf '%-44s %10.0f %10.0f %7.2fx\n' "JPEGs, $jpeg_count objects (objects/s)" "
 printf '%-44s %10s %10.1f\n' "TFRecord through the proxy (MB/s)" "-" "${best[proxy_tfr]}"
 printf '%-44s %10s %10.1f %7.2fx\n' "  with 20 ms before every answer (MB/s)" "-" "${best[delayed_tfr]}" \
   "$(awk "BEGIN{print ${best[delayed_tfr]} / ${best[proxy_tfr]}}")"
+printf '%-44s %10s %10.1f\n' "TFRecord, local files (MB/s)" "-" "${best[local_tfr]}"
+printf '%-44s %10s %10.1f %7.2fx\n' "  from the remote cache's copies (MB/s)" "-" "${best[cached_tfr]}" \
+  "$(awk "BEGIN{print ${best[cached_tfr]} / ${best[local_tfr]}}")"

@@ -295,6 +295,23 @@ class PrefetchingReader final : public RemoteReader {
   std::uint64_t filled_ = 0;
 };
 
+// A reader made when it is first used.
+class ReaderOnFirstUse final : public RemoteReader {
+ public:
+  explicit ReaderOnFirstUse(std::function<std::unique_ptr<RemoteReader>()> make) : make_(std::move(make)) {}
+  const StoredObject& object() const override { return const_cast<ReaderOnFirstUse*>(this)->reader().object(); }
+  std::size_t read(std::byte* dst, std::size_t n) override { return reader().read(dst, n); }
+  void seek(std::uint64_t offset) override { reader().seek(offset); }
+
+ private:
+  RemoteReader& reader() {
+    if (!reader_) reader_ = make_();
+    return *reader_;
+  }
+  std::function<std::unique_ptr<RemoteReader>()> make_;
+  std::unique_ptr<RemoteReader> reader_;
+};
+
 class StageStorage final : public Storage {
  public:
   StageStorage(RemoteService& service, ObjectStore& store, FetchPool& pool, ObjectCache* cache, std::shared_ptr<RequestCounters> counters,
@@ -302,9 +319,14 @@ class StageStorage final : public Storage {
       : service_(service), store_(store), pool_(pool), cache_(cache), counters_(std::move(counters)), options_(options),
         retry_(retry_policy_of(options)) {}
   std::unique_ptr<RemoteReader> open(const std::string& uri) override {
+    if (!cache_) return std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+    // The cache's question to the store waits for the first use, on the thread that reads: an
+    // interleave opens its inputs one after the other on one thread.
+    return std::make_unique<ReaderOnFirstUse>([this, uri] { return open_through_cache(uri); });
+  }
+  std::unique_ptr<RemoteReader> open_through_cache(const std::string& uri) {
     try {
       auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
-      if (!cache_) return reader;
       const ObjectVersion version = service_.version_of(store_, uri, retry_, counters_.get());
       if (const int fd = cache_->open_copy(uri, version); fd >= 0) {
         if (counters_) {
