@@ -2,7 +2,8 @@
 # Reading from an S3 server on loopback (s3rver, as the tests start it), against curl fetching the
 # same objects with the same number of parallel connections (one curl process, --parallel, its
 # connections reused, requests signed with --aws-sigv4), in one run:
-#   - TFRecord shards (the sample's 8 shards, each stored 8 times: 64 objects, 310 MB): MB/s;
+#   - TFRecord shards (the sample's 8 shards, each stored COPIES times: 256 objects, 1.2 GB by
+#     default): MB/s;
 #   - the sample's 2,048 JPEGs as 2,048 objects, read with read_file: objects/s;
 #   - the TFRecord read through tests/remote/s3_proxy.py, without and with 20 ms before every
 #     answer: what read-ahead keeps of the throughput;
@@ -10,13 +11,14 @@
 #     local disk (both from the page cache).
 # The cases alternate over ROUNDS rounds; the best of each is printed. Wall-clock time of whole
 # runs (a Sluice run's start included, 60-70 ms).
-# Usage (after scripts/demo.sh): bash bench/remote_storage.sh [ROUNDS] [CONNECTIONS]
+# Usage (after scripts/demo.sh): bash bench/remote_storage.sh [ROUNDS] [CONNECTIONS] [COPIES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=$PWD/${BUILD_DIR:-build}/bin/sluice
 sample=$PWD/${BUILD_DIR:-build}/sample_data
 rounds=${1:-3}
 connections=${2:-4}
+copies=${3:-32}  # of the sample's 8 shards: 32 make 256 objects, 1.2 GB, and a run's start a few percent of it
 [ -f "$sample/complete" ] || { echo "run scripts/demo.sh first (it makes $sample)" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()
@@ -39,14 +41,15 @@ pids+=($!)
 wait_port "$proxy_port"
 export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
 
-python3 - "$sample" "$AWS_ENDPOINT_URL" > "$work/objects.txt" <<'PY'
+python3 - "$sample" "$AWS_ENDPOINT_URL" "$copies" > "$work/objects.txt" <<'PY'
 import glob, os, sys
+COPIES = int(sys.argv[3])
 from concurrent.futures import ThreadPoolExecutor
 import boto3
 sample, endpoint = sys.argv[1], sys.argv[2]
 s3 = boto3.client("s3", endpoint_url=endpoint)
 s3.create_bucket(Bucket="bench")
-jobs = [(p, f"tfr/copy{c}-{os.path.basename(p)}") for c in range(8) for p in sorted(glob.glob(sample + "/tfrecord/*.tfrecord"))]
+jobs = [(p, f"tfr/copy{c}-{os.path.basename(p)}") for c in range(COPIES) for p in sorted(glob.glob(sample + "/tfrecord/*.tfrecord"))]
 jobs += [(p, "jpeg/" + os.path.relpath(p, sample + "/jpeg")) for p in sorted(glob.glob(sample + "/jpeg/**/*.jpg", recursive=True))]
 with ThreadPoolExecutor(8) as pool:
     list(pool.map(lambda j: s3.upload_file(j[0], "bench", j[1]), jobs))
@@ -68,7 +71,7 @@ stage { id: "records" op: "tfrecord_reader" input: "files" parallelism: $connect
 stage { id: "out" op: "null_sink" input: "records" }
 PIPE
 mkdir -p "$work/local"
-for c in 0 1 2 3 4 5 6 7; do for f in "$sample"/tfrecord/*.tfrecord; do cp "$f" "$work/local/copy$c-$(basename "$f")"; done; done
+for c in $(seq 0 $((copies - 1))); do for f in "$sample"/tfrecord/*.tfrecord; do cp "$f" "$work/local/copy$c-$(basename "$f")"; done; done
 sed "s|s3://bench/tfr/\*.tfrecord|$work/local/*.tfrecord|" "$work/tfr.txtpb" > "$work/local.txtpb"
 "$sluice" run -q --remote-cache "$work/cache" "$work/tfr.txtpb" > /dev/null  # fills the cache
 cat > "$work/jpeg.txtpb" <<PIPE
@@ -99,7 +102,7 @@ for ((r = 0; r < rounds; r++)); do
 done
 echo "s3rver on loopback, $connections connections, best of $rounds rounds"
 printf '%-44s %10s %10s %8s\n' case curl sluice ratio
-printf '%-44s %10.1f %10.1f %7.2fx\n' "TFRecord, 64 objects, $((tfr_bytes / 1000000)) MB (MB/s)" "${best[curl_tfr]}" "${best[sluice_tfr]}" \
+printf '%-44s %10.1f %10.1f %7.2fx\n' "TFRecord, $((copies * 8)) objects, $((tfr_bytes / 1000000)) MB (MB/s)" "${best[curl_tfr]}" "${best[sluice_tfr]}" \
   "$(awk "BEGIN{print ${best[sluice_tfr]} / ${best[curl_tfr]}}")"
 printf '%-44s %10.0f %10.0f %7.2fx\n' "JPEGs, $jpeg_count objects (objects/s)" "${best[curl_jpeg]}" "${best[sluice_jpeg]}" \
   "$(awk "BEGIN{print ${best[sluice_jpeg]} / ${best[curl_jpeg]}}")"
