@@ -224,13 +224,8 @@ class DetectOnFirstRead final : public ByteSource {
  public:
   DetectOnFirstRead(std::unique_ptr<ByteSource> raw, std::string name) : raw_(std::move(raw)), name_(std::move(name)) {}
   std::size_t read(std::byte* dst, std::size_t n) override { return source().read(dst, n); }
-  bool seek(std::uint64_t offset) override {
-    if (!detected_) {
-      // A seek before any read (a resumed run): the head is read here, once, then the seek.
-      return source().seek(offset);
-    }
-    return detected_->seek(offset);
-  }
+  // A seek before any read (a resumed run) reads the head first, once.
+  bool seek(std::uint64_t offset) override { return source().seek(offset); }
 
  private:
   ByteSource& source() {

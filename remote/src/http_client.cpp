@@ -1,4 +1,5 @@
 #include "sluice/remote/http_client.hpp"
+#include "text.hpp"
 
 #include <curl/curl.h>
 
@@ -10,18 +11,6 @@
 
 namespace sluice::remote {
 namespace {
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string trim_spaces(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
-  return std::string(s);
-}
 
 void init_curl_once() {
   static std::once_flag once;
@@ -78,7 +67,7 @@ std::size_t on_header_line(char* data, std::size_t size, std::size_t count, void
     curl_easy_getinfo(t.curl, CURLINFO_RESPONSE_CODE, &status);
     if (status >= 200 && !t.tell_headers()) return 0;
   } else if (const auto colon = line.find(':'); colon != std::string_view::npos) {
-    t.response.headers.emplace_back(lowercase(trim_spaces(line.substr(0, colon))), trim_spaces(line.substr(colon + 1)));
+    t.response.headers.emplace_back(lowercase(trim(line.substr(0, colon))), trim(line.substr(colon + 1)));
   }
   return size * count;
 }

@@ -13,16 +13,17 @@
 #include <filesystem>
 #include <vector>
 
+#include "sluice/rng.hpp"
+
 namespace sluice::remote {
 namespace {
 
 namespace fs = std::filesystem;
 
+// The same name in every process and run.
 std::string hex64(std::string_view text) {
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: the same name in every process and run
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
   char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(stable_hash(text)));
   return out;
 }
 

@@ -1,21 +1,21 @@
 #include "sluice/remote/remote_storage.hpp"
 
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "sluice/error.hpp"
-#include <curl/curl.h>
-#include <openssl/crypto.h>
-#include <fcntl.h>
-#include <unistd.h>
-#include <cerrno>
-#include <stdexcept>
 
 namespace sluice::remote {
 
@@ -113,11 +113,7 @@ void fetch_range(ObjectStore& store, const std::string& uri, Range& range, const
     } catch (const StoreError& e) {
       std::lock_guard lock(range.mutex);
       range.error = e.what();
-    } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
-      std::lock_guard lock(range.mutex);
-      range.error = e.what();
-      range.data_error = false;
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // a malformed URI, settings that cannot be used, memory
       std::lock_guard lock(range.mutex);
       range.error = e.what();
       range.data_error = false;
@@ -312,6 +308,19 @@ class ReaderOnFirstUse final : public RemoteReader {
   std::unique_ptr<RemoteReader> reader_;
 };
 
+// Runs a request of a stage: a store's refusal is a DataError (the element's object is
+// unreadable: skippable), a malformed URI or unusable settings an Error (the run's).
+template <class Request>
+auto as_stage_errors(Request&& request) -> decltype(request()) {
+  try {
+    return request();
+  } catch (const StoreError& e) {
+    throw DataError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
+}
+
 class StageStorage final : public Storage {
  public:
   StageStorage(RemoteService& service, ObjectStore& store, FetchPool& pool, ObjectCache* cache, std::shared_ptr<RequestCounters> counters,
@@ -325,8 +334,7 @@ class StageStorage final : public Storage {
     return std::make_unique<ReaderOnFirstUse>([this, uri] { return open_through_cache(uri); });
   }
   std::unique_ptr<RemoteReader> open_through_cache(const std::string& uri) {
-    try {
-      auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+    return as_stage_errors([&]() -> std::unique_ptr<RemoteReader> {
       const ObjectVersion version = service_.version_of(store_, uri, retry_, counters_.get());
       if (const int fd = cache_->open_copy(uri, version); fd >= 0) {
         if (counters_) {
@@ -335,23 +343,13 @@ class StageStorage final : public Storage {
         }
         return std::make_unique<CachedCopyReader>(fd, StoredObject{uri, version.size, version.etag});
       }
+      auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
       reader->read_version(version, cache_->begin_fill(uri, version));
       return reader;
-    } catch (const StoreError& e) {
-      throw DataError(e.what());
-    } catch (const std::invalid_argument& e) {  // a malformed URI, settings that cannot be used
-      throw Error(e.what());
-    }
+    });
   }
   std::vector<StoredObject> list(const std::string& prefix) override {
-    std::vector<ListedObject> listed;
-    try {
-      listed = store_.list(prefix, retry_, counters_.get());
-    } catch (const StoreError& e) {
-      throw DataError(e.what());
-    } catch (const std::invalid_argument& e) {
-      throw Error(e.what());
-    }
+    std::vector<ListedObject> listed = as_stage_errors([&] { return store_.list(prefix, retry_, counters_.get()); });
     const auto at = parse_remote_uri(prefix);
     const std::string bucket_uri = prefix.substr(0, prefix.find("://") + 3) + at->bucket + "/";
     std::vector<StoredObject> objects;
@@ -362,7 +360,7 @@ class StageStorage final : public Storage {
   void upload(const std::string& local_path, const std::string& uri) override {
     try {
       store_.upload(local_path, uri, options_.part_bytes, options_.parallel_parts, retry_, counters_.get());
-    } catch (const StoreError& e) {
+    } catch (const StoreError& e) {  // an output that cannot be published ends the run: not skippable
       throw Error(e.what());
     } catch (const std::invalid_argument& e) {
       throw Error(e.what());

@@ -1,4 +1,5 @@
 #include "sluice/remote/s3_signature.hpp"
+#include "text.hpp"
 
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
@@ -29,12 +30,6 @@ std::string hmac_sha256(std::string_view key, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), length);
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // Leading and trailing spaces dropped, runs of spaces inside made one, as SigV4 asks of values.
 std::string trimmed_value(std::string_view v) {
   std::string out;
@@ -53,7 +48,7 @@ std::string trimmed_value(std::string_view v) {
 
 std::vector<std::pair<std::string, std::string>> sorted_headers(const RequestToSign& request) {
   std::vector<std::pair<std::string, std::string>> headers;
-  for (const auto& [name, value] : request.headers) headers.emplace_back(lower(name), trimmed_value(value));
+  for (const auto& [name, value] : request.headers) headers.emplace_back(lowercase(name), trimmed_value(value));
   std::sort(headers.begin(), headers.end());
   return headers;
 }

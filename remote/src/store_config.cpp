@@ -1,4 +1,5 @@
 #include "sluice/remote/store_config.hpp"
+#include "text.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -9,12 +10,6 @@ namespace sluice::remote {
 namespace {
 
 using Sections = std::map<std::string, std::map<std::string, std::string>>;
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return std::string(s);
-}
 
 // The INI files of the AWS tools: [section] headers, key = value lines, # and ; comments.
 // Absent files are empty; nothing read here is ever quoted back but section and key names.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sluice/error.hpp"
+#include "sluice/rng.hpp"
 #include "sluice/state.hpp"
 #include "sluice/storage.hpp"
 
@@ -59,10 +60,8 @@ inline std::string remote_spool_folder() {
 /// remote one, SPOOL/upload-HASH.partial-, HASH naming the URI (so a resumed run finds its file).
 inline std::string partial_prefix_of(const std::string& target) {
   if (!is_remote_uri(target)) return target + ".partial-";
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: stable across runs and builds
-  for (unsigned char c : target) hash = (hash ^ c) * 1099511628211ull;
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(stable_hash(target)));
   return remote_spool_folder() + "/upload-" + hex + ".partial-";
 }
 
