@@ -3,11 +3,12 @@
 # same objects with the same number of parallel connections (one curl process, --parallel, its
 # connections reused, requests signed with --aws-sigv4), in one run:
 #   - TFRecord shards (the sample's 8 shards, each stored COPIES times: 256 objects, 1.2 GB by
-#     default): MB/s;
+#     default): MB/s, and curl's with twice the connections (an interleave of CONNECTIONS readers
+#     has up to as many more objects opened ahead, their first ranges in flight);
 #   - the sample's 2,048 JPEGs as 2,048 objects, read with read_file: objects/s;
 #   - the TFRecord read through tests/remote/s3_proxy.py, without and with 20 ms before every
 #     answer: what read-ahead keeps of the throughput;
-#   - the TFRecord read again from a filled --remote-cache, against the same 64 files read from
+#   - the TFRecord read again from a filled --remote-cache, against the same files read from
 #     local disk (both from the page cache).
 # The cases alternate over ROUNDS rounds; the best of each is printed. Wall-clock time of whole
 # runs (a Sluice run's start included, 60-70 ms).
@@ -82,14 +83,15 @@ PIPE
 
 seconds() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null; t1=$(date +%s.%N); awk "BEGIN{print $t1 - $t0}"; }
 # curl 7.88 signs but does not send the payload hash S3 requires: the empty body's, given.
-curl_run() {
-  curl -s --fail --no-progress-meter --parallel --parallel-max "$connections" --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
+curl_run() {  # $1: config, $2: connections (default: $connections)
+  curl -s --fail --no-progress-meter --parallel --parallel-max "${2:-$connections}" --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
     -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" -K "$1"
 }
 declare -A best
 keep_best() { if [ -z "${best[$1]:-}" ] || awk "BEGIN{exit !($2 > ${best[$1]})}"; then best[$1]=$2; fi; }
 for ((r = 0; r < rounds; r++)); do
   keep_best curl_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg") / 1e6}")"
+  keep_best curl_tfr_wide "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg" $((2 * connections))) / 1e6}")"
   keep_best sluice_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
   keep_best curl_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds curl_run "$work/curl_jpeg.cfg")}")"
   keep_best sluice_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds "$sluice" run -q "$work/jpeg.txtpb")}")"
@@ -104,6 +106,8 @@ echo "s3rver on loopback, $connections connections, best of $rounds rounds"
 printf '%-44s %10s %10s %8s\n' case curl sluice ratio
 printf '%-44s %10.1f %10.1f %7.2fx\n' "TFRecord, $((copies * 8)) objects, $((tfr_bytes / 1000000)) MB (MB/s)" "${best[curl_tfr]}" "${best[sluice_tfr]}" \
   "$(awk "BEGIN{print ${best[sluice_tfr]} / ${best[curl_tfr]}}")"
+printf '%-44s %10.1f %10s %7.2fx\n' "  curl with $((2 * connections)) connections (MB/s)" "${best[curl_tfr_wide]}" "-" \
+  "$(awk "BEGIN{print ${best[sluice_tfr]} / ${best[curl_tfr_wide]}}")"
 printf '%-44s %10.0f %10.0f %7.2fx\n' "JPEGs, $jpeg_count objects (objects/s)" "${best[curl_jpeg]}" "${best[sluice_jpeg]}" \
   "$(awk "BEGIN{print ${best[sluice_jpeg]} / ${best[curl_jpeg]}}")"
 printf '%-44s %10s %10.1f\n' "TFRecord through the proxy (MB/s)" "-" "${best[proxy_tfr]}"

@@ -1,9 +1,12 @@
 // Expand stages: tf.data's interleave over cursors, with fetcher threads reading ahead.
 #include "engine_impl.hpp"
 
+#include <deque>
 #include <limits>
 #include <optional>
 #include <system_error>
+
+#include "sluice/storage.hpp"
 
 namespace sluice {
 
@@ -121,6 +124,44 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       cursor = std::make_unique<PerInputCursor>(*this, st, std::move(cursor), st.first_input_epoch + input_epoch, input_index, origin);
     return cursor;
   };
+  // Remote inputs are opened ahead of their turn, up to a cycle of them (tf.data's
+  // prefetch_input_elements): opening one starts its first request, so the next objects' first
+  // bytes are on their way while the open ones are read, and a store's time to first byte is not
+  // paid once per object per slot. Only elements of this iteration that were already taken from
+  // the input, in order; a local file's open costs nothing worth hiding.
+  struct OpenedAhead {
+    std::size_t position = 0;  // in `inputs`
+    std::unique_ptr<ExpandCursor> cursor;
+    std::optional<std::string> failure;  // open() threw: reported when its turn comes, as then
+  };
+  std::deque<OpenedAhead> opened_ahead;
+  const std::size_t open_ahead_limit = st.fused.empty() ? cycle : 0;
+  auto open_ahead = [&] {
+    std::size_t position = opened_ahead.empty() ? next_input : opened_ahead.back().position + 1;
+    for (; opened_ahead.size() < open_ahead_limit && position < inputs.size(); ++position) {
+      const Item& item = inputs[position];
+      if (!item.is_element() || st.input->skipped(epoch)) return;
+      const auto& where = item.sample.shared_origin().where;
+      if (!where || !is_remote_uri(*where)) return;
+      OpenedAhead ahead;
+      ahead.position = position;
+      try {  // (index counts every element of the iteration, skipped or not, from next_input on)
+        ahead.cursor = open_cursor(Sample(item.sample), epoch, index + (position - next_input), item.sample.origin());
+      } catch (const std::exception& e) {
+        ahead.failure = e.what();
+      }
+      opened_ahead.push_back(std::move(ahead));
+    }
+  };
+  // The cursor opened ahead for inputs[position], if there is one (else null and false).
+  auto take_opened_ahead = [&](std::size_t position, std::unique_ptr<ExpandCursor>& cursor) {
+    if (opened_ahead.empty() || opened_ahead.front().position != position) return false;
+    OpenedAhead ahead = std::move(opened_ahead.front());
+    opened_ahead.pop_front();
+    if (ahead.failure) throw DataError(*ahead.failure);
+    cursor = std::move(ahead.cursor);
+    return true;
+  };
   // Opens the next input of the current iteration into `slot`; false if the run must stop.
   auto fill = [&](ExpandSlot& slot) -> bool {
     while (!iteration_closed) {
@@ -141,7 +182,8 @@ void Engine::Impl::run_expand(StageRuntime& st) {
           add(st.counters.bytes_in, bytes_of(inputs));
         }
       }
-      Item& item = inputs[next_input++];
+      const std::size_t position = next_input++;
+      Item& item = inputs[position];
       if (item.kind == Item::Kind::Barrier) {
         barrier_taken = true;
         slot.awaiting_fill = true;
@@ -153,11 +195,16 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         return true;
       }
       const std::uint64_t my_index = index++;
-      if (st.input->skipped(epoch)) continue;
+      if (st.input->skipped(epoch)) {
+        if (!opened_ahead.empty() && opened_ahead.front().position == position) opened_ahead.pop_front();
+        continue;
+      }
       std::string origin = item.sample.origin();
       try {
         Sample input = item.sample;  // shares its tensors: kept for checkpoints
-        auto cursor = open_cursor(std::move(item.sample), epoch, my_index, origin);
+        std::unique_ptr<ExpandCursor> cursor;
+        if (!take_opened_ahead(position, cursor)) cursor = open_cursor(std::move(item.sample), epoch, my_index, origin);
+        open_ahead();
         std::lock_guard lock(mutex);
         slot = ExpandSlot{};
         slot.cursor = std::move(cursor);
@@ -396,6 +443,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     const auto waiting = positions->get<std::uint64_t>();
     inputs.clear();
     next_input = 0;
+    opened_ahead.clear();
     for (std::uint64_t k = 0; k < waiting; ++k) inputs.push_back(get_item(*positions));
     for (auto& slot : slots) {
       const auto slot_state = positions->get<std::uint8_t>();

@@ -179,6 +179,17 @@ auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry,
   }
 }
 
+namespace {
+// Notes an answer's time to its first byte (its headers) in the stage's latency buckets.
+HttpClient::HeadersSeen latency_noter(RequestCounters* counters) {
+  if (!counters) return {};
+  return [counters, sent = Clock::now()](const HttpResponse&) {
+    counters->add_latency(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent));
+    return true;
+  };
+}
+}  // namespace
+
 ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters) {
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
@@ -188,7 +199,7 @@ ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry
     request.method = "HEAD";
     request.url = target.url;
     sign(request, target, {}, kEmptySha256);
-    const HttpResponse answer = http_.perform(request, {});
+    const HttpResponse answer = http_.perform(request, {}, latency_noter(counters));
     if (answer.status >= 300) throw error_of_answer(uri, answer.status, "", target.settings ? target.settings->credentials_from : "");
     ObjectVersion version;
     version.size = std::strtoull(answer.header("content-length").c_str(), nullptr, 10);
@@ -299,10 +310,13 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const
       request.url = target.url;
       sign(request, target, query, kEmptySha256);
       std::string text;
-      const auto answer = http_.perform(request, [&](const char* data, std::size_t size) {
-        text.append(data, size);
-        return true;
-      });
+      const auto answer = http_.perform(
+          request,
+          [&](const char* data, std::size_t size) {
+            text.append(data, size);
+            return true;
+          },
+          latency_noter(counters));
       if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, text, target.settings->credentials_from);
       return text;
     });
@@ -387,10 +401,13 @@ void ObjectStore::upload(const std::string& local_path, const std::string& uri, 
       request.headers = extra;
       sign(request, target, query, sha256_hex(body));
       std::string text;
-      const auto answer = http_.perform(request, [&](const char* data, std::size_t size) {
-        if (text.size() < (1 << 20)) text.append(data, size);
-        return true;
-      });
+      const auto answer = http_.perform(
+          request,
+          [&](const char* data, std::size_t size) {
+            if (text.size() < (1 << 20)) text.append(data, size);
+            return true;
+          },
+          latency_noter(counters));
       // S3 may answer a CompleteMultipartUpload 200 and put an error in the body.
       const bool error_in_body = answer.status == 200 && text.find("<Error>") != std::string::npos;
       if (answer.status >= 300 || error_in_body) throw error_of_answer(uri, error_in_body ? 500 : answer.status, text, credentials_from);

@@ -13,11 +13,59 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sluice/error.hpp"
 
 namespace sluice::remote {
+
+// Range buffers handed back when their range has been read, for the next ranges: a fresh buffer
+// of a few MiB is faulted in page by page as a GET fills it, which cost a third of the system time
+// of a fast read. Up to kKeptBytes are kept; a buffer serves any range no larger than it.
+class BufferRecycler {
+ public:
+  static constexpr std::size_t kKeptBytes = std::size_t{128} << 20;
+  struct GiveBack {
+    BufferRecycler* owner = nullptr;
+    std::size_t capacity = 0;
+    void operator()(std::byte* data) const { owner->give_back(data, capacity); }
+  };
+  using Buffer = std::unique_ptr<std::byte[], GiveBack>;
+
+  ~BufferRecycler() {
+    for (const auto& [data, capacity] : kept_) delete[] data;
+  }
+  Buffer take(std::size_t size) {
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+        if (it->second < size) continue;
+        Buffer buffer(it->first, GiveBack{this, it->second});
+        kept_bytes_ -= it->second;
+        kept_.erase(it);
+        return buffer;
+      }
+    }
+    return Buffer(new std::byte[size], GiveBack{this, size});  // (not zeroed: the GET fills what it returns)
+  }
+
+ private:
+  void give_back(std::byte* data, std::size_t capacity) {
+    {
+      std::lock_guard lock(mutex_);
+      if (kept_bytes_ + capacity <= kKeptBytes) {
+        kept_.emplace_back(data, capacity);
+        kept_bytes_ += capacity;
+        return;
+      }
+    }
+    delete[] data;
+  }
+  std::mutex mutex_;
+  std::vector<std::pair<std::byte*, std::size_t>> kept_;
+  std::size_t kept_bytes_ = 0;
+};
 
 // Threads that run the GETs of every reader. Requests mostly wait on the network, so there are
 // more threads than cores: enough for every reader of a wide interleave to have its ranges in
@@ -33,6 +81,7 @@ class FetchPool {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
+  BufferRecycler& buffers() { return buffers_; }
   void submit(std::function<void()> task) {
     {
       std::lock_guard lock(mutex_);
@@ -58,6 +107,7 @@ class FetchPool {
     }
   }
   int wanted_;
+  BufferRecycler buffers_;  // (before tasks_: a task's ranges hand their buffers back when it is destroyed)
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
@@ -78,7 +128,7 @@ RetryPolicy retry_policy_of(const StorageOptions& options) {
 struct Range {
   std::uint64_t offset = 0;
   std::size_t length = 0;
-  std::unique_ptr<std::byte[]> data;  // not zeroed: the GET fills what it returns
+  BufferRecycler::Buffer data;  // not zeroed: the GET fills what it returns
   std::mutex mutex;
   std::condition_variable cv;
   std::size_t received = 0;  // bytes of `data` filled so far
@@ -94,10 +144,11 @@ struct Range {
 };
 
 // Fetches `range` on the calling thread (a pool thread), telling waiting readers of each piece.
-void fetch_range(ObjectStore& store, const std::string& uri, Range& range, const RetryPolicy& retry, RequestCounters* counters) {
+void fetch_range(ObjectStore& store, BufferRecycler& buffers, const std::string& uri, Range& range, const RetryPolicy& retry,
+                 RequestCounters* counters) {
   if (!range.abandoned) {
     try {
-      range.data = std::make_unique_for_overwrite<std::byte[]>(range.length);
+      range.data = buffers.take(range.length);
       ObjectVersion version = range.version;
       store.read_range(uri, range.offset, range.length, range.data.get(), version, retry, counters, [&](std::size_t got) {
         std::lock_guard lock(range.mutex);
@@ -157,7 +208,20 @@ class PrefetchingReader final : public RemoteReader {
       : store_(store), pool_(pool), ahead_(options), retry_(retry_policy_of(options)), counters_(std::move(counters)) {
     object_.uri = std::move(uri);
   }
-  ~PrefetchingReader() override { abandon_all(); }
+  ~PrefetchingReader() override {
+    if (early_) early_->abandoned = true;
+    abandon_all();
+  }
+
+  // Asks for the object's first range now, before its first read: what an interleave opens ahead
+  // of its turn then has its first bytes on their way. A first read or seek past that range
+  // drops it (unfetched if the pool has not begun it).
+  void start_early() {
+    if (started_ || early_) return;
+    early_ = std::make_shared<Range>();
+    early_->length = ahead_.range_bytes;
+    submit(early_);
+  }
 
   // The version a HEAD found (answers are checked against it), and a cache copy to fill with the
   // object as it is read from its start to its end.
@@ -224,10 +288,17 @@ class PrefetchingReader final : public RemoteReader {
   // is whole after this one request.
   void start_at(std::uint64_t offset) {
     if (started_) return;
-    auto first = std::make_shared<Range>();
-    first->offset = offset;
-    first->length = ahead_.range_bytes;
-    submit(first);
+    std::shared_ptr<Range> first = std::move(early_);
+    if (first && offset >= first->offset + first->length) {
+      first->abandoned = true;
+      first.reset();
+    }
+    if (!first) {
+      first = std::make_shared<Range>();
+      first->offset = offset;
+      first->length = ahead_.range_bytes;
+      submit(first);
+    }
     {
       std::unique_lock lock(first->mutex);
       first->cv.wait(lock, [&] { return first->answered; });
@@ -238,9 +309,10 @@ class PrefetchingReader final : public RemoteReader {
     object_.size = version_.size;
     object_.etag = version_.etag;
     // The first range as it will be read: up to the object's end.
-    first->length = static_cast<std::size_t>(std::min<std::uint64_t>(first->length, object_.size > offset ? object_.size - offset : 0));
+    first->length =
+        static_cast<std::size_t>(std::min<std::uint64_t>(first->length, object_.size > first->offset ? object_.size - first->offset : 0));
     ranges_.push_back(std::move(first));
-    next_fetch_ = offset + ranges_.back()->length;
+    next_fetch_ = ranges_.back()->offset + ranges_.back()->length;
     top_up();
   }
   // A whole range read in order goes into the cache's copy; the last one completes it.
@@ -258,8 +330,8 @@ class PrefetchingReader final : public RemoteReader {
   }
   void submit(const std::shared_ptr<Range>& range) {
     range->version = version_;
-    pool_.submit([range, store = &store_, retry = retry_, counters = counters_, uri = object_.uri] {
-      fetch_range(*store, uri, *range, retry, counters.get());
+    pool_.submit([range, store = &store_, buffers = &pool_.buffers(), retry = retry_, counters = counters_, uri = object_.uri] {
+      fetch_range(*store, *buffers, uri, *range, retry, counters.get());
     });
   }
   void top_up() {
@@ -285,6 +357,7 @@ class PrefetchingReader final : public RemoteReader {
   StoredObject object_;
   ObjectVersion version_;
   std::deque<std::shared_ptr<Range>> ranges_;
+  std::shared_ptr<Range> early_;  // the first range, asked for by start_early() before a read
   std::uint64_t position_ = 0, next_fetch_ = 0;
   bool started_ = false;
   std::unique_ptr<ObjectCache::Filling> fill_;
@@ -328,7 +401,11 @@ class StageStorage final : public Storage {
       : service_(service), store_(store), pool_(pool), cache_(cache), counters_(std::move(counters)), options_(options),
         retry_(retry_policy_of(options)) {}
   std::unique_ptr<RemoteReader> open(const std::string& uri) override {
-    if (!cache_) return std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+    if (!cache_) {
+      auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
+      reader->start_early();
+      return reader;
+    }
     // The cache's question to the store waits for the first use, on the thread that reads: an
     // interleave opens its inputs one after the other on one thread.
     return std::make_unique<ReaderOnFirstUse>([this, uri] { return open_through_cache(uri); });

@@ -1,5 +1,6 @@
 """Reading from an S3-compatible store (s3rver on loopback), as a user points a pipeline at a bucket:
 the same bytes as from local files, every page of a listing, and failures that name the object."""
+import json
 import os
 import textwrap
 
@@ -143,3 +144,38 @@ def test_csv_rows_from_s3_are_the_local_rows(store, tmp_path):
 
     assert rows(f"s3://{BUCKET}/csv/table.csv") == rows(str(local))
     assert len(rows(str(local))) == 2999
+
+
+@pytest.mark.parametrize("reader", ["tfrecord_reader", "webdataset_reader"])
+def test_an_object_missing_among_those_opened_ahead_is_skipped_at_its_turn(store, tmp_path, reader):
+    # An interleave opens its next remote inputs ahead of their turn (their first requests start
+    # then); one that cannot be read is reported when its turn comes, and every other is read whole.
+    if reader == "tfrecord_reader":
+        folder, prefix = os.path.join(DATA, "tfrecord"), "tfrecord"
+        names = sorted(k[len("tfrecord/"):] for k in store.tfrecords if k.endswith((".record", ".tfrecord")) and "/corrupt/" not in k)
+        names = [n for n in names if "/" not in n]
+    else:
+        folder, prefix = os.path.join(DATA, "webdataset"), "wds-ahead"
+        names = sorted(n for n in os.listdir(folder) if n.endswith((".tar", ".tar.gz", ".tgz")) and "bad" not in n and "cut" not in n)
+        for n in names:
+            store.client.upload_file(os.path.join(folder, n), BUCKET, f"{prefix}/{n}")
+    assert len(names) >= 3
+
+    def run(paths, name):
+        out = tmp_path / f"{name}.jsonl"
+        pipeline = tmp_path / f"{name}.txtpb"
+        pipeline.write_text(textwrap.dedent(f"""\
+            stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "{','.join(paths)}" }} params {{ key: "shuffle" value: "false" }} }}
+            stage {{ id: "read" op: "{reader}" input: "files" parallelism: 2 interleave {{ cycle_length: 2 }} error_policy: skip }}
+            stage {{ id: "out" op: "jsonl_sink" input: "read" params {{ key: "path" value: "{out}" }} }}
+            """))
+        done = run_cli(["run", str(pipeline)], store.env())
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        return sorted(json.dumps({k: v for k, v in r.items() if k not in ("path", "__url__")}, sort_keys=True) for r in rows), done
+
+    local, _ = run([os.path.join(folder, n) for n in names], "local")
+    uris = [f"s3://{BUCKET}/{prefix}/{n}" for n in names]
+    gone = f"s3://{BUCKET}/{prefix}/gone-{names[0]}"
+    remote, done = run(uris[:1] + [gone] + uris[1:], "remote")
+    assert len(local) > 5 and remote == local
+    assert "Skipped in stage 'read': 1 element" in done.stdout and gone in done.stdout, done.stdout
