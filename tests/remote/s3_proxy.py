@@ -134,20 +134,30 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
         upstream.request(self.command, self.path, body=body or None, headers=headers)
         reply = upstream.getresponse()
-        data = reply.read()
-        upstream.close()
         entry.update(status=reply.status, fault=rule["action"] if rule else "")
         log(entry)
+        cuts = rule and rule["action"] in ("reset", "truncate")
+        length = reply.getheader("Content-Length")
+        if not cuts and length is not None and self.command != "HEAD":
+            # Passed on as it arrives, so that the proxy's own copying overlaps the server's.
+            self.send_response(reply.status)
+            self.pass_headers(reply)
+            self.send_header("Content-Length", length)
+            self.end_headers()
+            while chunk := reply.read(1 << 20):
+                self.wfile.write(chunk)
+            upstream.close()
+            return
+        data = reply.read()
+        upstream.close()
         self.send_response(reply.status)
-        for name, value in reply.getheaders():
-            if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"):
-                self.send_header(name, value)
+        self.pass_headers(reply)
         # A HEAD answer's length is the object's, not that of its (absent) body.
         self.send_header("Content-Length", reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
         self.end_headers()
         if self.command == "HEAD":
             return
-        if rule and rule["action"] in ("reset", "truncate"):
+        if cuts:
             at = min(rule.get("at", 0), len(data))
             self.wfile.write(data[:at])
             self.wfile.flush()
@@ -157,6 +167,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.wfile.write(data)
+
+    def pass_headers(self, reply):
+        for name, value in reply.getheaders():
+            if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"):
+                self.send_header(name, value)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
@@ -169,6 +184,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
 
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: a client opening more connections at once had its
+    # connection attempts dropped and sent again a second later.
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass  # a client that went away (Sluice stops reading what it does not need)
