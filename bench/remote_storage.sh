@@ -10,14 +10,14 @@
 #     answer: what read-ahead keeps of the throughput;
 #   - the TFRecord read again from a filled --remote-cache, against the same files read from
 #     local disk (both from the page cache).
-# The cases alternate over ROUNDS rounds; the best of each is printed. Wall-clock time of whole
+# The cases alternate over ROUNDS rounds; medians are printed. Wall-clock time of whole
 # runs (a Sluice run's start included, 60-70 ms).
 # Usage (after scripts/demo.sh): bash bench/remote_storage.sh [ROUNDS] [CONNECTIONS] [COPIES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=$PWD/${BUILD_DIR:-build}/bin/sluice
 sample=$PWD/${BUILD_DIR:-build}/sample_data
-rounds=${1:-3}
+rounds=${1:-5}
 connections=${2:-4}
 copies=${3:-32}  # of the sample's 8 shards: 32 make 256 objects, 1.2 GB, and a run's start a few percent of it
 [ -f "$sample/complete" ] || { echo "run scripts/demo.sh first (it makes $sample)" >&2; exit 1; }
@@ -87,32 +87,42 @@ curl_run() {  # $1: config, $2: connections (default: $connections)
   curl -s --fail --no-progress-meter --parallel --parallel-max "${2:-$connections}" --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
     -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" -K "$1"
 }
-declare -A best
-keep_best() { if [ -z "${best[$1]:-}" ] || awk "BEGIN{exit !($2 > ${best[$1]})}"; then best[$1]=$2; fi; }
+# Each round measures the cases of a comparison one right after the other; a comparison's ratio
+# is the median of its rounds' ratios (this machine's speed drifts between rounds more than
+# within one: the server shares its cores with the client).
+measure() { echo "$r $1 $2" >> "$work/rounds.txt"; }
 for ((r = 0; r < rounds; r++)); do
-  keep_best curl_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg") / 1e6}")"
-  keep_best curl_tfr_wide "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg" $((2 * connections))) / 1e6}")"
-  keep_best sluice_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
-  keep_best curl_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds curl_run "$work/curl_jpeg.cfg")}")"
-  keep_best sluice_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds "$sluice" run -q "$work/jpeg.txtpb")}")"
+  measure curl_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg") / 1e6}")"
+  measure sluice_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
+  measure curl_tfr_wide "$(awk "BEGIN{print $tfr_bytes / $(seconds curl_run "$work/curl_tfr.cfg" $((2 * connections))) / 1e6}")"
+  measure curl_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds curl_run "$work/curl_jpeg.cfg")}")"
+  measure sluice_jpeg "$(awk "BEGIN{print $jpeg_count / $(seconds "$sluice" run -q "$work/jpeg.txtpb")}")"
   cp "$work/none.json" "$work/faults.json"
-  keep_best proxy_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
-  keep_best cached_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q --remote-cache "$work/cache" "$work/tfr.txtpb") / 1e6}")"
-  keep_best local_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/local.txtpb") / 1e6}")"
+  measure proxy_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
   cp "$work/delay.json" "$work/faults.json"
-  keep_best delayed_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
+  measure delayed_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds env AWS_ENDPOINT_URL=http://127.0.0.1:$proxy_port "$sluice" run -q "$work/tfr.txtpb") / 1e6}")"
+  measure local_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q "$work/local.txtpb") / 1e6}")"
+  measure cached_tfr "$(awk "BEGIN{print $tfr_bytes / $(seconds "$sluice" run -q --remote-cache "$work/cache" "$work/tfr.txtpb") / 1e6}")"
 done
-echo "s3rver on loopback, $connections connections, best of $rounds rounds"
-printf '%-44s %10s %10s %8s\n' case curl sluice ratio
-printf '%-44s %10.1f %10.1f %7.2fx\n' "TFRecord, $((copies * 8)) objects, $((tfr_bytes / 1000000)) MB (MB/s)" "${best[curl_tfr]}" "${best[sluice_tfr]}" \
-  "$(awk "BEGIN{print ${best[sluice_tfr]} / ${best[curl_tfr]}}")"
-printf '%-44s %10.1f %10s %7.2fx\n' "  curl with $((2 * connections)) connections (MB/s)" "${best[curl_tfr_wide]}" "-" \
-  "$(awk "BEGIN{print ${best[sluice_tfr]} / ${best[curl_tfr_wide]}}")"
-printf '%-44s %10.0f %10.0f %7.2fx\n' "JPEGs, $jpeg_count objects (objects/s)" "${best[curl_jpeg]}" "${best[sluice_jpeg]}" \
-  "$(awk "BEGIN{print ${best[sluice_jpeg]} / ${best[curl_jpeg]}}")"
-printf '%-44s %10s %10.1f\n' "TFRecord through the proxy (MB/s)" "-" "${best[proxy_tfr]}"
-printf '%-44s %10s %10.1f %7.2fx\n' "  with 20 ms before every answer (MB/s)" "-" "${best[delayed_tfr]}" \
-  "$(awk "BEGIN{print ${best[delayed_tfr]} / ${best[proxy_tfr]}}")"
-printf '%-44s %10s %10.1f\n' "TFRecord, local files (MB/s)" "-" "${best[local_tfr]}"
-printf '%-44s %10s %10.1f %7.2fx\n' "  from the remote cache's copies (MB/s)" "-" "${best[cached_tfr]}" \
-  "$(awk "BEGIN{print ${best[cached_tfr]} / ${best[local_tfr]}}")"
+python3 - "$work/rounds.txt" "$connections" "$rounds" "$((copies * 8))" "$((tfr_bytes / 1000000))" "$jpeg_count" <<'PY'
+import statistics, sys
+path, connections, rounds, objects, megabytes, jpegs = sys.argv[1:]
+runs = {}
+for line in open(path):
+    r, case, value = line.split()
+    runs.setdefault(case, {})[int(r)] = float(value)
+def median(case):
+    return statistics.median(runs[case].values())
+def ratio(case, base):
+    ratios = sorted(runs[case][r] / runs[base][r] for r in runs[case])
+    return f"{statistics.median(ratios):7.2f}x  ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+print(f"s3rver on loopback, {connections} connections, medians of {rounds} rounds (ratio: median of the rounds' ratios, and their range)")
+print(f"{'case':<44} {'curl':>10} {'sluice':>10}   ratio")
+print(f"{f'TFRecord, {objects} objects, {megabytes} MB (MB/s)':<44} {median('curl_tfr'):10.1f} {median('sluice_tfr'):10.1f} {ratio('sluice_tfr', 'curl_tfr')}")
+print(f"{f'  curl with {2 * int(connections)} connections (MB/s)':<44} {median('curl_tfr_wide'):10.1f} {'-':>10} {ratio('sluice_tfr', 'curl_tfr_wide')}")
+print(f"{f'JPEGs, {jpegs} objects (objects/s)':<44} {median('curl_jpeg'):10.0f} {median('sluice_jpeg'):10.0f} {ratio('sluice_jpeg', 'curl_jpeg')}")
+print(f"{'TFRecord through the proxy (MB/s)':<44} {'-':>10} {median('proxy_tfr'):10.1f}")
+print(f"{'  with 20 ms before every answer (MB/s)':<44} {'-':>10} {median('delayed_tfr'):10.1f} {ratio('delayed_tfr', 'proxy_tfr')}")
+print(f"{'TFRecord, local files (MB/s)':<44} {'-':>10} {median('local_tfr'):10.1f}")
+print(f"{'  from the remote cache s copies (MB/s)':<44} {'-':>10} {median('cached_tfr'):10.1f} {ratio('cached_tfr', 'local_tfr')}".replace("cache s", "cache's"))
+PY

@@ -394,6 +394,48 @@ auto as_stage_errors(Request&& request) -> decltype(request()) {
   }
 }
 
+// An object's version, asked of the store (once per process: RemoteService::version_of) on the
+// fetch pool and awaited by the object's reader. The failure is kept as its message and kind,
+// thrown anew by the reader (an exception object is not handed between threads: see Range).
+class VersionAsked {
+ public:
+  void ask(RemoteService& service, ObjectStore& store, const std::string& uri, const RetryPolicy& retry, RequestCounters* counters) {
+    ObjectVersion version;
+    std::string error;
+    bool data_error = true;
+    try {
+      version = service.version_of(store, uri, retry, counters);
+    } catch (const StoreError& e) {
+      error = e.what();
+    } catch (const std::exception& e) {  // a malformed URI, settings that cannot be used
+      error = e.what();
+      data_error = false;
+    }
+    std::lock_guard lock(mutex_);
+    version_ = std::move(version);
+    error_ = std::move(error);
+    data_error_ = data_error;
+    done_ = true;
+    cv_.notify_all();
+  }
+  ObjectVersion wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return done_; });
+    if (!error_.empty()) {
+      if (data_error_) throw DataError(error_);
+      throw Error(error_);
+    }
+    return version_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false, data_error_ = true;
+  ObjectVersion version_;
+  std::string error_;
+};
+
 class StageStorage final : public Storage {
  public:
   StageStorage(RemoteService& service, ObjectStore& store, FetchPool& pool, ObjectCache* cache, std::shared_ptr<RequestCounters> counters,
@@ -406,13 +448,17 @@ class StageStorage final : public Storage {
       reader->start_early();
       return reader;
     }
-    // The cache's question to the store waits for the first use, on the thread that reads: an
-    // interleave opens its inputs one after the other on one thread.
-    return std::make_unique<ReaderOnFirstUse>([this, uri] { return open_through_cache(uri); });
+    // The cache's question to the store (the object's version) is asked on the fetch pool at
+    // once, as an opened object's first range is, and awaited at the first use: an interleave
+    // opens its inputs one after the other on one thread, ahead of their turn.
+    auto asked = std::make_shared<VersionAsked>();
+    pool_.submit([asked, service = &service_, store = &store_, retry = retry_, counters = counters_, uri] {
+      asked->ask(*service, *store, uri, retry, counters.get());
+    });
+    return std::make_unique<ReaderOnFirstUse>([this, uri, asked] { return open_through_cache(uri, asked->wait()); });
   }
-  std::unique_ptr<RemoteReader> open_through_cache(const std::string& uri) {
+  std::unique_ptr<RemoteReader> open_through_cache(const std::string& uri, const ObjectVersion& version) {
     return as_stage_errors([&]() -> std::unique_ptr<RemoteReader> {
-      const ObjectVersion version = service_.version_of(store_, uri, retry_, counters_.get());
       if (const int fd = cache_->open_copy(uri, version); fd >= 0) {
         if (counters_) {
           counters_->cache_hits.fetch_add(1, std::memory_order_relaxed);
@@ -422,6 +468,7 @@ class StageStorage final : public Storage {
       }
       auto reader = std::make_unique<PrefetchingReader>(store_, pool_, options_, counters_, uri);
       reader->read_version(version, cache_->begin_fill(uri, version));
+      reader->start_early();
       return reader;
     });
   }
