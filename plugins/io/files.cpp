@@ -272,6 +272,7 @@ class ListFiles final : public Source {
     for (const auto& path : files_) {
       w.put_string(path);
       w.put(file_size(path));
+      if (is_remote_uri(path)) w.put_string(etag_of(path));  // a replaced object may keep its size
     }
     w.put<std::uint64_t>(order_.size());
     for (auto i : order_) w.put<std::uint64_t>(i);
@@ -281,9 +282,11 @@ class ListFiles final : public Source {
   void restore_state(StateReader& r) override {
     const auto count = r.get<std::uint64_t>();
     std::vector<std::pair<std::string, std::int64_t>> saved;
+    std::map<std::string, std::string> saved_etags;
     for (std::uint64_t i = 0; i < count; ++i) {
       std::string path = r.get_string();
-      saved.emplace_back(std::move(path), r.get<std::int64_t>());
+      saved.emplace_back(path, r.get<std::int64_t>());
+      if (is_remote_uri(path)) saved_etags[path] = r.get_string();
     }
     for (std::size_t i = 0; i < std::max<std::size_t>(saved.size(), files_.size()); ++i) {
       if (i >= files_.size())
@@ -298,6 +301,10 @@ class ListFiles final : public Source {
       if (const std::int64_t size = file_size(files_[i]); size != saved[i].second)
         throw Error(files_[i] + " had " + std::to_string(saved[i].second) + " bytes in the checkpoint's run and has " + std::to_string(size) +
                     " now: resume over the same files");
+      if (auto it = saved_etags.find(files_[i]); it != saved_etags.end() && !it->second.empty() && !etag_of(files_[i]).empty() &&
+                                                 it->second != etag_of(files_[i]))
+        throw Error(files_[i] + " was replaced since the checkpoint's run (its ETag was " + it->second + ", it is " + etag_of(files_[i]) +
+                    "): resume over the same objects");
     }
     const auto ordered = r.get<std::uint64_t>();
     if (ordered > files_.size()) throw DataError("the saved order lists more files than there are");
@@ -317,7 +324,10 @@ class ListFiles final : public Source {
                       (found.listed ? "the " + std::to_string(found.listed) + " objects under " + found.prefix + " do not match it"
                                     : "nothing is stored under " + found.prefix));
     for (auto& object : found.objects) {
-      if (has_wildcard(pattern)) remote_sizes_[object.uri] = static_cast<std::int64_t>(object.size);
+      if (has_wildcard(pattern)) {
+        remote_sizes_[object.uri] = static_cast<std::int64_t>(object.size);
+        remote_etags_[object.uri] = object.etag;
+      }
       files_.push_back(std::move(object.uri));
     }
   }
@@ -331,7 +341,13 @@ class ListFiles final : public Source {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
   }
+  // A listed object's ETag when it was listed (empty: unknown, as for a URI named without wildcards).
+  std::string etag_of(const std::string& uri) const {
+    auto it = remote_etags_.find(uri);
+    return it == remote_etags_.end() ? std::string() : it->second;
+  }
   std::map<std::string, std::int64_t> remote_sizes_;
+  std::map<std::string, std::string> remote_etags_;
   std::vector<std::string> patterns_, files_;
   bool shuffle_;
   std::int64_t seed_;

@@ -185,3 +185,36 @@ def test_an_object_replaced_while_it_is_read_is_named(bucket, proxy, s3, tmp_pat
     got, done = run_records(tmp_path, proxy.env(), f"s3://{bucket}/{key}", options="ranges_ahead: 0", check=False)
     replace.join()
     assert done.returncode != 0 and f"s3://{bucket}/{key} changed while it was read" in done.stderr, done.stderr
+
+
+def test_a_resumed_run_refuses_an_object_replaced_since_its_checkpoint(bucket, proxy, s3, tmp_path):
+    # A checkpoint keeps each listed object's size and ETag: an object replaced by one of the same
+    # size (one byte changed) is named on resume, not read on as if it were the one begun.
+    import signal
+    import subprocess
+    import time
+    from conftest import CLI
+    for name in ("a", "b"):
+        s3.client.upload_file(os.path.join(DATA, SHARD), bucket, f"replaced/{name}.record")
+    proxy.set_faults([{"key": "replaced/", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
+    pipeline = tmp_path / "replaced.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        options {{ remote {{ range_size: "64KiB" ranges_ahead: 0 }} }}
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{bucket}/replaced/*.record" }} params {{ key: "shuffle" value: "false" }} }}
+        stage {{ id: "records" op: "tfrecord_reader" input: "files" buffer_size: 1 }}
+        stage {{ id: "out" op: "null_sink" input: "records" }}
+        """))
+    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], env=proxy.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 75, stderr
+    with open(os.path.join(DATA, SHARD), "rb") as f:
+        data = bytearray(f.read())
+    data[-1] ^= 0xFF  # the same size, other bytes: another ETag
+    s3.client.put_object(Bucket=bucket, Key="replaced/b.record", Body=bytes(data))
+    proxy.set_faults([])
+    done = run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), str(pipeline)], proxy.env(), check=False)
+    assert done.returncode != 0
+    assert f"s3://{bucket}/replaced/b.record was replaced since the checkpoint's run" in done.stderr, done.stderr

@@ -179,3 +179,4 @@ def test_an_object_missing_among_those_opened_ahead_is_skipped_at_its_turn(store
     remote, done = run(uris[:1] + [gone] + uris[1:], "remote")
     assert len(local) > 5 and remote == local
     assert "Skipped in stage 'read': 1 element" in done.stdout and gone in done.stdout, done.stdout
+
