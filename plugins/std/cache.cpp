@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <filesystem>
 
 #include "sample_codec.hpp"
@@ -11,6 +12,98 @@ namespace fs = std::filesystem;
 
 namespace sluice::std_ops {
 namespace {
+
+// A cache file opened for reading: a local file, or an object of a bucket read through the
+// stage's storage (as a stream through fopencookie, for the sample codec). A failed remote read
+// keeps its reason, which close() and check() throw in place of the codec's "truncated".
+class CacheFileReader {
+ public:
+  CacheFileReader(const std::string& path, Storage* storage) : path_(path) {
+    if (!is_remote_uri(path)) {
+      file_ = std::fopen(path.c_str(), "rb");
+      if (!file_) throw Error("cannot read cache file " + path + ": " + std::strerror(errno));
+      return;
+    }
+    if (!storage) throw Error("cannot read cache file " + path + ": remote URIs are read through a Sluice engine");
+    auto remote = std::make_unique<Remote>();
+    remote->reader = storage->open(path);
+    size_ = static_cast<std::int64_t>(remote->reader->object().size);
+    cookie_io_functions_t functions{&Remote::read, nullptr, &Remote::seek, &Remote::close};
+    remote_ = remote.get();
+    file_ = ::fopencookie(remote.release(), "rb", functions);
+    if (!file_) throw Error("cannot read cache file " + path + ": " + std::strerror(errno));
+  }
+  CacheFileReader(const CacheFileReader&) = delete;
+  CacheFileReader& operator=(const CacheFileReader&) = delete;
+  ~CacheFileReader() {
+    if (file_) std::fclose(file_);
+  }
+  std::FILE* stream() const { return file_; }
+  std::int64_t size() const { return size_; }  // -1: the local file's, found by the codec
+  // Runs `read` on the stream; a remote read's own failure is what is thrown.
+  template <class Read>
+  auto reading(Read&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const DataError&) {
+      if (remote_ && !remote_->error.empty()) throw DataError("reading cache file " + path_ + ": " + remote_->error);
+      throw;
+    }
+  }
+
+ private:
+  struct Remote {
+    std::unique_ptr<RemoteReader> reader;
+    std::uint64_t position = 0;
+    std::string error;
+    static ssize_t read(void* cookie, char* buffer, std::size_t size) {
+      auto* self = static_cast<Remote*>(cookie);
+      try {
+        const std::size_t got = self->reader->read(reinterpret_cast<std::byte*>(buffer), size);
+        self->position += got;
+        return static_cast<ssize_t>(got);
+      } catch (const std::exception& e) {
+        self->error = e.what();
+        errno = EIO;
+        return -1;
+      }
+    }
+    static int seek(void* cookie, off64_t* offset, int whence) {
+      auto* self = static_cast<Remote*>(cookie);
+      std::int64_t target = whence == SEEK_SET ? *offset : whence == SEEK_CUR ? static_cast<std::int64_t>(self->position) + *offset : -1;
+      if (target < 0) return -1;  // (SEEK_END: the codec never asks)
+      try {
+        if (static_cast<std::uint64_t>(target) != self->position) self->reader->seek(static_cast<std::uint64_t>(target));
+      } catch (const std::exception& e) {
+        self->error = e.what();
+        return -1;
+      }
+      self->position = static_cast<std::uint64_t>(target);
+      *offset = target;
+      return 0;
+    }
+    static int close(void* cookie) {
+      delete static_cast<Remote*>(cookie);
+      return 0;
+    }
+  };
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  Remote* remote_ = nullptr;  // owned by the stream
+  std::int64_t size_ = -1;
+};
+
+// Whether a cache file is there to replay: a regular local file, or an object of that exact key.
+bool cache_file_exists(const std::string& path, Storage* storage) {
+  if (is_remote_uri(path)) {
+    if (!storage) throw Error("cannot look for cache file " + path + ": remote URIs are read through a Sluice engine");
+    for (const auto& object : storage->list(path))
+      if (object.uri == path) return true;
+    return false;
+  }
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
 
 // The first iteration passes through and is recorded; later iterations replay the record
 // instead of asking the input again. In memory, or in a file reused across runs. The file is
@@ -31,10 +124,10 @@ class Cache final : public Aggregate {
 
   void start(const StageInfo& info) override {
     fingerprint_ = info.input_fingerprint;
+    storage_ = info.storage;
     if (path_.empty()) return;
     resolve_output_target(path_);  // refuses a directory, FIFO or device at the path before any work
-    struct stat st {};
-    ready_from_file_ = ::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    ready_from_file_ = cache_file_exists(path_, storage_);
     if (ready_from_file_) check_header_of_existing_file();
   }
   std::int64_t input_passes(std::int64_t iterations) const override {
@@ -47,7 +140,7 @@ class Cache final : public Aggregate {
     if (begun_++ != 0 || ready_from_file_) return;
     recording_ = true;
     if (!path_.empty()) {
-      file_.open(path_);
+      file_.open(path_, storage_);
       file_.write(kCacheMagic, sizeof kCacheMagic);
       file_.write(&fingerprint_, sizeof fingerprint_);
     }
@@ -129,7 +222,7 @@ class Cache final : public Aggregate {
     const auto held = r.get<std::uint64_t>();
     memory_.clear();
     if (recording_ && !path_.empty()) {
-      file_.open(path_);
+      file_.open(path_, storage_);
       file_.write(kCacheMagic, sizeof kCacheMagic);
       file_.write(&fingerprint_, sizeof fingerprint_);
       for (std::uint64_t i = 0; i < held; ++i) write_sample(file_.stream(), r.get_element());
@@ -157,33 +250,22 @@ class Cache final : public Aggregate {
            ": delete it to rebuild it, or give this cache another path";
   }
   void check_header_of_existing_file() const {
-    std::FILE* f = std::fopen(path_.c_str(), "rb");
-    if (!f) throw Error("cannot read cache file " + path_ + ": " + std::strerror(errno));
-    try {
-      read_header(f);
-    } catch (...) {
-      std::fclose(f);
-      throw;
-    }
-    std::fclose(f);
+    CacheFileReader file(path_, storage_);
+    file.reading([&] { read_header(file.stream()); });
   }
   bool replay_file(Emitter& out) {
-    std::FILE* f = std::fopen(path_.c_str(), "rb");
-    if (!f) throw Error("cannot read cache file " + path_ + ": " + std::strerror(errno));
-    try {
-      read_header(f);
+    CacheFileReader file(path_, storage_);
+    file.reading([&] {
+      read_header(file.stream());
       Sample s;
-      while (read_sample(f, s, path_))
+      while (read_sample(file.stream(), s, path_, file.size()))
         if (!out.push(std::move(s))) break;
-    } catch (...) {
-      std::fclose(f);
-      throw;
-    }
-    std::fclose(f);
+    });
     return true;
   }
 
   std::string path_;
+  Storage* storage_ = nullptr;  // for a cache file in a bucket
   std::uint64_t fingerprint_ = 0;
   bool ready_from_file_ = false, recording_ = false, complete_ = false;
   std::uint64_t begun_ = 0;  // iterations begun in this run

@@ -69,13 +69,14 @@ void write_sample(std::FILE* f, const Sample& sample) {
   put_string(f, sample.origin());
 }
 
-bool read_sample(std::FILE* f, Sample& sample, const std::string& name) {
+bool read_sample(std::FILE* f, Sample& sample, const std::string& name, std::int64_t file_size) {
   std::uint64_t fields = 0;
   std::size_t got = std::fread(&fields, 1, sizeof fields, f);
   if (got == 0 && std::feof(f)) return false;
   if (got != sizeof fields) throw DataError("cache file " + name + " is truncated; delete it to rebuild it");
   struct stat st {};
-  Reader r{f, name, ::fstat(::fileno(f), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0};
+  if (file_size < 0) file_size = ::fstat(::fileno(f), &st) == 0 ? st.st_size : 0;
+  Reader r{f, name, static_cast<std::uint64_t>(file_size)};
   if (fields > 4096) r.malformed(std::to_string(fields) + " fields");
   sample = Sample();
   for (std::uint64_t i = 0; i < fields; ++i) {

@@ -1,5 +1,6 @@
 #pragma once
 // A compact binary form of samples, for the file cache. Little-endian, versioned by a header.
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@ inline constexpr char kCacheMagic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '2'};
 
 void write_sample(std::FILE* file, const Sample& sample);
 // Returns false at a clean end of file; throws DataError on a truncated or malformed file.
-bool read_sample(std::FILE* file, Sample& sample, const std::string& file_name);
+// `file_size` bounds the lengths read; -1: the size of the file behind the stream (fstat).
+bool read_sample(std::FILE* file, Sample& sample, const std::string& file_name, std::int64_t file_size = -1);
 
 }  // namespace sluice::std_ops

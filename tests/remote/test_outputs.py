@@ -157,3 +157,39 @@ def test_checkpoints_and_metrics_logs_in_a_bucket(bucket, s3, proxy, tmp_path):
     proxy.set_faults([])
     run_cli(["run", "-q", "--resume", ck, path], proxy.env())
     assert [base64.b64decode(json.loads(line)["record"]) for line in out.read_text().splitlines()] == local_records()
+
+
+def test_a_cache_file_in_a_bucket_is_recorded_then_replayed(bucket, s3, proxy, tmp_path):
+    uri = f"s3://{BUCKET}/cache/records.cache"
+    out = tmp_path / "out.jsonl"
+
+    def cached_pipeline(before_cache=""):
+        path = tmp_path / "cached.txtpb"
+        path.write_text(textwrap.dedent(f"""\
+            stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{BUCKET}/in/pets.record" }} params {{ key: "shuffle" value: "false" }} }}
+            stage {{ id: "records" op: "tfrecord_reader" input: "files" }}
+            {before_cache}
+            stage {{ id: "cache" op: "cache" input: "{'trim' if before_cache else 'records'}" params {{ key: "path" value: "{uri}" }} }}
+            stage {{ id: "again" op: "repeat" input: "cache" params {{ key: "count" value: "2" }} }}
+            stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{out}" }} }}
+            """))
+        return str(path)
+
+    def written():
+        return [base64.b64decode(json.loads(line)["record"]) for line in out.read_text().splitlines()]
+
+    # The first run reads the shard once, records it into the bucket (one object, published when
+    # the first iteration is whole) and replays it for the second.
+    run_cli(["run", "-q", cached_pipeline()], proxy.env())
+    assert written() == local_records() * 2
+    assert keys(s3, "cache/") == ["cache/records.cache"] and open_uploads(s3) == []
+    # The next run replays the object from the bucket both times, without reading the shard.
+    reads_before = sum(1 for r in proxy.requests() if r["method"] == "GET" and "in/pets.record" in r["path"])
+    out.unlink()
+    run_cli(["run", "-q", cached_pipeline()], proxy.env())
+    assert written() == local_records() * 2
+    assert sum(1 for r in proxy.requests() if r["method"] == "GET" and "in/pets.record" in r["path"]) == reads_before
+    # A different pipeline before the cache is refused by name, never replayed.
+    take = 'stage { id: "trim" op: "take" input: "records" params { key: "count" value: "5" } }'
+    done = run_cli(["run", "-q", cached_pipeline(take)], proxy.env(), check=False)
+    assert done.returncode != 0 and f"cache file {uri} was made by a different pipeline" in done.stderr, done.stderr
