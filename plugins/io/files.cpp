@@ -11,6 +11,9 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <atomic>
+#include <mutex>
+#include <thread>
 
 #include "byte_source.hpp"
 #include "text_scan.hpp"
@@ -475,6 +478,9 @@ class LabelFromPath final : public Map {
 // Places365-style folder layout. The files go into FOLDER.partial-XXXXXX, which is renamed to
 // FOLDER when the run completed: an interrupted run leaves no folder that looks complete, and a
 // new set of files is never mixed into an old one (a FOLDER that holds files is refused).
+// A FOLDER in a bucket (s3://bucket/prefix) is written into a spool folder
+// (SPOOL/upload-HASH.partial-XXXXXX) and its files uploaded under the prefix when the run
+// completed; a prefix that holds objects is refused as a folder that holds files is.
 class WriteFiles final : public Sink {
  public:
   static OperatorInfo describe() {
@@ -494,8 +500,9 @@ class WriteFiles final : public Sink {
     if (folder_.empty()) throw ParamError("folder must not be empty");
     if (extension_.find('/') != std::string::npos) throw ParamError("extension must not contain '/'");
   }
-  void start(const StageInfo&) override {
+  void start(const StageInfo& info) override {
     while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
+    if (is_remote_uri(folder_)) return start_remote(info.storage);
     // A folder of files may be a run's that stopped at a checkpoint this run resumes from (taken
     // back in restore_state()): refused only if this run is about to write beside it.
     try {
@@ -549,6 +556,7 @@ class WriteFiles final : public Sink {
   void finish(bool complete) override {
     if (!refusal_.empty() && !temporary_.empty()) ::rmdir(temporary_.c_str());  // refused before its first file
     if (temporary_.empty() || !complete) return;  // the .partial folder stays, visibly incomplete
+    if (storage_) return publish_remote();
     sync_folder();  // the files' bytes reach the disk before the folder's name says they are complete
     refuse_unless_new_or_empty();
     if (::rename(temporary_.c_str(), folder_.c_str()) != 0)
@@ -569,6 +577,8 @@ class WriteFiles final : public Sink {
     const SavedOutput saved = SavedOutput::load(r);
     if (saved.target != absolute_path(folder_)) return;  // another folder (--set): this run fills its own
     saved.check_partial_of_target();
+    struct stat spool {};
+    if (storage_ && ::lstat(saved.partial.c_str(), &spool) != 0) return restore_published_remote(saved);
     // A run that stopped at the checkpoint renamed the folder to its name: it is taken back.
     reclaim_partial(saved, {folder_});
     struct stat st {};
@@ -605,7 +615,85 @@ class WriteFiles final : public Sink {
     for (const auto& path : doomed)
       if (!fs::remove(path, ec) || ec) throw Error("cannot remove " + path.string() + ", written after the checkpoint: " + ec.message());
   }
+  // ---- a folder in a bucket ----
+  void start_remote(Storage* storage) {
+    if (!storage) throw Error("cannot write " + folder_ + ": remote outputs are written through a Sluice engine (this writer was given no storage)");
+    storage_ = storage;
+    try {  // (as for a local folder, a resumed run may find the checkpoint's own files there)
+      refuse_unless_new_or_empty();
+    } catch (const Error& e) {
+      refusal_ = e.what();
+    }
+    std::string name = partial_prefix_of(folder_) + "XXXXXX";
+    if (!::mkdtemp(name.data())) throw Error("cannot create the spool folder " + name + " for " + folder_ + ": " + std::strerror(errno));
+    temporary_ = name;
+  }
+  // The spool folder's files, uploaded under the prefix by a few threads (each a PUT or a
+  // multipart upload); the spool folder goes once all are up. On a failure it stays, named with
+  // how far the upload came, so that nothing written is lost.
+  void publish_remote() {
+    refuse_unless_new_or_empty();
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(temporary_, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file()) files.push_back(it->path());
+    if (ec) throw Error("cannot list the spool folder " + temporary_ + ": " + ec.message());
+    std::atomic<std::size_t> next{0}, uploaded{0};
+    std::mutex mutex;
+    std::string failure;
+    auto upload_some = [&] {
+      for (std::size_t i; (i = next++) < files.size();) {
+        {
+          std::lock_guard lock(mutex);
+          if (!failure.empty()) return;
+        }
+        try {
+          storage_->upload(files[i].string(), folder_ + "/" + files[i].lexically_relative(temporary_).generic_string());
+          ++uploaded;
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          if (failure.empty()) failure = e.what();
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kUploadThreads; ++t) threads.emplace_back(upload_some);
+    for (auto& t : threads) t.join();
+    if (!failure.empty())
+      throw Error(failure + " (" + std::to_string(uploaded.load()) + " of the " + std::to_string(files.size()) + " files of " + folder_ +
+                  " were uploaded; all are kept in " + temporary_ + ": upload the rest from there, or remove those objects and run again)");
+    fs::remove_all(temporary_, ec);
+    temporary_.clear();
+  }
+  // The checkpoint's run published its files at its stop (its spool folder went with the upload):
+  // they stay in the bucket, this run writes the ones after them into its own spool folder and
+  // uploads those. The prefix must hold the files numbered below the checkpoint's count.
+  void restore_published_remote(const SavedOutput& saved) {
+    std::uint64_t found = 0;
+    for (const auto& object : storage_->list(folder_ + "/")) {
+      const std::string name = object.uri.substr(object.uri.rfind('/') + 1);
+      if (name.size() <= extension_.size() || name.compare(name.size() - extension_.size(), std::string::npos, extension_) != 0) continue;
+      const std::string number = name.substr(0, name.size() - extension_.size());
+      if (!number.empty() && number.size() <= 19 && std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+          std::stoull(number) < saved.length)
+        ++found;
+    }
+    if (found != saved.length)
+      throw Error(folder_ + " holds " + std::to_string(found) + " of the " + std::to_string(saved.length) +
+                  " files written before the checkpoint (removed or replaced since?); resume from a later checkpoint, or run again");
+    written_ = saved.length;
+    published_before_ = saved.length;
+    refusal_.clear();
+  }
+
   void refuse_unless_new_or_empty() const {
+    if (storage_) {
+      const auto held = storage_->list(folder_ + "/");
+      if (held.size() > published_before_)
+        throw Error("output folder " + folder_ + " already holds " + std::to_string(held.size()) + " objects (" + held.front().uri +
+                    ", ...); write_files does not mix a new set with an old one: remove them or choose another prefix");
+      return;
+    }
     struct stat st {};
     if (::stat(folder_.c_str(), &st) != 0) return;
     if (!S_ISDIR(st.st_mode))
@@ -616,7 +704,10 @@ class WriteFiles final : public Sink {
                   "remove it or choose another folder");
   }
 
+  static constexpr int kUploadThreads = 4;
   std::string folder_, field_, class_field_, extension_, temporary_;
+  Storage* storage_ = nullptr;  // for a folder in a bucket
+  std::uint64_t published_before_ = 0;  // files in the bucket already, published at the checkpoint's stop
   std::string refusal_;  // why the folder cannot be written, said at the first file
   std::set<std::string> created_;
   std::uint64_t written_ = 0;

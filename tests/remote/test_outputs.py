@@ -193,3 +193,71 @@ def test_a_cache_file_in_a_bucket_is_recorded_then_replayed(bucket, s3, proxy, t
     take = 'stage { id: "trim" op: "take" input: "records" params { key: "count" value: "5" } }'
     done = run_cli(["run", "-q", cached_pipeline(take)], proxy.env(), check=False)
     assert done.returncode != 0 and f"cache file {uri} was made by a different pipeline" in done.stderr, done.stderr
+
+
+def files_pipeline(tmp_path, folder, name="files", work_us=0):
+    path = tmp_path / f"{name}.txtpb"
+    work = (f'stage {{ id: "slow" op: "simulate_work" input: "read" params {{ key: "us" value: "{work_us}" }} buffer_size: 1 }}'
+            if work_us else "")
+    path.write_text(textwrap.dedent(f"""\
+        stage {{ id: "list" op: "list_files" params {{ key: "patterns" value: "{DATA}/jpeg/**/*.jpg" }} params {{ key: "shuffle" value: "false" }} }}
+        stage {{ id: "read" op: "read_file" input: "list" }}
+        {work}
+        stage {{ id: "out" op: "write_files" input: "{'slow' if work_us else 'read'}" params {{ key: "folder" value: "{folder}" }} params {{ key: "field" value: "data" }} params {{ key: "class_field" value: "" }} }}
+        """))
+    return str(path)
+
+
+def local_files(folder):
+    return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(folder) for f in names}
+
+
+def bucket_files(s3, prefix):
+    return {k[len(prefix) + 1:]: s3.client.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys(s3, prefix + "/")}
+
+
+def test_write_files_into_a_bucket_gives_the_local_folder(bucket, s3, tmp_path):
+    run_cli(["run", "-q", files_pipeline(tmp_path, tmp_path / "local", "local")], s3.env())
+    expected = local_files(tmp_path / "local")
+    assert len(expected) > 40
+    run_cli(["run", "-q", files_pipeline(tmp_path, f"s3://{BUCKET}/images")], s3.env())
+    assert bucket_files(s3, "images") == expected
+    assert open_uploads(s3) == []
+    # A prefix that holds objects is refused, as a folder that holds files is, and left as it was.
+    done = run_cli(["run", "-q", files_pipeline(tmp_path, f"s3://{BUCKET}/images")], s3.env(), check=False)
+    assert done.returncode != 0 and f"output folder s3://{BUCKET}/images already holds" in done.stderr, done.stderr
+    assert bucket_files(s3, "images") == expected
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "checkpoint"])
+def test_write_files_into_a_bucket_cut_or_stopped_and_resumed(bucket, s3, proxy, tmp_path, how):
+    # The shard's records, one file each, read slowly (a range of 64 KiB every 0.3 s) so that the
+    # run is cut with some written: by SIGKILL (nothing is published; the files wait in the spool
+    # folder), or by SIGTERM (a checkpoint, and the files so far published at the stop).
+    def sink(folder):
+        return (f'stage {{ id: "out" op: "write_files" input: "again" params {{ key: "folder" value: "{folder}" }} '
+                'params { key: "field" value: "record" } params { key: "class_field" value: "" } params { key: "extension" value: ".bin" }')
+    prefix = f"cut-{how}"
+    spool = tmp_path / "spool"
+    env = proxy.env(SLUICE_SPOOL_DIR=str(spool))
+    run_cli(["run", "-q", pipeline(tmp_path, sink(tmp_path / "local") + " }")], env)
+    expected = local_files(tmp_path / "local")
+    assert sorted(expected.values()) == sorted(local_records())
+    proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
+    path = pipeline(tmp_path, sink(f"s3://{BUCKET}/{prefix}") + " }", options='range_size: "64KiB" ranges_ahead: 0')
+    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "1", path], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    run.send_signal(signal.SIGKILL if how == "SIGKILL" else signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    if how == "SIGKILL":
+        assert keys(s3, prefix + "/") == []
+        assert any(spool.rglob("*.bin")), list(spool.rglob("*"))
+    else:
+        assert run.returncode == 75, stderr
+        assert 0 < len(bucket_files(s3, prefix)) < len(expected)
+    proxy.set_faults([])
+    run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), path], env)
+    assert bucket_files(s3, prefix) == expected
+    assert open_uploads(s3) == []
