@@ -36,6 +36,7 @@
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
 #include "sluice/core/param_parse.hpp"
+#include "sluice/core/remote_files.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
@@ -1314,6 +1315,11 @@ PYBIND11_MODULE(_sluice, m) {
       raise_spec_error(e);
     }
   });
+
+  m.def("read_remote_text", [](const std::string& uri) { return read_remote_text(uri); }, py::call_guard<py::gil_scoped_release>(),
+        "A whole remote object (s3://, gs://, http(s)://) as text, read with the environment's settings (metadata files).");
+  m.def("list_remote", [](const std::string& prefix) { return list_remote(prefix); }, py::call_guard<py::gil_scoped_release>(),
+        "The URIs of the objects under an s3:// or gs:// prefix, sorted.");
 
   m.def("hold", [](py::object object) { return hold_object(std::move(object)); },
         "Keeps a Python object (a stage's function, a dict of arrays) under a handle a spec can name.");

@@ -1,5 +1,7 @@
 #include "remote_access.hpp"
 
+#include "sluice/core/remote_files.hpp"
+
 #include "host_module.hpp"
 
 namespace sluice {
@@ -30,6 +32,23 @@ void StageRemoteStorage::set_options(const RemoteOptions& options) {
 Storage& host_storage() {
   static StageRemoteStorage storage;
   return storage;
+}
+
+std::string read_remote_text(const std::string& uri) {
+  auto reader = host_storage().open(uri);
+  std::string text(static_cast<std::size_t>(reader->object().size), '\0');
+  for (std::size_t got = 0; got < text.size();) {
+    const std::size_t n = reader->read(reinterpret_cast<std::byte*>(text.data()) + got, text.size() - got);
+    if (n == 0) throw DataError(uri + " ended after " + std::to_string(got) + " of its " + std::to_string(text.size()) + " bytes");
+    got += n;
+  }
+  return text;
+}
+
+std::vector<std::string> list_remote(const std::string& prefix) {
+  std::vector<std::string> uris;
+  for (auto& object : host_storage().list(prefix)) uris.push_back(std::move(object.uri));
+  return uris;
 }
 
 bool StageRemoteStorage::used() const {

@@ -40,6 +40,8 @@ class ByteSource {
 std::unique_ptr<ByteSource> open_file(const std::string& path, Compression compression, Storage* storage = nullptr);
 // The remote reader of `uri`, or a DataError saying that this stage cannot read remote URIs.
 std::unique_ptr<RemoteReader> open_remote(const std::string& uri, Storage* storage);
+// A remote object's whole contents as text (metadata files: dataset_info.json, labels).
+std::string read_remote_text(const std::string& uri, Storage* storage);
 std::unique_ptr<ByteSource> memory_source(const void* data, std::size_t size, Compression compression,
                                           const std::string& name);
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "byte_source.hpp"
 #include "text_scan.hpp"
 
 namespace fs = std::filesystem;
@@ -274,7 +275,35 @@ std::string TfdsDataset::shard_path(const std::string& split_name, std::size_t s
   return (fs::path(dir) / path).string();
 }
 
-std::string find_tfds_dataset(const std::string& data_dir, const std::string& name) {
+namespace {
+// A dataset's folder in a bucket (BASE = DATA_DIR/NAME[/CONFIG]): its version folders are the
+// prefixes BASE/VERSION/ holding a dataset_info.json, found in one listing.
+std::string find_remote_tfds_version(const std::string& base, const std::string& dataset, const std::string& version, bool has_config,
+                                     Storage* storage) {
+  if (!storage) throw DataError("cannot read " + base + ": remote URIs are read through a Sluice engine");
+  std::string newest;
+  bool any = false;
+  for (const auto& object : storage->list(base + "/")) {
+    any = true;
+    const std::string rest = object.uri.substr(base.size() + 1);  // VERSION/dataset_info.json
+    const std::size_t slash = rest.find('/');
+    if (slash == std::string::npos || rest.substr(slash + 1) != "dataset_info.json") continue;
+    const std::string v = rest.substr(0, slash);
+    if (!version.empty() ? v == version : scan::version(v) && (newest.empty() || newer_version(v, newest))) newest = v;
+  }
+  if (!any)
+    throw DataError("no dataset '" + dataset + "' in " + base.substr(0, base.size() - dataset.size() - 1) + " (nothing is stored under " + base +
+                    "/): copy the prepared dataset there (gsutil -m cp -r, aws s3 sync), or set data_dir");
+  if (newest.empty() && !version.empty())
+    throw DataError("version " + version + " of '" + dataset + "' is not prepared in " + base + " (no " + base + "/" + version + "/dataset_info.json)");
+  if (newest.empty())
+    throw DataError(base + " holds no prepared version (a folder such as 3.0.1 with a dataset_info.json)" +
+                    (has_config ? std::string() : "; if the dataset has configs, name one: " + dataset + "/CONFIG"));
+  return base + "/" + newest;
+}
+}  // namespace
+
+std::string find_tfds_dataset(const std::string& data_dir, const std::string& name, Storage* storage) {
   // NAME[/CONFIG][:VERSION], NAME and CONFIG of word characters, '.' and '-'.
   const std::size_t colon = name.find(':'), slash = name.find('/');
   const std::string dataset = name.substr(0, colon), version = colon == std::string::npos ? "" : name.substr(colon + 1);
@@ -285,6 +314,7 @@ std::string find_tfds_dataset(const std::string& data_dir, const std::string& na
     throw ParamError("name '" + name + "' is not NAME, NAME:VERSION, NAME/CONFIG or NAME/CONFIG:VERSION (as mnist, mnist:3.0.1, "
                      "imagenet2012/subset:5.0.0)");
   const fs::path base = fs::path(data_dir) / dataset;
+  if (is_remote_uri(data_dir)) return find_remote_tfds_version(base.string(), dataset, version, slash != std::string::npos, storage);
   std::error_code ec;
   if (!fs::is_directory(base, ec))
     throw DataError("no dataset '" + dataset + "' in " + data_dir + " (" + base.string() +
@@ -308,9 +338,10 @@ std::string find_tfds_dataset(const std::string& data_dir, const std::string& na
   return (base / newest).string();
 }
 
-TfdsDataset read_tfds_dataset(const std::string& dir) {
+TfdsDataset read_tfds_dataset(const std::string& dir, Storage* storage) {
   const std::string info_file = (fs::path(dir) / "dataset_info.json").string();
   const std::string features_file = (fs::path(dir) / "features.json").string();
+  if (is_remote_uri(dir)) return parse_tfds_dataset(read_remote_text(info_file, storage), read_remote_text(features_file, storage), dir);
   return dataset_from_json(read_json(info_file), [&] { return read_json(features_file); }, dir);
 }
 

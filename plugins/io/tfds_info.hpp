@@ -52,12 +52,12 @@ struct TfdsDataset {
 // The version folder `name` designates under `data_dir`: "mnist", "mnist:3.0.1",
 // "mnist/config", "mnist/config:1.2.0"; with no version, the newest one present that holds a
 // dataset_info.json. Throws DataError naming what was looked for and what is there.
-std::string find_tfds_dataset(const std::string& data_dir, const std::string& name);
+std::string find_tfds_dataset(const std::string& data_dir, const std::string& name, Storage* storage = nullptr);
 
 // Reads the version folder's dataset_info.json and features.json. Throws DataError naming the file
 // and the entry that is missing or malformed, and refuses what Sluice cannot read (a fileFormat
 // other than tfrecord, features it does not know) saying what to do.
-TfdsDataset read_tfds_dataset(const std::string& dir);
+TfdsDataset read_tfds_dataset(const std::string& dir, Storage* storage = nullptr);
 // The same from the two files' text (the fuzz target's entry), named as the files of `dir`.
 TfdsDataset parse_tfds_dataset(const std::string& info_text, const std::string& features_text, const std::string& dir);
 

@@ -40,6 +40,14 @@ std::int64_t shard_bytes(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
 }
 
+// The sizes of the objects of a version folder in a bucket, from one listing.
+std::map<std::string, std::int64_t> remote_shard_bytes(const std::string& dir, Storage* storage) {
+  std::map<std::string, std::int64_t> sizes;
+  if (!storage) throw DataError("cannot read " + dir + ": remote URIs are read through a Sluice engine");
+  for (const auto& object : storage->list(dir + "/")) sizes[object.uri] = static_cast<std::int64_t>(object.size);
+  return sizes;
+}
+
 // One element per shard a split expression reads, with the examples to skip and take there, in
 // TFDS's order (the expression's parts in turn, each part's shards in order); shuffle_files
 // shuffles them each epoch with the pipeline's seed. The reader after it (tfds_reader, interleaved
@@ -72,13 +80,14 @@ class TfdsSource final : public Source {
 
   void start(const StageInfo& info) override {
     info_ = info;
-    const TfdsDataset ds = read_tfds_dataset(find_tfds_dataset(tfds_data_dir(data_dir_), name_));
+    const TfdsDataset ds = read_tfds_dataset(find_tfds_dataset(tfds_data_dir(data_dir_), name_, info.storage), info.storage);
+    if (is_remote_uri(ds.dir)) remote_sizes_ = remote_shard_bytes(ds.dir, info.storage);
     const auto splits = ds.split_shards();
     reads_.clear();
     for (const SplitRange& range : resolve_split(split_, splits, rounding_))
       for (const ShardRead& r : shard_reads(range, ds.split(range.split).shards)) {
         const std::string path = ds.shard_path(r.split, r.shard);
-        if (shard_bytes(path) < 0)
+        if (bytes_of(path) < 0)
           throw DataError(path + ": shard " + std::to_string(r.shard) + " of split '" + r.split + "' is missing (dataset_info.json in " +
                           ds.dir + " lists it); prepare the dataset again, or copy the shard back");
         reads_.push_back({path, r});
@@ -111,7 +120,7 @@ class TfdsSource final : public Source {
     w.put<std::uint64_t>(reads_.size());
     for (const Read& r : reads_) {
       w.put_string(r.path);
-      w.put(shard_bytes(r.path));
+      w.put(bytes_of(r.path));
       w.put(r.read.skip);
       w.put(r.read.take);
     }
@@ -134,8 +143,8 @@ class TfdsSource final : public Source {
         throw Error("the checkpoint's run read " + path + " (skip " + std::to_string(skip) + ", take " + std::to_string(take) + ") where split '" +
                     split_ + "' now reads " + now.path + " (skip " + std::to_string(now.read.skip) + ", take " + std::to_string(now.read.take) +
                     "): resume with the same dataset and split");
-      if (size != shard_bytes(now.path))
-        throw Error(now.path + " had " + std::to_string(size) + " bytes in the checkpoint's run and has " + std::to_string(shard_bytes(now.path)) +
+      if (size != bytes_of(now.path))
+        throw Error(now.path + " had " + std::to_string(size) + " bytes in the checkpoint's run and has " + std::to_string(bytes_of(now.path)) +
                     " now: resume over the same dataset");
     }
     const auto ordered = r.get_within<std::uint64_t>(0, reads_.size(), "the number of shards in the saved order");
@@ -149,6 +158,13 @@ class TfdsSource final : public Source {
     std::string path;
     ShardRead read;
   };
+  // A shard's size: on disk, or as the bucket's listing gave it (-1: missing).
+  std::int64_t bytes_of(const std::string& path) const {
+    if (!is_remote_uri(path)) return shard_bytes(path);
+    auto it = remote_sizes_.find(path);
+    return it == remote_sizes_.end() ? -1 : it->second;
+  }
+  std::map<std::string, std::int64_t> remote_sizes_;
   std::string name_, split_, data_dir_;
   bool shuffle_;
   std::int64_t seed_;
@@ -174,9 +190,13 @@ std::string class_names_file(const std::string& dir, const TfdsFeature& f) {
   return (fs::path(dir) / (file_name + ".labels.txt")).string();
 }
 
-Tensor read_class_names(const std::string& dir, const TfdsFeature& f) {
+Tensor read_class_names(const std::string& dir, const TfdsFeature& f, Storage* storage) {
   const std::string path = class_names_file(dir, f);
-  std::ifstream in(path);
+  std::istringstream remote;
+  std::ifstream local;
+  std::istream& in = is_remote_uri(path) ? static_cast<std::istream&>(remote) : local;
+  if (is_remote_uri(path)) remote.str(read_remote_text(path, storage));
+  else local.open(path);
   if (!in) throw DataError(path + " cannot be read: class_names needs the names of ClassLabel '" + f.name + "'; set class_names: false");
   std::vector<std::string> names;
   for (std::string line; std::getline(in, line);) {
@@ -251,10 +271,10 @@ class TfdsReader final : public Expand {
   class Cursor final : public ExpandCursor {
    public:
     Cursor(std::string path, std::shared_ptr<const LoadedDataset> dataset, std::uint64_t skip, std::uint64_t take,
-           RecordReaderOptions options, bool class_names, DamageReport& damage)
+           RecordReaderOptions options, bool class_names, DamageReport& damage, Storage* storage)
         : path_(std::make_shared<const std::string>(std::move(path))),
           dataset_(std::move(dataset)),
-          reader_(open_file(*path_, Compression::None), *path_, options),
+          reader_(open_file(*path_, Compression::None, storage), *path_, options),
           skip_(skip),
           end_(skip + take),
           class_names_(class_names),
@@ -311,29 +331,32 @@ class TfdsReader final : public Expand {
     DamageReport& damage_;
   };
 
-  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext&, DamageReport& damage) override {
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     if (!in.find("path"))
       throw DataError("tfds_reader reads the elements of the tfds source ('path', 'skip', 'take'); this one has no 'path'");
     std::string path(in.at("path").string_at(0));
     const std::uint64_t skip = in.find("skip") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("skip").data<std::int64_t>()[0])) : 0;
     const std::uint64_t take = in.find("take") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("take").data<std::int64_t>()[0]))
                                               : std::numeric_limits<std::uint64_t>::max() - skip;
-    auto dataset = load(fs::path(path).parent_path().string());
-    return std::make_unique<Cursor>(std::move(path), std::move(dataset), skip, take, options_, class_names_, damage);
+    Storage* storage = ctx.stage ? ctx.stage->storage : nullptr;
+    auto dataset = load(fs::path(path).parent_path().string(), storage);
+    return std::make_unique<Cursor>(std::move(path), std::move(dataset), skip, take, options_, class_names_, damage, storage);
   }
 
  private:
-  std::shared_ptr<const LoadedDataset> load(const std::string& dir) {
+  std::shared_ptr<const LoadedDataset> load(const std::string& dir, Storage* storage) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = loaded_[dir];
     if (!slot) {
       auto d = std::make_shared<LoadedDataset>();
-      d->info = read_tfds_dataset(dir.empty() ? "." : dir);
+      d->info = read_tfds_dataset(dir.empty() ? "." : dir, storage);
       d->parser = std::make_unique<ExampleParser>(tfds_example_spec(d->info.features), std::vector<FeatureSpec>{});
       if (class_names_) {
+        const auto remote_sizes = is_remote_uri(d->info.dir) ? remote_shard_bytes(d->info.dir, storage) : std::map<std::string, std::int64_t>{};
+        auto exists = [&](const std::string& file) { return is_remote_uri(file) ? remote_sizes.count(file) > 0 : fs::exists(file); };
         for (const TfdsFeature& f : d->info.features)
-          if (f.kind == TfdsFeature::Kind::ClassLabel && fs::exists(class_names_file(d->info.dir, f)))
-            d->class_names[f.name] = read_class_names(d->info.dir, f);
+          if (f.kind == TfdsFeature::Kind::ClassLabel && exists(class_names_file(d->info.dir, f)))
+            d->class_names[f.name] = read_class_names(d->info.dir, f, storage);
         if (d->class_names.empty())
           throw DataError(d->info.dir + " names the classes of no ClassLabel (no FEATURE.labels.txt beside its features.json); "
                           "set class_names: false");

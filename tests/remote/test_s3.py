@@ -180,3 +180,33 @@ def test_an_object_missing_among_those_opened_ahead_is_skipped_at_its_turn(store
     assert len(local) > 5 and remote == local
     assert "Skipped in stage 'read': 1 element" in done.stdout and gone in done.stdout, done.stdout
 
+
+
+def test_a_tfds_directory_in_a_bucket_reads_as_the_local_one(store, tmp_path):
+    # A dataset prepared by tfds_writer (with the labels file TFDS writes for named classes),
+    # copied to the bucket as `gsutil cp -r` / `aws s3 sync` would, then loaded as tfds.load does.
+    data_dir = tmp_path / "tfds"
+    pipeline = tmp_path / "prepare.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        stage {{ id: "img" op: "synthetic_images" params {{ key: "count" value: "40" }} params {{ key: "height" value: "8" }} params {{ key: "width" value: "8" }} params {{ key: "classes" value: "3" }} }}
+        stage {{ id: "enc" op: "encode_image" input: "img" }}
+        stage {{ id: "out" op: "tfds_writer" input: "enc" params {{ key: "data_dir" value: "{data_dir}" }} params {{ key: "name" value: "pics" }} params {{ key: "max_records" value: "9" }} params {{ key: "class_labels" value: "label" }} params {{ key: "supervised_keys" value: "image,label" }} }}
+        """))
+    run_cli(["run", "-q", str(pipeline)], store.env())
+    (data_dir / "pics" / "1.0.0" / "label.labels.txt").write_text("cat\ndog\nbird\n")
+    store.upload_tree(BUCKET, str(data_dir), "tfds")
+
+    def load(where, **kwargs):
+        ds = sluice.data.tfds("pics", split="train[:50%]+train[75%:]", data_dir=where, **kwargs)
+        return list(ds.as_numpy_iterator())
+
+    local = load(str(data_dir), class_names=True)
+    remote = load(f"s3://{BUCKET}/tfds", class_names=True)
+    assert len(local) == 30 and len(remote) == len(local)
+    for r, l in zip(remote, local):
+        assert sorted(r) == sorted(l) == ["image", "label", "label_name"]
+        assert (r["image"] == l["image"]).all() and r["label"] == l["label"] and r["label_name"] == l["label_name"]
+    pairs = load(f"s3://{BUCKET}/tfds", as_supervised=True)
+    assert [int(label) for _, label in pairs] == [int(e["label"]) for e in local]
+    with pytest.raises(Exception, match=f"no dataset 'nothing' in s3://{BUCKET}/tfds"):
+        list(sluice.data.tfds("nothing", split="train", data_dir=f"s3://{BUCKET}/tfds").as_numpy_iterator())

@@ -971,7 +971,8 @@ _TFDS_NAME = r"^([\w.-]+)(/[\w.-]+)?(?::(\d+\.\d+\.\d+))?$"
 
 def _tfds_version_folder(name, data_dir):
     """The folder the tfds source reads for `name` (the same rule as its: the newest prepared
-    version when none is named), or None when there is none (the source then says why)."""
+    version when none is named), or None when there is none (the source then says why). A
+    data_dir in a bucket (s3://, gs://) is listed through the engine's remote storage."""
     import re
     match = re.match(_TFDS_NAME, name)
     if match is None:
@@ -980,10 +981,34 @@ def _tfds_version_folder(name, data_dir):
     if match.group(3):
         return os.path.join(base, match.group(3))
     try:
-        versions = [v for v in os.listdir(base) if re.match(r"^\d+\.\d+\.\d+$", v) and os.path.exists(os.path.join(base, v, "dataset_info.json"))]
-    except OSError:
+        if _is_remote_uri(base):
+            infos = [uri[len(base) + 1:] for uri in _sluice.list_remote(base + "/") if uri.endswith("/dataset_info.json")]
+            versions = [v.split("/")[0] for v in infos if v.count("/") == 1 and re.match(r"^\d+\.\d+\.\d+$", v.split("/")[0])]
+        else:
+            versions = [v for v in os.listdir(base) if re.match(r"^\d+\.\d+\.\d+$", v) and os.path.exists(os.path.join(base, v, "dataset_info.json"))]
+    except (OSError, ValueError, RuntimeError):
         return None
     return os.path.join(base, max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))) if versions else None
+
+
+def _read_metadata(path):
+    """A small file of a dataset's folder, local or in a bucket, as text."""
+    if _is_remote_uri(path):
+        try:
+            return _sluice.read_remote_text(path)
+        except (ValueError, RuntimeError) as e:
+            raise OSError(str(e)) from None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _metadata_exists(path):
+    if _is_remote_uri(path):
+        try:
+            return path in _sluice.list_remote(path)
+        except (ValueError, RuntimeError):
+            return False
+    return os.path.exists(path)
 
 
 def _tfds_features(feature, name=""):
@@ -1038,8 +1063,7 @@ def tfds(name, *, split=None, data_dir=None, shuffle_files=False, as_supervised=
     features = []
     if folder is not None:
         try:
-            with open(os.path.join(folder, "features.json"), encoding="utf-8") as f:
-                features = _tfds_features(json.load(f))
+            features = _tfds_features(json.loads(_read_metadata(os.path.join(folder, "features.json"))))
         except (OSError, ValueError):
             features = []  # the source refuses the dataset when it starts, naming the file
     if decode_images:
@@ -1049,10 +1073,9 @@ def tfds(name, *, split=None, data_dir=None, shuffle_files=False, as_supervised=
     fields = [field for field, _, _ in features]
     if class_names:
         fields += [f"{field}_name" for field, kind, _ in features
-                   if kind == "class_label" and os.path.exists(os.path.join(folder, field.replace("/", "-") + ".labels.txt"))]
+                   if kind == "class_label" and _metadata_exists(os.path.join(folder, field.replace("/", "-") + ".labels.txt"))]
     if as_supervised:
-        with open(os.path.join(folder, "dataset_info.json"), encoding="utf-8") as f:
-            keys = json.load(f).get("supervisedKeys", {})
+        keys = json.loads(_read_metadata(os.path.join(folder, "dataset_info.json"))).get("supervisedKeys", {})
         pair = ([keys["input"], keys["output"]] if "input" in keys else
                 [item.get("featureKey") for item in keys.get("tuple", {}).get("items", [])])
         if len(pair) != 2 or None in pair:
