@@ -556,6 +556,16 @@ class TestStudio : public QObject {
     QVERIFY2(folder, "write_files has a folder parameter");
     QVERIFY(qobject_cast<QLineEdit*>(folder));
     QVERIFY(window_->inspector().findChild<QWidget*>("row:folder")->findChild<QToolButton*>());
+    // A bucket's prefix typed in is kept as typed (not made a path beside the file) and is no problem.
+    auto* line = qobject_cast<QLineEdit*>(folder);
+    line->setFocus();
+    line->selectAll();
+    QTest::keyClicks(line, "s3://bucket/flipped");
+    QTest::keyClick(line, Qt::Key_Return);
+    QCOMPARE(stage_of(window_->document().spec(), "out")->params().at("folder"), std::string("s3://bucket/flipped"));
+    QTRY_VERIFY(window_->inspector().settled());
+    QCOMPARE(window_->inspector().message("folder"), QString());
+    QVERIFY(window_->inspector().findChild<QWidget*>("row:folder")->findChild<QToolButton*>()->toolTip().contains("s3://"));
   }
 
   // AUTOTUNE from the inspector: "autotune" typed into workers or output buffer is -1 in the file.

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "sluice/core/param_parse.hpp"
+#include "sluice/storage.hpp"
 
 namespace sluice::studio {
 
@@ -450,11 +451,13 @@ void Inspector::add_param_row(const ParamSpec& spec, const spec::Stage& stage) {
       h->addWidget(line, 1);
       auto* browse = new QToolButton;
       browse->setText("…");
-      browse->setToolTip("Choose a file");
+      browse->setToolTip("Choose a local file (or type an s3://, gs://, http:// or https:// URI into the field)");
       connect(browse, &QToolButton::clicked, this, [this, line, name, spec] {
         const QString title = QString("Choose %1").arg(name);
-        const QString file = spec.type == ParamType::OutputPath ? QFileDialog::getSaveFileName(this, title, line->text())
-                                                                : QFileDialog::getOpenFileName(this, title, line->text());
+        // A URI names no local folder to start the dialog in.
+        const QString start = is_remote_uri(line->text().toStdString()) ? QString() : line->text();
+        const QString file = spec.type == ParamType::OutputPath ? QFileDialog::getSaveFileName(this, title, start)
+                                                                : QFileDialog::getOpenFileName(this, title, start);
         if (file.isEmpty()) return;
         line->setText(file);
         commit(name, file, spec);
