@@ -210,3 +210,41 @@ def test_a_tfds_directory_in_a_bucket_reads_as_the_local_one(store, tmp_path):
     assert [int(label) for _, label in pairs] == [int(e["label"]) for e in local]
     with pytest.raises(Exception, match=f"no dataset 'nothing' in s3://{BUCKET}/tfds"):
         list(sluice.data.tfds("nothing", split="train", data_dir=f"s3://{BUCKET}/tfds").as_numpy_iterator())
+
+
+def test_the_metrics_endpoint_counts_remote_reads_and_shows_no_secret(store, tmp_path):
+    import subprocess
+    import time
+    import urllib.request
+    from conftest import CLI, free_port
+    secret = "endp0int-Secret/Key+ForGrep"
+    port = free_port()
+    pipeline = tmp_path / "served.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "s3://{BUCKET}/tfrecord/*.record" }} }}
+        stage {{ id: "records" op: "tfrecord_reader" input: "files" }}
+        stage {{ id: "slow" op: "simulate_work" input: "records" params {{ key: "us" value: "20000" }} buffer_size: 1 }}
+        stage {{ id: "out" op: "null_sink" input: "slow" }}
+        """))
+    run = subprocess.Popen([CLI, "run", "-q", "--metrics-addr", f"127.0.0.1:{port}", str(pipeline)], env=store.env(AWS_SECRET_ACCESS_KEY=secret),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        answers = {}
+        deadline = time.time() + 20
+        while time.time() < deadline and len(answers) < 3:
+            for path in ("/metrics", "/pipeline", "/snapshot"):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+                        body = answer.read().decode(errors="replace")  # (/snapshot is a protobuf message)
+                    if path != "/metrics" or "sluice_stage_remote_requests_total" in body:
+                        answers[path] = body
+                except OSError:
+                    time.sleep(0.1)
+        assert set(answers) == {"/metrics", "/pipeline", "/snapshot"}, answers.keys()
+        assert 'sluice_stage_remote_requests_total{stage="records"' in answers["/metrics"], answers["/metrics"][:2000]
+        for body in answers.values():
+            assert secret not in body
+    finally:
+        run.terminate()
+        stdout, stderr = run.communicate(timeout=60)
+    assert secret not in stdout + stderr
