@@ -37,11 +37,7 @@ Storage& host_storage() {
 std::string read_remote_text(const std::string& uri) {
   auto reader = host_storage().open(uri);
   std::string text(static_cast<std::size_t>(reader->object().size), '\0');
-  for (std::size_t got = 0; got < text.size();) {
-    const std::size_t n = reader->read(reinterpret_cast<std::byte*>(text.data()) + got, text.size() - got);
-    if (n == 0) throw DataError(uri + " ended after " + std::to_string(got) + " of its " + std::to_string(text.size()) + " bytes");
-    got += n;
-  }
+  read_exactly(*reader, reinterpret_cast<std::byte*>(text.data()), text.size());
   return text;
 }
 

@@ -396,13 +396,8 @@ std::pair<std::shared_ptr<Buffer>, std::size_t> read_whole_object(const std::str
   auto reader = open_remote(uri, storage);
   const auto size = static_cast<std::size_t>(reader->object().size);
   auto buffer = HostAllocator::instance().allocate(std::max<std::size_t>(size, 1));
-  std::size_t got = 0;
-  while (got < size) {
-    const std::size_t n = reader->read(buffer->data() + got, size - got);
-    if (n == 0) throw DataError(uri + " ended after " + std::to_string(got) + " of its " + std::to_string(size) + " bytes");
-    got += n;
-  }
-  return {std::move(buffer), got};
+  read_exactly(*reader, buffer->data(), size);
+  return {std::move(buffer), size};
 }
 
 class ReadFile final : public Map {

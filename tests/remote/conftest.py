@@ -108,6 +108,17 @@ def s3(tmp_path_factory):
     server.stop()
 
 
+def run_cli_cut(args, env, after, sig=None):
+    """Runs the CLI and sends it `sig` (SIGTERM by default: a checkpoint, then exit 75) after
+    `after` seconds; the finished process."""
+    import signal
+    run = subprocess.Popen([CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    time.sleep(after)
+    run.send_signal(sig if sig is not None else signal.SIGTERM)
+    run.stdout_text, run.stderr_text = run.communicate(timeout=60)
+    return run
+
+
 def run_cli(args, env, check=True, timeout=120):
     done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
     if check and done.returncode != 0:

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import DATA, file_records, run_cli
+from conftest import DATA, file_records, run_cli, run_cli_cut
 
 BUCKET = "sluice-faults"
 SHARD = "tfrecord/pets_examples.record"  # 1.4 MB: several ranges with a 256 KiB range size
@@ -126,10 +126,6 @@ def test_report_and_metrics_log_count_requests_retries_and_throttles(bucket, pro
 
 
 def test_a_run_cut_mid_object_resumes_from_its_checkpoint(bucket, proxy, expected, tmp_path):
-    import signal
-    import subprocess
-    import time
-    from conftest import CLI
     # Slow answers, so that SIGTERM lands with the shard half read.
     proxy.set_faults([{"key": SHARD, "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
     out = tmp_path / "out.jsonl"
@@ -140,12 +136,8 @@ def test_a_run_cut_mid_object_resumes_from_its_checkpoint(bucket, proxy, expecte
         stage {{ id: "records" op: "tfrecord_reader" input: "files" buffer_size: 1 }}
         stage {{ id: "out" op: "jsonl_sink" input: "records" params {{ key: "path" value: "{out}" }} }}
         """))
-    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], env=proxy.env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    run.send_signal(signal.SIGTERM)
-    stdout, stderr = run.communicate(timeout=60)
-    assert run.returncode == 75, stderr
+    run = run_cli_cut(["run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], proxy.env(), after=1.5)
+    assert run.returncode == 75, run.stderr_text
     with open(out) as f:  # published at the stop with what was read; the resumed run goes on with it
         assert 0 < len(f.readlines()) < len(expected[0])
     read_before = [r for r in proxy.requests() if r["method"] == "GET"]
@@ -190,10 +182,6 @@ def test_an_object_replaced_while_it_is_read_is_named(bucket, proxy, s3, tmp_pat
 def test_a_resumed_run_refuses_an_object_replaced_since_its_checkpoint(bucket, proxy, s3, tmp_path):
     # A checkpoint keeps each listed object's size and ETag: an object replaced by one of the same
     # size (one byte changed) is named on resume, not read on as if it were the one begun.
-    import signal
-    import subprocess
-    import time
-    from conftest import CLI
     for name in ("a", "b"):
         s3.client.upload_file(os.path.join(DATA, SHARD), bucket, f"replaced/{name}.record")
     proxy.set_faults([{"key": "replaced/", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
@@ -204,12 +192,8 @@ def test_a_resumed_run_refuses_an_object_replaced_since_its_checkpoint(bucket, p
         stage {{ id: "records" op: "tfrecord_reader" input: "files" buffer_size: 1 }}
         stage {{ id: "out" op: "null_sink" input: "records" }}
         """))
-    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], env=proxy.env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    run.send_signal(signal.SIGTERM)
-    _, stderr = run.communicate(timeout=60)
-    assert run.returncode == 75, stderr
+    run = run_cli_cut(["run", "-q", "--checkpoint", str(tmp_path / "ck"), str(pipeline)], proxy.env(), after=1.5)
+    assert run.returncode == 75, run.stderr_text
     with open(os.path.join(DATA, SHARD), "rb") as f:
         data = bytearray(f.read())
     data[-1] ^= 0xFF  # the same size, other bytes: another ETag

@@ -5,13 +5,11 @@ import base64
 import json
 import os
 import signal
-import subprocess
 import textwrap
-import time
 
 import pytest
 
-from conftest import CLI, DATA, file_records, run_cli
+from conftest import DATA, file_records, run_cli, run_cli_cut
 
 BUCKET = "sluice-outputs"
 SHARD = os.path.join(DATA, "tfrecord", "pets_examples.record")
@@ -90,11 +88,7 @@ def test_a_cut_run_leaves_no_object_and_no_upload(bucket, s3, proxy, tmp_path, h
     proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.2, "times": -1}])
     path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "s3://{BUCKET}/{key}" }} }}',
                     repeat=50, options='range_size: "64KiB" ranges_ahead: 0')
-    run = subprocess.Popen([CLI, "run", "-q", path], env=proxy.env(SLUICE_SPOOL_DIR=str(tmp_path / "spool")),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    run.send_signal(how)
-    run.communicate(timeout=60)
+    run = run_cli_cut(["run", "-q", path], proxy.env(SLUICE_SPOOL_DIR=str(tmp_path / "spool")), after=1.5, sig=how)
     assert run.returncode != 0
     assert keys(s3, "cut/") == [] or key not in keys(s3, "cut/")
     assert open_uploads(s3) == []
@@ -107,12 +101,8 @@ def test_a_checkpointed_output_is_taken_back_and_continued(bucket, s3, proxy, tm
     path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{uri}" }} }}',
                     options='range_size: "64KiB" ranges_ahead: 0')
     env = proxy.env(SLUICE_SPOOL_DIR=str(tmp_path / "spool"))
-    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), path], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    run.send_signal(signal.SIGTERM)
-    _, stderr = run.communicate(timeout=60)
-    assert run.returncode == 75, stderr
+    run = run_cli_cut(["run", "-q", "--checkpoint", str(tmp_path / "ck"), path], env, after=1.5)
+    assert run.returncode == 75, run.stderr_text
     first = s3.client.get_object(Bucket=BUCKET, Key="resumed/records.jsonl")["Body"].read().decode().splitlines()
     assert 0 < len(first) < len(local_records())  # published at the stop, as a local output is
     proxy.set_faults([])
@@ -145,12 +135,8 @@ def test_checkpoints_and_metrics_logs_in_a_bucket(bucket, s3, proxy, tmp_path):
     proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
     path = pipeline(tmp_path, f'stage {{ id: "out" op: "jsonl_sink" input: "again" params {{ key: "path" value: "{out}" }} }}',
                     options='range_size: "64KiB" ranges_ahead: 0')
-    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", ck, "--metrics-log", log, path], env=proxy.env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    run.send_signal(signal.SIGTERM)
-    _, stderr = run.communicate(timeout=60)
-    assert run.returncode == 75, stderr
+    run = run_cli_cut(["run", "-q", "--checkpoint", ck, "--metrics-log", log, path], proxy.env(), after=1.5)
+    assert run.returncode == 75, run.stderr_text
     assert keys(s3, "ck/") == ["ck/run1/checkpoint.sluice"]
     snapshots = s3.client.get_object(Bucket=BUCKET, Key="logs/run1.jsonl")["Body"].read().decode().splitlines()
     assert snapshots and all(json.loads(line)["stage"] for line in snapshots)
@@ -246,16 +232,13 @@ def test_write_files_into_a_bucket_cut_or_stopped_and_resumed(bucket, s3, proxy,
     assert sorted(expected.values()) == sorted(local_records())
     proxy.set_faults([{"key": "in/pets.record", "method": "GET", "action": "delay", "seconds": 0.3, "times": -1}])
     path = pipeline(tmp_path, sink(f"s3://{BUCKET}/{prefix}") + " }", options='range_size: "64KiB" ranges_ahead: 0')
-    run = subprocess.Popen([CLI, "run", "-q", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "1", path], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    run.send_signal(signal.SIGKILL if how == "SIGKILL" else signal.SIGTERM)
-    _, stderr = run.communicate(timeout=60)
+    run = run_cli_cut(["run", "-q", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "1", path], env, after=2,
+                      sig=signal.SIGKILL if how == "SIGKILL" else signal.SIGTERM)
     if how == "SIGKILL":
         assert keys(s3, prefix + "/") == []
         assert any(spool.rglob("*.bin")), list(spool.rglob("*"))
     else:
-        assert run.returncode == 75, stderr
+        assert run.returncode == 75, run.stderr_text
         assert 0 < len(bucket_files(s3, prefix)) < len(expected)
     proxy.set_faults([])
     run_cli(["run", "-q", "--resume", str(tmp_path / "ck"), path], env)

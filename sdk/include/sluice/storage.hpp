@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/error.hpp"
+
 namespace sluice {
 
 /// Whether `path` names a remote object rather than a local file: s3://, gs://, http://, https://.
@@ -41,6 +43,18 @@ class RemoteReader {
   /// The next read() starts at byte `offset` (past the end: read() returns 0).
   virtual void seek(std::uint64_t offset) = 0;
 };
+
+/// Reads the next `size` bytes of `reader`'s object into `dst` (a whole object, after open);
+/// throws DataError naming the URI when the object ends before them.
+inline void read_exactly(RemoteReader& reader, std::byte* dst, std::uint64_t size) {
+  for (std::uint64_t got = 0; got < size;) {
+    const std::size_t n = reader.read(dst + got, static_cast<std::size_t>(size - got));
+    if (n == 0)
+      throw DataError(reader.object().uri + " ended after " + std::to_string(got) + " of its " + std::to_string(size) +
+                      " bytes; it changed while it was read");
+    got += n;
+  }
+}
 
 /// The host's remote storage, given to operators in StageInfo::storage.
 class Storage {
