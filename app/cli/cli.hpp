@@ -62,4 +62,15 @@ struct RunOptions {
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
             std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options);
 
+// `sluice index` (index.cpp): index files of TFRecord files, for random_access.
+struct IndexRequest {
+  std::vector<std::string> files;
+  std::string index_dir;         // empty: FILE.idx beside each file
+  std::string format = "sluice";  // or "dali"
+  bool rebuild = false;
+  int parallelism = 2;
+  bool quiet = false;
+};
+int cmd_index(const CommonOptions& common, const IndexRequest& request);
+
 }  // namespace sluice_cli

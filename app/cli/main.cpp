@@ -406,6 +406,17 @@ int main(int argc, char** argv) {
   plugins->add_flag("--verbose", verbose, "also list plugin libraries, the search path, and refused libraries");
   add_plugin_dir(plugins);
 
+  IndexRequest index_request;
+  auto* index = app.add_subcommand("index", "write the index files of TFRecord files (the offset of every record), which random_access reads");
+  index->add_option("files", index_request.files, "TFRecord files (not gzip)")->required();
+  index->add_option("--index-dir", index_request.index_dir, "write the indexes into this folder (default: FILE.idx beside each file)");
+  index->add_option("--format", index_request.format, "sluice (checked against the file's size and time) or dali (tfrecord2idx's text)")
+      ->check(CLI::IsMember({"sluice", "dali"}));
+  index->add_flag("--rebuild", index_request.rebuild, "write every index again, even one that is up to date");
+  index->add_option("--parallelism,-j", index_request.parallelism, "files indexed at once (default 2)")->check(CLI::PositiveNumber);
+  index->add_flag("--quiet,-q", index_request.quiet, "no progress line");
+  add_plugin_dir(index);
+
   NewPluginRequest new_plugin;
   auto* scaffold = app.add_subcommand("new-plugin", "write a ready out-of-tree plugin project (operator, test, CMake, README)");
   scaffold->add_option("name", new_plugin.name, "the plugin's and its operator's name (lower-case, digits, underscores)")->required();
@@ -426,6 +437,7 @@ int main(int argc, char** argv) {
     if (*validate) return cmd_validate(common, file, sets, worker_args);
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
     if (*scaffold) return cmd_new_plugin(common, new_plugin);
+    if (*index) return cmd_index(common, index_request);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;

@@ -242,8 +242,22 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
                                             shard.id(), fmt::join(uneven, ", ")));
     }
   };
-  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
-    if (graph.stages[i].inputs.empty()) shard_source(i);
+  // A source that shards itself (it takes the job's worker count, as random_access splits its
+  // index space) is left to do so: a shard after it would read every record on every worker.
+  auto shards_itself = [&](int source) {
+    for (const auto& p : graph.stages[source].op->info.params)
+      if (p.hint_role == ParamSpec::HintRole::Takes && p.hint == "num_workers") return true;
+    return false;
+  };
+  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
+    if (!graph.stages[i].inputs.empty()) continue;
+    if (shards_itself(i)) {
+      plan.notes.push_back(fmt::format("'{}' ({}) shards itself: this worker reads 1 in {} of its records", graph.stages[i].id,
+                                       graph.stages[i].op->info.name, n));
+      continue;
+    }
+    shard_source(i);
+  }
   return finish();
 }
 

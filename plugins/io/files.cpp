@@ -710,6 +710,25 @@ class WriteFiles final : public Sink {
 
 }  // namespace
 
+std::vector<std::string> match_local_patterns(const std::vector<std::string>& patterns, const std::string& op) {
+  std::vector<std::string> files;
+  for (const auto& written : patterns) {
+    std::vector<std::string> expanded;
+    expand_braces(written, expanded);
+    for (const auto& pattern : expanded) {
+      if (is_remote_uri(pattern))
+        throw ParamError(op + " reads local files; '" + pattern + "' is remote: copy the files to a local disk, or read them in file order "
+                         "with list_files and a reader");
+      auto matched = glob(pattern);
+      if (matched.empty())
+        throw DataError("pattern '" + pattern + "'" + (pattern == written ? "" : " (of '" + written + "')") + " matches no file: " +
+                        why_nothing_matches(pattern));
+      files.insert(files.end(), matched.begin(), matched.end());
+    }
+  }
+  return files;
+}
+
 void register_files(Registrar& registrar) {
   registrar.add<WriteFiles>();
   registrar.add<ListFiles>();

@@ -7,4 +7,5 @@ SLUICE_PLUGIN("io", "0.1.0", "Files, TFRecord and tf.Example, CSV, text lines, f
   sluice::io::register_text(registrar);
   sluice::io::register_tfds(registrar);
   sluice::io::register_webdataset(registrar);
+  sluice::io::register_random_access(registrar);
 }

@@ -1,0 +1,285 @@
+// Random access to TFRecord files through their index files: a global shuffle of every record of
+// every file (a computed permutation, IndexShuffle), sharded by position in that order, read with
+// positioned reads; and tfrecord_index, which writes the index files (`sluice index`).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <map>
+
+#include "crc32c.hpp"
+#include "index_shuffle.hpp"
+#include "io_plugin.hpp"
+#include "tfrecord_index.hpp"
+
+namespace sluice::io {
+namespace {
+
+IndexFormat index_format_of(const Params& p) { return p.get_string("format") == "dali" ? IndexFormat::Dali : IndexFormat::Sluice; }
+
+// A file's index: read when there and fresh; built and written when missing (and `build` holds),
+// or when `rebuild` holds. A stale or damaged index is refused unless rebuilt.
+struct IndexOutcome {
+  TfrecordIndex index;
+  std::string path;
+  std::string state;  // "up to date", "built", "rebuilt"
+};
+IndexOutcome index_of(const std::string& file, const std::string& index_dir, bool build, bool rebuild, IndexFormat format) {
+  IndexOutcome out;
+  out.path = index_path_for(file, index_dir);
+  if (!rebuild && ::access(out.path.c_str(), F_OK) == 0) {
+    out.index = read_tfrecord_index(out.path, file);
+    out.state = "up to date";
+    return out;
+  }
+  const bool existed = ::access(out.path.c_str(), F_OK) == 0;
+  if (!build && !existed)
+    throw DataError("no index for " + file + " (looked for " + out.path + "): build it with `sluice index " + file + "`" +
+                    (index_dir.empty() ? "" : " --index-dir " + index_dir) + ", or set build_index: true");
+  out.index = build_tfrecord_index(file);
+  try {
+    write_tfrecord_index(out.index, out.path, format);
+  } catch (const Error& e) {
+    throw DataError(std::string(e.what()) + " (the index of " + file + "; give index_dir a folder you can write)");
+  }
+  out.state = existed ? "rebuilt" : "built";
+  return out;
+}
+
+// Writes (or checks) the index of the file a field names: one element per file, with what was done.
+class TfrecordIndexOp final : public Map {
+ public:
+  static OperatorInfo describe() {
+    return {"tfrecord_index",
+            OperatorKind::Map,
+            "Writes the index file of the TFRecord file a field names (offset of every record), unless a fresh one is there: "
+            "what random_access reads; adds 'records', 'index_file' and 'state'",
+            {ParamSpec::make("field", ParamType::String, "field holding the file's path").def("path"),
+             ParamSpec::make("index_dir", ParamType::Path, "folder of the index files; empty: FILE.idx beside each file").def(""),
+             ParamSpec::make("format", ParamType::Choice, "sluice (with the file's size and time) or dali (tfrecord2idx's text)")
+                 .def("sluice")
+                 .one_of({"sluice", "dali"}),
+             ParamSpec::make("rebuild", ParamType::Bool, "write every index again, stale or not").def("false")},
+            {.stateless = true},
+            {}};
+  }
+  explicit TfrecordIndexOp(const Params& p)
+      : field_(p.get_string("field")), index_dir_(p.get_string("index_dir")), format_(index_format_of(p)), rebuild_(p.get_bool("rebuild")) {}
+  Sample map(Sample in, const ElementContext&) override {
+    const std::string file(in.at(field_).string_at(0));
+    IndexOutcome done = index_of(file, index_dir_, true, rebuild_, format_);
+    in.set("records", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(done.index.records())));
+    in.set("index_file", Tensor::from_string(done.path));
+    in.set("state", Tensor::from_string(done.state));
+    return in;
+  }
+
+ private:
+  std::string field_, index_dir_;
+  IndexFormat format_;
+  bool rebuild_;
+};
+
+// Open files of the source, the most recently used kept (a dataset of many files holds few).
+class OpenFiles {
+ public:
+  ~OpenFiles() {
+    for (auto& [file, fd] : open_) ::close(fd);
+  }
+  int fd(std::size_t file, const std::string& path) {
+    if (auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& e) { return e.first == file; }); it != open_.end()) {
+      open_.splice(open_.begin(), open_, it);
+      return open_.front().second;
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError("cannot read " + path + ": " + std::strerror(errno));
+    if (open_.size() >= kKept) {
+      ::close(open_.back().second);
+      open_.pop_back();
+    }
+    open_.emplace_front(file, fd);
+    return fd;
+  }
+
+ private:
+  static constexpr std::size_t kKept = 64;
+  std::list<std::pair<std::size_t, int>> open_;
+};
+
+class RandomAccess final : public Source {
+ public:
+  static OperatorInfo describe() {
+    return {"random_access",
+            OperatorKind::Source,
+            "Every record of the TFRecord files the patterns name, through their index files, in a different permutation of all "
+            "records each epoch (a global shuffle) or in file order; 'record', 'path', 'index', 'offset' as tfrecord_reader gives "
+            "them; sharded by position, so every worker gets an equal share",
+            {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009})"),
+             ParamSpec::make("shuffle", ParamType::Bool, "a permutation of all records each epoch; false: file order").def("true"),
+             ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
+             ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "another permutation each epoch").def("true"),
+             ParamSpec::make("index_dir", ParamType::Path, "folder of the index files; empty: FILE.idx beside each file").def(""),
+             ParamSpec::make("build_index", ParamType::Bool, "build missing index files (a stale one is refused)").def("true"),
+             ParamSpec::make("index_format", ParamType::Choice, "the form of the index files it builds").def("sluice").one_of({"sluice", "dali"}),
+             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("num_shards", ParamType::Int, "number of shards; -1: the number of workers of the job")
+                 .def("-1")
+                 .range(-1, std::nullopt)
+                 .takes_hint("num_workers"),
+             ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards; -1: this worker's index")
+                 .def("-1")
+                 .range(-1, std::nullopt)
+                 .takes_hint("worker_index")},
+            {.stateless = false, .random = true, .saves_state = true},
+            {}};
+  }
+  explicit RandomAccess(const Params& p)
+      : patterns_(p.get_string_list("patterns")),
+        shuffle_(p.get_bool("shuffle")),
+        seed_(p.get_int("seed")),
+        reshuffle_(p.get_bool("reshuffle_each_iteration")),
+        index_dir_(p.get_string("index_dir")),
+        build_(p.get_bool("build_index")),
+        format_(p.get_string("index_format") == "dali" ? IndexFormat::Dali : IndexFormat::Sluice),
+        verify_crc_(p.get_bool("verify_crc")) {
+    if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
+    shards_ = p.get_int("num_shards");
+    if (shards_ == 0) throw ParamError("num_shards is 0; use 1 or more, or -1 for the number of workers");
+    if (shards_ < 0) shards_ = 1;
+    shard_ = std::max<std::int64_t>(0, p.get_int("index"));
+    if (shard_ >= shards_) throw ParamError("index " + std::to_string(shard_) + " must be less than num_shards " + std::to_string(shards_));
+  }
+
+  void start(const StageInfo& info) override {
+    info_ = info;
+    files_ = match_local_patterns(patterns_, "random_access");
+    first_record_.assign(1, 0);
+    indexes_.clear();
+    path_tensors_.clear();
+    paths_.clear();
+    for (const auto& file : files_) {
+      indexes_.push_back(index_of(file, index_dir_, build_, false, format_).index);
+      first_record_.push_back(first_record_.back() + indexes_.back().records());
+      path_tensors_.push_back(Tensor::from_string(file));
+      paths_.push_back(std::make_shared<const std::string>(file));
+    }
+  }
+  void begin_pass(std::uint64_t pass) override {
+    pass_ = pass;
+    next_ = 0;
+    key_ = Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
+  }
+  // This shard's count: positions shard, shard + shards, ... below the records' total.
+  std::int64_t expected_elements() const override {
+    const std::uint64_t total = first_record_.back(), s = static_cast<std::uint64_t>(shard_);
+    return total <= s ? 0 : static_cast<std::int64_t>((total - s + static_cast<std::uint64_t>(shards_) - 1) / static_cast<std::uint64_t>(shards_));
+  }
+  bool next(Sample& out, const ElementContext&) override {
+    const std::uint64_t total = first_record_.back();
+    const std::uint64_t position = static_cast<std::uint64_t>(shard_) + next_ * static_cast<std::uint64_t>(shards_);
+    if (position >= total) return false;
+    const std::uint64_t global = shuffle_ ? IndexShuffle(total, key_)(position) : position;
+    ++next_;
+    read_record(global, out);
+    return true;
+  }
+  // The files and their record counts (a resume over other files is refused), then the epoch's
+  // place: one number, whatever the dataset's size.
+  void save_state(StateWriter& w) const override {
+    w.put<std::uint64_t>(files_.size());
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      w.put_string(files_[i]);
+      w.put<std::uint64_t>(indexes_[i].records());
+    }
+    w.put<std::int64_t>(shards_);
+    w.put<std::int64_t>(shard_);
+    w.put<std::uint64_t>(next_);
+    w.describe("epoch " + std::to_string(pass_) + ": " + std::to_string(next_) + " of " + std::to_string(expected_elements()) + " records");
+  }
+  void restore_state(StateReader& r) override {
+    const auto count = r.get<std::uint64_t>();
+    if (count != files_.size())
+      throw Error("the checkpoint's run read " + std::to_string(count) + " files, the patterns now match " + std::to_string(files_.size()) +
+                  ": resume over the same files");
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      const std::string path = r.get_string();
+      const auto records = r.get<std::uint64_t>();
+      if (path != files_[i] || records != indexes_[i].records())
+        throw Error("file " + std::to_string(i + 1) + " was " + path + " with " + std::to_string(records) + " records in the checkpoint's run and is " +
+                    files_[i] + " with " + std::to_string(indexes_[i].records()) + " now: resume over the same files");
+    }
+    const auto shards = r.get<std::int64_t>(), shard = r.get<std::int64_t>();
+    if (shards != shards_ || shard != shard_)
+      throw Error("the checkpoint was taken as shard " + std::to_string(shard) + " of " + std::to_string(shards) + ", this run is shard " +
+                  std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
+    next_ = r.get_within<std::uint64_t>(0, static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0)), "the next record's place");
+  }
+
+ private:
+  void read_record(std::uint64_t global, Sample& out) {
+    const std::size_t file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
+    const std::size_t record = static_cast<std::size_t>(global - first_record_[file]);
+    const TfrecordIndex& index = indexes_[file];
+    const std::uint64_t offset = index.offsets[record], framed = index.framed_size(record);
+    auto buffer = pool_.allocate(static_cast<std::size_t>(framed));
+    const int fd = files_open_.fd(file, files_[file]);
+    for (std::uint64_t got = 0; got < framed;) {
+      const ssize_t n = ::pread(fd, buffer->data() + got, static_cast<std::size_t>(framed - got), static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + "): " +
+                        (n == 0 ? std::string("the file ends before it (changed since it was indexed?)") : std::strerror(errno)));
+      got += static_cast<std::uint64_t>(n);
+    }
+    const std::byte* data = buffer->data();
+    std::uint64_t length = 0;
+    std::memcpy(&length, data, 8);
+    if (length + 16 != framed)
+      throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + ") holds " + std::to_string(length) +
+                      " bytes where its index says " + std::to_string(framed - 16) + ": the file changed since it was indexed; build the index again");
+    if (verify_crc_) {
+      std::uint32_t length_crc = 0, data_crc = 0;
+      std::memcpy(&length_crc, data + 8, 4);
+      std::memcpy(&data_crc, data + 12 + length, 4);
+      if (mask_crc(crc32c(data, 8)) != length_crc || mask_crc(crc32c(data + 12, static_cast<std::size_t>(length))) != data_crc)
+        throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + "): its CRC does not match (damaged)");
+    }
+    out.set("record", Tensor::bytes_view(std::move(buffer), 12, static_cast<std::size_t>(length)));
+    out.set("path", path_tensors_[file]);
+    out.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(record)));
+    out.set("offset", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(offset)));
+    out.set_origin(paths_[file], static_cast<std::int64_t>(record), static_cast<std::int64_t>(offset));
+  }
+
+  std::vector<std::string> patterns_;
+  bool shuffle_;
+  std::int64_t seed_;
+  bool reshuffle_;
+  std::string index_dir_;
+  bool build_;
+  IndexFormat format_;
+  bool verify_crc_;
+  std::int64_t shards_ = 1, shard_ = 0;
+  StageInfo info_;
+  std::vector<std::string> files_;
+  std::vector<TfrecordIndex> indexes_;
+  std::vector<std::uint64_t> first_record_;  // global number of each file's first record; back(): the total
+  std::vector<Tensor> path_tensors_;
+  std::vector<std::shared_ptr<const std::string>> paths_;
+  PooledHostAllocator pool_;
+  OpenFiles files_open_;
+  std::uint64_t pass_ = 0, key_ = 0;
+  std::uint64_t next_ = 0;  // this shard's next place in the pass
+};
+
+}  // namespace
+
+void register_random_access(Registrar& registrar) {
+  registrar.add<RandomAccess>();
+  registrar.add<TfrecordIndexOp>();
+}
+
+}  // namespace sluice::io

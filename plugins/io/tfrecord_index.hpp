@@ -1,0 +1,47 @@
+#pragma once
+// Index files of TFRecord files: where each record starts, so that a record can be read at
+// random with one positioned read (the random_access source, `sluice index`).
+//
+// Sluice's own form (FILE.idx beside the file, or INDEX_DIR/NAME-HASH.idx): the magic
+// "SLCIDX01", then little-endian u64s: the file's size, its modification time (ns since the
+// epoch), the record count, each record's byte offset, and a checksum of all that. A file whose
+// size or modification time no longer matches is refused by name. DALI's tfrecord2idx form
+// (text lines "OFFSET SIZE", SIZE the record's bytes on disk with its framing) is read too, and
+// written on request; it records no time, so only its sizes are checked against the file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::io {
+
+enum class IndexFormat { Sluice, Dali };
+
+struct TfrecordIndex {
+  std::uint64_t file_size = 0;
+  std::int64_t mtime_ns = 0;           // 0: not recorded (DALI's form)
+  std::vector<std::uint64_t> offsets;  // each record's first byte (its length field)
+
+  std::uint64_t records() const { return offsets.size(); }
+  // Record i's bytes on disk, framing included (8 length, 4 CRC, data, 4 CRC).
+  std::uint64_t framed_size(std::size_t i) const { return (i + 1 < offsets.size() ? offsets[i + 1] : file_size) - offsets[i]; }
+};
+
+// Where the index of `file` lives: FILE.idx, or in `index_dir` (NAME-HASH.idx, HASH of the
+// file's absolute path, so that two files of one name in different folders do not meet).
+std::string index_path_for(const std::string& file, const std::string& index_dir);
+
+// Scans a TFRecord file's framing (each length checked against its CRC): throws DataError naming
+// the file and the byte where the framing breaks, and for a gzip file (no random access into it).
+TfrecordIndex build_tfrecord_index(const std::string& file);
+
+// Writes an index atomically (a temporary name, then a rename).
+void write_tfrecord_index(const TfrecordIndex& index, const std::string& index_path, IndexFormat format);
+
+// Reads an index of either form and checks it against `file` as it is now; throws DataError
+// naming both when it is stale (another size or time), damaged, or not an index.
+TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::string& file);
+
+// The size and modification time (ns) of a file now; throws DataError naming it when it is missing.
+void file_size_and_time(const std::string& file, std::uint64_t& size, std::int64_t& mtime_ns);
+
+}  // namespace sluice::io
