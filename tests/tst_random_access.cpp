@@ -1,0 +1,233 @@
+// Random access (issue 46): TFRecord index files (written, reused, refused when stale, DALI's
+// form), the computed permutation, and the random_access source's epochs, shards and order.
+#include <QtTest>
+
+#include <QJsonDocument>
+#include <QJsonObject>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "crc32c.hpp"
+#include "index_shuffle.hpp"
+#include "pipeline_runner.hpp"
+#include "tfrecord_index.hpp"
+
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A TFRecord file of `count` records "F:R" (its number and the record's), framed as TensorFlow does.
+void write_records(const std::string& path, int file, int count) {
+  std::string bytes;
+  auto put = [&](const void* data, std::size_t size) { bytes.append(static_cast<const char*>(data), size); };
+  for (int r = 0; r < count; ++r) {
+    const std::string payload = std::to_string(file) + ":" + std::to_string(r) + std::string(static_cast<std::size_t>(r % 7), '.');
+    const std::uint64_t length = payload.size();
+    const std::uint32_t length_crc = sluice::io::mask_crc(sluice::io::crc32c(&length, 8));
+    const std::uint32_t data_crc = sluice::io::mask_crc(sluice::io::crc32c(payload.data(), payload.size()));
+    put(&length, 8);
+    put(&length_crc, 4);
+    put(payload.data(), payload.size());
+    put(&data_crc, 4);
+  }
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct Read {
+  std::string path;
+  long long index;
+  bool operator<(const Read& o) const { return std::tie(path, index) < std::tie(o.path, o.index); }
+  bool operator==(const Read& o) const { return path == o.path && index == o.index; }
+};
+
+std::vector<Read> reads_of(const std::vector<std::string>& lines) {
+  std::vector<Read> out;
+  for (const auto& line : lines) {
+    const QJsonObject o = QJsonDocument::fromJson(QByteArray::fromStdString(line)).object();
+    out.push_back({QByteArray::fromBase64(o["path"].toString().toUtf8()).toStdString(), o["index"].toInteger()});
+  }
+  return out;
+}
+
+std::string source(const std::string& patterns, std::vector<std::pair<std::string, std::string>> more = {}, const std::string& extra = "") {
+  more.insert(more.begin(), {"patterns", patterns});
+  return stage("src", "random_access", "", more, extra);
+}
+
+}  // namespace
+
+class TestRandomAccess : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  std::string data() const { return dir_.path().toStdString() + "/data"; }
+  // FILES files of RECORDS records each, data/part-NNN.tfrecord.
+  void make_dataset(int files, int records) {
+    fs::remove_all(data());
+    for (int f = 0; f < files; ++f) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/part-%03d.tfrecord", f);
+      write_records(data() + name, f, records);
+    }
+  }
+  std::vector<Read> run_reads(const std::string& text) {
+    auto out = run_text(text);
+    if (!out.error.empty()) qWarning("%s", out.error.c_str());
+    return reads_of(out.lines);
+  }
+
+ private slots:
+  void the_permutation_is_a_bijection_of_every_size() {
+    for (std::uint64_t n : {1ull, 2ull, 3ull, 5ull, 64ull, 1000ull, 65537ull, (1ull << 20) + 3}) {
+      sluice::io::IndexShuffle order(n, 42);
+      std::vector<bool> seen(n);
+      for (std::uint64_t p = 0; p < n; ++p) {
+        const auto x = order(p);
+        QVERIFY2(x < n && !seen[x], qPrintable(QString("n %1: %2 at %3").arg(n).arg(x).arg(p)));
+        seen[x] = true;
+      }
+    }
+    // Another key, another order.
+    sluice::io::IndexShuffle a(1000, 1), b(1000, 2);
+    int same = 0;
+    for (std::uint64_t p = 0; p < 1000; ++p) same += a(p) == b(p);
+    QVERIFY2(same < 20, qPrintable(QString::number(same)));
+  }
+
+  void index_files_are_written_reused_and_refused_when_stale() {
+    make_dataset(3, 40);
+    const std::string text = source(data() + "/*.tfrecord") + sink_after("src");
+    auto first = run_reads(text);
+    QCOMPARE(first.size(), std::size_t(120));
+    const std::string index = data() + "/part-001.tfrecord.idx";
+    QVERIFY(fs::exists(index));
+    const auto written = fs::last_write_time(index);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    QCOMPARE(run_reads(text), first);  // the same order from the same seed, the index read back
+    QCOMPARE(fs::last_write_time(index), written);
+    // The file grows by a record: its index no longer describes it, and says so by name.
+    write_records(data() + "/part-001.tfrecord", 1, 41);
+    auto stale = run_text(text);
+    QVERIFY2(stale.error.find("index " + index + " does not describe " + data() + "/part-001.tfrecord") != std::string::npos, stale.error.c_str());
+    QVERIFY(stale.error.find("sluice index --rebuild") != std::string::npos);
+    // tfrecord_index writes it again; then the 121 records read.
+    auto rebuilt = run_text(stage("files", "list_files", "", {{"patterns", data() + "/part-001.tfrecord"}}) +
+                            stage("ix", "tfrecord_index", "files", {{"rebuild", "true"}}) + sink_after("ix"));
+    QVERIFY2(rebuilt.error.empty(), rebuilt.error.c_str());
+    QCOMPARE(run_reads(text).size(), std::size_t(121));
+    // Without build_index, a missing index is named with the command that writes it.
+    fs::remove(data() + "/part-002.tfrecord.idx");
+    auto missing = run_text(source(data() + "/*.tfrecord", {{"build_index", "false"}}) + sink_after("src"));
+    QVERIFY2(missing.error.find("no index for " + data() + "/part-002.tfrecord") != std::string::npos, missing.error.c_str());
+  }
+
+  void dali_indexes_are_read_and_written() {
+    make_dataset(2, 25);
+    const std::string idx = dir_.path().toStdString() + "/dali";
+    // DALI's tfrecord2idx: "OFFSET SIZE" per record, SIZE with the framing.
+    for (int f = 0; f < 2; ++f) {
+      const std::string file = data() + "/part-00" + std::to_string(f) + ".tfrecord";
+      const auto built = sluice::io::build_tfrecord_index(file);
+      std::string text;
+      for (std::size_t i = 0; i < built.offsets.size(); ++i)
+        text += std::to_string(built.offsets[i]) + " " + std::to_string(built.framed_size(i)) + "\n";
+      fs::create_directories(idx);
+      std::ofstream(sluice::io::index_path_for(file, idx)) << text;
+    }
+    auto reads = run_reads(source(data() + "/*.tfrecord", {{"index_dir", idx}, {"build_index", "false"}, {"shuffle", "false"}}) + sink_after("src"));
+    QCOMPARE(reads.size(), std::size_t(50));
+    QCOMPARE(reads[26].index, 1LL);  // file order: the second file's second record
+    // Written on request, the same text.
+    const std::string file = data() + "/part-000.tfrecord";
+    const std::string written = dir_.path().toStdString() + "/written.idx";
+    sluice::io::write_tfrecord_index(sluice::io::build_tfrecord_index(file), written, sluice::io::IndexFormat::Dali);
+    QCOMPARE(read_file(written), read_file(sluice::io::index_path_for(file, idx)));
+    // A DALI index of another file is refused: its records do not end where this file does.
+    std::ofstream(sluice::io::index_path_for(data() + "/part-001.tfrecord", idx)) << "0 20\n20 20\n";
+    auto refused = run_text(source(data() + "/*.tfrecord", {{"index_dir", idx}, {"build_index", "false"}}) + sink_after("src"));
+    QVERIFY2(refused.error.find("does not describe " + data() + "/part-001.tfrecord") != std::string::npos, refused.error.c_str());
+  }
+
+  void gzip_files_are_refused_for_random_access() {
+    make_dataset(1, 5);
+    const std::string gz = data() + "/zipped.tfrecord";
+    std::ofstream(gz, std::ios::binary) << std::string("\x1f\x8b\x08\x00 not really", 15);
+    auto out = run_text(source(gz) + sink_after("src"));
+    QVERIFY2(out.error.find(gz + " is gzip-compressed") != std::string::npos, out.error.c_str());
+  }
+
+  // Each epoch is a permutation of all records, another each epoch and for each seed, the same
+  // for the same seed, and the same whatever the parallelism of the stages after it.
+  void every_epoch_is_a_permutation_of_all_records() {
+    make_dataset(7, 30);
+    const std::string pattern = data() + "/*.tfrecord";
+    auto epochs = run_reads("options { seed: 3 }\n" + source(pattern) + stage("twice", "repeat", "src", {{"count", "2"}}) + sink_after("twice"));
+    QCOMPARE(epochs.size(), std::size_t(420));
+    std::vector<Read> first(epochs.begin(), epochs.begin() + 210), second(epochs.begin() + 210, epochs.end());
+    auto sorted = [](std::vector<Read> v) {
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    QCOMPARE(sorted(first), sorted(second));
+    QCOMPARE(std::set<Read>(first.begin(), first.end()).size(), std::size_t(210));
+    QVERIFY(first != second);
+    auto other_seed = run_reads("options { seed: 4 }\n" + source(pattern) + sink_after("src"));
+    QVERIFY(other_seed != first);
+    QCOMPARE(sorted(other_seed), sorted(first));
+    for (int parallelism : {1, 2, 8}) {
+      auto again = run_reads("options { seed: 3 }\n" + source(pattern) +
+                             stage("m", "identity", "src", {}, "parallelism: " + std::to_string(parallelism)) + sink_after("m"));
+      QCOMPARE(again, first);
+    }
+    auto in_order = run_reads(source(pattern, {{"shuffle", "false"}}) + sink_after("src"));
+    QCOMPARE(in_order, sorted(first));
+  }
+
+  // Where the first 1,000 records of 100 files land in an epoch's order of 10,000: in 10 equal
+  // spans of positions, 100 expected in each; chi-square with 9 degrees of freedom under 21.67
+  // (the 1% point), for several seeds.
+  void the_order_spreads_as_a_random_permutation() {
+    make_dataset(100, 100);
+    for (int seed : {1, 2, 3}) {
+      auto reads = run_reads("options { seed: " + std::to_string(seed) + " }\n" + source(data() + "/*.tfrecord") + sink_after("src"));
+      QCOMPARE(reads.size(), std::size_t(10000));
+      std::vector<int> bins(10);
+      for (std::size_t position = 0; position < reads.size(); ++position) {
+        const auto& path = reads[position].path;
+        const int file = std::stoi(path.substr(path.size() - 12, 3));
+        if (file < 10) ++bins[position / 1000];  // files 0-9: the first 1,000 records
+      }
+      double chi2 = 0;
+      for (int observed : bins) chi2 += (observed - 100.0) * (observed - 100.0) / 100.0;
+      QVERIFY2(chi2 < 21.67, qPrintable(QString("seed %1: chi-square %2").arg(seed).arg(chi2)));
+    }
+  }
+
+  void shards_split_the_positions_equally() {
+    make_dataset(4, 250);  // 1,000 records for 3 shards: 334, 333, 333
+    std::vector<Read> all;
+    std::vector<std::size_t> counts;
+    for (int shard = 0; shard < 3; ++shard) {
+      auto reads = run_reads("options { seed: 9 }\n" + source(data() + "/*.tfrecord", {{"num_shards", "3"}, {"index", std::to_string(shard)}}) +
+                             sink_after("src"));
+      counts.push_back(reads.size());
+      all.insert(all.end(), reads.begin(), reads.end());
+    }
+    QCOMPARE(counts, (std::vector<std::size_t>{334, 333, 333}));
+    QCOMPARE(std::set<Read>(all.begin(), all.end()).size(), std::size_t(1000));
+    // As the workers of a job: the source shards itself; no shard stage is added after it.
+    sluice::WorkerPlan plan;
+    auto worker = run_text_as_worker("options { seed: 9 }\n" + source(data() + "/*.tfrecord") + sink_after("src"), sluice::WorkerIdentity{1, 3}, &plan);
+    QCOMPARE(reads_of(worker.lines).size(), std::size_t(333));
+    QVERIFY(std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) { return n.find("shards itself") != std::string::npos; }));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestRandomAccess)
+#include "tst_random_access.moc"
