@@ -63,6 +63,30 @@ class TestCli : public QObject {
     QVERIFY2(two.out.contains("work: 1 worker -> 2 workers at"), qPrintable(two.out));
   }
 
+  // `sluice index`: the index files random_access reads, written once and then left alone.
+  void index_writes_index_files_and_leaves_fresh_ones() {
+    QTemporaryDir dir;
+    const QString shard = dir.filePath("pets.record");
+    QVERIFY(QFile::copy(QString::fromStdString(sluice::test::testdata_dir()) + "/tfrecord/pets_examples.record", shard));
+    auto first = sluice_cli({"index", "--quiet", shard});
+    QVERIFY2(first.code == 0, qPrintable(first.err));
+    QVERIFY2(first.out.contains(shard + ": ") && first.out.contains("index built " + shard + ".idx"), qPrintable(first.out));
+    QVERIFY2(first.out.contains("1 files, ") && first.out.contains("1 index written, 0 up to date"), qPrintable(first.out));
+    auto again = sluice_cli({"index", "--quiet", shard});
+    QVERIFY2(again.out.contains("0 indexes written, 1 up to date"), qPrintable(again.out));
+    auto dali = sluice_cli({"index", "--quiet", "--format", "dali", "--index-dir", dir.filePath("idx"), shard});
+    QVERIFY2(dali.code == 0, qPrintable(dali.err));
+    QDir idx(dir.filePath("idx"));
+    const auto files = idx.entryList({"pets.record-*.idx"}, QDir::Files);
+    QCOMPARE(files.size(), 1);
+    QFile text(idx.filePath(files.first()));
+    QVERIFY(text.open(QIODevice::ReadOnly));
+    QVERIFY(QString::fromUtf8(text.readLine()).startsWith("0 "));  // DALI's "OFFSET SIZE" lines
+    auto missing = sluice_cli({"index", "--quiet", dir.filePath("nothing.record")});
+    QVERIFY(missing.code != 0);
+    QVERIFY2(missing.err.contains("nothing.record"), qPrintable(missing.err));
+  }
+
   void run_prints_report_and_writes_output() {
     QTemporaryDir dir;
     auto out_path = dir.filePath("o.jsonl").toStdString();
