@@ -609,6 +609,25 @@ class TestCheckpoint : public QObject {
     QCOMPARE(lines_of(out), whole.lines);
   }
 
+  // A random-access source saves its place in the epoch's order: the resumed run gives the rest
+  // of that order and the next epoch's, the output the uninterrupted run's, nothing twice.
+  void a_global_shuffle_resumes_at_its_place_in_the_order() {
+    QTemporaryDir dir;
+    for (const char* name : {"pets_examples.record", "tfx_mnist.tfrecord", "torchdata_example.tfrecord"})
+      fs::copy_file(testdata_dir() + "/tfrecord/" + name, dir.filePath(name).toStdString());
+    const std::string text = "options { seed: 11 }\n" +
+                             stage("src", "random_access", "", {{"patterns", dir.filePath("*.*record").toStdString()}}, "buffer_size: 2") +
+                             stage("pick", "select_fields", "src", {{"keep", "path,index"}}, "buffer_size: 2") +
+                             stage("again", "repeat", "pick", {{"count", "2"}}, "buffer_size: 2") + sink_after("again");
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    QVERIFY2(whole.lines.size() >= 100, std::to_string(whole.lines.size()).c_str());
+    const Run cut = run(text, dir, "cut.jsonl", static_cast<long>(whole.lines.size() / 3));
+    QVERIFY2(cut.checkpoint.has_value(), "the run ended before the checkpoint");
+    QVERIFY(cut.lines.size() < whole.lines.size());
+    const Run rest = run(text, dir, "cut.jsonl", -1, std::make_shared<const sluice::checkpoint::Checkpoint>(*cut.checkpoint));
+    QCOMPARE(rest.lines, whole.lines);
+  }
+
   void refuses_other_pipelines_seeds_and_files() {
     QTemporaryDir dir;
     const std::string text = tfrecord_pipeline(shards_, 2);

@@ -170,7 +170,7 @@ class RandomAccess final : public Source {
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;
     next_ = 0;
-    key_ = Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
+    key_ = key_of(pass);
   }
   // This shard's count: positions shard, shard + shards, ... below the records' total.
   std::int64_t expected_elements() const override {
@@ -196,6 +196,7 @@ class RandomAccess final : public Source {
     }
     w.put<std::int64_t>(shards_);
     w.put<std::int64_t>(shard_);
+    w.put<std::uint64_t>(pass_);
     w.put<std::uint64_t>(next_);
     w.describe("epoch " + std::to_string(pass_) + ": " + std::to_string(next_) + " of " + std::to_string(expected_elements()) + " records");
   }
@@ -215,10 +216,16 @@ class RandomAccess final : public Source {
     if (shards != shards_ || shard != shard_)
       throw Error("the checkpoint was taken as shard " + std::to_string(shard) + " of " + std::to_string(shards) + ", this run is shard " +
                   std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
+    pass_ = r.get<std::uint64_t>();
+    key_ = key_of(pass_);  // (the host goes on with next(), without begin_pass())
     next_ = r.get_within<std::uint64_t>(0, static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0)), "the next record's place");
   }
 
  private:
+  // The permutation's key of a pass: from the seed and the epoch alone (the same on every worker).
+  std::uint64_t key_of(std::uint64_t pass) const {
+    return Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
+  }
   void read_record(std::uint64_t global, Sample& out) {
     const std::size_t file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
     const std::size_t record = static_cast<std::size_t>(global - first_record_[file]);
