@@ -618,7 +618,8 @@ class TestCheckpoint : public QObject {
     const std::string text = "options { seed: 11 }\n" +
                              stage("src", "random_access", "", {{"patterns", dir.filePath("*.*record").toStdString()}}, "buffer_size: 2") +
                              stage("pick", "select_fields", "src", {{"keep", "path,index"}}, "buffer_size: 2") +
-                             stage("again", "repeat", "pick", {{"count", "2"}}, "buffer_size: 2") + sink_after("again");
+                             stage("slow", "simulate_work", "pick", {{"us", "300"}}, "buffer_size: 2") +
+                             stage("again", "repeat", "slow", {{"count", "2"}}, "buffer_size: 2") + sink_after("again");
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QVERIFY2(whole.lines.size() >= 100, std::to_string(whole.lines.size()).c_str());
     const Run cut = run(text, dir, "cut.jsonl", static_cast<long>(whole.lines.size() / 3));

@@ -87,6 +87,45 @@ class TestCli : public QObject {
     QVERIFY2(missing.err.contains("nothing.record"), qPrintable(missing.err));
   }
 
+  // The workers of a job given one --checkpoint folder each write their own file there and resume
+  // from it; a job of another size is refused, naming what the folder holds.
+  void the_workers_of_a_job_share_a_checkpoint_folder() {
+    QTemporaryDir dir;
+    const QString ck = dir.filePath("ck");
+    auto file = write(dir, "p.txtpb", stage("src", "range", "", {{"count", "100000"}}) +
+                                          stage("slow", "simulate_work", "src", {{"us", "2000"}}, "buffer_size: 1") +
+                                          stage("out", "jsonl_sink", "slow", {{"path", dir.filePath("out-{worker}.jsonl").toStdString()}}));
+    std::vector<std::unique_ptr<QProcess>> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.push_back(std::make_unique<QProcess>());
+      workers.back()->start(SLUICE_CLI, {"run", "-q", file, "--checkpoint", ck, "--worker-index", QString::number(w), "--num-workers", "2"});
+      QVERIFY(workers.back()->waitForStarted());
+    }
+    QTest::qWait(1500);
+    for (auto& p : workers) {
+      p->terminate();  // SIGTERM: a checkpoint, then exit 75
+      QVERIFY(p->waitForFinished(60000));
+      QVERIFY2(p->exitCode() == 75, p->readAllStandardError().constData());
+    }
+    QCOMPARE(QDir(ck).entryList(QDir::Files), (QStringList{"worker-0-of-2.sluice", "worker-1-of-2.sluice"}));
+    auto other_size = sluice_cli({"run", "-q", file, "--resume", ck, "--worker-index", "0", "--num-workers", "3"});
+    QCOMPARE(other_size.code, 2);
+    QVERIFY2(other_size.err.contains("no checkpoint of worker 0 of 3") && other_size.err.contains("worker-0-of-2.sluice, worker-1-of-2.sluice"),
+             qPrintable(other_size.err));
+    auto as_a_file = sluice_cli({"run", "-q", file, "--checkpoint", ck + "/mine.sluice", "--worker-index", "0", "--num-workers", "2"});
+    QCOMPARE(as_a_file.code, 2);
+    QVERIFY2(as_a_file.err.contains("give a folder"), qPrintable(as_a_file.err));
+    QProcess resumed;
+    resumed.start(SLUICE_CLI, {"run", "-q", file, "--resume", ck, "--checkpoint", ck, "--worker-index", "1", "--num-workers", "2"});
+    QVERIFY(resumed.waitForStarted());
+    QTest::qWait(500);
+    resumed.terminate();
+    QVERIFY(resumed.waitForFinished(60000));
+    const QString said = QString::fromUtf8(resumed.readAllStandardError());
+    QVERIFY2(resumed.exitCode() == 75, qPrintable(said));
+    QVERIFY2(said.contains("resumed from checkpoint"), qPrintable(said));  // its own file: worker 1's
+  }
+
   void run_prints_report_and_writes_output() {
     QTemporaryDir dir;
     auto out_path = dir.filePath("o.jsonl").toStdString();

@@ -2,6 +2,7 @@
 // schedule, a metrics log and endpoint, and the end-of-run report.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "sluice/core/metrics_server.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/core/workers.hpp"
 
 namespace sluice_cli {
 namespace {
@@ -90,6 +92,7 @@ struct CheckpointPlan {
   bool enabled = false;
   CheckpointEvery every;
   std::filesystem::path file;
+  std::filesystem::path resume_file;
   std::shared_ptr<const sluice::checkpoint::Checkpoint> resume_from;
 };
 
@@ -114,9 +117,45 @@ CheckpointPlan plan_checkpoints(const RunOptions& options) {
     if (::access(folder.c_str(), W_OK) != 0)
       throw sluice::Error(fmt::format("--checkpoint {}: the folder {} is not writable", options.checkpoint_dir, folder.string()));
   }
-  if (!options.resume.empty())
-    plan.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(sluice::checkpoint_file(options.resume)));
   return plan;
+}
+
+// The workers of a job given one --checkpoint folder each write their own file in it,
+// worker-I-of-N.sluice, and each resumes from its own (one worker: checkpoint.sluice, as before).
+std::filesystem::path file_of_worker(const std::string& given, const sluice::WorkerIdentity& worker, const char* option) {
+  const std::filesystem::path file = sluice::checkpoint_file(given);
+  if (worker.count <= 1) return file;
+  if (file.filename() != sluice::kCheckpointFileName)
+    throw sluice::Error(fmt::format("{} {}: a file, for {} workers that would replace each other's checkpoints; give a folder "
+                                    "(each worker then writes worker-I-of-{}.sluice in it)",
+                                    option, given, worker.count, worker.count));
+  return file.parent_path() / fmt::format("worker-{}-of-{}.sluice", worker.index, worker.count);
+}
+
+// A resumed worker's file is missing: say what the folder holds instead.
+std::string missing_worker_checkpoint(const std::filesystem::path& wanted, const sluice::WorkerIdentity& worker) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(wanted.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == sluice::kCheckpointFileName || (name.rfind("worker-", 0) == 0 && name.size() > 7 && name.ends_with(".sluice"))) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  if (found.empty()) return fmt::format("no checkpoint at {}", wanted.string());
+  return fmt::format("no checkpoint of worker {} of {} at {}; the folder holds {} (taken by another number of workers: resume "
+                     "with as many workers as took it)",
+                     worker.index, worker.count, wanted.string(), fmt::join(found, ", "));
+}
+
+// What the worker identity decides: its checkpoint file, and the checkpoint it resumes from.
+void plan_checkpoints_for_worker(CheckpointPlan& plan, const RunOptions& options, const sluice::WorkerIdentity& worker) {
+  if (plan.enabled) plan.file = file_of_worker(options.checkpoint_dir, worker, "--checkpoint");
+  if (options.resume.empty()) return;
+  plan.resume_file = file_of_worker(options.resume, worker, "--resume");
+  std::error_code ec;
+  if (worker.count > 1 && !sluice::is_remote_uri(options.resume) && !std::filesystem::exists(plan.resume_file, ec))
+    throw sluice::Error(missing_worker_checkpoint(plan.resume_file, worker));
+  plan.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(plan.resume_file));
 }
 
 // One run, from its engine's start to its exit code.
@@ -138,7 +177,7 @@ class HeadlessRun {
         engine_ = std::make_unique<sluice::Engine>(std::move(graph), engine_options);
       } catch (const std::exception& e) {
         if (!checkpoints_.resume_from) throw;
-        fmt::print(stderr, "error: cannot resume from {}: {}\n", sluice::checkpoint_file(options_.resume).string(),
+        fmt::print(stderr, "error: cannot resume from {}: {}\n", checkpoints_.resume_file.string(),
                    sluice::printable(e.what(), true));
         return kExitBadInput;
       }
@@ -412,6 +451,12 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
     return kExitInterrupted;
   }
   if (!graph) return kExitBadInput;
+  try {
+    plan_checkpoints_for_worker(checkpoints, options, graph->worker);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
   if (!options.remote_cache.empty()) graph->remote.cache_dir = options.remote_cache;
   for (const auto& st : graph->stages)
     for (const auto& note : st.notes) fmt::print(stderr, "note: stage '{}': {}\n", st.id, note);
