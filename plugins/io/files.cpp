@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <atomic>
 #include <mutex>
@@ -594,17 +595,21 @@ class WriteFiles final : public Sink {
       ::close(dir);
     }
   }
+  // The number of a file this sink wrote (NNNNNN.EXT, six digits or more), or none.
+  std::optional<std::uint64_t> file_number(const std::string& name) const {
+    if (name.size() < 6 + extension_.size() || name.compare(name.size() - extension_.size(), std::string::npos, extension_) != 0) return {};
+    const std::string number = name.substr(0, name.size() - extension_.size());
+    if (number.size() > 19 || !std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) return {};
+    return std::stoull(number);
+  }
   // Removes the files numbered `first` or more (written after a checkpoint) from a partial folder.
   void remove_files_from(const std::string& folder, std::uint64_t first) const {
     std::error_code ec;
     std::vector<fs::path> doomed;
     for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
       if (!it->is_regular_file()) continue;
-      const std::string name = it->path().filename().string();
-      if (name.size() < 6 + extension_.size() || name.compare(name.size() - extension_.size(), std::string::npos, extension_) != 0) continue;
-      const std::string number = name.substr(0, name.size() - extension_.size());
-      if (number.size() > 19 || !std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-      if (std::stoull(number) >= first) doomed.push_back(it->path());
+      const auto number = file_number(it->path().filename().string());
+      if (number && *number >= first) doomed.push_back(it->path());
     }
     if (ec) throw Error("cannot list " + folder + ": " + ec.message());
     for (const auto& path : doomed)
@@ -666,12 +671,8 @@ class WriteFiles final : public Sink {
   void restore_published_remote(const SavedOutput& saved) {
     std::uint64_t found = 0;
     for (const auto& object : storage_->list(folder_ + "/")) {
-      const std::string name = object.uri.substr(object.uri.rfind('/') + 1);
-      if (name.size() <= extension_.size() || name.compare(name.size() - extension_.size(), std::string::npos, extension_) != 0) continue;
-      const std::string number = name.substr(0, name.size() - extension_.size());
-      if (!number.empty() && number.size() <= 19 && std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-          std::stoull(number) < saved.length)
-        ++found;
+      const auto number = file_number(object.uri.substr(object.uri.rfind('/') + 1));
+      if (number && *number < saved.length) ++found;
     }
     if (found != saved.length)
       throw Error(folder_ + " holds " + std::to_string(found) + " of the " + std::to_string(saved.length) +

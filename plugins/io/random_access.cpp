@@ -9,6 +9,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 
 #include "crc32c.hpp"
 #include "index_shuffle.hpp"
@@ -18,7 +19,9 @@
 namespace sluice::io {
 namespace {
 
-IndexFormat index_format_of(const Params& p) { return p.get_string("format") == "dali" ? IndexFormat::Dali : IndexFormat::Sluice; }
+IndexFormat index_format_of(const Params& p, const std::string& param) {
+  return p.get_string(param) == "dali" ? IndexFormat::Dali : IndexFormat::Sluice;
+}
 
 // A file's index: read when there and fresh; built and written when missing (and `build` holds),
 // or when `rebuild` holds. A stale or damaged index is refused unless rebuilt.
@@ -30,12 +33,12 @@ struct IndexOutcome {
 IndexOutcome index_of(const std::string& file, const std::string& index_dir, bool build, bool rebuild, IndexFormat format) {
   IndexOutcome out;
   out.path = index_path_for(file, index_dir);
-  if (!rebuild && ::access(out.path.c_str(), F_OK) == 0) {
+  const bool existed = ::access(out.path.c_str(), F_OK) == 0;
+  if (existed && !rebuild) {
     out.index = read_tfrecord_index(out.path, file);
     out.state = "up to date";
     return out;
   }
-  const bool existed = ::access(out.path.c_str(), F_OK) == 0;
   if (!build && !existed)
     throw DataError("no index for " + file + " (looked for " + out.path + "): build it with `sluice index " + file + "`" +
                     (index_dir.empty() ? "" : " --index-dir " + index_dir) + ", or set build_index: true");
@@ -67,7 +70,7 @@ class TfrecordIndexOp final : public Map {
             {}};
   }
   explicit TfrecordIndexOp(const Params& p)
-      : field_(p.get_string("field")), index_dir_(p.get_string("index_dir")), format_(index_format_of(p)), rebuild_(p.get_bool("rebuild")) {}
+      : field_(p.get_string("field")), index_dir_(p.get_string("index_dir")), format_(index_format_of(p, "format")), rebuild_(p.get_bool("rebuild")) {}
   Sample map(Sample in, const ElementContext&) override {
     const std::string file(in.at(field_).string_at(0));
     IndexOutcome done = index_of(file, index_dir_, true, rebuild_, format_);
@@ -143,7 +146,7 @@ class RandomAccess final : public Source {
         reshuffle_(p.get_bool("reshuffle_each_iteration")),
         index_dir_(p.get_string("index_dir")),
         build_(p.get_bool("build_index")),
-        format_(p.get_string("index_format") == "dali" ? IndexFormat::Dali : IndexFormat::Sluice),
+        format_(index_format_of(p, "index_format")),
         verify_crc_(p.get_bool("verify_crc")) {
     if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
     shards_ = p.get_int("num_shards");
@@ -170,7 +173,7 @@ class RandomAccess final : public Source {
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;
     next_ = 0;
-    key_ = key_of(pass);
+    order_.emplace(first_record_.back(), key_of(pass));
   }
   // This shard's count: positions shard, shard + shards, ... below the records' total.
   std::int64_t expected_elements() const override {
@@ -181,7 +184,7 @@ class RandomAccess final : public Source {
     const std::uint64_t total = first_record_.back();
     const std::uint64_t position = static_cast<std::uint64_t>(shard_) + next_ * static_cast<std::uint64_t>(shards_);
     if (position >= total) return false;
-    const std::uint64_t global = shuffle_ ? IndexShuffle(total, key_)(position) : position;
+    const std::uint64_t global = shuffle_ ? (*order_)(position) : position;
     ++next_;
     read_record(global, out);
     return true;
@@ -217,7 +220,7 @@ class RandomAccess final : public Source {
       throw Error("the checkpoint was taken as shard " + std::to_string(shard) + " of " + std::to_string(shards) + ", this run is shard " +
                   std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
     pass_ = r.get<std::uint64_t>();
-    key_ = key_of(pass_);  // (the host goes on with next(), without begin_pass())
+    order_.emplace(first_record_.back(), key_of(pass_));  // (the host goes on with next(), without begin_pass())
     next_ = r.get_within<std::uint64_t>(0, static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0)), "the next record's place");
   }
 
@@ -278,7 +281,8 @@ class RandomAccess final : public Source {
   std::vector<std::shared_ptr<const std::string>> paths_;
   PooledHostAllocator pool_;
   OpenFiles files_open_;
-  std::uint64_t pass_ = 0, key_ = 0;
+  std::uint64_t pass_ = 0;
+  std::optional<IndexShuffle> order_;  // this pass's permutation of all records, made once per pass
   std::uint64_t next_ = 0;  // this shard's next place in the pass
 };
 
