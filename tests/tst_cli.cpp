@@ -108,10 +108,18 @@ class TestCli : public QObject {
       QVERIFY2(p->exitCode() == 75, p->readAllStandardError().constData());
     }
     QCOMPARE(QDir(ck).entryList(QDir::Files), (QStringList{"worker-0-of-2.sluice", "worker-1-of-2.sluice"}));
+    // A range's order cannot be split among another number of workers (random_access's can: below).
     auto other_size = sluice_cli({"run", "-q", file, "--resume", ck, "--worker-index", "0", "--num-workers", "3"});
     QCOMPARE(other_size.code, 2);
-    QVERIFY2(other_size.err.contains("no checkpoint of worker 0 of 3") && other_size.err.contains("worker-0-of-2.sluice, worker-1-of-2.sluice"),
+    QVERIFY2(other_size.err.contains("a checkpoint of 2 workers cannot continue on another number of workers: stage 'src' (range)") &&
+                 other_size.err.contains("resume it on 2 workers"),
              qPrintable(other_size.err));
+    QFile::copy(ck + "/worker-1-of-2.sluice", dir.filePath("kept.sluice"));
+    QFile::remove(ck + "/worker-1-of-2.sluice");
+    auto incomplete = sluice_cli({"run", "-q", file, "--resume", ck, "--worker-index", "0", "--num-workers", "3"});
+    QCOMPARE(incomplete.code, 2);
+    QVERIFY2(incomplete.err.contains("holds the checkpoint of 2 workers without worker 1's (worker-1-of-2.sluice)"), qPrintable(incomplete.err));
+    QFile::rename(dir.filePath("kept.sluice"), ck + "/worker-1-of-2.sluice");
     auto as_a_file = sluice_cli({"run", "-q", file, "--checkpoint", ck + "/mine.sluice", "--worker-index", "0", "--num-workers", "2"});
     QCOMPARE(as_a_file.code, 2);
     QVERIFY2(as_a_file.err.contains("give a folder"), qPrintable(as_a_file.err));
@@ -124,6 +132,56 @@ class TestCli : public QObject {
     const QString said = QString::fromUtf8(resumed.readAllStandardError());
     QVERIFY2(resumed.exitCode() == 75, qPrintable(said));
     QVERIFY2(said.contains("resumed from checkpoint"), qPrintable(said));  // its own file: worker 1's
+  }
+
+  // A job checkpointed by 2 workers (SIGTERM) and resumed by 3 from the same folder: a global
+  // shuffle's epoch is split anew, every record delivered once in all.
+  void a_job_of_two_workers_resumes_on_three() {
+    QTemporaryDir dir;
+    for (const char* name : {"pets_examples.record", "tfx_mnist.tfrecord", "torchdata_example.tfrecord"})
+      QVERIFY(QFile::copy(QString::fromStdString(sluice::test::testdata_dir()) + "/tfrecord/" + name, dir.filePath(name)));
+    const QString ck = dir.filePath("ck");
+    auto file = write(dir, "p.txtpb", stage("src", "random_access", "", {{"patterns", dir.filePath("*.*record").toStdString()}}, "buffer_size: 2") +
+                                          stage("pick", "select_fields", "src", {{"keep", "path,index"}}, "buffer_size: 2") +
+                                          stage("slow", "simulate_work", "pick", {{"us", "3000"}}, "buffer_size: 2") +
+                                          stage("mix", "shuffle", "slow", {{"buffer_size", "16"}}, "buffer_size: 2") +
+                                          stage("out", "jsonl_sink", "mix", {{"path", dir.filePath("out-{worker}-of-{num_workers}.jsonl").toStdString()}}));
+    auto job = [&](int workers, const QStringList& extra) {
+      std::vector<std::unique_ptr<QProcess>> started;
+      for (int w = 0; w < workers; ++w) {
+        started.push_back(std::make_unique<QProcess>());
+        started.back()->start(SLUICE_CLI, QStringList{"run", "-q", file, "--checkpoint", ck, "--worker-index", QString::number(w), "--num-workers",
+                                                      QString::number(workers)} + extra);
+      }
+      return started;
+    };
+    auto two = job(2, {"--checkpoint-every", "50"});
+    // SIGTERM once each has written a checkpoint: mid-epoch (each worker's share takes 1.5 s).
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(ck + "/worker-0-of-2.sluice") && QFile::exists(ck + "/worker-1-of-2.sluice"), 30000);
+    for (auto& p : two) {
+      p->terminate();
+      QVERIFY(p->waitForFinished(60000));
+      QVERIFY2(p->exitCode() == 75, p->readAllStandardError().constData());
+    }
+    auto three = job(3, {"--resume", ck});
+    QString said;
+    for (auto& p : three) {
+      QVERIFY(p->waitForFinished(60000));
+      said += QString::fromUtf8(p->readAllStandardError());
+      QVERIFY2(p->exitCode() == 0, qPrintable(said));
+    }
+    QVERIFY2(said.contains("resumed the checkpoint of 2 workers in " + ck + " as worker 2 of 3"), qPrintable(said));
+    QStringList records;
+    for (const QString& out : QDir(dir.path()).entryList({"out-*.jsonl"}, QDir::Files)) {
+      QFile f(dir.filePath(out));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      for (const QByteArray& line : f.readAll().split('\n'))
+        if (!line.isEmpty()) records << QString::fromUtf8(line);
+    }
+    QCOMPARE(QDir(dir.path()).entryList({"out-*.jsonl"}, QDir::Files).size(), 5);  // 2 cut, 3 resumed
+    QVERIFY2(records.size() == 1014, qPrintable(QString::number(records.size())));  // 10 + 1000 + 4
+    records.removeDuplicates();
+    QCOMPARE(records.size(), 1014);
   }
 
   void run_prints_report_and_writes_output() {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -82,6 +83,86 @@ class TestRandomAccess : public QObject {
     return reads_of(out.lines);
   }
 
+  // One worker of a job over the dataset (random_access as shard `index` of `shards`, a slow map
+  // and a shuffle buffer after it, so that a cut finds records held), writing OUT: stopped at a
+  // checkpoint once its sink took `stop_after` elements (-1: to the end), or resuming `earlier`,
+  // the checkpoint of a job of another number of workers.
+  struct Worker {
+    std::vector<std::string> lines;
+    std::shared_ptr<const sluice::checkpoint::Checkpoint> checkpoint;
+  };
+  std::string job_pipeline(int shards, int index, const std::string& out, bool shuffled = true) const {
+    return "options { seed: 5 }\n" +
+           source(data() + "/*.tfrecord", {{"num_shards", std::to_string(shards)}, {"index", std::to_string(index)}}, "buffer_size: 2") +
+           stage("pick", "select_fields", "src", {{"keep", "path,index"}}, "buffer_size: 2") +
+           stage("slow", "simulate_work", "pick", {{"us", "150"}}, "buffer_size: 2") +
+           (shuffled ? stage("mix", "shuffle", "slow", {{"buffer_size", "16"}}, "buffer_size: 2") : "") +
+           stage("out", "jsonl_sink", shuffled ? "mix" : "slow", {{"path", out}});
+  }
+  Worker run_worker(int shards, int index, const std::string& name, long stop_after,
+                    const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& earlier = {}) {
+    const std::string out = dir_.path().toStdString() + "/" + name;
+    sluice::EngineOptions options;
+    options.resume_workers = earlier;
+    options.worker_count = shards;
+    options.worker_index = index;
+    sluice::Engine engine(graph_of(job_pipeline(shards, index, out)), options);
+    engine.start();
+    Worker w;
+    if (stop_after >= 0) {
+      auto taken = [&] {
+        std::uint64_t n = 0;
+        const auto snapshot = engine.snapshot();
+        for (const auto& s : snapshot.stage())
+          if (s.kind() == "sink") n += s.elements_in();
+        return n;
+      };
+      while (taken() < static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (auto c = engine.checkpoint(/*then_stop=*/true)) w.checkpoint = std::make_shared<const sluice::checkpoint::Checkpoint>(*c);
+    }
+    const auto result = engine.wait();
+    if (!result.error.empty()) qWarning("%s", result.error.c_str());
+    std::ifstream in(out);
+    for (std::string line; std::getline(in, line);) w.lines.push_back(line);
+    return w;
+  }
+  // A job of `shards` workers cut after each had delivered its `stops` (a different number each).
+  std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>> cut_job(int shards, const std::vector<long>& stops, const std::string& name,
+                                                                            std::vector<Read>& delivered,
+                                                                            const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& earlier = {}) {
+    std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>> files;
+    for (int w = 0; w < shards; ++w) {
+      Worker worker = run_worker(shards, w, name + "-" + std::to_string(w) + "-of-" + std::to_string(shards) + ".jsonl", stops[w], earlier);
+      if (!worker.checkpoint) return {};
+      files.push_back(worker.checkpoint);
+      auto reads = reads_of(worker.lines);
+      delivered.insert(delivered.end(), reads.begin(), reads.end());
+    }
+    return files;
+  }
+  static int held_records(const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& job) {
+    int n = 0;
+    for (const auto& c : job)
+      for (const auto& stage : c->stages()) n += stage.elements_size();
+    return n;
+  }
+  // Every record delivered exactly once, and, put in the order of their places in the epoch, the
+  // order one worker gives.
+  static void check_one_epoch(std::vector<Read> delivered, const std::vector<Read>& one_worker, const char* what) {
+    std::map<Read, std::size_t> place;
+    for (std::size_t p = 0; p < one_worker.size(); ++p) place[one_worker[p]] = p;
+    std::vector<std::size_t> places;
+    for (const auto& r : delivered) {
+      auto it = place.find(r);
+      QVERIFY2(it != place.end(), what);
+      places.push_back(it->second);
+    }
+    std::sort(places.begin(), places.end());
+    QVERIFY2(std::adjacent_find(places.begin(), places.end()) == places.end(), qPrintable(QString("%1: a record delivered twice").arg(what)));
+    QVERIFY2(places.size() == one_worker.size(), qPrintable(QString("%1: %2 of %3 records delivered").arg(what).arg(places.size()).arg(one_worker.size())));
+  }
+
  private slots:
   void the_permutation_is_a_bijection_of_every_size() {
     for (std::uint64_t n : {1ull, 2ull, 3ull, 5ull, 64ull, 1000ull, 65537ull, (1ull << 20) + 3}) {
@@ -90,6 +171,7 @@ class TestRandomAccess : public QObject {
       for (std::uint64_t p = 0; p < n; ++p) {
         const auto x = order(p);
         QVERIFY2(x < n && !seen[x], qPrintable(QString("n %1: %2 at %3").arg(n).arg(x).arg(p)));
+        QCOMPARE(order.position_of(x), p);  // and its inverse
         seen[x] = true;
       }
     }
@@ -226,6 +308,81 @@ class TestRandomAccess : public QObject {
     auto worker = run_text_as_worker("options { seed: 9 }\n" + source(data() + "/*.tfrecord") + sink_after("src"), sluice::WorkerIdentity{1, 3}, &plan);
     QCOMPARE(reads_of(worker.lines).size(), std::size_t(333));
     QVERIFY(std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) { return n.find("shards itself") != std::string::npos; }));
+  }
+  // Elastic resume: a job of 2 workers cut mid-epoch and resumed by 3, and that job cut again and
+  // resumed by 2; a job of 3 resumed by 2. Whatever the workers held at the cut is given back: the
+  // union of everything delivered is one epoch, each record once.
+  void a_job_resumes_on_another_number_of_workers() {
+    make_dataset(10, 300);  // (every share far longer than what a worker's buffers hold ahead of its sink)
+    const std::vector<Read> one_worker = run_reads("options { seed: 5 }\n" + source(data() + "/*.tfrecord", {}, "") + sink_after("src"));
+    QCOMPARE(one_worker.size(), std::size_t(3000));
+    // (the job's pipeline without its shuffle gives one worker's order too)
+    QCOMPARE(reads_of(run_text(job_pipeline(1, 0, "$OUT", false)).lines), one_worker);
+    for (int attempt = 1;; ++attempt) {
+      std::vector<Read> delivered;
+      auto two = cut_job(2, {60, 100}, "a", delivered);
+      auto three = two.empty() ? two : cut_job(3, {30, 50, 20}, "b", delivered, two);
+      if (three.empty()) {
+        QVERIFY2(attempt < 5, "the runs ended before their checkpoints");
+        continue;
+      }
+      for (int w = 0; w < 2; ++w) {
+        auto rest = reads_of(run_worker(2, w, "c-" + std::to_string(w) + ".jsonl", -1, three).lines);
+        delivered.insert(delivered.end(), rest.begin(), rest.end());
+      }
+      QVERIFY(held_records(two) > 0 && held_records(three) > 0);  // given back, or the check below fails
+      check_one_epoch(delivered, one_worker, "2 -> 3 -> 2 workers");
+      break;
+    }
+    for (int attempt = 1;; ++attempt) {
+      std::vector<Read> delivered;
+      auto three = cut_job(3, {40, 10, 70}, "d", delivered);
+      if (three.empty()) {
+        QVERIFY2(attempt < 5, "the runs ended before their checkpoints");
+        continue;
+      }
+      for (int w = 0; w < 2; ++w) {
+        auto rest = reads_of(run_worker(2, w, "e-" + std::to_string(w) + ".jsonl", -1, three).lines);
+        delivered.insert(delivered.end(), rest.begin(), rest.end());
+      }
+      check_one_epoch(delivered, one_worker, "3 -> 2 workers");
+      break;
+    }
+  }
+  // What cannot be split among other workers is refused, naming the stage; so is an output of
+  // the resumed job that is one of the earlier job's (it would replace what they wrote).
+  void what_cannot_resume_on_other_workers_is_refused() {
+    make_dataset(4, 500);
+    std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>> two;
+    for (int attempt = 1; two.empty() && attempt <= 5; ++attempt) {
+      std::vector<Read> delivered;
+      two = cut_job(2, {20, 30}, "r", delivered);
+    }
+    QCOMPARE(two.size(), std::size_t(2));
+    auto refusal = [&](const std::string& text) -> std::string {
+      sluice::EngineOptions options;
+      options.resume_workers = two;
+      options.worker_count = 3;
+      try {
+        sluice::Engine engine(graph_of(text), options);
+        engine.start();
+        engine.wait();
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+      return "";
+    };
+    const std::string out = dir_.path().toStdString() + "/refused.jsonl";
+    std::string with_take = job_pipeline(3, 0, out);
+    with_take.replace(with_take.find("\"mix\""), 5, "\"first\"");
+    with_take = with_take.substr(0, with_take.find("stage { id: \"first\"")) + stage("first", "take", "slow", {{"count", "100"}}) +
+                stage("out", "jsonl_sink", "first", {{"path", out}});
+    const std::string take = refusal(with_take);
+    QVERIFY2(take.find("stage 'first' (take) keeps state of its own") != std::string::npos && take.find("resume it on 2 workers") != std::string::npos,
+             take.c_str());
+    const std::string same_output = refusal(job_pipeline(3, 0, dir_.path().toStdString() + "/r-1-of-2.jsonl"));
+    QVERIFY2(same_output.find("would write the output worker 1 of 2 wrote before the cut (path=" + dir_.path().toStdString() + "/r-1-of-2.jsonl)") != std::string::npos, same_output.c_str());
+    QVERIFY(!fs::exists(out));
   }
 };
 

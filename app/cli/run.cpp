@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 
@@ -94,6 +97,8 @@ struct CheckpointPlan {
   std::filesystem::path file;
   std::filesystem::path resume_file;
   std::shared_ptr<const sluice::checkpoint::Checkpoint> resume_from;
+  // Or the files of a job of another number of workers, continued by this one (resume_file: their folder).
+  std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>> resume_workers;
 };
 
 CheckpointPlan plan_checkpoints(const RunOptions& options) {
@@ -132,29 +137,72 @@ std::filesystem::path file_of_worker(const std::string& given, const sluice::Wor
   return file.parent_path() / fmt::format("worker-{}-of-{}.sluice", worker.index, worker.count);
 }
 
-// A resumed worker's file is missing: say what the folder holds instead.
-std::string missing_worker_checkpoint(const std::filesystem::path& wanted, const sluice::WorkerIdentity& worker) {
-  std::vector<std::string> found;
+// The checkpoint files a folder holds: checkpoint.sluice (one worker's) and worker-I-of-N.sluice.
+struct FolderCheckpoints {
+  bool single = false;
+  std::map<int, std::set<int>> of_job;  // N -> the I present
+  std::vector<std::string> names;
+};
+FolderCheckpoints checkpoints_in(const std::filesystem::path& folder) {
+  FolderCheckpoints found;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(wanted.parent_path(), ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name == sluice::kCheckpointFileName || (name.rfind("worker-", 0) == 0 && name.size() > 7 && name.ends_with(".sluice"))) found.push_back(name);
+    int index = -1, count = -1, used = 0;
+    if (name == sluice::kCheckpointFileName) {
+      found.single = true;
+    } else if (std::sscanf(name.c_str(), "worker-%d-of-%d.sluice%n", &index, &count, &used) == 2 && used == static_cast<int>(name.size()) &&
+               index >= 0 && index < count) {
+      found.of_job[count].insert(index);
+    } else {
+      continue;
+    }
+    found.names.push_back(name);
   }
-  std::sort(found.begin(), found.end());
-  if (found.empty()) return fmt::format("no checkpoint at {}", wanted.string());
-  return fmt::format("no checkpoint of worker {} of {} at {}; the folder holds {} (taken by another number of workers: resume "
-                     "with as many workers as took it)",
-                     worker.index, worker.count, wanted.string(), fmt::join(found, ", "));
+  std::sort(found.names.begin(), found.names.end());
+  return found;
 }
 
-// What the worker identity decides: its checkpoint file, and the checkpoint it resumes from.
+// A resumed worker's file is missing: the files of a whole job of another number of workers (or
+// one worker's) in its folder, which this job continues, or an error saying what the folder holds.
+std::vector<std::filesystem::path> job_to_continue(const std::filesystem::path& wanted, const sluice::WorkerIdentity& worker) {
+  const std::filesystem::path folder = wanted.parent_path();
+  const FolderCheckpoints found = checkpoints_in(folder);
+  if (found.names.empty()) throw sluice::Error(fmt::format("no checkpoint at {}", wanted.string()));
+  const bool one_job = found.of_job.size() + (found.single ? 1 : 0) == 1;
+  if (!one_job)
+    throw sluice::Error(fmt::format("no checkpoint of worker {} of {} at {}, and the folder holds the files of several jobs ({}): keep "
+                                    "one job's checkpoint in a folder",
+                                    worker.index, worker.count, wanted.string(), fmt::join(found.names, ", ")));
+  if (found.single) return {folder / sluice::kCheckpointFileName};
+  const auto& [count, present] = *found.of_job.begin();
+  std::vector<std::filesystem::path> files;
+  for (int i = 0; i < count; ++i) {
+    if (!present.count(i))
+      throw sluice::Error(fmt::format("{} holds the checkpoint of {} workers without worker {}'s (worker-{}-of-{}.sluice): it holds {}; "
+                                      "copy the missing file back",
+                                      folder.string(), count, i, i, count, fmt::join(found.names, ", ")));
+    files.push_back(folder / fmt::format("worker-{}-of-{}.sluice", i, count));
+  }
+  return files;
+}
+
+// What the worker identity decides: its checkpoint file, and the checkpoint it resumes from (its
+// own, or the whole folder's when the job that took it had another number of workers).
 void plan_checkpoints_for_worker(CheckpointPlan& plan, const RunOptions& options, const sluice::WorkerIdentity& worker) {
   if (plan.enabled) plan.file = file_of_worker(options.checkpoint_dir, worker, "--checkpoint");
   if (options.resume.empty()) return;
   plan.resume_file = file_of_worker(options.resume, worker, "--resume");
   std::error_code ec;
-  if (worker.count > 1 && !sluice::is_remote_uri(options.resume) && !std::filesystem::exists(plan.resume_file, ec))
-    throw sluice::Error(missing_worker_checkpoint(plan.resume_file, worker));
+  const bool folder_given = !std::filesystem::path(options.resume).has_extension();
+  if (!sluice::is_remote_uri(options.resume) && folder_given && !std::filesystem::exists(plan.resume_file, ec)) {
+    const auto files = job_to_continue(plan.resume_file, worker);
+    if (files.size() > 1 || worker.count > 1) {
+      for (const auto& file : files) plan.resume_workers.push_back(std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(file)));
+      plan.resume_file = plan.resume_file.parent_path();
+      return;
+    }
+  }
   plan.resume_from = std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(plan.resume_file));
 }
 
@@ -173,10 +221,14 @@ class HeadlessRun {
       open_metrics_outputs(as_run, address, as_run_note);
       sluice::EngineOptions engine_options;
       engine_options.resume_from = checkpoints_.resume_from;
+      engine_options.resume_workers = checkpoints_.resume_workers;
+      worker_ = graph.worker;
+      engine_options.worker_count = worker_.count;
+      engine_options.worker_index = worker_.index;
       try {
         engine_ = std::make_unique<sluice::Engine>(std::move(graph), engine_options);
       } catch (const std::exception& e) {
-        if (!checkpoints_.resume_from) throw;
+        if (!resuming()) throw;
         fmt::print(stderr, "error: cannot resume from {}: {}\n", checkpoints_.resume_file.string(),
                    sluice::printable(e.what(), true));
         return kExitBadInput;
@@ -191,7 +243,7 @@ class HeadlessRun {
       engine_->subscribe([this](const sluice::metrics::MetricsSnapshot& snapshot) { publish(snapshot); });
       const auto starting = Clock::now();
       engine_->start();
-      if (checkpoints_.resume_from) report_resume(starting);
+      if (resuming()) report_resume(starting);
     } catch (const std::exception& e) {
       fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
       return kExitRunFailed;
@@ -286,10 +338,22 @@ class HeadlessRun {
         unexplained_.push_back(sluice::format_autotune_change(snapshot.autotune().changes(explained_)));
   }
 
+  bool resuming() const { return checkpoints_.resume_from || !checkpoints_.resume_workers.empty(); }
+
   void report_resume(Clock::time_point starting) {
     std::uint64_t reread = 0;
     const auto now = engine_->snapshot();
     for (const auto& stage : now.stage()) reread += stage.elements_reread();
+    if (!checkpoints_.resume_from) {
+      std::uint64_t delivered = 0;
+      for (const auto& earlier : checkpoints_.resume_workers) delivered += earlier->sink_elements();
+      fmt::print(stderr, "resumed the checkpoint of {} worker{} in {} as worker {} of {} ({} elements had reached their sinks; what none "
+                         "delivered is split among the {}) in {:.2f} s\n",
+                 checkpoints_.resume_workers.size(), checkpoints_.resume_workers.size() == 1 ? "" : "s", checkpoints_.resume_file.string(),
+                 worker_.index, worker_.count, delivered, worker_.count,
+                 std::chrono::duration<double>(Clock::now() - starting).count());
+      return;
+    }
     fmt::print(stderr, "resumed from checkpoint {} ({} elements had reached the sinks) in {:.2f} s ({} held elements read again)\n",
                checkpoints_.resume_from->sequence(), checkpoints_.resume_from->sink_elements(),
                std::chrono::duration<double>(Clock::now() - starting).count(), reread);
@@ -405,6 +469,7 @@ class HeadlessRun {
   const std::string file_;
   const RunOptions& options_;
   const CheckpointPlan checkpoints_;
+  sluice::WorkerIdentity worker_;
   std::unique_ptr<sluice::MetricsLog> log_;
   std::unique_ptr<sluice::MetricsServer> server_;
   std::unique_ptr<sluice::Engine> engine_;

@@ -355,6 +355,11 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
       throw Error("this pipeline cannot resume from a checkpoint: " + refusals.front());
     impl_->resume = options.resume_from;
     impl_->attach_resume_state();
+  } else if (!options.resume_workers.empty()) {
+    if (auto refusals = checkpoint_refusals(); !refusals.empty())
+      throw Error("this pipeline cannot resume from a checkpoint: " + refusals.front());
+    impl_->resume_workers = options.resume_workers;
+    impl_->attach_resume_on_other_workers();
   }
 }
 
@@ -415,7 +420,10 @@ void Engine::start() {
   I.find_read_paths();
   for (auto& st : I.stages) {
     try {
-      I.restore_operator(*st);
+      if (st.get() == I.resharded_source)
+        I.restore_on_other_workers();
+      else
+        I.restore_operator(*st);
     } catch (const std::exception& e) {
       for (auto& other : I.stages) {
         try {

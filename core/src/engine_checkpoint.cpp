@@ -14,26 +14,12 @@
 #include "sluice/core/param_parse.hpp"
 
 namespace sluice {
-namespace {
 
+// A stage's parameters as checkpoints keep them: "name=value" lines.
 std::string params_text(const GraphStage& spec) {
   std::string text;
   for (const auto& [name, value] : spec.params.values()) text += name + '=' + format_param(value) + '\n';
   return text;
-}
-
-// Operators whose state the engine cannot see must save it themselves.
-bool must_save_state(const OperatorInfo& info) {
-  switch (info.kind) {
-    case OperatorKind::Source:
-    case OperatorKind::Aggregate:
-    case OperatorKind::Combine: return true;
-    case OperatorKind::Map:
-    case OperatorKind::Filter: return !info.traits.stateless;
-    case OperatorKind::Expand:
-    case OperatorKind::Sink: return false;
-  }
-  return true;
 }
 
 // The first line of `a` that `b` lacks, for "parameter x=1 was x=2".
@@ -60,6 +46,23 @@ std::string first_difference(const std::string& was, const std::string& now) {
     if (std::find(a.begin(), a.end(), line) == a.end()) return fmt::format("parameter {} is new", line);
   return "";
 }
+
+namespace {
+
+// Operators whose state the engine cannot see must save it themselves.
+bool must_save_state(const OperatorInfo& info) {
+  switch (info.kind) {
+    case OperatorKind::Source:
+    case OperatorKind::Aggregate:
+    case OperatorKind::Combine: return true;
+    case OperatorKind::Map:
+    case OperatorKind::Filter: return !info.traits.stateless;
+    case OperatorKind::Expand:
+    case OperatorKind::Sink: return false;
+  }
+  return true;
+}
+
 
 }  // namespace
 
@@ -139,7 +142,9 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
     return std::nullopt;
   }
   checkpoint::Checkpoint c = start_state();
-  c.set_sequence((I.resume ? I.resume->sequence() : 0) + ++I.checkpoints_taken);
+  std::uint64_t continued = I.resume ? I.resume->sequence() : 0;  // (a job resumed on other workers: the latest of theirs)
+  for (const auto& earlier : I.resume_workers) continued = std::max(continued, earlier->sequence());
+  c.set_sequence(continued + ++I.checkpoints_taken);
   for (std::size_t i = 0; i < I.stages.size(); ++i) {
     const auto& st = *I.stages[i];
     checkpoint::StageState state;

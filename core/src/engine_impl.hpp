@@ -76,6 +76,11 @@ class OriginKeeper {
 // which stage a busy thread belongs to.
 void name_this_thread(const std::string& name);
 
+// A stage's parameters as checkpoints keep them ("name=value" lines), and the first line that
+// differs between two such texts, in words (engine_checkpoint.cpp).
+std::string params_text(const GraphStage& spec);
+std::string first_difference(const std::string& was, const std::string& now);
+
 struct Counters {
   std::atomic<std::uint64_t> elements_in{0}, elements_out{0}, bytes_in{0}, bytes_out{0};
   std::atomic<std::uint64_t> busy_ns{0}, starved_ns{0}, blocked_ns{0};
@@ -466,6 +471,12 @@ struct Engine::Impl {
   std::atomic<bool> stopped_at_checkpoint{false};
   std::uint64_t checkpoints_taken = 0;
   std::shared_ptr<const checkpoint::Checkpoint> resume;  // what this run continues
+  // A checkpoint of another number of workers this run continues (engine_elastic.cpp): their
+  // files, the source that splits what they left, and the records they held (given back to it).
+  std::vector<std::shared_ptr<const checkpoint::Checkpoint>> resume_workers;
+  StageRuntime* resharded_source = nullptr;
+  checkpoint::StageState resharded_source_positions;
+  std::vector<ResumesOnOtherWorkers::Held> held_at_cut;
 
   bool cut_requested(const StageRuntime& st) const {
     const std::uint64_t wanted = cut_wanted.load(std::memory_order_relaxed);
@@ -487,6 +498,15 @@ struct Engine::Impl {
   void attach_resume_state();
   // Restores the operator of `st` from its saved state (after start()); throws Error.
   void restore_operator(StageRuntime& st);
+  // Matches the graph against the checkpoint of another number of workers (resume_workers), which
+  // only a pipeline whose one source splits its order by position and whose other stages hold
+  // nothing but elements can continue; throws Error naming the stage that cannot.
+  void attach_resume_on_other_workers();
+  // Hands the source what the workers had read, and publishes the outputs they were writing that
+  // fall to this worker (after start()).
+  void restore_on_other_workers();
+  void gather_held_at_cut();
+  void publish_outputs_of_earlier_workers();
   // Which interleave each aggregate's elements can be read again from (StageRuntime::reads_from).
   void find_read_paths();
   // Describes an element `holder` holds as a reference when it can be read again.

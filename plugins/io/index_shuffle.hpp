@@ -28,6 +28,12 @@ class IndexShuffle {
     while (x >= n_);
     return x;
   }
+  // The position of element `x` (< size()) in the order: the inverse, walking the cycle back.
+  std::uint64_t position_of(std::uint64_t x) const {
+    do x = decrypt(x);
+    while (x >= n_);
+    return x;
+  }
 
  private:
   static constexpr int kRounds = 6;
@@ -37,6 +43,15 @@ class IndexShuffle {
       const std::uint64_t next = left ^ (mix64(right ^ keys_[r]) & mask_);
       left = right;
       right = next;
+    }
+    return (left << half_) | right;
+  }
+  std::uint64_t decrypt(std::uint64_t x) const {
+    std::uint64_t left = x >> half_, right = x & mask_;
+    for (int r = kRounds - 1; r >= 0; --r) {
+      const std::uint64_t previous = right ^ (mix64(left ^ keys_[r]) & mask_);
+      right = left;
+      left = previous;
     }
     return (left << half_) | right;
   }

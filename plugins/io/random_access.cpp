@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <list>
 #include <map>
 #include <optional>
@@ -112,7 +113,7 @@ class OpenFiles {
   std::list<std::pair<std::size_t, int>> open_;
 };
 
-class RandomAccess final : public Source {
+class RandomAccess final : public Source, public ResumesOnOtherWorkers {
  public:
   static OperatorInfo describe() {
     return {"random_access",
@@ -174,23 +175,24 @@ class RandomAccess final : public Source {
     pass_ = pass;
     next_ = 0;
     order_.emplace(first_record_.back(), key_of(pass));
+    reshardings_.clear();  // a resumed pass's split ends with it: later passes are plain
   }
-  // This shard's count: positions shard, shard + shards, ... below the records' total.
+  // This shard's count: positions shard, shard + shards, ... below the records' total (of what
+  // was left to the job's workers, in a pass resumed on another number of them).
   std::int64_t expected_elements() const override {
-    const std::uint64_t total = first_record_.back(), s = static_cast<std::uint64_t>(shard_);
+    const std::uint64_t total = reshardings_.empty() ? first_record_.back() : left_in_pass_, s = static_cast<std::uint64_t>(shard_);
     return total <= s ? 0 : static_cast<std::int64_t>((total - s + static_cast<std::uint64_t>(shards_) - 1) / static_cast<std::uint64_t>(shards_));
   }
   bool next(Sample& out, const ElementContext&) override {
-    const std::uint64_t total = first_record_.back();
-    const std::uint64_t position = static_cast<std::uint64_t>(shard_) + next_ * static_cast<std::uint64_t>(shards_);
-    if (position >= total) return false;
-    const std::uint64_t global = shuffle_ ? (*order_)(position) : position;
+    std::uint64_t position = 0;
+    if (!next_position(position)) return false;
     ++next_;
-    read_record(global, out);
+    read_record(shuffle_ ? (*order_)(position) : position, out);
     return true;
   }
-  // The files and their record counts (a resume over other files is refused), then the epoch's
-  // place: one number, whatever the dataset's size.
+  // The files and their record counts (a resume over other files is refused), then the pass's
+  // place: one number, whatever the dataset's size (and, in a pass resumed on another number of
+  // workers, how the workers before had split it).
   void save_state(StateWriter& w) const override {
     w.put<std::uint64_t>(files_.size());
     for (std::size_t i = 0; i < files_.size(); ++i) {
@@ -201,9 +203,83 @@ class RandomAccess final : public Source {
     w.put<std::int64_t>(shard_);
     w.put<std::uint64_t>(pass_);
     w.put<std::uint64_t>(next_);
-    w.describe("epoch " + std::to_string(pass_) + ": " + std::to_string(next_) + " of " + std::to_string(expected_elements()) + " records");
+    save_reshardings(w, reshardings_);
+    w.describe("epoch " + std::to_string(pass_) + ": " + std::to_string(next_) + " of " + std::to_string(expected_elements()) + " records" +
+               (reshardings_.empty() ? "" : " (of those left when " + std::to_string(reshardings_.back().workers) + " workers stopped)"));
   }
   void restore_state(StateReader& r) override {
+    const Saved saved = read_saved(r);
+    if (saved.shards != shards_ || saved.shard != shard_)
+      throw Error("the checkpoint was taken as shard " + std::to_string(saved.shard) + " of " + std::to_string(saved.shards) + ", this run is shard " +
+                  std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
+    begin_resumed_pass(saved.pass, saved.reshardings);
+    next_ = 0;
+    const std::uint64_t share = static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0));
+    if (saved.next > share)
+      throw DataError("the checkpoint's next record's place, " + std::to_string(saved.next) + ", is past this shard's " + std::to_string(share) + " records");
+    for (std::uint64_t position = 0; next_ < saved.next && next_position(position);) ++next_;
+  }
+  // The checkpoint of N workers, resumed on this run's shards_: every position of the pass that no
+  // worker had read, or had read without a sink taking it, split anew.
+  void restore_on_other_workers(const std::vector<StateReader*>& states, const std::vector<Held>& held, std::int64_t, std::int64_t) override {
+    const std::uint64_t workers = states.size();
+    std::vector<std::optional<Saved>> saved(workers);
+    const Saved* first = nullptr;
+    for (std::uint64_t w = 0; w < workers; ++w) {
+      if (!states[w]) continue;  // ended: its whole share delivered
+      saved[w] = read_saved(*states[w]);
+      const Saved& s = *saved[w];
+      if (s.shards != static_cast<std::int64_t>(workers) || s.shard != static_cast<std::int64_t>(w))
+        throw Error("worker " + std::to_string(w) + " of the checkpoint read shard " + std::to_string(s.shard) + " of " + std::to_string(s.shards) +
+                    ", not " + std::to_string(w) + " of " + std::to_string(workers) + ": its file is of another job");
+      if (!first) first = &s;
+      if (s.pass != first->pass)
+        throw Error("the checkpoint's workers were in different epochs (" + std::to_string(first->pass) + " and " + std::to_string(s.pass) +
+                    "): resume it on as many workers as took it, then change their number at an epoch's start");
+      if (!same_reshardings(s.reshardings, first->reshardings))
+        throw Error("the checkpoint's workers had split the epoch differently (their files are of different runs): resume each run's own checkpoint");
+    }
+    std::vector<Resharding> chain = first ? first->reshardings : std::vector<Resharding>{};
+    begin_resumed_pass(first ? first->pass : 0, chain);
+    const std::uint64_t left = reshardings_.empty() ? first_record_.back() : left_in_pass_;
+    Resharding cut{workers, std::vector<std::uint64_t>(workers), {}};
+    for (std::uint64_t w = 0; w < workers; ++w)
+      cut.read[w] = saved[w] ? saved[w]->next : (left <= w ? 0 : (left - w + workers - 1) / workers);
+    for (const Held& h : held) cut.held.push_back(position_of_held(h));
+    std::sort(cut.held.begin(), cut.held.end());
+    cut.held.erase(std::unique(cut.held.begin(), cut.held.end()), cut.held.end());
+    chain.push_back(std::move(cut));
+    begin_resumed_pass(pass_, chain);
+    next_ = 0;
+  }
+
+ private:
+  // A pass resumed on another number of workers than read it: the workers before, how many of
+  // their shares each had read, and the positions they had read that no sink had taken (given
+  // back). The positions left are those of the pass every resharding left, in order.
+  struct Resharding {
+    std::uint64_t workers = 1;
+    std::vector<std::uint64_t> read;  // per worker
+    std::vector<std::uint64_t> held;  // sorted positions
+    bool operator==(const Resharding&) const = default;
+  };
+  static bool same_reshardings(const std::vector<Resharding>& a, const std::vector<Resharding>& b) { return a == b; }
+  static void save_reshardings(StateWriter& w, const std::vector<Resharding>& chain) {
+    w.put<std::uint64_t>(chain.size());
+    for (const auto& r : chain) {
+      w.put<std::uint64_t>(r.workers);
+      for (auto n : r.read) w.put<std::uint64_t>(n);
+      w.put<std::uint64_t>(r.held.size());
+      for (auto p : r.held) w.put<std::uint64_t>(p);
+    }
+  }
+  struct Saved {
+    std::int64_t shards = 1, shard = 0;
+    std::uint64_t pass = 0, next = 0;
+    std::vector<Resharding> reshardings;
+  };
+  // What save_state() wrote, checked against this run's files.
+  Saved read_saved(StateReader& r) const {
     const auto count = r.get<std::uint64_t>();
     if (count != files_.size())
       throw Error("the checkpoint's run read " + std::to_string(count) + " files, the patterns now match " + std::to_string(files_.size()) +
@@ -215,16 +291,79 @@ class RandomAccess final : public Source {
         throw Error("file " + std::to_string(i + 1) + " was " + path + " with " + std::to_string(records) + " records in the checkpoint's run and is " +
                     files_[i] + " with " + std::to_string(indexes_[i].records()) + " now: resume over the same files");
     }
-    const auto shards = r.get<std::int64_t>(), shard = r.get<std::int64_t>();
-    if (shards != shards_ || shard != shard_)
-      throw Error("the checkpoint was taken as shard " + std::to_string(shard) + " of " + std::to_string(shards) + ", this run is shard " +
-                  std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
-    pass_ = r.get<std::uint64_t>();
-    order_.emplace(first_record_.back(), key_of(pass_));  // (the host goes on with next(), without begin_pass())
-    next_ = r.get_within<std::uint64_t>(0, static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0)), "the next record's place");
+    Saved s;
+    s.shards = r.get_within<std::int64_t>(1, std::numeric_limits<std::int64_t>::max(), "the number of shards");
+    s.shard = r.get_within<std::int64_t>(0, s.shards - 1, "the shard");
+    s.pass = r.get<std::uint64_t>();
+    s.next = r.get_within<std::uint64_t>(0, first_record_.back(), "the next record's place");
+    const auto chain = r.get_within<std::uint64_t>(0, 1024, "the number of reshardings");
+    for (std::uint64_t i = 0; i < chain; ++i) {
+      Resharding step;
+      step.workers = r.get_within<std::uint64_t>(1, 1u << 20, "a resharding's workers");
+      for (std::uint64_t w = 0; w < step.workers; ++w) step.read.push_back(r.get_within<std::uint64_t>(0, first_record_.back(), "a worker's place"));
+      const auto held = r.get_within<std::uint64_t>(0, first_record_.back(), "the records held");
+      for (std::uint64_t h = 0; h < held; ++h) step.held.push_back(r.get_within<std::uint64_t>(0, first_record_.back(), "a held record's place"));
+      s.reshardings.push_back(std::move(step));
+    }
+    return s;
+  }
+  // Starts `pass` as a resumed one (the host goes on with next(), without begin_pass()): its
+  // permutation, and with reshardings, how many positions they left.
+  void begin_resumed_pass(std::uint64_t pass, std::vector<Resharding> chain) {
+    pass_ = pass;
+    order_.emplace(first_record_.back(), key_of(pass_));
+    reshardings_ = std::move(chain);
+    scan_ = {};
+    left_in_pass_ = 0;
+    if (reshardings_.empty()) return;
+    std::uint64_t position = 0, rank = 0;
+    while (next_left(position, rank)) ++left_in_pass_;
+    scan_ = {};
+  }
+  // The next position left by every resharding, and its rank among them (walking the pass).
+  bool next_left(std::uint64_t& position, std::uint64_t& rank) {
+    const std::uint64_t total = first_record_.back();
+    scan_.counts.resize(reshardings_.size());
+    for (; scan_.position < total; ++scan_.position) {
+      const std::uint64_t p = scan_.position;
+      std::uint64_t r = p;  // its rank among the positions left before this resharding
+      bool left = true;
+      for (std::size_t l = 0; l < reshardings_.size() && left; ++l) {
+        const Resharding& step = reshardings_[l];
+        left = r / step.workers >= step.read[r % step.workers] || std::binary_search(step.held.begin(), step.held.end(), p);
+        if (left) r = scan_.counts[l]++;
+      }
+      if (!left) continue;
+      position = p;
+      rank = r;
+      ++scan_.position;
+      return true;
+    }
+    return false;
+  }
+  // This shard's next position in the pass.
+  bool next_position(std::uint64_t& position) {
+    const std::uint64_t shards = static_cast<std::uint64_t>(shards_), shard = static_cast<std::uint64_t>(shard_);
+    if (reshardings_.empty()) {
+      position = shard + next_ * shards;
+      return position < first_record_.back();
+    }
+    for (std::uint64_t rank = 0; next_left(position, rank);)
+      if (rank % shards == shard) return true;
+    return false;
+  }
+  // The place in the pass of a record a worker had read that no sink had taken.
+  std::uint64_t position_of_held(const Held& held) const {
+    const auto file = std::find(files_.begin(), files_.end(), held.where);
+    if (file == files_.end()) throw Error("the checkpoint's stages held a record of " + held.where + ", which this source does not read");
+    const auto f = static_cast<std::size_t>(file - files_.begin());
+    if (held.record < 0 || static_cast<std::uint64_t>(held.record) >= indexes_[f].records())
+      throw Error("the checkpoint's stages held record " + std::to_string(held.record) + " of " + held.where + ", which has " +
+                  std::to_string(indexes_[f].records()) + ": the file changed since");
+    const std::uint64_t global = first_record_[f] + static_cast<std::uint64_t>(held.record);
+    return shuffle_ ? order_->position_of(global) : global;
   }
 
- private:
   // The permutation's key of a pass: from the seed and the epoch alone (the same on every worker).
   std::uint64_t key_of(std::uint64_t pass) const {
     return Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
@@ -284,6 +423,12 @@ class RandomAccess final : public Source {
   std::uint64_t pass_ = 0;
   std::optional<IndexShuffle> order_;  // this pass's permutation of all records, made once per pass
   std::uint64_t next_ = 0;  // this shard's next place in the pass
+  std::vector<Resharding> reshardings_;  // this pass's, when it was resumed on another number of workers
+  std::uint64_t left_in_pass_ = 0;       // the positions they left
+  struct Scan {
+    std::uint64_t position = 0;
+    std::vector<std::uint64_t> counts;  // per resharding: the positions it left, seen so far
+  } scan_;
 };
 
 }  // namespace

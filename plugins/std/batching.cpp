@@ -45,7 +45,7 @@ struct FieldAssembly {
 //
 // Its chunked form copies runs of rows column by column: a chunk's rows of a fixed-size field lie
 // one after another, as they do in the batch.
-class Batch final : public Aggregate, public Placement, public ChunkedAggregate {
+class Batch final : public Aggregate, public Placement, public ChunkedAggregate, public HoldsOnlyElements {
  public:
   static OperatorInfo describe() {
     return {"batch",

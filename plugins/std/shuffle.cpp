@@ -7,7 +7,7 @@ namespace {
 
 // tf.data's algorithm: hold buffer_size elements; each new element replaces a uniformly chosen
 // one, which is emitted; at the end of an iteration the rest leave in random order.
-class Shuffle final : public Aggregate, public HandsOnItsInputs {
+class Shuffle final : public Aggregate, public HandsOnItsInputs, public HoldsOnlyElements {
  public:
   static OperatorInfo describe() {
     return {"shuffle",

@@ -269,6 +269,36 @@ class HandsOnItsInputs {
   virtual ~HandsOnItsInputs() = default;
 };
 
+/// (6.7) A source whose order is one all the workers of a job share, split among them by position
+/// (random_access): a checkpoint its N workers took may be resumed by M. Found with dynamic_cast.
+class ResumesOnOtherWorkers {
+ public:
+  virtual ~ResumesOnOtherWorkers() = default;
+  /// A record read before the cut that had not reached the sinks (a later stage held it):
+  /// where it was read and its record there (Sample's origin).
+  struct Held {
+    std::string where;
+    std::int64_t record = -1;
+  };
+  /// Called instead of restore_state(), after start(), on the copy of worker `worker` of
+  /// `workers` (its own parameters): `saved[w]` reads what worker w of the N that took the
+  /// checkpoint saved (nullptr: its source had ended, its whole share delivered), `held` the
+  /// records they had read that no sink had taken. This copy then gives its share of every
+  /// record of the pass that no worker delivered, and shards later passes `workers` ways.
+  /// Throws Error naming what differs (another file list, workers in different passes).
+  virtual void restore_on_other_workers(const std::vector<StateReader*>& saved, const std::vector<Held>& held, std::int64_t workers,
+                                        std::int64_t worker) = 0;
+};
+
+/// (6.7) An aggregate whose saved state is the elements it holds and what goes with them (a batch
+/// being gathered, a shuffle buffer): a checkpoint resumed on another number of workers gives
+/// those elements back to the source that read them and starts this stage empty. Found with
+/// dynamic_cast; any other stage that saves state refuses such a resume.
+class HoldsOnlyElements {
+ public:
+  virtual ~HoldsOnlyElements() = default;
+};
+
 /// (6.4) What a host's emitter also offers when its stage has assembly threads (see
 /// AssemblesInParallel); use push_assembled(), which works with any emitter.
 class ParallelAssembly {

@@ -42,6 +42,12 @@ struct EngineOptions {
   // operator refuses its own state when its inputs changed (another file list). `first_epoch`
   // comes from the checkpoint.
   std::shared_ptr<const checkpoint::Checkpoint> resume_from;
+  // Or continue the checkpoint a job of another number of workers took: the file of each of them,
+  // in worker order (this run being worker `worker_index` of `worker_count`). Only a pipeline
+  // whose one source splits one order among the workers by position (random_access) can: what no
+  // worker had delivered is split anew; stages holding other state are refused, by name.
+  std::vector<std::shared_ptr<const checkpoint::Checkpoint>> resume_workers;
+  std::int64_t worker_count = 1, worker_index = 0;
   // Stages whose operators offer the chunked form (sluice/chunk.hpp) pass many elements per call
   // where every stage of an edge can. Off: every stage goes element by element (the outputs are
   // the same; tests and benchmarks compare the two).
