@@ -68,12 +68,15 @@ class TestCli : public QObject {
     QTemporaryDir dir;
     const QString shard = dir.filePath("pets.record");
     QVERIFY(QFile::copy(QString::fromStdString(sluice::test::testdata_dir()) + "/tfrecord/pets_examples.record", shard));
-    auto first = sluice_cli({"index", "--quiet", shard});
+    auto first = sluice_cli({"index", shard});
     QVERIFY2(first.code == 0, qPrintable(first.err));
     QVERIFY2(first.out.contains(shard + ": ") && first.out.contains("index built " + shard + ".idx"), qPrintable(first.out));
     QVERIFY2(first.out.contains("1 files, ") && first.out.contains("1 index written, 0 up to date"), qPrintable(first.out));
-    auto again = sluice_cli({"index", "--quiet", shard});
+    QVERIFY2(!first.out.contains("Bottleneck"), qPrintable(first.out));  // what was done, not the stages' report
+    auto again = sluice_cli({"index", shard});
     QVERIFY2(again.out.contains("0 indexes written, 1 up to date"), qPrintable(again.out));
+    auto quiet = sluice_cli({"index", "--quiet", "--rebuild", shard});
+    QVERIFY2(quiet.code == 0 && quiet.out.isEmpty() && quiet.err.isEmpty(), qPrintable(quiet.out + quiet.err));
     auto dali = sluice_cli({"index", "--quiet", "--format", "dali", "--index-dir", dir.filePath("idx"), shard});
     QVERIFY2(dali.code == 0, qPrintable(dali.err));
     QDir idx(dir.filePath("idx"));

@@ -262,9 +262,10 @@ class TestRandomAccess : public QObject {
     auto other_seed = run_reads("options { seed: 4 }\n" + source(pattern) + sink_after("src"));
     QVERIFY(other_seed != first);
     QCOMPARE(sorted(other_seed), sorted(first));
-    for (int parallelism : {1, 2, 8}) {
-      auto again = run_reads("options { seed: 3 }\n" + source(pattern) +
-                             stage("m", "identity", "src", {}, "parallelism: " + std::to_string(parallelism)) + sink_after("m"));
+    for (int parallelism : {1, 2, 8}) {  // readers in the source, and workers after it
+      const std::string n = std::to_string(parallelism);
+      auto again = run_reads("options { seed: 3 }\n" + source(pattern, {{"num_parallel_reads", n}}) +
+                             stage("m", "identity", "src", {}, "parallelism: " + n) + sink_after("m"));
       QCOMPARE(again, first);
     }
     auto in_order = run_reads(source(pattern, {{"shuffle", "false"}}) + sink_after("src"));
@@ -383,6 +384,33 @@ class TestRandomAccess : public QObject {
     const std::string same_output = refusal(job_pipeline(3, 0, dir_.path().toStdString() + "/r-1-of-2.jsonl"));
     QVERIFY2(same_output.find("would write the output worker 1 of 2 wrote before the cut (path=" + dir_.path().toStdString() + "/r-1-of-2.jsonl)") != std::string::npos, same_output.c_str());
     QVERIFY(!fs::exists(out));
+  }
+  // A damaged record (a byte changed after indexing) fails the run naming the file and record, or
+  // is skipped at its turn with error_policy: skip, whichever reader of a group read it; the
+  // others come in the same order as without it.
+  void a_damaged_record_is_named_or_skipped_at_its_turn() {
+    make_dataset(3, 40);
+    const std::string file = data() + "/part-001.tfrecord";
+    const std::string pattern = data() + "/*.tfrecord";
+    auto whole = run_reads("options { seed: 6 }\n" + source(pattern) + sink_after("src"));
+    const auto indexed_at = fs::last_write_time(file);  // (the same time: the index still looks fresh)
+    {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(12);  // the first byte of record 0's data
+      f.put('#');
+    }
+    fs::last_write_time(file, indexed_at);
+    auto failed = run_text("options { seed: 6 }\n" + source(pattern) + sink_after("src"));
+    QCOMPARE(failed.result.state, sluice::RunState::Failed);
+    QVERIFY2(failed.result.error.find(file + ", record 0 (byte 0): its CRC does not match") != std::string::npos, failed.result.error.c_str());
+    for (const char* readers : {"1", "4"}) {
+      auto skipped = run_text("options { seed: 6 }\n" + source(pattern, {{"num_parallel_reads", readers}}, "error_policy: skip") + sink_after("src"));
+      QCOMPARE(skipped.result.state, sluice::RunState::Finished);
+      auto expected = whole;
+      expected.erase(std::find(expected.begin(), expected.end(), Read{file, 0}));
+      QCOMPARE(reads_of(skipped.lines), expected);
+      QCOMPARE(skipped.snapshot.stage(0).errors_skipped(), std::uint64_t(1));
+    }
   }
 };
 

@@ -56,6 +56,7 @@ struct RunOptions {
   std::string resume;            // --resume DIR or FILE
   bool timings = false;          // --timings: what the start cost, by phase
   std::string remote_cache;      // --remote-cache DIR: options.remote_cache.dir
+  bool report = true;            // the per-stage report at the end (commands built on a run say what they did instead)
 };
 
 // `sluice run` (run.cpp).

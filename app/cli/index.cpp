@@ -1,6 +1,6 @@
 // `sluice index FILES...`: the index files random_access reads, written by a pipeline of the io
 // plugin's tfrecord_index (list_files -> tfrecord_index -> jsonl_sink) run as `sluice run` runs
-// one, with its progress line and report; then what was done, file by file.
+// one, with its progress line; then what was done, file by file (nothing with --quiet).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -96,6 +96,7 @@ int cmd_index(const CommonOptions& common, const IndexRequest& request) {
   }
   RunOptions options;
   options.quiet = request.quiet;
+  options.report = false;  // what was done, file by file, says more than the stages' table
   // One process indexes every file it is given, whatever job it runs in.
   if (int code = cmd_run(common, pipeline, {}, std::nullopt, WorkerArgs{0, 1}, options)) return code;
   std::ifstream lines(results);
@@ -109,10 +110,12 @@ int cmd_index(const CommonOptions& common, const IndexRequest& request) {
       continue;
     }
     ++built;
-    fmt::print("{}: {} records, index {} {}\n", from_base64(row.at("path").get<std::string>()), row.at("records").get<std::uint64_t>(), state,
+    if (!request.quiet)
+      fmt::print("{}: {} records, index {} {}\n", from_base64(row.at("path").get<std::string>()), row.at("records").get<std::uint64_t>(), state,
                from_base64(row.at("index_file").get<std::string>()));
   }
-  fmt::print("{} files, {} records: {} index{} written, {} up to date\n", built + fresh, records, built, built == 1 ? "" : "es", fresh);
+  if (!request.quiet)
+    fmt::print("{} files, {} records: {} index{} written, {} up to date\n", built + fresh, records, built, built == 1 ? "" : "es", fresh);
   return 0;
 }
 

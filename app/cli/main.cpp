@@ -414,7 +414,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sluice", "dali"}));
   index->add_flag("--rebuild", index_request.rebuild, "write every index again, even one that is up to date");
   index->add_option("--parallelism,-j", index_request.parallelism, "files indexed at once (default 2)")->check(CLI::PositiveNumber);
-  index->add_flag("--quiet,-q", index_request.quiet, "no progress line");
+  index->add_flag("--quiet,-q", index_request.quiet, "print nothing but errors (no progress line, no list of what was written)");
   add_plugin_dir(index);
 
   NewPluginRequest new_plugin;

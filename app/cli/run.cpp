@@ -288,7 +288,7 @@ class HeadlessRun {
       std::lock_guard lock(latest_mutex_);
       final_snapshot = latest_.stage_size() ? latest_ : engine_->snapshot();
     }
-    fmt::print("{}", sluice::format_report(final_snapshot));
+    if (options_.report) fmt::print("{}", sluice::format_report(final_snapshot));
     std::fflush(stdout);
     if (log_) {
       try {

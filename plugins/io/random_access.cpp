@@ -2,15 +2,21 @@
 // every file (a computed permutation, IndexShuffle), sharded by position in that order, read with
 // positioned reads; and tfrecord_index, which writes the index files (`sluice index`).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <list>
+#include <deque>
+#include <thread>
+#include <mutex>
+#include <functional>
+#include <condition_variable>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "crc32c.hpp"
 #include "index_shuffle.hpp"
@@ -87,30 +93,103 @@ class TfrecordIndexOp final : public Map {
   bool rebuild_;
 };
 
-// Open files of the source, the most recently used kept (a dataset of many files holds few).
+// Open files of the source, by file number. Reads go to any file at random, so every file stays
+// open (a file opened and closed per record costs more than reading it) up to a quarter of the
+// process's descriptor limit (at least 128, at most 4,096); past that, the longest open are closed.
 class OpenFiles {
  public:
-  ~OpenFiles() {
-    for (auto& [file, fd] : open_) ::close(fd);
+  OpenFiles() {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      kept_ = std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur / 4), 128, 4096);
+  }
+  ~OpenFiles() { close_all(); }
+  void close_all() {
+    for (int& fd : fds_)
+      if (fd >= 0) ::close(std::exchange(fd, -1));
+    opened_.clear();
   }
   int fd(std::size_t file, const std::string& path) {
-    if (auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& e) { return e.first == file; }); it != open_.end()) {
-      open_.splice(open_.begin(), open_, it);
-      return open_.front().second;
-    }
+    if (file >= fds_.size()) fds_.resize(file + 1, -1);
+    if (fds_[file] >= 0) return fds_[file];
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw DataError("cannot read " + path + ": " + std::strerror(errno));
-    if (open_.size() >= kKept) {
-      ::close(open_.back().second);
-      open_.pop_back();
+    opened_.push_back(file);
+    return fds_[file] = fd;
+  }
+  // Closes the longest open files until `more` can be opened within the limit (between groups of
+  // reads: never one a read in flight uses).
+  void make_room(std::size_t more) {
+    while (!opened_.empty() && opened_.size() + more > kept_) {
+      ::close(std::exchange(fds_[opened_.front()], -1));
+      opened_.pop_front();
     }
-    open_.emplace_front(file, fd);
-    return fd;
   }
 
  private:
-  static constexpr std::size_t kKept = 64;
-  std::list<std::pair<std::size_t, int>> open_;
+  std::size_t kept_ = 256;
+  std::vector<int> fds_;         // per file; -1: closed
+  std::deque<std::size_t> opened_;  // the open ones, oldest first
+};
+
+// Threads that share out the reads of a group of records with the thread that asks: run(parts,
+// work) calls work(0..parts-1), part 0 on the caller, and returns when every part is done.
+class ReadCrew {
+ public:
+  explicit ReadCrew(int helpers) {
+    for (int h = 0; h < helpers; ++h) threads_.emplace_back([this, h] { serve(h + 1); });
+  }
+  ~ReadCrew() {
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  int size() const { return static_cast<int>(threads_.size()) + 1; }
+  void run(int parts, const std::function<void(int)>& work) {
+    if (parts <= 1) {
+      if (parts == 1) work(0);
+      return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      work_ = &work;
+      parts_ = parts;
+      left_ = parts - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    work(0);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return left_ == 0; });
+    work_ = nullptr;
+  }
+
+ private:
+  void serve(int part) {
+    std::uint64_t seen = 0;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
+      if (quit_) return;
+      seen = generation_;
+      if (part >= parts_) continue;
+      const auto* work = work_;
+      lock.unlock();
+      (*work)(part);  // (read_into_group keeps its errors: nothing is thrown here)
+      lock.lock();
+      if (--left_ == 0) done_.notify_one();
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* work_ = nullptr;
+  int parts_ = 0, left_ = 0;
+  std::uint64_t generation_ = 0;
+  bool quit_ = false;
 };
 
 class RandomAccess final : public Source, public ResumesOnOtherWorkers {
@@ -129,6 +208,11 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
              ParamSpec::make("build_index", ParamType::Bool, "build missing index files (a stale one is refused)").def("true"),
              ParamSpec::make("index_format", ParamType::Choice, "the form of the index files it builds").def("sluice").one_of({"sluice", "dali"}),
              ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("num_parallel_reads", ParamType::Int,
+                             "positioned reads in flight at once (threads), the records still handed on in order; more for "
+                             "network file systems and cold disks")
+                 .def("1")
+                 .range(1, 64),
              ParamSpec::make("num_shards", ParamType::Int, "number of shards; -1: the number of workers of the job")
                  .def("-1")
                  .range(-1, std::nullopt)
@@ -148,7 +232,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
         index_dir_(p.get_string("index_dir")),
         build_(p.get_bool("build_index")),
         format_(index_format_of(p, "index_format")),
-        verify_crc_(p.get_bool("verify_crc")) {
+        verify_crc_(p.get_bool("verify_crc")),
+        crew_(static_cast<int>(p.get_int("num_parallel_reads")) - 1) {
     if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
     shards_ = p.get_int("num_shards");
     if (shards_ == 0) throw ParamError("num_shards is 0; use 1 or more, or -1 for the number of workers");
@@ -160,6 +245,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   void start(const StageInfo& info) override {
     info_ = info;
     files_ = match_local_patterns(patterns_, "random_access");
+    files_open_.close_all();  // (file numbers are this start's)
     first_record_.assign(1, 0);
     indexes_.clear();
     path_tensors_.clear();
@@ -173,7 +259,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;
-    next_ = 0;
+    next_ = planned_ = 0;
+    group_.clear();
     order_.emplace(first_record_.back(), key_of(pass));
     reshardings_.clear();  // a resumed pass's split ends with it: later passes are plain
   }
@@ -184,10 +271,17 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     return total <= s ? 0 : static_cast<std::int64_t>((total - s + static_cast<std::uint64_t>(shards_) - 1) / static_cast<std::uint64_t>(shards_));
   }
   bool next(Sample& out, const ElementContext&) override {
-    std::uint64_t position = 0;
-    if (!next_position(position)) return false;
+    if (group_.taken == group_.records.size() && !read_group()) return false;
+    const GroupRecord& r = group_.records[group_.taken++];
     ++next_;
-    read_record(shuffle_ ? (*order_)(position) : position, out);
+    if (!r.error.empty()) throw DataError(r.error);
+    out.reserve(4);
+    out.set("record", Tensor::bytes_view(group_.bytes, r.at + 12, static_cast<std::size_t>(r.framed - 16)));
+    out.set("path", path_tensors_[r.file]);
+    const std::size_t k = static_cast<std::size_t>(&r - group_.records.data());
+    out.set("index", Tensor::view(DType::I64, {}, group_.numbers, 16 * k));
+    out.set("offset", Tensor::view(DType::I64, {}, group_.numbers, 16 * k + 8));
+    out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
     return true;
   }
   // The files and their record counts (a resume over other files is refused), then the pass's
@@ -213,11 +307,12 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       throw Error("the checkpoint was taken as shard " + std::to_string(saved.shard) + " of " + std::to_string(saved.shards) + ", this run is shard " +
                   std::to_string(shard_) + " of " + std::to_string(shards_) + ": resume with the same workers");
     begin_resumed_pass(saved.pass, saved.reshardings);
-    next_ = 0;
     const std::uint64_t share = static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0));
     if (saved.next > share)
       throw DataError("the checkpoint's next record's place, " + std::to_string(saved.next) + ", is past this shard's " + std::to_string(share) + " records");
-    for (std::uint64_t position = 0; next_ < saved.next && next_position(position);) ++next_;
+    for (std::uint64_t position = 0; planned_ < saved.next && next_position(position);) {
+    }
+    next_ = planned_;
   }
   // The checkpoint of N workers, resumed on this run's shards_: every position of the pass that no
   // worker had read, or had read without a sink taking it, split anew.
@@ -250,10 +345,29 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     cut.held.erase(std::unique(cut.held.begin(), cut.held.end()), cut.held.end());
     chain.push_back(std::move(cut));
     begin_resumed_pass(pass_, chain);
-    next_ = 0;
   }
 
  private:
+  static constexpr std::size_t kGroupRecords = 64;
+  static constexpr std::uint64_t kGroupBytes = 4u << 20;
+  struct GroupRecord {
+    std::size_t file = 0;
+    std::uint64_t record = 0, offset = 0, framed = 0;
+    std::uint64_t at = 0;  // in the group's buffer
+    int fd = -1;
+    std::string error;
+  };
+  struct Group {
+    std::vector<GroupRecord> records;
+    std::size_t taken = 0;
+    std::shared_ptr<Buffer> bytes, numbers;
+    void clear() {
+      records.clear();
+      taken = 0;
+      bytes.reset();
+      numbers.reset();
+    }
+  };
   // A pass resumed on another number of workers than read it: the workers before, how many of
   // their shares each had read, and the positions they had read that no sink had taken (given
   // back). The positions left are those of the pass every resharding left, in order.
@@ -313,6 +427,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     pass_ = pass;
     order_.emplace(first_record_.back(), key_of(pass_));
     reshardings_ = std::move(chain);
+    next_ = planned_ = 0;
+    group_.clear();
     scan_ = {};
     left_in_pass_ = 0;
     if (reshardings_.empty()) return;
@@ -341,15 +457,20 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     }
     return false;
   }
-  // This shard's next position in the pass.
+  // The place in the pass of this shard's next record not yet read (its planned_-th).
   bool next_position(std::uint64_t& position) {
     const std::uint64_t shards = static_cast<std::uint64_t>(shards_), shard = static_cast<std::uint64_t>(shard_);
     if (reshardings_.empty()) {
-      position = shard + next_ * shards;
-      return position < first_record_.back();
+      position = shard + planned_ * shards;
+      if (position >= first_record_.back()) return false;
+      ++planned_;
+      return true;
     }
     for (std::uint64_t rank = 0; next_left(position, rank);)
-      if (rank % shards == shard) return true;
+      if (rank % shards == shard) {
+        ++planned_;
+        return true;
+      }
     return false;
   }
   // The place in the pass of a record a worker had read that no sink had taken.
@@ -368,39 +489,76 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::uint64_t key_of(std::uint64_t pass) const {
     return Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
   }
-  void read_record(std::uint64_t global, Sample& out) {
-    const std::size_t file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
-    const std::size_t record = static_cast<std::size_t>(global - first_record_[file]);
-    const TfrecordIndex& index = indexes_[file];
-    const std::uint64_t offset = index.offsets[record], framed = index.framed_size(record);
-    auto buffer = pool_.allocate(static_cast<std::size_t>(framed));
-    const int fd = files_open_.fd(file, files_[file]);
-    for (std::uint64_t got = 0; got < framed;) {
-      const ssize_t n = ::pread(fd, buffer->data() + got, static_cast<std::size_t>(framed - got), static_cast<off_t>(offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + "): " +
-                        (n == 0 ? std::string("the file ends before it (changed since it was indexed?)") : std::strerror(errno)));
-      got += static_cast<std::uint64_t>(n);
+  // Reads the records of this shard's next places, up to kGroupRecords of them or kGroupBytes, into
+  // one buffer (their index and offset scalars in another): two allocations for the group, not
+  // several per record. Its readers share the records out; a record that cannot be read keeps its
+  // error, thrown at its turn. False at the pass's end.
+  bool read_group() {
+    group_.clear();
+    std::uint64_t bytes = 0, position = 0;
+    while (group_.records.size() < kGroupRecords && bytes < kGroupBytes && next_position(position)) {
+      const std::uint64_t global = shuffle_ ? (*order_)(position) : position;
+      GroupRecord r;
+      r.file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
+      r.record = global - first_record_[r.file];
+      r.offset = indexes_[r.file].offsets[static_cast<std::size_t>(r.record)];
+      r.framed = indexes_[r.file].framed_size(static_cast<std::size_t>(r.record));
+      r.at = bytes;
+      bytes += r.framed;
+      group_.records.push_back(r);
     }
-    const std::byte* data = buffer->data();
-    std::uint64_t length = 0;
-    std::memcpy(&length, data, 8);
-    if (length + 16 != framed)
-      throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + ") holds " + std::to_string(length) +
-                      " bytes where its index says " + std::to_string(framed - 16) + ": the file changed since it was indexed; build the index again");
-    if (verify_crc_) {
-      std::uint32_t length_crc = 0, data_crc = 0;
-      std::memcpy(&length_crc, data + 8, 4);
-      std::memcpy(&data_crc, data + 12 + length, 4);
-      if (mask_crc(crc32c(data, 8)) != length_crc || mask_crc(crc32c(data + 12, static_cast<std::size_t>(length))) != data_crc)
-        throw DataError(files_[file] + ", record " + std::to_string(record) + " (byte " + std::to_string(offset) + "): its CRC does not match (damaged)");
+    if (group_.records.empty()) return false;
+    files_open_.make_room(group_.records.size());
+    group_.bytes = pool_.allocate(static_cast<std::size_t>(bytes));
+    group_.numbers = pool_.allocate(16 * group_.records.size());
+    auto* numbers = reinterpret_cast<std::int64_t*>(group_.numbers->data());
+    for (std::size_t k = 0; k < group_.records.size(); ++k) {
+      numbers[2 * k] = static_cast<std::int64_t>(group_.records[k].record);
+      numbers[2 * k + 1] = static_cast<std::int64_t>(group_.records[k].offset);
+      try {
+        group_.records[k].fd = files_open_.fd(group_.records[k].file, files_[group_.records[k].file]);  // opened here, on one thread
+      } catch (const std::exception& e) {
+        group_.records[k].error = e.what();
+      }
     }
-    out.set("record", Tensor::bytes_view(std::move(buffer), 12, static_cast<std::size_t>(length)));
-    out.set("path", path_tensors_[file]);
-    out.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(record)));
-    out.set("offset", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(offset)));
-    out.set_origin(paths_[file], static_cast<std::int64_t>(record), static_cast<std::int64_t>(offset));
+    const int readers = std::min<int>(crew_.size(), static_cast<int>(group_.records.size()));
+    crew_.run(readers, [&](int part) {
+      for (std::size_t k = static_cast<std::size_t>(part); k < group_.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group_.records[k]);
+    });
+    return true;
+  }
+  void read_into_group(GroupRecord& r) {
+    const std::string& path = files_[r.file];
+    std::byte* data = group_.bytes->data() + r.at;
+    if (!r.error.empty()) {  // (the file could not be opened)
+      r.framed = 16;
+      return;
+    }
+    try {
+      const int fd = r.fd;
+      for (std::uint64_t got = 0; got < r.framed;) {
+        const ssize_t n = ::pread(fd, data + got, static_cast<std::size_t>(r.framed - got), static_cast<off_t>(r.offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+          throw DataError(n == 0 ? std::string("the file ends before it (changed since it was indexed?)") : std::strerror(errno));
+        got += static_cast<std::uint64_t>(n);
+      }
+      std::uint64_t length = 0;
+      std::memcpy(&length, data, 8);
+      if (length + 16 != r.framed)
+        throw DataError("holds " + std::to_string(length) + " bytes where its index says " + std::to_string(r.framed - 16) +
+                        ": the file changed since it was indexed; build the index again");
+      if (verify_crc_) {
+        std::uint32_t length_crc = 0, data_crc = 0;
+        std::memcpy(&length_crc, data + 8, 4);
+        std::memcpy(&data_crc, data + 12 + length, 4);
+        if (mask_crc(crc32c(data, 8)) != length_crc || mask_crc(crc32c(data + 12, static_cast<std::size_t>(length))) != data_crc)
+          throw DataError("its CRC does not match (damaged)");
+      }
+    } catch (const std::exception& e) {
+      r.error = path + ", record " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + "): " + e.what();
+      r.framed = 16;  // (an empty view)
+    }
   }
 
   std::vector<std::string> patterns_;
@@ -420,6 +578,9 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::vector<std::shared_ptr<const std::string>> paths_;
   PooledHostAllocator pool_;
   OpenFiles files_open_;
+  ReadCrew crew_;
+  Group group_;
+  std::uint64_t planned_ = 0;  // this shard's places read (or being read) ahead of next_
   std::uint64_t pass_ = 0;
   std::optional<IndexShuffle> order_;  // this pass's permutation of all records, made once per pass
   std::uint64_t next_ = 0;  // this shard's next place in the pass
