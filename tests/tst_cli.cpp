@@ -165,6 +165,9 @@ class TestCli : public QObject {
       p->terminate();
       QVERIFY(p->waitForFinished(60000));
       QVERIFY2(p->exitCode() == 75, p->readAllStandardError().constData());
+      // The report says where the source stood in its share of the epoch (507 records each).
+      const QString report = QString::fromUtf8(p->readAllStandardOutput());
+      QVERIFY2(report.contains("Position of stage 'src' (random_access): epoch 0, ") && report.contains(" of 507 elements read"), qPrintable(report));
     }
     auto three = job(3, {"--resume", ck});
     QString said;

@@ -759,6 +759,10 @@ class TestStudio : public QObject {
     qInfo("live rates after %lld ms, bottleneck shown", static_cast<long long>(clock.elapsed()));
     QVERIFY(!node("fast")->live()->bottleneck);
     QVERIFY(node("slow")->toolTip().contains("Bottleneck"));
+    // A source that knows its size says where its epoch stands.
+    QVERIFY2(node("src")->toolTip().contains("Epoch 0: ") && node("src")->toolTip().contains(" of 100000000 elements read."),
+             qPrintable(node("src")->toolTip()));
+    QVERIFY(!node("slow")->toolTip().contains("Epoch"));
     // The monitor: a row per stage, and a throughput series per stage with points.
     QCOMPARE(window_->monitor().table()->rowCount(), 4);
     QVERIFY(window_->monitor().throughput_series("slow") && window_->monitor().throughput_series("slow")->count() > 0);

@@ -69,6 +69,7 @@ void NodeItem::update_tooltip() {
   if (per_input_) tip += "<br>Runs once per input of the interleave before it, on that stage's readers.";
   if (live_ && live_->workers_tuned)
     tip += QString("<br>Autotuned: %1 of at most %2 workers now (the Log and the Verdict say why).").arg(live_->workers).arg(live_->max_workers);
+  if (live_ && live_->pass_elements > 0) tip += "<br>" + pass_text() + " elements read.";
   if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
   if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();
   if (live_ && !live_->lost.isEmpty())
@@ -143,6 +144,10 @@ QColor NodeItem::rate_colour() const {
   return live_->lost.isEmpty() ? QColor(20, 20, 20) : QColor(150, 150, 150);
 }
 
+QString NodeItem::pass_text() const {
+  return QString("Epoch %1: %2 of %3").arg(live_->pass_epoch).arg(live_->pass_position).arg(live_->pass_elements);
+}
+
 void NodeItem::paint_detailed_text(QPainter* p) {
   QFont title = p->font();
   title.setBold(true);
@@ -163,12 +168,14 @@ void NodeItem::paint_detailed_text(QPainter* p) {
   p->setPen(rate_colour());
   p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
               p->fontMetrics().elidedText(rate_text(), Qt::ElideRight, int(kWidth - 20)));
-  if (!live_->devices.isEmpty()) {
+  // Under the rates, small: a feed sink's devices, or a source's place in its epoch.
+  QString detail = live_->devices.join("; ");
+  if (detail.isEmpty() && live_->pass_elements > 0) detail = pass_text();
+  if (!detail.isEmpty()) {
     QFont small = p->font();
     small.setPointSizeF(small.pointSizeF() * 0.8);
     p->setFont(small);
-    p->drawText(QRectF(10, 55, kWidth - 20, 12), Qt::AlignLeft | Qt::AlignVCenter,
-                p->fontMetrics().elidedText(live_->devices.join("; "), Qt::ElideRight, int(kWidth - 20)));
+    p->drawText(QRectF(10, 55, kWidth - 20, 12), Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(detail, Qt::ElideRight, int(kWidth - 20)));
   }
 }
 

@@ -35,6 +35,9 @@ struct LiveStage {
   std::uint32_t workers = 0;       // now (0: not reported)
   bool workers_tuned = false;      // parallelism -1: the autotuner's count, at most max_workers
   std::uint32_t max_workers = 0;
+  // Sources that know their size: where the current pass stands (read of its pass_elements).
+  std::uint64_t pass_epoch = 0, pass_position = 0;
+  std::int64_t pass_elements = 0;
 };
 
 class PipelineScene;
@@ -47,6 +50,7 @@ class NodeItem final : public QGraphicsObject {
   const QString& id() const { return id_; }
   void sync(const spec::Stage& stage, const RegisteredOperator* op, bool has_problem);
   void set_live(const std::optional<LiveStage>& live);
+  QString pass_text() const;  // "Epoch 0: 120 of 2048" for a source that knows its size
   const std::optional<LiveStage>& live() const { return live_; }
   bool takes_input() const { return input_ports_ > 0; }
   bool gives_output() const { return gives_output_; }

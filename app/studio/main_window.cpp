@@ -1041,6 +1041,11 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
     l.workers_tuned = st.workers_tuned();
     l.max_workers = st.max_workers();
     l.skipped = st.errors_skipped();
+    if (st.kind() == "source") {
+      l.pass_epoch = st.pass_epoch();
+      l.pass_position = st.pass_position();
+      l.pass_elements = st.pass_elements();
+    }
     // A failed run has no bottleneck worth showing: the outline that matters is the failure's.
     // Outlined only when it holds the pipeline up, as the Verdict says; the busiest stage of a
     // balanced pipeline is not marked.

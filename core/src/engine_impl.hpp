@@ -141,6 +141,9 @@ struct StageRuntime {
   bool keeps_reading = false;
   bool started = false;
   std::atomic<std::int64_t> expected_elements{0};  // sources: what the run will read, 0 unknown
+  std::atomic<std::uint64_t> pass_position{0};     // sources: read of the current pass
+  std::atomic<std::int64_t> pass_elements{0};      //   of these (0: unknown)
+  std::atomic<std::uint64_t> pass_epoch{0};        //   in this epoch
 
   // Fusion: adjacent stateless maps (and a last filter) with the same parallelism run in the
   // workers of the first one, the head, without a channel between them. Each keeps its metrics.

@@ -101,6 +101,9 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
     m->set_per_input(st.spec->per_input);
     m->set_random(st.spec->op->info.traits.random);
     m->set_expected_elements(st.expected_elements.load(std::memory_order_relaxed));
+    m->set_pass_position(st.pass_position.load(std::memory_order_relaxed));
+    m->set_pass_elements(st.pass_elements.load(std::memory_order_relaxed));
+    m->set_pass_epoch(st.pass_epoch.load(std::memory_order_relaxed));
     m->set_errors_skipped(c.errors_skipped.load());
     m->set_elements_reread(st.reread.load());
     {

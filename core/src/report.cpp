@@ -358,6 +358,12 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
       out += fmt::format("  and {} object{} ({:.1f} MB) from the remote cache's local copies\n", r.cache_hits(), r.cache_hits() == 1 ? "" : "s",
                          r.cache_bytes() / 1e6);
   }
+  // Sources that ended their run inside a pass (stopped at a checkpoint, or a take after them):
+  // where they stood, which a resumed run continues from.
+  for (const auto& m : snapshot.stage())
+    if (m.kind() == "source" && m.pass_elements() > 0 && m.pass_position() < static_cast<std::uint64_t>(m.pass_elements()))
+      out += fmt::format("Position of stage '{}' ({}): epoch {}, {} of {} elements read\n", m.id(), m.op(), m.pass_epoch(), m.pass_position(),
+                         m.pass_elements());
   // Stages that pad: how much of what they wrote is padding (packing and bucketing lower it).
   for (const auto& m : snapshot.stage()) {
     const std::uint64_t written = m.padding_values() + m.data_values();

@@ -64,6 +64,11 @@ void Engine::Impl::run_source(StageRuntime& st) {
         return;
       }
       ElementContext ctx{&st.info, epoch, resumed_inside ? resume_index : 0};
+      // Where the pass stands (the studio and the report show it): its size as the operator
+      // knows it now (a resumed share differs from a whole one).
+      st.pass_elements.store(st.source->expected_elements(), std::memory_order_relaxed);
+      st.pass_epoch.store(epoch, std::memory_order_relaxed);
+      st.pass_position.store(ctx.index, std::memory_order_relaxed);
       while (!stopping.load(std::memory_order_relaxed) && !st.output->skipped(pass)) {
         if (cut_requested(st) && !pause_for_cut(pass, ctx.index, true)) return;
         Sample sample;
@@ -71,10 +76,10 @@ void Engine::Impl::run_source(StageRuntime& st) {
           if (!st.source->next(sample, ctx)) break;
         } catch (const std::exception& e) {
           if (!element_error(st, e.what(), epoch, ctx.index, sample.origin())) return;
-          ++ctx.index;
+          st.pass_position.store(++ctx.index, std::memory_order_relaxed);
           continue;
         }
-        ++ctx.index;
+        st.pass_position.store(++ctx.index, std::memory_order_relaxed);
         ++produced;
         produced_bytes += sample.nbytes();
         out.push_back(Item::element(std::move(sample)));
