@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/storage.hpp"
 
 namespace fs = std::filesystem;
 
@@ -57,7 +58,7 @@ std::string index_pipeline(const IndexRequest& request, const std::string& resul
   for (const auto& file : request.files) {
     if (file.find_first_of(",{}") != std::string::npos)
       throw sluice::Error("cannot index " + file + " by name: ',' '{' and '}' are pattern characters; rename it, or give a glob that matches it");
-    patterns += (patterns.empty() ? "" : ",") + fs::absolute(file).string();
+    patterns += (patterns.empty() ? "" : ",") + (sluice::is_remote_uri(file) ? file : fs::absolute(file).string());
   }
   std::string index_params = " params { key: \"format\" value: " + text_literal(request.format) + " }";
   if (!request.index_dir.empty()) index_params += " params { key: \"index_dir\" value: " + text_literal(fs::absolute(request.index_dir).string()) + " }";

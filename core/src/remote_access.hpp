@@ -17,6 +17,9 @@ class StageRemoteStorage final : public Storage {
   std::unique_ptr<RemoteReader> open(const std::string& uri) override { return inner().open(uri); }
   std::vector<StoredObject> list(const std::string& prefix) override { return inner().list(prefix); }
   void upload(const std::string& local_path, const std::string& uri) override { inner().upload(local_path, uri); }
+  std::size_t read_range(const StoredObject& object, std::uint64_t offset, std::size_t length, std::byte* dst) override {
+    return inner().read_range(object, offset, length, dst);
+  }
   const remote::RequestCounters& counters() const { return *counters_; }
   bool used() const;  // whether any remote request was made
 

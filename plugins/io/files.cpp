@@ -711,20 +711,24 @@ class WriteFiles final : public Sink {
 
 }  // namespace
 
-std::vector<std::string> match_local_patterns(const std::vector<std::string>& patterns, const std::string& op) {
-  std::vector<std::string> files;
+std::vector<MatchedFile> match_files(const std::vector<std::string>& patterns, Storage* storage) {
+  std::vector<MatchedFile> files;
   for (const auto& written : patterns) {
     std::vector<std::string> expanded;
     expand_braces(written, expanded);
     for (const auto& pattern : expanded) {
-      if (is_remote_uri(pattern))
-        throw ParamError(op + " reads local files; '" + pattern + "' is remote: copy the files to a local disk, or read them in file order "
-                         "with list_files and a reader");
+      const std::string of_written = pattern == written ? "" : " (of '" + written + "')";
+      if (is_remote_uri(pattern)) {
+        auto found = remote_glob(pattern, storage);
+        if (found.objects.empty())
+          throw DataError("pattern '" + pattern + "'" + of_written + " matches none of the " + std::to_string(found.listed) + " objects under " +
+                          found.prefix);
+        for (auto& object : found.objects) files.push_back({object.uri, std::move(object)});
+        continue;
+      }
       auto matched = glob(pattern);
-      if (matched.empty())
-        throw DataError("pattern '" + pattern + "'" + (pattern == written ? "" : " (of '" + written + "')") + " matches no file: " +
-                        why_nothing_matches(pattern));
-      files.insert(files.end(), matched.begin(), matched.end());
+      if (matched.empty()) throw DataError("pattern '" + pattern + "'" + of_written + " matches no file: " + why_nothing_matches(pattern));
+      for (auto& path : matched) files.push_back({std::move(path), std::nullopt});
     }
   }
   return files;

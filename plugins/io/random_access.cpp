@@ -30,33 +30,62 @@ IndexFormat index_format_of(const Params& p, const std::string& param) {
   return p.get_string(param) == "dali" ? IndexFormat::Dali : IndexFormat::Sluice;
 }
 
+// Whether an index is there: a local file, or an object (listed: an http(s) server has no
+// listing, so there the index is tried and taken as missing when it cannot be read).
+bool index_exists(const std::string& index_path, Storage* storage) {
+  if (!is_remote_uri(index_path)) return ::access(index_path.c_str(), F_OK) == 0;
+  if (!storage) throw DataError("cannot look for the index " + index_path + ": remote URIs are read through a Sluice engine");
+  if (index_path.rfind("http", 0) == 0) {
+    try {
+      storage->open(index_path)->object();
+      return true;
+    } catch (const DataError&) {
+      return false;
+    }
+  }
+  for (const auto& object : storage->list(index_path))
+    if (object.uri == index_path) return true;
+  return false;
+}
+
 // A file's index: read when there and fresh; built and written when missing (and `build` holds),
-// or when `rebuild` holds. A stale or damaged index is refused unless rebuilt.
+// or when `rebuild` holds. A stale or damaged index is refused unless rebuilt. A remote file's
+// `object` (its size and ETag) is what the index is checked against; its index is read, built and
+// written through `storage`.
 struct IndexOutcome {
   TfrecordIndex index;
   std::string path;
   std::string state;  // "up to date", "built", "rebuilt"
 };
-IndexOutcome index_of(const std::string& file, const std::string& index_dir, bool build, bool rebuild, IndexFormat format) {
+IndexOutcome index_of(const std::string& file, const StoredObject* object, Storage* storage, const std::string& index_dir, bool build, bool rebuild,
+                      IndexFormat format) {
   IndexOutcome out;
   out.path = index_path_for(file, index_dir);
-  const bool existed = ::access(out.path.c_str(), F_OK) == 0;
+  const bool existed = index_exists(out.path, storage);
   if (existed && !rebuild) {
-    out.index = read_tfrecord_index(out.path, file);
+    out.index = read_tfrecord_index(out.path, file, object ? object_version(*object) : local_file_version(file), storage);
     out.state = "up to date";
     return out;
   }
   if (!build && !existed)
     throw DataError("no index for " + file + " (looked for " + out.path + "): build it with `sluice index " + file + "`" +
                     (index_dir.empty() ? "" : " --index-dir " + index_dir) + ", or set build_index: true");
-  out.index = build_tfrecord_index(file);
+  out.index = build_tfrecord_index(file, storage, object);
   try {
-    write_tfrecord_index(out.index, out.path, format);
+    write_tfrecord_index(out.index, out.path, format, storage);
   } catch (const Error& e) {
-    throw DataError(std::string(e.what()) + " (the index of " + file + "; give index_dir a folder you can write)");
+    throw DataError(std::string(e.what()) + " (the index of " + file + "; give index_dir a " +
+                    (is_remote_uri(file) ? "local folder" : "folder you can write") + ")");
   }
   out.state = existed ? "rebuilt" : "built";
   return out;
+}
+
+// An object's size and ETag: as listed, else (a URI named without wildcards) as opening it says.
+StoredObject object_as_it_is(const MatchedFile& file, Storage* storage) {
+  if (!file.object->etag.empty() || file.object->size > 0) return *file.object;
+  if (!storage) throw DataError("cannot read " + file.path + ": remote URIs are read through a Sluice engine");
+  return storage->open(file.path)->object();
 }
 
 // Writes (or checks) the index of the file a field names: one element per file, with what was done.
@@ -78,9 +107,12 @@ class TfrecordIndexOp final : public Map {
   }
   explicit TfrecordIndexOp(const Params& p)
       : field_(p.get_string("field")), index_dir_(p.get_string("index_dir")), format_(index_format_of(p, "format")), rebuild_(p.get_bool("rebuild")) {}
-  Sample map(Sample in, const ElementContext&) override {
+  Sample map(Sample in, const ElementContext& ctx) override {
     const std::string file(in.at(field_).string_at(0));
-    IndexOutcome done = index_of(file, index_dir_, true, rebuild_, format_);
+    Storage* storage = ctx.stage ? ctx.stage->storage : nullptr;
+    std::optional<StoredObject> object;
+    if (is_remote_uri(file)) object = object_as_it_is(MatchedFile{file, StoredObject{file, 0, ""}}, storage);
+    IndexOutcome done = index_of(file, object ? &*object : nullptr, storage, index_dir_, true, rebuild_, format_);
     in.set("records", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(done.index.records())));
     in.set("index_file", Tensor::from_string(done.path));
     in.set("state", Tensor::from_string(done.state));
@@ -209,10 +241,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
              ParamSpec::make("index_format", ParamType::Choice, "the form of the index files it builds").def("sluice").one_of({"sluice", "dali"}),
              ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
              ParamSpec::make("num_parallel_reads", ParamType::Int,
-                             "positioned reads in flight at once (threads), the records still handed on in order; more for "
-                             "network file systems and cold disks")
-                 .def("1")
-                 .range(1, 64),
+                             "positioned reads in flight at once (threads), the records still handed on in order; -1: 1 for local "
+                             "files, 16 when objects in remote storage are read; more for network file systems and cold disks")
+                 .def("-1")
+                 .range(-1, 64),
              ParamSpec::make("num_shards", ParamType::Int, "number of shards; -1: the number of workers of the job")
                  .def("-1")
                  .range(-1, std::nullopt)
@@ -233,7 +265,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
         build_(p.get_bool("build_index")),
         format_(index_format_of(p, "index_format")),
         verify_crc_(p.get_bool("verify_crc")),
-        crew_(static_cast<int>(p.get_int("num_parallel_reads")) - 1) {
+        parallel_reads_(static_cast<int>(p.get_int("num_parallel_reads"))) {
+    if (parallel_reads_ == 0) throw ParamError("num_parallel_reads is 0; use 1 or more, or -1 for the default");
     if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
     shards_ = p.get_int("num_shards");
     if (shards_ == 0) throw ParamError("num_shards is 0; use 1 or more, or -1 for the number of workers");
@@ -244,18 +277,28 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
 
   void start(const StageInfo& info) override {
     info_ = info;
-    files_ = match_local_patterns(patterns_, "random_access");
+    storage_ = info.storage;
     files_open_.close_all();  // (file numbers are this start's)
+    files_.clear();
+    objects_.clear();
     first_record_.assign(1, 0);
     indexes_.clear();
     path_tensors_.clear();
     paths_.clear();
-    for (const auto& file : files_) {
-      indexes_.push_back(index_of(file, index_dir_, build_, false, format_).index);
+    for (const MatchedFile& file : match_files(patterns_, storage_)) {
+      files_.push_back(file.path);
+      objects_.push_back(file.object ? std::optional<StoredObject>(object_as_it_is(file, storage_)) : std::nullopt);
+      const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
+      indexes_.push_back(index_of(file.path, object, storage_, index_dir_, build_, false, format_).index);
       first_record_.push_back(first_record_.back() + indexes_.back().records());
-      path_tensors_.push_back(Tensor::from_string(file));
-      paths_.push_back(std::make_shared<const std::string>(file));
+      path_tensors_.push_back(Tensor::from_string(file.path));
+      paths_.push_back(std::make_shared<const std::string>(file.path));
     }
+    // Readers: as asked; by default one for local files (a page-cached pread takes microseconds)
+    // and 16 when an object is read (a ranged request takes milliseconds).
+    const bool any_remote = std::any_of(objects_.begin(), objects_.end(), [](const auto& o) { return o.has_value(); });
+    const int readers = parallel_reads_ > 0 ? parallel_reads_ : any_remote ? 16 : 1;
+    if (!crew_ || crew_->size() != readers) crew_ = std::make_unique<ReadCrew>(readers - 1);
   }
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;
@@ -515,14 +558,15 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     for (std::size_t k = 0; k < group_.records.size(); ++k) {
       numbers[2 * k] = static_cast<std::int64_t>(group_.records[k].record);
       numbers[2 * k + 1] = static_cast<std::int64_t>(group_.records[k].offset);
+      if (objects_[group_.records[k].file]) continue;  // read by ranged requests
       try {
         group_.records[k].fd = files_open_.fd(group_.records[k].file, files_[group_.records[k].file]);  // opened here, on one thread
       } catch (const std::exception& e) {
         group_.records[k].error = e.what();
       }
     }
-    const int readers = std::min<int>(crew_.size(), static_cast<int>(group_.records.size()));
-    crew_.run(readers, [&](int part) {
+    const int readers = std::min<int>(crew_->size(), static_cast<int>(group_.records.size()));
+    crew_->run(readers, [&](int part) {
       for (std::size_t k = static_cast<std::size_t>(part); k < group_.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group_.records[k]);
     });
     return true;
@@ -535,13 +579,20 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       return;
     }
     try {
-      const int fd = r.fd;
-      for (std::uint64_t got = 0; got < r.framed;) {
-        const ssize_t n = ::pread(fd, data + got, static_cast<std::size_t>(r.framed - got), static_cast<off_t>(r.offset + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0)
-          throw DataError(n == 0 ? std::string("the file ends before it (changed since it was indexed?)") : std::strerror(errno));
-        got += static_cast<std::uint64_t>(n);
+      if (const auto& object = objects_[r.file]) {
+        for (std::uint64_t got = 0; got < r.framed;) {
+          const std::size_t n = storage_->read_range(*object, r.offset + got, static_cast<std::size_t>(r.framed - got), data + got);
+          if (n == 0) throw DataError("the object ends before it (replaced since it was indexed?)");
+          got += n;
+        }
+      } else {
+        for (std::uint64_t got = 0; got < r.framed;) {
+          const ssize_t n = ::pread(r.fd, data + got, static_cast<std::size_t>(r.framed - got), static_cast<off_t>(r.offset + got));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0)
+            throw DataError(n == 0 ? std::string("the file ends before it (changed since it was indexed?)") : std::strerror(errno));
+          got += static_cast<std::uint64_t>(n);
+        }
       }
       std::uint64_t length = 0;
       std::memcpy(&length, data, 8);
@@ -578,7 +629,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::vector<std::shared_ptr<const std::string>> paths_;
   PooledHostAllocator pool_;
   OpenFiles files_open_;
-  ReadCrew crew_;
+  int parallel_reads_;
+  std::unique_ptr<ReadCrew> crew_;
+  Storage* storage_ = nullptr;
+  std::vector<std::optional<StoredObject>> objects_;  // per file: its object, when it is remote
   Group group_;
   std::uint64_t planned_ = 0;  // this shard's places read (or being read) ahead of next_
   std::uint64_t pass_ = 0;

@@ -481,6 +481,10 @@ class StageStorage final : public Storage {
     for (auto& o : listed) objects.push_back({bucket_uri + o.key, o.size, std::move(o.etag)});
     return objects;
   }
+  std::size_t read_range(const StoredObject& object, std::uint64_t offset, std::size_t length, std::byte* dst) override {
+    ObjectVersion version{object.size, object.etag};
+    return as_stage_errors([&] { return store_.read_range(object.uri, offset, length, dst, version, retry_, counters_.get()); });
+  }
   void upload(const std::string& local_path, const std::string& uri) override {
     try {
       store_.upload(local_path, uri, options_.part_bytes, options_.parallel_parts, retry_, counters_.get());

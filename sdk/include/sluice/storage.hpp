@@ -70,6 +70,11 @@ class Storage {
   /// part has arrived and aborted on any failure. Throws Error naming the URI. (Outputs reach it
   /// through AtomicOutputFile, which spools them to a local file first.)
   virtual void upload(const std::string& local_path, const std::string& uri) = 0;
+  /// (6.7) Up to `length` bytes of `object` at `offset` into `dst`, with one ranged request and
+  /// nothing read ahead (for reads at random places: random_access), from any thread; returns how
+  /// many (fewer only at the object's end). When `object` names a size or an ETag, an object that
+  /// no longer has them is a DataError naming it. Throws DataError as open() does.
+  virtual std::size_t read_range(const StoredObject& object, std::uint64_t offset, std::size_t length, std::byte* dst) = 0;
 };
 
 }  // namespace sluice

@@ -1,0 +1,84 @@
+"""A global shuffle over TFRecord objects in a bucket (random_access): indexes built by one
+sequential read, beside the objects or in a local folder, records read by ranged requests, the
+same order as over local copies of the files; a replaced object refused by name."""
+import os
+import shutil
+import textwrap
+
+import pytest
+
+from conftest import DATA, run_cli
+
+import sluice
+
+BUCKET = "sluice-random"
+NAMES = ["tfx_mnist.tfrecord", "torchdata_example.tfrecord", "torchdata_sequence_example.tfrecord"]
+
+
+@pytest.fixture(scope="module")
+def store(s3):
+    os.environ.update(s3.env())
+    s3.client.create_bucket(Bucket=BUCKET)
+    for n in NAMES:
+        s3.client.upload_file(os.path.join(DATA, "tfrecord", n), BUCKET, f"beside/{n}")
+        s3.client.upload_file(os.path.join(DATA, "tfrecord", n), BUCKET, f"apart/{n}")
+    return s3
+
+
+def keys(store, prefix):
+    listed = store.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return sorted(o["Key"] for o in listed)
+
+
+def shuffled(patterns, **params):
+    ds = sluice.data.random_access(patterns=patterns, seed=7, **params)
+    return [(bytes(e["record"]), int(e["index"]), os.path.basename(e["path"].decode())) for e in ds.as_numpy_iterator()]
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("local")
+    for n in NAMES:
+        shutil.copy(os.path.join(DATA, "tfrecord", n), folder / n)
+    return shuffled(str(folder / "*.tfrecord"), index_dir=str(folder / "index"))
+
+
+@pytest.mark.parametrize("readers", [1, 16])
+def test_a_global_shuffle_of_objects_is_the_local_one(store, local, readers):
+    remote = shuffled(f"s3://{BUCKET}/beside/*.tfrecord", num_parallel_reads=readers)
+    assert len(local) > 1000 and remote == local
+    # Built by the first run, beside each object (uploaded whole), and read by the next.
+    assert keys(store, "beside/") == sorted([f"beside/{n}" for n in NAMES] + [f"beside/{n}.idx" for n in NAMES])
+
+
+def test_indexes_of_objects_can_live_in_a_local_folder(store, local, tmp_path):
+    assert shuffled(f"s3://{BUCKET}/apart/*.tfrecord", index_dir=str(tmp_path / "index")) == local
+    assert len(os.listdir(tmp_path / "index")) == len(NAMES)
+    assert keys(store, "apart/") == [f"apart/{n}" for n in NAMES]  # nothing written into the bucket
+
+
+def test_sluice_index_writes_the_indexes_of_objects(store, tmp_path):
+    store.client.upload_file(os.path.join(DATA, "tfrecord", "pets_examples.record"), BUCKET, "cli/pets.record")
+    done = run_cli(["index", f"s3://{BUCKET}/cli/*.record"], store.env())
+    assert f"s3://{BUCKET}/cli/pets.record: 10 records, index built s3://{BUCKET}/cli/pets.record.idx" in done.stdout, done.stdout
+    again = run_cli(["index", f"s3://{BUCKET}/cli/*.record"], store.env())
+    assert "0 indexes written, 1 up to date" in again.stdout, again.stdout
+
+
+def test_an_object_replaced_after_indexing_is_refused_by_name(store, tmp_path):
+    store.client.upload_file(os.path.join(DATA, "tfrecord", "torchdata_example.tfrecord"), BUCKET, "replaced/a.tfrecord")
+    pattern = f"s3://{BUCKET}/replaced/*.tfrecord"
+    assert len(shuffled(pattern)) == 4
+    with open(os.path.join(DATA, "tfrecord", "torchdata_example.tfrecord"), "rb") as f:
+        data = bytearray(f.read())
+    data[20] ^= 0xFF  # the same size, other bytes: another ETag
+    store.client.put_object(Bucket=BUCKET, Key="replaced/a.tfrecord", Body=bytes(data))
+    pipeline = tmp_path / "p.txtpb"
+    pipeline.write_text(textwrap.dedent(f"""\
+        stage {{ id: "src" op: "random_access" params {{ key: "patterns" value: "{pattern}" }} }}
+        stage {{ id: "out" op: "null_sink" input: "src" }}
+        """))
+    done = run_cli(["run", "-q", str(pipeline)], store.env(), check=False)
+    assert done.returncode != 0
+    assert f"s3://{BUCKET}/replaced/a.tfrecord.idx does not describe s3://{BUCKET}/replaced/a.tfrecord" in done.stderr, done.stderr
+    assert "another ETag" in done.stderr and "sluice index --rebuild" in done.stderr
