@@ -309,6 +309,32 @@ class TestRandomAccess : public QObject {
     auto worker = run_text_as_worker("options { seed: 9 }\n" + source(data() + "/*.tfrecord") + sink_after("src"), sluice::WorkerIdentity{1, 3}, &plan);
     QCOMPARE(reads_of(worker.lines).size(), std::size_t(333));
     QVERIFY(std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) { return n.find("shards itself") != std::string::npos; }));
+    // Equal steps: every shard 333 (the last partial round not read), or 334 (a shard short of
+    // one reads its first record again); the job's option sets them.
+    for (const char* equal : {"drop", "pad"}) {
+      std::vector<std::size_t> equal_counts;
+      for (int shard = 0; shard < 3; ++shard) {
+        auto reads = run_reads("options { seed: 9 }\n" +
+                               source(data() + "/*.tfrecord", {{"num_shards", "3"}, {"index", std::to_string(shard)}, {"equal_steps", equal}}) +
+                               sink_after("src"));
+        equal_counts.push_back(reads.size());
+        const std::vector<Read> own(all.begin() + (shard == 0 ? 0 : shard == 1 ? 334 : 667), all.begin() + (shard == 0 ? 334 : shard == 1 ? 667 : 1000));
+        if (std::string(equal) == "drop") {
+          QCOMPARE(reads, std::vector<Read>(own.begin(), own.begin() + 333));
+        } else {
+          auto expected = own;
+          if (expected.size() < 334) expected.push_back(own.front());
+          QCOMPARE(reads, expected);
+        }
+      }
+      QCOMPARE(equal_counts, (std::vector<std::size_t>(3, std::string(equal) == "drop" ? 333 : 334)));
+    }
+    sluice::WorkerPlan equal_plan;
+    auto equal_worker = run_text_as_worker("options { seed: 9 equal_steps: drop }\n" + source(data() + "/*.tfrecord") + sink_after("src"),
+                                           sluice::WorkerIdentity{0, 3}, &equal_plan);
+    QCOMPARE(reads_of(equal_worker.lines).size(), std::size_t(333));
+    QVERIFY(std::any_of(equal_plan.notes.begin(), equal_plan.notes.end(),
+                        [](const std::string& n) { return n.find("same number of records (equal_steps: drop)") != std::string::npos; }));
   }
   // Elastic resume: a job of 2 workers cut mid-epoch and resumed by 3, and that job cut again and
   // resumed by 2; a job of 3 resumed by 2. Whatever the workers held at the cut is given back: the

@@ -254,6 +254,20 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
     if (shards_itself(i)) {
       plan.notes.push_back(fmt::format("'{}' ({}) shards itself: this worker reads 1 in {} of its records", graph.stages[i].id,
                                        graph.stages[i].op->info.name, n));
+      // Equal steps are its own to give, when it takes them (random_access's equal_steps).
+      const auto& schema = graph.stages[i].op->info.params;
+      if (equal != spec::EQUAL_STEPS_UNSET && std::any_of(schema.begin(), schema.end(), [](const ParamSpec& p) { return p.name == "equal_steps"; })) {
+        for (auto& st : *doc.spec.mutable_stage())
+          if (st.id() == graph.stages[i].id && !st.params().count("equal_steps")) (*st.mutable_params())["equal_steps"] = equal_name;
+        plan.notes.push_back(fmt::format("'{}' gives every worker the same number of records (equal_steps: {})", graph.stages[i].id, equal_name));
+        if (auto uneven = uneven_after(graph, i); !uneven.empty())
+          plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers different numbers of "
+                                              "elements",
+                                              graph.stages[i].id, fmt::join(uneven, ", ")));
+      } else if (equal != spec::EQUAL_STEPS_UNSET) {
+        plan.warnings.push_back(fmt::format("'{}' shards itself and takes no equal_steps: its workers' shares may differ by one",
+                                            graph.stages[i].id));
+      }
       continue;
     }
     shard_source(i);

@@ -249,6 +249,12 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
                  .def("-1")
                  .range(-1, std::nullopt)
                  .takes_hint("num_workers"),
+             ParamSpec::make("equal_steps", ParamType::Choice,
+                             "every shard the same number of records: drop (the fewest: the last partial round is not read) or pad "
+                             "(the most: a shard short of one reads its first record again); empty: shares differ by one at most "
+                             "(a job's equal_steps option sets it)")
+                 .def("")
+                 .one_of({"", "drop", "pad"}),
              ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards; -1: this worker's index")
                  .def("-1")
                  .range(-1, std::nullopt)
@@ -265,6 +271,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
         build_(p.get_bool("build_index")),
         format_(index_format_of(p, "index_format")),
         verify_crc_(p.get_bool("verify_crc")),
+        equal_steps_(p.get_string("equal_steps")),
         parallel_reads_(static_cast<int>(p.get_int("num_parallel_reads"))) {
     if (parallel_reads_ == 0) throw ParamError("num_parallel_reads is 0; use 1 or more, or -1 for the default");
     if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
@@ -302,7 +309,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;
-    next_ = planned_ = 0;
+    next_ = planned_ = first_of_pass_ = 0;
     group_.clear();
     order_.emplace(first_record_.back(), key_of(pass));
     reshardings_.clear();  // a resumed pass's split ends with it: later passes are plain
@@ -310,8 +317,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   // This shard's count: positions shard, shard + shards, ... below the records' total (of what
   // was left to the job's workers, in a pass resumed on another number of them).
   std::int64_t expected_elements() const override {
-    const std::uint64_t total = reshardings_.empty() ? first_record_.back() : left_in_pass_, s = static_cast<std::uint64_t>(shard_);
-    return total <= s ? 0 : static_cast<std::int64_t>((total - s + static_cast<std::uint64_t>(shards_) - 1) / static_cast<std::uint64_t>(shards_));
+    return static_cast<std::int64_t>(share_of(reshardings_.empty() ? first_record_.back() : left_in_pass_, static_cast<std::uint64_t>(shards_),
+                                              static_cast<std::uint64_t>(shard_)));
   }
   bool next(Sample& out, const ElementContext&) override {
     if (group_.taken == group_.records.size() && !read_group()) return false;
@@ -382,7 +389,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     const std::uint64_t left = reshardings_.empty() ? first_record_.back() : left_in_pass_;
     Resharding cut{workers, std::vector<std::uint64_t>(workers), {}};
     for (std::uint64_t w = 0; w < workers; ++w)
-      cut.read[w] = saved[w] ? saved[w]->next : (left <= w ? 0 : (left - w + workers - 1) / workers);
+      cut.read[w] = saved[w] ? saved[w]->next : share_of(left, workers, w);
     for (const Held& h : held) cut.held.push_back(position_of_held(h));
     std::sort(cut.held.begin(), cut.held.end());
     cut.held.erase(std::unique(cut.held.begin(), cut.held.end()), cut.held.end());
@@ -470,13 +477,14 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     pass_ = pass;
     order_.emplace(first_record_.back(), key_of(pass_));
     reshardings_ = std::move(chain);
-    next_ = planned_ = 0;
+    next_ = planned_ = first_of_pass_ = 0;
     group_.clear();
     scan_ = {};
     left_in_pass_ = 0;
     if (reshardings_.empty()) return;
     std::uint64_t position = 0, rank = 0;
-    while (next_left(position, rank)) ++left_in_pass_;
+    while (next_left(position, rank))
+      if (left_in_pass_++ == 0) first_of_pass_ = position;  // (what a shard short of one pads with, before its own)
     scan_ = {};
   }
   // The next position left by every resharding, and its rank among them (walking the pass).
@@ -503,18 +511,23 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   // The place in the pass of this shard's next record not yet read (its planned_-th).
   bool next_position(std::uint64_t& position) {
     const std::uint64_t shards = static_cast<std::uint64_t>(shards_), shard = static_cast<std::uint64_t>(shard_);
+    if (planned_ >= static_cast<std::uint64_t>(expected_elements())) return false;  // (equal_steps: drop stops early)
+    bool found = false;
     if (reshardings_.empty()) {
       position = shard + planned_ * shards;
-      if (position >= first_record_.back()) return false;
-      ++planned_;
-      return true;
+      found = position < first_record_.back();
+    } else {
+      for (std::uint64_t rank = 0; !found && next_left(position, rank);) found = rank % shards == shard;
     }
-    for (std::uint64_t rank = 0; next_left(position, rank);)
-      if (rank % shards == shard) {
-        ++planned_;
-        return true;
-      }
-    return false;
+    if (!found) position = first_of_pass_;  // equal_steps: pad, one short: this shard's first record again
+    if (planned_++ == 0) first_of_pass_ = position;
+    return true;
+  }
+  // How many records shard `shard` of `shards` reads of `left` (equal_steps decides the remainder).
+  std::uint64_t share_of(std::uint64_t left, std::uint64_t shards, std::uint64_t shard) const {
+    if (equal_steps_ == "drop") return left / shards;
+    if (equal_steps_ == "pad") return (left + shards - 1) / shards;
+    return left <= shard ? 0 : (left - shard + shards - 1) / shards;
   }
   // The place in the pass of a record a worker had read that no sink had taken.
   std::uint64_t position_of_held(const Held& held) const {
@@ -620,6 +633,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   bool build_;
   IndexFormat format_;
   bool verify_crc_;
+  std::string equal_steps_;
   std::int64_t shards_ = 1, shard_ = 0;
   StageInfo info_;
   std::vector<std::string> files_;
@@ -635,6 +649,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::vector<std::optional<StoredObject>> objects_;  // per file: its object, when it is remote
   Group group_;
   std::uint64_t planned_ = 0;  // this shard's places read (or being read) ahead of next_
+  std::uint64_t first_of_pass_ = 0;  // the place of this shard's first record in the pass (equal_steps: pad)
   std::uint64_t pass_ = 0;
   std::optional<IndexShuffle> order_;  // this pass's permutation of all records, made once per pass
   std::uint64_t next_ = 0;  // this shard's next place in the pass
