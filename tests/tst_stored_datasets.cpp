@@ -256,6 +256,20 @@ class TestStoredDatasets : public QObject {
     // Read as TFDS reads (16 shards at once, blocks of 16 examples): the same order here, as no
     // shard gives more than a block.
     QCOMPARE(ids_of(data_.path().toStdString(), split.toStdString(), "interleave { cycle_length: 16 block_length: 16 } parallelism: 2"), ids);
+    // random_access over the same split: in file order the same examples, shuffled a permutation of them.
+    auto at_random = [&](const char* shuffle) {
+      auto out = run_ok("options { seed: 3 }\n" +
+                        stage("src", "random_access", "",
+                              {{"tfds", "toy"}, {"split", split.toStdString()}, {"data_dir", data_.path().toStdString()}, {"shuffle", shuffle},
+                               {"index_dir", data_.path().toStdString() + "/index"}}) +
+                        stage("ids", "select_fields", "src", {{"keep", "id"}}) + sink_after("ids"));
+      return all_integers(out.lines);
+    };
+    QCOMPARE(at_random("false"), ids);
+    Ints shuffled = at_random("true"), sorted_ids = ids;
+    std::sort(shuffled.begin(), shuffled.end());
+    std::sort(sorted_ids.begin(), sorted_ids.end());
+    QCOMPARE(shuffled, sorted_ids);
   }
 
   // Each worker of a job reads its part of a split, through automatic sharding: by shard read

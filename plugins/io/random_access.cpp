@@ -21,6 +21,7 @@
 #include "crc32c.hpp"
 #include "index_shuffle.hpp"
 #include "io_plugin.hpp"
+#include "tfds_info.hpp"
 #include "tfrecord_index.hpp"
 
 namespace sluice::io {
@@ -232,7 +233,15 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
             "Every record of the TFRecord files the patterns name, through their index files, in a different permutation of all "
             "records each epoch (a global shuffle) or in file order; 'record', 'path', 'index', 'offset' as tfrecord_reader gives "
             "them; sharded by position, so every worker gets an equal share",
-            {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009})"),
+            {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009}); or tfds").def(""),
+             ParamSpec::make("tfds", ParamType::String,
+                             "instead of patterns: a prepared tensorflow_datasets dataset, as tfds.load names it (mnist, mnist:3.0.1, "
+                             "NAME/CONFIG); its examples come out as the fields its features.json describes")
+                 .def(""),
+             ParamSpec::make("split", ParamType::String, "with tfds: TFDS's split expression (train, test[:1000], train[25%:75%], train+test)")
+                 .def("train"),
+             ParamSpec::make("data_dir", ParamType::Path, "with tfds: the folder of the datasets; empty: $TFDS_DATA_DIR, else ~/tensorflow_datasets")
+                 .def(""),
              ParamSpec::make("shuffle", ParamType::Bool, "a permutation of all records each epoch; false: file order").def("true"),
              ParamSpec::make("seed", ParamType::Int, "shuffle seed; -1 uses the pipeline's seed").def("-1").range(-1, std::nullopt),
              ParamSpec::make("reshuffle_each_iteration", ParamType::Bool, "another permutation each epoch").def("true"),
@@ -264,6 +273,9 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   explicit RandomAccess(const Params& p)
       : patterns_(p.get_string_list("patterns")),
+        tfds_(p.get_string("tfds")),
+        split_(p.get_string("split")),
+        data_dir_(p.get_string("data_dir")),
         shuffle_(p.get_bool("shuffle")),
         seed_(p.get_int("seed")),
         reshuffle_(p.get_bool("reshuffle_each_iteration")),
@@ -274,7 +286,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
         equal_steps_(p.get_string("equal_steps")),
         parallel_reads_(static_cast<int>(p.get_int("num_parallel_reads"))) {
     if (parallel_reads_ == 0) throw ParamError("num_parallel_reads is 0; use 1 or more, or -1 for the default");
-    if (patterns_.empty()) throw ParamError("patterns is empty; give at least one file or glob pattern");
+    // (Neither is refused at start(): the host builds one with the defaults to check the plugin.)
+    if (!patterns_.empty() && !tfds_.empty()) throw ParamError("give patterns or tfds, not both");
     shards_ = p.get_int("num_shards");
     if (shards_ == 0) throw ParamError("num_shards is 0; use 1 or more, or -1 for the number of workers");
     if (shards_ < 0) shards_ = 1;
@@ -284,6 +297,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
 
   void start(const StageInfo& info) override {
     info_ = info;
+    if (patterns_.empty() && tfds_.empty())
+      throw ParamError("patterns is empty; give at least one file or glob pattern, or a tfds dataset");
     storage_ = info.storage;
     files_open_.close_all();  // (file numbers are this start's)
     files_.clear();
@@ -292,12 +307,25 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     indexes_.clear();
     path_tensors_.clear();
     paths_.clear();
-    for (const MatchedFile& file : match_files(patterns_, storage_)) {
+    skips_.clear();
+    std::vector<std::pair<MatchedFile, ShardRead>> files;
+    if (tfds_.empty()) {
+      for (MatchedFile& file : match_files(patterns_, storage_)) files.push_back({std::move(file), ShardRead{}});
+    } else {
+      files = tfds_shards();
+    }
+    for (const auto& [file, read] : files) {
       files_.push_back(file.path);
       objects_.push_back(file.object ? std::optional<StoredObject>(object_as_it_is(file, storage_)) : std::nullopt);
       const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
       indexes_.push_back(index_of(file.path, object, storage_, index_dir_, build_, false, format_).index);
-      first_record_.push_back(first_record_.back() + indexes_.back().records());
+      // A tfds split may read part of a shard: records skip .. skip + take of it.
+      const std::uint64_t records = indexes_.back().records(), take = tfds_.empty() ? records : read.take;
+      if (read.skip + take > records)
+        throw DataError(file.path + " holds " + std::to_string(records) + " records, where dataset_info.json says split '" + split_ + "' reads up to record " +
+                        std::to_string(read.skip + take) + " (a shard cut short, or metadata of another preparation)");
+      skips_.push_back(read.skip);
+      first_record_.push_back(first_record_.back() + take);
       path_tensors_.push_back(Tensor::from_string(file.path));
       paths_.push_back(std::make_shared<const std::string>(file.path));
     }
@@ -325,6 +353,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     const GroupRecord& r = group_.records[group_.taken++];
     ++next_;
     if (!r.error.empty()) throw DataError(r.error);
+    if (tfds_dataset_) {
+      decode_example(r, out);
+      return true;
+    }
     out.reserve(4);
     out.set("record", Tensor::bytes_view(group_.bytes, r.at + 12, static_cast<std::size_t>(r.framed - 16)));
     out.set("path", path_tensors_[r.file]);
@@ -534,11 +566,37 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     const auto file = std::find(files_.begin(), files_.end(), held.where);
     if (file == files_.end()) throw Error("the checkpoint's stages held a record of " + held.where + ", which this source does not read");
     const auto f = static_cast<std::size_t>(file - files_.begin());
-    if (held.record < 0 || static_cast<std::uint64_t>(held.record) >= indexes_[f].records())
-      throw Error("the checkpoint's stages held record " + std::to_string(held.record) + " of " + held.where + ", which has " +
-                  std::to_string(indexes_[f].records()) + ": the file changed since");
-    const std::uint64_t global = first_record_[f] + static_cast<std::uint64_t>(held.record);
+    const std::uint64_t records = first_record_[f + 1] - first_record_[f];
+    if (held.record < static_cast<std::int64_t>(skips_[f]) || static_cast<std::uint64_t>(held.record) - skips_[f] >= records)
+      throw Error("the checkpoint's stages held record " + std::to_string(held.record) + " of " + held.where + ", of which this source reads " +
+                  std::to_string(records) + " from record " + std::to_string(skips_[f]) + ": the file changed since");
+    const std::uint64_t global = first_record_[f] + static_cast<std::uint64_t>(held.record) - skips_[f];
     return shuffle_ ? order_->position_of(global) : global;
+  }
+
+  // The shards a tfds split reads (with what to skip and take of each), as the tfds source finds them.
+  std::vector<std::pair<MatchedFile, ShardRead>> tfds_shards() {
+    tfds_dataset_ = std::make_shared<TfdsDataset>(read_tfds_dataset(find_tfds_dataset(tfds_data_dir(data_dir_), tfds_, storage_), storage_));
+    tfds_parser_ = std::make_unique<ExampleParser>(tfds_example_spec(tfds_dataset_->features), std::vector<FeatureSpec>{});
+    std::vector<std::pair<MatchedFile, ShardRead>> out;
+    for (const SplitRange& range : resolve_split(split_, tfds_dataset_->split_shards()))
+      for (const ShardRead& r : shard_reads(range, tfds_dataset_->split(range.split).shards)) {
+        const std::string path = tfds_dataset_->shard_path(r.split, r.shard);
+        MatchedFile file{path, std::nullopt};
+        if (is_remote_uri(path)) file.object = StoredObject{path, 0, ""};
+        out.push_back({std::move(file), r});
+      }
+    return out;
+  }
+  // A tfds example: its features, as tfds_reader gives them.
+  void decode_example(const GroupRecord& r, Sample& out) const {
+    try {
+      tfds_parser_->parse(group_.bytes, static_cast<std::size_t>(r.at + 12), static_cast<std::size_t>(r.framed - 16), out);
+      for (const TfdsFeature& f : tfds_dataset_->features) out.set(f.name, tfds_feature_tensor(out.at(f.name), f));
+    } catch (const DataError& e) {
+      throw DataError(files_[r.file] + ", record " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + "): " + e.what());
+    }
+    out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
   }
 
   // The permutation's key of a pass: from the seed and the epoch alone (the same on every worker).
@@ -556,7 +614,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       const std::uint64_t global = shuffle_ ? (*order_)(position) : position;
       GroupRecord r;
       r.file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
-      r.record = global - first_record_[r.file];
+      r.record = global - first_record_[r.file] + skips_[r.file];
       r.offset = indexes_[r.file].offsets[static_cast<std::size_t>(r.record)];
       r.framed = indexes_[r.file].framed_size(static_cast<std::size_t>(r.record));
       r.at = bytes;
@@ -626,6 +684,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
 
   std::vector<std::string> patterns_;
+  std::string tfds_, split_, data_dir_;
+  std::shared_ptr<const TfdsDataset> tfds_dataset_;  // with tfds: its metadata, and the parser of its examples
+  std::unique_ptr<ExampleParser> tfds_parser_;
+  std::vector<std::uint64_t> skips_;  // per file: the records before those it reads (a tfds split's part of a shard)
   bool shuffle_;
   std::int64_t seed_;
   bool reshuffle_;

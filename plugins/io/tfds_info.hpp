@@ -58,6 +58,13 @@ std::string find_tfds_dataset(const std::string& data_dir, const std::string& na
 // and the entry that is missing or malformed, and refuses what Sluice cannot read (a fileFormat
 // other than tfrecord, features it does not know) saying what to do.
 TfdsDataset read_tfds_dataset(const std::string& dir, Storage* storage = nullptr);
+
+// tfds.load's data_dir: `given`, else $TFDS_DATA_DIR, else ~/tensorflow_datasets (tfds_ops.cpp).
+std::string tfds_data_dir(const std::string& given);
+
+// A feature's values as an Example parsed them (int64 or float32 lists, or bytes), in the
+// feature's dtype and shape (tfds_ops.cpp); throws DataError naming the feature.
+Tensor tfds_feature_tensor(const Tensor& parsed, const TfdsFeature& f);
 // The same from the two files' text (the fuzz target's entry), named as the files of `dir`.
 TfdsDataset parse_tfds_dataset(const std::string& info_text, const std::string& features_text, const std::string& dir);
 

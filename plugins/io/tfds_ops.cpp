@@ -25,7 +25,6 @@
 namespace fs = std::filesystem;
 
 namespace sluice::io {
-namespace {
 
 // tfds.load's data_dir: the parameter, else $TFDS_DATA_DIR, else ~/tensorflow_datasets.
 std::string tfds_data_dir(const std::string& given) {
@@ -34,6 +33,8 @@ std::string tfds_data_dir(const std::string& given) {
   const char* home = std::getenv("HOME");
   return (fs::path(home && *home ? home : ".") / "tensorflow_datasets").string();
 }
+
+namespace {
 
 std::int64_t shard_bytes(const std::string& path) {
   struct stat st {};
@@ -207,48 +208,6 @@ Tensor read_class_names(const std::string& dir, const TfdsFeature& f, Storage* s
   return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
 }
 
-// A numeric value parsed as int64 or float32 (the Example's lists), in the feature's dtype and
-// shape: the open dimension is what the value count leaves.
-Tensor as_feature(const Tensor& parsed, const TfdsFeature& f) {
-  if (f.dtype == DType::Bytes) return parsed;
-  Shape shape = f.shape;
-  std::int64_t known = 1;
-  int open = -1;
-  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
-    if (shape[i] < 0) open = i;
-    else known *= shape[i];
-  }
-  const std::int64_t n = parsed.num_elements();
-  if (open >= 0) {
-    if (known == 0 ? n != 0 : n % known != 0)
-      throw DataError("feature '" + f.name + "' has " + std::to_string(n) + " values, not a whole number of items of " + std::to_string(known) +
-                      " (features.json's shape " + shape_string(f.shape) + ")");
-    shape[open] = known == 0 ? 0 : n / known;
-  }
-  if (parsed.dtype() == f.dtype) return Tensor::view(f.dtype, shape, parsed.buffer(), parsed.byte_offset());
-  Tensor out = Tensor::empty(f.dtype, shape);
-  auto convert = [&](auto* to) {
-    using To = std::remove_pointer_t<decltype(to)>;
-    if (parsed.dtype() == DType::I64) {
-      const auto* from = parsed.data<std::int64_t>();
-      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
-    } else {
-      const auto* from = parsed.data<float>();
-      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
-    }
-  };
-  switch (f.dtype) {
-    case DType::U8: convert(out.data<std::uint8_t>()); break;
-    case DType::I16: convert(out.data<std::int16_t>()); break;
-    case DType::I32: convert(out.data<std::int32_t>()); break;
-    case DType::I64: convert(out.data<std::int64_t>()); break;
-    case DType::F32: convert(out.data<float>()); break;
-    case DType::F64: convert(out.data<double>()); break;
-    default: throw DataError("feature '" + f.name + "': Sluice cannot hand out " + dtype_name(f.dtype) + " from a tf.train.Example");
-  }
-  return out;
-}
-
 class TfdsReader final : public Expand {
  public:
   static OperatorInfo describe() {
@@ -288,7 +247,7 @@ class TfdsReader final : public Expand {
       out = Sample();
       try {
         dataset_->parser->parse(r.buffer, r.offset, r.length, out);
-        for (const TfdsFeature& f : dataset_->info.features) out.set(f.name, as_feature(out.at(f.name), f));
+        for (const TfdsFeature& f : dataset_->info.features) out.set(f.name, tfds_feature_tensor(out.at(f.name), f));
       } catch (const DataError& e) {
         throw DataError(*path_ + ", record " + std::to_string(r.index) + " (byte " + std::to_string(r.file_offset) + "): " + e.what());
       }
@@ -659,6 +618,49 @@ class TfdsWriter final : public TFRecordWriter {
 };
 
 }  // namespace
+
+// A numeric value parsed as int64 or float32 (the Example's lists), in the feature's dtype and
+// shape: the open dimension is what the value count leaves.
+Tensor tfds_feature_tensor(const Tensor& parsed, const TfdsFeature& f) {
+  if (f.dtype == DType::Bytes) return parsed;
+  Shape shape = f.shape;
+  std::int64_t known = 1;
+  int open = -1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (shape[i] < 0) open = i;
+    else known *= shape[i];
+  }
+  const std::int64_t n = parsed.num_elements();
+  if (open >= 0) {
+    if (known == 0 ? n != 0 : n % known != 0)
+      throw DataError("feature '" + f.name + "' has " + std::to_string(n) + " values, not a whole number of items of " + std::to_string(known) +
+                      " (features.json's shape " + shape_string(f.shape) + ")");
+    shape[open] = known == 0 ? 0 : n / known;
+  }
+  if (parsed.dtype() == f.dtype) return Tensor::view(f.dtype, shape, parsed.buffer(), parsed.byte_offset());
+  Tensor out = Tensor::empty(f.dtype, shape);
+  auto convert = [&](auto* to) {
+    using To = std::remove_pointer_t<decltype(to)>;
+    if (parsed.dtype() == DType::I64) {
+      const auto* from = parsed.data<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+    } else {
+      const auto* from = parsed.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+    }
+  };
+  switch (f.dtype) {
+    case DType::U8: convert(out.data<std::uint8_t>()); break;
+    case DType::I16: convert(out.data<std::int16_t>()); break;
+    case DType::I32: convert(out.data<std::int32_t>()); break;
+    case DType::I64: convert(out.data<std::int64_t>()); break;
+    case DType::F32: convert(out.data<float>()); break;
+    case DType::F64: convert(out.data<double>()); break;
+    default: throw DataError("feature '" + f.name + "': Sluice cannot hand out " + dtype_name(f.dtype) + " from a tf.train.Example");
+  }
+  return out;
+}
+
 
 void register_tfds(Registrar& registrar) {
   registrar.add<TfdsSource>();
