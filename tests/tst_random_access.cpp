@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "index_shuffle.hpp"
 #include "pipeline_runner.hpp"
 #include "tfrecord_index.hpp"
+#include "webdataset_format.hpp"
 
 using namespace sluice::test;
 namespace fs = std::filesystem;
@@ -437,6 +439,37 @@ class TestRandomAccess : public QObject {
       QCOMPARE(reads_of(skipped.lines), expected);
       QCOMPARE(skipped.snapshot.stage(0).errors_skipped(), std::uint64_t(1));
     }
+  }
+  // WebDataset shards: plain tars read at random, a sample per key (several members each), the
+  // fields webdataset_reader gives, in its order when not shuffled; a compressed shard refused.
+  void webdataset_samples_are_read_at_random() {
+    const std::string dir = dir_.path().toStdString() + "/wds";
+    fs::create_directories(dir);
+    const std::string real = sluice::test::testdata_dir() + "/webdataset";
+    fs::copy_file(real + "/testgz.tar", dir + "/a-testgz.tar");
+    fs::copy_file(real + "/compressed.tar", dir + "/b-compressed.tar");
+    std::ifstream tgz(real + "/sample.tgz", std::ios::binary);
+    const std::string packed((std::istreambuf_iterator<char>(tgz)), std::istreambuf_iterator<char>());
+    std::ofstream(dir + "/c-sample.tar", std::ios::binary) << sluice::io::gunzip(packed);
+    const std::string pattern = dir + "/*.tar";
+    auto sequential = run_text(stage("files", "list_files", "", {{"patterns", pattern}, {"shuffle", "false"}}) +
+                               stage("read", "webdataset_reader", "files") + sink_after("read"));
+    QCOMPARE(sequential.lines.size(), std::size_t(1000 + 3 + 90));
+    auto at_random = [&](const char* shuffle) {
+      auto out = run_text("options { seed: 2 }\n" + source(pattern, {{"shuffle", shuffle}, {"index_dir", dir + "/index"}}) + sink_after("src"));
+      if (!out.error.empty() || !out.result.error.empty()) qWarning("%s %s", out.error.c_str(), out.result.error.c_str());
+      return out.lines;
+    };
+    QCOMPARE(at_random("false"), sequential.lines);
+    auto shuffled = at_random("true"), expected = sequential.lines;
+    QVERIFY(shuffled != expected);
+    std::sort(shuffled.begin(), shuffled.end());
+    std::sort(expected.begin(), expected.end());
+    QCOMPARE(shuffled, expected);
+    fs::copy_file(real + "/sample.tgz", dir + "/d-sample.tar");  // gzip under a .tar name
+    auto refused = run_text(source(pattern, {{"index_dir", dir + "/index"}}) + sink_after("src"));
+    const std::string error = refused.error + refused.result.error;
+    QVERIFY2(error.find(dir + "/d-sample.tar is a compressed tar: its samples cannot be read at random") != std::string::npos, error.c_str());
   }
 };
 

@@ -23,6 +23,7 @@
 #include "io_plugin.hpp"
 #include "tfds_info.hpp"
 #include "tfrecord_index.hpp"
+#include "webdataset_format.hpp"
 
 namespace sluice::io {
 namespace {
@@ -58,20 +59,26 @@ struct IndexOutcome {
   std::string path;
   std::string state;  // "up to date", "built", "rebuilt"
 };
+// Whether a file is a WebDataset shard (its samples indexed) rather than TFRecord (its records).
+bool is_webdataset_file(const std::string& file, const std::string& format) {
+  if (format != "auto") return format == "webdataset";
+  return file.size() > 4 && file.compare(file.size() - 4, 4, ".tar") == 0;
+}
+
 IndexOutcome index_of(const std::string& file, const StoredObject* object, Storage* storage, const std::string& index_dir, bool build, bool rebuild,
-                      IndexFormat format) {
+                      IndexFormat format, bool webdataset = false) {
   IndexOutcome out;
   out.path = index_path_for(file, index_dir);
   const bool existed = index_exists(out.path, storage);
   if (existed && !rebuild) {
-    out.index = read_tfrecord_index(out.path, file, object ? object_version(*object) : local_file_version(file), storage);
+    out.index = read_tfrecord_index(out.path, file, object ? object_version(*object) : local_file_version(file), storage, !webdataset);
     out.state = "up to date";
     return out;
   }
   if (!build && !existed)
     throw DataError("no index for " + file + " (looked for " + out.path + "): build it with `sluice index " + file + "`" +
                     (index_dir.empty() ? "" : " --index-dir " + index_dir) + ", or set build_index: true");
-  out.index = build_tfrecord_index(file, storage, object);
+  out.index = webdataset ? build_webdataset_index(file, storage, object) : build_tfrecord_index(file, storage, object);
   try {
     write_tfrecord_index(out.index, out.path, format, storage);
   } catch (const Error& e) {
@@ -113,7 +120,7 @@ class TfrecordIndexOp final : public Map {
     Storage* storage = ctx.stage ? ctx.stage->storage : nullptr;
     std::optional<StoredObject> object;
     if (is_remote_uri(file)) object = object_as_it_is(MatchedFile{file, StoredObject{file, 0, ""}}, storage);
-    IndexOutcome done = index_of(file, object ? &*object : nullptr, storage, index_dir_, true, rebuild_, format_);
+    IndexOutcome done = index_of(file, object ? &*object : nullptr, storage, index_dir_, true, rebuild_, format_, is_webdataset_file(file, "auto"));
     in.set("records", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(done.index.records())));
     in.set("index_file", Tensor::from_string(done.path));
     in.set("state", Tensor::from_string(done.state));
@@ -234,6 +241,11 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
             "records each epoch (a global shuffle) or in file order; 'record', 'path', 'index', 'offset' as tfrecord_reader gives "
             "them; sharded by position, so every worker gets an equal share",
             {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009}); or tfds").def(""),
+             ParamSpec::make("format", ParamType::Choice,
+                             "tfrecord (records: 'record', 'path', 'index', 'offset'), webdataset (plain tar shards: a sample per key, "
+                             "fields as webdataset_reader gives them), or auto: webdataset for .tar files")
+                 .def("auto")
+                 .one_of({"auto", "tfrecord", "webdataset"}),
              ParamSpec::make("tfds", ParamType::String,
                              "instead of patterns: a prepared tensorflow_datasets dataset, as tfds.load names it (mnist, mnist:3.0.1, "
                              "NAME/CONFIG); its examples come out as the fields its features.json describes")
@@ -273,6 +285,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   explicit RandomAccess(const Params& p)
       : patterns_(p.get_string_list("patterns")),
+        file_format_(p.get_string("format")),
         tfds_(p.get_string("tfds")),
         split_(p.get_string("split")),
         data_dir_(p.get_string("data_dir")),
@@ -308,6 +321,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     path_tensors_.clear();
     paths_.clear();
     skips_.clear();
+    webdataset_.clear();
     std::vector<std::pair<MatchedFile, ShardRead>> files;
     if (tfds_.empty()) {
       for (MatchedFile& file : match_files(patterns_, storage_)) files.push_back({std::move(file), ShardRead{}});
@@ -318,7 +332,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       files_.push_back(file.path);
       objects_.push_back(file.object ? std::optional<StoredObject>(object_as_it_is(file, storage_)) : std::nullopt);
       const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
-      indexes_.push_back(index_of(file.path, object, storage_, index_dir_, build_, false, format_).index);
+      webdataset_.push_back(tfds_.empty() && is_webdataset_file(file.path, file_format_));
+      indexes_.push_back(index_of(file.path, object, storage_, index_dir_, build_, false, format_, webdataset_.back()).index);
       // A tfds split may read part of a shard: records skip .. skip + take of it.
       const std::uint64_t records = indexes_.back().records(), take = tfds_.empty() ? records : read.take;
       if (read.skip + take > records)
@@ -355,6 +370,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     if (!r.error.empty()) throw DataError(r.error);
     if (tfds_dataset_) {
       decode_example(r, out);
+      return true;
+    }
+    if (webdataset_[r.file]) {
+      read_sample(r, out);
       return true;
     }
     out.reserve(4);
@@ -599,6 +618,25 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
   }
 
+  // A WebDataset sample: its span of the tar (its members, from its first header to the next
+  // sample's) read as a tar of its own, its fields as webdataset_reader gives them.
+  void read_sample(const GroupRecord& r, Sample& out) const {
+    const std::string where = files_[r.file] + ", sample " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + ")";
+    struct Refuse final : DamageReport {
+      bool skip_damaged(const std::string&) override { return false; }
+    } refuse;
+    WebDatasetSample sample;
+    try {
+      WebDatasetShard span(files_[r.file], group_.bytes->data() + r.at, static_cast<std::size_t>(r.framed));
+      if (!span.next(sample, refuse)) throw DataError("no sample starts there (the shard changed since it was indexed?)");
+      out = webdataset_fields_.of(sample);
+    } catch (const DataError& e) {
+      throw DataError(where + ": " + e.what());
+    }
+    out.set("__url__", path_tensors_[r.file]);
+    out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
+  }
+
   // The permutation's key of a pass: from the seed and the epoch alone (the same on every worker).
   std::uint64_t key_of(std::uint64_t pass) const {
     return Rng(seed_ >= 0 ? static_cast<std::uint64_t>(seed_) : info_.seed, info_.stage_hash, reshuffle_ ? pass : 0, 0).next_u64();
@@ -665,6 +703,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
           got += static_cast<std::uint64_t>(n);
         }
       }
+      if (webdataset_[r.file]) return;  // (a tar's members are checked as the sample is read)
       std::uint64_t length = 0;
       std::memcpy(&length, data, 8);
       if (length + 16 != r.framed)
@@ -687,7 +726,10 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::string tfds_, split_, data_dir_;
   std::shared_ptr<const TfdsDataset> tfds_dataset_;  // with tfds: its metadata, and the parser of its examples
   std::unique_ptr<ExampleParser> tfds_parser_;
-  std::vector<std::uint64_t> skips_;  // per file: the records before those it reads (a tfds split's part of a shard)
+  std::vector<std::uint64_t> skips_;
+  std::string file_format_;
+  std::vector<bool> webdataset_;  // per file: a WebDataset shard (its samples), else TFRecord
+  WebDatasetFields webdataset_fields_;  // per file: the records before those it reads (a tfds split's part of a shard)
   bool shuffle_;
   std::int64_t seed_;
   bool reshuffle_;

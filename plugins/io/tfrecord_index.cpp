@@ -54,9 +54,10 @@ std::string read_whole(const std::string& path, Storage* storage) {
                   "): build it again (sluice index --rebuild " + file + ") or remove it");
 }
 
-// Offsets and framed sizes must tile the file from byte 0 to its end.
-void check_tiling(const TfrecordIndex& index, const std::string& index_path, const std::string& file) {
-  std::uint64_t expected = 0;
+// Offsets and framed sizes must tile the file from byte 0 (a tar's first sample: from its first
+// offset, after folder members) to its end.
+void check_tiling(const TfrecordIndex& index, const std::string& index_path, const std::string& file, bool from_zero) {
+  std::uint64_t expected = from_zero || index.offsets.empty() ? 0 : index.offsets.front();
   for (std::size_t i = 0; i < index.offsets.size(); ++i) {
     if (index.offsets[i] != expected)
       throw DataError("index " + index_path + " is damaged: record " + std::to_string(i) + " starts at byte " + std::to_string(index.offsets[i]) +
@@ -69,7 +70,7 @@ void check_tiling(const TfrecordIndex& index, const std::string& index_path, con
     stale(index_path, file, "its last record would end past the file's " + std::to_string(index.file_size) + " bytes");
 }
 
-TfrecordIndex read_dali(const std::string& text, const std::string& index_path, const std::string& file, std::uint64_t size_now) {
+TfrecordIndex read_dali(const std::string& text, const std::string& index_path, const std::string& file, std::uint64_t size_now, bool from_zero) {
   TfrecordIndex index;
   std::istringstream lines(text);
   std::string line;
@@ -85,7 +86,7 @@ TfrecordIndex read_dali(const std::string& text, const std::string& index_path, 
   }
   index.file_size = end;
   if (end != size_now) stale(index_path, file, "its records end at byte " + std::to_string(end) + ", the file has " + std::to_string(size_now));
-  check_tiling(index, index_path, file);
+  check_tiling(index, index_path, file, from_zero);
   return index;
 }
 
@@ -226,10 +227,10 @@ void write_tfrecord_index(const TfrecordIndex& index, const std::string& index_p
   out.commit();
 }
 
-TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::string& file, const FileVersion& now, Storage* storage) {
+TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::string& file, const FileVersion& now, Storage* storage, bool from_zero) {
   const std::uint64_t size_now = now.size;
   const std::string bytes = read_whole(index_path, storage);
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return read_dali(bytes, index_path, file, size_now);
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return read_dali(bytes, index_path, file, size_now, from_zero);
   constexpr std::size_t header = sizeof kMagic + 24;
   if (bytes.size() < header + 8) throw DataError("index " + index_path + " is damaged: it ends inside its header");
   const std::uint64_t count = get_u64(bytes, sizeof kMagic + 16);
@@ -246,7 +247,7 @@ TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::stri
     stale(index_path, file, is_remote_uri(file) ? "the object was replaced after the index was made (another ETag)" : "the file was modified after the index was made");
   index.offsets.resize(count);
   for (std::uint64_t i = 0; i < count; ++i) index.offsets[i] = get_u64(bytes, header + 8 * i);
-  check_tiling(index, index_path, file);
+  check_tiling(index, index_path, file, from_zero);
   return index;
 }
 

@@ -57,7 +57,9 @@ void write_tfrecord_index(const TfrecordIndex& index, const std::string& index_p
 
 // Reads an index of either form and checks it against `file` as it is now (`now`); throws
 // DataError naming both when it is stale (another size or version), damaged, or not an index. A
-// remote index_path is read through `storage`.
-TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::string& file, const FileVersion& now, Storage* storage = nullptr);
+// remote index_path is read through `storage`. `from_zero`: the first record starts at byte 0 (a
+// TFRecord file; a tar's first sample may follow folder members).
+TfrecordIndex read_tfrecord_index(const std::string& index_path, const std::string& file, const FileVersion& now, Storage* storage = nullptr,
+                                  bool from_zero = true);
 
 }  // namespace sluice::io

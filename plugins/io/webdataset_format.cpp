@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
 
 #include "byte_source.hpp"
@@ -22,6 +25,11 @@ std::pair<std::string, std::string> webdataset_key(const std::string& path) {
 }
 
 WebDatasetShard::WebDatasetShard(std::string path, Storage* storage) : path_(std::move(path)), storage_(storage) { open(); }
+
+WebDatasetShard::WebDatasetShard(std::string path, const std::byte* data, std::size_t size)
+    : path_(std::move(path)), memory_(data), memory_size_(size) {
+  open();
+}
 
 ssize_t WebDatasetShard::read_remote(::archive* a, void* self, const void** buffer) {
   auto& shard = *static_cast<WebDatasetShard*>(self);
@@ -61,8 +69,9 @@ void WebDatasetShard::open() {
   deferred_damage_.clear();
   samples_ = 0;
   ended_ = false;
-  const bool remote = is_remote_uri(path_);
-  if (remote) {
+  const bool remote = !memory_ && is_remote_uri(path_);
+  if (memory_) {
+  } else if (remote) {
     remote_ = open_remote(path_, storage_);
     remote_buffer_.resize(1 << 20);
     remote_position_ = 0;
@@ -74,7 +83,9 @@ void WebDatasetShard::open() {
   archive_read_support_format_tar(archive_);
   archive_read_support_format_gnutar(archive_);
   int opened = ARCHIVE_OK;
-  if (remote) {
+  if (memory_) {
+    opened = archive_read_open_memory(archive_, memory_, memory_size_);
+  } else if (remote) {
     archive_read_set_callback_data(archive_, this);
     archive_read_set_read_callback(archive_, read_remote);
     archive_read_set_skip_callback(archive_, skip_remote);
@@ -316,6 +327,83 @@ std::string gunzip(std::string_view bytes) {  // byte_source's inflating reader:
   char block[1 << 16];
   for (std::size_t got; (got = source->read(reinterpret_cast<std::byte*>(block), sizeof block)) > 0;) out.append(block, got);
   return out;
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+Sample WebDatasetFields::of(WebDatasetSample& sample) const {
+  Sample out;
+  out.reserve(sample.members.size() + 2);
+  out.set("__key__", Tensor::from_string(sample.key));
+  for (TarMember& m : sample.members) {
+    std::string field = m.field;
+    if (inflate && ends_with(field, ".gz")) {
+      try {
+        m.data = gunzip(m.data);
+      } catch (const DataError& e) {
+        throw DataError("member " + m.path + ": " + e.what());
+      }
+      field.resize(field.size() - 3);
+    }
+    if (out.find(field)) throw DataError("members give field '" + field + "' twice (" + m.path + ")");
+    if (integers.count(field)) out.set(field, Tensor::scalar<std::int64_t>(parse_integer(m, field)));
+    else if (npy.count(field)) out.set(field, npy_of(m));
+    else out.set(field, Tensor::from_string(m.data));
+  }
+  return out;
+}
+std::int64_t WebDatasetFields::parse_integer(const TarMember& m, const std::string& field) {
+  std::string_view text(m.data);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw DataError("member " + m.path + " is not one integer ('" + std::string(m.data.substr(0, 40)) + "'); '" + field +
+                    "' is in integers: remove it there to keep its bytes");
+  return value;
+}
+Tensor WebDatasetFields::npy_of(const TarMember& m) {
+  try {
+    return parse_npy(m.data);
+  } catch (const DataError& e) {
+    throw DataError("member " + m.path + ": " + e.what());
+  }
+}
+
+
+TfrecordIndex build_webdataset_index(const std::string& path, Storage* storage, const StoredObject* object) {
+  TfrecordIndex index;
+  FileVersion version;
+  unsigned char magic[6] = {};
+  if (is_remote_uri(path)) {
+    if (!storage) throw DataError("cannot read " + path + ": remote URIs are read through a Sluice engine");
+    auto reader = storage->open(object ? object->uri : path);
+    version = object_version(reader->object());
+    reader->read(reinterpret_cast<std::byte*>(magic), sizeof magic);
+  } else {
+    version = local_file_version(path);
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw DataError("cannot read " + path + ": " + std::strerror(errno));
+    (void)std::fread(magic, 1, sizeof magic, f);
+    std::fclose(f);
+  }
+  const bool gzip = magic[0] == 0x1f && magic[1] == 0x8b, zstd = magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd;
+  const bool bzip2 = magic[0] == 'B' && magic[1] == 'Z' && magic[2] == 'h', xz = magic[0] == 0xfd && magic[1] == '7' && magic[2] == 'z';
+  if (gzip || zstd || bzip2 || xz)
+    throw DataError(path + " is a compressed tar: its samples cannot be read at random; decompress it (a plain .tar) and index that");
+  index.file_size = version.size;
+  index.mtime_ns = version.stamp;
+  WebDatasetShard shard(path, storage);
+  struct Refuse final : DamageReport {
+    bool skip_damaged(const std::string&) override { return false; }
+  } refuse;
+  for (WebDatasetSample sample; shard.next(sample, refuse);) index.offsets.push_back(static_cast<std::uint64_t>(sample.header_offset));
+  return index;
 }
 
 }  // namespace sluice::io

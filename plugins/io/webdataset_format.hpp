@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "tfrecord_index.hpp"
 
 #include "sluice/sdk.hpp"
 
@@ -37,6 +40,9 @@ class WebDatasetShard {
   // A remote URI (s3://, gs://, http(s)://) is read through `storage`, a skipped member's data
   // skipped by a seek rather than fetched.
   explicit WebDatasetShard(std::string path, Storage* storage = nullptr);
+  // The samples of a span of a plain tar held in memory, from a member's header on (random_access
+  // reads one sample so); `path` names it in messages. The memory must outlive the shard.
+  WebDatasetShard(std::string path, const std::byte* data, std::size_t size);
   ~WebDatasetShard();
   WebDatasetShard(const WebDatasetShard&) = delete;
   WebDatasetShard& operator=(const WebDatasetShard&) = delete;
@@ -69,6 +75,8 @@ class WebDatasetShard {
   static std::int64_t skip_remote(::archive*, void* self, std::int64_t request);
 
   std::string path_;
+  const std::byte* memory_ = nullptr;
+  std::size_t memory_size_ = 0;
   int fd_ = -1;
   Storage* storage_ = nullptr;
   std::unique_ptr<RemoteReader> remote_;
@@ -80,6 +88,26 @@ class WebDatasetShard {
   std::int64_t samples_ = 0;
   bool ended_ = false;
 };
+
+// A sample's fields as webdataset_reader gives them: '__key__', and a field per member named by its
+// extension, as bytes; those in `integers` parsed into an int64, in `npy` into a tensor; members
+// ending in .gz inflated first (`inflate`: the field loses .gz). Throws DataError naming the member.
+class WebDatasetFields {
+ public:
+  bool inflate = true;
+  std::set<std::string> integers{"cls"}, npy{"npy"};
+  Sample of(WebDatasetSample& sample) const;
+
+ private:
+  static std::int64_t parse_integer(const TarMember& m, const std::string& field);
+  static Tensor npy_of(const TarMember& m);
+};
+
+// Where each sample of a plain (uncompressed) tar shard begins: its first member's header (a pax
+// header before it included), read once from start to end (`object`: a remote shard's size and
+// ETag, read through `storage`). Compressed shards are refused: their samples cannot be read at
+// random. The offsets go into a TfrecordIndex (tfrecord_index.hpp: the same index files).
+TfrecordIndex build_webdataset_index(const std::string& path, Storage* storage = nullptr, const StoredObject* object = nullptr);
 
 // Splits a member path into (key, field) as webdataset does; field "" when the file name has no dot.
 std::pair<std::string, std::string> webdataset_key(const std::string& path);

@@ -38,9 +38,10 @@ class WebDatasetReader final : public Expand {
             {.stateless = true},
             {}};
   }
-  explicit WebDatasetReader(const Params& p) : field_(p.get_string("field")), inflate_(p.get_bool("inflate")) {
-    for (const auto& f : p.get_string_list("integers")) integers_.insert(f);
-    for (const auto& f : p.get_string_list("npy")) npy_.insert(f);
+  explicit WebDatasetReader(const Params& p) : field_(p.get_string("field")) {
+    fields_.inflate = p.get_bool("inflate");
+    for (const auto& f : p.get_string_list("integers")) fields_.integers.insert(f);
+    for (const auto& f : p.get_string_list("npy")) fields_.npy.insert(f);
   }
 
   class Cursor final : public ExpandCursor {
@@ -53,7 +54,7 @@ class WebDatasetReader final : public Expand {
       for (;;) {
         if (!shard_.next(sample, damage_)) return false;
         try {
-          out = op_.fields_of(sample);
+          out = op_.fields_.of(sample);
           break;
         } catch (const DataError& e) {
           const std::string reason = *path_ + ": sample '" + sample.key + "' (byte " + std::to_string(sample.header_offset) + "): " + e.what();
@@ -79,49 +80,8 @@ class WebDatasetReader final : public Expand {
   }
 
  private:
-  Sample fields_of(WebDatasetSample& sample) const {
-    Sample out;
-    out.reserve(sample.members.size() + 2);
-    out.set("__key__", Tensor::from_string(sample.key));
-    for (TarMember& m : sample.members) {
-      std::string field = m.field;
-      if (inflate_ && ends_with(field, ".gz")) {
-        try {
-          m.data = gunzip(m.data);
-        } catch (const DataError& e) {
-          throw DataError("member " + m.path + ": " + e.what());
-        }
-        field.resize(field.size() - 3);
-      }
-      if (out.find(field)) throw DataError("members give field '" + field + "' twice (" + m.path + ")");
-      if (integers_.count(field)) out.set(field, Tensor::scalar<std::int64_t>(parse_integer(m, field)));
-      else if (npy_.count(field)) out.set(field, npy_of(m));
-      else out.set(field, Tensor::from_string(m.data));
-    }
-    return out;
-  }
-  static std::int64_t parse_integer(const TarMember& m, const std::string& field) {
-    std::string_view text(m.data);
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-    std::int64_t value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-      throw DataError("member " + m.path + " is not one integer ('" + std::string(m.data.substr(0, 40)) + "'); '" + field +
-                      "' is in integers: remove it there to keep its bytes");
-    return value;
-  }
-  static Tensor npy_of(const TarMember& m) {
-    try {
-      return parse_npy(m.data);
-    } catch (const DataError& e) {
-      throw DataError("member " + m.path + ": " + e.what());
-    }
-  }
-
   std::string field_;
-  bool inflate_;
-  std::set<std::string> integers_, npy_;
+  WebDatasetFields fields_;
 };
 
 // Samples into tar shards PREFIX-000000.tar (webdataset's ShardWriter names), a member KEY.FIELD
