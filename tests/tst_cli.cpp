@@ -169,6 +169,11 @@ class TestCli : public QObject {
       const QString report = QString::fromUtf8(p->readAllStandardOutput());
       QVERIFY2(report.contains("Position of stage 'src' (random_access): epoch 0, ") && report.contains(" of 507 elements read"), qPrintable(report));
     }
+    // The folder described worker by worker.
+    auto info = sluice_cli({"checkpoint", "info", ck});
+    QVERIFY2(info.code == 0 && info.out.contains("worker-0-of-2.sluice: worker 0 of 2") && info.out.contains("worker-1-of-2.sluice: worker 1 of 2") &&
+                 info.out.contains("of 507 records"),
+             qPrintable(info.out + info.err));
     auto three = job(3, {"--resume", ck});
     QString said;
     for (auto& p : three) {

@@ -284,6 +284,19 @@ int cmd_bench(const CommonOptions& common, const std::string& file, const std::v
 int cmd_checkpoint_info(const std::string& path) {
   try {
     const auto file = sluice::checkpoint_file(path);
+    std::error_code ec;
+    // A job's folder: every worker's file, each described.
+    if (!std::filesystem::exists(file, ec) && std::filesystem::is_directory(path, ec)) {
+      const auto found = sluice::checkpoints_in_folder(path);
+      if (!found.empty()) {
+        for (const auto& f : found) {
+          const auto worker_file = std::filesystem::path(path) / f.name;
+          fmt::print("{}: worker {} of {}\n{}", worker_file.string(), f.index, f.count,
+                     sluice::describe_checkpoint(sluice::read_checkpoint(worker_file), std::filesystem::file_size(worker_file)));
+        }
+        return 0;
+      }
+    }
     const auto checkpoint = sluice::read_checkpoint(file);
     fmt::print("{}", sluice::describe_checkpoint(checkpoint, std::filesystem::file_size(file)));
     return 0;

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <set>
 #include <memory>
 #include <mutex>
@@ -137,52 +136,31 @@ std::filesystem::path file_of_worker(const std::string& given, const sluice::Wor
   return file.parent_path() / fmt::format("worker-{}-of-{}.sluice", worker.index, worker.count);
 }
 
-// The checkpoint files a folder holds: checkpoint.sluice (one worker's) and worker-I-of-N.sluice.
-struct FolderCheckpoints {
-  bool single = false;
-  std::map<int, std::set<int>> of_job;  // N -> the I present
-  std::vector<std::string> names;
-};
-FolderCheckpoints checkpoints_in(const std::filesystem::path& folder) {
-  FolderCheckpoints found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    int index = -1, count = -1, used = 0;
-    if (name == sluice::kCheckpointFileName) {
-      found.single = true;
-    } else if (std::sscanf(name.c_str(), "worker-%d-of-%d.sluice%n", &index, &count, &used) == 2 && used == static_cast<int>(name.size()) &&
-               index >= 0 && index < count) {
-      found.of_job[count].insert(index);
-    } else {
-      continue;
-    }
-    found.names.push_back(name);
-  }
-  std::sort(found.names.begin(), found.names.end());
-  return found;
-}
-
 // A resumed worker's file is missing: the files of a whole job of another number of workers (or
 // one worker's) in its folder, which this job continues, or an error saying what the folder holds.
 std::vector<std::filesystem::path> job_to_continue(const std::filesystem::path& wanted, const sluice::WorkerIdentity& worker) {
   const std::filesystem::path folder = wanted.parent_path();
-  const FolderCheckpoints found = checkpoints_in(folder);
-  if (found.names.empty()) throw sluice::Error(fmt::format("no checkpoint at {}", wanted.string()));
-  const bool one_job = found.of_job.size() + (found.single ? 1 : 0) == 1;
-  if (!one_job)
+  const auto found = sluice::checkpoints_in_folder(folder);
+  std::vector<std::string> names;
+  std::set<int> counts;
+  for (const auto& f : found) {
+    names.push_back(f.name);
+    counts.insert(f.index < 0 ? 0 : f.count);  // (0: one worker's checkpoint.sluice)
+  }
+  if (found.empty()) throw sluice::Error(fmt::format("no checkpoint at {}", wanted.string()));
+  if (counts.size() > 1)
     throw sluice::Error(fmt::format("no checkpoint of worker {} of {} at {}, and the folder holds the files of several jobs ({}): keep "
                                     "one job's checkpoint in a folder",
-                                    worker.index, worker.count, wanted.string(), fmt::join(found.names, ", ")));
-  if (found.single) return {folder / sluice::kCheckpointFileName};
-  const auto& [count, present] = *found.of_job.begin();
+                                    worker.index, worker.count, wanted.string(), fmt::join(names, ", ")));
+  if (found.front().index < 0) return {folder / sluice::kCheckpointFileName};
+  const int count = found.front().count;
   std::vector<std::filesystem::path> files;
   for (int i = 0; i < count; ++i) {
-    if (!present.count(i))
+    if (i >= static_cast<int>(found.size()) || found[static_cast<std::size_t>(i)].index != i)
       throw sluice::Error(fmt::format("{} holds the checkpoint of {} workers without worker {}'s (worker-{}-of-{}.sluice): it holds {}; "
                                       "copy the missing file back",
-                                      folder.string(), count, i, i, count, fmt::join(found.names, ", ")));
-    files.push_back(folder / fmt::format("worker-{}-of-{}.sluice", i, count));
+                                      folder.string(), count, i, i, count, fmt::join(names, ", ")));
+    files.push_back(folder / found[static_cast<std::size_t>(i)].name);
   }
   return files;
 }

@@ -2,6 +2,7 @@
 #include "sluice/core/checkpoint.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -148,6 +149,22 @@ checkpoint::Checkpoint parse_checkpoint(const std::string& name, const std::stri
     throw Error(fmt::format("checkpoint {} has format {}; this Sluice reads format {} (made by another version)", file.string(),
                             checkpoint.format(), kCheckpointFormat));
   return checkpoint;
+}
+
+std::vector<FolderCheckpoint> checkpoints_in_folder(const fs::path& folder) {
+  std::vector<FolderCheckpoint> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    int index = -1, count = -1, used = 0;
+    if (name == kCheckpointFileName)
+      found.push_back({name, -1, 1});
+    else if (std::sscanf(name.c_str(), "worker-%d-of-%d.sluice%n", &index, &count, &used) == 2 && used == static_cast<int>(name.size()) &&
+             index >= 0 && index < count)
+      found.push_back({name, index, count});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return std::tie(a.count, a.index) < std::tie(b.count, b.index); });
+  return found;
 }
 
 std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t file_bytes) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "checkpoint.pb.h"
 #include "sluice/state.hpp"
@@ -22,6 +23,14 @@ std::filesystem::path checkpoint_file(const std::filesystem::path& dir_or_file);
 void write_checkpoint(const std::filesystem::path& file, const checkpoint::Checkpoint& checkpoint);
 // Throws Error naming the file and what is wrong (missing, not a checkpoint, damaged, newer).
 checkpoint::Checkpoint read_checkpoint(const std::filesystem::path& file);
+// The checkpoint files a folder holds: checkpoint.sluice (one worker's: index -1) and the files of
+// a job's workers, worker-I-of-N.sluice, ordered by N, then I.
+struct FolderCheckpoint {
+  std::string name;
+  int index = -1, count = 1;
+};
+std::vector<FolderCheckpoint> checkpoints_in_folder(const std::filesystem::path& folder);
+
 // What `sluice checkpoint info` prints.
 std::string describe_checkpoint(const checkpoint::Checkpoint& checkpoint, std::uint64_t file_bytes);
 
