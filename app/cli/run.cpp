@@ -173,7 +173,14 @@ void plan_checkpoints_for_worker(CheckpointPlan& plan, const RunOptions& options
   plan.resume_file = file_of_worker(options.resume, worker, "--resume");
   std::error_code ec;
   const bool folder_given = !std::filesystem::path(options.resume).has_extension();
-  if (!sluice::is_remote_uri(options.resume) && folder_given && !std::filesystem::exists(plan.resume_file, ec)) {
+  const bool own_file_missing = sluice::is_remote_uri(options.resume)
+                                    ? [&] {
+                                        for (const auto& f : sluice::checkpoints_in_folder(plan.resume_file.parent_path()))
+                                          if (f.name == plan.resume_file.filename().string()) return false;
+                                        return true;
+                                      }()
+                                    : !std::filesystem::exists(plan.resume_file, ec);
+  if (folder_given && own_file_missing) {
     const auto files = job_to_continue(plan.resume_file, worker);
     if (files.size() > 1 || worker.count > 1) {
       for (const auto& file : files) plan.resume_workers.push_back(std::make_shared<const sluice::checkpoint::Checkpoint>(sluice::read_checkpoint(file)));

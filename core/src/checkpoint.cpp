@@ -152,10 +152,18 @@ checkpoint::Checkpoint parse_checkpoint(const std::string& name, const std::stri
 }
 
 std::vector<FolderCheckpoint> checkpoints_in_folder(const fs::path& folder) {
+  std::vector<std::string> names;
+  if (is_remote_uri(folder.string())) {  // a folder in a bucket: the objects right under it
+    std::string prefix = folder.string();
+    if (prefix.back() != '/') prefix += '/';
+    for (const auto& object : host_storage().list(prefix))
+      if (object.uri.find('/', prefix.size()) == std::string::npos) names.push_back(object.uri.substr(prefix.size()));
+  } else {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(folder, ec)) names.push_back(entry.path().filename().string());
+  }
   std::vector<FolderCheckpoint> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (const std::string& name : names) {
     int index = -1, count = -1, used = 0;
     if (name == kCheckpointFileName)
       found.push_back({name, -1, 1});

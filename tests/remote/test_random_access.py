@@ -82,3 +82,45 @@ def test_an_object_replaced_after_indexing_is_refused_by_name(store, tmp_path):
     assert done.returncode != 0
     assert f"s3://{BUCKET}/replaced/a.tfrecord.idx does not describe s3://{BUCKET}/replaced/a.tfrecord" in done.stderr, done.stderr
     assert "another ETag" in done.stderr and "sluice index --rebuild" in done.stderr
+
+
+def test_a_job_checkpointed_into_a_bucket_resumes_on_another_number_of_workers(store, tmp_path):
+    import subprocess
+    import time
+    from conftest import CLI
+    pipeline = tmp_path / "p.txtpb"
+    out = tmp_path / "out-{worker}-of-{num_workers}.jsonl"
+    pipeline.write_text(textwrap.dedent(f"""\
+        stage {{ id: "src" op: "random_access" params {{ key: "patterns" value: "s3://{BUCKET}/beside/*.tfrecord" }} }}
+        stage {{ id: "pick" op: "select_fields" input: "src" params {{ key: "keep" value: "path,index" }} }}
+        stage {{ id: "slow" op: "simulate_work" input: "pick" params {{ key: "us" value: "4000" }} buffer_size: 2 }}
+        stage {{ id: "out" op: "jsonl_sink" input: "slow" params {{ key: "path" value: "{out}" }} }}
+        """))
+    ck = f"s3://{BUCKET}/ck-job"
+
+    def job(workers, *extra):
+        return [subprocess.Popen([CLI, "run", "-q", str(pipeline), "--checkpoint", ck, "--worker-index", str(w), "--num-workers", str(workers),
+                                  *extra], env=store.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                for w in range(workers)]
+
+    two = job(2, "--checkpoint-every", "20")
+    # SIGTERM once each has written a checkpoint: mid-epoch (a share takes 2 s).
+    deadline = time.time() + 60
+    while len(keys(store, "ck-job/")) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    for p in two:
+        p.send_signal(15)
+    for p in two:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 75, err
+    assert keys(store, "ck-job/") == ["ck-job/worker-0-of-2.sluice", "ck-job/worker-1-of-2.sluice"]
+    three = job(3, "--resume", ck)
+    said = ""
+    for p in three:
+        _, err = p.communicate(timeout=120)
+        said += err
+        assert p.returncode == 0, err
+    assert f"resumed the checkpoint of 2 workers in {ck}" in said, said
+    lines = [line for f in sorted(tmp_path.glob("out-*.jsonl")) for line in f.read_text().splitlines()]
+    assert len(list(tmp_path.glob("out-*.jsonl"))) == 5
+    assert len(lines) == len(set(lines)) == 1008  # 1,000 + 4 + 4: the three files' records, each once
