@@ -143,6 +143,14 @@ class TestRandomAccess : public QObject {
     }
     return files;
   }
+  // A job of `workers` resuming `earlier` and running to the end, what it delivers added.
+  void finish_job(int workers, const std::string& name, const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& earlier,
+                  std::vector<Read>& delivered) {
+    for (int w = 0; w < workers; ++w) {
+      auto rest = reads_of(run_worker(workers, w, name + "-" + std::to_string(w) + ".jsonl", -1, earlier).lines);
+      delivered.insert(delivered.end(), rest.begin(), rest.end());
+    }
+  }
   static int held_records(const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& job) {
     int n = 0;
     for (const auto& c : job)
@@ -355,10 +363,7 @@ class TestRandomAccess : public QObject {
         QVERIFY2(attempt < 5, "the runs ended before their checkpoints");
         continue;
       }
-      for (int w = 0; w < 2; ++w) {
-        auto rest = reads_of(run_worker(2, w, "c-" + std::to_string(w) + ".jsonl", -1, three).lines);
-        delivered.insert(delivered.end(), rest.begin(), rest.end());
-      }
+      finish_job(2, "c", three, delivered);
       QVERIFY(held_records(two) > 0 && held_records(three) > 0);  // given back, or the check below fails
       check_one_epoch(delivered, one_worker, "2 -> 3 -> 2 workers");
       break;
@@ -370,10 +375,7 @@ class TestRandomAccess : public QObject {
         QVERIFY2(attempt < 5, "the runs ended before their checkpoints");
         continue;
       }
-      for (int w = 0; w < 2; ++w) {
-        auto rest = reads_of(run_worker(2, w, "e-" + std::to_string(w) + ".jsonl", -1, three).lines);
-        delivered.insert(delivered.end(), rest.begin(), rest.end());
-      }
+      finish_job(2, "e", three, delivered);
       check_one_epoch(delivered, one_worker, "3 -> 2 workers");
       break;
     }

@@ -377,10 +377,22 @@ const Graph& Engine::graph() const { return impl_->graph; }
 void Engine::start() {
   auto& I = *impl_;
   if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
+  I.start_operators();
+  I.restore_states();
+  const auto wanted_by_reader = I.plan_iterations();
+  I.group_per_input_stages();
+  I.fuse_stages();
+  I.make_buffers(wanted_by_reader);
+  I.choose_chunks();
+  I.restore_ordered_positions();
+  I.launch_workers();
+}
+
+void Engine::Impl::start_operators() {
   // Downstream first, so that memory a stage offers (a GPU feed's pinned pool) reaches the
   // stages before it, through those that keep shapes, to the one that builds the elements.
-  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
-    auto& st = I.stages[i];
+  for (int i = static_cast<int>(stages.size()) - 1; i >= 0; --i) {
+    auto& st = stages[i];
     try {
       st->op->start(st->info);
       st->started = true;
@@ -389,13 +401,13 @@ void Engine::start() {
       // in input order (rows are placed by their index).
       const int sole_input = st->spec->inputs.size() == 1 ? st->spec->inputs[0] : -1;
       // Not within per-input stages: each input has operators of its own, not this one's rows.
-      if (placement && sole_input >= 0 && I.stages[sole_input]->map && I.graph.stages[sole_input].sole_consumer() == i &&
-          I.stages[sole_input]->spec->keeps_order(I.graph.deterministic) &&
-          !st->spec->per_input && !I.stages[sole_input]->spec->per_input)
-        I.stages[sole_input]->info.placement = placement;
+      if (placement && sole_input >= 0 && stages[sole_input]->map && graph.stages[sole_input].sole_consumer() == i &&
+          stages[sole_input]->spec->keeps_order(graph.deterministic) &&
+          !st->spec->per_input && !stages[sole_input]->spec->per_input)
+        stages[sole_input]->info.placement = placement;
       if (Allocator* offered = st->op->offered_allocator()) {
-        for (int up = sole_input, reader = i; up >= 0 && I.graph.stages[up].sole_consumer() == reader;) {
-          auto& producer = *I.stages[up];
+        for (int up = sole_input, reader = i; up >= 0 && graph.stages[up].sole_consumer() == reader;) {
+          auto& producer = *stages[up];
           producer.info.allocator = offered;
           if (!producer.spec->op->info.traits.keeps_shape || producer.spec->inputs.size() != 1) break;
           reader = up;
@@ -403,7 +415,7 @@ void Engine::start() {
         }
       }
     } catch (const std::exception& e) {
-      for (auto& other : I.stages)
+      for (auto& other : stages)
         if (other->started) {
           try {
             other->op->finish(false);
@@ -415,17 +427,20 @@ void Engine::start() {
                             st->spec->id);
     }
   }
+}
+
+void Engine::Impl::restore_states() {
   // A resumed run: every operator takes back the state it saved (after start(), which checks its
   // parameters and inputs as in any run).
-  I.find_read_paths();
-  for (auto& st : I.stages) {
+  find_read_paths();
+  for (auto& st : stages) {
     try {
-      if (st.get() == I.resharded_source)
-        I.restore_on_other_workers();
+      if (st.get() == resharded_source)
+        restore_on_other_workers();
       else
-        I.restore_operator(*st);
+        restore_operator(*st);
     } catch (const std::exception& e) {
-      for (auto& other : I.stages) {
+      for (auto& other : stages) {
         try {
           other->op->finish(false);
         } catch (...) {
@@ -435,26 +450,29 @@ void Engine::start() {
       throw Error(fmt::format("stage '{}' ({}) could not resume from the checkpoint: {}", st->spec->id, st->spec->op->info.name, e.what()));
     }
   }
+}
+
+std::vector<std::vector<std::int64_t>> Engine::Impl::plan_iterations() {
   // Iterations: each sink reads one iteration of its input; going upstream, a repeat multiplies
   // the passes it needs and a filled cache needs none; a combine reads one iteration of each input
   // per output iteration. Epochs scale the same way. A stage read by several stages makes what the
   // most demanding reader wants, and each reader gets its own number of iterations (Outputs);
   // its epochs are those its first reader sees.
-  std::vector<std::vector<std::int64_t>> wanted_by_reader(I.stages.size());
-  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
-    auto& st = *I.stages[i];
+  std::vector<std::vector<std::int64_t>> wanted_by_reader(stages.size());
+  for (int i = static_cast<int>(stages.size()) - 1; i >= 0; --i) {
+    auto& st = *stages[i];
     const auto& consumers = st.spec->consumers;
     if (!consumers.empty()) {
       st.demand = 0;
       for (int consumer : consumers) {
-        auto& c = *I.stages[consumer];
+        auto& c = *stages[consumer];
         const std::int64_t wanted = c.aggregate ? c.aggregate->input_passes(c.demand) : c.demand;
         wanted_by_reader[i].push_back(wanted);
         if (st.demand != kUnbounded) st.demand = wanted == kUnbounded ? kUnbounded : std::max(st.demand, wanted);
       }
-      st.first_output_epoch = I.stages[consumers.front()]->first_input_epoch;
+      st.first_output_epoch = stages[consumers.front()]->first_input_epoch;
     } else {
-      st.first_output_epoch = I.options.first_epoch;
+      st.first_output_epoch = options.first_epoch;
     }
     st.first_input_epoch = st.first_output_epoch;
     if (st.source) {  // started above: a source knows its size now, if it can
@@ -467,134 +485,153 @@ void Engine::start() {
       st.first_input_epoch = input_epoch_of(st.first_output_epoch, st.passes_per_iteration);
     }
   }
+  return wanted_by_reader;
+}
+
+void Engine::Impl::group_per_input_stages() {
   // Per-input stages join the group of the interleave they read (directly or through other
   // per-input stages): its readers run them for each input (stage_per_input.cpp), and the last
   // one's output is the group's.
-  for (auto& st_ptr : I.stages) {
+  for (auto& st_ptr : stages) {
     auto& st = *st_ptr;
     if (!st.spec->per_input) continue;
-    StageRuntime& input = *I.stages[static_cast<std::size_t>(st.spec->inputs.front())];
+    StageRuntime& input = *stages[static_cast<std::size_t>(st.spec->inputs.front())];
     StageRuntime& head = input.fused_head ? *input.fused_head : input;
     head.fused.push_back(&st);
     st.fused_head = &head;
   }
+}
+
+void Engine::Impl::fuse_stages() {
   // Fuse a stateless map with the stateless map or filter that reads it, when they run on as many
   // workers and the map asks for no buffer of its own (prefetch does, and an explicit buffer_size).
-  if (I.graph.fuse) {
-    for (auto& st_ptr : I.stages) {
+  if (graph.fuse) {
+    for (auto& st_ptr : stages) {
       auto& st = *st_ptr;
       if (!st.map || st.spec->sole_consumer() < 0 || st.spec->buffer_size > 0 || st.tuned_buffer || st.op->preferred_buffer() > 0) continue;
       if (st.spec->per_input) continue;
       if (!st.spec->op->info.traits.stateless) continue;
-      auto& next = *I.stages[st.spec->sole_consumer()];
+      auto& next = *stages[st.spec->sole_consumer()];
       if (!(next.map || next.filter) || next.spec->per_input || !next.spec->op->info.traits.stateless || next.workers != st.workers ||
           next.tuned_workers != st.tuned_workers)
         continue;
       // A group keeps its head's order: stages that differ in `deterministic` stay apart.
-      if (next.spec->keeps_order(I.graph.deterministic) != st.spec->keeps_order(I.graph.deterministic)) continue;
+      if (next.spec->keeps_order(graph.deterministic) != st.spec->keeps_order(graph.deterministic)) continue;
       // Two maps that both take chunks stay apart: a fused group runs element by element, and a
       // chunk handed from one to the other costs one hand-over for hundreds of rows.
       auto takes_chunks = [](StageRuntime& s) {
         auto* chunked = dynamic_cast<ChunkedMap*>(s.op.get());
         return s.map && chunked && chunked->maps_chunks();
       };
-      if (I.options.chunks && !st.fused_head && takes_chunks(st) && takes_chunks(next)) continue;
+      if (options.chunks && !st.fused_head && takes_chunks(st) && takes_chunks(next)) continue;
       StageRuntime& head = st.fused_head ? *st.fused_head : st;
       head.fused.push_back(&next);
       next.fused_head = &head;
     }
   }
-  for (int i = static_cast<int>(I.stages.size()) - 1; i >= 0; --i) {
-    auto& st = *I.stages[i];
+}
+
+void Engine::Impl::make_buffers(const std::vector<std::vector<std::int64_t>>& wanted_by_reader) {
+  for (int i = static_cast<int>(stages.size()) - 1; i >= 0; --i) {
+    auto& st = *stages[i];
     const int consumer = st.spec->sole_consumer();
-    const bool feeds_own_group = consumer >= 0 && I.stages[consumer]->fused_head &&
-                                 (I.stages[consumer]->fused_head == &st || I.stages[consumer]->fused_head == st.fused_head);
+    const bool feeds_own_group = consumer >= 0 && stages[consumer]->fused_head &&
+                                 (stages[consumer]->fused_head == &st || stages[consumer]->fused_head == st.fused_head);
     if (!st.sink && !feeds_own_group) {
       std::size_t capacity = st.spec->buffer_size > 0 ? static_cast<std::size_t>(st.spec->buffer_size) : st.op->preferred_buffer();
       std::uint64_t byte_limit = 0;
       if (capacity == 0 || st.tuned_buffer) {
-        capacity = I.options.default_buffer;
-        byte_limit = I.options.default_buffer_bytes;
+        capacity = options.default_buffer;
+        byte_limit = options.default_buffer_bytes;
       }
-      st.output = std::make_unique<Outputs>(st.spec->consumers.size(), capacity, byte_limit, I.stopping);
+      st.output = std::make_unique<Outputs>(st.spec->consumers.size(), capacity, byte_limit, stopping);
       for (std::size_t k = 0; k < st.spec->consumers.size(); ++k) st.output->set_wanted_iterations(k, wanted_by_reader[i][k]);
     }
   }
   // Under autotune every buffer, an explicit one too, holds at most its share of the buffers'
   // part of the RAM budget; the tuner moves memory to the buffers that need it.
-  if (I.autotune) {
+  if (autotune) {
     std::size_t buffers = 0;
-    for (auto& st : I.stages) buffers += st->output ? st->output->readers() : 0;
-    const std::uint64_t share = buffers > 0 ? std::max<std::uint64_t>(1, I.buffer_budget / buffers) : 0;
-    for (auto& st : I.stages)
+    for (auto& st : stages) buffers += st->output ? st->output->readers() : 0;
+    const std::uint64_t share = buffers > 0 ? std::max<std::uint64_t>(1, buffer_budget / buffers) : 0;
+    for (auto& st : stages)
       if (st->output) {
         const std::uint64_t limit = st->output->byte_limit();
         st->output->resize(st->output->capacity(), limit == 0 ? share : std::min(limit, share));
       }
   }
   // Each reader takes its own buffer of each of its inputs.
-  for (std::size_t i = 0; i < I.stages.size(); ++i) {
-    auto& st = *I.stages[i];
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    auto& st = *stages[i];
     if (st.fused_head) continue;
     for (int producer : st.spec->inputs) {
-      const auto& readers = I.graph.stages[producer].consumers;
+      const auto& readers = graph.stages[producer].consumers;
       const auto k = static_cast<std::size_t>(std::find(readers.begin(), readers.end(), static_cast<int>(i)) - readers.begin());
-      st.inputs.push_back(&I.stages[producer]->output->reader(k));
+      st.inputs.push_back(&stages[producer]->output->reader(k));
       st.input_stages.push_back(producer);
     }
     if (!st.inputs.empty()) st.input = st.inputs.front();
   }
+}
+
+void Engine::Impl::choose_chunks() {
   // Chunks: a stage takes them when its operator offers the chunked form (a map running alone, not
   // fused with others, or an aggregate); a stage that makes elements in runs (an expand, a chunked
   // map) hands chunks on when every reader takes them, and elements otherwise.
-  if (I.options.chunks) {
-    for (auto& st : I.stages) {
+  if (options.chunks) {
+    for (auto& st : stages) {
       if (st->fused_head || !st->fused.empty()) continue;
       if (st->map)
         if (auto* chunked = dynamic_cast<ChunkedMap*>(st->op.get()); chunked && chunked->maps_chunks()) st->chunked_map = chunked;
       if (st->aggregate) st->chunked_aggregate = dynamic_cast<ChunkedAggregate*>(st->op.get());
     }
-    for (auto& st : I.stages) {
+    for (auto& st : stages) {
       if (!(st->expand || st->chunked_map) || st->spec->consumers.empty()) continue;
       // A plugin built for 6.2 may make no Ragged column and knows none: its chunks go to any
       // reader that takes chunks, a newer producer's only to readers that know Ragged columns.
       const bool may_make_ragged = st->registered->abi_minor >= 3;
       st->emits_chunks = std::all_of(st->spec->consumers.begin(), st->spec->consumers.end(), [&](int reader) {
-        const auto& r = *I.stages[static_cast<std::size_t>(reader)];
+        const auto& r = *stages[static_cast<std::size_t>(reader)];
         return (r.chunked_map || r.chunked_aggregate) && (!may_make_ragged || r.registered->abi_minor >= 3);
       });
     }
   }
+}
+
+void Engine::Impl::restore_ordered_positions() {
   // A resumed run: ordered parallel stages go on from their saved positions (the loops of the
   // other kinds read their own).
-  for (auto& st : I.stages) {
+  for (auto& st : stages) {
     if (!st->restore || st->restore->ended() || st->fused_head || st->source || st->aggregate || st->expand || st->combine) continue;
-    auto positions = I.engine_state_reader(*st);
+    auto positions = engine_state_reader(*st);
     st->in_iteration = positions->get<std::uint64_t>();
     st->in_index = positions->get<std::uint64_t>();
     st->counters.epoch.store(st->in_iteration);
     if (!st->sink) st->exit().output->set_iteration(st->in_iteration);
   }
-  I.start_ns = now_ns();
-  I.state.store(static_cast<int>(RunState::Running));
+}
+
+void Engine::Impl::launch_workers() {
+  start_ns = now_ns();
+  state.store(static_cast<int>(RunState::Running));
   int planned_workers = 0;
-  for (auto& st : I.stages)
+  for (auto& st : stages)
     if (!st->fused_head) planned_workers += st->threads();
   {
-    std::lock_guard lock(I.done_mutex);
-    I.live_workers += planned_workers;
+    std::lock_guard lock(done_mutex);
+    live_workers += planned_workers;
   }
   // A thread that cannot be created (a process or cgroup thread limit) ends the run with the
   // stage named; the workers it would have run are no longer waited for.
   bool thread_failed = false;
-  for (auto& st : I.stages) {
+  for (auto& st : stages) {
     for (int w = 0; w < st->threads() && !st->fused_head && !thread_failed; ++w) {
       try {
-        I.threads.emplace_back([&I, s = st.get(), w] { I.worker(*s, w); });
+        threads.emplace_back([this, s = st.get(), w] { worker(*s, w); });
       } catch (const std::system_error& e) {
-        I.fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
+        fail(fmt::format("{} could not start worker {} of {}: {} (the process may be at its thread limit: lower "
                            "parallelism or cycle_length, or raise `ulimit -u`)",
-                           I.stage_label(*st), w + 1, st->threads(), e.what()),
+                           stage_label(*st), w + 1, st->threads(), e.what()),
                st.get());
         thread_failed = true;
       }
@@ -602,18 +639,18 @@ void Engine::start() {
     if (thread_failed) break;
   }
   if (thread_failed) {
-    std::lock_guard lock(I.done_mutex);
-    I.live_workers -= planned_workers - static_cast<int>(I.threads.size());
-    if (I.live_workers == 0) {
-      I.end_ns.store(now_ns());
-      I.done_cv.notify_all();
+    std::lock_guard lock(done_mutex);
+    live_workers -= planned_workers - static_cast<int>(threads.size());
+    if (live_workers == 0) {
+      end_ns.store(now_ns());
+      done_cv.notify_all();
     }
   }
   try {
-    if (I.autotune) I.tuner = std::thread([&I] { I.run_tuner(); });
-    I.publisher = std::thread([&I] { I.run_publisher(); });
+    if (autotune) tuner = std::thread([this] { run_tuner(); });
+    publisher = std::thread([this] { run_publisher(); });
   } catch (const std::system_error& e) {
-    I.fail(fmt::format("the metrics thread could not start: {} (the process may be at its thread limit)", e.what()));
+    fail(fmt::format("the metrics thread could not start: {} (the process may be at its thread limit)", e.what()));
   }
 }
 

@@ -496,6 +496,26 @@ struct Engine::Impl {
   // `st` handed on its end of stream: it has nothing to save in any later cut.
   void stage_ended(StageRuntime& st);
   void complete_cut_if_ready_locked();
+  // Engine::start()'s phases (engine.cpp), in order.
+  // Starts every operator, downstream first (memory a stage offers reaches the stages before it); a
+  // failure finishes those started and throws StageStartError naming the stage.
+  void start_operators();
+  // A resumed run: every operator takes back the state it saved; throws Error naming the stage.
+  void restore_states();
+  // Each stage's passes and epochs; what each reader of a stage wants of it.
+  std::vector<std::vector<std::int64_t>> plan_iterations();
+  // Per-input stages join the group of the interleave they read.
+  void group_per_input_stages();
+  // Stateless maps fused with the stateless stage that reads them.
+  void fuse_stages();
+  // Every stage's output buffer (one per reader) and each reader's inputs.
+  void make_buffers(const std::vector<std::vector<std::int64_t>>& wanted_by_reader);
+  // Which stages take and hand on chunks.
+  void choose_chunks();
+  // A resumed run's ordered parallel stages go on from their saved positions.
+  void restore_ordered_positions();
+  // The workers of every stage, the tuner and the metrics publisher: the run begins.
+  void launch_workers();
   // Matches the graph against `resume` and hands every stage its saved state; throws Error
   // naming what differs.
   void attach_resume_state();

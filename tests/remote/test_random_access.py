@@ -91,8 +91,8 @@ def test_a_job_checkpointed_into_a_bucket_resumes_on_another_number_of_workers(s
     pipeline = tmp_path / "p.txtpb"
     out = tmp_path / "out-{worker}-of-{num_workers}.jsonl"
     pipeline.write_text(textwrap.dedent(f"""\
-        stage {{ id: "src" op: "random_access" params {{ key: "patterns" value: "s3://{BUCKET}/beside/*.tfrecord" }} }}
-        stage {{ id: "pick" op: "select_fields" input: "src" params {{ key: "keep" value: "path,index" }} }}
+        stage {{ id: "src" op: "random_access" params {{ key: "patterns" value: "s3://{BUCKET}/beside/*.tfrecord" }} buffer_size: 2 }}
+        stage {{ id: "pick" op: "select_fields" input: "src" params {{ key: "keep" value: "path,index" }} buffer_size: 2 }}
         stage {{ id: "slow" op: "simulate_work" input: "pick" params {{ key: "us" value: "4000" }} buffer_size: 2 }}
         stage {{ id: "out" op: "jsonl_sink" input: "slow" params {{ key: "path" value: "{out}" }} }}
         """))
@@ -104,7 +104,8 @@ def test_a_job_checkpointed_into_a_bucket_resumes_on_another_number_of_workers(s
                 for w in range(workers)]
 
     two = job(2, "--checkpoint-every", "20")
-    # SIGTERM once each has written a checkpoint: mid-epoch (a share takes 2 s).
+    # SIGTERM once each has written a checkpoint: mid-epoch (a share takes 2 s; small buffers keep
+    # the source from reading it all ahead, after which a run finishes rather than checkpoints).
     deadline = time.time() + 60
     while len(keys(store, "ck-job/")) < 2 and time.time() < deadline:
         time.sleep(0.05)
