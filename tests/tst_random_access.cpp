@@ -6,6 +6,7 @@
 #include <QJsonObject>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -252,6 +253,22 @@ class TestRandomAccess : public QObject {
     std::ofstream(gz, std::ios::binary) << std::string("\x1f\x8b\x08\x00 not really", 15);
     auto out = run_text(source(gz) + sink_after("src"));
     QVERIFY2(out.error.find(gz + " is gzip-compressed") != std::string::npos, out.error.c_str());
+    // On request, read through a decompressed copy in index_dir: the records of the file it holds.
+    const std::string plain = data() + "/part-000.tfrecord", zipped = dir_.path().toStdString() + "/real.tfrecord.gz";
+    QCOMPARE(std::system(("gzip -c " + plain + " > " + zipped).c_str()), 0);
+    auto no_folder = run_text(source(zipped, {{"gzip", "decompress"}}) + sink_after("src"));
+    QVERIFY2(no_folder.error.find("needs index_dir") != std::string::npos, no_folder.error.c_str());
+    const std::string copies = dir_.path().toStdString() + "/copies";
+    auto indexes = [](const std::vector<Read>& reads) {
+      std::vector<long long> out;
+      for (const auto& r : reads) out.push_back(r.index);
+      return out;
+    };
+    auto through_copy = run_reads("options { seed: 4 }\n" + source(zipped, {{"gzip", "decompress"}, {"index_dir", copies}}) + sink_after("src"));
+    auto direct = run_reads("options { seed: 4 }\n" + source(plain, {{"index_dir", copies}}) + sink_after("src"));
+    QCOMPARE(through_copy.size(), std::size_t(5));
+    QCOMPARE(indexes(through_copy), indexes(direct));
+    QCOMPARE(through_copy.front().path, zipped);  // named as listed, read from the copy
   }
 
   // Each epoch is a permutation of all records, another each epoch and for each seed, the same

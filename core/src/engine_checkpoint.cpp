@@ -282,9 +282,15 @@ void Engine::Impl::attach_resume_state() {
       if (!at_the_start) st.restore = &c.stages(static_cast<int>(i));
       continue;  // a sink's parameters (its output path) do not change the data
     }
-    if (const std::string diff = first_difference(was.params(), params_text(*st.spec)); !diff.empty())
+    if (const std::string diff = first_difference(was.params(), params_text(*st.spec)); !diff.empty()) {
+      if (params_of_any_worker(*st.spec, was.params()) == params_of_any_worker(*st.spec, params_text(*st.spec)))
+        throw Error(fmt::format("the checkpoint was taken by another worker of a job: stage '{}' has {}; resume each worker from its own "
+                                "checkpoint, or give a job of another number of workers the checkpoints of all of them (`sluice run "
+                                "--resume FOLDER`)",
+                                st.spec->id, diff));
       throw Error(fmt::format("the checkpoint is of another pipeline ({}): stage '{}' has {}; only the sinks' parameters may change",
                               file, st.spec->id, diff));
+    }
     if (was.output_fingerprint() != st.output_fingerprint)
       throw Error(fmt::format("the checkpoint is of another pipeline ({}): what reaches stage '{}' is made differently (an input "
                               "order or a parameter before it changed)", file, st.spec->id));

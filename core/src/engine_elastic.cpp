@@ -25,18 +25,6 @@ std::vector<std::pair<std::string, std::string>> param_lines(const std::string& 
   return out;
 }
 
-// A stage's parameter lines less those a worker's identity fills (a source's shard and count).
-std::string params_of_any_worker(const GraphStage& spec, const std::string& text) {
-  std::string out;
-  for (const auto& [name, value] : param_lines(text)) {
-    const auto& schema = spec.op->info.params;
-    const auto p = std::find_if(schema.begin(), schema.end(), [&](const ParamSpec& s) { return s.name == name; });
-    if (p != schema.end() && p->hint_role == ParamSpec::HintRole::Takes && (p->hint == "worker_index" || p->hint == "num_workers")) continue;
-    out += name + '=' + value + '\n';
-  }
-  return out;
-}
-
 // Where a sink writes: its output parameters, "path=out-0.jsonl".
 std::string outputs_of(const GraphStage& spec) {
   std::string out;
@@ -46,6 +34,18 @@ std::string outputs_of(const GraphStage& spec) {
 }
 
 }  // namespace
+
+// A stage's parameter lines less those a worker's identity fills (a source's shard and count).
+std::string params_of_any_worker(const GraphStage& spec, const std::string& text) {
+  std::string out;
+  for (const auto& line : param_lines(text)) {
+    const auto& schema = spec.op->info.params;
+    const auto p = std::find_if(schema.begin(), schema.end(), [&](const ParamSpec& s) { return s.name == line.first; });
+    if (p != schema.end() && p->hint_role == ParamSpec::HintRole::Takes && (p->hint == "worker_index" || p->hint == "num_workers")) continue;
+    out += line.first + '=' + line.second + '\n';
+  }
+  return out;
+}
 
 void Engine::Impl::attach_resume_on_other_workers() {
   const std::size_t workers = resume_workers.size();

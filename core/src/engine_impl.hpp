@@ -80,6 +80,8 @@ void name_this_thread(const std::string& name);
 // differs between two such texts, in words (engine_checkpoint.cpp).
 std::string params_text(const GraphStage& spec);
 std::string first_difference(const std::string& was, const std::string& now);
+// Those lines less the parameters a worker's identity fills (engine_elastic.cpp).
+std::string params_of_any_worker(const GraphStage& spec, const std::string& text);
 
 struct Counters {
   std::atomic<std::uint64_t> elements_in{0}, elements_out{0}, bytes_in{0}, bytes_out{0};

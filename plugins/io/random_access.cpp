@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <deque>
+#include <filesystem>
 #include <thread>
 #include <mutex>
 #include <functional>
@@ -21,6 +23,7 @@
 #include "crc32c.hpp"
 #include "index_shuffle.hpp"
 #include "io_plugin.hpp"
+#include "byte_source.hpp"
 #include "tfds_info.hpp"
 #include "tfrecord_index.hpp"
 #include "webdataset_format.hpp"
@@ -241,6 +244,11 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
             "records each epoch (a global shuffle) or in file order; 'record', 'path', 'index', 'offset' as tfrecord_reader gives "
             "them; sharded by position, so every worker gets an equal share",
             {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009}); or tfds").def(""),
+             ParamSpec::make("gzip", ParamType::Choice,
+                             "a gzip-compressed TFRecord file: refuse it (its records cannot be read at random), or decompress it once "
+                             "into index_dir and read the copy (made again when the file changes)")
+                 .def("refuse")
+                 .one_of({"refuse", "decompress"}),
              ParamSpec::make("format", ParamType::Choice,
                              "tfrecord (records: 'record', 'path', 'index', 'offset'), webdataset (plain tar shards: a sample per key, "
                              "fields as webdataset_reader gives them), or auto: webdataset for .tar files")
@@ -285,10 +293,11 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   explicit RandomAccess(const Params& p)
       : patterns_(p.get_string_list("patterns")),
-        file_format_(p.get_string("format")),
         tfds_(p.get_string("tfds")),
         split_(p.get_string("split")),
         data_dir_(p.get_string("data_dir")),
+        file_format_(p.get_string("format")),
+        decompress_gzip_(p.get_string("gzip") == "decompress"),
         shuffle_(p.get_bool("shuffle")),
         seed_(p.get_int("seed")),
         reshuffle_(p.get_bool("reshuffle_each_iteration")),
@@ -322,6 +331,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     paths_.clear();
     skips_.clear();
     webdataset_.clear();
+    read_paths_.clear();
     std::vector<std::pair<MatchedFile, ShardRead>> files;
     if (tfds_.empty()) {
       for (MatchedFile& file : match_files(patterns_, storage_)) files.push_back({std::move(file), ShardRead{}});
@@ -331,9 +341,14 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     for (const auto& [file, read] : files) {
       files_.push_back(file.path);
       objects_.push_back(file.object ? std::optional<StoredObject>(object_as_it_is(file, storage_)) : std::nullopt);
-      const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
       webdataset_.push_back(tfds_.empty() && is_webdataset_file(file.path, file_format_));
-      indexes_.push_back(index_of(file.path, object, storage_, index_dir_, build_, false, format_, webdataset_.back()).index);
+      read_paths_.push_back(file.path);
+      if (decompress_gzip_ && !webdataset_.back() && is_gzip(file.path, objects_.back() ? &*objects_.back() : nullptr)) {
+        read_paths_.back() = decompressed_copy(file.path, objects_.back() ? &*objects_.back() : nullptr);
+        objects_.back().reset();  // (read from the local copy)
+      }
+      const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
+      indexes_.push_back(index_of(read_paths_.back(), object, storage_, index_dir_, build_, false, format_, webdataset_.back()).index);
       // A tfds split may read part of a shard: records skip .. skip + take of it.
       const std::uint64_t records = indexes_.back().records(), take = tfds_.empty() ? records : read.take;
       if (read.skip + take > records)
@@ -593,6 +608,43 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     return shuffle_ ? order_->position_of(global) : global;
   }
 
+  // Whether a file (or object) begins as gzip does.
+  bool is_gzip(const std::string& path, const StoredObject* object) const {
+    unsigned char magic[2] = {};
+    if (object) {
+      if (object->size < 2) return false;
+      storage_->read_range(*object, 0, 2, reinterpret_cast<std::byte*>(magic));
+    } else {
+      std::FILE* f = std::fopen(path.c_str(), "rb");
+      if (!f) throw DataError("cannot read " + path + ": " + std::strerror(errno));
+      const std::size_t got = std::fread(magic, 1, 2, f);
+      std::fclose(f);
+      if (got < 2) return false;
+    }
+    return magic[0] == 0x1f && magic[1] == 0x8b;
+  }
+  // A gzip file's records, decompressed once into index_dir: NAME-HASH.tfrecord, HASH of its path,
+  // size and version, so that a changed file gets a new copy. Written whole or not at all.
+  std::string decompressed_copy(const std::string& path, const StoredObject* object) const {
+    if (index_dir_.empty() || is_remote_uri(index_dir_))
+      throw DataError(path + " is gzip-compressed: gzip: decompress needs index_dir, a local folder for the decompressed copies");
+    const FileVersion version = object ? object_version(*object) : local_file_version(path);
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx",
+                  static_cast<unsigned long long>(stable_hash(path + "\n" + std::to_string(version.size) + "\n" + std::to_string(version.stamp))));
+    const std::string name = path.substr(path.find_last_of('/') + 1);
+    const std::string copy = index_dir_ + "/" + name + "-" + std::string(hash, 8) + ".tfrecord";
+    if (::access(copy.c_str(), F_OK) == 0) return copy;
+    std::error_code ec;
+    std::filesystem::create_directories(index_dir_, ec);
+    auto source = open_file(path, Compression::Gzip, storage_);
+    AtomicOutputFile out(copy);
+    std::vector<std::byte> buffer(1 << 20);
+    for (std::size_t n; (n = source->read(buffer.data(), buffer.size())) > 0;) out.write(buffer.data(), n);
+    out.commit();
+    return copy;
+  }
+
   // The shards a tfds split reads (with what to skip and take of each), as the tfds source finds them.
   std::vector<std::pair<MatchedFile, ShardRead>> tfds_shards() {
     tfds_dataset_ = std::make_shared<TfdsDataset>(read_tfds_dataset(find_tfds_dataset(tfds_data_dir(data_dir_), tfds_, storage_), storage_));
@@ -669,7 +721,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       numbers[2 * k + 1] = static_cast<std::int64_t>(group_.records[k].offset);
       if (objects_[group_.records[k].file]) continue;  // read by ranged requests
       try {
-        group_.records[k].fd = files_open_.fd(group_.records[k].file, files_[group_.records[k].file]);  // opened here, on one thread
+        group_.records[k].fd = files_open_.fd(group_.records[k].file, read_paths_[group_.records[k].file]);  // opened here, on one thread
       } catch (const std::exception& e) {
         group_.records[k].error = e.what();
       }
@@ -726,10 +778,12 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   std::string tfds_, split_, data_dir_;
   std::shared_ptr<const TfdsDataset> tfds_dataset_;  // with tfds: its metadata, and the parser of its examples
   std::unique_ptr<ExampleParser> tfds_parser_;
-  std::vector<std::uint64_t> skips_;
+  std::vector<std::uint64_t> skips_;  // per file: the records before those it reads (a tfds split's part of a shard)
   std::string file_format_;
+  bool decompress_gzip_;
+  std::vector<std::string> read_paths_;  // per file: where its records are read (a gzip file's decompressed copy)
   std::vector<bool> webdataset_;  // per file: a WebDataset shard (its samples), else TFRecord
-  WebDatasetFields webdataset_fields_;  // per file: the records before those it reads (a tfds split's part of a shard)
+  WebDatasetFields webdataset_fields_;
   bool shuffle_;
   std::int64_t seed_;
   bool reshuffle_;

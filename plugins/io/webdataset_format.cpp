@@ -329,19 +329,13 @@ std::string gunzip(std::string_view bytes) {  // byte_source's inflating reader:
   return out;
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-}  // namespace
-
 Sample WebDatasetFields::of(WebDatasetSample& sample) const {
   Sample out;
   out.reserve(sample.members.size() + 2);
   out.set("__key__", Tensor::from_string(sample.key));
   for (TarMember& m : sample.members) {
     std::string field = m.field;
-    if (inflate && ends_with(field, ".gz")) {
+    if (inflate && field.ends_with(".gz")) {
       try {
         m.data = gunzip(m.data);
       } catch (const DataError& e) {

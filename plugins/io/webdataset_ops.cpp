@@ -3,11 +3,8 @@
 #include <archive_entry.h>
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 
 #include "io_plugin.hpp"
 #include "webdataset_format.hpp"
@@ -16,10 +13,6 @@ namespace fs = std::filesystem;
 
 namespace sluice::io {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // One sample per group of members sharing a key: a field per member named by its extension, as
 // bytes, with '__key__' and '__url__' as webdataset gives them; fields named in `integers` become

@@ -50,3 +50,18 @@ def test_a_state_taken_mid_epoch_continues_exactly(files):
     restored = sluice.Pipeline.from_spec(spec)
     restored.load_state_dict(state)
     assert first + [keys(b) for b in restored] == whole
+
+
+def test_a_state_of_another_worker_count_is_refused_saying_what_to_do(files):
+    spec = sluice.data.random_access(patterns=files, seed=1).batch(8).spec()
+    pipeline = sluice.Pipeline.from_spec(spec, worker_index=0, num_workers=2)
+    it = iter(pipeline)
+    for _ in range(10):
+        next(it)
+    state = pipeline.state_dict()
+    pipeline.close()
+    other = sluice.Pipeline.from_spec(spec, worker_index=0, num_workers=3)
+    other.load_state_dict(state)
+    with pytest.raises(sluice.PipelineError, match=r"taken by another worker of a job: stage '.*' has parameter num_shards=3 "
+                                                   r"\(the checkpoint's run had num_shards=2\).*sluice run --resume FOLDER"):
+        list(other)
