@@ -364,7 +364,13 @@ class TestCheckpoint : public QObject {
       QVERIFY(whole.snapshot.stage(1).chunks_out() > 0 && whole.snapshot.stage(2).chunks_out() > 0);
     }
 
-    const Run first = run(text, dir, "first.jsonl", stop_after);
+    Run first = run(text, dir, "first.jsonl", stop_after);
+    // A small run on a loaded machine can have made all its output by the time the cut reaches the
+    // sink (the sources read ahead of it): a checkpoint after the last element tests no resume.
+    for (int attempt = 2; first.checkpoint && first.lines.size() >= whole.lines.size() && attempt <= 5; ++attempt) {
+      qInfo("the checkpoint asked for after %d elements fell after the last one; attempt %d", stop_after, attempt);
+      first = run(text, dir, "first.jsonl", stop_after);
+    }
     QVERIFY2(first.checkpoint.has_value(), "the run ended before the checkpoint, five times");
     QCOMPARE(first.result.state, sluice::RunState::Stopped);
     QVERIFY(first.result.stopped_at_checkpoint);
