@@ -305,7 +305,9 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
         build_(p.get_bool("build_index")),
         format_(index_format_of(p, "index_format")),
         verify_crc_(p.get_bool("verify_crc")),
-        equal_steps_(p.get_string("equal_steps")),
+        equal_steps_(p.get_string("equal_steps") == "drop"  ? EqualSteps::Drop
+                     : p.get_string("equal_steps") == "pad" ? EqualSteps::Pad
+                                                            : EqualSteps::Unset),
         parallel_reads_(static_cast<int>(p.get_int("num_parallel_reads"))) {
     if (parallel_reads_ == 0) throw ParamError("num_parallel_reads is 0; use 1 or more, or -1 for the default");
     // (Neither is refused at start(): the host builds one with the defaults to check the plugin.)
@@ -591,8 +593,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   // How many records shard `shard` of `shards` reads of `left` (equal_steps decides the remainder).
   std::uint64_t share_of(std::uint64_t left, std::uint64_t shards, std::uint64_t shard) const {
-    if (equal_steps_ == "drop") return left / shards;
-    if (equal_steps_ == "pad") return (left + shards - 1) / shards;
+    if (equal_steps_ == EqualSteps::Drop) return left / shards;
+    if (equal_steps_ == EqualSteps::Pad) return (left + shards - 1) / shards;
     return left <= shard ? 0 : (left - shard + shards - 1) / shards;
   }
   // The place in the pass of a record a worker had read that no sink had taken.
@@ -791,7 +793,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   bool build_;
   IndexFormat format_;
   bool verify_crc_;
-  std::string equal_steps_;
+  enum class EqualSteps { Unset, Drop, Pad } equal_steps_;  // (read per record: resolved once)
   std::int64_t shards_ = 1, shard_ = 0;
   StageInfo info_;
   std::vector<std::string> files_;
