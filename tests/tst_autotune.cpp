@@ -115,16 +115,18 @@ class TestAutotune : public QObject {
   // memory grows by less than the budget. Without the budget the same pipeline takes far more,
   // which shows the check can fail.
   void a_ram_budget_smaller_than_the_buffers_bounds_the_memory() {
-    // The consumer must be slower than the source for the buffers to fill: a sanitizer's
-    // instrumentation makes the source's 64 KiB writes 10 times as slow (under ThreadSanitizer,
-    // beside another suite, about 400 a second: a 5 ms consumer let only 751 accumulate once, so
-    // it takes 10 ms there: 1,100 or so at that pace, 900 at 250 a second, 768 being the budget).
-    const std::string count = kSanitized ? "1500" : "3000", consumer_us = kSanitized ? "10000" : "300";
+    // The buffers must fill whatever the machine's load: the consumer burns, on its first element
+    // alone, many times the CPU time the source needs for the whole dataset (a sanitizer makes the
+    // source's 64 KiB writes 10 times as slow: about 400 a second under ThreadSanitizer), then
+    // takes the rest at once. A steady slow consumer let only 651 of 1,500 accumulate once under
+    // ThreadSanitizer beside another suite, the source being slowed as much as the consumer.
+    const std::string count = kSanitized ? "1500" : "3000", first_us = kSanitized ? "12000000" : "1500000";
     auto pipeline = [&](const std::string& options) {
       return "options { seed: 3 fuse_stages: false " + options + " }\n" +
              stage("src", "tensors", "", {{"count", count}, {"shape", "65536"}, {"dtype", "u8"}}, "buffer_size: 1000") +
              stage("copy", "identity", "src", {}, "buffer_size: 1000") +
-             stage("slow", "simulate_work", "copy", {{"us", consumer_us}}) + stage("out", "null_sink", "slow");
+             stage("slow", "simulate_work", "copy", {{"us", first_us}, {"later_us", "0"}, {"later_from", "1"}}) +
+             stage("out", "null_sink", "slow");
     };
     constexpr std::uint64_t kBudget = 48ull << 20;
     auto peak_growth = [&](const std::string& options, std::uint64_t* most_buffered) {
