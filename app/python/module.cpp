@@ -26,8 +26,10 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include <future>
 
@@ -35,6 +37,7 @@
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
+#include "sluice/core/output_rows.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/remote_files.hpp"
 #include "sluice/core/registry.hpp"
@@ -856,15 +859,28 @@ class Runner {
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
-         const std::string& output, const std::string& resume) {
+         const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job) {
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
-    if (!resume.empty()) {
-      resume_from = std::make_shared<checkpoint::Checkpoint>();
-      if (!resume_from->ParseFromString(resume) || resume_from->format() != kCheckpointFormat)
-        throw py::value_error("the state given to load_state_dict() is not a Sluice pipeline state (or comes from another version)");
-      if (resume_from->undelivered_size() > 0)
-        throw py::value_error("the state given to load_state_dict() holds elements by value, as states of Sluice before "
-                              "positions-only states did: take a new state_dict() with this version");
+    std::vector<std::shared_ptr<const checkpoint::Checkpoint>> job;
+    try {
+      if (!resume.empty()) resume_from = std::make_shared<checkpoint::Checkpoint>(parse_state(resume, "the state given to load_state_dict()"));
+      // A state taken before the first cut of a run that continued another job's states: that
+      // job's states again, and the outputs since made again and dropped.
+      const std::vector<std::string> continued =
+          resume_from && resume_from->stages_size() == 0 && resume_from->continued_job_size() > 0
+              ? std::vector<std::string>(resume_from->continued_job().begin(), resume_from->continued_job().end())
+              : resume_job;
+      job = states_of_job(continued, "given to load_state_dict()");
+    } catch (const Error& e) {
+      throw py::value_error(e.what());
+    }
+    std::shared_ptr<checkpoint::Checkpoint> continued_state;  // a state of this worker, of such a run's start
+    if (!job.empty()) {
+      first_epoch = job.front()->first_epoch();
+      continued_job_ = resume_from ? std::vector<std::string>(resume_from->continued_job().begin(), resume_from->continued_job().end()) : resume_job;
+      if (resume_from) drop_left_ = resume_from->outputs_to_skip();
+      continued_state = std::move(resume_from);
+    } else if (resume_from) {
       base_ = *resume_from;
       first_epoch = base_.first_epoch();
       // The outputs the loop had taken after the cut are made again and dropped.
@@ -913,8 +929,20 @@ class Runner {
       EngineOptions options;
       options.first_epoch = first_epoch;
       options.resume_from = resume_from;
+      options.resume_workers = job;
+      options.worker_count = worker.count;
+      options.worker_index = worker.index;
+      options.rows_of_outputs = true;
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (!resume_from) base_ = engine_->start_state();
+      if (continued_state) check_same_worker(*continued_state, base_);
+      // A run continuing another job's states begins where they stood: its states before its
+      // first cut name them.
+      for (const auto& state : continued_job_) base_.add_continued_job(state);
+      // A job of another number of workers could continue this run's states: they name the
+      // records the loop took after their cut, and a first cut is asked at once, so that no
+      // state but the first moments' comes from before any cut.
+      follows_rows_ = queue_ && engine_->why_not_on_other_workers().empty();
       if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
       engine_->start();
@@ -949,6 +977,7 @@ class Runner {
       if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
       if (got == ElementQueue::Pop::Item) {
         ++consumed_;
+        if (follows_rows_) keep_rows_of(sample);
         if (drop_left_ == 0) break;
         --drop_left_;  // taken before the state was saved: made again to continue exactly, not given twice
         continue;
@@ -1024,7 +1053,7 @@ class Runner {
   py::bytes checkpoint() {
     if (engine_ && feed_) throw py::value_error("state_dict(): a pipeline ending in gpu_feed cannot be checkpointed from Python yet");
     checkpoint::Checkpoint state = base_;  // where this run began
-    std::uint64_t after = consumed_;
+    std::uint64_t after = consumed_, base_output = 0;
     if (engine_) {
       if (auto refusals = engine_->checkpoint_refusals(); !refusals.empty()) {
         std::string text = "state_dict(): this pipeline cannot be checkpointed:";
@@ -1037,7 +1066,8 @@ class Runner {
       for (auto cut = cuts_.rbegin(); cut != cuts_.rend(); ++cut)
         if (cut->outputs_before <= consumed_) {
           state = cut->state;
-          after = consumed_ - cut->outputs_before;
+          base_output = cut->outputs_before;
+          after = consumed_ - base_output;
           break;
         }
       ask_for_cut();
@@ -1045,6 +1075,7 @@ class Runner {
     state.clear_undelivered();
     state.set_outputs_to_skip(after);
     state.set_python_state(true);
+    if (follows_rows_) name_taken_records(state, base_output);
     std::string bytes;
     state.SerializeToString(&bytes);
     return py::bytes(bytes);
@@ -1196,7 +1227,74 @@ class Runner {
     if (cut_in_flight_.valid() || engine_->wait_for(std::chrono::milliseconds(0))) return;
     cut_in_flight_ = std::async(std::launch::async, [engine = engine_] { return engine->checkpoint(false); });
   }
+  // The records of each output the loop took (by output number, from taken_first_), for states
+  // that a job of another number of workers continues; at most kMostTakenRows rows are kept.
+  static constexpr std::size_t kMostTakenRows = std::size_t{1} << 22;
+  struct TakenRow {
+    std::shared_ptr<const std::string> where;
+    std::int64_t record = -1;
+  };
+  void keep_rows_of(const Sample& output) {
+    std::vector<TakenRow> rows;
+    const Origin& origin = output.shared_origin();
+    if (const auto* stacked = rows_carried(origin)) {
+      rows.reserve(stacked->size());
+      for (const Origin& row : *stacked) rows.push_back({row.where, row.record});
+    } else {
+      rows.push_back({origin.where, origin.record});
+    }
+    taken_row_count_ += rows.size();
+    taken_rows_.push_back(std::move(rows));
+    // Those before the latest cut behind the loop are never named again; past the bound, the oldest go.
+    std::uint64_t needed_from = taken_first_;
+    for (const auto& cut : cuts_)
+      if (cut.outputs_before <= consumed_) needed_from = std::max(needed_from, cut.outputs_before);
+    while (!taken_rows_.empty() && (taken_first_ < needed_from || taken_row_count_ > kMostTakenRows)) {
+      taken_row_count_ -= taken_rows_.front().size();
+      taken_rows_.pop_front();
+      ++taken_first_;
+    }
+  }
+  // A state of a run's start is this worker's: its stages and parameters are this run's.
+  static void check_same_worker(const checkpoint::Checkpoint& state, const checkpoint::Checkpoint& now) {
+    for (int i = 0; i < std::min(state.stages_identity_size(), now.stages_identity_size()); ++i)
+      if (state.stages_identity(i).params() != now.stages_identity(i).params())
+        throw Error(fmt::format("the state was taken by another worker of a job, or of another pipeline: stage '{}' had parameters\n{}here "
+                                "they are\n{}resume each worker from its own state, or give every worker the states of all",
+                                now.stages_identity(i).id(), state.stages_identity(i).params(), now.stages_identity(i).params()));
+    if (state.stages_identity_size() != now.stages_identity_size())
+      throw Error(fmt::format("the state is of another pipeline: it has {} stages, this one {}", state.stages_identity_size(), now.stages_identity_size()));
+  }
+  // Writes into `state` the records of the outputs the loop took from output `from` on.
+  void name_taken_records(checkpoint::Checkpoint& state, std::uint64_t from) const {
+    state.set_taken_known(false);
+    if (from < taken_first_ || from + state.outputs_to_skip() > taken_first_ + taken_rows_.size()) return;
+    std::unordered_map<const std::string*, std::uint32_t> files;
+    for (std::uint64_t k = from - taken_first_; k < from - taken_first_ + state.outputs_to_skip(); ++k)
+      for (const TakenRow& row : taken_rows_[k]) {
+        if (!row.where || row.record < 0) {  // an output not made of records: which ones it held is unknown
+          state.clear_taken_files();
+          state.clear_taken_file();
+          state.clear_taken_record();
+          return;
+        }
+        auto file = files.find(row.where.get());
+        if (file == files.end()) {
+          file = files.emplace(row.where.get(), static_cast<std::uint32_t>(state.taken_files_size())).first;
+          state.add_taken_files(*row.where);
+        }
+        state.add_taken_file(file->second);
+        state.add_taken_record(row.record);
+      }
+    state.set_taken_known(true);
+  }
+
   checkpoint::Checkpoint base_;
+  std::vector<std::string> continued_job_;  // the states of another job this run continues
+  bool follows_rows_ = false;  // its states name the records taken after the cut
+  std::deque<std::vector<TakenRow>> taken_rows_;
+  std::uint64_t taken_first_ = 0;
+  std::size_t taken_row_count_ = 0;
   std::string iterator_id_;
   std::uint64_t consumed_ = 0, drop_left_ = 0;
   std::vector<Cut> cuts_;
@@ -1356,10 +1454,11 @@ PYBIND11_MODULE(_sluice, m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const std::vector<std::string>&>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
-           py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "")
+           py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "",
+           py::arg("resume_job") = std::vector<std::string>{})
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
       .def_property_readonly("running", &Runner::running)

@@ -2,6 +2,8 @@
 #include "sluice/core/checkpoint.hpp"
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -184,9 +186,14 @@ std::string describe_checkpoint(const checkpoint::Checkpoint& c, std::uint64_t f
   if (gmtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
   out += fmt::format("checkpoint {} of pipeline {} (seed {}), taken {}\n", c.sequence(), c.pipeline_file(), c.seed(), when);
   out += fmt::format("  {} elements had reached the sinks; the cut took {:.3f} s; {} bytes\n", c.sink_elements(), c.save_seconds(), file_bytes);
-  if (c.python_state())
-    out += fmt::format("  a Python state: {}; the loop had taken {} outputs after it (made again and dropped on resume)\n",
-                       c.stages_size() == 0 ? "the run's start" : "this cut", c.outputs_to_skip());
+  if (c.python_state()) {
+    const std::string base = c.stages_size() > 0            ? "this cut"
+                             : c.continued_job_size() > 0 ? fmt::format("the run's start, continuing the states of {} workers", c.continued_job_size())
+                                                          : "the run's start";
+    out += fmt::format("  a Python state: {}; the loop had taken {} outputs after it (made again and dropped on resume{})\n", base,
+                       c.outputs_to_skip(),
+                       c.taken_known() ? fmt::format("; their {} records named, for a job of another number of workers", c.taken_record_size()) : "");
+  }
   std::size_t id_width = 5, op_width = 8;
   for (const auto& s : c.stages()) {
     id_width = std::max(id_width, s.id().size());
@@ -229,11 +236,12 @@ Sample CheckpointStateReader::get_element() {
   if (number >= static_cast<std::uint64_t>(stage_.elements_size()))
     throw DataError(fmt::format("checkpoint state of {} is damaged: it names element {} of {}", what_, number, stage_.elements_size()));
   const auto& element = stage_.elements(static_cast<int>(number));
-  if (element.has_ref()) {
-    if (!referenced_) throw DataError(fmt::format("checkpoint state of {} names element {} by reference, which cannot be read here", what_, number));
-    return referenced_(static_cast<std::size_t>(number));
-  }
-  return decode_element(element.value(), fmt::format("element {} of {}", number, what_));
+  if (element.has_ref() && !referenced_)
+    throw DataError(fmt::format("checkpoint state of {} names element {} by reference, which cannot be read here", what_, number));
+  Sample out = element.has_ref() ? referenced_(static_cast<std::size_t>(number))
+                                 : decode_element(element.value(), fmt::format("element {} of {}", number, what_));
+  origins_given_.push_back(out.shared_origin());
+  return out;
 }
 
 std::string encode_element(const Sample& sample) {
@@ -297,6 +305,50 @@ Sample decode_element(const std::string& bytes, const std::string& what) {
   const auto offset = static_cast<std::int64_t>(in.u64());
   if (!where.empty()) sample.set_origin(std::make_shared<const std::string>(std::move(where)), record, offset);
   return sample;
+}
+
+checkpoint::Checkpoint parse_state(const std::string& bytes, const std::string& what) {
+  checkpoint::Checkpoint state;
+  if (!state.ParseFromString(bytes) || state.format() != kCheckpointFormat)
+    throw Error(what + " is not a Sluice pipeline state (or comes from another version)");
+  if (state.undelivered_size() > 0)
+    throw Error(what + " holds elements by value, as states of Sluice before positions-only states did: take a new state_dict() with "
+                       "this version");
+  return state;
+}
+
+std::vector<std::shared_ptr<const checkpoint::Checkpoint>> states_of_job(const std::vector<std::string>& states, const std::string& what) {
+  std::vector<std::optional<checkpoint::Checkpoint>> parsed(states.size());
+  const checkpoint::Checkpoint* any = nullptr;
+  for (std::size_t w = 0; w < states.size(); ++w) {
+    if (states[w].empty()) continue;
+    parsed[w] = parse_state(states[w], fmt::format("the state of worker {} of {} {}", w, states.size(), what));
+    if (!any) any = &*parsed[w];
+  }
+  std::vector<std::shared_ptr<const checkpoint::Checkpoint>> out;
+  if (!any) return out;
+  const checkpoint::Checkpoint model = *any;  // (the parsed states move into `out` below)
+  any = &model;
+  for (auto& p : parsed) {
+    if (p) {
+      out.push_back(std::make_shared<const checkpoint::Checkpoint>(std::move(*p)));
+      continue;
+    }
+    auto finished = std::make_shared<checkpoint::Checkpoint>();
+    finished->set_format(any->format());
+    finished->set_seed(any->seed());
+    finished->set_first_epoch(any->first_epoch());
+    *finished->mutable_stages_identity() = any->stages_identity();
+    finished->set_python_state(true);
+    for (const auto& identity : any->stages_identity()) {
+      auto* stage = finished->add_stages();
+      stage->set_id(identity.id());
+      stage->set_op(identity.op());
+      stage->set_ended(true);
+    }
+    out.push_back(std::move(finished));
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -322,7 +322,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
       case OperatorKind::Map: st->map = dynamic_cast<Map*>(op); break;
       case OperatorKind::Filter: st->filter = dynamic_cast<Filter*>(op); break;
       case OperatorKind::Expand: st->expand = dynamic_cast<Expand*>(op); break;
-      case OperatorKind::Aggregate: st->aggregate = dynamic_cast<Aggregate*>(op); break;
+      case OperatorKind::Aggregate:
+        st->aggregate = dynamic_cast<Aggregate*>(op);
+        if (options.rows_of_outputs) st->stacks = dynamic_cast<StacksItsInputs*>(op);
+        break;
       case OperatorKind::Sink: st->sink = dynamic_cast<Sink*>(op); break;
       case OperatorKind::Combine: st->combine = dynamic_cast<Combine*>(op); break;
     }

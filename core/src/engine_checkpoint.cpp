@@ -497,6 +497,7 @@ void Engine::Impl::restore_operator(StageRuntime& st) {
   CheckpointStateReader reader(*st.restore, st.restore->operator_state(), fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name),
                                [referenced](std::size_t number) { return (*referenced)[number]; });
   st.op->restore_state(reader);
+  if (st.stacks) st.restored_rows = reader.origins_given();  // the rows of its next output
   if (!reader.at_end())
     throw Error(fmt::format("its saved state has bytes left over: the operator ({}) reads another state form than the one that saved it",
                             st.spec->op->library_path));

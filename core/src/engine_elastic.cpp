@@ -47,38 +47,65 @@ std::string params_of_any_worker(const GraphStage& spec, const std::string& text
   return out;
 }
 
+// Which stages a split can carry over: the one source that splits an order by position, stateless
+// maps and filters, aggregates that hold nothing but elements of one record each, and sinks.
+std::string Engine::Impl::why_not_on_other_workers(StageRuntime** split_source, const std::string& job, const std::string& resume_as_taken) const {
+  StageRuntime* source = nullptr;
+  // Whether a stage's elements may be batches (a stacking aggregate before it): a stage holding
+  // those at a cut could not give them back record by record.
+  std::vector<int> after_stacking(stages.size(), -1);
+  std::function<bool(std::size_t)> batches_reach = [&](std::size_t i) {
+    if (after_stacking[i] < 0) {
+      after_stacking[i] = 0;
+      for (int input : stages[i]->spec->inputs)
+        if (dynamic_cast<StacksItsInputs*>(stages[static_cast<std::size_t>(input)]->op.get()) || batches_reach(static_cast<std::size_t>(input)))
+          after_stacking[i] = 1;
+    }
+    return after_stacking[i] == 1;
+  };
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    StageRuntime* st = stages[i].get();
+    if (st->source) {
+      if (!dynamic_cast<ResumesOnOtherWorkers*>(st->op.get()))
+        return fmt::format("{} cannot continue on another number of workers: {} reads its data in its own order, which another number "
+                           "of workers would split differently; {} (random_access splits one order by position)",
+                           job, stage_label(*st), resume_as_taken);
+      if (source)
+        return fmt::format("{} cannot continue on another number of workers: the pipeline has two sources ({} and {}); {}", job,
+                           stage_label(*source), stage_label(*st), resume_as_taken);
+      source = st;
+      continue;
+    }
+    if (st->sink || ((st->map || st->filter) && st->spec->op->info.traits.stateless)) continue;
+    if (st->aggregate && dynamic_cast<HoldsOnlyElements*>(st->op.get())) {
+      if (!batches_reach(i)) continue;
+      return fmt::format("{} cannot continue on another number of workers: {} holds batches (it comes after a batching stage), which "
+                         "cannot be given back to the source record by record; {}",
+                         job, stage_label(*st), resume_as_taken);
+    }
+    return fmt::format("{} cannot continue on another number of workers: {} keeps state of its own, which cannot be split among other "
+                       "workers; {}",
+                       job, stage_label(*st), resume_as_taken);
+  }
+  if (!source) return fmt::format("{} cannot continue here: this pipeline has no source", job);
+  if (split_source) *split_source = source;
+  return {};
+}
+
 void Engine::Impl::attach_resume_on_other_workers() {
   const std::size_t workers = resume_workers.size();
   const std::string job = fmt::format("a checkpoint of {} workers", workers);
   const std::string resume_as_taken = fmt::format("resume it on {} workers, as it was taken", workers);
-  // Which stages a split can carry over: the one source that splits an order by position, stateless
-  // maps and filters, aggregates that hold nothing but elements, and sinks.
-  for (auto& st : stages) {
-    if (st->source) {
-      if (!dynamic_cast<ResumesOnOtherWorkers*>(st->op.get()))
-        throw Error(fmt::format("{} cannot continue on another number of workers: {} reads its data in its own order, which "
-                                "another number of workers would split differently; {} (random_access splits one order by position)",
-                                job, stage_label(*st), resume_as_taken));
-      if (resharded_source)
-        throw Error(fmt::format("{} cannot continue on another number of workers: the pipeline has two sources ({} and {}); {}", job,
-                                stage_label(*resharded_source), stage_label(*st), resume_as_taken));
-      resharded_source = st.get();
-      continue;
-    }
-    if (st->sink || ((st->map || st->filter) && st->spec->op->info.traits.stateless)) continue;
-    if (st->aggregate && dynamic_cast<HoldsOnlyElements*>(st->op.get())) continue;
-    throw Error(fmt::format("{} cannot continue on another number of workers: {} keeps state of its own, which cannot be split "
-                            "among other workers; {}",
-                            job, stage_label(*st), resume_as_taken));
-  }
-  if (!resharded_source) throw Error(fmt::format("{} cannot continue here: this pipeline has no source", job));
+  if (const std::string why = why_not_on_other_workers(&resharded_source, job, resume_as_taken); !why.empty()) throw Error(why);
 
   for (std::size_t w = 0; w < workers; ++w) {
     const checkpoint::Checkpoint& c = *resume_workers[w];
     const std::string whose = fmt::format("the checkpoint of worker {} of {}", w, workers);
     if (c.seed() != graph.seed)
       throw Error(fmt::format("{} was taken with seed {}, this run's seed is {}: resume with the same seed", whose, c.seed(), graph.seed));
-    if (c.stages_size() == 0 || static_cast<std::size_t>(c.stages_size()) != stages.size() ||
+    // A Python state taken before its run's first cut is its run's start and the outputs since.
+    const bool at_start = c.python_state() && c.stages_size() == 0 && !c.run_ended();
+    if ((c.stages_size() == 0 && !at_start) || (!at_start && static_cast<std::size_t>(c.stages_size()) != stages.size()) ||
         static_cast<std::size_t>(c.stages_identity_size()) != stages.size())
       throw Error(fmt::format("{} is of another pipeline: it has {} stages, this one {}", whose, c.stages_identity_size(), stages.size()));
     if (c.first_epoch() != resume_workers.front()->first_epoch())
@@ -87,13 +114,13 @@ void Engine::Impl::attach_resume_on_other_workers() {
     for (std::size_t i = 0; i < stages.size(); ++i) {
       const StageRuntime& st = *stages[i];
       const auto& was = c.stages_identity(static_cast<int>(i));
-      if (was.id() != st.spec->id || was.op() != st.spec->op->info.name || c.stages(static_cast<int>(i)).id() != st.spec->id)
+      if (was.id() != st.spec->id || was.op() != st.spec->op->info.name || (!at_start && c.stages(static_cast<int>(i)).id() != st.spec->id))
         throw Error(fmt::format("{} is of another pipeline: its stage {} is '{}' ({}), here it is '{}' ({})", whose, i + 1, was.id(), was.op(),
                                 st.spec->id, st.spec->op->info.name));
       const std::string now = params_text(*st.spec);
       if (st.sink) {
         // This run's output may not be one of theirs: publishing it would replace what they wrote.
-        if (!c.stages(static_cast<int>(i)).operator_state().empty() && was.params() == now)
+        if (!at_start && !c.stages(static_cast<int>(i)).operator_state().empty() && was.params() == now)
           throw Error(fmt::format("{} would write the output worker {} of {} wrote before the cut ({}); give the resumed workers "
                                   "outputs of their own, e.g. with {{num_workers}} in the path",
                                   stage_label(st), w, workers, outputs_of(*st.spec)));
@@ -104,7 +131,7 @@ void Engine::Impl::attach_resume_on_other_workers() {
     }
   }
   options.first_epoch = resume_workers.front()->first_epoch();
-  gather_held_at_cut();
+  gather_held_at_cut(resume_workers, held_at_cut, taken_after_cut);
   // The source goes on inside its pass, before its first element there (it knows its place).
   std::string positions, summary;
   CheckpointStateWriter writer(resharded_source_positions, positions, summary);
@@ -118,9 +145,14 @@ void Engine::Impl::attach_resume_on_other_workers() {
 }
 
 // Every element a stage after the source held at the cut (a batch being gathered, a shuffle
-// buffer), and those made but not yet taken (a Python iterator's): by where they were read.
-void Engine::Impl::gather_held_at_cut() {
-  const std::size_t workers = resume_workers.size();
+// buffer), and those made but not yet taken: by where they were read. A Python state also names
+// the records its loop took after the cut: those it held are not given back, and those read
+// after it are told to the source as delivered.
+void Engine::Impl::gather_held_at_cut(const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job,
+                                      std::vector<ResumesOnOtherWorkers::Held>& held_at_cut,
+                                      std::vector<ResumesOnOtherWorkers::Held>& taken_after_cut) const {
+  const std::size_t workers = job.size();
+  std::map<std::pair<std::string, std::int64_t>, std::size_t> held_count;
   auto hold = [&](const checkpoint::Element& element, const std::string& holder, std::size_t w) {
     if (!element.has_value())
       throw Error(fmt::format("{} of worker {} of {} names an element by reference, which cannot be given back: resume on {} workers", holder,
@@ -131,37 +163,104 @@ void Engine::Impl::gather_held_at_cut() {
       throw Error(fmt::format("{} of worker {} of {} held an element made of several records (or of none), which cannot be given back to "
                               "the source record by record; resume on {} workers, as the checkpoint was taken",
                               holder, w, workers, workers));
-    held_at_cut.push_back({*origin.where, origin.record});
+    ++held_count[{*origin.where, origin.record}];
   };
   for (std::size_t w = 0; w < workers; ++w) {
-    const checkpoint::Checkpoint& c = *resume_workers[w];
-    for (std::size_t i = 0; i < stages.size(); ++i) {
+    const checkpoint::Checkpoint& c = *job[w];
+    for (std::size_t i = 0; i < static_cast<std::size_t>(c.stages_size()); ++i) {  // (none in a state of a run's start)
       const StageRuntime& st = *stages[i];
       if (&st == resharded_source || st.sink) continue;
       for (const auto& element : c.stages(static_cast<int>(i)).elements()) hold(element, stage_label(st), w);
     }
     for (const auto& element : c.undelivered()) hold(element, "the elements made and not yet taken", w);
   }
+  for (std::size_t w = 0; w < workers; ++w) {
+    const checkpoint::Checkpoint& c = *job[w];
+    if (c.outputs_to_skip() == 0) continue;
+    if (!c.taken_known())
+      throw Error(fmt::format("the state of worker {} of {} was taken {} outputs after its pipeline's latest cut and does not say which "
+                              "records they held (more than Sluice keeps, or a pipeline whose outputs it cannot follow back to their "
+                              "records); resume it on {} workers, or take state_dict() more often",
+                              w, workers, c.outputs_to_skip(), workers));
+    if (c.taken_file_size() != c.taken_record_size())
+      throw Error(fmt::format("the state of worker {} of {} is damaged: {} files for {} records taken", w, workers, c.taken_file_size(), c.taken_record_size()));
+    for (int k = 0; k < c.taken_record_size(); ++k) {
+      if (c.taken_file(k) >= static_cast<std::uint32_t>(c.taken_files_size()))
+        throw Error(fmt::format("the state of worker {} of {} is damaged: a taken record names file {} of {}", w, workers, c.taken_file(k), c.taken_files_size()));
+      std::pair<std::string, std::int64_t> record{c.taken_files(static_cast<int>(c.taken_file(k))), c.taken_record(k)};
+      auto held = held_count.find(record);
+      if (held != held_count.end() && held->second > 0) --held->second;  // held at the cut, taken since
+      else taken_after_cut.push_back({std::move(record.first), record.second});
+    }
+  }
+  for (const auto& [record, count] : held_count)
+    for (std::size_t k = 0; k < count; ++k) held_at_cut.push_back({record.first, record.second});
 }
 
 void Engine::Impl::restore_on_other_workers() {
   if (resume_workers.empty()) return;
-  const int source = static_cast<int>(std::find_if(stages.begin(), stages.end(), [&](const auto& st) { return st.get() == resharded_source; }) -
-                                      stages.begin());
+  split_source_of(resume_workers, *resharded_source->op, options.worker_count, options.worker_index);
+  publish_outputs_of_earlier_workers();
+}
+
+// Restores `source` (this run's, or an earlier worker's copy) as worker `worker` of `workers` from
+// the states of the job before: what each of its workers' sources had saved, the records they held
+// and those taken after their cuts.
+void Engine::Impl::split_source_of(const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job, Operator& source, std::int64_t workers,
+                                   std::int64_t worker) {
+  std::vector<ResumesOnOtherWorkers::Held> held, taken;
+  if (&source != resharded_source->op.get()) gather_held_at_cut(job, held, taken);
+  const checkpoint::StageState no_elements;
+  std::vector<std::optional<std::string>> states;
   std::vector<std::unique_ptr<CheckpointStateReader>> readers;
   std::vector<StateReader*> saved;
-  for (std::size_t w = 0; w < resume_workers.size(); ++w) {
-    const checkpoint::StageState& state = resume_workers[w]->stages(source);
-    if (state.operator_state().empty()) {  // it had ended before the cut
+  for (std::size_t w = 0; w < job.size(); ++w) states.push_back(source_state_of(*job[w], job.size(), w));
+  for (std::size_t w = 0; w < job.size(); ++w) {
+    if (!states[w]) {  // it had ended before the cut
       saved.push_back(nullptr);
       continue;
     }
-    readers.push_back(std::make_unique<CheckpointStateReader>(
-        state, state.operator_state(), fmt::format("stage '{}' of worker {} of {}", resharded_source->spec->id, w, resume_workers.size())));
+    readers.push_back(std::make_unique<CheckpointStateReader>(no_elements, *states[w],
+                                                              fmt::format("stage '{}' of worker {} of {}", resharded_source->spec->id, w, job.size())));
     saved.push_back(readers.back().get());
   }
-  dynamic_cast<ResumesOnOtherWorkers&>(*resharded_source->op).restore_on_other_workers(saved, held_at_cut, options.worker_count, options.worker_index);
-  publish_outputs_of_earlier_workers();
+  auto& splits = dynamic_cast<ResumesOnOtherWorkers&>(source);
+  if (&source == resharded_source->op.get()) splits.restore_on_other_workers(saved, held_at_cut, taken_after_cut, workers, worker);
+  else splits.restore_on_other_workers(saved, held, taken, workers, worker);
+}
+
+// What the source of worker `worker` of `workers` had saved at its state's cut (nullopt: it had
+// ended). A Python state of its run's start has no cut: its source is made again as that run
+// began, at the start of its epoch or, when that run continued the states of a job of another
+// size, restored from those as it was.
+std::optional<std::string> Engine::Impl::source_state_of(const checkpoint::Checkpoint& c, std::size_t workers, std::size_t worker) {
+  const auto source = static_cast<int>(std::find_if(stages.begin(), stages.end(), [&](const auto& st) { return st.get() == resharded_source; }) -
+                                       stages.begin());
+  if (c.stages_size() > 0) {
+    const std::string& state = c.stages(source).operator_state();
+    if (state.empty()) return std::nullopt;
+    return state;
+  }
+  const std::string what = fmt::format("stage '{}' of worker {} of {}", resharded_source->spec->id, worker, workers);
+  try {
+    const auto& info = resharded_source->spec->op->info;
+    std::unique_ptr<Operator> earlier = info.create(parse_params(info.params, param_lines(c.stages_identity(source).params())));
+    earlier->start(resharded_source->info);
+    if (c.continued_job_size() == 0) {
+      dynamic_cast<Source&>(*earlier).begin_pass(c.first_epoch());
+    } else {
+      const auto job = states_of_job({c.continued_job().begin(), c.continued_job().end()}, "that its run continued");
+      split_source_of(job, *earlier, static_cast<std::int64_t>(workers), static_cast<std::int64_t>(worker));
+    }
+    checkpoint::StageState state;
+    std::string bytes, summary;
+    CheckpointStateWriter writer(state, bytes, summary);
+    earlier->save_state(writer);
+    earlier->finish(false);
+    return bytes;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} could not be made as its run began (epoch {}): {}", what, c.first_epoch(), e.what()));
+  }
 }
 
 // The outputs the earlier workers were writing at the cut, published as they stood then (a run
@@ -174,6 +273,7 @@ void Engine::Impl::publish_outputs_of_earlier_workers() {
     const checkpoint::Checkpoint& c = *resume_workers[w];
     for (std::size_t i = 0; i < stages.size(); ++i) {
       const StageRuntime& st = *stages[i];
+      if (i >= static_cast<std::size_t>(c.stages_size())) break;  // a state of its run's start: nothing written yet
       const checkpoint::StageState& state = c.stages(static_cast<int>(i));
       if (!st.sink || state.operator_state().empty()) continue;
       const std::string what = fmt::format("the output of {} of worker {} of {}", stage_label(st), w, workers);
@@ -189,6 +289,10 @@ void Engine::Impl::publish_outputs_of_earlier_workers() {
       }
     }
   }
+}
+
+std::string Engine::why_not_on_other_workers() const {
+  return impl_->why_not_on_other_workers(nullptr, "a checkpoint of this pipeline", "resume it on as many workers as took it");
 }
 
 }  // namespace sluice

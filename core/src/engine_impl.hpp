@@ -124,6 +124,10 @@ struct StageRuntime {
   ChunkedMap* chunked_map = nullptr;
   ChunkedAggregate* chunked_aggregate = nullptr;
   bool emits_chunks = false;
+  // An aggregate whose outputs stack its inputs (batch), when outputs carry their rows
+  // (EngineOptions::rows_of_outputs); and the rows it held when its state was restored.
+  StacksItsInputs* stacks = nullptr;
+  std::vector<Origin> restored_rows;
 
   StageInfo info;
   std::unique_ptr<Outputs> output;  // a buffer per reader; null for sinks
@@ -482,6 +486,7 @@ struct Engine::Impl {
   StageRuntime* resharded_source = nullptr;
   checkpoint::StageState resharded_source_positions;
   std::vector<ResumesOnOtherWorkers::Held> held_at_cut;
+  std::vector<ResumesOnOtherWorkers::Held> taken_after_cut;  // Python states': read after the cut, delivered
 
   bool cut_requested(const StageRuntime& st) const {
     const std::uint64_t wanted = cut_wanted.load(std::memory_order_relaxed);
@@ -527,10 +532,17 @@ struct Engine::Impl {
   // only a pipeline whose one source splits its order by position and whose other stages hold
   // nothing but elements can continue; throws Error naming the stage that cannot.
   void attach_resume_on_other_workers();
+  // Why no job of another number of workers could continue a checkpoint of this pipeline, naming
+  // the stage (empty: one could; `split_source` is then its source).
+  std::string why_not_on_other_workers(StageRuntime** split_source, const std::string& job, const std::string& resume_as_taken) const;
   // Hands the source what the workers had read, and publishes the outputs they were writing that
   // fall to this worker (after start()).
   void restore_on_other_workers();
-  void gather_held_at_cut();
+  void gather_held_at_cut(const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job, std::vector<ResumesOnOtherWorkers::Held>& held,
+                          std::vector<ResumesOnOtherWorkers::Held>& taken) const;
+  void split_source_of(const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job, Operator& source, std::int64_t workers,
+                       std::int64_t worker);
+  std::optional<std::string> source_state_of(const checkpoint::Checkpoint& c, std::size_t workers, std::size_t worker);
   void publish_outputs_of_earlier_workers();
   // Which interleave each aggregate's elements can be read again from (StageRuntime::reads_from).
   void find_read_paths();
@@ -561,11 +573,16 @@ struct Engine::Impl {
     bool push(Sample sample) override {
       if (!wanted()) return false;
       if (assembly_ && assembly_->queue_made(sample)) return settle(false);
+      attach_rows(sample);
       return hand_on(std::move(sample));
     }
     bool push_assembled(std::function<Sample()> assemble) override {
       if (!wanted()) return false;
-      if (!assembly_) return hand_on(assemble());
+      if (!assembly_) {
+        Sample made = assemble();
+        attach_rows(made);
+        return hand_on(std::move(made));
+      }
       assembly_->queue(std::move(assemble));
       return settle(false);
     }
@@ -573,6 +590,20 @@ struct Engine::Impl {
     // them); else as many as leave at most a few per assembly thread pending. False when the run
     // stops (an assembly that threw fails it, naming the stage).
     bool settle(bool all);
+
+    // A stacking aggregate's rows (StageRuntime::stacks): the inputs it took that no output
+    // stacked yet, in order. Its next output stacks the first inputs_per_output() of them (the
+    // last of an iteration, those left); an input it refused is taken back.
+    void took(const Origin& origin) {
+      if (st_.stacks) pending_rows_.push_back(origin);
+    }
+    void took_back(std::size_t inputs) {
+      if (st_.stacks) pending_rows_.resize(pending_rows_.size() - std::min(inputs, pending_rows_.size()));
+    }
+    void held_when_restored(const std::vector<Origin>& restored) {
+      if (st_.stacks) pending_rows_.insert(pending_rows_.begin(), restored.begin(), restored.end());
+    }
+    void iteration_ended() { pending_rows_.clear(); }  // a remainder dropped (drop_remainder)
 
    private:
     bool wanted() const { return !impl_.stopping.load(std::memory_order_relaxed) && !st_.exit().output->skipped(iteration); }
@@ -583,11 +614,13 @@ struct Engine::Impl {
       if (out_.size() >= kChunk) return impl_.flush(st_, out_);
       return true;
     }
+    void attach_rows(Sample& output);
     Impl& impl_;
     StageRuntime& st_;
     std::vector<Item>& out_;
     detail::OutputAssembly* assembly_;
     std::vector<Sample> made_;
+    std::deque<Origin> pending_rows_;
   };
 
   void run_source(StageRuntime& st);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "engine_impl.hpp"
+#include "sluice/core/output_rows.hpp"
 
 namespace sluice {
 
@@ -54,10 +55,24 @@ bool Engine::Impl::CollectingEmitter::settle(bool all) {
   }
   // Outputs of an iteration downstream stopped wanting (a take satisfied) go no further.
   const bool keep = !st_.exit().output->skipped(iteration);
-  for (auto& sample : made_)
+  for (auto& sample : made_) {
+    attach_rows(sample);
     if (keep && !hand_on(std::move(sample))) return false;
+  }
   made_.clear();
   return !impl_.stopping.load(std::memory_order_relaxed);
+}
+
+void Engine::Impl::CollectingEmitter::attach_rows(Sample& output) {
+  if (!st_.stacks) return;
+  const std::size_t rows = std::min<std::size_t>(static_cast<std::size_t>(st_.stacks->inputs_per_output()), pending_rows_.size());
+  if (rows == 0) return;
+  const std::vector<Origin> stacked(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
+  pending_rows_.erase(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
+  const Origin& first = output.shared_origin();
+  const Origin with_rows = origin_with_rows(first, stacked);
+  output.set_origin(with_rows.where, with_rows.record, with_rows.byte_offset);
+  output.set_read_position(with_rows.read_epoch, with_rows.read_index);
 }
 
 void Engine::Impl::run_aggregate(StageRuntime& st) {
@@ -89,6 +104,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
   auto close_iteration = [&]() {
     if (!guarded([&] { op.end_iteration(st.first_output_epoch + out_iteration, emitter); }, "at the end")) return false;
     if (!emitter.settle(true)) return false;
+    emitter.iteration_ended();
     out.push_back(Item::end_of_iteration(out_iteration));
     if (!flush(st, out)) return false;
     ++out_iteration;
@@ -127,6 +143,7 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
     replaying = positions->get<std::uint8_t>() != 0;
     replay_drop = positions->get<std::uint64_t>();
     emitter.iteration = out_iteration;
+    emitter.held_when_restored(st.restored_rows);
     st.output->set_iteration(out_iteration);
     st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
   } else if (open && !guarded([&] { op.begin_iteration(st.first_output_epoch); }, "at the start")) {
@@ -181,12 +198,15 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
         std::size_t done = 0;
         while (rest.rows() > 0) {
           const ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, first_index + done};
+          if (st.stacks)
+            for (std::size_t r = 0; r < rest.rows(); ++r) emitter.took(rest.origin(r));
           try {
             if (st.chunked_aggregate->push_chunk(rest, ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
               skip_input(st, static_cast<std::int64_t>(in_iteration));
             break;
           } catch (const RowError& e) {
             const std::size_t row = std::min(e.row(), rest.rows() - 1);
+            emitter.took_back(rest.rows() - row);  // the refused row and those after it, pushed again below
             if (!element_error(st, e.what(), ctx.epoch, ctx.index + row, rest.origin(row).text())) return;
             rest = rest.slice(row + 1, rest.rows());
             done += row + 1;
@@ -197,14 +217,17 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
             }
             // Not one row's fault, or an operator that does not say which row: the rows go
             // through the element form one by one, each taken, skipped or named as alone.
+            emitter.took_back(rest.rows());
             for (std::size_t r = 0; r < rest.rows(); ++r) {
               const ElementContext row_ctx{&st.info, ctx.epoch, ctx.index + r};
+              emitter.took(rest.origin(r));
               try {
                 if (op.push(rest.row(r), row_ctx, emitter) == Aggregate::Flow::SkipRestOfIteration) {
                   skip_input(st, static_cast<std::int64_t>(in_iteration));
                   break;
                 }
               } catch (const std::exception& e) {
+                emitter.took_back(1);
                 if (!element_error(st, e.what(), row_ctx.epoch, row_ctx.index, rest.origin(r).text())) return;
               }
             }
@@ -218,10 +241,12 @@ void Engine::Impl::run_aggregate(StageRuntime& st) {
       ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, in_index++};
       if (st.input->skipped(in_iteration) || !open) continue;
       origin.keep(item.sample.shared_origin());
+      emitter.took(item.sample.shared_origin());
       try {
         if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
           skip_input(st, static_cast<std::int64_t>(in_iteration));
       } catch (const std::exception& e) {
+        emitter.took_back(1);
         if (!element_error(st, e.what(), ctx.epoch, ctx.index, origin.text())) return;
       }
       if (stopping.load(std::memory_order_relaxed)) return;

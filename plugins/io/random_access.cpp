@@ -434,7 +434,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
   }
   // The checkpoint of N workers, resumed on this run's shards_: every position of the pass that no
   // worker had read, or had read without a sink taking it, split anew.
-  void restore_on_other_workers(const std::vector<StateReader*>& states, const std::vector<Held>& held, std::int64_t, std::int64_t) override {
+  void restore_on_other_workers(const std::vector<StateReader*>& states, const std::vector<Held>& held, const std::vector<Held>& taken,
+                                std::int64_t, std::int64_t) override {
     const std::uint64_t workers = states.size();
     std::vector<std::optional<Saved>> saved(workers);
     const Saved* first = nullptr;
@@ -458,9 +459,15 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     Resharding cut{workers, std::vector<std::uint64_t>(workers), {}};
     for (std::uint64_t w = 0; w < workers; ++w)
       cut.read[w] = saved[w] ? saved[w]->next : share_of(left, workers, w);
-    for (const Held& h : held) cut.held.push_back(position_of_held(h));
-    std::sort(cut.held.begin(), cut.held.end());
-    cut.held.erase(std::unique(cut.held.begin(), cut.held.end()), cut.held.end());
+    auto positions_of = [&](const std::vector<Held>& records) {
+      std::vector<std::uint64_t> out;
+      for (const Held& h : records) out.push_back(position_of_held(h));
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
+    };
+    cut.held = positions_of(held);
+    cut.taken = positions_of(taken);
     chain.push_back(std::move(cut));
     begin_resumed_pass(pass_, chain);
   }
@@ -487,12 +494,15 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     }
   };
   // A pass resumed on another number of workers than read it: the workers before, how many of
-  // their shares each had read, and the positions they had read that no sink had taken (given
-  // back). The positions left are those of the pass every resharding left, in order.
+  // their shares each had read, the positions they had read that no sink had taken (given back),
+  // and those they read after their cut that a sink took all the same (a Python loop's, between
+  // its state's cut and the state). The positions left are those of the pass every resharding
+  // left, in order.
   struct Resharding {
     std::uint64_t workers = 1;
-    std::vector<std::uint64_t> read;  // per worker
-    std::vector<std::uint64_t> held;  // sorted positions
+    std::vector<std::uint64_t> read;   // per worker
+    std::vector<std::uint64_t> held;   // sorted positions
+    std::vector<std::uint64_t> taken;  // sorted positions
     bool operator==(const Resharding&) const = default;
   };
   static bool same_reshardings(const std::vector<Resharding>& a, const std::vector<Resharding>& b) { return a == b; }
@@ -503,6 +513,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       for (auto n : r.read) w.put<std::uint64_t>(n);
       w.put<std::uint64_t>(r.held.size());
       for (auto p : r.held) w.put<std::uint64_t>(p);
+      w.put<std::uint64_t>(r.taken.size());
+      for (auto p : r.taken) w.put<std::uint64_t>(p);
     }
   }
   struct Saved {
@@ -535,6 +547,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       for (std::uint64_t w = 0; w < step.workers; ++w) step.read.push_back(r.get_within<std::uint64_t>(0, first_record_.back(), "a worker's place"));
       const auto held = r.get_within<std::uint64_t>(0, first_record_.back(), "the records held");
       for (std::uint64_t h = 0; h < held; ++h) step.held.push_back(r.get_within<std::uint64_t>(0, first_record_.back(), "a held record's place"));
+      const auto taken = r.get_within<std::uint64_t>(0, first_record_.back(), "the records taken after the cut");
+      for (std::uint64_t t = 0; t < taken; ++t) step.taken.push_back(r.get_within<std::uint64_t>(0, first_record_.back(), "a taken record's place"));
       s.reshardings.push_back(std::move(step));
     }
     return s;
@@ -565,7 +579,8 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       bool left = true;
       for (std::size_t l = 0; l < reshardings_.size() && left; ++l) {
         const Resharding& step = reshardings_[l];
-        left = r / step.workers >= step.read[r % step.workers] || std::binary_search(step.held.begin(), step.held.end(), p);
+        left = (r / step.workers >= step.read[r % step.workers] && !std::binary_search(step.taken.begin(), step.taken.end(), p)) ||
+               std::binary_search(step.held.begin(), step.held.end(), p);
         if (left) r = scan_.counts[l]++;
       }
       if (!left) continue;

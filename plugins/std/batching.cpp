@@ -45,7 +45,7 @@ struct FieldAssembly {
 //
 // Its chunked form copies runs of rows column by column: a chunk's rows of a fixed-size field lie
 // one after another, as they do in the batch.
-class Batch final : public Aggregate, public Placement, public ChunkedAggregate, public HoldsOnlyElements {
+class Batch final : public Aggregate, public Placement, public ChunkedAggregate, public HoldsOnlyElements, public StacksItsInputs {
  public:
   static OperatorInfo describe() {
     return {"batch",
@@ -68,6 +68,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate,
     number_ = 0;
   }
   Placement* offered_placement() override { return this; }
+  std::uint64_t inputs_per_output() const override { return batch_size_; }
 
   Tensor place(std::uint64_t epoch, std::uint64_t index, const std::string& field, DType dtype, const Shape& shape) override {
     if (dtype == DType::Bytes) return {};

@@ -22,7 +22,7 @@ ParamSpec drop_remainder_param(const char* what) {
 // the rows become one output. `Held` is HeldRows (elements) or HeldRefs (rows of chunks). The
 // assembly may run on another thread (the stage's parallelism): it gets the rows, and reads only
 // parameters and what start() set.
-template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsOnlyElements {
+template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsOnlyElements, public StacksItsInputs {
  public:
   explicit HeldRowBatch(const Params& p)
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
@@ -31,6 +31,7 @@ template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInP
     counters_ = info.counters;
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
+  std::uint64_t inputs_per_output() const override { return batch_size_; }
   void end_iteration(std::uint64_t, Emitter& out) override {
     if (!rows_.empty() && !drop_remainder_) emit(out);
     rows_.clear();

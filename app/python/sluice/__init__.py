@@ -139,6 +139,7 @@ class Pipeline:
         self._keep = _keep  # Python functions and arrays the stages use
         self._runner = None
         self._resume = None  # a state from load_state_dict(), for the next run
+        self._resume_job = []  # or the states of every worker of a job of another size
         self.epoch = 0
         # Which of the job's workers this process is (torchrun's RANK and WORLD_SIZE, Slurm, MPI,
         # TF_CONFIG, ...; or as given): with several, each run reads this worker's shard.
@@ -166,10 +167,11 @@ class Pipeline:
         if epoch < 0:
             raise ValueError(f"Pipeline.epoch must be 0 or more, not {epoch}")
         resume, self._resume = self._resume, None
-        if resume is not None and not iterate:
+        resume_job, self._resume_job = self._resume_job, []
+        if (resume is not None or resume_job) and not iterate:
             raise RuntimeError("run() cannot continue a state from load_state_dict(): iterate the pipeline instead")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
-                                epoch, self._worker_index, self._num_workers, self._output, resume or b"")
+                                epoch, self._worker_index, self._num_workers, self._output, resume or b"", resume_job)
         self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner
@@ -227,15 +229,51 @@ class Pipeline:
         """Makes the next iteration continue from `state` (from state_dict(), maybe of another
         process): the elements it had not given yet first, then the rest of its run, exactly as
         the interrupted iteration would have gone on. A state of another pipeline, seed or file
-        list is refused when the iteration starts, saying what differs."""
+        list is refused when the iteration starts, saying what differs.
+
+        A job resumed on another number of workers gives every worker the list of all the
+        earlier workers' states, in worker order: each continues the epoch with its share of the
+        records none of them had delivered (a pipeline whose source is random_access, whose
+        other stages hold only elements). With the same number of workers, each takes its own
+        state from the list."""
+        if isinstance(state, (list, tuple)):
+            self._load_job_states(list(state))
+            return
         if not isinstance(state, dict) or "epoch" not in state:
-            raise ValueError("load_state_dict() takes a dict made by Pipeline.state_dict()")
+            raise ValueError("load_state_dict() takes a dict made by Pipeline.state_dict(), or the list of such dicts of every worker of a job")
         self.close()
         self.epoch = operator.index(state["epoch"])
-        checkpoint = state.get("checkpoint")
-        if checkpoint is not None and not isinstance(checkpoint, (bytes, bytearray)):
-            raise ValueError("load_state_dict(): 'checkpoint' must be the bytes state_dict() made")
-        self._resume = bytes(checkpoint) if checkpoint is not None else None
+        self._resume = _state_bytes(state, "load_state_dict()")
+        self._resume_job = []
+
+    def _load_job_states(self, states):
+        if not states or not all(isinstance(s, dict) and "epoch" in s for s in states):
+            raise ValueError("load_state_dict() takes a dict made by Pipeline.state_dict(), or the list of such dicts of every worker of a job "
+                             "(in worker order)")
+        index, count = self.worker[0], self.worker[1]
+        if len(states) == count:
+            self.load_state_dict(states[index])
+            return
+        checkpoints = [_state_bytes(s, f"load_state_dict(): the state of worker {w} of {len(states)}") for w, s in enumerate(states)]
+        epochs = [operator.index(s["epoch"]) for s in states]
+        inside = {e for e, c in zip(epochs, checkpoints) if c is not None}
+        if not inside:  # every worker between two iterations: any number of workers starts the next alike
+            if len(set(epochs)) != 1:
+                raise ValueError(f"load_state_dict(): the workers' states are at different epochs ({sorted(set(epochs))}): give states taken at one moment")
+            self.close()
+            self.epoch, self._resume, self._resume_job = epochs[0], None, []
+            return
+        if len(inside) != 1:
+            raise ValueError(f"load_state_dict(): the workers' states are in different epochs ({sorted(inside)}): give states taken at one moment")
+        epoch = inside.pop()
+        for w, (e, c) in enumerate(zip(epochs, checkpoints)):
+            if c is None and e != epoch + 1:
+                raise ValueError(f"load_state_dict(): worker {w}'s state is at epoch {e}, the others inside epoch {epoch}: give states taken at one moment")
+        self.close()
+        self.epoch = epoch
+        self._resume = None
+        # A worker between iterations had given its whole share of the epoch.
+        self._resume_job = [c if c is not None else b"" for c in checkpoints]
 
     def run(self):
         """Runs the pipeline as it is (its own sinks write their files), to the end; returns its
@@ -274,6 +312,13 @@ class Pipeline:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _state_bytes(state, what):
+    checkpoint = state.get("checkpoint")
+    if checkpoint is not None and not isinstance(checkpoint, (bytes, bytearray)):
+        raise ValueError(f"{what}: 'checkpoint' must be the bytes state_dict() made")
+    return bytes(checkpoint) if checkpoint is not None else None
 
 
 from . import data  # noqa: E402  (uses Pipeline)

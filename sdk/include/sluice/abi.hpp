@@ -30,7 +30,7 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// 6.5: HandsOnItsInputs (operator.hpp: a new class, found with dynamic_cast) and SchemaMismatch
 /// (error.hpp: a DataError an older host takes as one); 6.6: remote storage (storage.hpp: Storage,
 /// RemoteReader, StoredObject) and StageInfo::storage (appended; older plugins never read it);
-/// 6.7: ResumesOnOtherWorkers and HoldsOnlyElements (operator.hpp: new classes, found with
+/// 6.7: ResumesOnOtherWorkers, HoldsOnlyElements and StacksItsInputs (operator.hpp: new classes, found with
 /// dynamic_cast; without them a checkpoint resumes only on as many workers as took it).
 inline constexpr std::uint32_t kAbiMinor = 7;
 

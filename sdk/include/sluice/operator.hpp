@@ -283,11 +283,24 @@ class ResumesOnOtherWorkers {
   /// Called instead of restore_state(), after start(), on the copy of worker `worker` of
   /// `workers` (its own parameters): `saved[w]` reads what worker w of the N that took the
   /// checkpoint saved (nullptr: its source had ended, its whole share delivered), `held` the
-  /// records they had read that no sink had taken. This copy then gives its share of every
+  /// records they had read that no sink had taken, `taken` the records they read after their cut
+  /// that a sink took all the same (a Python loop's outputs between its state's cut and the call
+  /// that took it: delivered, not to be given again). This copy then gives its share of every
   /// record of the pass that no worker delivered, and shards later passes `workers` ways.
   /// Throws Error naming what differs (another file list, workers in different passes).
-  virtual void restore_on_other_workers(const std::vector<StateReader*>& saved, const std::vector<Held>& held, std::int64_t workers,
-                                        std::int64_t worker) = 0;
+  virtual void restore_on_other_workers(const std::vector<StateReader*>& saved, const std::vector<Held>& held, const std::vector<Held>& taken,
+                                        std::int64_t workers, std::int64_t worker) = 0;
+};
+
+/// (6.7) An aggregate whose every output stacks, in order, the next inputs it took: one batch of
+/// inputs_per_output() of them, the last of an iteration the ones left (batch, padded_batch,
+/// ragged_batch). The host then knows which records each output holds, row by row (a Python
+/// state on another number of workers names the records the loop took after the cut). Found
+/// with dynamic_cast.
+class StacksItsInputs {
+ public:
+  virtual ~StacksItsInputs() = default;
+  virtual std::uint64_t inputs_per_output() const = 0;
 };
 
 /// (6.7) An aggregate whose saved state is the elements it holds and what goes with them (a batch

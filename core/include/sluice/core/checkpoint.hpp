@@ -34,6 +34,14 @@ std::vector<FolderCheckpoint> checkpoints_in_folder(const std::filesystem::path&
 // What `sluice checkpoint info` prints.
 std::string describe_checkpoint(const checkpoint::Checkpoint& checkpoint, std::uint64_t file_bytes);
 
+// A state's bytes (a Python state_dict()'s), checked; throws Error naming it by `what`.
+checkpoint::Checkpoint parse_state(const std::string& bytes, const std::string& what);
+// The states of every worker of a job, in worker order, to continue on another number of workers
+// (EngineOptions::resume_workers); an empty one is a worker that had finished its share of the
+// epoch (its state between two iterations): the others' with every stage ended and holding
+// nothing. Empty when every one is. Throws Error naming the worker whose state is not one.
+std::vector<std::shared_ptr<const checkpoint::Checkpoint>> states_of_job(const std::vector<std::string>& states, const std::string& what);
+
 // An operator's or the engine's state as bytes, with the elements it holds kept apart.
 class CheckpointStateWriter final : public StateWriter {
  public:
@@ -62,6 +70,9 @@ class CheckpointStateReader final : public StateReader {
   void get_bytes(void* data, std::size_t size) override;
   Sample get_element() override;
   bool at_end() const { return at_ == bytes_.size(); }
+  // Where each element get_element() gave was read, in order (the rows a batch being gathered
+  // holds, which its next output stacks).
+  const std::vector<Origin>& origins_given() const { return origins_given_; }
 
  private:
   const checkpoint::StageState& stage_;
@@ -69,6 +80,7 @@ class CheckpointStateReader final : public StateReader {
   std::string what_;
   Referenced referenced_;
   std::size_t at_ = 0;
+  std::vector<Origin> origins_given_;
 };
 
 // The compact form of one element (its fields and origin), for elements kept by value.

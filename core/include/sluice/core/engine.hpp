@@ -48,6 +48,10 @@ struct EngineOptions {
   // worker had delivered is split anew; stages holding other state are refused, by name.
   std::vector<std::shared_ptr<const checkpoint::Checkpoint>> resume_workers;
   std::int64_t worker_count = 1, worker_index = 0;
+  // The outputs of stacking aggregates (batch, padded_batch) carry the origins of their rows
+  // (sluice/core/output_rows.hpp): Python's iterator keeps them for its states, which a job of
+  // another number of workers can then resume.
+  bool rows_of_outputs = false;
   // Stages whose operators offer the chunked form (sluice/chunk.hpp) pass many elements per call
   // where every stage of an edge can. Off: every stage goes element by element (the outputs are
   // the same; tests and benchmarks compare the two).
@@ -99,6 +103,10 @@ class Engine {
   // Why this pipeline cannot be checkpointed (a stage whose operator cannot save its state, a run
   // that is not deterministic), one line per stage; empty when it can.
   std::vector<std::string> checkpoint_refusals() const;
+  // Why a checkpoint of this pipeline could not be resumed by a job of another number of workers
+  // (naming the stage); empty when it could (one random_access source, stages that hold only
+  // elements).
+  std::string why_not_on_other_workers() const;
   // Takes a checkpoint while the pipeline runs: sources pause at their next element, what they
   // made before reaches the sinks, every stage saves where it stands, and the run goes on (or,
   // with `then_stop`, stops there; its sinks keep their outputs). Blocks until then. nullopt when
