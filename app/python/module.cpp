@@ -935,7 +935,7 @@ class Runner {
       options.rows_of_outputs = true;
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (!resume_from) base_ = engine_->start_state();
-      if (continued_state) check_same_worker(*continued_state, base_);
+      if (continued_state) check_same_worker(*continued_state, base_, *r);
       // A run continuing another job's states begins where they stood: its states before its
       // first cut name them.
       for (const auto& state : continued_job_) base_.add_continued_job(state);
@@ -1075,7 +1075,7 @@ class Runner {
     state.clear_undelivered();
     state.set_outputs_to_skip(after);
     state.set_python_state(true);
-    if (follows_rows_) name_taken_records(state, base_output);
+    name_taken_records(state, base_output);
     std::string bytes;
     state.SerializeToString(&bytes);
     return py::bytes(bytes);
@@ -1256,19 +1256,26 @@ class Runner {
     }
   }
   // A state of a run's start is this worker's: its stages and parameters are this run's.
-  static void check_same_worker(const checkpoint::Checkpoint& state, const checkpoint::Checkpoint& now) {
-    for (int i = 0; i < std::min(state.stages_identity_size(), now.stages_identity_size()); ++i)
+  // (A sink's parameters, its output, may change.)
+  static void check_same_worker(const checkpoint::Checkpoint& state, const checkpoint::Checkpoint& now, Registry& registry) {
+    for (int i = 0; i < std::min(state.stages_identity_size(), now.stages_identity_size()); ++i) {
+      const auto op = registry.find(now.stages_identity(i).op());
+      if (op && op->info.kind == OperatorKind::Sink) continue;
       if (state.stages_identity(i).params() != now.stages_identity(i).params())
         throw Error(fmt::format("the state was taken by another worker of a job, or of another pipeline: stage '{}' had parameters\n{}here "
                                 "they are\n{}resume each worker from its own state, or give every worker the states of all",
                                 now.stages_identity(i).id(), state.stages_identity(i).params(), now.stages_identity(i).params()));
+    }
     if (state.stages_identity_size() != now.stages_identity_size())
       throw Error(fmt::format("the state is of another pipeline: it has {} stages, this one {}", state.stages_identity_size(), now.stages_identity_size()));
   }
   // Writes into `state` the records of the outputs the loop took from output `from` on.
   void name_taken_records(checkpoint::Checkpoint& state, std::uint64_t from) const {
     state.set_taken_known(false);
-    if (from < taken_first_ || from + state.outputs_to_skip() > taken_first_ + taken_rows_.size()) return;
+    state.clear_taken_files();  // (those of the state this run began from)
+    state.clear_taken_file();
+    state.clear_taken_record();
+    if (!follows_rows_ || from < taken_first_ || from + state.outputs_to_skip() > taken_first_ + taken_rows_.size()) return;
     std::unordered_map<const std::string*, std::uint32_t> files;
     for (std::uint64_t k = from - taken_first_; k < from - taken_first_ + state.outputs_to_skip(); ++k)
       for (const TakenRow& row : taken_rows_[k]) {

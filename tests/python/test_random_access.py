@@ -54,7 +54,7 @@ def test_a_state_taken_mid_epoch_continues_exactly(files):
     assert first + [keys(b) for b in restored] == whole
 
 
-def run_workers(spec, workers, steps, states=None):
+def run_workers(spec, workers, steps, states=None, early_state=True):
     """A job of `workers` workers, each a Pipeline as a process of torchrun would make it: worker w
     takes steps[w] batches (None: all of its share), then its state, and goes on a little (the
     batches after a state are not delivered: a job killed then repeats them). Returns the records
@@ -68,7 +68,7 @@ def run_workers(spec, workers, steps, states=None):
         got = []
         for step, batch in enumerate(it if steps[w] is None else (next(it) for _ in range(steps[w]))):
             got += keys(batch)
-            if step == 2:
+            if step == 2 and early_state:
                 pipeline.state_dict()  # as a loop saving every few steps: the engine cuts behind it
         saved.append(pickle.loads(pickle.dumps(pipeline.state_dict())))
         for _ in range(3):
@@ -100,6 +100,20 @@ def test_states_of_two_workers_continue_on_three_and_those_on_two(files, buffers
     # The next epoch is split two ways afresh, each worker reading half.
     epoch = [sum(1 for b in sluice.Pipeline.from_spec(spec, worker_index=w, num_workers=2) for _ in b["index"]) for w in range(2)]
     assert epoch == [507, 507]
+
+
+def test_states_from_the_start_of_resumed_runs_continue_on_other_workers(files):
+    # Each run's only state comes before its first cut: the first resumed on as many workers (their
+    # batches being gathered restored, the first output stacking rows read before), the second on
+    # another number (its states name the job's states it continued), then again.
+    spec = (sluice.data.random_access(patterns=files, seed=8, output_buffer=2).shuffle(24, output_buffer=2)
+            .batch(8, output_buffer=2).spec())
+    first, states = run_workers(spec, 2, [20, 13])
+    second, states = run_workers(spec, 2, [6, 9], states, early_state=False)
+    third, states = run_workers(spec, 3, [4, 7, 5], states, early_state=False)
+    fourth, states = run_workers(spec, 3, [3, 3, 3], states, early_state=False)
+    last, _ = run_workers(spec, 2, [None, None], states)
+    assert_one_epoch(first, second, third, fourth, last)
 
 
 def test_states_of_three_workers_one_of_them_done_continue_on_two(files):
