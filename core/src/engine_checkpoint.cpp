@@ -286,7 +286,7 @@ void Engine::Impl::attach_resume_state() {
       if (params_of_any_worker(*st.spec, was.params()) == params_of_any_worker(*st.spec, params_text(*st.spec)))
         throw Error(fmt::format("the checkpoint was taken by another worker of a job: stage '{}' has {}; resume each worker from its own "
                                 "checkpoint, or give a job of another number of workers the checkpoints of all of them (`sluice run "
-                                "--resume FOLDER`)",
+                                "--resume FOLDER`; in Python, load_state_dict() with the list of every worker's state)",
                                 st.spec->id, diff));
       throw Error(fmt::format("the checkpoint is of another pipeline ({}): stage '{}' has {}; only the sinks' parameters may change",
                               file, st.spec->id, diff));

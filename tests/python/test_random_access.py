@@ -143,5 +143,21 @@ def test_a_state_of_another_worker_count_is_refused_saying_what_to_do(files):
     other = sluice.Pipeline.from_spec(spec, worker_index=0, num_workers=3)
     other.load_state_dict(state)
     with pytest.raises(sluice.PipelineError, match=r"taken by another worker of a job: stage '.*' has parameter num_shards=3 "
-                                                   r"\(the checkpoint's run had num_shards=2\).*sluice run --resume FOLDER"):
+                                                   r"\(the checkpoint's run had num_shards=2\).*sluice run --resume FOLDER.*"
+                                                   r"load_state_dict\(\) with the list of every worker's state"):
         list(other)
+
+
+def test_states_whose_stages_hold_batches_are_refused_on_another_job_size(files):
+    # A shuffle of batches holds batches at the cut, which cannot go back to the source record by
+    # record: refused by name, saying how it can resume.
+    spec = (sluice.data.random_access(patterns=files, seed=3, output_buffer=2).batch(4, output_buffer=2)
+            .shuffle(6, output_buffer=2).spec())
+    _, states = run_workers(spec, 2, [12, 12])
+    pipeline = sluice.Pipeline.from_spec(spec, worker_index=0, num_workers=3)
+    pipeline.load_state_dict(states)
+    with pytest.raises(sluice.PipelineError, match=r"stage 'shuffle' \(shuffle\) holds batches.*resume it on 2 workers"):
+        next(iter(pipeline))
+    # On as many workers, each goes on from its own.
+    after, _ = run_workers(spec, 2, [None, None], states)
+    assert all(after)
