@@ -322,10 +322,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
       case OperatorKind::Map: st->map = dynamic_cast<Map*>(op); break;
       case OperatorKind::Filter: st->filter = dynamic_cast<Filter*>(op); break;
       case OperatorKind::Expand: st->expand = dynamic_cast<Expand*>(op); break;
-      case OperatorKind::Aggregate:
-        st->aggregate = dynamic_cast<Aggregate*>(op);
-        if (options.rows_of_outputs) st->stacks = dynamic_cast<StacksItsInputs*>(op);
-        break;
+      case OperatorKind::Aggregate: st->aggregate = dynamic_cast<Aggregate*>(op); break;
       case OperatorKind::Sink: st->sink = dynamic_cast<Sink*>(op); break;
       case OperatorKind::Combine: st->combine = dynamic_cast<Combine*>(op); break;
     }
@@ -353,6 +350,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     impl_->stages.push_back(std::move(st));
   }
   if (g.autotunes()) impl_->set_autotune_budgets();
+  // Rows are followed only where a job of another number of workers could use them.
+  if (options.rows_of_outputs && why_not_on_other_workers().empty())
+    for (auto& st : impl_->stages)
+      if (st->aggregate) st->stacks = dynamic_cast<StacksItsInputs*>(st->op.get());
   if (options.resume_from) {
     if (auto refusals = checkpoint_refusals(); !refusals.empty())
       throw Error("this pipeline cannot resume from a checkpoint: " + refusals.front());

@@ -49,8 +49,8 @@ struct EngineOptions {
   std::vector<std::shared_ptr<const checkpoint::Checkpoint>> resume_workers;
   std::int64_t worker_count = 1, worker_index = 0;
   // The outputs of stacking aggregates (batch, padded_batch) carry the origins of their rows
-  // (sluice/core/output_rows.hpp): Python's iterator keeps them for its states, which a job of
-  // another number of workers can then resume.
+  // (sluice/core/output_rows.hpp), in a pipeline a job of another number of workers could
+  // resume: Python's iterator keeps them for its states.
   bool rows_of_outputs = false;
   // Stages whose operators offer the chunked form (sluice/chunk.hpp) pass many elements per call
   // where every stage of an edge can. Off: every stage goes element by element (the outputs are
