@@ -18,6 +18,7 @@ packages=(
   libssl-dev                   # SHA-256 and HMAC for signing object-store requests (remote/)
   libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (remote/)
   libtinyxml2-dev              # S3's XML answers: listings and errors (remote/)
+  libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords

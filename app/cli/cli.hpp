@@ -8,6 +8,7 @@
 
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
+#include "sluice/service/service.hpp"
 
 namespace sluice_cli {
 
@@ -73,5 +74,17 @@ struct IndexRequest {
   bool quiet = false;
 };
 int cmd_index(const CommonOptions& common, const IndexRequest& request);
+
+// The service's processes (service.cpp): each serves until SIGINT or SIGTERM, then exits 0.
+struct DispatcherRequest {
+  sluice::service::DispatcherOptions options;
+};
+int cmd_dispatcher(const DispatcherRequest& request);
+struct WorkerRequest {
+  sluice::service::WorkerOptions options;
+};
+int cmd_worker(const CommonOptions& common, WorkerRequest request);
+// `sluice service workers`: what the dispatcher knows of its workers.
+int cmd_service_workers(const std::string& dispatcher, const sluice::service::Security& security);
 
 }  // namespace sluice_cli

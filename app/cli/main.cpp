@@ -437,6 +437,38 @@ int main(int argc, char** argv) {
   scaffold->add_option("--dir", new_plugin.dir, "the project's folder (default: ./NAME); must be new or empty");
   add_plugin_dir(scaffold);
 
+  // The service's processes.
+  auto add_security = [](CLI::App* cmd, sluice::service::Security& security, bool serves) {
+    if (serves) {
+      cmd->add_option("--tls-cert", security.tls_cert, "PEM certificate this process serves TLS with (with --tls-key)");
+      cmd->add_option("--tls-key", security.tls_key, "PEM private key of --tls-cert");
+      cmd->add_flag("--insecure", security.insecure,
+                    "serve an address off loopback without TLS and a token (anyone who reaches it may use it; the log says so)");
+    }
+    cmd->add_option("--tls-ca", security.tls_ca, "PEM authority to trust when talking to the service over TLS");
+    cmd->add_option("--token-file", security.token_file, "file holding the service's shared token (required off loopback)");
+  };
+  DispatcherRequest dispatcher_request;
+  auto* dispatcher = app.add_subcommand("dispatcher", "run the service's dispatcher: it knows the workers and hands out the work");
+  dispatcher->add_option("--port", dispatcher_request.options.port, "port to listen on (0: any free one, printed)")->required();
+  dispatcher->add_option("--bind", dispatcher_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
+  add_security(dispatcher, dispatcher_request.options.security, true);
+  WorkerRequest worker_request;
+  auto* worker = app.add_subcommand("worker", "run a service worker: registers with the dispatcher and runs pipelines for trainers");
+  worker->add_option("--dispatcher", worker_request.options.dispatcher, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
+  worker->add_option("--port", worker_request.options.port, "port to listen on (default 0: any free one, printed)");
+  worker->add_option("--bind", worker_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
+  worker->add_option("--host", worker_request.options.host, "the name trainers reach this worker by (default: the bind address, or this machine's name)");
+  add_security(worker, worker_request.options.security, true);
+  add_plugin_dir(worker);
+  std::string service_dispatcher;
+  sluice::service::Security service_security;
+  auto* service = app.add_subcommand("service", "ask a running service");
+  service->require_subcommand(1);
+  auto* service_workers = service->add_subcommand("workers", "list the workers the dispatcher knows, alive or lost");
+  service_workers->add_option("--dispatcher", service_dispatcher, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
+  add_security(service_workers, service_security, false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -451,6 +483,9 @@ int main(int argc, char** argv) {
     if (*plugins) return cmd_plugins(common, op_name, json, verbose);
     if (*scaffold) return cmd_new_plugin(common, new_plugin);
     if (*index) return cmd_index(common, index_request);
+    if (*dispatcher) return cmd_dispatcher(dispatcher_request);
+    if (*worker) return cmd_worker(common, worker_request);
+    if (*service_workers) return cmd_service_workers(service_dispatcher, service_security);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
     return kExitRunFailed;

@@ -1,0 +1,74 @@
+// `sluice dispatcher`, `sluice worker` and `sluice service workers`: the service's processes
+// (core/service/), started by what the cluster runs; each serves until SIGINT or SIGTERM.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <csignal>
+
+#include "cli.hpp"
+#include "sluice/service/service.hpp"
+
+namespace sluice_cli {
+namespace {
+
+// Blocks SIGINT and SIGTERM in every thread started after it (gRPC's included), so that the
+// caller takes them with wait_for_stop_signal().
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int wait_for_stop_signal(const sigset_t& signals) {
+  int signal = 0;
+  sigwait(&signals, &signal);
+  return signal;
+}
+
+}  // namespace
+
+int cmd_dispatcher(const DispatcherRequest& request) {
+  const sigset_t signals = block_stop_signals();
+  sluice::service::Dispatcher dispatcher(request.options);
+  // The line a launcher (or a test) reads to learn the port when it asked for any (--port 0).
+  fmt::print("sluice dispatcher: listening on {}\n", dispatcher.address());
+  std::fflush(stdout);
+  const int signal = wait_for_stop_signal(signals);
+  fmt::print(stderr, "sluice dispatcher: {}: stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  dispatcher.shutdown();
+  dispatcher.wait();
+  return 0;
+}
+
+int cmd_worker(const CommonOptions& common, WorkerRequest request) {
+  const sigset_t signals = block_stop_signals();
+  sluice::Registry registry;
+  load_plugins(registry, common, true);
+  for (const auto& op : registry.operators()) request.options.operators.push_back(op->info.name);
+  sluice::service::Worker worker(request.options);
+  fmt::print("sluice worker: worker {} listening on {}\n", worker.id(), worker.address());
+  std::fflush(stdout);
+  const int signal = wait_for_stop_signal(signals);
+  fmt::print(stderr, "sluice worker: {}: stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  worker.shutdown();
+  worker.wait();
+  return 0;
+}
+
+int cmd_service_workers(const std::string& dispatcher, const sluice::service::Security& security) {
+  const auto workers = sluice::service::list_workers(dispatcher, security);
+  if (workers.empty()) {
+    fmt::print("no worker has registered with the dispatcher at {}\n", dispatcher);
+    return 0;
+  }
+  fmt::print("{:<4} {:<24} {:<16} {:>8} {:>9} {:<5} {}\n", "id", "address", "host", "pid", "operators", "abi", "state");
+  for (const auto& w : workers)
+    fmt::print("{:<4} {:<24} {:<16} {:>8} {:>9} {:<5} {}\n", w.id, w.address, w.host, w.pid, w.operators, w.abi,
+               w.alive ? "alive" : fmt::format("lost (not heard from for {:.1f} s)", w.last_seen_ms_ago / 1000.0));
+  return 0;
+}
+
+}  // namespace sluice_cli
