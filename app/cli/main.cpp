@@ -87,6 +87,7 @@ void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool 
   std::vector<std::filesystem::path> dirs(common.plugin_dirs.begin(), common.plugin_dirs.end());
   if (common.no_registry_cache) registry.set_cache_file({});
   registry.load_search_path(dirs);
+  sluice::service::add_service_operators(registry);  // what reads a `distribute` stage's output
   for (const auto& w : registry.warnings()) fmt::print(stderr, "warning: {}\n", sluice::printable(w));
   if (warn)
     for (const auto& r : registry.refused())
@@ -216,6 +217,7 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
     auto doc = sluice::read_pipeline_file(file);
     sluice::apply_overrides(doc, sets);
     if (seed) doc.spec.mutable_options()->set_seed(*seed);
+    sluice::service::split_at_service(doc);  // a `distribute` stage and those before it run on the service
     sluice::WorkerRequest request{worker_args.index, worker_args.count, "--worker-index/--num-workers"};
     const auto& options = doc.spec.options();
     if (!request.index && !request.count && (options.has_worker_index() || options.has_num_workers())) {

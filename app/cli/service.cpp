@@ -45,9 +45,10 @@ int cmd_dispatcher(const DispatcherRequest& request) {
 
 int cmd_worker(const CommonOptions& common, WorkerRequest request) {
   const sigset_t signals = block_stop_signals();
-  sluice::Registry registry;
+  static sluice::Registry registry;  // operators' code lives in the plugins: kept to the end
   load_plugins(registry, common, true);
   for (const auto& op : registry.operators()) request.options.operators.push_back(op->info.name);
+  request.options.registry = &registry;
   sluice::service::Worker worker(request.options);
   fmt::print("sluice worker: worker {} listening on {}\n", worker.id(), worker.address());
   std::fflush(stdout);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "job_ledger.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
 
@@ -69,6 +70,81 @@ class DispatcherService final : public proto::Dispatcher::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetOrCreateJob(grpc::ServerContext* context, const proto::JobRequest* request, proto::JobReply* reply) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    if (request->job_name().empty() || request->pipeline().empty())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "a job needs a name and its pipeline"};
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, job] : jobs_) {
+      if (job.request.job_name() != request->job_name()) continue;
+      if (job.request.pipeline() != request->pipeline() || job.request.split_size() != request->split_size())
+        return {grpc::StatusCode::FAILED_PRECONDITION,
+                fmt::format("job '{}' is another pipeline's: the trainers sharing a job name run the same pipeline file (give this one "
+                            "another job_name)",
+                            request->job_name())};
+      reply->set_job_id(id);
+      return grpc::Status::OK;
+    }
+    const std::uint64_t id = next_job_++;
+    jobs_[id].request = *request;
+    reply->set_job_id(id);
+    std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (splits of %llu source elements)\n", static_cast<unsigned long long>(id),
+                 request->job_name().c_str(), static_cast<unsigned long long>(request->split_size()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext* context, const proto::GetJobRequest* request, proto::JobRequest* reply) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(request->job_id());
+    if (job == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", request->job_id())};
+    *reply = job->second.request;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetSplit(grpc::ServerContext* context, const proto::SplitRequest* request, proto::SplitReply* reply) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(request->job_id());
+    if (job == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", request->job_id())};
+    std::vector<std::uint64_t> alive_workers;
+    for (const auto& [id, known] : workers_)
+      if (alive(known)) alive_workers.push_back(id);
+    JobLedger::Given given;
+    switch (job->second.epochs[request->epoch()].next_split(alive_workers, given)) {
+      case JobLedger::Next::End: reply->set_kind(proto::SplitReply::END); break;
+      case JobLedger::Next::Wait: reply->set_kind(proto::SplitReply::WAIT); break;
+      case JobLedger::Next::Split:
+        reply->set_kind(proto::SplitReply::SPLIT);
+        reply->set_split(given.split);
+        reply->set_skip(given.skip);
+        reply->set_worker_id(given.worker);
+        reply->set_worker_address(workers_.at(given.worker).info.address());
+        break;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportSplit(grpc::ServerContext* context, const proto::SplitReport* report, proto::SplitReportReply*) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(report->job_id());
+    if (job == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", report->job_id())};
+    JobLedger& ledger = job->second.epochs[report->epoch()];
+    switch (report->outcome()) {
+      case proto::SplitReport::DONE: ledger.done(report->split()); break;
+      case proto::SplitReport::EMPTY: ledger.ended_at(report->split()); break;
+      case proto::SplitReport::GIVEN_BACK:
+        ledger.give_back(report->split(), report->received());
+        std::fprintf(stderr, "sluice dispatcher: job %llu epoch %llu: split %llu given back after %llu elements (its worker stopped answering)\n",
+                     static_cast<unsigned long long>(report->job_id()), static_cast<unsigned long long>(report->epoch()),
+                     static_cast<unsigned long long>(report->split()), static_cast<unsigned long long>(report->received()));
+        break;
+      default: return {grpc::StatusCode::INVALID_ARGUMENT, "an outcome this dispatcher does not know"};
+    }
+    return grpc::Status::OK;
+  }
+
   // Says once when a worker stops being heard from (called from the dispatcher's watch).
   void report_lost() {
     std::lock_guard lock(mutex_);
@@ -96,6 +172,12 @@ class DispatcherService final : public proto::Dispatcher::Service {
   std::mutex mutex_;
   std::map<std::uint64_t, Known> workers_;
   std::uint64_t next_id_ = 1;
+  struct Job {
+    proto::JobRequest request;
+    std::map<std::uint64_t, JobLedger> epochs;
+  };
+  std::map<std::uint64_t, Job> jobs_;
+  std::uint64_t next_job_ = 1;
 };
 
 }  // namespace

@@ -5,28 +5,245 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/abi.hpp"
+#include "sluice/core/checkpoint.hpp"
+#include "sluice/core/engine.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
 
 namespace sluice::service {
 namespace {
 
+// The elements a split's run makes, from its sink to the stream that sends them.
+class SplitQueue {
+ public:
+  bool push(Sample sample) {
+    std::unique_lock lock(mutex_);
+    room_.wait(lock, [&] { return items_.size() < kCapacity || cancelled_; });
+    if (cancelled_) return false;
+    items_.push_back(std::move(sample));
+    ready_.notify_one();
+    return true;
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    ready_.notify_all();
+  }
+  void cancel() {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    room_.notify_all();
+    ready_.notify_all();
+  }
+  enum class Pop { Item, Closed, TimedOut };
+  Pop pop(Sample& out, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty() || closed_ || cancelled_; })) return Pop::TimedOut;
+    if (items_.empty()) return Pop::Closed;
+    out = std::move(items_.front());
+    items_.pop_front();
+    room_.notify_one();
+    return Pop::Item;
+  }
+
+ private:
+  static constexpr std::size_t kCapacity = 64;
+  std::mutex mutex_;
+  std::condition_variable ready_, room_;
+  std::deque<Sample> items_;
+  bool closed_ = false, cancelled_ = false;
+};
+
+std::mutex g_split_queues_mutex;
+std::map<std::string, std::shared_ptr<SplitQueue>>& split_queues() {
+  static auto* queues = new std::map<std::string, std::shared_ptr<SplitQueue>>;
+  return *queues;
+}
+
+// The sink of a split's run: hands each element to the stream (service_stream, a host operator).
+class StreamSink final : public Sink {
+ public:
+  explicit StreamSink(const Params& p) {
+    std::lock_guard lock(g_split_queues_mutex);
+    if (auto it = split_queues().find(p.get_string("queue")); it != split_queues().end()) queue_ = it->second;
+  }
+  void consume(Sample in, const ElementContext&) override {
+    if (queue_) queue_->push(std::move(in));
+  }
+  void finish(bool) override {
+    if (queue_) queue_->close();
+  }
+  void cancel() override {
+    if (queue_) queue_->cancel();
+  }
+
+ private:
+  std::shared_ptr<SplitQueue> queue_;
+};
+
+void add_stream_sink(Registry& registry) {
+  if (registry.find("service_stream")) return;
+  OperatorInfo info;
+  info.name = "service_stream";
+  info.kind = OperatorKind::Sink;
+  info.summary = "Hands each element of a split to the trainer reading it (added by the service's workers)";
+  info.params = {ParamSpec::make("queue", ParamType::String, "the stream's queue").def("")};
+  info.create = [](const Params& p) { return std::make_unique<StreamSink>(p); };
+  registry.add_host_operator(std::move(info), "service");
+}
+
+// Split `split` of a job's pipeline: its one source's elements [split * size, (split + 1) * size),
+// through the rest of the prefix, into the stream's sink. Throws SpecError or Error.
+PipelineDocument split_pipeline(const proto::JobRequest& job, std::uint64_t split, const std::string& queue) {
+  PipelineDocument doc = parse_pipeline(job.pipeline(), fmt::format("job '{}'", job.job_name()));
+  auto& stages = *doc.spec.mutable_stage();
+  std::vector<int> sources;
+  for (int i = 0; i < stages.size(); ++i)
+    if (stages[i].input().empty()) sources.push_back(i);
+  if (sources.size() != 1)
+    throw Error(fmt::format("job '{}' has {} sources: DYNAMIC mode splits the elements of one source", job.job_name(), sources.size()));
+  std::set<std::string> consumed;
+  for (const auto& stage : stages)
+    for (const auto& input : stage.input()) consumed.insert(input);
+  std::vector<std::string> ends;
+  for (const auto& stage : stages)
+    if (!consumed.count(stage.id())) ends.push_back(stage.id());
+  if (ends.size() != 1) throw Error(fmt::format("job '{}' ends in {} stages: a job's pipeline ends in the one stage that is distributed", job.job_name(), ends.size()));
+  const std::string source = stages[sources.front()].id(), split_skip = "service_split_skip", split_take = "service_split_take";
+  for (auto& stage : stages)
+    for (auto& input : *stage.mutable_input())
+      if (input == source) input = split_take;
+  const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
+  auto add = [&](const std::string& id, const std::string& op, const std::string& input, std::map<std::string, std::string> params) {
+    auto* stage = doc.spec.add_stage();
+    stage->set_id(id);
+    stage->set_op(op);
+    stage->add_input(input);
+    for (auto& [k, v] : params) (*stage->mutable_params())[k] = v;
+  };
+  add(split_skip, "skip", source, {{"count", std::to_string(split * size)}});
+  add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
+  add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
+  doc.stage_locations.clear();
+  return doc;
+}
+
 class WorkerService final : public proto::Worker::Service {
  public:
-  explicit WorkerService(std::string token) : token_(std::move(token)) {}
+  WorkerService(std::string token, Registry* registry, std::function<std::optional<proto::JobRequest>(std::uint64_t, std::string&)> job_of)
+      : token_(std::move(token)), registry_(registry), job_of_(std::move(job_of)) {}
   std::atomic<std::uint64_t> id{0};
+  std::atomic<bool> stopping{false};
   grpc::Status Ping(grpc::ServerContext* context, const proto::PingRequest*, proto::PingReply* reply) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     reply->set_worker_id(id.load());
     return grpc::Status::OK;
   }
 
+  // Runs the split's pipeline and streams its elements from `skip` on. The same split made again
+  // (on this worker or another) gives the same elements: the run has the job's seed and epoch.
+  grpc::Status ProduceSplit(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    if (!registry_) return {grpc::StatusCode::FAILED_PRECONDITION, "this worker has no plugins to run pipelines with"};
+    std::string why;
+    const auto job = job_of_(request->job_id(), why);
+    if (!job) return {grpc::StatusCode::NOT_FOUND, why};
+    const std::string who = fmt::format("worker {}", id.load());
+    auto queue = std::make_shared<SplitQueue>();
+    const std::string handle = fmt::format("split:{}:{}:{}:{}", request->job_id(), request->epoch(), request->split(), next_handle_++);
+    {
+      std::lock_guard lock(g_split_queues_mutex);
+      split_queues()[handle] = queue;
+    }
+    struct Forget {
+      std::string handle;
+      ~Forget() {
+        std::lock_guard lock(g_split_queues_mutex);
+        split_queues().erase(handle);
+      }
+    } forget{handle};
+    std::unique_ptr<Engine> engine;
+    try {
+      PipelineDocument doc = split_pipeline(*job, request->split(), handle);
+      EngineOptions options;
+      options.first_epoch = request->epoch();
+      engine = std::make_unique<Engine>(build_graph(doc, *registry_), options);
+      engine->start();
+    } catch (const SpecError& e) {
+      std::string text;
+      for (const auto& problem : e.problems()) text += (text.empty() ? "" : "; ") + problem.message + (problem.stage.empty() ? "" : " (stage '" + problem.stage + "')");
+      return {grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job->job_name(), text)};
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job->job_name(), e.what())};
+    }
+    Sample sample;
+    std::uint64_t position = 0;
+    proto::Element element;
+    bool sent_all = true;
+    // The sink is finished only in Engine::wait(): once the engine's workers are done, what is
+    // queued is the rest of the split.
+    bool workers_done = false;
+    for (;;) {
+      const SplitQueue::Pop got = queue->pop(sample, std::chrono::milliseconds(workers_done ? 0 : 20));
+      if (got == SplitQueue::Pop::Closed) break;
+      if (got == SplitQueue::Pop::TimedOut) {
+        if (workers_done) break;
+        if (stopping.load() || context->IsCancelled()) {
+          sent_all = false;
+          break;
+        }
+        workers_done = engine->wait_for(std::chrono::milliseconds(0));
+        continue;
+      }
+      if (context->IsCancelled()) {
+        sent_all = false;
+        break;
+      }
+      if (position >= request->skip()) {
+        element.set_position(position);
+        element.set_element(encode_element(sample));
+        if (!out->Write(element)) {  // the trainer went away
+          sent_all = false;
+          break;
+        }
+      }
+      ++position;
+    }
+    if (!sent_all || stopping.load()) {
+      queue->cancel();
+      engine->stop();
+      engine->wait();
+      return {grpc::StatusCode::CANCELLED, fmt::format("{} stopped making split {} of job '{}'", who, request->split(), job->job_name())};
+    }
+    const RunResult result = engine->wait();
+    if (result.state == RunState::Failed)
+      return {grpc::StatusCode::INTERNAL, fmt::format("{} failed making split {} of job '{}': {}", who, request->split(), job->job_name(), result.error)};
+    // How many of the source's elements the split had: none means the source ends before it (and
+    // so does the epoch), which a split whose every element a filter dropped does not.
+    std::uint64_t source_elements = 0;
+    const auto snapshot = engine->snapshot();
+    for (const auto& stage : snapshot.stage())
+      if (stage.id() == "service_split_take") source_elements = stage.elements_out();
+    context->AddTrailingMetadata("sluice-source-elements", std::to_string(source_elements));
+    return grpc::Status::OK;
+  }
+
  private:
   const std::string token_;
+  Registry* registry_;
+  std::function<std::optional<proto::JobRequest>(std::uint64_t, std::string&)> job_of_;
+  std::atomic<std::uint64_t> next_handle_{0};
 };
 
 std::string machine_name() {
@@ -44,6 +261,26 @@ struct Worker::Impl {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<proto::Dispatcher::Stub> dispatcher;
   int port = 0;
+  std::mutex jobs_mutex;
+  std::map<std::uint64_t, proto::JobRequest> jobs;  // asked of the dispatcher once each
+
+  std::optional<proto::JobRequest> job_of(std::uint64_t job_id, std::string& why) {
+    {
+      std::lock_guard lock(jobs_mutex);
+      if (auto it = jobs.find(job_id); it != jobs.end()) return it->second;
+    }
+    auto context = detail::client_context(token, std::chrono::seconds(10));
+    proto::GetJobRequest request;
+    request.set_job_id(job_id);
+    proto::JobRequest job;
+    const grpc::Status status = dispatcher->GetJob(context.get(), request, &job);
+    if (!status.ok()) {
+      why = fmt::format("the dispatcher at {} did not give job {}: {}", dispatcher_target, job_id, detail::status_text(status));
+      return std::nullopt;
+    }
+    std::lock_guard lock(jobs_mutex);
+    return jobs.emplace(job_id, std::move(job)).first->second;
+  }
   std::mutex mutex;
   std::condition_variable cv;
   bool stopping = false;
@@ -81,7 +318,9 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   w.token = detail::read_token(options.security);
   auto credentials = detail::server_credentials(options.bind, options.security, "the worker");
   const std::string listen = fmt::format("{}:{}", options.bind, options.port);
-  w.service = std::make_unique<WorkerService>(w.token);
+  if (options.registry) add_stream_sink(*options.registry);
+  w.service = std::make_unique<WorkerService>(w.token, options.registry,
+                                              [&w](std::uint64_t job, std::string& why) { return w.job_of(job, why); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &w.port);
   builder.RegisterService(w.service.get());
@@ -156,6 +395,7 @@ void Worker::shutdown() {
     if (impl_->stopping) return;
     impl_->stopping = true;
   }
+  impl_->service->stopping = true;  // the splits being made end their streams
   impl_->cv.notify_all();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }

@@ -10,6 +10,11 @@
 
 #include "sluice/error.hpp"
 
+namespace sluice {
+class Registry;
+struct PipelineDocument;
+}
+
 namespace sluice::service {
 
 // A failure of the service (an address that cannot be bound or reached, a refused token): the
@@ -68,6 +73,8 @@ struct WorkerOptions {
   std::string host;  // the name trainers reach it by; empty: the bind address, or this machine's name when it binds every address
   Security security;
   std::vector<std::string> operators;  // what its plugins give, told to the dispatcher
+  // The plugins' operators the jobs' pipelines are built from (it gains the worker's own sink).
+  Registry* registry = nullptr;
   // How long to keep trying to reach the dispatcher at start (it may start after the workers).
   std::chrono::milliseconds wait_for_dispatcher{60000};
 };
@@ -101,5 +108,13 @@ struct WorkerStatus {
   std::int64_t last_seen_ms_ago = 0;
 };
 std::vector<WorkerStatus> list_workers(const std::string& dispatcher, const Security& security);
+
+// The trainer's side. Adds `service_source`, the source that reads a job from the workers.
+void add_service_operators(Registry& registry);
+// A pipeline with a `distribute` stage: that stage and those before it become the job's pipeline,
+// sent to the service, and a service_source of that id takes their place here. Throws SpecError
+// naming the stage (two distributed, a missing service or job name, a stage after the service
+// reading one of its stages).
+void split_at_service(PipelineDocument& doc);
 
 }  // namespace sluice::service

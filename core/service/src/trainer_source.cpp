@@ -1,0 +1,244 @@
+// What a trainer runs in place of the stages it sends to the service: `service_source`, a source
+// reading a job's splits from the workers the dispatcher names, one after another, and
+// split_at_service(), which puts it in their place.
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "security.hpp"
+#include "service.grpc.pb.h"
+#include "sluice/core/checkpoint.hpp"
+#include "sluice/core/registry.hpp"
+#include "sluice/core/spec.hpp"
+
+namespace sluice::service {
+namespace {
+
+// Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
+// starts where this trainer stopped (and any element it already has is dropped).
+class ServiceSource final : public Source {
+ public:
+  explicit ServiceSource(const Params& p) {
+    security_.token_file = p.get_string("token_file");
+    security_.tls_ca = p.get_string("tls_ca");
+    service_ = p.get_string("service");
+    job_.set_job_name(p.get_string("job_name"));
+    job_.set_pipeline(p.get_string("pipeline"));
+    job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
+  }
+  void start(const StageInfo&) override {
+    target_ = grpc_target(service_);
+    token_ = detail::read_token(security_);
+    dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
+  }
+  void begin_pass(std::uint64_t pass) override {
+    epoch_ = pass;
+    stream_.reset();
+    if (job_id_ == 0) job_id_ = register_job();
+  }
+  bool next(Sample& out, const ElementContext&) override {
+    for (;;) {
+      if (!stream_ && !open_next_split()) return false;
+      proto::Element element;
+      if (stream_->reader->Read(&element)) {
+        if (element.position() < stream_->received) continue;  // delivered already (a split made again)
+        if (element.position() > stream_->received)
+          throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
+                                  stream_->split, job_.job_name(), stream_->received, element.position(), stream_->worker));
+        ++stream_->received;
+        out = decode_element(element.element(), fmt::format("element {} of split {} of job '{}'", element.position(), stream_->split, job_.job_name()));
+        return true;
+      }
+      finish_split();
+    }
+  }
+
+ private:
+  struct Stream {
+    std::uint64_t split = 0, received = 0, skip = 0;
+    std::string worker;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<proto::Worker::Stub> stub;
+    std::unique_ptr<grpc::ClientReader<proto::Element>> reader;
+  };
+
+  template <class Call>
+  grpc::Status ask_dispatcher(const char* what, Call&& call) {
+    // A dispatcher being restarted answers UNAVAILABLE for a moment: tried again for 30 s.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      auto context = detail::client_context(token_, std::chrono::seconds(10));
+      grpc::Status status = call(*context);
+      if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() > give_up) {
+        if (!status.ok())
+          throw Error(fmt::format("the service's dispatcher at {} did not {}: {}", target_, what, detail::status_text(status)));
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::uint64_t register_job() {
+    proto::JobReply reply;
+    ask_dispatcher("take the job", [&](grpc::ClientContext& c) { return dispatcher_->GetOrCreateJob(&c, job_, &reply); });
+    return reply.job_id();
+  }
+  // The next split the dispatcher hands this trainer, its stream open; false at the epoch's end.
+  bool open_next_split() {
+    proto::SplitRequest request;
+    request.set_job_id(job_id_);
+    request.set_epoch(epoch_);
+    for (;;) {
+      proto::SplitReply reply;
+      ask_dispatcher("hand out a split", [&](grpc::ClientContext& c) { return dispatcher_->GetSplit(&c, request, &reply); });
+      if (reply.kind() == proto::SplitReply::END) return false;
+      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other trainers' hands
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      stream_ = std::make_unique<Stream>();
+      stream_->split = reply.split();
+      stream_->received = stream_->skip = reply.skip();
+      stream_->worker = reply.worker_address();
+      stream_->stub = proto::Worker::NewStub(detail::client_channel(reply.worker_address(), security_));
+      stream_->context = std::make_unique<grpc::ClientContext>();
+      if (!token_.empty()) stream_->context->AddMetadata("authorization", "Bearer " + token_);
+      proto::ProduceRequest produce;
+      produce.set_job_id(job_id_);
+      produce.set_epoch(epoch_);
+      produce.set_split(reply.split());
+      produce.set_skip(reply.skip());
+      stream_->reader = stream_->stub->ProduceSplit(stream_->context.get(), produce);
+      return true;
+    }
+  }
+  // The stream ended: the split is done (or empty: the source ends before it), or its worker
+  // stopped answering and it goes back to the dispatcher with what arrived; a pipeline that
+  // fails on the worker fails this run, naming the worker.
+  void finish_split() {
+    const grpc::Status status = stream_->reader->Finish();
+    proto::SplitReport report;
+    report.set_job_id(job_id_);
+    report.set_epoch(epoch_);
+    report.set_split(stream_->split);
+    report.set_received(stream_->received);
+    if (status.ok()) {
+      const auto& trailer = stream_->context->GetServerTrailingMetadata();
+      const auto source = trailer.find("sluice-source-elements");
+      const bool empty = source != trailer.end() && std::string(source->second.data(), source->second.size()) == "0";
+      report.set_outcome(empty ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
+    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED ||
+               status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || status.error_code() == grpc::StatusCode::UNKNOWN) {
+      // A split that breaks again and again without giving anything new is not a worker that
+      // died: it is one the workers cannot make (a crash on it): the run fails, naming it.
+      auto& failures = failures_[stream_->split];
+      failures = stream_->received > stream_->skip ? 1 : failures + 1;
+      if (failures >= kMostFailures)
+        throw Error(fmt::format("split {} of job '{}' broke off {} times without a new element (last on the worker at {}: {}): the "
+                                "workers cannot make it; see their logs",
+                                stream_->split, job_.job_name(), failures, stream_->worker, detail::status_text(status)));
+      report.set_outcome(proto::SplitReport::GIVEN_BACK);
+    } else {
+      throw Error(fmt::format("the service could not make split {} of job '{}' (worker at {}): {}", stream_->split, job_.job_name(),
+                              stream_->worker, detail::status_text(status)));
+    }
+    proto::SplitReportReply ignored;
+    ask_dispatcher("take the split's report", [&](grpc::ClientContext& c) { return dispatcher_->ReportSplit(&c, report, &ignored); });
+    stream_.reset();
+  }
+
+  static constexpr int kMostFailures = 4;
+  std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
+  Security security_;
+  std::string service_, target_, token_;
+  proto::JobRequest job_;
+  std::unique_ptr<proto::Dispatcher::Stub> dispatcher_;
+  std::uint64_t job_id_ = 0, epoch_ = 0;
+  std::unique_ptr<Stream> stream_;
+};
+
+}  // namespace
+
+void add_service_operators(Registry& registry) {
+  if (registry.find("service_source")) return;
+  OperatorInfo info;
+  info.name = "service_source";
+  info.kind = OperatorKind::Source;
+  info.summary = "Reads a job's elements from the Sluice service's workers (put in place of the stages a `distribute` sends there)";
+  info.params = {ParamSpec::make("service", ParamType::String, "the dispatcher, grpc://host:port"),
+                 ParamSpec::make("job_name", ParamType::String, "the job trainers share"),
+                 ParamSpec::make("pipeline", ParamType::String, "the stages the workers run, as a pipeline file's text"),
+                 ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
+                 ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
+                 ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def("")};
+  info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
+  registry.add_host_operator(std::move(info), "service");
+}
+
+void split_at_service(PipelineDocument& doc) {
+  auto& stages = *doc.spec.mutable_stage();
+  int at = -1;
+  for (int i = 0; i < stages.size(); ++i)
+    if (stages[i].has_distribute()) {
+      if (at >= 0)
+        throw SpecError({{doc.file, 0, 0, stages[i].id(), "distribute",
+                          fmt::format("only one stage may be distributed (stage '{}' is too)", stages[at].id())}});
+      at = i;
+    }
+  if (at < 0) return;
+  const spec::Stage distributed = stages[at];
+  const auto& d = distributed.distribute();
+  auto refuse = [&](const std::string& message) { throw SpecError({{doc.file, 0, 0, distributed.id(), "distribute", message}}); };
+  if (d.service().empty()) refuse("distribute needs service: \"grpc://HOST:PORT\" (the dispatcher)");
+  if (d.job_name().empty()) refuse("distribute needs job_name: the trainers naming one job share its elements");
+  // The prefix: the distributed stage and every stage it reads from, directly or not.
+  std::map<std::string, int> index;
+  for (int i = 0; i < stages.size(); ++i) index[stages[i].id()] = i;
+  std::set<int> prefix;
+  std::function<void(int)> take = [&](int i) {
+    if (!prefix.insert(i).second) return;
+    for (const auto& input : stages[i].input())
+      if (auto it = index.find(input); it != index.end()) take(it->second);
+  };
+  take(at);
+  for (int i = 0; i < stages.size(); ++i) {
+    if (prefix.count(i)) continue;
+    for (const auto& input : stages[i].input())
+      if (input != distributed.id() && index.count(input) && prefix.count(index[input]))
+        refuse(fmt::format("stage '{}' reads '{}', which runs on the service: only the distributed stage's output comes back", stages[i].id(), input));
+  }
+  spec::PipelineSpec on_service;
+  *on_service.mutable_options() = doc.spec.options();
+  spec::PipelineSpec here;
+  *here.mutable_options() = doc.spec.options();
+  std::vector<std::pair<int, int>> locations;
+  for (int i = 0; i < stages.size(); ++i) {
+    if (prefix.count(i)) {
+      auto* stage = on_service.add_stage();
+      *stage = stages[i];
+      stage->clear_distribute();
+    }
+    if (prefix.count(i) && i != at) continue;
+    auto* stage = here.add_stage();
+    if (i < static_cast<int>(doc.stage_locations.size())) locations.push_back(doc.stage_locations[static_cast<std::size_t>(i)]);
+    if (i != at) {
+      *stage = stages[i];
+      continue;
+    }
+    stage->set_id(distributed.id());
+    stage->set_op("service_source");
+    auto& params = *stage->mutable_params();
+    params["service"] = d.service();
+    params["job_name"] = d.job_name();
+    params["pipeline"] = pipeline_to_text(on_service);
+    params["split_size"] = std::to_string(std::max<std::uint64_t>(d.split_size(), 1));
+    if (!d.token_file().empty()) params["token_file"] = d.token_file();
+    if (!d.tls_ca().empty()) params["tls_ca"] = d.tls_ca();
+  }
+  doc.spec = here;
+  doc.stage_locations = locations;
+}
+
+}  // namespace sluice::service
