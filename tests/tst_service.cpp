@@ -3,7 +3,9 @@
 // loopback or without the token. Real processes on loopback.
 #include <QtTest>
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 
 namespace {
 
@@ -86,6 +88,47 @@ QStringList workers_until(const QString& dispatcher, const std::function<bool(co
     QThread::msleep(200);
   } while (clock.elapsed() < ms);
   return lines;
+}
+
+// A pipeline file whose `work` stage and those before it run on the service at `address`: range
+// `count` (`us` microseconds of CPU each on the workers), splits of `split` numbers, the trainer
+// writing what it gets to `out`.
+QString job_file(const QTemporaryDir& dir, const QString& name, const QString& address, int count, int us, int split, const QString& out,
+                 const QString& job = "train") {
+  const QString text = QString(
+                           "options { seed: 5 }\n"
+                           "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"%1\" } }\n"
+                           "stage { id: \"work\" op: \"simulate_work\" input: \"numbers\" params { key: \"us\" value: \"%2\" }\n"
+                           "        distribute { service: \"grpc://%3\" processing_mode: DYNAMIC job_name: \"%4\" split_size: %5 } }\n"
+                           "stage { id: \"out\" op: \"jsonl_sink\" input: \"work\" params { key: \"path\" value: \"%6\" } }\n")
+                           .arg(count)
+                           .arg(us)
+                           .arg(address, job)
+                           .arg(split)
+                           .arg(out);
+  const QString path = dir.filePath(name);
+  QFile f(path);
+  f.open(QIODevice::WriteOnly);
+  f.write(text.toUtf8());
+  return path;
+}
+
+// The numbers a trainer wrote, as they came.
+std::vector<int> numbers_in(const QString& path) {
+  QFile f(path);
+  std::vector<int> out;
+  if (!f.open(QIODevice::ReadOnly)) return out;
+  static const QRegularExpression value("\"value\":(\\d+)");
+  for (const QByteArray& line : f.readAll().split('\n'))
+    if (auto m = value.match(QString::fromUtf8(line)); m.hasMatch()) out.push_back(m.captured(1).toInt());
+  return out;
+}
+
+bool each_once(std::vector<int> got, int count) {
+  std::sort(got.begin(), got.end());
+  std::vector<int> want(static_cast<std::size_t>(count));
+  std::iota(want.begin(), want.end(), 0);
+  return got == want;
 }
 
 int count_with(const QStringList& lines, const QString& text) {
@@ -196,6 +239,77 @@ class TestService : public QObject {
     QVERIFY(!open.address().isEmpty());
     QVERIFY2(open.says("--insecure: serving 0.0.0.0:"), qPrintable(open.errors()));
     QCOMPARE(open.stop(), 0);
+  }
+
+  // DYNAMIC: the trainer gets every element of the epoch exactly once from two workers, which
+  // both made some of its splits.
+  void a_pipeline_through_the_service_gives_every_element_once() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service first({"worker", "--dispatcher", address}), second({"worker", "--dispatcher", address});
+    QVERIFY(!first.address().isEmpty() && !second.address().isEmpty());
+    const QString out = dir.filePath("out.jsonl");
+    const auto run = sluice_cli({"run", "--quiet", job_file(dir, "p.txtpb", address, 500, 200, 10, out)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    const auto got = numbers_in(out);
+    QVERIFY2(each_once(got, 500), qPrintable(QString("%1 elements").arg(got.size())));
+  }
+
+  // A worker killed with SIGKILL in mid-epoch: its splits are made again by the other, from where
+  // the trainer stopped; a worker that joins in mid-epoch takes splits too. Still exactly once.
+  void a_worker_killed_and_one_added_in_mid_epoch_lose_and_repeat_nothing() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    auto doomed = std::make_unique<Service>(QStringList{"worker", "--dispatcher", address});
+    Service survivor({"worker", "--dispatcher", address});
+    QVERIFY(!doomed->address().isEmpty() && !survivor.address().isEmpty());
+    const QString out = dir.filePath("out.jsonl");
+    QProcess trainer;
+    trainer.start(SLUICE_CLI, {"run", "--quiet", job_file(dir, "p.txtpb", address, 1200, 3000, 20, out)});
+    QVERIFY(trainer.waitForStarted());
+    QTest::qWait(1200);  // a few splits in
+    doomed->kill();
+    Service late({"worker", "--dispatcher", address});
+    QVERIFY(!late.address().isEmpty());
+    QVERIFY(trainer.waitForFinished(90000));
+    QVERIFY2(trainer.exitCode() == 0, qPrintable(QString::fromUtf8(trainer.readAllStandardError())));
+    const auto got = numbers_in(out);
+    QVERIFY2(each_once(got, 1200), qPrintable(QString("%1 elements").arg(got.size())));
+    QVERIFY2(dispatcher.says("given back after"), qPrintable(dispatcher.errors()));
+  }
+
+  // Two trainers naming one job share its splits: what they get is disjoint and covers the epoch.
+  void two_trainers_sharing_a_job_split_the_epoch() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service first({"worker", "--dispatcher", address}), second({"worker", "--dispatcher", address});
+    QVERIFY(!first.address().isEmpty() && !second.address().isEmpty());
+    QProcess a, b;
+    a.start(SLUICE_CLI, {"run", "--quiet", job_file(dir, "a.txtpb", address, 600, 1000, 10, dir.filePath("a.jsonl"))});
+    b.start(SLUICE_CLI, {"run", "--quiet", job_file(dir, "b.txtpb", address, 600, 1000, 10, dir.filePath("b.jsonl"))});
+    QVERIFY(a.waitForFinished(60000) && b.waitForFinished(60000));
+    QVERIFY2(a.exitCode() == 0 && b.exitCode() == 0, qPrintable(QString::fromUtf8(a.readAllStandardError() + b.readAllStandardError())));
+    auto got_a = numbers_in(dir.filePath("a.jsonl")), got_b = numbers_in(dir.filePath("b.jsonl"));
+    QVERIFY(!got_a.empty() && !got_b.empty());
+    std::vector<int> both = got_a;
+    both.insert(both.end(), got_b.begin(), got_b.end());
+    QVERIFY2(each_once(both, 600), qPrintable(QString("%1 + %2 elements").arg(got_a.size()).arg(got_b.size())));
+  }
+
+  // A trainer naming a job another pipeline registered is refused, saying to name another.
+  void a_job_name_of_another_pipeline_is_refused() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service worker({"worker", "--dispatcher", address});
+    QVERIFY(!worker.address().isEmpty());
+    QCOMPARE(sluice_cli({"run", "--quiet", job_file(dir, "a.txtpb", address, 50, 0, 10, dir.filePath("a.jsonl"))}).code, 0);
+    const auto other = sluice_cli({"run", "--quiet", job_file(dir, "b.txtpb", address, 60, 0, 10, dir.filePath("b.jsonl"))});
+    QVERIFY(other.code != 0);
+    QVERIFY2(other.err.contains("job 'train' is another pipeline's") && other.err.contains("another job_name"), qPrintable(other.err));
   }
 
   void a_malformed_address_is_named() {

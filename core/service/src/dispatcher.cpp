@@ -136,6 +136,13 @@ class DispatcherService final : public proto::Dispatcher::Service {
       case proto::SplitReport::EMPTY: ledger.ended_at(report->split()); break;
       case proto::SplitReport::GIVEN_BACK:
         ledger.give_back(report->split(), report->received());
+        // A trainer that cannot reach a worker need not wait for its heartbeats to stop: no split
+        // goes to it until it is heard from again.
+        if (auto known = workers_.find(report->worker_id()); report->worker_unreachable() && known != workers_.end() && alive(known->second)) {
+          known->second.last_seen = Clock::now() - lost_after() - std::chrono::milliseconds(1);
+          std::fprintf(stderr, "sluice dispatcher: worker %llu (%s) cannot be reached by a trainer: taken as lost until it is heard from again\n",
+                       static_cast<unsigned long long>(known->first), known->second.info.address().c_str());
+        }
         std::fprintf(stderr, "sluice dispatcher: job %llu epoch %llu: split %llu given back after %llu elements (its worker stopped answering)\n",
                      static_cast<unsigned long long>(report->job_id()), static_cast<unsigned long long>(report->epoch()),
                      static_cast<unsigned long long>(report->split()), static_cast<unsigned long long>(report->received()));

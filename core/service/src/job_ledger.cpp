@@ -23,10 +23,13 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& alive, G
   }
   if (!split || alive.empty()) return Next::Wait;
   // Fast workers finish theirs sooner and so are asked again sooner: they do more.
+  // Among equally loaded ones, each in turn (a trainer reading one split at a time still spreads
+  // them over every worker).
   const auto loads = load();
   std::uint64_t worker = alive.front();
   std::size_t least = std::numeric_limits<std::size_t>::max();
-  for (std::uint64_t w : alive) {
+  for (std::size_t k = 0; k < alive.size(); ++k) {
+    const std::uint64_t w = alive[(turn_ + k) % alive.size()];
     const auto it = loads.find(w);
     const std::size_t l = it == loads.end() ? 0 : it->second;
     if (l < least) {
@@ -34,6 +37,7 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& alive, G
       worker = w;
     }
   }
+  ++turn_;
   if (!given_back_.empty() && given_back_.begin()->first == *split) given_back_.erase(given_back_.begin());
   else ++next_new_;
   out = {*split, *skip, worker};

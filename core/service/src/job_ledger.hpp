@@ -47,6 +47,7 @@ class JobLedger {
 
  private:
   std::uint64_t next_new_ = 0;
+  std::size_t turn_ = 0;  // where the search for the least loaded worker starts
   std::optional<std::uint64_t> end_;         // the first split past the source's end
   std::map<std::uint64_t, Given> in_hand_;   // by split
   std::map<std::uint64_t, std::uint64_t> given_back_;  // split -> skip

@@ -3,8 +3,12 @@
 // split_at_service(), which puts it in their place.
 #include <fmt/format.h>
 
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -18,10 +22,12 @@ namespace sluice::service {
 namespace {
 
 // Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
-// starts where this trainer stopped (and any element it already has is dropped).
+// starts where this trainer stopped (and any element it already has is dropped). Several splits
+// are read at once (`splits_in_flight`, each by a thread of its own), so that several workers
+// work for this trainer; their elements are handed on as they come.
 class ServiceSource final : public Source {
  public:
-  explicit ServiceSource(const Params& p) {
+  explicit ServiceSource(const Params& p) : in_flight_(static_cast<int>(p.get_int("splits_in_flight"))) {
     security_.token_file = p.get_string("token_file");
     security_.tls_ca = p.get_string("tls_ca");
     service_ = p.get_string("service");
@@ -29,54 +35,111 @@ class ServiceSource final : public Source {
     job_.set_pipeline(p.get_string("pipeline"));
     job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
   }
+  ~ServiceSource() override { stop_readers(); }
   void start(const StageInfo&) override {
     target_ = grpc_target(service_);
     token_ = detail::read_token(security_);
     dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
   }
   void begin_pass(std::uint64_t pass) override {
-    epoch_ = pass;
-    stream_.reset();
+    stop_readers();
     if (job_id_ == 0) job_id_ = register_job();
+    epoch_ = pass;
+    stopping_ = false;
+    error_ = nullptr;
+    ready_.clear();
+    readers_left_ = in_flight_;
+    for (int i = 0; i < in_flight_; ++i) readers_.emplace_back([this] { read_splits(); });
   }
   bool next(Sample& out, const ElementContext&) override {
-    for (;;) {
-      if (!stream_ && !open_next_split()) return false;
-      proto::Element element;
-      if (stream_->reader->Read(&element)) {
-        if (element.position() < stream_->received) continue;  // delivered already (a split made again)
-        if (element.position() > stream_->received)
-          throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
-                                  stream_->split, job_.job_name(), stream_->received, element.position(), stream_->worker));
-        ++stream_->received;
-        out = decode_element(element.element(), fmt::format("element {} of split {} of job '{}'", element.position(), stream_->split, job_.job_name()));
-        return true;
-      }
-      finish_split();
-    }
+    std::unique_lock lock(mutex_);
+    ready_cv_.wait(lock, [&] { return !ready_.empty() || readers_left_ == 0 || error_; });
+    if (error_) std::rethrow_exception(error_);
+    if (ready_.empty()) return false;
+    out = std::move(ready_.front());
+    ready_.pop_front();
+    room_cv_.notify_one();
+    return true;
   }
+  void cancel() override {
+    std::lock_guard lock(mutex_);
+    stop_locked();
+  }
+  void finish(bool) override { stop_readers(); }
 
  private:
   struct Stream {
-    std::uint64_t split = 0, received = 0, skip = 0;
+    std::uint64_t split = 0, received = 0, skip = 0, worker_id = 0;
     std::string worker;
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<proto::Worker::Stub> stub;
     std::unique_ptr<grpc::ClientReader<proto::Element>> reader;
   };
+  static constexpr std::size_t kMostReady = 256;
+  static constexpr int kMostFailures = 4;
+
+  void stop_locked() {
+    stopping_ = true;
+    for (auto* context : streaming_) context->TryCancel();
+    ready_cv_.notify_all();
+    room_cv_.notify_all();
+  }
+  void stop_readers() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_locked();
+    }
+    for (auto& reader : readers_) reader.join();
+    readers_.clear();
+  }
+
+  // One reader: splits one after another until the epoch ends (or the run stops or fails).
+  void read_splits() {
+    try {
+      Stream stream;
+      while (open_next_split(stream)) {
+        proto::Element element;
+        while (stream.reader->Read(&element)) {
+          if (element.position() < stream.received) continue;  // delivered already (a split made again)
+          if (element.position() > stream.received)
+            throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
+                                    stream.split, job_.job_name(), stream.received, element.position(), stream.worker));
+          Sample sample = decode_element(element.element(),
+                                         fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name()));
+          std::unique_lock lock(mutex_);
+          room_cv_.wait(lock, [&] { return ready_.size() < kMostReady || stopping_; });
+          if (stopping_) break;
+          ready_.push_back(std::move(sample));
+          ++stream.received;
+          ready_cv_.notify_one();
+        }
+        {
+          std::lock_guard lock(mutex_);
+          streaming_.erase(stream.context.get());
+          if (stopping_) break;
+        }
+        finish_split(stream);
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      stop_locked();
+    }
+    std::lock_guard lock(mutex_);
+    --readers_left_;
+    ready_cv_.notify_all();
+  }
 
   template <class Call>
-  grpc::Status ask_dispatcher(const char* what, Call&& call) {
+  void ask_dispatcher(const char* what, Call&& call) {
     // A dispatcher being restarted answers UNAVAILABLE for a moment: tried again for 30 s.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (;;) {
       auto context = detail::client_context(token_, std::chrono::seconds(10));
-      grpc::Status status = call(*context);
-      if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() > give_up) {
-        if (!status.ok())
-          throw Error(fmt::format("the service's dispatcher at {} did not {}: {}", target_, what, detail::status_text(status)));
-        return status;
-      }
+      const grpc::Status status = call(*context);
+      if (status.ok()) return;
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() > give_up)
+        throw Error(fmt::format("the service's dispatcher at {} did not {}: {}", target_, what, detail::status_text(status)));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
@@ -86,46 +149,55 @@ class ServiceSource final : public Source {
     return reply.job_id();
   }
   // The next split the dispatcher hands this trainer, its stream open; false at the epoch's end.
-  bool open_next_split() {
+  bool open_next_split(Stream& stream) {
     proto::SplitRequest request;
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);
     for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return false;
+      }
       proto::SplitReply reply;
       ask_dispatcher("hand out a split", [&](grpc::ClientContext& c) { return dispatcher_->GetSplit(&c, request, &reply); });
       if (reply.kind() == proto::SplitReply::END) return false;
-      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other trainers' hands
+      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other readers' hands
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
-      stream_ = std::make_unique<Stream>();
-      stream_->split = reply.split();
-      stream_->received = stream_->skip = reply.skip();
-      stream_->worker = reply.worker_address();
-      stream_->stub = proto::Worker::NewStub(detail::client_channel(reply.worker_address(), security_));
-      stream_->context = std::make_unique<grpc::ClientContext>();
-      if (!token_.empty()) stream_->context->AddMetadata("authorization", "Bearer " + token_);
+      stream = Stream{};
+      stream.split = reply.split();
+      stream.received = stream.skip = reply.skip();
+      stream.worker = reply.worker_address();
+      stream.worker_id = reply.worker_id();
+      stream.stub = proto::Worker::NewStub(detail::client_channel(reply.worker_address(), security_));
+      stream.context = std::make_unique<grpc::ClientContext>();
+      if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
       proto::ProduceRequest produce;
       produce.set_job_id(job_id_);
       produce.set_epoch(epoch_);
       produce.set_split(reply.split());
       produce.set_skip(reply.skip());
-      stream_->reader = stream_->stub->ProduceSplit(stream_->context.get(), produce);
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+      streaming_.insert(stream.context.get());
+      stream.reader = stream.stub->ProduceSplit(stream.context.get(), produce);
       return true;
     }
   }
   // The stream ended: the split is done (or empty: the source ends before it), or its worker
   // stopped answering and it goes back to the dispatcher with what arrived; a pipeline that
   // fails on the worker fails this run, naming the worker.
-  void finish_split() {
-    const grpc::Status status = stream_->reader->Finish();
+  void finish_split(Stream& stream) {
+    const grpc::Status status = stream.reader->Finish();
     proto::SplitReport report;
     report.set_job_id(job_id_);
     report.set_epoch(epoch_);
-    report.set_split(stream_->split);
-    report.set_received(stream_->received);
+    report.set_split(stream.split);
+    report.set_received(stream.received);
+    report.set_worker_id(stream.worker_id);
     if (status.ok()) {
-      const auto& trailer = stream_->context->GetServerTrailingMetadata();
+      const auto& trailer = stream.context->GetServerTrailingMetadata();
       const auto source = trailer.find("sluice-source-elements");
       const bool empty = source != trailer.end() && std::string(source->second.data(), source->second.size()) == "0";
       report.set_outcome(empty ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
@@ -133,30 +205,43 @@ class ServiceSource final : public Source {
                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || status.error_code() == grpc::StatusCode::UNKNOWN) {
       // A split that breaks again and again without giving anything new is not a worker that
       // died: it is one the workers cannot make (a crash on it): the run fails, naming it.
-      auto& failures = failures_[stream_->split];
-      failures = stream_->received > stream_->skip ? 1 : failures + 1;
+      int failures = 0;
+      {
+        std::lock_guard lock(mutex_);
+        auto& count = failures_[stream.split];
+        count = stream.received > stream.skip ? 1 : count + 1;
+        failures = count;
+      }
       if (failures >= kMostFailures)
         throw Error(fmt::format("split {} of job '{}' broke off {} times without a new element (last on the worker at {}: {}): the "
                                 "workers cannot make it; see their logs",
-                                stream_->split, job_.job_name(), failures, stream_->worker, detail::status_text(status)));
+                                stream.split, job_.job_name(), failures, stream.worker, detail::status_text(status)));
       report.set_outcome(proto::SplitReport::GIVEN_BACK);
+      report.set_worker_unreachable(status.error_code() == grpc::StatusCode::UNAVAILABLE);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 * failures));  // a moment for the service to see what happened
     } else {
-      throw Error(fmt::format("the service could not make split {} of job '{}' (worker at {}): {}", stream_->split, job_.job_name(),
-                              stream_->worker, detail::status_text(status)));
+      throw Error(fmt::format("the service could not make split {} of job '{}' (worker at {}): {}", stream.split, job_.job_name(),
+                              stream.worker, detail::status_text(status)));
     }
     proto::SplitReportReply ignored;
     ask_dispatcher("take the split's report", [&](grpc::ClientContext& c) { return dispatcher_->ReportSplit(&c, report, &ignored); });
-    stream_.reset();
   }
 
-  static constexpr int kMostFailures = 4;
-  std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
+  const int in_flight_;
   Security security_;
   std::string service_, target_, token_;
   proto::JobRequest job_;
   std::unique_ptr<proto::Dispatcher::Stub> dispatcher_;
   std::uint64_t job_id_ = 0, epoch_ = 0;
-  std::unique_ptr<Stream> stream_;
+  std::vector<std::thread> readers_;
+  std::mutex mutex_;  // guards what follows
+  std::condition_variable ready_cv_, room_cv_;
+  std::deque<Sample> ready_;
+  int readers_left_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::set<grpc::ClientContext*> streaming_;
+  std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
 };
 
 }  // namespace
@@ -171,6 +256,7 @@ void add_service_operators(Registry& registry) {
                  ParamSpec::make("job_name", ParamType::String, "the job trainers share"),
                  ParamSpec::make("pipeline", ParamType::String, "the stages the workers run, as a pipeline file's text"),
                  ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
+                 ParamSpec::make("splits_in_flight", ParamType::Int, "splits read at once (each from the worker making it)").def("4").range(1, 256),
                  ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
                  ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def("")};
   info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
