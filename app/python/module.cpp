@@ -34,6 +34,7 @@
 #include <future>
 
 #include "sluice/core/checkpoint.hpp"
+#include "sluice/core/element_queue.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
@@ -463,49 +464,9 @@ class PythonTensorSlices final : public Source {
 
 // ---- the sink that hands elements to the iterator --------------------------------------------
 
-// Between the engine's sink thread and Python's next(): a short queue, so that the pipeline runs
-// ahead of the training step by its own buffers, not by an unbounded list here.
-class ElementQueue {
- public:
-  explicit ElementQueue(std::size_t capacity) : capacity_(capacity) {}
-  // False when the consumer went away.
-  bool push(Sample sample) {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
-    if (cancelled_) return false;
-    items_.push_back(std::move(sample));
-    ready_.notify_one();
-    return true;
-  }
-  void close() {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-    ready_.notify_all();
-  }
-  void cancel() {
-    std::lock_guard lock(mutex_);
-    cancelled_ = true;
-    room_.notify_all();
-    ready_.notify_all();
-  }
-  enum class Pop { Item, Closed, TimedOut };
-  Pop pop(Sample& out, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty() || closed_ || cancelled_; })) return Pop::TimedOut;
-    if (items_.empty()) return Pop::Closed;
-    out = std::move(items_.front());
-    items_.pop_front();
-    room_.notify_one();
-    return Pop::Item;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<Sample> items_;
-  std::size_t capacity_;
-  bool closed_ = false, cancelled_ = false;
-};
+// Between the engine's sink thread and Python's next(): a short ElementQueue
+// (sluice/core/element_queue.hpp), so that the pipeline runs ahead of the training step by its
+// own buffers, not by an unbounded list here.
 
 std::mutex g_queues_mutex;
 std::map<std::string, std::shared_ptr<ElementQueue>>& queues() {

@@ -17,6 +17,7 @@
 #include "service.grpc.pb.h"
 #include "sluice/abi.hpp"
 #include "sluice/core/checkpoint.hpp"
+#include "sluice/core/element_queue.hpp"
 #include "sluice/core/engine.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
@@ -24,50 +25,10 @@
 namespace sluice::service {
 namespace {
 
-// The elements a split's run makes, from its sink to the stream that sends them.
-class SplitQueue {
- public:
-  bool push(Sample sample) {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [&] { return items_.size() < kCapacity || cancelled_; });
-    if (cancelled_) return false;
-    items_.push_back(std::move(sample));
-    ready_.notify_one();
-    return true;
-  }
-  void close() {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-    ready_.notify_all();
-  }
-  void cancel() {
-    std::lock_guard lock(mutex_);
-    cancelled_ = true;
-    room_.notify_all();
-    ready_.notify_all();
-  }
-  enum class Pop { Item, Closed, TimedOut };
-  Pop pop(Sample& out, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty() || closed_ || cancelled_; })) return Pop::TimedOut;
-    if (items_.empty()) return Pop::Closed;
-    out = std::move(items_.front());
-    items_.pop_front();
-    room_.notify_one();
-    return Pop::Item;
-  }
-
- private:
-  static constexpr std::size_t kCapacity = 64;
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<Sample> items_;
-  bool closed_ = false, cancelled_ = false;
-};
 
 std::mutex g_split_queues_mutex;
-std::map<std::string, std::shared_ptr<SplitQueue>>& split_queues() {
-  static auto* queues = new std::map<std::string, std::shared_ptr<SplitQueue>>;
+std::map<std::string, std::shared_ptr<ElementQueue>>& split_queues() {
+  static auto* queues = new std::map<std::string, std::shared_ptr<ElementQueue>>;
   return *queues;
 }
 
@@ -89,7 +50,7 @@ class StreamSink final : public Sink {
   }
 
  private:
-  std::shared_ptr<SplitQueue> queue_;
+  std::shared_ptr<ElementQueue> queue_;
 };
 
 void add_stream_sink(Registry& registry) {
@@ -160,7 +121,7 @@ class WorkerService final : public proto::Worker::Service {
     const auto job = job_of_(request->job_id(), why);
     if (!job) return {grpc::StatusCode::NOT_FOUND, why};
     const std::string who = fmt::format("worker {}", id.load());
-    auto queue = std::make_shared<SplitQueue>();
+    auto queue = std::make_shared<ElementQueue>(64);
     const std::string handle = fmt::format("split:{}:{}:{}:{}", request->job_id(), request->epoch(), request->split(), next_handle_++);
     {
       std::lock_guard lock(g_split_queues_mutex);
@@ -195,9 +156,9 @@ class WorkerService final : public proto::Worker::Service {
     // queued is the rest of the split.
     bool workers_done = false;
     for (;;) {
-      const SplitQueue::Pop got = queue->pop(sample, std::chrono::milliseconds(workers_done ? 0 : 20));
-      if (got == SplitQueue::Pop::Closed) break;
-      if (got == SplitQueue::Pop::TimedOut) {
+      const ElementQueue::Pop got = queue->pop(sample, std::chrono::milliseconds(workers_done ? 0 : 20));
+      if (got == ElementQueue::Pop::Closed) break;
+      if (got == ElementQueue::Pop::TimedOut) {
         if (workers_done) break;
         if (stopping.load() || context->IsCancelled()) {
           sent_all = false;
