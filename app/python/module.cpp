@@ -644,6 +644,14 @@ PipelineDocument document_of(const std::string& text, const std::string& file, c
     for (const auto& [key, value] : sets) overrides.push_back(key + "=" + value);
     apply_overrides(doc, overrides);
     if (seed) doc.spec.mutable_options()->set_seed(*seed);
+    // Running the stages in this process would silently ignore what the file asks for.
+    for (int i = 0; i < doc.spec.stage_size(); ++i)
+      if (doc.spec.stage(i).has_distribute()) {
+        const auto at = i < static_cast<int>(doc.stage_locations.size()) ? doc.stage_locations[static_cast<std::size_t>(i)] : std::pair{0, 0};
+        throw SpecError({{file, at.first, at.second, doc.spec.stage(i).id(), "distribute",
+                          "a stage sent to the Sluice service runs from `sluice run` for now (Python's face of the service is not "
+                          "built yet): run this pipeline with sluice run, or remove distribute to run it all here"}});
+      }
     return doc;
   } catch (const SpecError& e) {
     raise_spec_error(e);
