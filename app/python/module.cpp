@@ -464,36 +464,10 @@ class PythonTensorSlices final : public Source {
 
 // ---- the sink that hands elements to the iterator --------------------------------------------
 
-// Between the engine's sink thread and Python's next(): a short ElementQueue
+// Between the engine's sink thread and Python's next(): a QueueSink over a short ElementQueue
 // (sluice/core/element_queue.hpp), so that the pipeline runs ahead of the training step by its
 // own buffers, not by an unbounded list here.
-
-std::mutex g_queues_mutex;
-std::map<std::string, std::shared_ptr<ElementQueue>>& queues() {
-  static auto* table = new std::map<std::string, std::shared_ptr<ElementQueue>>;
-  return *table;
-}
-
-class PythonIterator final : public Sink {
- public:
-  explicit PythonIterator(const Params& p) {
-    std::lock_guard lock(g_queues_mutex);
-    auto it = queues().find(p.get_string("queue"));
-    if (it != queues().end()) queue_ = it->second;
-  }
-  void consume(Sample in, const ElementContext&) override {
-    if (queue_) queue_->push(std::move(in));
-  }
-  void finish(bool) override {
-    if (queue_) queue_->close();
-  }
-  void cancel() override {
-    if (queue_) queue_->cancel();
-  }
-
- private:
-  std::shared_ptr<ElementQueue> queue_;
-};
+using PythonIterator = QueueSink;
 
 // ---- plugins -----------------------------------------------------------------------------------
 
@@ -1055,16 +1029,12 @@ class Runner {
   void queue_stage(spec::Stage& stage) {
     queue_ = std::make_shared<ElementQueue>(2);
     queue_handle_ = "queue:" + std::to_string(g_next_handle++);
-    {
-      std::lock_guard lock(g_queues_mutex);
-      queues()[queue_handle_] = queue_;
-    }
+    register_element_queue(queue_handle_, queue_);
     (*stage.mutable_params())["queue"] = queue_handle_;
   }
   void forget_queue() {
     if (queue_handle_.empty()) return;
-    std::lock_guard lock(g_queues_mutex);
-    queues().erase(queue_handle_);
+    forget_element_queue(queue_handle_);
     queue_handle_.clear();
   }
 

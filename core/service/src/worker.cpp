@@ -25,34 +25,7 @@
 namespace sluice::service {
 namespace {
 
-
-std::mutex g_split_queues_mutex;
-std::map<std::string, std::shared_ptr<ElementQueue>>& split_queues() {
-  static auto* queues = new std::map<std::string, std::shared_ptr<ElementQueue>>;
-  return *queues;
-}
-
-// The sink of a split's run: hands each element to the stream (service_stream, a host operator).
-class StreamSink final : public Sink {
- public:
-  explicit StreamSink(const Params& p) {
-    std::lock_guard lock(g_split_queues_mutex);
-    if (auto it = split_queues().find(p.get_string("queue")); it != split_queues().end()) queue_ = it->second;
-  }
-  void consume(Sample in, const ElementContext&) override {
-    if (queue_) queue_->push(std::move(in));
-  }
-  void finish(bool) override {
-    if (queue_) queue_->close();
-  }
-  void cancel() override {
-    if (queue_) queue_->cancel();
-  }
-
- private:
-  std::shared_ptr<ElementQueue> queue_;
-};
-
+// The sink of a split's run hands each element to the stream that sends it (a QueueSink).
 void add_stream_sink(Registry& registry) {
   if (registry.find("service_stream")) return;
   OperatorInfo info;
@@ -60,7 +33,7 @@ void add_stream_sink(Registry& registry) {
   info.kind = OperatorKind::Sink;
   info.summary = "Hands each element of a split to the trainer reading it (added by the service's workers)";
   info.params = {ParamSpec::make("queue", ParamType::String, "the stream's queue").def("")};
-  info.create = [](const Params& p) { return std::make_unique<StreamSink>(p); };
+  info.create = [](const Params& p) { return std::make_unique<QueueSink>(p); };
   registry.add_host_operator(std::move(info), "service");
 }
 
@@ -123,16 +96,10 @@ class WorkerService final : public proto::Worker::Service {
     const std::string who = fmt::format("worker {}", id.load());
     auto queue = std::make_shared<ElementQueue>(64);
     const std::string handle = fmt::format("split:{}:{}:{}:{}", request->job_id(), request->epoch(), request->split(), next_handle_++);
-    {
-      std::lock_guard lock(g_split_queues_mutex);
-      split_queues()[handle] = queue;
-    }
+    register_element_queue(handle, queue);
     struct Forget {
       std::string handle;
-      ~Forget() {
-        std::lock_guard lock(g_split_queues_mutex);
-        split_queues().erase(handle);
-      }
+      ~Forget() { forget_element_queue(handle); }
     } forget{handle};
     std::unique_ptr<Engine> engine;
     try {
