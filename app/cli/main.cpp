@@ -454,6 +454,11 @@ int main(int argc, char** argv) {
   auto* dispatcher = app.add_subcommand("dispatcher", "run the service's dispatcher: it knows the workers and hands out the work");
   dispatcher->add_option("--port", dispatcher_request.options.port, "port to listen on (0: any free one, printed)")->required();
   dispatcher->add_option("--bind", dispatcher_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
+  dispatcher->add_option("--work-dir", dispatcher_request.options.work_dir,
+                         "folder of its journal: a dispatcher restarted on it continues its jobs (without: a restart forgets them)");
+  dispatcher->add_option("--worker-addresses", dispatcher_request.options.worker_addresses,
+                         "the fixed worker list static sharding needs (HOST:PORT,...; worker i makes shard i; others are refused)")
+      ->delimiter(',');
   add_security(dispatcher, dispatcher_request.options.security, true);
   WorkerRequest worker_request;
   auto* worker = app.add_subcommand("worker", "run a service worker: registers with the dispatcher and runs pipelines for trainers");

@@ -1,15 +1,25 @@
-// The dispatcher: the workers that registered, and whether each is still heard from.
+// The dispatcher: the workers that registered and whether each is still heard from, the jobs
+// trainers registered, and each job's splits per epoch (JobLedger); with a work folder, all of it
+// in a journal written before each answer that changes it.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "job_ledger.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
+#include "sluice/core/atomic_file.hpp"
+#include "sluice/core/spec.hpp"
 
 namespace sluice::service {
 namespace {
@@ -18,24 +28,64 @@ std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+const char* mode_name(proto::JobRequest::Mode mode) {
+  switch (mode) {
+    case proto::JobRequest::DYNAMIC: return "DYNAMIC";
+    case proto::JobRequest::OFF: return "OFF";
+    case proto::JobRequest::FILE: return "FILE";
+    case proto::JobRequest::DATA: return "DATA";
+    case proto::JobRequest::FILE_OR_DATA: return "FILE_OR_DATA";
+    default: return "?";
+  }
+}
+
+bool is_static(proto::JobRequest::Mode mode) {
+  return mode == proto::JobRequest::FILE || mode == proto::JobRequest::DATA || mode == proto::JobRequest::FILE_OR_DATA;
+}
+
+// The operators a job's workers need: its stages', and in DYNAMIC mode the skip and take that cut
+// its splits. Throws SpecError for a pipeline text that does not parse.
+std::vector<std::string> operators_of(const proto::JobRequest& job) {
+  const PipelineDocument doc = parse_pipeline(job.pipeline(), fmt::format("job '{}'", job.job_name()));
+  std::set<std::string> ops;
+  for (const auto& stage : doc.spec.stage()) ops.insert(stage.op());
+  if (job.mode() == proto::JobRequest::DYNAMIC) ops.insert({"skip", "take"});
+  return {ops.begin(), ops.end()};
+}
+
 class DispatcherService final : public proto::Dispatcher::Service {
  public:
-  DispatcherService(const DispatcherOptions& options, std::string token, std::string address)
-      : options_(options), token_(std::move(token)), address_(std::move(address)) {}
+  DispatcherService(const DispatcherOptions& options, std::string token) : options_(options), token_(std::move(token)) {
+    if (!options_.work_dir.empty()) load_journal();
+  }
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const proto::WorkerInfo* info, proto::RegisterReply* reply) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     if (info->address().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "a worker registers with the address trainers reach it by"};
+    const auto& fixed = options_.worker_addresses;
+    if (!fixed.empty() && std::find(fixed.begin(), fixed.end(), info->address()) == fixed.end())
+      return {grpc::StatusCode::PERMISSION_DENIED,
+              fmt::format("the worker at {} is not in the dispatcher's fixed list (--worker-addresses {}): start it with --port and "
+                          "--host as listed, or add it to the list",
+                          info->address(), fmt::join(fixed, ","))};
     std::lock_guard lock(mutex_);
-    const std::uint64_t id = next_id_++;
+    // A worker started again at the same address takes the place it had (a static shard's worker).
+    std::uint64_t id = 0;
+    for (const auto& [known_id, known] : workers_)
+      if (known.info.address() == info->address()) id = known_id;
+    const bool again = id != 0;
+    if (!again) id = next_id_++;
     Known& known = workers_[id];
     known.info = *info;
+    known.operators = {info->operators().begin(), info->operators().end()};
     known.registered_unix_ms = unix_ms();
     known.last_seen = Clock::now();
+    known.reported_lost = false;
+    if (auto failed = save_journal(); !failed.ok()) return failed;
     reply->set_worker_id(id);
     reply->set_heartbeat_ms(static_cast<std::uint32_t>(options_.heartbeat.count()));
-    std::fprintf(stderr, "sluice dispatcher: worker %llu registered: %s (host %s, pid %lld, %d operators)%s\n",
-                 static_cast<unsigned long long>(id), info->address().c_str(), info->host().c_str(), static_cast<long long>(info->pid()),
+    std::fprintf(stderr, "sluice dispatcher: worker %llu %s: %s (host %s, pid %lld, %d operators)%s\n", static_cast<unsigned long long>(id),
+                 again ? "registered again" : "registered", info->address().c_str(), info->host().c_str(), static_cast<long long>(info->pid()),
                  info->operators_size(), options_.security.insecure ? " [--insecure: no TLS, no token]" : "");
     return grpc::Status::OK;
   }
@@ -74,22 +124,38 @@ class DispatcherService final : public proto::Dispatcher::Service {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     if (request->job_name().empty() || request->pipeline().empty())
       return {grpc::StatusCode::INVALID_ARGUMENT, "a job needs a name and its pipeline"};
+    if (is_static(request->mode()) && options_.worker_addresses.empty())
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              fmt::format("job '{}' shards statically ({}), which needs a fixed worker list: start the dispatcher with "
+                          "--worker-addresses HOST:PORT,... (each worker with the --port and --host listed), or use DYNAMIC",
+                          request->job_name(), mode_name(request->mode()))};
+    proto::JobRequest job = *request;
+    try {
+      for (const auto& op : operators_of(job)) job.add_operators(op);
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' has a pipeline the dispatcher cannot read: {}", job.job_name(), e.what())};
+    }
     std::lock_guard lock(mutex_);
-    for (const auto& [id, job] : jobs_) {
-      if (job.request.job_name() != request->job_name()) continue;
-      if (job.request.pipeline() != request->pipeline() || job.request.split_size() != request->split_size())
+    for (const auto& [id, known] : jobs_) {
+      if (known.request.job_name() != job.job_name()) continue;
+      if (known.request.pipeline() != job.pipeline() || known.request.split_size() != job.split_size() || known.request.mode() != job.mode())
         return {grpc::StatusCode::FAILED_PRECONDITION,
                 fmt::format("job '{}' is another pipeline's: the trainers sharing a job name run the same pipeline file (give this one "
                             "another job_name)",
-                            request->job_name())};
+                            job.job_name())};
       reply->set_job_id(id);
       return grpc::Status::OK;
     }
     const std::uint64_t id = next_job_++;
-    jobs_[id].request = *request;
+    jobs_[id].request = job;
+    if (auto failed = save_journal(); !failed.ok()) return failed;
     reply->set_job_id(id);
-    std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (splits of %llu source elements)\n", static_cast<unsigned long long>(id),
-                 request->job_name().c_str(), static_cast<unsigned long long>(request->split_size()));
+    if (job.mode() == proto::JobRequest::DYNAMIC)
+      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (DYNAMIC: splits of %llu source elements)\n",
+                   static_cast<unsigned long long>(id), job.job_name().c_str(), static_cast<unsigned long long>(job.split_size()));
+    else
+      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (%s)\n", static_cast<unsigned long long>(id), job.job_name().c_str(),
+                   mode_name(job.mode()));
     return grpc::Status::OK;
   }
 
@@ -105,24 +171,41 @@ class DispatcherService final : public proto::Dispatcher::Service {
   grpc::Status GetSplit(grpc::ServerContext* context, const proto::SplitRequest* request, proto::SplitReply* reply) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     std::lock_guard lock(mutex_);
-    const auto job = jobs_.find(request->job_id());
-    if (job == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", request->job_id())};
-    std::vector<std::uint64_t> alive_workers;
-    for (const auto& [id, known] : workers_)
-      if (alive(known)) alive_workers.push_back(id);
-    JobLedger::Given given;
-    switch (job->second.epochs[request->epoch()].next_split(alive_workers, given)) {
-      case JobLedger::Next::End: reply->set_kind(proto::SplitReply::END); break;
-      case JobLedger::Next::Wait: reply->set_kind(proto::SplitReply::WAIT); break;
-      case JobLedger::Next::Split:
-        reply->set_kind(proto::SplitReply::SPLIT);
-        reply->set_split(given.split);
-        reply->set_skip(given.skip);
-        reply->set_worker_id(given.worker);
-        reply->set_worker_address(workers_.at(given.worker).info.address());
-        break;
+    // Asked again (the answer was lost): the same answer.
+    if (auto answered = answers_.find(request->reader()); !request->reader().empty() && answered != answers_.end() &&
+                                                          answered->second.sequence() == request->sequence()) {
+      *reply = answered->second.reply();
+      return grpc::Status::OK;
     }
-    return grpc::Status::OK;
+    const auto found = jobs_.find(request->job_id());
+    if (found == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", request->job_id())};
+    Job& job = found->second;
+    std::vector<std::uint64_t> able;
+    if (auto refused = able_workers(found->first, job, able); !refused.ok()) return refused;
+    JobLedger* ledger = ledger_of(job, request->epoch(), able);
+    if (!ledger) {
+      reply->set_kind(proto::SplitReply::WAIT);
+      reply->set_waiting_for("no worker is alive at the dispatcher");
+      return grpc::Status::OK;
+    }
+    JobLedger::Given given;
+    switch (ledger->next_split(able, given)) {
+      case JobLedger::Next::End: reply->set_kind(proto::SplitReply::END); return grpc::Status::OK;
+      case JobLedger::Next::Wait:
+        reply->set_kind(proto::SplitReply::WAIT);
+        if (able.empty()) reply->set_waiting_for("no worker is alive at the dispatcher");
+        return grpc::Status::OK;
+      case JobLedger::Next::Split: break;
+    }
+    reply->set_kind(proto::SplitReply::SPLIT);
+    reply->set_split(given.split);
+    reply->set_skip(given.skip);
+    reply->set_worker_id(given.worker);
+    reply->set_worker_address(workers_.at(given.worker).info.address());
+    reply->set_lease(given.lease);
+    reply->set_splits(ledger->split_count());
+    if (!request->reader().empty()) remember_answer(*request, *reply);
+    return save_journal();
   }
 
   grpc::Status ReportSplit(grpc::ServerContext* context, const proto::SplitReport* report, proto::SplitReportReply*) override {
@@ -130,26 +213,20 @@ class DispatcherService final : public proto::Dispatcher::Service {
     std::lock_guard lock(mutex_);
     const auto job = jobs_.find(report->job_id());
     if (job == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", report->job_id())};
-    JobLedger& ledger = job->second.epochs[report->epoch()];
+    const auto epoch = job->second.epochs.find(report->epoch());
+    if (epoch == job->second.epochs.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("job {} has no epoch {}", report->job_id(), report->epoch())};
+    JobLedger& ledger = epoch->second;
+    bool changed = false;
     switch (report->outcome()) {
-      case proto::SplitReport::DONE: ledger.done(report->split()); break;
-      case proto::SplitReport::EMPTY: ledger.ended_at(report->split()); break;
+      case proto::SplitReport::DONE: changed = ledger.done(report->split(), report->lease()); break;
+      case proto::SplitReport::EMPTY: changed = ledger.ended_at(report->split(), report->lease()) || ledger.done(report->split(), report->lease()); break;
       case proto::SplitReport::GIVEN_BACK:
-        ledger.give_back(report->split(), report->received());
-        // A trainer that cannot reach a worker need not wait for its heartbeats to stop: no split
-        // goes to it until it is heard from again.
-        if (auto known = workers_.find(report->worker_id()); report->worker_unreachable() && known != workers_.end() && alive(known->second)) {
-          known->second.last_seen = Clock::now() - lost_after() - std::chrono::milliseconds(1);
-          std::fprintf(stderr, "sluice dispatcher: worker %llu (%s) cannot be reached by a trainer: taken as lost until it is heard from again\n",
-                       static_cast<unsigned long long>(known->first), known->second.info.address().c_str());
-        }
-        std::fprintf(stderr, "sluice dispatcher: job %llu epoch %llu: split %llu given back after %llu elements (its worker stopped answering)\n",
-                     static_cast<unsigned long long>(report->job_id()), static_cast<unsigned long long>(report->epoch()),
-                     static_cast<unsigned long long>(report->split()), static_cast<unsigned long long>(report->received()));
+        changed = ledger.give_back(report->split(), report->lease(), report->received());
+        if (changed) given_back(*report);
         break;
       default: return {grpc::StatusCode::INVALID_ARGUMENT, "an outcome this dispatcher does not know"};
     }
-    return grpc::Status::OK;
+    return changed ? save_journal() : grpc::Status::OK;  // a report sent twice changes nothing
   }
 
   // Says once when a worker stops being heard from (called from the dispatcher's watch).
@@ -167,24 +244,179 @@ class DispatcherService final : public proto::Dispatcher::Service {
   using Clock = std::chrono::steady_clock;
   struct Known {
     proto::WorkerInfo info;
+    std::set<std::string> operators;
     std::int64_t registered_unix_ms = 0;
     Clock::time_point last_seen;
     bool reported_lost = false;
   };
-  std::chrono::milliseconds lost_after() const { return options_.heartbeat * options_.lost_after; }
-  bool alive(const Known& known) const { return Clock::now() - known.last_seen <= lost_after(); }
-
-  const DispatcherOptions options_;
-  const std::string token_, address_;
-  std::mutex mutex_;
-  std::map<std::uint64_t, Known> workers_;
-  std::uint64_t next_id_ = 1;
   struct Job {
     proto::JobRequest request;
     std::map<std::uint64_t, JobLedger> epochs;
+    std::set<std::uint64_t> said_unable;  // workers whose missing operators the log named
   };
+  std::chrono::milliseconds lost_after() const { return options_.heartbeat * options_.lost_after; }
+  bool alive(const Known& known) const { return Clock::now() - known.last_seen <= lost_after(); }
+
+  // The alive workers that have every operator the job needs. None while some are alive: the
+  // job cannot be made, and the error names what each lacks.
+  grpc::Status able_workers(std::uint64_t job_id, Job& job, std::vector<std::uint64_t>& able) {
+    std::vector<std::string> unable;
+    for (const auto& [id, known] : workers_) {
+      if (!alive(known)) continue;
+      std::vector<std::string> missing;
+      for (const auto& op : job.request.operators())
+        if (!known.operators.count(op)) missing.push_back("'" + op + "'");
+      if (missing.empty()) {
+        able.push_back(id);
+        continue;
+      }
+      const std::string why = fmt::format("worker {} ({}) lacks operator{} {}", id, known.info.address(), missing.size() == 1 ? "" : "s",
+                                          fmt::join(missing, ", "));
+      unable.push_back(why);
+      if (job.said_unable.insert(id).second)
+        std::fprintf(stderr, "sluice dispatcher: job %llu '%s': %s: it makes none of the job's splits\n", static_cast<unsigned long long>(job_id),
+                     job.request.job_name().c_str(), why.c_str());
+    }
+    if (!able.empty() || unable.empty()) return grpc::Status::OK;
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            fmt::format("no worker can make job '{}': {}; start workers whose plugins give {} (`sluice plugins` on a worker lists "
+                        "what it has, --plugin-dir adds a folder)",
+                        job.request.job_name(), fmt::join(unable, "; "), unable.size() == 1 ? "it" : "them")};
+  }
+
+  // The epoch's ledger, begun on the first request for it. OFF: a copy of the dataset for each
+  // worker able now; static: a shard for each worker of the fixed list. Null while an OFF epoch
+  // has no worker to begin with.
+  JobLedger* ledger_of(Job& job, std::uint64_t epoch, const std::vector<std::uint64_t>& able) {
+    if (auto it = job.epochs.find(epoch); it != job.epochs.end()) return &it->second;
+    const auto mode = job.request.mode();
+    JobLedger ledger;
+    if (mode == proto::JobRequest::OFF) {
+      if (able.empty()) return nullptr;
+      ledger = JobLedger(able);
+    } else if (is_static(mode)) {
+      std::vector<std::uint64_t> owners;
+      for (const auto& address : options_.worker_addresses) {
+        std::uint64_t owner = 0;
+        for (const auto& [id, known] : workers_)
+          if (known.info.address() == address) owner = id;
+        owners.push_back(owner);
+      }
+      ledger = JobLedger(owners);
+    }
+    return &job.epochs.emplace(epoch, std::move(ledger)).first->second;
+  }
+
+  void given_back(const proto::SplitReport& report) {
+    // A trainer that cannot reach a worker need not wait for its heartbeats to stop: no split goes
+    // to it until it is heard from again.
+    if (auto known = workers_.find(report.worker_id()); report.worker_unreachable() && known != workers_.end() && alive(known->second)) {
+      known->second.last_seen = Clock::now() - lost_after() - std::chrono::milliseconds(1);
+      std::fprintf(stderr, "sluice dispatcher: worker %llu (%s) cannot be reached by a trainer: taken as lost until it is heard from again\n",
+                   static_cast<unsigned long long>(known->first), known->second.info.address().c_str());
+    }
+    std::fprintf(stderr, "sluice dispatcher: job %llu epoch %llu: split %llu given back after %llu elements (its worker stopped answering)\n",
+                 static_cast<unsigned long long>(report.job_id()), static_cast<unsigned long long>(report.epoch()),
+                 static_cast<unsigned long long>(report.split()), static_cast<unsigned long long>(report.received()));
+  }
+
+  void remember_answer(const proto::SplitRequest& request, const proto::SplitReply& reply) {
+    proto::JournalAnswer& answer = answers_[request.reader()];
+    answer.set_reader(request.reader());
+    answer.set_sequence(request.sequence());
+    *answer.mutable_reply() = reply;
+    answer_order_.push_back(request.reader());
+    // Readers come and go with trainers' runs: the oldest answers are let go (a reader asks again
+    // only for its last question).
+    while (answer_order_.size() > kAnswersKept) {
+      const std::string oldest = answer_order_.front();
+      answer_order_.pop_front();
+      if (std::find(answer_order_.begin(), answer_order_.end(), oldest) == answer_order_.end()) answers_.erase(oldest);
+    }
+  }
+
+  std::filesystem::path journal_path() const { return std::filesystem::path(options_.work_dir) / "dispatcher.journal"; }
+
+  // Written whole before the answer: a dispatcher that dies after it restarts knowing what it
+  // answered. A journal that cannot be written fails the call (UNAVAILABLE: the caller asks again).
+  grpc::Status save_journal() {
+    if (options_.work_dir.empty()) return grpc::Status::OK;
+    proto::Journal journal;
+    journal.set_version(1);
+    journal.set_next_worker_id(next_id_);
+    journal.set_next_job_id(next_job_);
+    for (const auto& [id, known] : workers_) {
+      auto* w = journal.add_workers();
+      w->set_worker_id(id);
+      *w->mutable_info() = known.info;
+      w->set_registered_unix_ms(known.registered_unix_ms);
+    }
+    for (const auto& [id, job] : jobs_) {
+      auto* j = journal.add_jobs();
+      j->set_job_id(id);
+      *j->mutable_request() = job.request;
+      for (const auto& [epoch, ledger] : job.epochs) {
+        auto* e = j->add_epochs();
+        e->set_epoch(epoch);
+        ledger.save(*e->mutable_ledger());
+      }
+    }
+    for (const auto& [reader, answer] : answers_) *journal.add_answers() = answer;
+    try {
+      write_file_atomically(journal_path(), journal.SerializeAsString());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sluice dispatcher: cannot write its journal %s: %s\n", journal_path().c_str(), e.what());
+      return {grpc::StatusCode::UNAVAILABLE, fmt::format("the dispatcher cannot write its journal {}: {}", journal_path().string(), e.what())};
+    }
+    return grpc::Status::OK;
+  }
+
+  void load_journal() {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.work_dir, ec);
+    if (ec) throw ServiceError(fmt::format("the dispatcher cannot make its work folder {}: {}", options_.work_dir, ec.message()));
+    const auto path = journal_path();
+    if (!std::filesystem::exists(path)) return;
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    proto::Journal journal;
+    if (!in || !journal.ParseFromString(bytes.str()) || journal.version() != 1)
+      throw ServiceError(fmt::format("the dispatcher's journal {} cannot be read (damaged, or another version's): move it away to start "
+                                     "afresh (its jobs are then forgotten)",
+                                     path.string()));
+    next_id_ = std::max<std::uint64_t>(journal.next_worker_id(), 1);
+    next_job_ = std::max<std::uint64_t>(journal.next_job_id(), 1);
+    // Workers are taken as alive until their heartbeats say otherwise (they keep their ids).
+    for (const auto& w : journal.workers()) {
+      Known& known = workers_[w.worker_id()];
+      known.info = w.info();
+      known.operators = {w.info().operators().begin(), w.info().operators().end()};
+      known.registered_unix_ms = w.registered_unix_ms();
+      known.last_seen = Clock::now();
+    }
+    for (const auto& j : journal.jobs()) {
+      Job& job = jobs_[j.job_id()];
+      job.request = j.request();
+      for (const auto& e : j.epochs()) job.epochs.emplace(e.epoch(), JobLedger::restore(e.ledger()));
+    }
+    for (const auto& answer : journal.answers()) {
+      answers_[answer.reader()] = answer;
+      answer_order_.push_back(answer.reader());
+    }
+    std::fprintf(stderr, "sluice dispatcher: continuing from its journal %s: %zu workers, %zu jobs\n", path.c_str(), workers_.size(), jobs_.size());
+  }
+
+  static constexpr std::size_t kAnswersKept = 4096;
+  const DispatcherOptions options_;
+  const std::string token_;
+  std::mutex mutex_;  // guards what follows
+  std::map<std::uint64_t, Known> workers_;
+  std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Job> jobs_;
   std::uint64_t next_job_ = 1;
+  std::map<std::string, proto::JournalAnswer> answers_;  // by reader: its last split
+  std::deque<std::string> answer_order_;
 };
 
 }  // namespace
@@ -205,7 +437,7 @@ Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>
   const std::string what = "the dispatcher";
   auto credentials = detail::server_credentials(options.bind, options.security, what);
   const std::string listen = fmt::format("{}:{}", options.bind.find(':') != std::string::npos && options.bind.front() != '[' ? "[" + options.bind + "]" : options.bind, options.port);
-  impl_->service = std::make_unique<DispatcherService>(options, detail::read_token(options.security), listen);
+  impl_->service = std::make_unique<DispatcherService>(options, detail::read_token(options.security));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &impl_->port);
   builder.RegisterService(impl_->service.get());

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "service.pb.h"
+
 namespace sluice::service {
+
+JobLedger::JobLedger(std::vector<std::uint64_t> preferred) : end_(preferred.size()), preferred_(std::move(preferred)) {}
 
 std::map<std::uint64_t, std::size_t> JobLedger::load() const {
   std::map<std::uint64_t, std::size_t> out;
@@ -11,7 +15,7 @@ std::map<std::uint64_t, std::size_t> JobLedger::load() const {
   return out;
 }
 
-JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& alive, Given& out) {
+JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Given& out) {
   if (finished()) return Next::End;
   std::optional<std::uint64_t> split, skip;
   if (!given_back_.empty()) {
@@ -21,50 +25,96 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& alive, G
     split = next_new_;
     skip = 0;
   }
-  if (!split || alive.empty()) return Next::Wait;
-  // Fast workers finish theirs sooner and so are asked again sooner: they do more.
-  // Among equally loaded ones, each in turn (a trainer reading one split at a time still spreads
-  // them over every worker).
-  const auto loads = load();
-  std::uint64_t worker = alive.front();
-  std::size_t least = std::numeric_limits<std::size_t>::max();
-  for (std::size_t k = 0; k < alive.size(); ++k) {
-    const std::uint64_t w = alive[(turn_ + k) % alive.size()];
-    const auto it = loads.find(w);
-    const std::size_t l = it == loads.end() ? 0 : it->second;
-    if (l < least) {
-      least = l;
-      worker = w;
+  if (!split || able.empty()) return Next::Wait;
+  std::uint64_t worker = able.front();
+  if (fixed() && std::find(able.begin(), able.end(), preferred_[*split]) != able.end()) {
+    worker = preferred_[*split];
+  } else {
+    // Fast workers finish theirs sooner and so are asked again sooner: they do more. Among
+    // equally loaded ones, each in turn (a trainer reading one split at a time still spreads them
+    // over every worker).
+    const auto loads = load();
+    std::size_t least = std::numeric_limits<std::size_t>::max();
+    for (std::size_t k = 0; k < able.size(); ++k) {
+      const std::uint64_t w = able[(turn_ + k) % able.size()];
+      const auto it = loads.find(w);
+      const std::size_t l = it == loads.end() ? 0 : it->second;
+      if (l < least) {
+        least = l;
+        worker = w;
+      }
     }
+    ++turn_;
   }
-  ++turn_;
   if (!given_back_.empty() && given_back_.begin()->first == *split) given_back_.erase(given_back_.begin());
   else ++next_new_;
-  out = {*split, *skip, worker};
+  out = {*split, *skip, worker, next_lease_++};
   in_hand_[*split] = out;
   return Next::Split;
 }
 
-void JobLedger::done(std::uint64_t split) {
+bool JobLedger::holds(std::uint64_t split, std::uint64_t lease) const {
+  const auto it = in_hand_.find(split);
+  return it != in_hand_.end() && it->second.lease == lease;
+}
+
+bool JobLedger::done(std::uint64_t split, std::uint64_t lease) {
+  if (!holds(split, lease)) return false;
   in_hand_.erase(split);
-  given_back_.erase(split);
   done_.insert(split);
+  return true;
 }
 
-void JobLedger::give_back(std::uint64_t split, std::uint64_t received) {
-  if (done_.count(split)) return;
+bool JobLedger::give_back(std::uint64_t split, std::uint64_t lease, std::uint64_t received) {
+  if (!holds(split, lease)) return false;
+  const std::uint64_t skip = in_hand_.at(split).skip;
   in_hand_.erase(split);
-  auto& skip = given_back_[split];
-  skip = std::max(skip, received);
-  if (end_ && split >= *end_) given_back_.erase(split);  // past the end: nothing to make
+  given_back_[split] = std::max(skip, received);
+  return true;
 }
 
-void JobLedger::ended_at(std::uint64_t split) {
+bool JobLedger::ended_at(std::uint64_t split, std::uint64_t lease) {
+  if (fixed() || !holds(split, lease)) return false;
   end_ = end_ ? std::min(*end_, split) : split;
-  in_hand_.erase(split);
   // Splits past the end have nothing: none is made again.
   for (auto it = given_back_.begin(); it != given_back_.end();) it = it->first >= *end_ ? given_back_.erase(it) : std::next(it);
   for (auto it = in_hand_.begin(); it != in_hand_.end();) it = it->first >= *end_ ? in_hand_.erase(it) : std::next(it);
+  return true;
+}
+
+void JobLedger::save(proto::LedgerState& out) const {
+  out.Clear();
+  out.set_next_new(next_new_);
+  out.set_next_lease(next_lease_);
+  out.set_turn(turn_);
+  if (end_) out.set_end(*end_);
+  for (const auto& [split, given] : in_hand_) {
+    auto* s = out.add_in_hand();
+    s->set_split(split);
+    s->set_skip(given.skip);
+    s->set_worker(given.worker);
+    s->set_lease(given.lease);
+  }
+  for (const auto& [split, skip] : given_back_) {
+    auto* s = out.add_given_back();
+    s->set_split(split);
+    s->set_skip(skip);
+  }
+  for (const auto split : done_) out.add_done(split);
+  for (const auto worker : preferred_) out.add_preferred(worker);
+  out.set_fixed(fixed());
+}
+
+JobLedger JobLedger::restore(const proto::LedgerState& state) {
+  JobLedger ledger(std::vector<std::uint64_t>(state.preferred().begin(), state.preferred().end()));
+  ledger.next_new_ = state.next_new();
+  ledger.next_lease_ = std::max<std::uint64_t>(state.next_lease(), 1);
+  ledger.turn_ = static_cast<std::size_t>(state.turn());
+  ledger.end_ = state.has_end() ? std::optional<std::uint64_t>(state.end()) : std::nullopt;
+  for (const auto& s : state.in_hand()) ledger.in_hand_[s.split()] = {s.split(), s.skip(), s.worker(), s.lease()};
+  for (const auto& s : state.given_back()) ledger.given_back_[s.split()] = s.skip();
+  ledger.done_.insert(state.done().begin(), state.done().end());
+  return ledger;
 }
 
 }  // namespace sluice::service

@@ -9,9 +9,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "job_fingerprint.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/core/checkpoint.hpp"
@@ -20,6 +22,14 @@
 
 namespace sluice::service {
 namespace {
+
+proto::JobRequest::Mode mode_of(const std::string& name) {
+  if (name == "OFF") return proto::JobRequest::OFF;
+  if (name == "FILE") return proto::JobRequest::FILE;
+  if (name == "DATA") return proto::JobRequest::DATA;
+  if (name == "FILE_OR_DATA") return proto::JobRequest::FILE_OR_DATA;
+  return proto::JobRequest::DYNAMIC;
+}
 
 // Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
 // starts where this trainer stopped (and any element it already has is dropped). Several splits
@@ -34,6 +44,11 @@ class ServiceSource final : public Source {
     job_.set_job_name(p.get_string("job_name"));
     job_.set_pipeline(p.get_string("pipeline"));
     job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
+    job_.set_mode(mode_of(p.get_string("processing_mode")));
+    // Each reader names itself to the dispatcher, so that a question asked again gets the answer
+    // it had (this trainer's readers are told apart from every other's by a random name).
+    std::random_device random;
+    reader_prefix_ = fmt::format("{:08x}{:08x}-{}of{}", random(), random(), p.get_int("trainer_index"), p.get_int("num_trainers"));
   }
   ~ServiceSource() override { stop_readers(); }
   void start(const StageInfo&) override {
@@ -49,7 +64,7 @@ class ServiceSource final : public Source {
     error_ = nullptr;
     ready_.clear();
     readers_left_ = in_flight_;
-    for (int i = 0; i < in_flight_; ++i) readers_.emplace_back([this] { read_splits(); });
+    for (int i = 0; i < in_flight_; ++i) readers_.emplace_back([this, i] { read_splits(fmt::format("{}-{}", reader_prefix_, i)); });
   }
   bool next(Sample& out, const ElementContext&) override {
     std::unique_lock lock(mutex_);
@@ -69,7 +84,7 @@ class ServiceSource final : public Source {
 
  private:
   struct Stream {
-    std::uint64_t split = 0, received = 0, skip = 0, worker_id = 0;
+    std::uint64_t split = 0, received = 0, skip = 0, worker_id = 0, lease = 0;
     std::string worker;
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<proto::Worker::Stub> stub;
@@ -94,10 +109,11 @@ class ServiceSource final : public Source {
   }
 
   // One reader: splits one after another until the epoch ends (or the run stops or fails).
-  void read_splits() {
+  void read_splits(const std::string& reader) {
     try {
       Stream stream;
-      while (open_next_split(stream)) {
+      std::uint64_t sequence = 0;
+      while (open_next_split(reader, sequence, stream)) {
         proto::Element element;
         while (stream.reader->Read(&element)) {
           if (element.position() < stream.received) continue;  // delivered already (a split made again)
@@ -149,19 +165,28 @@ class ServiceSource final : public Source {
     return reply.job_id();
   }
   // The next split the dispatcher hands this trainer, its stream open; false at the epoch's end.
-  bool open_next_split(Stream& stream) {
+  bool open_next_split(const std::string& reader, std::uint64_t& sequence, Stream& stream) {
     proto::SplitRequest request;
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);
+    request.set_reader(reader);
+    const auto asked = std::chrono::steady_clock::now();
+    bool said = false;
     for (;;) {
       {
         std::lock_guard lock(mutex_);
         if (stopping_) return false;
       }
+      request.set_sequence(++sequence);  // a new question (one asked again keeps its number)
       proto::SplitReply reply;
       ask_dispatcher("hand out a split", [&](grpc::ClientContext& c) { return dispatcher_->GetSplit(&c, request, &reply); });
       if (reply.kind() == proto::SplitReply::END) return false;
-      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other readers' hands
+      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other readers' hands, or no worker is there yet
+        if (!reply.waiting_for().empty() && !said && std::chrono::steady_clock::now() - asked > std::chrono::seconds(10)) {
+          std::fprintf(stderr, "sluice: job '%s' at %s: waiting for the service: %s\n", job_.job_name().c_str(), target_.c_str(),
+                       reply.waiting_for().c_str());
+          said = true;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
@@ -170,6 +195,7 @@ class ServiceSource final : public Source {
       stream.received = stream.skip = reply.skip();
       stream.worker = reply.worker_address();
       stream.worker_id = reply.worker_id();
+      stream.lease = reply.lease();
       stream.stub = proto::Worker::NewStub(detail::client_channel(reply.worker_address(), security_));
       stream.context = std::make_unique<grpc::ClientContext>();
       if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
@@ -178,6 +204,8 @@ class ServiceSource final : public Source {
       produce.set_epoch(epoch_);
       produce.set_split(reply.split());
       produce.set_skip(reply.skip());
+      produce.set_splits(reply.splits());
+      produce.set_job_fingerprint(detail::job_fingerprint(job_));
       std::lock_guard lock(mutex_);
       if (stopping_) return false;
       streaming_.insert(stream.context.get());
@@ -196,6 +224,7 @@ class ServiceSource final : public Source {
     report.set_split(stream.split);
     report.set_received(stream.received);
     report.set_worker_id(stream.worker_id);
+    report.set_lease(stream.lease);
     if (status.ok()) {
       const auto& trailer = stream.context->GetServerTrailingMetadata();
       const auto source = trailer.find("sluice-source-elements");
@@ -229,7 +258,7 @@ class ServiceSource final : public Source {
 
   const int in_flight_;
   Security security_;
-  std::string service_, target_, token_;
+  std::string service_, target_, token_, reader_prefix_;
   proto::JobRequest job_;
   std::unique_ptr<proto::Dispatcher::Stub> dispatcher_;
   std::uint64_t job_id_ = 0, epoch_ = 0;
@@ -255,10 +284,16 @@ void add_service_operators(Registry& registry) {
   info.params = {ParamSpec::make("service", ParamType::String, "the dispatcher, grpc://host:port"),
                  ParamSpec::make("job_name", ParamType::String, "the job trainers share"),
                  ParamSpec::make("pipeline", ParamType::String, "the stages the workers run, as a pipeline file's text"),
+                 ParamSpec::make("processing_mode", ParamType::Choice, "how the workers share the job: DYNAMIC, OFF, FILE, DATA or FILE_OR_DATA")
+                     .def("DYNAMIC")
+                     .one_of({"DYNAMIC", "OFF", "FILE", "DATA", "FILE_OR_DATA"}),
                  ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
                  ParamSpec::make("splits_in_flight", ParamType::Int, "splits read at once (each from the worker making it)").def("4").range(1, 256),
                  ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
-                 ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def("")};
+                 ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def(""),
+                 // Which of the job's trainers this is (from the launcher, as a shard's index and count).
+                 ParamSpec::make("trainer_index", ParamType::Int, "this trainer among those reading the job").def("-1").takes_hint("worker_index"),
+                 ParamSpec::make("num_trainers", ParamType::Int, "the trainers reading the job").def("-1").takes_hint("num_workers")};
   info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
   registry.add_host_operator(std::move(info), "service");
 }
@@ -297,6 +332,12 @@ void split_at_service(PipelineDocument& doc) {
   }
   spec::PipelineSpec on_service;
   *on_service.mutable_options() = doc.spec.options();
+  // The job is every trainer's: which trainer this is, and how a job of several processes
+  // shards, are not the service's (its processing mode shares the work among its workers).
+  on_service.mutable_options()->clear_worker_index();
+  on_service.mutable_options()->clear_num_workers();
+  on_service.mutable_options()->clear_sharding();
+  on_service.mutable_options()->clear_equal_steps();
   spec::PipelineSpec here;
   *here.mutable_options() = doc.spec.options();
   std::vector<std::pair<int, int>> locations;
@@ -320,6 +361,7 @@ void split_at_service(PipelineDocument& doc) {
     params["job_name"] = d.job_name();
     params["pipeline"] = pipeline_to_text(on_service);
     params["split_size"] = std::to_string(std::max<std::uint64_t>(d.split_size(), 1));
+    params["processing_mode"] = d.processing_mode() == spec::Distribute::PROCESSING_MODE_UNSET ? "DYNAMIC" : spec::Distribute::ProcessingMode_Name(d.processing_mode());
     if (!d.token_file().empty()) params["token_file"] = d.token_file();
     if (!d.tls_ca().empty()) params["tls_ca"] = d.tls_ca();
   }

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "job_fingerprint.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/abi.hpp"
@@ -21,6 +22,7 @@
 #include "sluice/core/engine.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
+#include "sluice/core/workers.hpp"
 
 namespace sluice::service {
 namespace {
@@ -37,16 +39,15 @@ void add_stream_sink(Registry& registry) {
   registry.add_host_operator(std::move(info), "service");
 }
 
-// Split `split` of a job's pipeline: its one source's elements [split * size, (split + 1) * size),
-// through the rest of the prefix, into the stream's sink. Throws SpecError or Error.
-PipelineDocument split_pipeline(const proto::JobRequest& job, std::uint64_t split, const std::string& queue) {
+// Split `request.split()` of a job's pipeline, ending in the stream's sink. DYNAMIC: its one
+// source's elements [split * size, (split + 1) * size), cut by a skip and a take; OFF: a copy of
+// the whole dataset with its own seed (worker `split` of `splits` with sharding off); static: shard
+// `split` of `splits`, by file, by record or either, as a job of that many workers shards.
+// Throws SpecError or Error.
+PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::ProduceRequest& request, const std::string& queue,
+                                const Registry& registry) {
   PipelineDocument doc = parse_pipeline(job.pipeline(), fmt::format("job '{}'", job.job_name()));
   auto& stages = *doc.spec.mutable_stage();
-  std::vector<int> sources;
-  for (int i = 0; i < stages.size(); ++i)
-    if (stages[i].input().empty()) sources.push_back(i);
-  if (sources.size() != 1)
-    throw Error(fmt::format("job '{}' has {} sources: DYNAMIC mode splits the elements of one source", job.job_name(), sources.size()));
   std::set<std::string> consumed;
   for (const auto& stage : stages)
     for (const auto& input : stage.input()) consumed.insert(input);
@@ -54,11 +55,6 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, std::uint64_t spli
   for (const auto& stage : stages)
     if (!consumed.count(stage.id())) ends.push_back(stage.id());
   if (ends.size() != 1) throw Error(fmt::format("job '{}' ends in {} stages: a job's pipeline ends in the one stage that is distributed", job.job_name(), ends.size()));
-  const std::string source = stages[sources.front()].id(), split_skip = "service_split_skip", split_take = "service_split_take";
-  for (auto& stage : stages)
-    for (auto& input : *stage.mutable_input())
-      if (input == source) input = split_take;
-  const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
   auto add = [&](const std::string& id, const std::string& op, const std::string& input, std::map<std::string, std::string> params) {
     auto* stage = doc.spec.add_stage();
     stage->set_id(id);
@@ -66,8 +62,32 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, std::uint64_t spli
     stage->add_input(input);
     for (auto& [k, v] : params) (*stage->mutable_params())[k] = v;
   };
-  add(split_skip, "skip", source, {{"count", std::to_string(split * size)}});
-  add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
+  if (job.mode() == proto::JobRequest::DYNAMIC) {
+    std::vector<int> sources;
+    for (int i = 0; i < stages.size(); ++i)
+      if (stages[i].input().empty()) sources.push_back(i);
+    if (sources.size() != 1)
+      throw Error(fmt::format("job '{}' has {} sources: DYNAMIC mode splits the elements of one source (OFF or a static mode shard several)",
+                              job.job_name(), sources.size()));
+    const std::string source = stages[sources.front()].id(), split_skip = "service_split_skip", split_take = "service_split_take";
+    for (auto& stage : stages)
+      for (auto& input : *stage.mutable_input())
+        if (input == source) input = split_take;
+    const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
+    add(split_skip, "skip", source, {{"count", std::to_string(request.split() * size)}});
+    add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
+  } else {
+    auto& options = *doc.spec.mutable_options();
+    options.set_sharding(job.mode() == proto::JobRequest::OFF    ? spec::off
+                         : job.mode() == proto::JobRequest::FILE ? spec::by_file
+                         : job.mode() == proto::JobRequest::DATA ? spec::by_record
+                                                                 : spec::automatic);
+    WorkerIdentity identity;
+    identity.index = static_cast<int>(request.split());
+    identity.count = static_cast<int>(std::max<std::uint64_t>(request.splits(), 1));
+    identity.source = job.mode() == proto::JobRequest::OFF ? "the service (OFF: a copy of the dataset each)" : "the service (a static shard each)";
+    plan_for_worker(doc, registry, identity);
+  }
   add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
   doc.stage_locations.clear();
   return doc;
@@ -75,7 +95,7 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, std::uint64_t spli
 
 class WorkerService final : public proto::Worker::Service {
  public:
-  WorkerService(std::string token, Registry* registry, std::function<std::optional<proto::JobRequest>(std::uint64_t, std::string&)> job_of)
+  WorkerService(std::string token, Registry* registry, std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of)
       : token_(std::move(token)), registry_(registry), job_of_(std::move(job_of)) {}
   std::atomic<std::uint64_t> id{0};
   std::atomic<bool> stopping{false};
@@ -91,7 +111,7 @@ class WorkerService final : public proto::Worker::Service {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     if (!registry_) return {grpc::StatusCode::FAILED_PRECONDITION, "this worker has no plugins to run pipelines with"};
     std::string why;
-    const auto job = job_of_(request->job_id(), why);
+    const auto job = job_of_(request->job_id(), request->job_fingerprint(), why);
     if (!job) return {grpc::StatusCode::NOT_FOUND, why};
     const std::string who = fmt::format("worker {}", id.load());
     auto queue = std::make_shared<ElementQueue>(64);
@@ -103,7 +123,7 @@ class WorkerService final : public proto::Worker::Service {
     } forget{handle};
     std::unique_ptr<Engine> engine;
     try {
-      PipelineDocument doc = split_pipeline(*job, request->split(), handle);
+      PipelineDocument doc = split_pipeline(*job, *request, handle, *registry_);
       EngineOptions options;
       options.first_epoch = request->epoch();
       engine = std::make_unique<Engine>(build_graph(doc, *registry_), options);
@@ -157,8 +177,9 @@ class WorkerService final : public proto::Worker::Service {
     const RunResult result = engine->wait();
     if (result.state == RunState::Failed)
       return {grpc::StatusCode::INTERNAL, fmt::format("{} failed making split {} of job '{}': {}", who, request->split(), job->job_name(), result.error)};
-    // How many of the source's elements the split had: none means the source ends before it (and
-    // so does the epoch), which a split whose every element a filter dropped does not.
+    // DYNAMIC: how many of the source's elements the split had: none means the source ends before
+    // it (and so does the epoch), which a split whose every element a filter dropped does not.
+    if (job->mode() != proto::JobRequest::DYNAMIC) return grpc::Status::OK;
     std::uint64_t source_elements = 0;
     const auto snapshot = engine->snapshot();
     for (const auto& stage : snapshot.stage())
@@ -170,7 +191,7 @@ class WorkerService final : public proto::Worker::Service {
  private:
   const std::string token_;
   Registry* registry_;
-  std::function<std::optional<proto::JobRequest>(std::uint64_t, std::string&)> job_of_;
+  std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of_;
   std::atomic<std::uint64_t> next_handle_{0};
 };
 
@@ -192,10 +213,11 @@ struct Worker::Impl {
   std::mutex jobs_mutex;
   std::map<std::uint64_t, proto::JobRequest> jobs;  // asked of the dispatcher once each
 
-  std::optional<proto::JobRequest> job_of(std::uint64_t job_id, std::string& why) {
+  // The job of that id whose fingerprint is `fingerprint`, asked of the dispatcher unless known.
+  std::optional<proto::JobRequest> job_of(std::uint64_t job_id, std::uint64_t fingerprint, std::string& why) {
     {
       std::lock_guard lock(jobs_mutex);
-      if (auto it = jobs.find(job_id); it != jobs.end()) return it->second;
+      if (auto it = jobs.find(job_id); it != jobs.end() && detail::job_fingerprint(it->second) == fingerprint) return it->second;
     }
     auto context = detail::client_context(token, std::chrono::seconds(10));
     proto::GetJobRequest request;
@@ -206,8 +228,14 @@ struct Worker::Impl {
       why = fmt::format("the dispatcher at {} did not give job {}: {}", dispatcher_target, job_id, detail::status_text(status));
       return std::nullopt;
     }
+    if (detail::job_fingerprint(job) != fingerprint) {
+      why = fmt::format("job {} at the dispatcher at {} is not the job the trainer reads ('{}'): was the dispatcher restarted without "
+                        "its journal (--work-dir)? Start the trainer again",
+                        job_id, dispatcher_target, job.job_name());
+      return std::nullopt;
+    }
     std::lock_guard lock(jobs_mutex);
-    return jobs.emplace(job_id, std::move(job)).first->second;
+    return jobs.insert_or_assign(job_id, std::move(job)).first->second;
   }
   std::mutex mutex;
   std::condition_variable cv;
@@ -248,7 +276,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   const std::string listen = fmt::format("{}:{}", options.bind, options.port);
   if (options.registry) add_stream_sink(*options.registry);
   w.service = std::make_unique<WorkerService>(w.token, options.registry,
-                                              [&w](std::uint64_t job, std::string& why) { return w.job_of(job, why); });
+                                              [&w](std::uint64_t job, std::uint64_t fingerprint, std::string& why) { return w.job_of(job, fingerprint, why); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &w.port);
   builder.RegisterService(w.service.get());

@@ -46,6 +46,13 @@ struct DispatcherOptions {
   // Workers send a heartbeat this often; one not heard from for `lost_after` heartbeats is lost.
   std::chrono::milliseconds heartbeat{500};
   int lost_after = 4;
+  // Where the journal is kept (DIR/dispatcher.journal): written whole before each answer that
+  // changes what the dispatcher knows, and read at start, so that a dispatcher restarted on it
+  // continues its jobs. Empty: none (a restart forgets the jobs; workers register again).
+  std::string work_dir;
+  // The fixed worker list static sharding needs ("host:port" as the workers register): shard i
+  // is worker i's; a worker at another address is refused. Empty: any worker may register.
+  std::vector<std::string> worker_addresses;
 };
 
 class Dispatcher {

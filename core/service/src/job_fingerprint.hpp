@@ -1,0 +1,23 @@
+#pragma once
+// What identifies a job's work, for a worker to check that the job it knows by an id is the one a
+// trainer asks for (a dispatcher restarted without a journal numbers its jobs afresh).
+#include <cstdint>
+#include <string>
+
+#include "service.pb.h"
+
+namespace sluice::service::detail {
+
+inline std::uint64_t job_fingerprint(const proto::JobRequest& job) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  auto mix = [&](const std::string& bytes) {
+    for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
+    hash = (hash ^ 0xff) * 1099511628211ull;
+  };
+  mix(job.pipeline());
+  mix(std::to_string(static_cast<int>(job.mode())));
+  mix(std::to_string(job.split_size()));
+  return hash;
+}
+
+}  // namespace sluice::service::detail
