@@ -20,6 +20,7 @@ packages=(
   libtinyxml2-dev              # S3's XML answers: listings and errors (remote/)
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
+  openssl                      # the certificates of the TLS tests (remote storage, the service)
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
   libturbojpeg0-dev            # JPEG decoding (scaled in the DCT) and encoding

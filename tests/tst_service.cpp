@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <set>
 
 namespace {
 
@@ -113,14 +114,34 @@ QString job_file(const QTemporaryDir& dir, const QString& name, const QString& a
   return path;
 }
 
-// The numbers a trainer wrote, as they came.
-std::vector<int> numbers_in(const QString& path) {
+QString write_text(const QString& path, const QString& text) {
+  QFile f(path);
+  f.open(QIODevice::WriteOnly);
+  f.write(text.toUtf8());
+  return path;
+}
+
+// A pipeline file: `source` (stage lines), then stage `work` (`work_op` and its params text)
+// given `distribute { ... }`, then the trainer writing what it gets to `out`.
+QString service_file(const QString& path, const QString& source, const QString& work_op, const QString& distribute, const QString& out) {
+  return write_text(path, QString("options { seed: 5 }\n%1\n"
+                                  "stage { id: \"work\" op: %2 distribute { %3 } }\n"
+                                  "stage { id: \"out\" op: \"jsonl_sink\" input: \"work\" params { key: \"path\" value: \"%4\" } }\n")
+                              .arg(source, work_op, distribute, out));
+}
+
+// The numbers a trainer wrote, as they came: field `field`, a number or (bytes, which jsonl_sink
+// writes in base64) the text of one.
+std::vector<int> numbers_in(const QString& path, const QString& field = "value") {
   QFile f(path);
   std::vector<int> out;
   if (!f.open(QIODevice::ReadOnly)) return out;
-  static const QRegularExpression value("\"value\":(\\d+)");
-  for (const QByteArray& line : f.readAll().split('\n'))
-    if (auto m = value.match(QString::fromUtf8(line)); m.hasMatch()) out.push_back(m.captured(1).toInt());
+  const QRegularExpression number("\"" + field + "\":(\\d+)"), bytes("\"" + field + "\":\"([A-Za-z0-9+/=]*)\"");
+  for (const QByteArray& line : f.readAll().split('\n')) {
+    const QString text = QString::fromUtf8(line);
+    if (auto m = number.match(text); m.hasMatch()) out.push_back(m.captured(1).toInt());
+    else if (auto b = bytes.match(text); b.hasMatch()) out.push_back(QByteArray::fromBase64(b.captured(1).toLatin1()).toInt());
+  }
   return out;
 }
 
@@ -134,6 +155,21 @@ bool each_once(std::vector<int> got, int count) {
 int count_with(const QStringList& lines, const QString& text) {
   return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const QString& l) { return l.contains(text); }));
 }
+
+// A port no process listens on now (a dispatcher takes any, then lets it go).
+QString free_port() {
+  Service probe({"dispatcher", "--port", "0"});
+  const QString port = probe.port();
+  probe.stop();
+  return port;
+}
+
+// Waits until the dispatcher lists `count` alive workers.
+bool alive_workers(const QString& dispatcher, int count, const QStringList& extra = {}) {
+  return count_with(workers_until(dispatcher, [&](const QStringList& l) { return count_with(l, " alive") == count; }, 15000, extra), " alive") == count;
+}
+
+std::multiset<int> multiset_of(const std::vector<int>& values) { return {values.begin(), values.end()}; }
 
 }  // namespace
 
@@ -310,6 +346,200 @@ class TestService : public QObject {
     const auto other = sluice_cli({"run", "--quiet", job_file(dir, "b.txtpb", address, 60, 0, 10, dir.filePath("b.jsonl"))});
     QVERIFY(other.code != 0);
     QVERIFY2(other.err.contains("job 'train' is another pipeline's") && other.err.contains("another job_name"), qPrintable(other.err));
+  }
+
+  // OFF: every worker makes the whole dataset with its own seed; the trainer gets each copy's
+  // elements, which are what a job of as many workers each reading everything (sharding: off)
+  // gets. A random filter shows the seeds differ.
+  void off_mode_gives_a_copy_of_the_dataset_from_each_worker() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service first({"worker", "--dispatcher", address}), second({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 2));
+    const QString source = "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"300\" } }";
+    const QString work = "\"filter_random\" input: \"numbers\" params { key: \"p\" value: \"0.5\" }";
+    const QString out = dir.filePath("out.jsonl");
+    const auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"), source, work,
+                                                                 QString("service: \"grpc://%1\" processing_mode: OFF job_name: \"copies\"").arg(address), out)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    // Each copy as a worker of a two-worker job reading everything makes it.
+    std::multiset<int> want;
+    std::vector<std::set<int>> copies;
+    for (int k = 0; k < 2; ++k) {
+      const QString local = dir.filePath(QString("copy%1.jsonl").arg(k));
+      const QString file = write_text(dir.filePath("copy.txtpb"),
+                                      QString("options { seed: 5 sharding: off }\n%1\nstage { id: \"work\" op: %2 }\n"
+                                              "stage { id: \"out\" op: \"jsonl_sink\" input: \"work\" params { key: \"path\" value: \"%3\" } }\n")
+                                          .arg(source, work, dir.filePath("copy{worker}.jsonl")));
+      const auto copy = sluice_cli({"run", "--quiet", file, "--num-workers", "2", "--worker-index", QString::number(k)});
+      QVERIFY2(copy.code == 0, qPrintable(copy.err));
+      const auto got = numbers_in(local);
+      copies.emplace_back(got.begin(), got.end());
+      want.insert(got.begin(), got.end());
+    }
+    QVERIFY(copies[0] != copies[1]);  // their own seeds
+    QVERIFY(copies[0].size() > 100 && copies[1].size() > 100);
+    const auto got = numbers_in(out);
+    QVERIFY2(multiset_of(got) == want, qPrintable(QString("%1 elements, %2 wanted").arg(got.size()).arg(want.size())));
+  }
+
+  // Static sharding over the dispatcher's fixed worker list: by record and by file, every element
+  // once; a worker not on the list is refused, and a dispatcher without a list refuses the mode.
+  void static_sharding_over_a_fixed_worker_list() {
+    QTemporaryDir dir;
+    const QString p1 = free_port(), p2 = free_port();
+    QVERIFY(!p1.isEmpty() && !p2.isEmpty() && p1 != p2);
+    const QString a1 = "127.0.0.1:" + p1, a2 = "127.0.0.1:" + p2;
+    Service dispatcher({"dispatcher", "--port", "0", "--worker-addresses", a1 + "," + a2});
+    const QString address = dispatcher.address();
+    Service first({"worker", "--dispatcher", address, "--port", p1}), second({"worker", "--dispatcher", address, "--port", p2});
+    QVERIFY(alive_workers(address, 2));
+    Service stranger({"worker", "--dispatcher", address});
+    QVERIFY(stranger.process().waitForFinished(20000));
+    const QString said = stranger.errors() + QString::fromUtf8(stranger.process().readAllStandardError());
+    QVERIFY2(stranger.process().exitCode() != 0 && said.contains("not in the dispatcher's fixed list (--worker-addresses " + a1 + "," + a2 + ")"),
+             qPrintable(said));
+
+    const QString numbers = "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"300\" } }";
+    const QString by_record = dir.filePath("records.jsonl");
+    auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("records.txtpb"), numbers, "\"simulate_work\" input: \"numbers\"",
+                                                           QString("service: \"grpc://%1\" processing_mode: DATA job_name: \"records\"").arg(address), by_record)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    auto got = numbers_in(by_record);
+    QVERIFY2(each_once(got, 300), qPrintable(QString("%1 elements").arg(got.size())));
+
+    for (int f = 0; f < 4; ++f) {
+      QString lines;
+      for (int i = 0; i < 25; ++i) lines += QString::number(f * 25 + i) + "\n";
+      write_text(dir.filePath(QString("part%1.txt").arg(f)), lines);
+    }
+    const QString files = QString("stage { id: \"files\" op: \"list_files\" params { key: \"patterns\" value: \"%1/part*.txt\" } }").arg(dir.path());
+    const QString by_file = dir.filePath("files.jsonl");
+    run = sluice_cli({"run", "--quiet", service_file(dir.filePath("files.txtpb"), files, "\"text_lines\" input: \"files\"",
+                                                      QString("service: \"grpc://%1\" processing_mode: FILE job_name: \"files\"").arg(address), by_file)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    got = numbers_in(by_file, "line");
+    QVERIFY2(each_once(got, 100), qPrintable(QString("%1 lines").arg(got.size())));
+
+    Service unlisted({"dispatcher", "--port", "0"});
+    const QString other = unlisted.address();
+    Service worker({"worker", "--dispatcher", other});
+    QVERIFY(!worker.address().isEmpty());
+    run = sluice_cli({"run", "--quiet", service_file(dir.filePath("refused.txtpb"), numbers, "\"simulate_work\" input: \"numbers\"",
+                                                      QString("service: \"grpc://%1\" processing_mode: DATA job_name: \"records\"").arg(other),
+                                                      dir.filePath("refused.jsonl"))});
+    QVERIFY(run.code != 0);
+    QVERIFY2(run.err.contains("job 'records' shards statically (DATA)") && run.err.contains("--worker-addresses"), qPrintable(run.err));
+  }
+
+  // A dispatcher killed with SIGKILL in mid-epoch and started again on its journal continues the
+  // job: the trainer waits for it, and gets every element once.
+  void a_dispatcher_restarted_on_its_journal_continues_the_job() {
+    QTemporaryDir dir;
+    const QString work_dir = dir.filePath("dispatcher");
+    auto dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", "0", "--work-dir", work_dir});
+    const QString address = dispatcher->address();
+    const QString port = address.section(':', -1);
+    Service first({"worker", "--dispatcher", address}), second({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 2));
+    const QString out = dir.filePath("out.jsonl");
+    QProcess trainer;
+    trainer.start(SLUICE_CLI, {"run", "--quiet", job_file(dir, "p.txtpb", address, 1200, 3000, 20, out)});
+    QVERIFY(trainer.waitForStarted());
+    QTest::qWait(1200);  // a few splits in
+    dispatcher->kill();
+    QVERIFY(QFileInfo::exists(work_dir + "/dispatcher.journal"));
+    QTest::qWait(500);
+    dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", port, "--work-dir", work_dir});
+    QCOMPARE(dispatcher->address(), address);
+    QVERIFY2(dispatcher->says("continuing from its journal"), qPrintable(dispatcher->errors()));
+    QVERIFY(trainer.waitForFinished(90000));
+    QVERIFY2(trainer.exitCode() == 0, qPrintable(QString::fromUtf8(trainer.readAllStandardError())));
+    const auto got = numbers_in(out);
+    QVERIFY2(each_once(got, 1200), qPrintable(QString("%1 elements").arg(got.size())));
+    // The workers kept their places: none registered anew.
+    QVERIFY(!first.errors().contains("registered again") && !second.errors().contains("registered again"));
+
+    // A journal that cannot be read is refused by name, not overwritten.
+    dispatcher->kill();
+    write_text(work_dir + "/dispatcher.journal", "not a journal");
+    const auto damaged = sluice_cli({"dispatcher", "--port", "0", "--work-dir", work_dir});
+    QVERIFY(damaged.code != 0);
+    QVERIFY2(damaged.err.contains(work_dir + "/dispatcher.journal") && damaged.err.contains("move it away"), qPrintable(damaged.err));
+  }
+
+  // A worker whose plugins lack an operator of the job makes none of it, and is named; with no
+  // other worker the trainer fails naming the operator and the worker.
+  void a_worker_without_a_needed_plugin_is_refused_by_name() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service plain({"worker", "--dispatcher", address});
+    const QString plain_address = plain.address();
+    QVERIFY(alive_workers(address, 1));
+    const QString numbers = "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"200\" } }";
+    const QString distribute = QString("service: \"grpc://%1\" job_name: \"tagged\" split_size: 20").arg(address);
+    const auto refused = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"), numbers, "\"tag_origin\" input: \"numbers\"", distribute,
+                                                                     dir.filePath("refused.jsonl"))});
+    QVERIFY(refused.code != 0);
+    QVERIFY2(refused.err.contains("no worker can make job 'tagged'") && refused.err.contains("(" + plain_address + ") lacks operator 'tag_origin'"),
+             qPrintable(refused.err));
+
+    Service equipped({"worker", "--dispatcher", address, "--plugin-dir", QString(SLUICE_FIXTURE_PLUGIN_DIR) + "/good"});
+    QVERIFY(alive_workers(address, 2));
+    const QString out = dir.filePath("out.jsonl");
+    const auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"), numbers, "\"tag_origin\" input: \"numbers\"", distribute, out)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    const auto got = numbers_in(out);
+    QVERIFY2(each_once(got, 200), qPrintable(QString("%1 elements").arg(got.size())));
+    QVERIFY2(dispatcher.says("(" + plain_address + ") lacks operator 'tag_origin': it makes none of the job's splits"), qPrintable(dispatcher.errors()));
+  }
+
+  // Off loopback with TLS and a token: a client without TLS, or with TLS and without the token,
+  // is refused; a trainer with both gets every element once.
+  void tls_and_a_token_off_loopback() {
+    QTemporaryDir dir;
+    auto openssl = [&](const QStringList& args) {
+      QProcess p;
+      p.setWorkingDirectory(dir.path());
+      p.start("openssl", args);
+      return p.waitForFinished(60000) && p.exitCode() == 0;
+    };
+    QVERIFY(openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Sluice test CA"}));
+    QVERIFY(openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"}));
+    write_text(dir.filePath("san.ext"), "subjectAltName=IP:127.0.0.1\n");
+    QVERIFY(openssl({"x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2",
+                     "-extfile", "san.ext"}));
+    const QString token = write_text(dir.filePath("token"), "tls-t0ken-value\n");
+    const QStringList serve{"--bind", "0.0.0.0", "--tls-cert", dir.filePath("server.pem"), "--tls-key", dir.filePath("server.key"), "--token-file", token};
+    const QStringList client{"--tls-ca", dir.filePath("ca.pem"), "--token-file", token};
+    Service dispatcher(QStringList{"dispatcher", "--port", "0"} + serve);
+    const QString port = dispatcher.port();
+    QVERIFY2(!port.isEmpty(), qPrintable(dispatcher.errors()));
+    const QString address = "127.0.0.1:" + port;
+    const QStringList trusting{"--tls-ca", dir.filePath("ca.pem")};
+    Service first(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
+    Service second(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
+    QVERIFY2(alive_workers(address, 2, client), qPrintable(first.errors()));
+
+    const auto plain = sluice_cli({"service", "workers", "--dispatcher", address});
+    QVERIFY(plain.code != 0);
+    QVERIFY2(plain.err.contains("did not answer"), qPrintable(plain.err));
+    const auto tokenless = sluice_cli({"service", "workers", "--dispatcher", address, "--tls-ca", dir.filePath("ca.pem")});
+    QVERIFY(tokenless.code != 0);
+    QVERIFY2(tokenless.err.contains("UNAUTHENTICATED"), qPrintable(tokenless.err));
+
+    const QString out = dir.filePath("out.jsonl");
+    const QString numbers = "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"300\" } }";
+    const auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"), numbers, "\"simulate_work\" input: \"numbers\"",
+                                                                 QString("service: \"grpc://%1\" job_name: \"secure\" split_size: 25 token_file: \"%2\" tls_ca: \"%3\"")
+                                                                     .arg(address, token, dir.filePath("ca.pem")),
+                                                                 out)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    const auto got = numbers_in(out);
+    QVERIFY2(each_once(got, 300), qPrintable(QString("%1 elements").arg(got.size())));
+    QVERIFY(!(plain.err + tokenless.err + run.err + dispatcher.errors() + first.errors()).contains("t0ken"));
   }
 
   void a_malformed_address_is_named() {

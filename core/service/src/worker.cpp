@@ -86,7 +86,10 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
     identity.index = static_cast<int>(request.split());
     identity.count = static_cast<int>(std::max<std::uint64_t>(request.splits(), 1));
     identity.source = job.mode() == proto::JobRequest::OFF ? "the service (OFF: a copy of the dataset each)" : "the service (a static shard each)";
+    add("service_stream", "service_stream", ends.front(), {{"queue", queue}});  // the plan builds the graph: it needs its sink
     plan_for_worker(doc, registry, identity);
+    doc.stage_locations.clear();
+    return doc;
   }
   add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
   doc.stage_locations.clear();
@@ -258,7 +261,9 @@ struct Worker::Impl {
     const grpc::Status status = dispatcher->RegisterWorker(context.get(), info(), &reply);
     if (!status.ok()) {
       why = detail::status_text(status);
-      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) throw ServiceError(fmt::format("the dispatcher at {} refused this worker: {}", dispatcher_target, why));
+      // Refused (not merely unreachable): trying again would not help.
+      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED || status.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+        throw ServiceError(fmt::format("the dispatcher at {} refused this worker: {}", dispatcher_target, why));
       return false;
     }
     service->id = reply.worker_id();
