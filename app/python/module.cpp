@@ -45,6 +45,7 @@
 #include "sluice/core/report.hpp"
 #include "sluice/core/spec.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/service/service.hpp"
 #include "sluice/operator.hpp"
 
 #include "cuda_driver.hpp"
@@ -532,6 +533,7 @@ void add_host_operators(Registry& r) {
   add_python_operator<PythonIterator>(r, "python_iterator", OperatorKind::Sink,
                                       "Hands each element to Python's iterator (added by sluice.Pipeline).", "queue",
                                       "the iterator's queue", false);
+  service::add_service_operators(r);  // service_source, in place of the stages a `distribute` sends away
 }
 
 // Describes the bundled plugins, SLUICE_PLUGIN_PATH and `extra` (once each) through the registry
@@ -618,14 +620,7 @@ PipelineDocument document_of(const std::string& text, const std::string& file, c
     for (const auto& [key, value] : sets) overrides.push_back(key + "=" + value);
     apply_overrides(doc, overrides);
     if (seed) doc.spec.mutable_options()->set_seed(*seed);
-    // Running the stages in this process would silently ignore what the file asks for.
-    for (int i = 0; i < doc.spec.stage_size(); ++i)
-      if (doc.spec.stage(i).has_distribute()) {
-        const auto at = i < static_cast<int>(doc.stage_locations.size()) ? doc.stage_locations[static_cast<std::size_t>(i)] : std::pair{0, 0};
-        throw SpecError({{file, at.first, at.second, doc.spec.stage(i).id(), "distribute",
-                          "a stage sent to the Sluice service runs from `sluice run` for now (Python's face of the service is not "
-                          "built yet): run this pipeline with sluice run, or remove distribute to run it all here"}});
-      }
+    service::split_at_service(doc);  // a `distribute` stage and those before it run on the Sluice service
     return doc;
   } catch (const SpecError& e) {
     raise_spec_error(e);

@@ -1,17 +1,98 @@
-"""The Sluice service from Python: not built yet, so a pipeline file that sends stages to the
-service is refused by name rather than run whole in this process."""
+"""The Sluice service from Python, written as a tf.data user writes it: a dispatcher and workers
+started as a cluster starts them (`sluice dispatcher`, `sluice worker`), and a training script that
+sends the front of its dataset there with `distribute()` or tf.data's `apply(service.distribute())`
+and iterates the rest here."""
+import collections
+import re
+import subprocess
+import time
+
 import pytest
 
 import sluice
+from conftest import CLI, cli
 
-SPEC = """options { seed: 1 }
-stage { id: "numbers" op: "range" params { key: "count" value: "10" } }
-stage { id: "work" op: "identity" input: "numbers"
-        distribute { service: "grpc://127.0.0.1:5050" processing_mode: DYNAMIC job_name: "train" } }
+
+class Process:
+    """A service process, stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, *args):
+        self.process = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        line = self.process.stdout.readline()
+        match = re.search(r"listening on (\S+:\d+)", line)
+        if not match:
+            self.stop()
+            raise AssertionError(f"sluice {' '.join(args)} did not start: {line}{self.process.stderr.read()}")
+        self.address = match.group(1)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def service():
+    """A dispatcher with two workers, both registered: its address."""
+    dispatcher = Process("dispatcher", "--port", "0")
+    workers = [Process("worker", "--dispatcher", dispatcher.address) for _ in range(2)]
+    deadline = time.monotonic() + 15
+    while cli("service", "workers", "--dispatcher", dispatcher.address).stdout.count(" alive") < 2:
+        assert time.monotonic() < deadline, "the workers did not register"
+        time.sleep(0.1)
+    yield dispatcher.address
+    for process in workers + [dispatcher]:
+        process.stop()
+
+
+def values(dataset):
+    return [int(v) for batch in dataset for v in batch["value"].reshape(-1)]
+
+
+def test_dynamic_gives_every_element_once_per_epoch(service):
+    ds = (sluice.data.range(500)
+          .simulate_work(us=50)
+          .distribute(f"grpc://{service}", processing_mode="dynamic", job_name="python", split_size=20)
+          .batch(16))
+    assert sorted(values(ds)) == list(range(500))
+    assert sorted(values(ds)) == list(range(500))  # the next epoch, from the service again
+
+
+def test_tf_data_apply_with_a_sharding_policy(service):
+    service_api = sluice.data.experimental.service
+    ds = sluice.data.range(100).filter_random(p=0.5)
+    ds = ds.apply(service_api.distribute(processing_mode=service_api.ShardingPolicy.OFF, service=f"grpc://{service}",
+                                         job_name="copies"))
+    got = collections.Counter(values(ds.batch(8)))
+    # Two copies of the dataset, each with its own seed: some values twice, some once.
+    assert set(got.values()) <= {1, 2} and 1 in got.values() and 2 in got.values()
+    assert sum(got.values()) > 60
+
+
+def test_a_job_without_a_name_is_this_runs_own(service):
+    ds = sluice.data.range(40).distribute(f"grpc://{service}").batch(10)
+    assert sorted(values(ds)) == list(range(40))
+
+
+def test_a_pipeline_file_with_a_distributed_stage_runs(service):
+    spec = f"""options {{ seed: 1 }}
+stage {{ id: "numbers" op: "range" params {{ key: "count" value: "30" }} }}
+stage {{ id: "work" op: "identity" input: "numbers"
+        distribute {{ service: "grpc://{service}" processing_mode: DYNAMIC job_name: "file" split_size: 4 }} }}
 """
+    got = [int(e["value"]) for e in sluice.Pipeline.from_spec(spec)]
+    assert sorted(got) == list(range(30))
 
 
-def test_a_distributed_stage_is_refused_naming_it_and_what_to_do():
-    with pytest.raises(sluice.SpecError, match=r"work.*distribute.*runs from `sluice run` for now.*remove distribute") as refused:
-        sluice.Pipeline.from_spec(SPEC)
-    assert refused.value.problems[0]["line"] == 3 and refused.value.problems[0]["stage"] == "work"
+def test_what_the_workers_cannot_run_is_refused_by_name():
+    ds = sluice.data.range(10).map(lambda e: e, name="mine")
+    with pytest.raises(ValueError, match=r"stage 'mine' \(python_map\) calls Python code.*after distribute\(\)"):
+        ds.distribute("grpc://127.0.0.1:5050")
+    with pytest.raises(ValueError, match=r"processing_mode 'sometimes' is none of 'dynamic'"):
+        sluice.data.range(10).distribute("grpc://127.0.0.1:5050", processing_mode="sometimes")
+    with pytest.raises(ValueError, match=r"no stages"):
+        sluice.data.Dataset().distribute("grpc://127.0.0.1:5050")

@@ -29,6 +29,7 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 import builtins
 import collections
 import difflib
+import enum
 import inspect
 import json
 import os
@@ -507,6 +508,38 @@ class Dataset:
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
         return _combine("concatenate", (self,) + others, {}, name)
 
+    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, token_file=None, tls_ca=None):
+        """Runs this dataset (every stage so far) on the Sluice service's workers and reads its
+        elements from them; the stages added after this one run here. As tf.data's
+        `ds.apply(tf.data.experimental.service.distribute(processing_mode, service, job_name))`.
+
+        service: the dispatcher, "grpc://HOST:PORT". processing_mode: "dynamic" (splits of the
+        source handed to whichever worker is free; every element exactly once, even when workers
+        die), "off" (every worker makes the whole dataset with its own seed), or static sharding
+        over the dispatcher's fixed worker list: "file", "data" or "file_or_data" (tf.data's
+        ShardingPolicy names and its "distributed_epoch" and "parallel_epochs" are taken too).
+        job_name: trainers naming one job share its elements; None: this run's own job.
+        split_size: source elements per split in dynamic mode (default 1: a file of list_files).
+        token_file, tls_ca: the service's shared token and the authority to trust, off loopback."""
+        if not self._stages:
+            raise ValueError("distribute(): the dataset has no stages to send to the service")
+        for st in self._stages:
+            if st["op"].startswith("python_"):
+                raise ValueError(f"distribute(): stage '{st['id']}' ({st['op']}) calls Python code, which the service's workers "
+                                 f"cannot run (they run pipeline files); apply it after distribute(), or use Sluice operators "
+                                 f"(`sluice plugins`)")
+        mode = _processing_mode(processing_mode)
+        distribute = {"service": str(service), "processing_mode": mode}
+        for key, value in (("job_name", job_name), ("token_file", token_file), ("tls_ca", tls_ca)):
+            if value is not None:
+                distribute[key] = os.fspath(value) if key != "job_name" else str(value)
+        if split_size is not None:
+            if int(split_size) < 1:
+                raise ValueError(f"distribute(): split_size is at least 1, not {split_size!r}")
+            distribute["split_size"] = int(split_size)
+        stages = self._stages[:-1] + [dict(self._stages[-1], distribute=distribute)]
+        return Dataset(stages, self._options, self._held, self._structure)
+
     def options(self, *, seed=None, deterministic=None, error_policy=None, fuse_stages=None):
         """The pipeline's options: the seed of every random stage, whether parallel stages keep
         order, the default error policy, whether neighbouring maps share workers."""
@@ -603,6 +636,19 @@ class Dataset:
 
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
+
+
+_PROCESSING_MODES = {"dynamic": "DYNAMIC", "distributed_epoch": "DYNAMIC", "off": "OFF", "parallel_epochs": "OFF", "file": "FILE",
+                     "data": "DATA", "file_or_data": "FILE_OR_DATA"}
+
+
+def _processing_mode(mode):
+    """The pipeline file's processing_mode of distribute()'s: a name (any case) or a ShardingPolicy."""
+    name = getattr(mode, "name", mode)
+    if isinstance(name, str) and name.lower() in _PROCESSING_MODES:
+        return _PROCESSING_MODES[name.lower()]
+    raise ValueError(f"distribute(): processing_mode {mode!r} is none of {', '.join(repr(k) for k in _PROCESSING_MODES)} "
+                     f"(or a sluice.data.experimental.service.ShardingPolicy)")
 
 
 def _stage_cardinality(st, inputs):
@@ -1095,9 +1141,31 @@ def tfds(name, *, split=None, data_dir=None, shuffle_files=False, as_supervised=
     return dataset
 
 
+class _ShardingPolicy(enum.Enum):
+    """tf.data.experimental.service.ShardingPolicy: how the service's workers share a dataset."""
+    OFF = "off"
+    DYNAMIC = "dynamic"
+    FILE = "file"
+    DATA = "data"
+    FILE_OR_DATA = "file_or_data"
+
+
+class _Service:
+    """tf.data.experimental.service's names that Sluice has: distribute() and ShardingPolicy."""
+    ShardingPolicy = _ShardingPolicy
+
+    @staticmethod
+    def distribute(processing_mode, service, job_name=None, **options):
+        """For ds.apply(): Dataset.distribute(service, processing_mode, job_name, ...), in
+        tf.data's argument order."""
+        return lambda dataset: dataset.distribute(service, processing_mode, job_name, **options)
+
+
 class experimental:
-    """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors(), parallel_interleave()."""
+    """tf.data.experimental's names that Sluice has: AUTOTUNE, ignore_errors(), parallel_interleave(),
+    service.distribute()."""
     AUTOTUNE = AUTOTUNE
+    service = _Service
 
     @staticmethod
     def ignore_errors():
@@ -1135,7 +1203,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "collections", "difflib", "inspect", "json", "os", "shutil", "tempfile", "weakref", "SpecError"}
+    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "collections", "difflib", "enum", "inspect", "json", "os", "shutil", "tempfile", "weakref", "SpecError"}
     return sorted(public | {n for n, s in _schemas().items() if s["kind"] == "source"})
 
 

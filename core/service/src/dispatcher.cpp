@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "job_fingerprint.hpp"
 #include "job_ledger.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
@@ -46,7 +47,7 @@ bool is_static(proto::JobRequest::Mode mode) {
 // The operators a job's workers need: its stages', and in DYNAMIC mode the skip and take that cut
 // its splits. Throws SpecError for a pipeline text that does not parse.
 std::vector<std::string> operators_of(const proto::JobRequest& job) {
-  const PipelineDocument doc = parse_pipeline(job.pipeline(), fmt::format("job '{}'", job.job_name()));
+  const PipelineDocument doc = parse_pipeline(job.pipeline(), job.pipeline_file().empty() ? fmt::format("job '{}'", job.job_name()) : job.pipeline_file());
   std::set<std::string> ops;
   for (const auto& stage : doc.spec.stage()) ops.insert(stage.op());
   if (job.mode() == proto::JobRequest::DYNAMIC) ops.insert({"skip", "take"});
@@ -138,10 +139,11 @@ class DispatcherService final : public proto::Dispatcher::Service {
     std::lock_guard lock(mutex_);
     for (const auto& [id, known] : jobs_) {
       if (known.request.job_name() != job.job_name()) continue;
-      if (known.request.pipeline() != job.pipeline() || known.request.split_size() != job.split_size() || known.request.mode() != job.mode())
+      if (known.request.pipeline() != job.pipeline() || detail::pipeline_folder(known.request) != detail::pipeline_folder(job) ||
+          known.request.split_size() != job.split_size() || known.request.mode() != job.mode())
         return {grpc::StatusCode::FAILED_PRECONDITION,
-                fmt::format("job '{}' is another pipeline's: the trainers sharing a job name run the same pipeline file (give this one "
-                            "another job_name)",
+                fmt::format("job '{}' is another pipeline's: the trainers sharing a job name send the same stages, from files in "
+                            "the same folder (give this one another job_name)",
                             job.job_name())};
       reply->set_job_id(id);
       return grpc::Status::OK;

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -43,6 +44,7 @@ class ServiceSource final : public Source {
     service_ = p.get_string("service");
     job_.set_job_name(p.get_string("job_name"));
     job_.set_pipeline(p.get_string("pipeline"));
+    job_.set_pipeline_file(p.get_string("pipeline_file"));
     job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
     job_.set_mode(mode_of(p.get_string("processing_mode")));
     // Each reader names itself to the dispatcher, so that a question asked again gets the answer
@@ -287,6 +289,8 @@ void add_service_operators(Registry& registry) {
                  ParamSpec::make("processing_mode", ParamType::Choice, "how the workers share the job: DYNAMIC, OFF, FILE, DATA or FILE_OR_DATA")
                      .def("DYNAMIC")
                      .one_of({"DYNAMIC", "OFF", "FILE", "DATA", "FILE_OR_DATA"}),
+                 ParamSpec::make("pipeline_file", ParamType::String, "the file the stages came from: their relative paths are of its folder")
+                     .def(""),
                  ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
                  ParamSpec::make("splits_in_flight", ParamType::Int, "splits read at once (each from the worker making it)").def("4").range(1, 256),
                  ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
@@ -313,7 +317,12 @@ void split_at_service(PipelineDocument& doc) {
   const auto& d = distributed.distribute();
   auto refuse = [&](const std::string& message) { throw SpecError({{doc.file, 0, 0, distributed.id(), "distribute", message}}); };
   if (d.service().empty()) refuse("distribute needs service: \"grpc://HOST:PORT\" (the dispatcher)");
-  if (d.job_name().empty()) refuse("distribute needs job_name: the trainers naming one job share its elements");
+  // Without a name the job is this run's alone, as tf.data's anonymous jobs are.
+  std::string job_name = d.job_name();
+  if (job_name.empty()) {
+    std::random_device random;
+    job_name = fmt::format("anonymous-{:08x}{:08x}", random(), random());
+  }
   // The prefix: the distributed stage and every stage it reads from, directly or not.
   std::map<std::string, int> index;
   for (int i = 0; i < stages.size(); ++i) index[stages[i].id()] = i;
@@ -358,8 +367,13 @@ void split_at_service(PipelineDocument& doc) {
     stage->set_op("service_source");
     auto& params = *stage->mutable_params();
     params["service"] = d.service();
-    params["job_name"] = d.job_name();
+    params["job_name"] = job_name;
     params["pipeline"] = pipeline_to_text(on_service);
+    if (!doc.file.empty()) {
+      std::error_code ec;
+      const auto file = std::filesystem::absolute(doc.file, ec);
+      params["pipeline_file"] = ec ? doc.file : file.lexically_normal().string();
+    }
     params["split_size"] = std::to_string(std::max<std::uint64_t>(d.split_size(), 1));
     params["processing_mode"] = d.processing_mode() == spec::Distribute::PROCESSING_MODE_UNSET ? "DYNAMIC" : spec::Distribute::ProcessingMode_Name(d.processing_mode());
     if (!d.token_file().empty()) params["token_file"] = d.token_file();

@@ -46,7 +46,8 @@ void add_stream_sink(Registry& registry) {
 // Throws SpecError or Error.
 PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::ProduceRequest& request, const std::string& queue,
                                 const Registry& registry) {
-  PipelineDocument doc = parse_pipeline(job.pipeline(), fmt::format("job '{}'", job.job_name()));
+  // Named as the trainer's file: paths relative to it are of its folder here too.
+  PipelineDocument doc = parse_pipeline(job.pipeline(), job.pipeline_file().empty() ? fmt::format("job '{}'", job.job_name()) : job.pipeline_file());
   auto& stages = *doc.spec.mutable_stage();
   std::set<std::string> consumed;
   for (const auto& stage : stages)
@@ -76,6 +77,7 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
     const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
     add(split_skip, "skip", source, {{"count", std::to_string(request.split() * size)}});
     add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
+    if (ends.front() == source) ends.front() = split_take;  // the source alone is distributed
   } else {
     auto& options = *doc.spec.mutable_options();
     options.set_sharding(job.mode() == proto::JobRequest::OFF    ? spec::off
