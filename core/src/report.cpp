@@ -154,6 +154,11 @@ std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot
                          "helps only as far as the function releases the GIL (NumPy on large arrays does); move the work "
                          "into Sluice operators, or vectorise the function",
                          b->id(), b->op()));
+    } else if (b->op() == "service_source") {
+      advice(fmt::format("the Sluice service (stage '{}' reads what its workers make) delivers slower than the rest consumes: start more "
+                         "workers (sluice worker --dispatcher ...) when those running are busy, or read more splits at once "
+                         "(distribute {{ splits_in_flight: N }}, 4 by default) when they are not",
+                         b->id()));
     } else if (b->kind() == "source") {
       advice(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
                                 "(an interleaved reader with parallelism), or make each element cheaper to produce",

@@ -124,6 +124,42 @@ std::string resolve_from_pipeline_folder(const std::string& path, const std::str
   return (folder / as_given).lexically_normal().string();
 }
 
+namespace {
+// Sets a field of the stage's `distribute` from its text; returns why it cannot (empty: done).
+std::string set_distribute_field(spec::Stage& stage, const std::string& field, const std::string& value) {
+  spec::Distribute& d = *stage.mutable_distribute();
+  const auto* descriptor = spec::Distribute::descriptor();
+  const auto* f = descriptor->FindFieldByName(field);
+  if (!f) {
+    std::vector<std::string> names;
+    for (int i = 0; i < descriptor->field_count(); ++i) names.push_back(descriptor->field(i)->name());
+    return fmt::format("distribute has no field '{}' (it has {})", field, fmt::join(names, ", "));
+  }
+  const auto* reflection = d.GetReflection();
+  switch (f->cpp_type()) {
+    case google::protobuf::FieldDescriptor::CPPTYPE_STRING: reflection->SetString(&d, f, value); return {};
+    case google::protobuf::FieldDescriptor::CPPTYPE_UINT64: {
+      std::uint64_t number = 0;
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+      if (error != std::errc() || end != value.data() + value.size()) return fmt::format("distribute.{} is a count", field);
+      reflection->SetUInt64(&d, f, number);
+      return {};
+    }
+    case google::protobuf::FieldDescriptor::CPPTYPE_ENUM: {
+      const auto* v = f->enum_type()->FindValueByName(value);
+      if (!v) {
+        std::vector<std::string> names;
+        for (int i = 1; i < f->enum_type()->value_count(); ++i) names.push_back(f->enum_type()->value(i)->name());
+        return fmt::format("distribute.{} is one of {}", field, fmt::join(names, ", "));
+      }
+      reflection->SetEnum(&d, f, v);
+      return {};
+    }
+    default: return fmt::format("distribute.{} cannot be set from the command line", field);
+  }
+}
+}  // namespace
+
 void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& overrides) {
   std::vector<Problem> problems;
   std::vector<std::string> ids;
@@ -143,6 +179,18 @@ void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& over
         target = &st;
         best = id.size();
       }
+    }
+    if (!target && key.rfind("distribute.", 0) == 0) {
+      // `distribute.FIELD`: the stage the file distributes (the service's address on this cluster).
+      for (auto& st : *doc.spec.mutable_stage())
+        if (st.has_distribute()) target = &st;
+      if (!target) {
+        problems.push_back({"--set", 0, 0, "", "", fmt::format("'{}': no stage of the pipeline has `distribute` (write STAGE.distribute.{} to send one to the service)", text, key.substr(11))});
+        continue;
+      }
+      if (auto why = set_distribute_field(*target, key.substr(11), value); !why.empty())
+        problems.push_back({"--set", 0, 0, target->id(), key, fmt::format("'{}': {}", text, why)});
+      continue;
     }
     if (!target) {
       auto dot = key.find('.');
@@ -168,6 +216,11 @@ void apply_overrides(PipelineDocument& doc, const std::vector<std::string>& over
       }
       if (name == "parallelism") target->set_parallelism(autotune ? -1 : number);
       else target->set_buffer_size(autotune ? -1 : number);
+      continue;
+    }
+    if (name.rfind("distribute.", 0) == 0) {  // where the stage goes: the service's address on this cluster, its token...
+      if (auto why = set_distribute_field(*target, name.substr(11), value); !why.empty())
+        problems.push_back({"--set", 0, 0, target->id(), name, fmt::format("'{}': {}", text, why)});
       continue;
     }
     (*target->mutable_params())[name] = value;

@@ -252,7 +252,7 @@ WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, cons
   for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
     if (!graph.stages[i].inputs.empty()) continue;
     if (shards_itself(i)) {
-      plan.notes.push_back(fmt::format("'{}' ({}) shards itself: this worker reads 1 in {} of its records", graph.stages[i].id,
+      plan.notes.push_back(fmt::format("'{}' ({}) shards itself: the {} workers share its records, none read twice", graph.stages[i].id,
                                        graph.stages[i].op->info.name, n));
       // Equal steps are its own to give, when it takes them (random_access's equal_steps).
       const auto& schema = graph.stages[i].op->info.params;

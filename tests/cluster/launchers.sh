@@ -7,7 +7,8 @@
 # file and by record; the same seed gives each worker the same output twice; equal_steps gives
 # every worker the same number of batches from files of unequal sizes. Under Slurm also: the
 # preprocessing job (resources/pipelines/preprocess_sensors.txtpb) writes shards that read back
-# to exactly the input rows, and a worker killed mid-run leaves no shard that looks complete.
+# to exactly the input rows, and a worker killed mid-run leaves no shard that looks complete; the
+# service's script (resources/slurm/service.sbatch) gives its trainers every row once.
 # Exits 77 (ctest: skipped) when the launcher cannot run here (Slurm needs root).
 set -euo pipefail
 
@@ -227,6 +228,35 @@ EOF
   wait "$job" || true
   if ls "$work/killed" | grep -E -- "-worker-1-[0-9]+\.tfrecord$"; then fail "slurm: the killed worker left a shard that looks complete"; fi
   echo "  worker 1 killed mid-run: $(ls "$work/killed" | grep -c -- "-worker-1-") .partial file(s), no complete-looking shard"
+fi
+
+if [ "$launcher" = slurm ]; then
+  # The one-node cluster never starts a heterogeneous job whose components share its one node
+  # (backfill plans component 0 and never places component 1), so the script runs as the one
+  # allocation it also supports: its `hetjob` directives removed, 2 of its 4 tasks workers.
+  echo "slurm: the service's sbatch script: a dispatcher, 2 workers and 2 trainers, over TLS with the job's token"
+  sed '/^#SBATCH hetjob/,/^[^#]/{/^#SBATCH/d}' "$repo/resources/slurm/service.sbatch" > "$work/service.sbatch"
+  (cd "$repo" && SLUICE="$sluice" WORK_DIR="$work/service" WORKERS=2 sbatch --quiet --wait --cpus-per-task=1 --output="$work/service.out" \
+    "$work/service.sbatch" --set "out.path=$work/service/trainer-{worker}.jsonl") ||
+    { cat "$work/service.out" "$work/service/"*.log >&2; fail "slurm: the service job failed"; }
+  grep -q "workers, 2 trainers" "$work/service.out" || { cat "$work/service.out" >&2; fail "slurm: the service job did not start its processes"; }
+  python3 - "$repo/resources/examples/sensors" "$work/service" <<'EOF' || { cat "$work/service.out" "$work/service/"*.log >&2; fail "slurm: the trainers did not get every row once"; }
+import csv, glob, json, sys
+sensors, folder = sys.argv[1:]
+expected = {(int(r["asset"]), int(r["step"])) for path in glob.glob(sensors + "/asset-*.csv") for r in csv.DictReader(open(path))}
+got, per_trainer = [], []
+for path in sorted(glob.glob(folder + "/trainer-*.jsonl")):
+    rows = [(a, s) for line in open(path) for batch in [json.loads(line)] for a, s in zip(batch["asset"], batch["step"])]
+    per_trainer.append(len(rows))
+    got += rows
+if len(per_trainer) != 2 or min(per_trainer) == 0:
+    sys.exit(f"rows per trainer: {per_trainer}")
+if len(got) != len(set(got)) or set(got) != expected:
+    sys.exit(f"{len(got)} rows, {len(set(got))} distinct, {len(expected)} expected")
+print(f"  {len(got)} rows, each once, shared by the trainers ({per_trainer[0]} and {per_trainer[1]})")
+EOF
+  grep -q "registered: .*(host" "$work/service/dispatcher.log" || fail "slurm: no worker registered"
+  if grep -rqF -- "$(cat "$work/service/token")" "$work/service.out" "$work/service/"*.log "$work/service/"*.out; then fail "slurm: the token was printed"; fi
 fi
 
 if [ "$launcher" = slurm ]; then

@@ -508,7 +508,8 @@ class Dataset:
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
         return _combine("concatenate", (self,) + others, {}, name)
 
-    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, token_file=None, tls_ca=None):
+    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, splits_in_flight=None, token_file=None,
+                   tls_ca=None):
         """Runs this dataset (every stage so far) on the Sluice service's workers and reads its
         elements from them; the stages added after this one run here. As tf.data's
         `ds.apply(tf.data.experimental.service.distribute(processing_mode, service, job_name))`.
@@ -520,6 +521,7 @@ class Dataset:
         ShardingPolicy names and its "distributed_epoch" and "parallel_epochs" are taken too).
         job_name: trainers naming one job share its elements; None: this run's own job.
         split_size: source elements per split in dynamic mode (default 1: a file of list_files).
+        splits_in_flight: splits this trainer reads at once, each from the worker making it (4).
         token_file, tls_ca: the service's shared token and the authority to trust, off loopback."""
         if not self._stages:
             raise ValueError("distribute(): the dataset has no stages to send to the service")
@@ -533,10 +535,11 @@ class Dataset:
         for key, value in (("job_name", job_name), ("token_file", token_file), ("tls_ca", tls_ca)):
             if value is not None:
                 distribute[key] = os.fspath(value) if key != "job_name" else str(value)
-        if split_size is not None:
-            if int(split_size) < 1:
-                raise ValueError(f"distribute(): split_size is at least 1, not {split_size!r}")
-            distribute["split_size"] = int(split_size)
+        for key, value in (("split_size", split_size), ("splits_in_flight", splits_in_flight)):
+            if value is not None:
+                if int(value) < 1:
+                    raise ValueError(f"distribute(): {key} is at least 1, not {value!r}")
+                distribute[key] = int(value)
         stages = self._stages[:-1] + [dict(self._stages[-1], distribute=distribute)]
         return Dataset(stages, self._options, self._held, self._structure)
 

@@ -376,6 +376,7 @@ void split_at_service(PipelineDocument& doc) {
     }
     params["split_size"] = std::to_string(std::max<std::uint64_t>(d.split_size(), 1));
     params["processing_mode"] = d.processing_mode() == spec::Distribute::PROCESSING_MODE_UNSET ? "DYNAMIC" : spec::Distribute::ProcessingMode_Name(d.processing_mode());
+    if (d.splits_in_flight() > 0) params["splits_in_flight"] = std::to_string(d.splits_in_flight());
     if (!d.token_file().empty()) params["token_file"] = d.token_file();
     if (!d.tls_ca().empty()) params["tls_ca"] = d.tls_ca();
   }
