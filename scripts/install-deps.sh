@@ -19,6 +19,7 @@ packages=(
   libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (remote/)
   libtinyxml2-dev              # S3's XML answers: listings and errors (remote/)
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
+  libzstd-dev libsnappy-dev    # the service's compression of elements on the wire
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
   openssl                      # the certificates of the TLS tests (remote storage, the service)
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)

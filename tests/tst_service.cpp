@@ -290,6 +290,17 @@ class TestService : public QObject {
     QVERIFY2(run.code == 0, qPrintable(run.err));
     const auto got = numbers_in(out);
     QVERIFY2(each_once(got, 500), qPrintable(QString("%1 elements").arg(got.size())));
+    // Compressed on the wire: the same elements.
+    const QString numbers = "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"300\" } }";
+    for (const QString compression : {"ZSTD", "SNAPPY"}) {
+      const QString packed = dir.filePath(compression + ".jsonl");
+      const auto compressed = sluice_cli({"run", "--quiet", service_file(dir.filePath(compression + ".txtpb"), numbers, "\"simulate_work\" input: \"numbers\"",
+                                                                          QString("service: \"grpc://%1\" job_name: \"%2\" split_size: 30 compression: %2").arg(address, compression),
+                                                                          packed)});
+      QVERIFY2(compressed.code == 0, qPrintable(compressed.err));
+      const auto unpacked = numbers_in(packed);
+      QVERIFY2(each_once(unpacked, 300), qPrintable(QString("%1: %2 elements").arg(compression).arg(unpacked.size())));
+    }
   }
 
   // A worker killed with SIGKILL in mid-epoch: its splits are made again by the other, from where

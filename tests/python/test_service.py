@@ -96,3 +96,9 @@ def test_what_the_workers_cannot_run_is_refused_by_name():
         sluice.data.range(10).distribute("grpc://127.0.0.1:5050", processing_mode="sometimes")
     with pytest.raises(ValueError, match=r"no stages"):
         sluice.data.Dataset().distribute("grpc://127.0.0.1:5050")
+
+
+@pytest.mark.parametrize("compression", ["zstd", "snappy"])
+def test_compressed_on_the_wire(service, compression):
+    ds = sluice.data.range(200).distribute(f"grpc://{service}", job_name=compression, split_size=25, compression=compression).batch(20)
+    assert sorted(values(ds)) == list(range(200))

@@ -508,8 +508,8 @@ class Dataset:
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
         return _combine("concatenate", (self,) + others, {}, name)
 
-    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, splits_in_flight=None, token_file=None,
-                   tls_ca=None):
+    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, splits_in_flight=None, compression=None,
+                   token_file=None, tls_ca=None):
         """Runs this dataset (every stage so far) on the Sluice service's workers and reads its
         elements from them; the stages added after this one run here. As tf.data's
         `ds.apply(tf.data.experimental.service.distribute(processing_mode, service, job_name))`.
@@ -522,6 +522,8 @@ class Dataset:
         job_name: trainers naming one job share its elements; None: this run's own job.
         split_size: source elements per split in dynamic mode (default 1: a file of list_files).
         splits_in_flight: splits this trainer reads at once, each from the worker making it (4).
+        compression: of the elements the workers send, None, "zstd" or "snappy" (tf.data's "AUTO"
+        is none here).
         token_file, tls_ca: the service's shared token and the authority to trust, off loopback."""
         if not self._stages:
             raise ValueError("distribute(): the dataset has no stages to send to the service")
@@ -532,6 +534,10 @@ class Dataset:
                                  f"(`sluice plugins`)")
         mode = _processing_mode(processing_mode)
         distribute = {"service": str(service), "processing_mode": mode}
+        if compression is not None and str(compression).upper() not in ("AUTO", "NONE"):
+            if str(compression).upper() not in ("ZSTD", "SNAPPY"):
+                raise ValueError(f"distribute(): compression is None, 'zstd' or 'snappy', not {compression!r}")
+            distribute["compression"] = str(compression).upper()
         for key, value in (("job_name", job_name), ("token_file", token_file), ("tls_ca", tls_ca)):
             if value is not None:
                 distribute[key] = os.fspath(value) if key != "job_name" else str(value)

@@ -140,7 +140,8 @@ class DispatcherService final : public proto::Dispatcher::Service {
     for (const auto& [id, known] : jobs_) {
       if (known.request.job_name() != job.job_name()) continue;
       if (known.request.pipeline() != job.pipeline() || detail::pipeline_folder(known.request) != detail::pipeline_folder(job) ||
-          known.request.split_size() != job.split_size() || known.request.mode() != job.mode())
+          known.request.split_size() != job.split_size() || known.request.mode() != job.mode() ||
+          known.request.compression() != job.compression())
         return {grpc::StatusCode::FAILED_PRECONDITION,
                 fmt::format("job '{}' is another pipeline's: the trainers sharing a job name send the same stages, from files in "
                             "the same folder (give this one another job_name)",

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "compression.hpp"
 #include "job_fingerprint.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
@@ -47,6 +48,8 @@ class ServiceSource final : public Source {
     job_.set_pipeline_file(p.get_string("pipeline_file"));
     job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
     job_.set_mode(mode_of(p.get_string("processing_mode")));
+    const std::string compression = p.get_string("compression");
+    job_.set_compression(compression == "ZSTD" ? proto::JobRequest::ZSTD : compression == "SNAPPY" ? proto::JobRequest::SNAPPY : proto::JobRequest::NONE);
     // Each reader names itself to the dispatcher, so that a question asked again gets the answer
     // it had (this trainer's readers are told apart from every other's by a random name).
     std::random_device random;
@@ -122,8 +125,9 @@ class ServiceSource final : public Source {
           if (element.position() > stream.received)
             throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
                                     stream.split, job_.job_name(), stream.received, element.position(), stream.worker));
-          Sample sample = decode_element(element.element(),
-                                         fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name()));
+          const std::string what = fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name());
+          Sample sample = decode_element(
+              detail::decompress(job_.compression(), std::move(*element.mutable_element()), static_cast<std::size_t>(element.raw_size()), what), what);
           std::unique_lock lock(mutex_);
           room_cv_.wait(lock, [&] { return ready_.size() < kMostReady || stopping_; });
           if (stopping_) break;
@@ -293,6 +297,7 @@ void add_service_operators(Registry& registry) {
                      .def(""),
                  ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
                  ParamSpec::make("splits_in_flight", ParamType::Int, "splits read at once (each from the worker making it)").def("4").range(1, 256),
+                 ParamSpec::make("compression", ParamType::Choice, "of the elements the workers send: NONE, ZSTD or SNAPPY").def("NONE").one_of({"NONE", "ZSTD", "SNAPPY"}),
                  ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
                  ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def(""),
                  // Which of the job's trainers this is (from the launcher, as a shard's index and count).
@@ -377,6 +382,8 @@ void split_at_service(PipelineDocument& doc) {
     params["split_size"] = std::to_string(std::max<std::uint64_t>(d.split_size(), 1));
     params["processing_mode"] = d.processing_mode() == spec::Distribute::PROCESSING_MODE_UNSET ? "DYNAMIC" : spec::Distribute::ProcessingMode_Name(d.processing_mode());
     if (d.splits_in_flight() > 0) params["splits_in_flight"] = std::to_string(d.splits_in_flight());
+    if (d.compression() == spec::Distribute::ZSTD || d.compression() == spec::Distribute::SNAPPY)
+      params["compression"] = spec::Distribute::Compression_Name(d.compression());
     if (!d.token_file().empty()) params["token_file"] = d.token_file();
     if (!d.tls_ca().empty()) params["tls_ca"] = d.tls_ca();
   }

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "compression.hpp"
 #include "job_fingerprint.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
@@ -165,7 +166,9 @@ class WorkerService final : public proto::Worker::Service {
       }
       if (position >= request->skip()) {
         element.set_position(position);
-        element.set_element(encode_element(sample));
+        std::string raw = encode_element(sample);
+        element.set_raw_size(raw.size());
+        element.set_element(detail::compress(job->compression(), std::move(raw)));
         if (!out->Write(element)) {  // the trainer went away
           sent_all = false;
           break;
