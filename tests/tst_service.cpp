@@ -156,6 +156,15 @@ int count_with(const QStringList& lines, const QString& text) {
   return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const QString& l) { return l.contains(text); }));
 }
 
+// What http://ADDRESS/metrics answers (bash's /dev/tcp: the suite links no HTTP client).
+QString metrics_of(const QString& address) {
+  QProcess get;
+  get.start("bash", {"-c", QString("exec 3<>/dev/tcp/%1/%2 && printf 'GET /metrics HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n' >&3 && cat <&3")
+                               .arg(address.section(':', 0, -2), address.section(':', -1))});
+  get.waitForFinished(10000);
+  return QString::fromUtf8(get.readAllStandardOutput());
+}
+
 // A port no process listens on now (a dispatcher takes any, then lets it go).
 QString free_port() {
   Service probe({"dispatcher", "--port", "0"});
@@ -551,6 +560,33 @@ class TestService : public QObject {
     const auto got = numbers_in(out);
     QVERIFY2(each_once(got, 300), qPrintable(QString("%1 elements").arg(got.size())));
     QVERIFY(!(plain.err + tokenless.err + run.err + dispatcher.errors() + first.errors()).contains("t0ken"));
+  }
+
+  // The dispatcher and the workers serve /metrics: workers, jobs and splits; splits made,
+  // elements and bytes sent before and after compression.
+  void the_dispatcher_and_the_workers_serve_metrics() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0", "--metrics-addr", "0"});
+    const QString address = dispatcher.address();
+    Service worker({"worker", "--dispatcher", address, "--metrics-addr", "0"});
+    QVERIFY(alive_workers(address, 1));
+    static const QRegularExpression at("metrics at http://(\\S+)/metrics");
+    QVERIFY2(dispatcher.says("/metrics") && worker.says("/metrics"), qPrintable(dispatcher.errors() + worker.errors()));
+    const QString dispatcher_metrics = at.match(dispatcher.errors()).captured(1), worker_metrics = at.match(worker.errors()).captured(1);
+    const QString source = "stage { id: \"t\" op: \"tensors\" params { key: \"count\" value: \"400\" } params { key: \"shape\" value: \"32,32\" } "
+                           "params { key: \"dtype\" value: \"u8\" } }";
+    const auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"), source, "\"identity\" input: \"t\"",
+                                                                 QString("service: \"grpc://%1\" job_name: \"watched\" split_size: 50 compression: ZSTD").arg(address),
+                                                                 dir.filePath("out.jsonl"))});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    const QString d = metrics_of(dispatcher_metrics), w = metrics_of(worker_metrics);
+    QVERIFY2(d.contains("sluice_dispatcher_workers{state=\"alive\"} 1") && d.contains("sluice_dispatcher_jobs 1") &&
+                 d.contains("sluice_dispatcher_splits_total{job=\"watched\",outcome=\"done\"} 8"),
+             qPrintable(d));
+    QVERIFY2(w.contains("sluice_worker_elements_sent_total 400") && w.contains("sluice_worker_splits_active 0"), qPrintable(w));
+    static const QRegularExpression sent("sluice_worker_bytes_sent_total (\\d+)"), raw("sluice_worker_bytes_raw_total (\\d+)");
+    const qint64 sent_bytes = sent.match(w).captured(1).toLongLong(), raw_bytes = raw.match(w).captured(1).toLongLong();
+    QVERIFY2(raw_bytes > 400 * 1024 && sent_bytes > 0 && sent_bytes < raw_bytes, qPrintable(w));
   }
 
   void a_malformed_address_is_named() {

@@ -78,10 +78,12 @@ int cmd_index(const CommonOptions& common, const IndexRequest& request);
 // The service's processes (service.cpp): each serves until SIGINT or SIGTERM, then exits 0.
 struct DispatcherRequest {
   sluice::service::DispatcherOptions options;
+  std::string metrics_addr;  // --metrics-addr: serve /metrics
 };
 int cmd_dispatcher(const DispatcherRequest& request);
 struct WorkerRequest {
   sluice::service::WorkerOptions options;
+  std::string metrics_addr;  // --metrics-addr: serve /metrics
 };
 int cmd_worker(const CommonOptions& common, WorkerRequest request);
 // `sluice service workers`: what the dispatcher knows of its workers.

@@ -459,6 +459,8 @@ int main(int argc, char** argv) {
   dispatcher->add_option("--worker-addresses", dispatcher_request.options.worker_addresses,
                          "the fixed worker list static sharding needs (HOST:PORT,...; worker i makes shard i; others are refused)")
       ->delimiter(',');
+  dispatcher->add_option("--metrics-addr", dispatcher_request.metrics_addr,
+                         "serve /metrics (workers, jobs, splits) over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_security(dispatcher, dispatcher_request.options.security, true);
   WorkerRequest worker_request;
   auto* worker = app.add_subcommand("worker", "run a service worker: registers with the dispatcher and runs pipelines for trainers");
@@ -466,6 +468,8 @@ int main(int argc, char** argv) {
   worker->add_option("--port", worker_request.options.port, "port to listen on (default 0: any free one, printed)");
   worker->add_option("--bind", worker_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
   worker->add_option("--host", worker_request.options.host, "the name trainers reach this worker by (default: the bind address, or this machine's name)");
+  worker->add_option("--metrics-addr", worker_request.metrics_addr,
+                     "serve /metrics (splits made, elements and bytes sent) over HTTP at [HOST:]PORT; loopback unless HOST is given");
   add_security(worker, worker_request.options.security, true);
   add_plugin_dir(worker);
   std::string service_dispatcher;

@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "cli.hpp"
+#include "sluice/core/metrics_server.hpp"
 #include "sluice/service/service.hpp"
 
 namespace sluice_cli {
@@ -22,6 +23,15 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// /metrics of a service process (--metrics-addr), serving `series`; none without an address.
+std::unique_ptr<sluice::MetricsServer> serve_metrics(const std::string& address, const char* who, std::function<std::string()> series) {
+  if (address.empty()) return nullptr;
+  auto server = std::make_unique<sluice::MetricsServer>(sluice::parse_metrics_address(address));
+  server->add_prometheus(std::move(series));
+  fmt::print(stderr, "sluice {}: metrics at {}/metrics\n", who, server->url());
+  return server;
+}
+
 int wait_for_stop_signal(const sigset_t& signals) {
   int signal = 0;
   sigwait(&signals, &signal);
@@ -33,6 +43,7 @@ int wait_for_stop_signal(const sigset_t& signals) {
 int cmd_dispatcher(const DispatcherRequest& request) {
   const sigset_t signals = block_stop_signals();
   sluice::service::Dispatcher dispatcher(request.options);
+  const auto metrics = serve_metrics(request.metrics_addr, "dispatcher", [&] { return dispatcher.prometheus(); });
   // The line a launcher (or a test) reads to learn the port when it asked for any (--port 0).
   fmt::print("sluice dispatcher: listening on {}\n", dispatcher.address());
   std::fflush(stdout);
@@ -50,6 +61,7 @@ int cmd_worker(const CommonOptions& common, WorkerRequest request) {
   for (const auto& op : registry.operators()) request.options.operators.push_back(op->info.name);
   request.options.registry = &registry;
   sluice::service::Worker worker(request.options);
+  const auto metrics = serve_metrics(request.metrics_addr, "worker", [&] { return worker.prometheus(); });
   fmt::print("sluice worker: worker {} listening on {}\n", worker.id(), worker.address());
   std::fflush(stdout);
   const int signal = wait_for_stop_signal(signals);

@@ -191,13 +191,23 @@ struct MetricsServer::Impl final : http::MetricsContent {
   bool stopping = false;
   int stream_clients = 0;
   std::string pipeline_text;
+  std::function<std::string()> more_series;
   std::unique_ptr<http::Endpoint> endpoint;  // last member: stopped first
 
   metrics::MetricsSnapshot current() {
     std::lock_guard lock(mutex);
     return latest;
   }
-  std::string prometheus() override { return prometheus_text(current()); }
+  std::string prometheus() override {
+    std::function<std::string()> more;
+    bool published_any = false;
+    {
+      std::lock_guard lock(mutex);
+      more = more_series;
+      published_any = version > 0;
+    }
+    return (published_any || !more ? prometheus_text(current()) : std::string()) + (more ? more() : std::string());
+  }
   std::string snapshot(bool json) override {
     const auto now = current();
     return json ? snapshot_to_json(now) : now.SerializeAsString();
@@ -262,6 +272,11 @@ MetricsServer::~MetricsServer() {
 void MetricsServer::set_pipeline(const std::string& text) {
   std::lock_guard lock(impl_->mutex);
   impl_->pipeline_text = text;
+}
+
+void MetricsServer::add_prometheus(std::function<std::string()> series) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->more_series = std::move(series);
 }
 
 void MetricsServer::publish(const metrics::MetricsSnapshot& snapshot) {

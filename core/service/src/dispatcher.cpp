@@ -200,6 +200,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
         return grpc::Status::OK;
       case JobLedger::Next::Split: break;
     }
+    ++job.handed_out;
     reply->set_kind(proto::SplitReply::SPLIT);
     reply->set_split(given.split);
     reply->set_skip(given.skip);
@@ -221,15 +222,47 @@ class DispatcherService final : public proto::Dispatcher::Service {
     JobLedger& ledger = epoch->second;
     bool changed = false;
     switch (report->outcome()) {
-      case proto::SplitReport::DONE: changed = ledger.done(report->split(), report->lease()); break;
+      case proto::SplitReport::DONE:
+        changed = ledger.done(report->split(), report->lease());
+        job->second.done += changed;
+        break;
       case proto::SplitReport::EMPTY: changed = ledger.ended_at(report->split(), report->lease()) || ledger.done(report->split(), report->lease()); break;
       case proto::SplitReport::GIVEN_BACK:
         changed = ledger.give_back(report->split(), report->lease(), report->received());
-        if (changed) given_back(*report);
+        if (changed) {
+          ++job->second.given_back;
+          given_back(*report);
+        }
         break;
       default: return {grpc::StatusCode::INVALID_ARGUMENT, "an outcome this dispatcher does not know"};
     }
     return changed ? save_journal() : grpc::Status::OK;  // a report sent twice changes nothing
+  }
+
+  std::string prometheus() {
+    std::lock_guard lock(mutex_);
+    std::size_t alive_count = 0;
+    std::map<std::uint64_t, std::size_t> in_hand;  // by worker, over every job's epochs
+    for (const auto& [id, known] : workers_) alive_count += alive(known);
+    for (const auto& [id, job] : jobs_)
+      for (const auto& [epoch, ledger] : job.epochs)
+        for (const auto& [worker, count] : ledger.load()) in_hand[worker] += count;
+    std::string out;
+    out += "# HELP sluice_dispatcher_workers Workers registered, by whether they are heard from.\n# TYPE sluice_dispatcher_workers gauge\n";
+    out += fmt::format("sluice_dispatcher_workers{{state=\"alive\"}} {}\nsluice_dispatcher_workers{{state=\"lost\"}} {}\n", alive_count,
+                       workers_.size() - alive_count);
+    out += "# HELP sluice_dispatcher_worker_splits_in_hand Splits a worker is making for trainers.\n# TYPE sluice_dispatcher_worker_splits_in_hand gauge\n";
+    for (const auto& [id, known] : workers_)
+      out += fmt::format("sluice_dispatcher_worker_splits_in_hand{{worker=\"{}\",address=\"{}\"}} {}\n", id, known.info.address(),
+                         in_hand.count(id) ? in_hand[id] : 0);
+    out += fmt::format("# HELP sluice_dispatcher_jobs Jobs trainers registered.\n# TYPE sluice_dispatcher_jobs gauge\nsluice_dispatcher_jobs {}\n",
+                       jobs_.size());
+    out += "# HELP sluice_dispatcher_splits_total Splits of a job handed out, delivered whole, and given back by trainers whose worker "
+           "stopped answering.\n# TYPE sluice_dispatcher_splits_total counter\n";
+    for (const auto& [id, job] : jobs_)
+      for (const auto& [what, count] : {std::pair{"handed_out", job.handed_out}, {"done", job.done}, {"given_back", job.given_back}})
+        out += fmt::format("sluice_dispatcher_splits_total{{job=\"{}\",outcome=\"{}\"}} {}\n", job.request.job_name(), what, count);
+    return out;
   }
 
   // Says once when a worker stops being heard from (called from the dispatcher's watch).
@@ -256,6 +289,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     proto::JobRequest request;
     std::map<std::uint64_t, JobLedger> epochs;
     std::set<std::uint64_t> said_unable;  // workers whose missing operators the log named
+    std::uint64_t handed_out = 0, done = 0, given_back = 0;  // splits, over every epoch (since this dispatcher started)
   };
   std::chrono::milliseconds lost_after() const { return options_.heartbeat * options_.lost_after; }
   bool alive(const Known& known) const { return Clock::now() - known.last_seen <= lost_after(); }
@@ -461,6 +495,7 @@ Dispatcher::~Dispatcher() {
 }
 
 int Dispatcher::port() const { return impl_->port; }
+std::string Dispatcher::prometheus() const { return impl_->service->prometheus(); }
 std::string Dispatcher::address() const { return fmt::format("{}:{}", impl_->options.bind, impl_->port); }
 
 void Dispatcher::shutdown() {

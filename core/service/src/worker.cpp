@@ -105,6 +105,9 @@ class WorkerService final : public proto::Worker::Service {
       : token_(std::move(token)), registry_(registry), job_of_(std::move(job_of)) {}
   std::atomic<std::uint64_t> id{0};
   std::atomic<bool> stopping{false};
+  // What /metrics says (sluice_worker_*).
+  std::atomic<std::uint64_t> splits_active{0}, splits_done{0}, splits_stopped{0}, splits_failed{0};
+  std::atomic<std::uint64_t> elements_sent{0}, bytes_sent{0}, bytes_raw{0};
   grpc::Status Ping(grpc::ServerContext* context, const proto::PingRequest*, proto::PingReply* reply) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     reply->set_worker_id(id.load());
@@ -115,6 +118,35 @@ class WorkerService final : public proto::Worker::Service {
   // (on this worker or another) gives the same elements: the run has the job's seed and epoch.
   grpc::Status ProduceSplit(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    ++splits_active;
+    const grpc::Status status = make_split(context, request, out);
+    --splits_active;
+    ++(status.ok() ? splits_done : status.error_code() == grpc::StatusCode::CANCELLED ? splits_stopped : splits_failed);
+    return status;
+  }
+
+  std::string prometheus() const {
+    std::string out;
+    out += "# HELP sluice_worker_splits_active Splits this worker is making now.\n# TYPE sluice_worker_splits_active gauge\n";
+    out += fmt::format("sluice_worker_splits_active {}\n", splits_active.load());
+    out += "# HELP sluice_worker_splits_total Splits made: whole (done), stopped by their trainer or by this worker stopping, failed.\n"
+           "# TYPE sluice_worker_splits_total counter\n";
+    out += fmt::format("sluice_worker_splits_total{{outcome=\"done\"}} {}\nsluice_worker_splits_total{{outcome=\"stopped\"}} {}\n"
+                       "sluice_worker_splits_total{{outcome=\"failed\"}} {}\n",
+                       splits_done.load(), splits_stopped.load(), splits_failed.load());
+    out += fmt::format("# HELP sluice_worker_elements_sent_total Elements streamed to trainers.\n# TYPE sluice_worker_elements_sent_total counter\n"
+                       "sluice_worker_elements_sent_total {}\n",
+                       elements_sent.load());
+    out += fmt::format("# HELP sluice_worker_bytes_sent_total Bytes of elements streamed, as sent (compressed when the job asks).\n"
+                       "# TYPE sluice_worker_bytes_sent_total counter\nsluice_worker_bytes_sent_total {}\n"
+                       "# HELP sluice_worker_bytes_raw_total Bytes of the same elements before compression.\n"
+                       "# TYPE sluice_worker_bytes_raw_total counter\nsluice_worker_bytes_raw_total {}\n",
+                       bytes_sent.load(), bytes_raw.load());
+    return out;
+  }
+
+ private:
+  grpc::Status make_split(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) {
     if (!registry_) return {grpc::StatusCode::FAILED_PRECONDITION, "this worker has no plugins to run pipelines with"};
     std::string why;
     const auto job = job_of_(request->job_id(), request->job_fingerprint(), why);
@@ -169,6 +201,9 @@ class WorkerService final : public proto::Worker::Service {
         std::string raw = encode_element(sample);
         element.set_raw_size(raw.size());
         element.set_element(detail::compress(job->compression(), std::move(raw)));
+        bytes_raw += element.raw_size();
+        bytes_sent += element.element().size();
+        ++elements_sent;
         if (!out->Write(element)) {  // the trainer went away
           sent_all = false;
           break;
@@ -354,6 +389,7 @@ Worker::~Worker() {
 int Worker::port() const { return impl_->port; }
 std::string Worker::address() const { return impl_->address; }
 std::uint64_t Worker::id() const { return impl_->service->id.load(); }
+std::string Worker::prometheus() const { return impl_->service->prometheus(); }
 
 void Worker::shutdown() {
   {

@@ -8,6 +8,7 @@
 //              app shows the run's own parameter values.
 // The engine only hands snapshots over (publish copies one under a lock); requests are served on
 // the server's own threads, with timeouts, so that slow or malformed clients never reach the run.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,9 @@ class MetricsServer {
   void publish(const metrics::MetricsSnapshot& snapshot);
   // The text /pipeline answers with (404 until set).
   void set_pipeline(const std::string& text);
+  // More series for /metrics, asked for at each request (a process that is not a run, such as the
+  // service's dispatcher and workers, serves only these). Thread-safe; set before serving matters.
+  void add_prometheus(std::function<std::string()> series);
 
   const std::string& host() const;
   int port() const;  // the one bound (useful with port 0)

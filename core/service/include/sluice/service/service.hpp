@@ -67,6 +67,9 @@ class Dispatcher {
   std::string address() const;  // "host:port" as bound
   void shutdown();               // stops serving; wait() returns
   void wait();
+  // Prometheus series (sluice_dispatcher_*): workers alive and lost, jobs, each job's splits
+  // handed out, done and given back, and the splits each worker has in hand.
+  std::string prometheus() const;
 
  private:
   struct Impl;
@@ -99,6 +102,9 @@ class Worker {
   std::uint64_t id() const;
   void shutdown();
   void wait();
+  // Prometheus series (sluice_worker_*): splits being made and made (done, stopped, failed),
+  // elements and bytes sent (on the wire, and before compression).
+  std::string prometheus() const;
 
  private:
   struct Impl;
