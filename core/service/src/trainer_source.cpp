@@ -55,7 +55,10 @@ class ServiceSource final : public Source {
     std::random_device random;
     reader_prefix_ = fmt::format("{:08x}{:08x}-{}of{}", random(), random(), p.get_int("trainer_index"), p.get_int("num_trainers"));
   }
-  ~ServiceSource() override { stop_readers(); }
+  ~ServiceSource() override {
+    stop_readers();
+    leave_job();
+  }
   void start(const StageInfo&) override {
     target_ = grpc_target(service_);
     token_ = detail::read_token(security_);
@@ -63,7 +66,10 @@ class ServiceSource final : public Source {
   }
   void begin_pass(std::uint64_t pass) override {
     stop_readers();
-    if (job_id_ == 0) job_id_ = register_job();
+    if (job_id_ == 0) {
+      job_id_ = register_job();
+      keeper_ = std::thread([this] { keep_job(); });
+    }
     epoch_ = pass;
     stopping_ = false;
     error_ = nullptr;
@@ -85,7 +91,10 @@ class ServiceSource final : public Source {
     std::lock_guard lock(mutex_);
     stop_locked();
   }
-  void finish(bool) override { stop_readers(); }
+  void finish(bool) override {
+    stop_readers();
+    leave_job();
+  }
 
  private:
   struct Stream {
@@ -158,15 +167,54 @@ class ServiceSource final : public Source {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (;;) {
       auto context = detail::client_context(token_, std::chrono::seconds(10));
+      // Waits for the connection (up to the deadline) rather than failing at once while the
+      // channel is between attempts: a call that fails at once leaves no reason to connect, and
+      // a restarted dispatcher is then never reached.
+      context->set_wait_for_ready(true);
       const grpc::Status status = call(*context);
       if (status.ok()) return;
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() > give_up)
+      const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (!unreachable || std::chrono::steady_clock::now() > give_up)
         throw Error(fmt::format("the service's dispatcher at {} did not {}: {}", target_, what, detail::status_text(status)));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
+  // Tells the dispatcher every second that this trainer still reads the job (a job whose trainers
+  // have all left is over), until leave_job().
+  void keep_job() {
+    proto::JobClientRequest request;
+    request.set_job_id(job_id_);
+    request.set_client(reader_prefix_);
+    std::unique_lock lock(keeper_mutex_);
+    while (!keeper_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return leaving_; })) {
+      lock.unlock();
+      auto context = detail::client_context(token_, std::chrono::seconds(5));
+      context->set_wait_for_ready(true);
+      proto::JobClientReply reply;
+      dispatcher_->JobClient(context.get(), request, &reply);  // a dispatcher being restarted misses one: the next goes
+      lock.lock();
+    }
+  }
+  void leave_job() {
+    {
+      std::lock_guard lock(keeper_mutex_);
+      if (leaving_ || !keeper_.joinable()) return;
+      leaving_ = true;
+    }
+    keeper_cv_.notify_all();
+    keeper_.join();
+    proto::JobClientRequest request;
+    request.set_job_id(job_id_);
+    request.set_client(reader_prefix_);
+    request.set_leaving(true);
+    auto context = detail::client_context(token_, std::chrono::seconds(2));
+    proto::JobClientReply reply;
+    dispatcher_->JobClient(context.get(), request, &reply);  // unanswered: the dispatcher lets it go after 10 s
+  }
+
   std::uint64_t register_job() {
     proto::JobReply reply;
+    job_.set_client(reader_prefix_);
     ask_dispatcher("take the job", [&](grpc::ClientContext& c) { return dispatcher_->GetOrCreateJob(&c, job_, &reply); });
     return reply.job_id();
   }
@@ -277,6 +325,10 @@ class ServiceSource final : public Source {
   std::exception_ptr error_;
   std::set<grpc::ClientContext*> streaming_;
   std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
+  std::thread keeper_;  // keep_job()
+  std::mutex keeper_mutex_;
+  std::condition_variable keeper_cv_;
+  bool leaving_ = false;
 };
 
 }  // namespace
