@@ -102,3 +102,63 @@ def test_what_the_workers_cannot_run_is_refused_by_name():
 def test_compressed_on_the_wire(service, compression):
     ds = sluice.data.range(200).distribute(f"grpc://{service}", job_name=compression, split_size=25, compression=compression).batch(20)
     assert sorted(values(ds)) == list(range(200))
+
+
+def test_the_kubernetes_manifests_start_a_dispatcher_and_workers(tmp_path):
+    """resources/kubernetes/service.yaml's commands, run here as its pods would run them (the
+    paths of its volumes and the Service's name mapped to this machine): the dispatcher serves
+    TLS with the token, and its workers register with it."""
+    yaml = pytest.importorskip("yaml")
+    import os
+    import shlex
+    from conftest import SOURCE_DIR
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE_DIR, "resources", "kubernetes", "service.yaml"))) if d]
+    command = {d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["command"] for d in docs if d["kind"] == "Deployment"}
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=sluice")
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.pem", "-days", "2",
+            "-extfile", "san.ext")
+    (tmp_path / "token").write_text("k8s-t0ken\n")
+    port = str(free_port())
+
+    def here(text):
+        for pod, local in (("/opt/sluice/bin/sluice", CLI), ("/tls/", f"{tmp_path}/"), ("/token/token", f"{tmp_path}/token"),
+                           ("/journal", f"{tmp_path}/journal"), ("sluice-dispatcher:5050", f"localhost:{port}"), ("5050", port),
+                           ("0.0.0.0:9464", "127.0.0.1:0"), ("--port 5051", "--port 0")):
+            text = text.replace(pod, local)
+        return text
+    dispatcher = subprocess.Popen([here(a) for a in command["sluice-dispatcher"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL, text=True)
+    assert "listening on" in dispatcher.stdout.readline()
+    env = dict(os.environ, POD_IP="127.0.0.1", POD_NAMESPACE="training")
+    shell = command["sluice-worker"]
+    workers = [subprocess.Popen(shell[:2] + [here(shell[2])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True) for _ in range(2)]
+    try:
+        client = ["--tls-ca", str(tmp_path / "ca.pem"), "--token-file", str(tmp_path / "token")]
+        deadline = time.monotonic() + 20
+        while True:
+            listed = cli("service", "workers", "--dispatcher", f"localhost:{port}", *client, check=False)
+            if listed.stdout.count(" alive") == 2:
+                break
+            assert time.monotonic() < deadline, listed.stdout + listed.stderr
+            time.sleep(0.2)
+        assert "127-0-0-1.training.pod.cluster.local:" in listed.stdout
+        refused = cli("service", "workers", "--dispatcher", f"localhost:{port}", "--tls-ca", str(tmp_path / "ca.pem"), check=False)
+        assert refused.returncode != 0 and "UNAUTHENTICATED" in refused.stderr
+    finally:
+        for process in workers + [dispatcher]:
+            process.terminate()
+            process.wait(10)
+    assert "t0ken" not in "".join(p.stderr.read() for p in workers + [dispatcher])
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
