@@ -26,14 +26,8 @@ stage() {  # ID OP INPUT PARAMS...
   while [ $# -gt 0 ]; do text+=" params { key: \"$1\" value: \"$2\" }"; shift 2; done
   echo "$text }"
 }
-seconds() {  # the wall time of a quiet run of pipeline $1
-  local start
-  start=$(date +%s.%N)
-  "$sluice" run -q "$1" > /dev/null 2> "$work/err" || { cat "$work/err" >&2; exit 1; }
-  echo "$(date +%s.%N) - $start" | bc
-}
-median() { sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
-range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
+# shellcheck source=bench/rounds.sh
+source "$repo/bench/rounds.sh"
 
 # 1,000,000 tf.Examples of one int64 (about 30 bytes each), 10,000 per file.
 {

@@ -47,14 +47,8 @@ worker_counter() {  # the value of a series of the worker's /metrics
   exec 3>&-
 }
 
-seconds() {  # the wall time of a quiet run of pipeline $1 (more sluice options after it)
-  local start
-  start=$(date +%s.%N)
-  "$sluice" run -q "$@" > /dev/null 2> "$work/err" || { cat "$work/err" >&2; exit 1; }
-  echo "$(date +%s.%N) - $start" | bc
-}
-median() { sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
-range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
+# shellcheck source=bench/rounds.sh
+source "$repo/bench/rounds.sh"
 job=0
 through_service() {  # the --set options that send stage $1 (and those before it) to the worker, compressed with $2
   job=$((job + 1))
