@@ -119,7 +119,10 @@ std::optional<TarMember> WebDatasetShard::read_header() {
     if (m.path.rfind("./", 0) == 0) m.path.erase(0, 2);
     std::tie(m.key, m.field) = webdataset_key(m.path);
     m.header_offset = at;
-    if (archive_entry_size_is_set(entry)) m.data.reserve(static_cast<std::size_t>(std::max<la_int64_t>(0, archive_entry_size(entry))));
+    // The size a header claims is not trusted with memory: a damaged one may say gigabytes. Room
+    // for up to 64 MiB is made at once; a larger member grows as its bytes arrive.
+    if (archive_entry_size_is_set(entry))
+      m.data.reserve(static_cast<std::size_t>(std::clamp<la_int64_t>(archive_entry_size(entry), 0, la_int64_t{64} << 20)));
     return m;
   }
 }

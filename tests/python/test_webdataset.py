@@ -101,6 +101,21 @@ def test_damaged_shards_fail_naming_shard_member_and_byte(tmp_path):
         read(broken)
 
 
+def test_a_header_claiming_gigabytes_is_damage_not_an_allocation(tmp_path):
+    """A damaged header may claim any size (the fuzzer found one saying 5 GB): the reader makes
+    room as bytes arrive, and names the member cut short, rather than asking for the memory."""
+    shard = tmp_path / "claims.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as archive:
+        ok = tarfile.TarInfo("000.txt")
+        ok.size = 2
+        archive.addfile(ok, io.BytesIO(b"ok"))
+        huge = tarfile.TarInfo("001.txt")
+        huge.size = 1 << 40  # a terabyte, written in base-256 by GNU tar's format; no data follows
+        archive.addfile(huge)
+    with pytest.raises(sluice.PipelineError, match=rf"{shard}: member 001.txt cut short after 0 bytes"):
+        read(str(shard))
+
+
 def test_damaged_shards_are_read_up_to_the_damage_under_skip(tmp_path):
     cut, broken, members = damaged_copies(tmp_path)
     assert len(read(cut, error_policy="skip")) == 5
