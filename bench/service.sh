@@ -5,7 +5,8 @@
 # trainer's process:
 #  1. transport alone, a source of tensors batched and nothing else: batches of 256 224x224x3 u8
 #     images (38.5 MB each) and batches of 64 int64 values with their int64 index (1 KB each), in
-#     GB/s and microseconds per batch;
+#     GB/s and microseconds per batch, the worker read through its Unix socket (as trainers on its
+#     machine read it) and over TCP on loopback (as other machines do, less the wire);
 #  2. the image pipeline (bench/checkpoint_image.txtpb: decode, resize, flip, shuffle, batches of
 #     64), through the worker against in the trainer, in images/s and the overhead in %;
 #  3. compression (zstd level 1, snappy) against none, on image batches from the sample JPEGs
@@ -31,15 +32,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The service: a dispatcher and one worker, with their /metrics.
-"$sluice" dispatcher --port 0 > "$work/dispatcher.out" 2> "$work/dispatcher.log" &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/dispatcher.out" 2> /dev/null && break; sleep 0.1; done
-dispatcher=$(sed -n 's/.*listening on //p' "$work/dispatcher.out")
-"$sluice" worker --dispatcher "$dispatcher" --metrics-addr 0 > "$work/worker.out" 2> "$work/worker.log" &
-pids+=($!)
-for _ in $(seq 100); do grep -q "metrics at" "$work/worker.log" 2> /dev/null && grep -q "listening on" "$work/worker.out" && break; sleep 0.1; done
-metrics=$(sed -n 's/.*metrics at http:\/\/\([^/]*\)\/metrics/\1/p' "$work/worker.log")
+# Two services, each a dispatcher and one worker: one that trainers on this machine read through
+# its Unix socket (the default), one read over TCP on loopback (--no-unix-socket).
+start_service() {  # NAME [worker options]: its dispatcher's address in $work/NAME.address, the worker's /metrics in $work/NAME.metrics
+  local name=$1
+  shift
+  "$sluice" dispatcher --port 0 > "$work/$name-dispatcher.out" 2> "$work/$name-dispatcher.log" &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q "listening on" "$work/$name-dispatcher.out" 2> /dev/null && break; sleep 0.1; done
+  sed -n 's/.*listening on //p' "$work/$name-dispatcher.out" > "$work/$name.address"
+  "$sluice" worker --dispatcher "$(cat "$work/$name.address")" --metrics-addr 0 "$@" > "$work/$name-worker.out" 2> "$work/$name-worker.log" &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q "metrics at" "$work/$name-worker.log" 2> /dev/null && grep -q "listening on" "$work/$name-worker.out" && break; sleep 0.1; done
+  sed -n 's/.*metrics at http:\/\/\([^/]*\)\/metrics/\1/p' "$work/$name-worker.log" > "$work/$name.metrics"
+}
+start_service local
+start_service tcp --no-unix-socket
+dispatcher=$(cat "$work/local.address")
+metrics=$(cat "$work/local.metrics")
 worker_counter() {  # the value of a series of the worker's /metrics
   exec 3<> "/dev/tcp/${metrics%:*}/${metrics##*:}"
   printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
@@ -50,10 +60,10 @@ worker_counter() {  # the value of a series of the worker's /metrics
 # shellcheck source=bench/rounds.sh
 source "$repo/bench/rounds.sh"
 job=0
-through_service() {  # the --set options that send stage $1 (and those before it) to the worker, compressed with $2
+through_service() {  # the --set options that send stage $1 (and those before it) to the worker, compressed with $2, of service $3
   job=$((job + 1))
-  echo "--set $1.distribute.service=grpc://$dispatcher --set $1.distribute.processing_mode=OFF --set $1.distribute.job_name=bench-$job" \
-    "--set $1.distribute.compression=${2:-NONE}"
+  echo "--set $1.distribute.service=grpc://$(cat "$work/${3:-local}.address") --set $1.distribute.processing_mode=OFF" \
+    "--set $1.distribute.job_name=bench-$job --set $1.distribute.compression=${2:-NONE}"
 }
 
 # ---- pipelines ----
@@ -96,6 +106,8 @@ for round in $(seq "$rounds"); do
     echo "$case here $(seconds "$work/$case.txtpb")" >> "$work/times"
     # shellcheck disable=SC2046
     echo "$case service $(seconds "$work/$case.txtpb" $(through_service batch))" >> "$work/times"
+    # shellcheck disable=SC2046
+    [ "$case" = image ] || echo "$case tcp $(seconds "$work/$case.txtpb" $(through_service batch NONE tcp))" >> "$work/times"
   done
   for data in image tokens; do
     for compression in NONE ZSTD SNAPPY; do
@@ -114,11 +126,11 @@ echo
 echo "1. transport alone ($rounds rounds; median, range):"
 for case in big small; do
   if [ "$case" = big ]; then batches=$big_batches bytes=$((256 * 224 * 224 * 3 + 256 * 8)); else batches=$small_batches bytes=$((64 * 16)); fi
-  for where in here service; do
-    t=$(figure "$case" "$where" | median)
+  for where in here service tcp; do
     gbs=$(figure "$case" "$where" | awk -v n="$batches" -v b="$bytes" '{ printf "%.3f\n", n * b / $1 / 1e9 }')
     us=$(figure "$case" "$where" | awk -v n="$batches" '{ printf "%.1f\n", $1 / n * 1e6 }')
-    printf "   %-5s batches (%s B), %-7s: %s GB/s (%s), %s us per batch (%s)\n" "$case" "$bytes" "$where" \
+    printf "   %-5s batches (%s B), %-16s: %s GB/s (%s), %s us per batch (%s)\n" "$case" "$bytes" \
+      "$([ "$where" = here ] && echo "in the trainer" || { [ "$where" = tcp ] && echo "worker over TCP" || echo "worker, Unix socket"; })" \
       "$(echo "$gbs" | median)" "$(echo "$gbs" | range)" "$(echo "$us" | median)" "$(echo "$us" | range)"
   done
 done

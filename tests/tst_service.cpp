@@ -554,8 +554,9 @@ class TestService : public QObject {
     QVERIFY2(!port.isEmpty(), qPrintable(dispatcher.errors()));
     const QString address = "127.0.0.1:" + port;
     const QStringList trusting{"--tls-ca", dir.filePath("ca.pem")};
-    Service first(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
-    Service second(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
+    // Over TCP, so that the trainer's streams are TLS too (on this machine it would read their Unix sockets).
+    Service first(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1", "--no-unix-socket"} + serve + trusting);
+    Service second(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1", "--no-unix-socket"} + serve + trusting);
     QVERIFY2(alive_workers(address, 2, client), qPrintable(first.errors()));
 
     const auto plain = sluice_cli({"service", "workers", "--dispatcher", address});
@@ -577,8 +578,9 @@ class TestService : public QObject {
     QVERIFY(!(plain.err + tokenless.err + run.err + dispatcher.errors() + first.errors()).contains("t0ken"));
   }
 
-  // The dispatcher and the workers serve /metrics: workers, jobs and splits; splits made,
-  // elements and bytes sent before and after compression.
+  // The dispatcher and the workers serve /metrics: workers, jobs and splits; splits made (and
+  // read through the Unix socket by a trainer on the same machine), elements and bytes sent
+  // before and after compression.
   void the_dispatcher_and_the_workers_serve_metrics() {
     QTemporaryDir dir;
     Service dispatcher({"dispatcher", "--port", "0", "--metrics-addr", "0"});
@@ -599,6 +601,9 @@ class TestService : public QObject {
                  d.contains("sluice_dispatcher_splits_total{job=\"watched\",outcome=\"done\"} 8"),
              qPrintable(d));
     QVERIFY2(w.contains("sluice_worker_elements_sent_total 400") && w.contains("sluice_worker_splits_active 0"), qPrintable(w));
+    // The trainer is on the worker's machine: it read every split through the Unix socket.
+    static const QRegularExpression local("sluice_worker_splits_local_total (\\d+)"), done("sluice_worker_splits_total\\{outcome=\"done\"\\} (\\d+)");
+    QVERIFY2(local.match(w).captured(1).toInt() > 0 && local.match(w).captured(1) == done.match(w).captured(1), qPrintable(w));
     static const QRegularExpression sent("sluice_worker_bytes_sent_total (\\d+)"), raw("sluice_worker_bytes_raw_total (\\d+)");
     const qint64 sent_bytes = sent.match(w).captured(1).toLongLong(), raw_bytes = raw.match(w).captured(1).toLongLong();
     QVERIFY2(raw_bytes > 400 * 1024 && sent_bytes > 0 && sent_bytes < raw_bytes, qPrintable(w));

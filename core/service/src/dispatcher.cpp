@@ -215,7 +215,10 @@ class DispatcherService final : public proto::Dispatcher::Service {
     reply->set_split(given.split);
     reply->set_skip(given.skip);
     reply->set_worker_id(given.worker);
-    reply->set_worker_address(workers_.at(given.worker).info.address());
+    const proto::WorkerInfo& maker = workers_.at(given.worker).info;
+    reply->set_worker_address(maker.address());
+    reply->set_worker_host(maker.host());
+    reply->set_worker_local_address(maker.local_address());
     reply->set_lease(given.lease);
     reply->set_splits(ledger->split_count());
     if (!request->reader().empty()) remember_answer(*request, *reply);

@@ -26,6 +26,9 @@ std::shared_ptr<grpc::Channel> client_channel(const std::string& target, const S
 // A call's context with the token and a deadline.
 std::unique_ptr<grpc::ClientContext> client_context(const std::string& token, std::chrono::milliseconds deadline);
 
+// This machine's name (gethostname), as workers tell the dispatcher.
+std::string machine_name();
+
 // "DEADLINE_EXCEEDED: ..." for messages.
 std::string status_text(const grpc::Status& status);
 

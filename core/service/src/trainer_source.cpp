@@ -250,7 +250,10 @@ class ServiceSource final : public Source {
       stream.worker = reply.worker_address();
       stream.worker_id = reply.worker_id();
       stream.lease = reply.lease();
-      stream.stub = proto::Worker::NewStub(detail::client_channel(reply.worker_address(), security_));
+      // A worker on this machine is read through its Unix socket, without the network.
+      const bool local = !reply.worker_local_address().empty() && reply.worker_host() == detail::machine_name();
+      stream.stub = proto::Worker::NewStub(local ? detail::client_channel(reply.worker_local_address(), Security{})
+                                                 : detail::client_channel(reply.worker_address(), security_));
       stream.context = std::make_unique<grpc::ClientContext>();
       if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
       proto::ProduceRequest produce;

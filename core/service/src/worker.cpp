@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <random>
 #include <thread>
 
 #include "compression.hpp"
@@ -108,6 +109,7 @@ class WorkerService final : public proto::Worker::Service {
   // What /metrics says (sluice_worker_*).
   std::atomic<std::uint64_t> splits_active{0}, splits_done{0}, splits_stopped{0}, splits_failed{0};
   std::atomic<std::uint64_t> elements_sent{0}, bytes_sent{0}, bytes_raw{0};
+  std::atomic<std::uint64_t> splits_local{0};  // read through the Unix socket
   grpc::Status Ping(grpc::ServerContext* context, const proto::PingRequest*, proto::PingReply* reply) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     reply->set_worker_id(id.load());
@@ -119,6 +121,7 @@ class WorkerService final : public proto::Worker::Service {
   grpc::Status ProduceSplit(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) override {
     if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
     ++splits_active;
+    if (context->peer().rfind("unix:", 0) == 0) ++splits_local;
     const grpc::Status status = make_split(context, request, out);
     --splits_active;
     ++(status.ok() ? splits_done : status.error_code() == grpc::StatusCode::CANCELLED ? splits_stopped : splits_failed);
@@ -134,6 +137,9 @@ class WorkerService final : public proto::Worker::Service {
     out += fmt::format("sluice_worker_splits_total{{outcome=\"done\"}} {}\nsluice_worker_splits_total{{outcome=\"stopped\"}} {}\n"
                        "sluice_worker_splits_total{{outcome=\"failed\"}} {}\n",
                        splits_done.load(), splits_stopped.load(), splits_failed.load());
+    out += fmt::format("# HELP sluice_worker_splits_local_total Splits read by trainers on this machine, through the Unix socket.\n"
+                       "# TYPE sluice_worker_splits_local_total counter\nsluice_worker_splits_local_total {}\n",
+                       splits_local.load());
     out += fmt::format("# HELP sluice_worker_elements_sent_total Elements streamed to trainers.\n# TYPE sluice_worker_elements_sent_total counter\n"
                        "sluice_worker_elements_sent_total {}\n",
                        elements_sent.load());
@@ -238,12 +244,6 @@ class WorkerService final : public proto::Worker::Service {
   std::atomic<std::uint64_t> next_handle_{0};
 };
 
-std::string machine_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
-
 }  // namespace
 
 struct Worker::Impl {
@@ -284,14 +284,16 @@ struct Worker::Impl {
   std::condition_variable cv;
   bool stopping = false;
   std::thread heartbeat;
+  std::string socket_path;  // the Unix socket trainers on this machine read, when there is one
 
   proto::WorkerInfo info() const {
     proto::WorkerInfo out;
     out.set_address(address);
-    out.set_host(machine_name());
+    out.set_host(detail::machine_name());
     out.set_pid(::getpid());
     for (const auto& op : options.operators) out.add_operators(op);
     out.set_abi(fmt::format("{}.{}", kAbiMajor, kAbiMinor));
+    if (!socket_path.empty()) out.set_local_address("unix:" + socket_path);
     return out;
   }
   // One try; false (with `why`) when the dispatcher did not answer.
@@ -324,11 +326,18 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
                                               [&w](std::uint64_t job, std::uint64_t fingerprint, std::string& why) { return w.job_of(job, fingerprint, why); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &w.port);
+  if (options.unix_socket) {
+    // Only this machine reaches it (the token is still checked): no TLS.
+    const char* tmp = std::getenv("TMPDIR");
+    std::random_device random;
+    w.socket_path = fmt::format("{}/sluice-worker-{}-{:08x}.sock", tmp && *tmp ? tmp : "/tmp", ::getpid(), random());
+    builder.AddListeningPort("unix:" + w.socket_path, grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(w.service.get());
   w.server = builder.BuildAndStart();
   if (!w.server || w.port == 0)
     throw ServiceError(fmt::format("the worker cannot listen on {}: the address is in use or not this machine's; give another --port or --bind", listen));
-  const std::string host = !options.host.empty() ? options.host : (options.bind == "0.0.0.0" || options.bind == "::") ? machine_name() : options.bind;
+  const std::string host = !options.host.empty() ? options.host : (options.bind == "0.0.0.0" || options.bind == "::") ? detail::machine_name() : options.bind;
   w.address = fmt::format("{}:{}", host, w.port);
   if (options.security.insecure && !is_loopback(options.bind))
     std::fprintf(stderr, "sluice worker: --insecure: serving %s without TLS or a token; anyone who reaches it may use it\n", listen.c_str());
@@ -405,6 +414,7 @@ void Worker::shutdown() {
 void Worker::wait() {
   impl_->server->Wait();
   if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+  if (!impl_->socket_path.empty()) ::unlink(impl_->socket_path.c_str());
 }
 
 }  // namespace sluice::service
