@@ -33,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Two services, each a dispatcher and one worker: one that trainers on this machine read through
-# its Unix socket (the default), one read over TCP on loopback (--no-unix-socket).
+# its Unix socket (--unix-socket), one read over TCP on loopback (the default).
 start_service() {  # NAME [worker options]: its dispatcher's address in $work/NAME.address, the worker's /metrics in $work/NAME.metrics
   local name=$1
   shift
@@ -46,8 +46,8 @@ start_service() {  # NAME [worker options]: its dispatcher's address in $work/NA
   for _ in $(seq 100); do grep -q "metrics at" "$work/$name-worker.log" 2> /dev/null && grep -q "listening on" "$work/$name-worker.out" && break; sleep 0.1; done
   sed -n 's/.*metrics at http:\/\/\([^/]*\)\/metrics/\1/p' "$work/$name-worker.log" > "$work/$name.metrics"
 }
-start_service local
-start_service tcp --no-unix-socket
+start_service local --unix-socket
+start_service tcp
 dispatcher=$(cat "$work/local.address")
 metrics=$(cat "$work/local.metrics")
 worker_counter() {  # the value of a series of the worker's /metrics

@@ -554,9 +554,8 @@ class TestService : public QObject {
     QVERIFY2(!port.isEmpty(), qPrintable(dispatcher.errors()));
     const QString address = "127.0.0.1:" + port;
     const QStringList trusting{"--tls-ca", dir.filePath("ca.pem")};
-    // Over TCP, so that the trainer's streams are TLS too (on this machine it would read their Unix sockets).
-    Service first(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1", "--no-unix-socket"} + serve + trusting);
-    Service second(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1", "--no-unix-socket"} + serve + trusting);
+    Service first(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
+    Service second(QStringList{"worker", "--dispatcher", address, "--host", "127.0.0.1"} + serve + trusting);
     QVERIFY2(alive_workers(address, 2, client), qPrintable(first.errors()));
 
     const auto plain = sluice_cli({"service", "workers", "--dispatcher", address});
@@ -585,7 +584,7 @@ class TestService : public QObject {
     QTemporaryDir dir;
     Service dispatcher({"dispatcher", "--port", "0", "--metrics-addr", "0"});
     const QString address = dispatcher.address();
-    Service worker({"worker", "--dispatcher", address, "--metrics-addr", "0"});
+    Service worker({"worker", "--dispatcher", address, "--metrics-addr", "0", "--unix-socket"});
     QVERIFY(alive_workers(address, 1));
     static const QRegularExpression at("metrics at http://(\\S+)/metrics");
     QVERIFY2(dispatcher.says("/metrics") && worker.says("/metrics"), qPrintable(dispatcher.errors() + worker.errors()));
@@ -601,7 +600,7 @@ class TestService : public QObject {
                  d.contains("sluice_dispatcher_splits_total{job=\"watched\",outcome=\"done\"} 8"),
              qPrintable(d));
     QVERIFY2(w.contains("sluice_worker_elements_sent_total 400") && w.contains("sluice_worker_splits_active 0"), qPrintable(w));
-    // The trainer is on the worker's machine: it read every split through the Unix socket.
+    // The trainer is on the worker's machine: it read every split through the worker's Unix socket.
     static const QRegularExpression local("sluice_worker_splits_local_total (\\d+)"), done("sluice_worker_splits_total\\{outcome=\"done\"\\} (\\d+)");
     QVERIFY2(local.match(w).captured(1).toInt() > 0 && local.match(w).captured(1) == done.match(w).captured(1), qPrintable(w));
     static const QRegularExpression sent("sluice_worker_bytes_sent_total (\\d+)"), raw("sluice_worker_bytes_raw_total (\\d+)");

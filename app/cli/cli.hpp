@@ -84,7 +84,7 @@ int cmd_dispatcher(const DispatcherRequest& request);
 struct WorkerRequest {
   sluice::service::WorkerOptions options;
   std::string metrics_addr;     // --metrics-addr: serve /metrics
-  bool no_unix_socket = false;  // --no-unix-socket
+  bool unix_socket = false;     // --unix-socket
 };
 int cmd_worker(const CommonOptions& common, WorkerRequest request);
 // `sluice service workers`: what the dispatcher knows of its workers.

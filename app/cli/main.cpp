@@ -470,8 +470,8 @@ int main(int argc, char** argv) {
   worker->add_option("--host", worker_request.options.host, "the name trainers reach this worker by (default: the bind address, or this machine's name)");
   worker->add_option("--metrics-addr", worker_request.metrics_addr,
                      "serve /metrics (splits made, elements and bytes sent) over HTTP at [HOST:]PORT; loopback unless HOST is given");
-  worker->add_flag("--no-unix-socket", worker_request.no_unix_socket,
-                   "serve trainers on this machine over TCP too (by default they read its Unix socket, without the network)");
+  worker->add_flag("--unix-socket", worker_request.unix_socket,
+                   "also listen on a Unix socket, which trainers on this machine then read instead of TCP");
   add_security(worker, worker_request.options.security, true);
   add_plugin_dir(worker);
   std::string service_dispatcher;

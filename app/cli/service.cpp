@@ -60,7 +60,7 @@ int cmd_worker(const CommonOptions& common, WorkerRequest request) {
   load_plugins(registry, common, true);
   for (const auto& op : registry.operators()) request.options.operators.push_back(op->info.name);
   request.options.registry = &registry;
-  request.options.unix_socket = !request.no_unix_socket;
+  request.options.unix_socket = request.unix_socket;
   sluice::service::Worker worker(request.options);
   const auto metrics = serve_metrics(request.metrics_addr, "worker", [&] { return worker.prometheus(); });
   fmt::print("sluice worker: worker {} listening on {}\n", worker.id(), worker.address());

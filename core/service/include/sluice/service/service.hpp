@@ -87,9 +87,10 @@ struct WorkerOptions {
   Registry* registry = nullptr;
   // How long to keep trying to reach the dispatcher at start (it may start after the workers).
   std::chrono::milliseconds wait_for_dispatcher{60000};
-  // Also listen on a Unix socket (in $TMPDIR), which trainers on this machine read instead of the
-  // network.
-  bool unix_socket = true;
+  // Also listen on a Unix socket (in $TMPDIR), which trainers on this machine then read instead of
+  // TCP. Off by default: through gRPC it measured slower than loopback TCP for large batches
+  // (bench/README.md, "service.sh").
+  bool unix_socket = false;
 };
 
 class Worker {
