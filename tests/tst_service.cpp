@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -310,6 +311,27 @@ class TestService : public QObject {
       const auto unpacked = numbers_in(packed);
       QVERIFY2(each_once(unpacked, 300), qPrintable(QString("%1: %2 elements").arg(compression).arg(unpacked.size())));
     }
+  }
+
+  // DYNAMIC: random draws differ between splits (positions start again in each split, but a
+  // split's stages draw with keys of their own), and stay exactly once.
+  void each_split_draws_its_own_random_numbers() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service worker({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 1));
+    const QString out = dir.filePath("out.jsonl");
+    const auto run = sluice_cli({"run", "--quiet", service_file(dir.filePath("p.txtpb"),
+                                                                 "stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"400\" } }",
+                                                                 "\"filter_random\" input: \"numbers\" params { key: \"p\" value: \"0.5\" }",
+                                                                 QString("service: \"grpc://%1\" job_name: \"draws\" split_size: 20").arg(address), out)});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    std::map<int, std::set<int>> kept;  // by split: the offsets inside it that the filter kept
+    for (int v : numbers_in(out)) QVERIFY(kept[v / 20].insert(v % 20).second);
+    std::set<std::set<int>> patterns;
+    for (const auto& [split, offsets] : kept) patterns.insert(offsets);
+    QVERIFY2(patterns.size() > 10, qPrintable(QString("%1 patterns over %2 splits").arg(patterns.size()).arg(kept.size())));
   }
 
   // A worker killed with SIGKILL in mid-epoch: its splits are made again by the other, from where

@@ -73,9 +73,19 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
       throw Error(fmt::format("job '{}' has {} sources: DYNAMIC mode splits the elements of one source (OFF or a static mode shard several)",
                               job.job_name(), sources.size()));
     const std::string source = stages[sources.front()].id(), split_skip = "service_split_skip", split_take = "service_split_take";
+    // Random draws are keyed by stage and element position, and positions start again at 0 in
+    // every split: the stages after the cut are named for their split ("work@split3"), so that
+    // each split draws its own (the same split made again draws alike). The source keeps its name:
+    // its order (list_files' shuffle) must be the same in every split.
+    std::map<std::string, std::string> renamed{{source, split_take}};
     for (auto& stage : stages)
+      if (stage.id() != source) renamed[stage.id()] = fmt::format("{}@split{}", stage.id(), request.split());
+    for (auto& stage : stages) {
+      if (stage.id() != source) stage.set_id(renamed.at(stage.id()));
       for (auto& input : *stage.mutable_input())
-        if (input == source) input = split_take;
+        if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
+    }
+    if (ends.front() != source) ends.front() = renamed.at(ends.front());
     const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
     add(split_skip, "skip", source, {{"count", std::to_string(request.split() * size)}});
     add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
