@@ -30,17 +30,6 @@ std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-const char* mode_name(proto::JobRequest::Mode mode) {
-  switch (mode) {
-    case proto::JobRequest::DYNAMIC: return "DYNAMIC";
-    case proto::JobRequest::OFF: return "OFF";
-    case proto::JobRequest::FILE: return "FILE";
-    case proto::JobRequest::DATA: return "DATA";
-    case proto::JobRequest::FILE_OR_DATA: return "FILE_OR_DATA";
-    default: return "?";
-  }
-}
-
 bool is_static(proto::JobRequest::Mode mode) {
   return mode == proto::JobRequest::FILE || mode == proto::JobRequest::DATA || mode == proto::JobRequest::FILE_OR_DATA;
 }
@@ -130,7 +119,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               fmt::format("job '{}' shards statically ({}), which needs a fixed worker list: start the dispatcher with "
                           "--worker-addresses HOST:PORT,... (each worker with the --port and --host listed), or use DYNAMIC",
-                          request->job_name(), mode_name(request->mode()))};
+                          request->job_name(), proto::JobRequest::Mode_Name(request->mode()))};
     proto::JobRequest job = *request;
     try {
       for (const auto& op : operators_of(job)) job.add_operators(op);
@@ -165,7 +154,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
                    static_cast<unsigned long long>(id), job.job_name().c_str(), static_cast<unsigned long long>(job.split_size()));
     else
       std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (%s)\n", static_cast<unsigned long long>(id), job.job_name().c_str(),
-                   mode_name(job.mode()));
+                   proto::JobRequest::Mode_Name(job.mode()).c_str());
     return grpc::Status::OK;
   }
 

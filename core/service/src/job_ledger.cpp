@@ -53,6 +53,11 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Gi
   return Next::Split;
 }
 
+std::size_t JobLedger::done_count() const {
+  const std::uint64_t handed = end_ ? std::min(next_new_, *end_) : next_new_;
+  return static_cast<std::size_t>(handed) - in_hand_.size() - given_back_.size();
+}
+
 bool JobLedger::holds(std::uint64_t split, std::uint64_t lease) const {
   const auto it = in_hand_.find(split);
   return it != in_hand_.end() && it->second.lease == lease;
@@ -61,7 +66,6 @@ bool JobLedger::holds(std::uint64_t split, std::uint64_t lease) const {
 bool JobLedger::done(std::uint64_t split, std::uint64_t lease) {
   if (!holds(split, lease)) return false;
   in_hand_.erase(split);
-  done_.insert(split);
   return true;
 }
 
@@ -100,7 +104,6 @@ void JobLedger::save(proto::LedgerState& out) const {
     s->set_split(split);
     s->set_skip(skip);
   }
-  for (const auto split : done_) out.add_done(split);
   for (const auto worker : preferred_) out.add_preferred(worker);
   out.set_fixed(fixed());
 }
@@ -113,7 +116,6 @@ JobLedger JobLedger::restore(const proto::LedgerState& state) {
   ledger.end_ = state.has_end() ? std::optional<std::uint64_t>(state.end()) : std::nullopt;
   for (const auto& s : state.in_hand()) ledger.in_hand_[s.split()] = {s.split(), s.skip(), s.worker(), s.lease()};
   for (const auto& s : state.given_back()) ledger.given_back_[s.split()] = s.skip();
-  ledger.done_.insert(state.done().begin(), state.done().end());
   return ledger;
 }
 

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
 namespace sluice::service {
@@ -56,7 +55,8 @@ class JobLedger {
   bool fixed() const { return !preferred_.empty(); }
   std::size_t split_count() const { return preferred_.size(); }  // fixed ones
   std::size_t in_hand() const { return in_hand_.size(); }
-  std::size_t done_count() const { return done_.size(); }
+  // Splits delivered whole: those handed out before the end, less those in hand or given back.
+  std::size_t done_count() const;
   std::optional<std::uint64_t> end() const { return end_; }
   // Splits in each worker's hands.
   std::map<std::uint64_t, std::size_t> load() const;
@@ -73,7 +73,6 @@ class JobLedger {
   std::optional<std::uint64_t> end_;         // the first split past the source's end
   std::map<std::uint64_t, Given> in_hand_;   // by split
   std::map<std::uint64_t, std::uint64_t> given_back_;  // split -> skip
-  std::set<std::uint64_t> done_;
   std::vector<std::uint64_t> preferred_;     // fixed splits: each one's worker
 };
 

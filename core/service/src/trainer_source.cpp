@@ -25,14 +25,6 @@
 namespace sluice::service {
 namespace {
 
-proto::JobRequest::Mode mode_of(const std::string& name) {
-  if (name == "OFF") return proto::JobRequest::OFF;
-  if (name == "FILE") return proto::JobRequest::FILE;
-  if (name == "DATA") return proto::JobRequest::DATA;
-  if (name == "FILE_OR_DATA") return proto::JobRequest::FILE_OR_DATA;
-  return proto::JobRequest::DYNAMIC;
-}
-
 // Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
 // starts where this trainer stopped (and any element it already has is dropped). Several splits
 // are read at once (`splits_in_flight`, each by a thread of its own), so that several workers
@@ -47,9 +39,13 @@ class ServiceSource final : public Source {
     job_.set_pipeline(p.get_string("pipeline"));
     job_.set_pipeline_file(p.get_string("pipeline_file"));
     job_.set_split_size(static_cast<std::uint64_t>(std::max<std::int64_t>(p.get_int("split_size"), 1)));
-    job_.set_mode(mode_of(p.get_string("processing_mode")));
-    const std::string compression = p.get_string("compression");
-    job_.set_compression(compression == "ZSTD" ? proto::JobRequest::ZSTD : compression == "SNAPPY" ? proto::JobRequest::SNAPPY : proto::JobRequest::NONE);
+    // The parameters' choices are the service's enum names (the schema checked them).
+    proto::JobRequest::Mode mode = proto::JobRequest::DYNAMIC;
+    proto::JobRequest::Mode_Parse(p.get_string("processing_mode"), &mode);
+    job_.set_mode(mode);
+    proto::JobRequest::Compression compression = proto::JobRequest::NONE;
+    proto::JobRequest::Compression_Parse(p.get_string("compression"), &compression);
+    job_.set_compression(compression);
     // Each reader names itself to the dispatcher, so that a question asked again gets the answer
     // it had (this trainer's readers are told apart from every other's by a random name).
     std::random_device random;

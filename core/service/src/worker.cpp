@@ -65,6 +65,7 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
     stage->add_input(input);
     for (auto& [k, v] : params) (*stage->mutable_params())[k] = v;
   };
+  add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
   if (job.mode() == proto::JobRequest::DYNAMIC) {
     std::vector<int> sources;
     for (int i = 0; i < stages.size(); ++i)
@@ -85,11 +86,9 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
       for (auto& input : *stage.mutable_input())
         if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
     }
-    if (ends.front() != source) ends.front() = renamed.at(ends.front());
     const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
     add(split_skip, "skip", source, {{"count", std::to_string(request.split() * size)}});
     add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
-    if (ends.front() == source) ends.front() = split_take;  // the source alone is distributed
   } else {
     auto& options = *doc.spec.mutable_options();
     options.set_sharding(job.mode() == proto::JobRequest::OFF    ? spec::off
@@ -100,12 +99,8 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
     identity.index = static_cast<int>(request.split());
     identity.count = static_cast<int>(std::max<std::uint64_t>(request.splits(), 1));
     identity.source = job.mode() == proto::JobRequest::OFF ? "the service (OFF: a copy of the dataset each)" : "the service (a static shard each)";
-    add("service_stream", "service_stream", ends.front(), {{"queue", queue}});  // the plan builds the graph: it needs its sink
-    plan_for_worker(doc, registry, identity);
-    doc.stage_locations.clear();
-    return doc;
+    plan_for_worker(doc, registry, identity);  // (it builds the graph: the sink is there already)
   }
-  add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
   doc.stage_locations.clear();
   return doc;
 }
