@@ -56,6 +56,25 @@ class TestJobLedger : public QObject {
     QCOMPARE(g.skip, 55u);
   }
 
+  // Coordinated reads: a split whose worker died is handed out again at once, the same split (it
+  // keeps its lane's place), by another worker, under a new lease; the old lease is then stale.
+  void a_coordinated_split_is_handed_again_in_place() {
+    JobLedger ledger;
+    JobLedger::Given first, again;
+    QCOMPARE(ledger.next_split({3, 4}, first), JobLedger::Next::Split);
+    QCOMPARE(ledger.hand_again(first.split, first.lease, 12, {}, again), JobLedger::Next::Wait);  // no worker alive yet
+    QCOMPARE(ledger.hand_again(first.split, first.lease, 12, {4}, again), JobLedger::Next::Split);
+    QCOMPARE(again.split, first.split);
+    QCOMPARE(again.skip, 12u);
+    QCOMPARE(again.worker, 4u);
+    QVERIFY(again.lease != first.lease);
+    QCOMPARE(ledger.hand_again(first.split, first.lease, 20, {4}, again), JobLedger::Next::End);  // stale: nothing handed
+    QVERIFY(!ledger.done(first.split, first.lease));
+    QCOMPARE(ledger.in_hand(), 1u);
+    QVERIFY(ledger.done(again.split, again.lease));
+    QCOMPARE(ledger.done_count(), 1u);
+  }
+
   // The first empty split ends the epoch: nothing past it is handed out or made again, the
   // trainers wait while others hold splits, and it ends when every split before it is done.
   void the_epoch_ends_where_the_source_does() {

@@ -181,6 +181,37 @@ bool alive_workers(const QString& dispatcher, int count, const QStringList& extr
 
 std::multiset<int> multiset_of(const std::vector<int>& values) { return {values.begin(), values.end()}; }
 
+// The batches a trainer wrote ({"value":[a,b,...]} lines), as they came.
+std::vector<std::vector<int>> batches_in(const QString& path) {
+  QFile f(path);
+  std::vector<std::vector<int>> out;
+  if (!f.open(QIODevice::ReadOnly)) return out;
+  const QRegularExpression list("\"value\":\\[([0-9,]*)\\]");
+  for (const QByteArray& line : f.readAll().split('\n'))
+    if (auto m = list.match(QString::fromUtf8(line)); m.hasMatch()) {
+      std::vector<int> batch;
+      for (const QString& n : m.captured(1).split(',', Qt::SkipEmptyParts)) batch.push_back(n.toInt());
+      out.push_back(batch);
+    }
+  return out;
+}
+
+// A coordinated job's pipeline for consumer `index` of 2: range `count` (`us` of CPU each), in
+// batches of 4 made on the workers, splits of `split` numbers, `lanes` splits read at once.
+QString coordinated_file(const QTemporaryDir& dir, const QString& address, int index, int count, int us, int split, int lanes) {
+  const QString source = QString("stage { id: \"numbers\" op: \"range\" params { key: \"count\" value: \"%1\" } }\n"
+                                 "stage { id: \"slow\" op: \"simulate_work\" input: \"numbers\" params { key: \"us\" value: \"%2\" } }")
+                             .arg(count)
+                             .arg(us);
+  return service_file(dir.filePath(QString("consumer%1.txtpb").arg(index)), source, "\"batch\" input: \"slow\" params { key: \"batch_size\" value: \"4\" }",
+                      QString("service: \"grpc://%1\" job_name: \"rounds\" split_size: %2 splits_in_flight: %3 num_consumers: 2 consumer_index: %4")
+                          .arg(address)
+                          .arg(split)
+                          .arg(lanes)
+                          .arg(index),
+                      dir.filePath(QString("consumer%1.jsonl").arg(index)));
+}
+
 }  // namespace
 
 class TestService : public QObject {
@@ -403,6 +434,107 @@ class TestService : public QObject {
       const auto got = numbers_in(out);
       QVERIFY2(each_once(got, 60), qPrintable(QString("run %1: %2 elements").arg(run).arg(got.size())));
     }
+  }
+
+  // Coordinated reads, one split at a time: the lane's batches are dealt in turn, across the
+  // splits' ends (a split of 10 numbers makes 3 batches), so consumer k gets exactly the batches
+  // numbered k, k + 2, ... of the epoch, each round one for each. A worker killed in mid-epoch and
+  // the dispatcher killed and restarted on its journal change nothing: the worker's split is made
+  // again by the other, from where the consumers were.
+  void coordinated_reads_deal_each_round_to_every_consumer() {
+    QTemporaryDir dir;
+    const QString work_dir = dir.filePath("dispatcher");
+    auto dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", "0", "--work-dir", work_dir});
+    const QString address = dispatcher->address();
+    auto doomed = std::make_unique<Service>(QStringList{"worker", "--dispatcher", address});
+    Service survivor({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 2));
+    const int count = 400;
+    QProcess consumers[2];
+    for (int k = 0; k < 2; ++k) consumers[k].start(SLUICE_CLI, {"run", "--quiet", coordinated_file(dir, address, k, count, 8000, 10, 1)});
+    QTest::qWait(800);  // a few splits in
+    doomed->kill();
+    QVERIFY2(dispatcher->says("given back after"), qPrintable(dispatcher->errors()));  // (the next split goes to it if the current did not)
+    dispatcher->kill();
+    QTest::qWait(300);
+    dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", address.section(':', -1), "--work-dir", work_dir});
+    QVERIFY2(dispatcher->says("continuing from its journal"), qPrintable(dispatcher->errors()));
+    for (auto& c : consumers) {
+      QVERIFY(c.waitForFinished(90000));
+      QVERIFY2(c.exitCode() == 0, qPrintable(QString::fromUtf8(c.readAllStandardError())));
+    }
+    std::vector<std::vector<int>> epoch;  // the lane's batches in order: each split's 4, 4 and 2
+    for (int split = 0; split < count / 10; ++split)
+      for (int first = 0; first < 10; first += 4) {
+        std::vector<int> batch;
+        for (int n = first; n < std::min(first + 4, 10); ++n) batch.push_back(split * 10 + n);
+        epoch.push_back(batch);
+      }
+    for (int k = 0; k < 2; ++k) {
+      std::vector<std::vector<int>> want;
+      for (std::size_t g = static_cast<std::size_t>(k); g < epoch.size(); g += 2) want.push_back(epoch[g]);
+      const auto got = batches_in(dir.filePath(QString("consumer%1.jsonl").arg(k)));
+      QVERIFY2(got == want, qPrintable(QString("consumer %1: %2 batches, %3 wanted").arg(k).arg(got.size()).arg(want.size())));
+    }
+  }
+
+  // Coordinated reads, two splits at a time from three workers, a split of 8 numbers making one
+  // round of two batches: at every step both trainers have a batch of the same split, the first
+  // consumer its first half; every number once.
+  void coordinated_rounds_give_every_trainer_one_batch_of_the_same_round() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service w1({"worker", "--dispatcher", address}), w2({"worker", "--dispatcher", address}), w3({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 3));
+    QProcess consumers[2];
+    for (int k = 0; k < 2; ++k) consumers[k].start(SLUICE_CLI, {"run", "--quiet", coordinated_file(dir, address, k, 320, 300, 8, 2)});
+    for (auto& c : consumers) {
+      QVERIFY(c.waitForFinished(90000));
+      QVERIFY2(c.exitCode() == 0, qPrintable(QString::fromUtf8(c.readAllStandardError())));
+    }
+    const auto first = batches_in(dir.filePath("consumer0.jsonl")), second = batches_in(dir.filePath("consumer1.jsonl"));
+    QCOMPARE(first.size(), std::size_t(40));
+    QCOMPARE(second.size(), std::size_t(40));
+    std::vector<int> all;
+    for (std::size_t step = 0; step < first.size(); ++step) {
+      QVERIFY2(first[step].size() == 4 && second[step].size() == 4 && first[step][0] % 8 == 0 && second[step][0] == first[step][0] + 4,
+               qPrintable(QString("step %1: %2 and %3").arg(step).arg(first[step].front()).arg(second[step].front())));
+      all.insert(all.end(), first[step].begin(), first[step].end());
+      all.insert(all.end(), second[step].begin(), second[step].end());
+    }
+    QVERIFY(each_once(all, 320));
+  }
+
+  // What coordinated reads refuse, by name: a consumer_index without num_consumers, a job without
+  // a name, a consumer another trainer already is; and a consumer leaving in mid-epoch ends the
+  // job for the others (they would wait for it for ever).
+  void coordinated_reads_refuse_what_cannot_be_coordinated() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service worker({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 1));
+    const QString file = coordinated_file(dir, address, 0, 4000, 2000, 10, 1);
+    auto run = sluice_cli({"run", "--quiet", file, "--set", "distribute.num_consumers=0"});
+    QVERIFY2(run.code != 0 && run.err.contains("consumer_index is for coordinated reads: give num_consumers too"), qPrintable(run.err));
+    run = sluice_cli({"run", "--quiet", file, "--set", "distribute.job_name="});
+    QVERIFY2(run.code != 0 && run.err.contains("coordinated reads (num_consumers: 2) need a job_name"), qPrintable(run.err));
+    run = sluice_cli({"run", "--quiet", file, "--set", "distribute.consumer_index=2"});
+    QVERIFY2(run.code != 0 && run.err.contains("consumer_index, this trainer's, 0 to 1 (not 2)"), qPrintable(run.err));
+    QProcess first, second;
+    first.start(SLUICE_CLI, {"run", "--quiet", file});
+    QVERIFY2(dispatcher.says("job 1 'rounds' registered"), qPrintable(dispatcher.errors()));
+    run = sluice_cli({"run", "--quiet", file});
+    QVERIFY2(run.code != 0 && run.err.contains("consumer 0 of job 'rounds' is read by another trainer already"), qPrintable(run.err));
+    second.start(SLUICE_CLI, {"run", "--quiet", coordinated_file(dir, address, 1, 4000, 2000, 10, 1)});
+    QTest::qWait(1500);
+    first.terminate();  // Ctrl-C's way out: it leaves the job
+    QVERIFY(first.waitForFinished(20000));
+    QVERIFY(second.waitForFinished(30000));
+    const QString err = QString::fromUtf8(second.readAllStandardError());
+    QVERIFY2(second.exitCode() != 0 && err.contains("consumer 0 of job 'rounds' left in mid-epoch") && err.contains("start every trainer"),
+             qPrintable(err));
   }
 
   // OFF: every worker makes the whole dataset with its own seed; the trainer gets each copy's

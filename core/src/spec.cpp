@@ -138,11 +138,15 @@ std::string set_distribute_field(spec::Stage& stage, const std::string& field, c
   const auto* reflection = d.GetReflection();
   switch (f->cpp_type()) {
     case google::protobuf::FieldDescriptor::CPPTYPE_STRING: reflection->SetString(&d, f, value); return {};
-    case google::protobuf::FieldDescriptor::CPPTYPE_UINT64: {
+    case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+    case google::protobuf::FieldDescriptor::CPPTYPE_UINT32: {
       std::uint64_t number = 0;
       auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-      if (error != std::errc() || end != value.data() + value.size()) return fmt::format("distribute.{} is a count", field);
-      reflection->SetUInt64(&d, f, number);
+      const bool narrow = f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT32;
+      if (error != std::errc() || end != value.data() + value.size() || (narrow && number > UINT32_MAX))
+        return fmt::format("distribute.{} is a count", field);
+      if (narrow) reflection->SetUInt32(&d, f, static_cast<std::uint32_t>(number));
+      else reflection->SetUInt64(&d, f, number);
       return {};
     }
     case google::protobuf::FieldDescriptor::CPPTYPE_ENUM: {

@@ -3,6 +3,7 @@ started as a cluster starts them (`sluice dispatcher`, `sluice worker`), and a t
 sends the front of its dataset there with `distribute()` or tf.data's `apply(service.distribute())`
 and iterates the rest here."""
 import collections
+import concurrent.futures
 import re
 import subprocess
 import time
@@ -96,6 +97,28 @@ def test_what_the_workers_cannot_run_is_refused_by_name():
         sluice.data.range(10).distribute("grpc://127.0.0.1:5050", processing_mode="sometimes")
     with pytest.raises(ValueError, match=r"no stages"):
         sluice.data.Dataset().distribute("grpc://127.0.0.1:5050")
+
+
+def test_coordinated_reads_give_each_trainer_one_batch_of_every_round(service):
+    """tf.data's coordinated reads: two trainers (threads here, processes in a job), each a
+    consumer of the job; a split of 8 numbers is one round of two batches."""
+    service_api = sluice.data.experimental.service
+
+    def consumer(index):
+        ds = sluice.data.range(96).batch(4)
+        ds = ds.apply(service_api.distribute("dynamic", f"grpc://{service}", "rounds", index, 2, split_size=8, splits_in_flight=2))
+        return [[int(v) for v in batch["value"]] for batch in ds]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(consumer, [0, 1])
+    assert len(first) == len(second) == 12
+    for step, (a, b) in enumerate(zip(first, second)):
+        assert a[0] % 8 == 0 and b[0] == a[0] + 4, f"step {step}: {a} and {b}"
+    assert sorted(v for batch in first + second for v in batch) == list(range(96))
+    with pytest.raises(ValueError, match=r"consumer_index and num_consumers go together"):
+        sluice.data.range(4).distribute(f"grpc://{service}", job_name="x", num_consumers=2)
+    with pytest.raises(ValueError, match=r"need the job_name"):
+        sluice.data.range(4).distribute(f"grpc://{service}", consumer_index=0, num_consumers=2)
 
 
 @pytest.mark.parametrize("compression", ["zstd", "snappy"])

@@ -508,8 +508,8 @@ class Dataset:
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
         return _combine("concatenate", (self,) + others, {}, name)
 
-    def distribute(self, service, processing_mode="dynamic", job_name=None, *, split_size=None, splits_in_flight=None, compression=None,
-                   token_file=None, tls_ca=None):
+    def distribute(self, service, processing_mode="dynamic", job_name=None, *, consumer_index=None, num_consumers=None, split_size=None,
+                   splits_in_flight=None, compression=None, token_file=None, tls_ca=None):
         """Runs this dataset (every stage so far) on the Sluice service's workers and reads its
         elements from them; the stages added after this one run here. As tf.data's
         `ds.apply(tf.data.experimental.service.distribute(processing_mode, service, job_name))`.
@@ -520,6 +520,9 @@ class Dataset:
         over the dispatcher's fixed worker list: "file", "data" or "file_or_data" (tf.data's
         ShardingPolicy names and its "distributed_epoch" and "parallel_epochs" are taken too).
         job_name: trainers naming one job share its elements; None: this run's own job.
+        consumer_index, num_consumers: coordinated reads (tf.data's): the job is read by exactly
+        num_consumers trainers, this one consumer_index among them; each round gives every one of
+        them one element, all from one worker's consecutive output.
         split_size: source elements per split in dynamic mode (default 1: a file of list_files).
         splits_in_flight: splits this trainer reads at once, each from the worker making it (4).
         compression: of the elements the workers send, None, "zstd" or "snappy" (tf.data's "AUTO"
@@ -541,6 +544,15 @@ class Dataset:
         for key, value in (("job_name", job_name), ("token_file", token_file), ("tls_ca", tls_ca)):
             if value is not None:
                 distribute[key] = os.fspath(value) if key != "job_name" else str(value)
+        if (consumer_index is None) != (num_consumers is None):
+            raise ValueError("distribute(): consumer_index and num_consumers go together (coordinated reads)")
+        if num_consumers is not None:
+            if job_name is None:
+                raise ValueError("distribute(): coordinated reads (num_consumers) need the job_name the trainers share")
+            if int(num_consumers) < 1 or not 0 <= int(consumer_index) < int(num_consumers):
+                raise ValueError(f"distribute(): consumer_index is 0 to num_consumers - 1, not {consumer_index!r} of {num_consumers!r}")
+            distribute["num_consumers"] = int(num_consumers)
+            distribute["consumer_index"] = int(consumer_index)
         for key, value in (("split_size", split_size), ("splits_in_flight", splits_in_flight)):
             if value is not None:
                 if int(value) < 1:
@@ -1164,10 +1176,11 @@ class _Service:
     ShardingPolicy = _ShardingPolicy
 
     @staticmethod
-    def distribute(processing_mode, service, job_name=None, **options):
+    def distribute(processing_mode, service, job_name=None, consumer_index=None, num_consumers=None, **options):
         """For ds.apply(): Dataset.distribute(service, processing_mode, job_name, ...), in
         tf.data's argument order."""
-        return lambda dataset: dataset.distribute(service, processing_mode, job_name, **options)
+        return lambda dataset: dataset.distribute(service, processing_mode, job_name, consumer_index=consumer_index,
+                                                  num_consumers=num_consumers, **options)
 
 
 class experimental:

@@ -126,16 +126,21 @@ class DispatcherService final : public proto::Dispatcher::Service {
     } catch (const std::exception& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' has a pipeline the dispatcher cannot read: {}", job.job_name(), e.what())};
     }
+    if (job.num_consumers() > 0 && (job.consumer_index() < 0 || static_cast<std::uint32_t>(job.consumer_index()) >= job.num_consumers()))
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' is read by {} consumers: consumer_index is 0 to {}, not {}", job.job_name(),
+                                                              job.num_consumers(), job.num_consumers() - 1, job.consumer_index())};
     std::lock_guard lock(mutex_);
     for (const auto& [id, known] : jobs_) {
       if (known.request.job_name() != job.job_name()) continue;  // (a job whose trainers all left is gone from here)
       if (known.request.pipeline() != job.pipeline() || detail::pipeline_folder(known.request) != detail::pipeline_folder(job) ||
           known.request.split_size() != job.split_size() || known.request.mode() != job.mode() ||
-          known.request.compression() != job.compression())
+          known.request.compression() != job.compression() || known.request.num_consumers() != job.num_consumers() ||
+          known.request.lanes() != job.lanes())
         return {grpc::StatusCode::FAILED_PRECONDITION,
                 fmt::format("job '{}' is another pipeline's: the trainers sharing a job name send the same stages, from files in "
                             "the same folder (give this one another job_name)",
                             job.job_name())};
+      if (auto taken = take_consumer(jobs_[id], job); !taken.ok()) return taken;
       if (!job.client().empty()) jobs_[id].clients[job.client()] = Clock::now();
       reply->set_job_id(id);
       return grpc::Status::OK;
@@ -144,17 +149,21 @@ class DispatcherService final : public proto::Dispatcher::Service {
     Job& created = jobs_[id];
     created.request = job;
     created.request.clear_client();
+    created.request.clear_consumer_index();
+    take_consumer(created, job);
     // Without a trainer named (none should be), kept a while; with one, over when it leaves.
     created.keep_until = Clock::now() + (job.client().empty() ? std::chrono::seconds(kTrainerTimeout) : std::chrono::seconds(0));
     if (!job.client().empty()) created.clients[job.client()] = Clock::now();
     if (auto failed = save_journal(); !failed.ok()) return failed;
     reply->set_job_id(id);
+    const std::string coordinated =
+        job.num_consumers() > 0 ? fmt::format("; coordinated among {} consumers, {} splits at a time", job.num_consumers(), job.lanes()) : "";
     if (job.mode() == proto::JobRequest::DYNAMIC)
-      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (DYNAMIC: splits of %llu source elements)\n",
-                   static_cast<unsigned long long>(id), job.job_name().c_str(), static_cast<unsigned long long>(job.split_size()));
+      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (DYNAMIC: splits of %llu source elements%s)\n",
+                   static_cast<unsigned long long>(id), job.job_name().c_str(), static_cast<unsigned long long>(job.split_size()), coordinated.c_str());
     else
-      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (%s)\n", static_cast<unsigned long long>(id), job.job_name().c_str(),
-                   proto::JobRequest::Mode_Name(job.mode()).c_str());
+      std::fprintf(stderr, "sluice dispatcher: job %llu '%s' registered (%s%s)\n", static_cast<unsigned long long>(id), job.job_name().c_str(),
+                   proto::JobRequest::Mode_Name(job.mode()).c_str(), coordinated.c_str());
     return grpc::Status::OK;
   }
 
@@ -182,6 +191,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
                                                        "without its journal): start the trainer again",
                                                        request->job_id())};
     Job& job = found->second;
+    if (!job.broken.empty()) return {grpc::StatusCode::FAILED_PRECONDITION, job.broken};
     std::vector<std::uint64_t> able;
     if (auto refused = able_workers(found->first, job, able); !refused.ok()) return refused;
     JobLedger* ledger = ledger_of(job, request->epoch(), able);
@@ -190,6 +200,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
       reply->set_waiting_for("no worker is alive at the dispatcher");
       return grpc::Status::OK;
     }
+    if (job.request.num_consumers() > 0) return coordinated_split(job, *request, *ledger, able, *reply);
     JobLedger::Given given;
     switch (ledger->next_split(able, given)) {
       case JobLedger::Next::End: reply->set_kind(proto::SplitReply::END); return grpc::Status::OK;
@@ -200,16 +211,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
       case JobLedger::Next::Split: break;
     }
     ++job.handed_out;
-    reply->set_kind(proto::SplitReply::SPLIT);
-    reply->set_split(given.split);
-    reply->set_skip(given.skip);
-    reply->set_worker_id(given.worker);
-    const proto::WorkerInfo& maker = workers_.at(given.worker).info;
-    reply->set_worker_address(maker.address());
-    reply->set_worker_host(maker.host());
-    reply->set_worker_local_address(maker.local_address());
-    reply->set_lease(given.lease);
-    reply->set_splits(ledger->split_count());
+    answer_split(given, *ledger, *reply);
     if (!request->reader().empty()) remember_answer(*request, *reply);
     return save_journal();
   }
@@ -222,6 +224,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     const auto epoch = job->second.epochs.find(report->epoch());
     if (epoch == job->second.epochs.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("job {} has no epoch {}", report->job_id(), report->epoch())};
     JobLedger& ledger = epoch->second;
+    if (job->second.request.num_consumers() > 0) return coordinated_report(job->second, *report, ledger);
     bool changed = false;
     switch (report->outcome()) {
       case proto::SplitReport::DONE:
@@ -284,6 +287,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
       return grpc::Status::OK;
     }
     job->second.clients.erase(request->client());
+    consumer_left(job->second, request->client(), "left");
     return retire_if_left(job) ? save_journal() : grpc::Status::OK;
   }
 
@@ -294,8 +298,14 @@ class DispatcherService final : public proto::Dispatcher::Service {
     bool retired = false;
     const auto now = Clock::now();
     for (auto job = jobs_.begin(); job != jobs_.end();) {
-      for (auto c = job->second.clients.begin(); c != job->second.clients.end();)
-        c = now - c->second > kTrainerTimeout ? job->second.clients.erase(c) : std::next(c);
+      for (auto c = job->second.clients.begin(); c != job->second.clients.end();) {
+        if (now - c->second <= kTrainerTimeout) {
+          ++c;
+          continue;
+        }
+        consumer_left(job->second, c->first, "has not been heard from for 10 s");
+        c = job->second.clients.erase(c);
+      }
       const auto next = std::next(job);
       retired |= retire_if_left(job);
       job = next;
@@ -325,6 +335,16 @@ class DispatcherService final : public proto::Dispatcher::Service {
     std::uint64_t handed_out = 0, done = 0, given_back = 0;  // splits, over every epoch (since this dispatcher started)
     std::map<std::string, Clock::time_point> clients;  // trainers reading it, when last heard from
     Clock::time_point keep_until;                      // a job begun (or restored) is kept this long without trainers
+    // Coordinated reads: each epoch's lanes' slots (lane, slot) in hand, the consumer each trainer
+    // is, and why the job cannot go on (a consumer left in mid-epoch).
+    struct Slot {
+      JobLedger::Given given;
+      std::map<std::uint32_t, proto::CoordinatedSlot::Report> reports;  // by consumer, of the lease given
+      std::vector<std::uint64_t> next;  // handed again: the position each consumer needs next
+    };
+    std::map<std::uint64_t, std::map<std::pair<std::uint32_t, std::uint64_t>, Slot>> slots;  // by epoch
+    std::map<std::string, std::uint32_t> consumers;  // by trainer
+    std::string broken;
   };
   // A trainer sends a heartbeat every second: one not heard from for this long has left.
   static constexpr std::chrono::seconds kTrainerTimeout{10};
@@ -393,6 +413,137 @@ class DispatcherService final : public proto::Dispatcher::Service {
     return &job.epochs.emplace(epoch, std::move(ledger)).first->second;
   }
 
+  // The reply handing out `given` (made from `next` on for each consumer, when handed again).
+  void answer_split(const JobLedger::Given& given, const JobLedger& ledger, proto::SplitReply& reply, const std::vector<std::uint64_t>& next = {}) {
+    reply.set_kind(proto::SplitReply::SPLIT);
+    reply.set_split(given.split);
+    reply.set_skip(given.skip);
+    reply.set_worker_id(given.worker);
+    const proto::WorkerInfo& maker = workers_.at(given.worker).info;
+    reply.set_worker_address(maker.address());
+    reply.set_worker_host(maker.host());
+    reply.set_worker_local_address(maker.local_address());
+    reply.set_lease(given.lease);
+    reply.set_splits(ledger.split_count());
+    for (const auto n : next) reply.add_consumer_next(n);
+  }
+
+  // Coordinated reads: a trainer is one of the job's consumers, and no other live trainer is the same one.
+  grpc::Status take_consumer(Job& job, const proto::JobRequest& request) {
+    if (job.request.num_consumers() == 0 || request.client().empty()) return grpc::Status::OK;
+    const auto index = static_cast<std::uint32_t>(request.consumer_index());
+    for (const auto& [client, consumer] : job.consumers)
+      if (consumer == index && client != request.client() && job.clients.count(client))
+        return {grpc::StatusCode::FAILED_PRECONDITION,
+                fmt::format("consumer {} of job '{}' is read by another trainer already: each of the job's {} trainers takes its own "
+                            "consumer_index, 0 to {}",
+                            index, job.request.job_name(), job.request.num_consumers(), job.request.num_consumers() - 1)};
+    job.consumers[request.client()] = index;
+    return grpc::Status::OK;
+  }
+
+  // A consumer of a coordinated job left: in mid-epoch the others would wait for it for ever (its
+  // rounds' elements are dealt to it), so the job fails for them, saying why.
+  void consumer_left(Job& job, const std::string& client, const char* how) {
+    const auto it = job.consumers.find(client);
+    if (it == job.consumers.end()) return;
+    const std::uint32_t index = it->second;
+    job.consumers.erase(it);
+    if (job.epochs.empty() || job.epochs.rbegin()->second.finished() || !job.broken.empty()) return;
+    job.broken = fmt::format("consumer {} of job '{}' {} in mid-epoch: coordinated reads go on only while all {} consumers read; start "
+                             "every trainer of the job again",
+                             index, job.request.job_name(), how, job.request.num_consumers());
+    std::fprintf(stderr, "sluice dispatcher: %s\n", job.broken.c_str());
+  }
+
+  // Coordinated reads: slot `slot` of lane `lane` is one split for every consumer: the first to
+  // ask takes it from the ledger, the others get the same. Asked again after its stream broke
+  // (after_lease), it is handed again, in place, once every consumer has said how far it got.
+  grpc::Status coordinated_split(Job& job, const proto::SplitRequest& request, JobLedger& ledger, const std::vector<std::uint64_t>& able,
+                                 proto::SplitReply& reply) {
+    if (request.lane() >= job.request.lanes() || request.consumer_index() >= job.request.num_consumers())
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' has {} lanes and {} consumers: lane {} of consumer {} is not one",
+                                                              job.request.job_name(), job.request.lanes(), job.request.num_consumers(),
+                                                              request.lane(), request.consumer_index())};
+    auto& slots = job.slots[request.epoch()];
+    const auto key = std::make_pair(request.lane(), request.slot());
+    auto held = slots.find(key);
+    auto wait = [&](std::string why) {
+      reply.set_kind(proto::SplitReply::WAIT);
+      reply.set_waiting_for(std::move(why));
+      return grpc::Status::OK;
+    };
+    if (held == slots.end()) {
+      JobLedger::Given given;
+      switch (ledger.next_split(able, given)) {
+        case JobLedger::Next::End: reply.set_kind(proto::SplitReply::END); return grpc::Status::OK;
+        case JobLedger::Next::Wait: return wait(able.empty() ? "no worker is alive at the dispatcher" : "");
+        case JobLedger::Next::Split: break;
+      }
+      ++job.handed_out;
+      held = slots.emplace(key, Job::Slot{given, {}, {}}).first;
+      answer_split(given, ledger, reply);
+      return save_journal();
+    }
+    Job::Slot& slot = held->second;
+    if (request.after_lease() != slot.given.lease) {
+      answer_split(slot.given, ledger, reply, slot.next);
+      return grpc::Status::OK;
+    }
+    if (slot.reports.size() < job.request.num_consumers()) {
+      std::vector<std::string> silent;
+      for (std::uint32_t c = 0; c < job.request.num_consumers(); ++c)
+        if (!slot.reports.count(c)) silent.push_back(std::to_string(c));
+      return wait(fmt::format("consumer{} {} of the coordinated job to report how far {} got in split {}", silent.size() == 1 ? "" : "s",
+                              fmt::join(silent, ", "), silent.size() == 1 ? "it" : "they", slot.given.split));
+    }
+    std::vector<std::uint64_t> next(job.request.num_consumers(), 0);
+    for (const auto& [consumer, report] : slot.reports) next[consumer] = report.next();
+    JobLedger::Given again;
+    switch (ledger.hand_again(slot.given.split, slot.given.lease, *std::min_element(next.begin(), next.end()), able, again)) {
+      case JobLedger::Next::End:
+        return {grpc::StatusCode::INTERNAL, fmt::format("split {} of job '{}' is no longer in hand", slot.given.split, job.request.job_name())};
+      case JobLedger::Next::Wait: return wait("no worker is alive at the dispatcher");
+      case JobLedger::Next::Split: break;
+    }
+    ++job.handed_out;
+    ++job.given_back;
+    slot = Job::Slot{again, {}, next};
+    answer_split(again, ledger, reply, next);
+    return save_journal();
+  }
+
+  // Coordinated reads: a consumer's report of its part of a split. Once every consumer has
+  // reported the lease, the split is done (or empty: the source ended) unless one was given back:
+  // then it waits for a consumer to ask its slot again.
+  grpc::Status coordinated_report(Job& job, const proto::SplitReport& report, JobLedger& ledger) {
+    auto& slots = job.slots[report.epoch()];
+    auto held = std::find_if(slots.begin(), slots.end(), [&](const auto& s) {
+      return s.second.given.split == report.split() && s.second.given.lease == report.lease();
+    });
+    if (held == slots.end()) return grpc::Status::OK;  // stale: sent twice, or of a lease handed again
+    if (report.consumer_index() >= job.request.num_consumers())
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' has {} consumers, not {}", job.request.job_name(),
+                                                              job.request.num_consumers(), report.consumer_index() + 1)};
+    Job::Slot& slot = held->second;
+    auto& said = slot.reports[report.consumer_index()];
+    said.set_consumer(report.consumer_index());
+    said.set_outcome(static_cast<std::uint32_t>(report.outcome()));
+    said.set_next(report.received());
+    if (report.outcome() == proto::SplitReport::GIVEN_BACK) given_back(report);
+    if (slot.reports.size() < job.request.num_consumers()) return save_journal();
+    bool whole = true, empty = false;
+    for (const auto& [consumer, r] : slot.reports) {
+      whole &= r.outcome() != proto::SplitReport::GIVEN_BACK;
+      empty |= r.outcome() == proto::SplitReport::EMPTY;
+    }
+    if (!whole) return save_journal();
+    if (empty) ledger.ended_at(slot.given.split, slot.given.lease) || ledger.done(slot.given.split, slot.given.lease);
+    else job.done += ledger.done(slot.given.split, slot.given.lease);
+    slots.erase(held);
+    return save_journal();
+  }
+
   void given_back(const proto::SplitReport& report) {
     // A trainer that cannot reach a worker need not wait for its heartbeats to stop: no split goes
     // to it until it is heard from again.
@@ -445,6 +596,18 @@ class DispatcherService final : public proto::Dispatcher::Service {
         auto* e = j->add_epochs();
         e->set_epoch(epoch);
         ledger.save(*e->mutable_ledger());
+        if (const auto slots = job.slots.find(epoch); slots != job.slots.end())
+          for (const auto& [key, slot] : slots->second) {
+            auto* s = e->add_coordinated();
+            s->set_lane(key.first);
+            s->set_slot(key.second);
+            s->mutable_given()->set_split(slot.given.split);
+            s->mutable_given()->set_skip(slot.given.skip);
+            s->mutable_given()->set_worker(slot.given.worker);
+            s->mutable_given()->set_lease(slot.given.lease);
+            for (const auto& [consumer, report] : slot.reports) *s->add_reports() = report;
+            for (const auto n : slot.next) s->add_consumer_next(n);
+          }
       }
     }
     for (const auto& [reader, answer] : answers_) *journal.add_answers() = answer;
@@ -485,7 +648,15 @@ class DispatcherService final : public proto::Dispatcher::Service {
       Job& job = jobs_[j.job_id()];
       job.request = j.request();
       job.keep_until = Clock::now() + kTrainerTimeout;  // its trainers' heartbeats come back
-      for (const auto& e : j.epochs()) job.epochs.emplace(e.epoch(), JobLedger::restore(e.ledger()));
+      for (const auto& e : j.epochs()) {
+        job.epochs.emplace(e.epoch(), JobLedger::restore(e.ledger()));
+        for (const auto& s : e.coordinated()) {
+          Job::Slot& slot = job.slots[e.epoch()][{s.lane(), s.slot()}];
+          slot.given = {s.given().split(), s.given().skip(), s.given().worker(), s.given().lease()};
+          for (const auto& report : s.reports()) slot.reports[report.consumer()] = report;
+          slot.next.assign(s.consumer_next().begin(), s.consumer_next().end());
+        }
+      }
     }
     for (const auto& answer : journal.answers()) {
       answers_[answer.reader()] = answer;

@@ -26,6 +26,7 @@ inline std::uint64_t job_fingerprint(const proto::JobRequest& job) {
   mix(std::to_string(static_cast<int>(job.mode())));
   mix(std::to_string(job.split_size()));
   mix(std::to_string(static_cast<int>(job.compression())));
+  mix(std::to_string(job.num_consumers()));
   return hash;
 }
 

@@ -26,30 +26,45 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Gi
     skip = 0;
   }
   if (!split || able.empty()) return Next::Wait;
-  std::uint64_t worker = able.front();
-  if (fixed() && std::find(able.begin(), able.end(), preferred_[*split]) != able.end()) {
-    worker = preferred_[*split];
-  } else {
-    // Fast workers finish theirs sooner and so are asked again sooner: they do more. Among
-    // equally loaded ones, each in turn (a trainer reading one split at a time still spreads them
-    // over every worker).
-    const auto loads = load();
-    std::size_t least = std::numeric_limits<std::size_t>::max();
-    for (std::size_t k = 0; k < able.size(); ++k) {
-      const std::uint64_t w = able[(turn_ + k) % able.size()];
-      const auto it = loads.find(w);
-      const std::size_t l = it == loads.end() ? 0 : it->second;
-      if (l < least) {
-        least = l;
-        worker = w;
-      }
-    }
-    ++turn_;
-  }
+  const std::uint64_t worker = choose_worker(*split, able);
   if (!given_back_.empty() && given_back_.begin()->first == *split) given_back_.erase(given_back_.begin());
   else ++next_new_;
   out = {*split, *skip, worker, next_lease_++};
   in_hand_[*split] = out;
+  return Next::Split;
+}
+
+std::uint64_t JobLedger::choose_worker(std::uint64_t split, const std::vector<std::uint64_t>& able) {
+  if (fixed() && std::find(able.begin(), able.end(), preferred_[split]) != able.end()) return preferred_[split];
+  // Fast workers finish theirs sooner and so are asked again sooner: they do more. Among equally
+  // loaded ones, each in turn (a trainer reading one split at a time still spreads them over every
+  // worker).
+  std::uint64_t worker = able.front();
+  const auto loads = load();
+  std::size_t least = std::numeric_limits<std::size_t>::max();
+  for (std::size_t k = 0; k < able.size(); ++k) {
+    const std::uint64_t w = able[(turn_ + k) % able.size()];
+    const auto it = loads.find(w);
+    const std::size_t l = it == loads.end() ? 0 : it->second;
+    if (l < least) {
+      least = l;
+      worker = w;
+    }
+  }
+  ++turn_;
+  return worker;
+}
+
+JobLedger::Next JobLedger::hand_again(std::uint64_t split, std::uint64_t lease, std::uint64_t skip, const std::vector<std::uint64_t>& able,
+                                      Given& out) {
+  if (!holds(split, lease)) return Next::End;
+  if (able.empty()) return Next::Wait;
+  Given& given = in_hand_.at(split);
+  given.skip = std::max(given.skip, skip);
+  given.worker = std::numeric_limits<std::uint64_t>::max();  // not counted in its old worker's load while choosing
+  given.worker = choose_worker(split, able);
+  given.lease = next_lease_++;
+  out = given;
   return Next::Split;
 }
 

@@ -46,6 +46,11 @@ class JobLedger {
   // Its worker stopped answering after the trainer had received `received` of its elements in
   // all: it goes back, to be made again from there by another worker.
   bool give_back(std::uint64_t split, std::uint64_t lease, std::uint64_t received);
+  // Coordinated reads: its worker stopped answering after the consumers had received what comes
+  // before `skip`: the same split is handed out again at once (it keeps its place in its lane),
+  // made by an able worker, under a new lease. Wait while no worker is able; End (nothing handed
+  // out) for a lease that is no longer the split's.
+  Next hand_again(std::uint64_t split, std::uint64_t lease, std::uint64_t skip, const std::vector<std::uint64_t>& able, Given& out);
   // DYNAMIC: the split has no element: the source ends before it, and so does the epoch.
   bool ended_at(std::uint64_t split, std::uint64_t lease);
   // (A lost worker's splits are not given back here: only the trainer reading one knows how many
@@ -66,6 +71,8 @@ class JobLedger {
 
  private:
   bool holds(std::uint64_t split, std::uint64_t lease) const;
+  // Its preferred worker when able, else the able one with the fewest splits in hand.
+  std::uint64_t choose_worker(std::uint64_t split, const std::vector<std::uint64_t>& able);
 
   std::uint64_t next_new_ = 0;
   std::uint64_t next_lease_ = 1;

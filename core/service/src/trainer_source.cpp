@@ -46,6 +46,11 @@ class ServiceSource final : public Source {
     proto::JobRequest::Compression compression = proto::JobRequest::NONE;
     proto::JobRequest::Compression_Parse(p.get_string("compression"), &compression);
     job_.set_compression(compression);
+    if (p.get_int("num_consumers") > 0) {
+      job_.set_num_consumers(static_cast<std::uint32_t>(p.get_int("num_consumers")));
+      job_.set_lanes(static_cast<std::uint32_t>(in_flight_));
+      job_.set_consumer_index(static_cast<std::int32_t>(p.get_int("consumer_index")));
+    }
     // Each reader names itself to the dispatcher, so that a question asked again gets the answer
     // it had (this trainer's readers are told apart from every other's by a random name).
     std::random_device random;
@@ -71,9 +76,17 @@ class ServiceSource final : public Source {
     error_ = nullptr;
     ready_.clear();
     readers_left_ = in_flight_;
+    if (coordinated()) {
+      lanes_.assign(static_cast<std::size_t>(in_flight_), Lane{});
+      round_ = 0;
+      lane_at_ = 0;
+      for (int i = 0; i < in_flight_; ++i) readers_.emplace_back([this, i] { read_lane(static_cast<std::uint32_t>(i)); });
+      return;
+    }
     for (int i = 0; i < in_flight_; ++i) readers_.emplace_back([this, i] { read_splits(fmt::format("{}-{}", reader_prefix_, i)); });
   }
   bool next(Sample& out, const ElementContext&) override {
+    if (coordinated()) return next_in_round(out);
     std::unique_lock lock(mutex_);
     ready_cv_.wait(lock, [&] { return !ready_.empty() || readers_left_ == 0 || error_; });
     if (error_) std::rethrow_exception(error_);
@@ -101,7 +114,128 @@ class ServiceSource final : public Source {
     std::unique_ptr<grpc::ClientReader<proto::Element>> reader;
   };
   static constexpr std::size_t kMostReady = 256;
+  static constexpr std::size_t kMostReadyInLane = 64;
   static constexpr int kMostFailures = 4;
+
+  // Coordinated reads (num_consumers): the job's consumers read the same splits in the same
+  // order, `lanes` at a time; each split's elements are dealt in turn, so the lane's k-th round
+  // is one element for every consumer, all from one worker's consecutive output (a round may
+  // straddle two of the lane's splits: the turn carries on). This trainer hands on round 0 of
+  // every lane, then round 1 of every lane, and so on: its n-th element is of the same round as
+  // every other consumer's. Only a lane's last round may be short, and a consumer it leaves out
+  // goes on to the next.
+  struct Lane {
+    std::deque<std::pair<std::uint64_t, Sample>> ready;  // (round, element)
+    bool ended = false;
+  };
+  bool coordinated() const { return job_.num_consumers() > 0; }
+
+  bool next_in_round(Sample& out) {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (error_) std::rethrow_exception(error_);
+      bool all_ended = true;
+      for (const auto& lane : lanes_) all_ended &= lane.ended && lane.ready.empty();
+      if (all_ended || stopping_) return false;
+      Lane& lane = lanes_[lane_at_];
+      auto turn = [&] {
+        if (++lane_at_ == lanes_.size()) {
+          lane_at_ = 0;
+          ++round_;
+        }
+      };
+      if (!lane.ready.empty() && lane.ready.front().first == round_) {
+        out = std::move(lane.ready.front().second);
+        lane.ready.pop_front();
+        turn();
+        room_cv_.notify_all();
+        return true;
+      }
+      // Nothing of this round for this consumer in this lane: the lane ended before it (or its
+      // last round was short of this consumer).
+      if ((!lane.ready.empty() && lane.ready.front().first > round_) || (lane.ended && lane.ready.empty())) {
+        turn();
+        continue;
+      }
+      ready_cv_.wait(lock);
+    }
+  }
+
+  // One lane: its slots one after another, each split read whole (from another worker after its
+  // own stops answering), until the epoch ends.
+  void read_lane(std::uint32_t lane) {
+    const std::uint32_t consumers = job_.num_consumers();
+    const auto me = static_cast<std::uint32_t>(job_.consumer_index());
+    try {
+      std::uint64_t dealt = 0;  // the lane's elements before this slot's split (every consumer's)
+      for (std::uint64_t slot = 0;; ++slot) {
+        std::uint64_t after_lease = 0, next = 0;  // next: the position of the split this consumer needs next
+        for (;;) {
+          proto::SplitRequest request;
+          request.set_job_id(job_id_);
+          request.set_epoch(epoch_);
+          request.set_consumer_index(me);
+          request.set_lane(lane);
+          request.set_slot(slot);
+          request.set_after_lease(after_lease);
+          proto::SplitReply reply;
+          if (!ask_for_split(request, nullptr, reply)) {
+            std::lock_guard lock(mutex_);
+            lanes_[lane].ended = true;
+            ready_cv_.notify_all();
+            throw LaneEnded{};
+          }
+          proto::ProduceRequest produce;
+          produce.set_lease(reply.lease());
+          produce.set_num_consumers(consumers);
+          produce.set_consumer_index(me);
+          produce.set_deal_offset(static_cast<std::uint32_t>(dealt % consumers));
+          *produce.mutable_consumer_next() = reply.consumer_next();
+          if (reply.consumer_next_size() > static_cast<int>(me)) next = std::max(next, reply.consumer_next(static_cast<int>(me)));
+          next = std::max(next, reply.skip());
+          Stream stream;
+          if (!open_stream(reply, produce, stream)) throw LaneEnded{};  // stopping
+          stream.received = stream.skip = next;
+          proto::Element element;
+          while (stream.reader->Read(&element)) {
+            const std::uint64_t position = element.position();
+            if (position < next) continue;  // had already
+            if ((dealt + position) % consumers != me)
+              throw Error(fmt::format("element {} of split {} of job '{}' came to consumer {}, whose turn it is not: the worker at {} is "
+                                      "not this version's",
+                                      position, stream.split, job_.job_name(), me, stream.worker));
+            Sample sample = receive_element(element, stream);
+            std::unique_lock lock(mutex_);
+            room_cv_.wait(lock, [&] { return lanes_[lane].ready.size() < kMostReadyInLane || stopping_; });
+            if (stopping_) break;
+            lanes_[lane].ready.emplace_back((dealt + position) / consumers, std::move(sample));
+            stream.received = next = position + 1;
+            ready_cv_.notify_all();
+          }
+          {
+            std::lock_guard lock(mutex_);
+            streaming_.erase(stream.context.get());
+            if (stopping_) throw LaneEnded{};
+          }
+          std::uint64_t elements = 0;
+          if (finish_split(stream, &elements)) {
+            dealt += elements;
+            break;
+          }
+          after_lease = stream.lease;  // broken off: the same slot again, once every consumer has said how far it got
+        }
+      }
+    } catch (const LaneEnded&) {
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      stop_locked();
+    }
+    std::lock_guard lock(mutex_);
+    --readers_left_;
+    ready_cv_.notify_all();
+  }
+  struct LaneEnded {};
 
   void stop_locked() {
     stopping_ = true;
@@ -130,9 +264,7 @@ class ServiceSource final : public Source {
           if (element.position() > stream.received)
             throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
                                     stream.split, job_.job_name(), stream.received, element.position(), stream.worker));
-          const std::string what = fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name());
-          Sample sample = decode_element(
-              detail::decompress(job_.compression(), std::move(*element.mutable_element()), static_cast<std::size_t>(element.raw_size()), what), what);
+          Sample sample = receive_element(element, stream);
           std::unique_lock lock(mutex_);
           room_cv_.wait(lock, [&] { return ready_.size() < kMostReady || stopping_; });
           if (stopping_) break;
@@ -145,7 +277,7 @@ class ServiceSource final : public Source {
           streaming_.erase(stream.context.get());
           if (stopping_) break;
         }
-        finish_split(stream);
+        finish_split(stream, nullptr);
       }
     } catch (...) {
       std::lock_guard lock(mutex_);
@@ -155,6 +287,12 @@ class ServiceSource final : public Source {
     std::lock_guard lock(mutex_);
     --readers_left_;
     ready_cv_.notify_all();
+  }
+
+  Sample receive_element(proto::Element& element, const Stream& stream) {
+    const std::string what = fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name());
+    return decode_element(
+        detail::decompress(job_.compression(), std::move(*element.mutable_element()), static_cast<std::size_t>(element.raw_size()), what), what);
   }
 
   template <class Call>
@@ -220,6 +358,14 @@ class ServiceSource final : public Source {
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);
     request.set_reader(reader);
+    proto::SplitReply reply;
+    if (!ask_for_split(request, &sequence, reply)) return false;
+    stream = Stream{};
+    return open_stream(reply, proto::ProduceRequest{}, stream);
+  }
+  // Asks the dispatcher until it hands out a split (true) or says the epoch is over (false);
+  // answers to wait are waited out. `sequence`: the reader's question count (each try a new one).
+  bool ask_for_split(proto::SplitRequest& request, std::uint64_t* sequence, proto::SplitReply& reply) {
     const auto asked = std::chrono::steady_clock::now();
     bool said = false;
     for (;;) {
@@ -227,49 +373,52 @@ class ServiceSource final : public Source {
         std::lock_guard lock(mutex_);
         if (stopping_) return false;
       }
-      request.set_sequence(++sequence);  // a new question (one asked again keeps its number)
-      proto::SplitReply reply;
+      if (sequence) request.set_sequence(++*sequence);  // a new question (one asked again keeps its number)
+      reply.Clear();
       ask_dispatcher("hand out a split", [&](grpc::ClientContext& c) { return dispatcher_->GetSplit(&c, request, &reply); });
       if (reply.kind() == proto::SplitReply::END) return false;
-      if (reply.kind() == proto::SplitReply::WAIT) {  // the rest is in other readers' hands, or no worker is there yet
-        if (!reply.waiting_for().empty() && !said && std::chrono::steady_clock::now() - asked > std::chrono::seconds(10)) {
-          std::fprintf(stderr, "sluice: job '%s' at %s: waiting for the service: %s\n", job_.job_name().c_str(), target_.c_str(),
-                       reply.waiting_for().c_str());
-          said = true;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        continue;
+      if (reply.kind() == proto::SplitReply::SPLIT) return true;
+      // WAIT: the rest is in other readers' hands, or no worker is there yet, or (coordinated)
+      // other consumers have not said how far they got.
+      if (!reply.waiting_for().empty() && !said && std::chrono::steady_clock::now() - asked > std::chrono::seconds(10)) {
+        std::fprintf(stderr, "sluice: job '%s' at %s: waiting for the service: %s\n", job_.job_name().c_str(), target_.c_str(),
+                     reply.waiting_for().c_str());
+        said = true;
       }
-      stream = Stream{};
-      stream.split = reply.split();
-      stream.received = stream.skip = reply.skip();
-      stream.worker = reply.worker_address();
-      stream.worker_id = reply.worker_id();
-      stream.lease = reply.lease();
-      // A worker on this machine is read through its Unix socket, without the network.
-      const bool local = !reply.worker_local_address().empty() && reply.worker_host() == detail::machine_name();
-      stream.stub = proto::Worker::NewStub(local ? detail::client_channel(reply.worker_local_address(), Security{})
-                                                 : detail::client_channel(reply.worker_address(), security_));
-      stream.context = std::make_unique<grpc::ClientContext>();
-      if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
-      proto::ProduceRequest produce;
-      produce.set_job_id(job_id_);
-      produce.set_epoch(epoch_);
-      produce.set_split(reply.split());
-      produce.set_skip(reply.skip());
-      produce.set_splits(reply.splits());
-      produce.set_job_fingerprint(detail::job_fingerprint(job_));
-      std::lock_guard lock(mutex_);
-      if (stopping_) return false;
-      streaming_.insert(stream.context.get());
-      stream.reader = stream.stub->ProduceSplit(stream.context.get(), produce);
-      return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  // Opens the stream of the split `reply` hands out (`produce` holds what is not in the reply);
+  // false when the run is stopping.
+  bool open_stream(const proto::SplitReply& reply, proto::ProduceRequest produce, Stream& stream) {
+    stream.split = reply.split();
+    stream.received = stream.skip = reply.skip();
+    stream.worker = reply.worker_address();
+    stream.worker_id = reply.worker_id();
+    stream.lease = reply.lease();
+    // A worker on this machine is read through its Unix socket, without the network.
+    const bool local = !reply.worker_local_address().empty() && reply.worker_host() == detail::machine_name();
+    stream.stub = proto::Worker::NewStub(local ? detail::client_channel(reply.worker_local_address(), Security{})
+                                               : detail::client_channel(reply.worker_address(), security_));
+    stream.context = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
+    produce.set_job_id(job_id_);
+    produce.set_epoch(epoch_);
+    produce.set_split(reply.split());
+    produce.set_skip(reply.skip());
+    produce.set_splits(reply.splits());
+    produce.set_job_fingerprint(detail::job_fingerprint(job_));
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    streaming_.insert(stream.context.get());
+    stream.reader = stream.stub->ProduceSplit(stream.context.get(), produce);
+    return true;
+  }
   // The stream ended: the split is done (or empty: the source ends before it), or its worker
-  // stopped answering and it goes back to the dispatcher with what arrived; a pipeline that
-  // fails on the worker fails this run, naming the worker.
-  void finish_split(Stream& stream) {
+  // stopped answering and it goes back to the dispatcher with what arrived (false); a pipeline
+  // that fails on the worker fails this run, naming the worker. `elements`: how many the split
+  // had (all consumers'), when it is done.
+  bool finish_split(Stream& stream, std::uint64_t* elements) {
     const grpc::Status status = stream.reader->Finish();
     proto::SplitReport report;
     report.set_job_id(job_id_);
@@ -278,11 +427,23 @@ class ServiceSource final : public Source {
     report.set_received(stream.received);
     report.set_worker_id(stream.worker_id);
     report.set_lease(stream.lease);
+    report.set_consumer_index(static_cast<std::uint32_t>(std::max(job_.consumer_index(), 0)));
     if (status.ok()) {
       const auto& trailer = stream.context->GetServerTrailingMetadata();
-      const auto source = trailer.find("sluice-source-elements");
-      const bool empty = source != trailer.end() && std::string(source->second.data(), source->second.size()) == "0";
-      report.set_outcome(empty ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
+      auto said = [&](const char* key) {
+        const auto it = trailer.find(key);
+        return it == trailer.end() ? std::string() : std::string(it->second.data(), it->second.size());
+      };
+      report.set_outcome(said("sluice-source-elements") == "0" ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
+      if (elements) {
+        try {
+          *elements = std::stoull(said("sluice-split-elements"));
+        } catch (const std::exception&) {
+          throw Error(fmt::format("the worker at {} did not say how many elements split {} of job '{}' had: it is not this version's",
+                                  stream.worker, stream.split, job_.job_name()));
+        }
+        report.set_received(*elements);  // coordinated: this consumer has every one of its part
+      }
     } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED ||
                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || status.error_code() == grpc::StatusCode::UNKNOWN) {
       // A split that breaks again and again without giving anything new is not a worker that
@@ -307,6 +468,7 @@ class ServiceSource final : public Source {
     }
     proto::SplitReportReply ignored;
     ask_dispatcher("take the split's report", [&](grpc::ClientContext& c) { return dispatcher_->ReportSplit(&c, report, &ignored); });
+    return report.outcome() != proto::SplitReport::GIVEN_BACK;
   }
 
   const int in_flight_;
@@ -324,6 +486,9 @@ class ServiceSource final : public Source {
   std::exception_ptr error_;
   std::set<grpc::ClientContext*> streaming_;
   std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
+  std::vector<Lane> lanes_;                // coordinated reads: what each lane brought
+  std::uint64_t round_ = 0;                // coordinated reads: the round and lane handed on next
+  std::size_t lane_at_ = 0;
   std::thread keeper_;  // keep_job()
   std::mutex keeper_mutex_;
   std::condition_variable keeper_cv_;
@@ -353,7 +518,12 @@ void add_service_operators(Registry& registry) {
                  ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def(""),
                  // Which of the job's trainers this is (from the launcher, as a shard's index and count).
                  ParamSpec::make("trainer_index", ParamType::Int, "this trainer among those reading the job").def("-1").takes_hint("worker_index"),
-                 ParamSpec::make("num_trainers", ParamType::Int, "the trainers reading the job").def("-1").takes_hint("num_workers")};
+                 ParamSpec::make("num_trainers", ParamType::Int, "the trainers reading the job").def("-1").takes_hint("num_workers"),
+                 // Coordinated reads (tf.data's): every one of the job's num_consumers trainers gets one element of each round.
+                 ParamSpec::make("num_consumers", ParamType::Int, "the trainers reading the job in coordinated rounds (0: first come, first served)")
+                     .def("0")
+                     .range(0, 4096),
+                 ParamSpec::make("consumer_index", ParamType::Int, "this trainer among the job's consumers").def("-1")};
   info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
   registry.add_host_operator(std::move(info), "service");
 }
@@ -375,6 +545,15 @@ void split_at_service(PipelineDocument& doc) {
   if (d.service().empty()) refuse("distribute needs service: \"grpc://HOST:PORT\" (the dispatcher)");
   // Without a name the job is this run's alone, as tf.data's anonymous jobs are.
   std::string job_name = d.job_name();
+  if (d.num_consumers() > 0) {
+    if (job_name.empty())
+      refuse(fmt::format("coordinated reads (num_consumers: {}) need a job_name, the one the {} trainers share", d.num_consumers(), d.num_consumers()));
+    if (!d.has_consumer_index() || d.consumer_index() >= d.num_consumers())
+      refuse(fmt::format("coordinated reads among {} trainers need consumer_index, this trainer's, 0 to {}{}", d.num_consumers(),
+                         d.num_consumers() - 1, d.has_consumer_index() ? fmt::format(" (not {})", d.consumer_index()) : ""));
+  } else if (d.has_consumer_index()) {
+    refuse("consumer_index is for coordinated reads: give num_consumers too (the trainers that read the job together)");
+  }
   if (job_name.empty()) {
     std::random_device random;
     job_name = fmt::format("anonymous-{:08x}{:08x}", random(), random());
@@ -435,6 +614,10 @@ void split_at_service(PipelineDocument& doc) {
     if (d.splits_in_flight() > 0) params["splits_in_flight"] = std::to_string(d.splits_in_flight());
     if (d.compression() == spec::Distribute::ZSTD || d.compression() == spec::Distribute::SNAPPY)
       params["compression"] = spec::Distribute::Compression_Name(d.compression());
+    if (d.num_consumers() > 0) {
+      params["num_consumers"] = std::to_string(d.num_consumers());
+      params["consumer_index"] = std::to_string(d.consumer_index());
+    }
     if (!d.token_file().empty()) params["token_file"] = d.token_file();
     if (!d.tls_ca().empty()) params["tls_ca"] = d.tls_ca();
   }

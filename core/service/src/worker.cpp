@@ -10,9 +10,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <random>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "compression.hpp"
 #include "job_fingerprint.hpp"
@@ -109,6 +110,17 @@ class WorkerService final : public proto::Worker::Service {
  public:
   WorkerService(std::string token, Registry* registry, std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of)
       : token_(std::move(token)), registry_(registry), job_of_(std::move(job_of)) {}
+  ~WorkerService() override {
+    std::lock_guard lock(dealt_mutex_);
+    for (auto& [key, dealt] : dealt_) {
+      {
+        std::lock_guard held(dealt->mutex);
+        dealt->aborted = true;
+        dealt->cv.notify_all();
+      }
+      if (dealt->run.joinable()) dealt->run.join();
+    }
+  }
   std::atomic<std::uint64_t> id{0};
   std::atomic<bool> stopping{false};
   // What /metrics says (sluice_worker_*).
@@ -157,14 +169,20 @@ class WorkerService final : public proto::Worker::Service {
   }
 
  private:
-  grpc::Status make_split(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) {
-    if (!registry_) return {grpc::StatusCode::FAILED_PRECONDITION, "this worker has no plugins to run pipelines with"};
-    std::string why;
-    const auto job = job_of_(request->job_id(), request->job_fingerprint(), why);
-    if (!job) return {grpc::StatusCode::NOT_FOUND, why};
+  // What a split's run ended with: its status, and how many elements it had (positions) and how
+  // many of the source's (DYNAMIC: none means the source ends before it).
+  struct RunEnd {
+    grpc::Status status;
+    std::uint64_t positions = 0, source_elements = 0;
+  };
+
+  // Runs split `request.split()` of the job, handing `deliver` each element with its position
+  // (from 0); stops early when `deliver` returns false or `cancelled()` says so (CANCELLED).
+  RunEnd run_split(const proto::JobRequest& job, const proto::ProduceRequest& request, const std::function<bool(std::uint64_t, Sample&)>& deliver,
+                   const std::function<bool()>& cancelled) {
     const std::string who = fmt::format("worker {}", id.load());
     auto queue = std::make_shared<ElementQueue>(64);
-    const std::string handle = fmt::format("split:{}:{}:{}:{}", request->job_id(), request->epoch(), request->split(), next_handle_++);
+    const std::string handle = fmt::format("split:{}:{}:{}:{}", request.job_id(), request.epoch(), request.split(), next_handle_++);
     register_element_queue(handle, queue);
     struct Forget {
       std::string handle;
@@ -172,21 +190,20 @@ class WorkerService final : public proto::Worker::Service {
     } forget{handle};
     std::unique_ptr<Engine> engine;
     try {
-      PipelineDocument doc = split_pipeline(*job, *request, handle, *registry_);
+      PipelineDocument doc = split_pipeline(job, request, handle, *registry_);
       EngineOptions options;
-      options.first_epoch = request->epoch();
+      options.first_epoch = request.epoch();
       engine = std::make_unique<Engine>(build_graph(doc, *registry_), options);
       engine->start();
     } catch (const SpecError& e) {
       std::string text;
       for (const auto& problem : e.problems()) text += (text.empty() ? "" : "; ") + problem.message + (problem.stage.empty() ? "" : " (stage '" + problem.stage + "')");
-      return {grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job->job_name(), text)};
+      return {{grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job.job_name(), text)}};
     } catch (const std::exception& e) {
-      return {grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job->job_name(), e.what())};
+      return {{grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{} cannot run job '{}': {}", who, job.job_name(), e.what())}};
     }
+    RunEnd end;
     Sample sample;
-    std::uint64_t position = 0;
-    proto::Element element;
     bool sent_all = true;
     // The sink is finished only in Engine::wait(): once the engine's workers are done, what is
     // queued is the rest of the split.
@@ -196,55 +213,180 @@ class WorkerService final : public proto::Worker::Service {
       if (got == ElementQueue::Pop::Closed) break;
       if (got == ElementQueue::Pop::TimedOut) {
         if (workers_done) break;
-        if (stopping.load() || context->IsCancelled()) {
+        if (stopping.load() || cancelled()) {
           sent_all = false;
           break;
         }
         workers_done = engine->wait_for(std::chrono::milliseconds(0));
         continue;
       }
-      if (context->IsCancelled()) {
+      if (cancelled() || !deliver(end.positions, sample)) {
         sent_all = false;
         break;
       }
-      if (position >= request->skip()) {
-        element.set_position(position);
-        std::string raw = encode_element(sample);
-        element.set_raw_size(raw.size());
-        element.set_element(detail::compress(job->compression(), std::move(raw)));
-        bytes_raw += element.raw_size();
-        bytes_sent += element.element().size();
-        ++elements_sent;
-        if (!out->Write(element)) {  // the trainer went away
-          sent_all = false;
-          break;
-        }
-      }
-      ++position;
+      ++end.positions;
     }
     if (!sent_all || stopping.load()) {
       queue->cancel();
       engine->stop();
       engine->wait();
-      return {grpc::StatusCode::CANCELLED, fmt::format("{} stopped making split {} of job '{}'", who, request->split(), job->job_name())};
+      end.status = {grpc::StatusCode::CANCELLED, fmt::format("{} stopped making split {} of job '{}'", who, request.split(), job.job_name())};
+      return end;
     }
     const RunResult result = engine->wait();
-    if (result.state == RunState::Failed)
-      return {grpc::StatusCode::INTERNAL, fmt::format("{} failed making split {} of job '{}': {}", who, request->split(), job->job_name(), result.error)};
-    // DYNAMIC: how many of the source's elements the split had: none means the source ends before
-    // it (and so does the epoch), which a split whose every element a filter dropped does not.
-    if (job->mode() != proto::JobRequest::DYNAMIC) return grpc::Status::OK;
-    std::uint64_t source_elements = 0;
-    const auto snapshot = engine->snapshot();
-    for (const auto& stage : snapshot.stage())
-      if (stage.id() == "service_split_take") source_elements = stage.elements_out();
-    context->AddTrailingMetadata("sluice-source-elements", std::to_string(source_elements));
-    return grpc::Status::OK;
+    if (result.state == RunState::Failed) {
+      end.status = {grpc::StatusCode::INTERNAL, fmt::format("{} failed making split {} of job '{}': {}", who, request.split(), job.job_name(), result.error)};
+      return end;
+    }
+    if (job.mode() == proto::JobRequest::DYNAMIC) {
+      const auto snapshot = engine->snapshot();
+      for (const auto& stage : snapshot.stage())
+        if (stage.id() == "service_split_take") end.source_elements = stage.elements_out();
+    }
+    return end;
+  }
+
+  // The element on the wire: its compact form, compressed as the job asks.
+  void wire_element(const proto::JobRequest& job, std::uint64_t position, const Sample& sample, proto::Element& element) {
+    element.set_position(position);
+    std::string raw = encode_element(sample);
+    element.set_raw_size(raw.size());
+    element.set_element(detail::compress(job.compression(), std::move(raw)));
+    bytes_raw += element.raw_size();
+    bytes_sent += element.element().size();
+  }
+
+  // The trailer a trainer reads when the split ends whole: how many elements it had, and (DYNAMIC)
+  // how many of the source's: none means the source ends before it (a split whose every element a
+  // filter dropped has some).
+  static void add_trailer(grpc::ServerContext* context, const proto::JobRequest& job, const RunEnd& end) {
+    context->AddTrailingMetadata("sluice-split-elements", std::to_string(end.positions));
+    if (job.mode() == proto::JobRequest::DYNAMIC) context->AddTrailingMetadata("sluice-source-elements", std::to_string(end.source_elements));
+  }
+
+  grpc::Status make_split(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) {
+    if (!registry_) return {grpc::StatusCode::FAILED_PRECONDITION, "this worker has no plugins to run pipelines with"};
+    std::string why;
+    const auto job = job_of_(request->job_id(), request->job_fingerprint(), why);
+    if (!job) return {grpc::StatusCode::NOT_FOUND, why};
+    if (request->num_consumers() > 0) return deal_split(context, *job, *request, out);
+    proto::Element element;
+    const RunEnd end = run_split(
+        *job, *request,
+        [&](std::uint64_t position, Sample& sample) {
+          if (position < request->skip()) return true;
+          wire_element(*job, position, sample, element);
+          ++elements_sent;
+          return out->Write(element);  // false: the trainer went away
+        },
+        [&] { return context->IsCancelled(); });
+    if (end.status.ok()) add_trailer(context, *job, end);
+    return end.status;
+  }
+
+  // Coordinated reads: the consumers of a split's lease share one run of it, which deals each
+  // element to the consumer whose turn it is (a consumer's queue full holds the run back: the
+  // consumers go at the pace of the slowest). A consumer that goes away stops the run for all.
+  struct Dealt {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<std::deque<proto::Element>> queues;  // by consumer
+    bool ended = false, aborted = false;
+    RunEnd end;
+    std::thread run;
+    std::chrono::steady_clock::time_point ended_at;
+  };
+  static constexpr std::size_t kDealtQueue = 16;
+
+  std::shared_ptr<Dealt> dealt_for(const proto::JobRequest& job, const proto::ProduceRequest& request) {
+    std::lock_guard lock(dealt_mutex_);
+    // Runs over a minute ago are let go (a consumer comes for its part within moments, or never).
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = dealt_.begin(); it != dealt_.end();) {
+      bool old = false;
+      {
+        std::lock_guard held(it->second->mutex);
+        old = it->second->ended && now - it->second->ended_at > std::chrono::minutes(1);
+      }
+      if (old && it->second->run.joinable()) it->second->run.join();
+      it = old ? dealt_.erase(it) : std::next(it);
+    }
+    auto& dealt = dealt_[{request.job_id(), request.epoch(), request.split(), request.lease()}];
+    if (dealt) return dealt;
+    dealt = std::make_shared<Dealt>();
+    dealt->queues.resize(request.num_consumers());
+    dealt->run = std::thread([this, dealt = dealt, job, request] {
+      const std::uint32_t consumers = request.num_consumers();
+      RunEnd end = run_split(
+          job, request,
+          [&](std::uint64_t position, Sample& sample) {
+            const auto consumer = static_cast<std::uint32_t>((position + request.deal_offset()) % consumers);
+            const std::uint64_t needed = consumer < static_cast<std::uint32_t>(request.consumer_next_size()) ? request.consumer_next(static_cast<int>(consumer)) : 0;
+            if (position < std::max(request.skip(), needed)) return true;  // it has this one
+            proto::Element element;
+            wire_element(job, position, sample, element);
+            std::unique_lock lock(dealt->mutex);
+            dealt->cv.wait(lock, [&] { return dealt->queues[consumer].size() < kDealtQueue || dealt->aborted || stopping.load(); });
+            if (dealt->aborted || stopping.load()) return false;
+            dealt->queues[consumer].push_back(std::move(element));
+            dealt->cv.notify_all();
+            return true;
+          },
+          [&] {
+            std::lock_guard lock(dealt->mutex);
+            return dealt->aborted;
+          });
+      std::lock_guard lock(dealt->mutex);
+      dealt->end = std::move(end);
+      dealt->ended = true;
+      dealt->ended_at = std::chrono::steady_clock::now();
+      dealt->cv.notify_all();
+    });
+    return dealt;
+  }
+
+  grpc::Status deal_split(grpc::ServerContext* context, const proto::JobRequest& job, const proto::ProduceRequest& request,
+                          grpc::ServerWriter<proto::Element>* out) {
+    if (request.consumer_index() >= request.num_consumers())
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("consumer {} of {}: no such consumer", request.consumer_index(), request.num_consumers())};
+    const auto dealt = dealt_for(job, request);
+    auto& mine = dealt->queues[request.consumer_index()];
+    auto abort = [&] {
+      std::lock_guard lock(dealt->mutex);
+      dealt->aborted = true;
+      dealt->cv.notify_all();
+    };
+    for (;;) {
+      std::unique_lock lock(dealt->mutex);
+      dealt->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return !mine.empty() || dealt->ended || dealt->aborted; });
+      if (mine.empty() && dealt->ended) break;
+      if (dealt->aborted || stopping.load() || context->IsCancelled()) {
+        dealt->aborted = true;
+        dealt->cv.notify_all();
+        return {grpc::StatusCode::CANCELLED, fmt::format("worker {} stopped making split {} of job '{}' (a consumer of it went away)",
+                                                         id.load(), request.split(), job.job_name())};
+      }
+      if (mine.empty()) continue;
+      proto::Element element = std::move(mine.front());
+      mine.pop_front();
+      dealt->cv.notify_all();
+      lock.unlock();
+      ++elements_sent;
+      if (!out->Write(element)) {
+        abort();
+        return {grpc::StatusCode::CANCELLED, "the trainer went away"};
+      }
+    }
+    std::lock_guard lock(dealt->mutex);
+    if (dealt->end.status.ok()) add_trailer(context, job, dealt->end);
+    return dealt->end.status;
   }
 
  private:
   const std::string token_;
   Registry* registry_;
+  std::mutex dealt_mutex_;
+  std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>, std::shared_ptr<Dealt>> dealt_;  // by job, epoch, split, lease
   std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of_;
   std::atomic<std::uint64_t> next_handle_{0};
 };
