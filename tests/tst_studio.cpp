@@ -128,6 +128,30 @@ class TestStudio : public QObject {
     return url;
   }
 
+  // Starts a service process (`sluice dispatcher` or `sluice worker`, with `args`); returns what
+  // it printed of itself: its metrics address ("metrics at http://...") and where it listens.
+  struct Started {
+    QString metrics, address;
+  };
+  Started start_service_process(QProcess& process, const QStringList& args) {
+    process.start(SLUICE_CLI, args);
+    Started out;
+    if (!process.waitForStarted()) return out;
+    QString said, err;
+    const QRegularExpression metrics("metrics at http://([0-9.:]+)/metrics"), listening("listening on (\\S+:\\d+)");
+    QElapsedTimer waited;
+    waited.start();
+    while ((out.address.isEmpty() || (args.contains("--metrics-addr") && out.metrics.isEmpty())) && waited.elapsed() < 15000) {
+      process.waitForReadyRead(100);
+      said += QString::fromUtf8(process.readAllStandardOutput());
+      err += QString::fromUtf8(process.readAllStandardError());
+      out.address = listening.match(said).captured(1);
+      out.metrics = metrics.match(err).captured(1);
+    }
+    if (out.address.isEmpty()) qWarning("sluice %s did not start: %s", qPrintable(args.join(' ')), qPrintable(err));
+    return out;
+  }
+
   // Types into the operator search (which must have the keyboard) and enters the best match.
   void search_and_add(const QString& text) {
     QTRY_VERIFY(window_->palette().search()->hasFocus());
@@ -1858,6 +1882,63 @@ class TestStudio : public QObject {
     QVERIFY2(window_->verdict().summary().contains("could not start") && window_->verdict().summary().contains("data/*.jpg"),
              qPrintable(window_->verdict().summary()));
     QVERIFY2(window_->run_state().startsWith("Failed to start at stage 'files'"), qPrintable(window_->run_state()));
+  }
+
+  // Run > Attach to a service: the dispatcher's /metrics lists its workers; those serving their
+  // own /metrics show what they send. A worker killed is shown lost, its splits said to go to the
+  // others; one without --metrics-addr is said to have no rate.
+  void follows_a_service_from_its_dispatcher() {
+    QProcess dispatcher, workers[3], trainer;
+    const auto d = start_service_process(dispatcher, {"dispatcher", "--port", "0", "--metrics-addr", "127.0.0.1:0"});
+    QVERIFY(!d.address.isEmpty() && !d.metrics.isEmpty());
+    for (int i = 0; i < 3; ++i) {
+      QStringList args{"worker", "--dispatcher", d.address};
+      if (i < 2) args << "--metrics-addr" << "127.0.0.1:0";
+      QVERIFY(!start_service_process(workers[i], args).address.isEmpty());
+    }
+    using sluice::test::stage;
+    std::string work = stage("work", "simulate_work", "numbers", {{"us", "400"}});
+    work.insert(work.rfind('}'), " distribute { service: \"grpc://" + d.address.toStdString() + "\" job_name: \"watched\" split_size: 50 } ");
+    const QString file = write_text(dir_.filePath("service_trainer.txtpb"), "options { seed: 4 }\n" + stage("numbers", "range", "", {{"count", "100000000"}}) +
+                                                                               work + stage("drain", "null_sink", "work"));
+    trainer.start(SLUICE_CLI, {"run", "--quiet", file});
+    QVERIFY(trainer.waitForStarted());
+    QTimer::singleShot(0, this, [&] {
+      auto* dialog = qobject_cast<QInputDialog*>(QApplication::activeModalWidget());
+      if (!dialog) return;
+      auto* box = dialog->findChild<QComboBox*>();
+      box->lineEdit()->selectAll();
+      QTest::keyClicks(box->lineEdit(), d.metrics);
+      QTest::keyClick(box->lineEdit(), Qt::Key_Return);
+    });
+    window_->action("attach_service")->trigger();
+    auto& panel = window_->workers();
+    QCOMPARE(window_->bottom_tabs()->currentWidget(), static_cast<QWidget*>(&panel));
+    QTRY_COMPARE_WITH_TIMEOUT(panel.table()->rowCount(), 3, 5000);
+    QCOMPARE(panel.table()->horizontalHeaderItem(5)->text(), QString("splits"));
+    // The two with /metrics send elements at a rate; the third has none to show.
+    auto number = [&](int row, int column) { return panel.table()->item(row, column) ? panel.table()->item(row, column)->text().toDouble() : 0.0; };
+    QTRY_VERIFY_WITH_TIMEOUT(number(0, 3) > 0 && number(1, 3) > 0, 8000);
+    QVERIFY(number(0, 4) > 0);
+    QVERIFY2(panel.table()->item(2, 2)->text().contains("no --metrics-addr"), qPrintable(panel.table()->item(2, 2)->text()));
+    QVERIFY2(panel.table()->item(0, 5)->text().contains("made"), qPrintable(panel.table()->item(0, 5)->text()));
+    QTRY_VERIFY_WITH_TIMEOUT(panel.summary().contains("3 workers, 3 alive") && panel.summary().contains("elements/s"), 5000);
+    workers[0].kill();
+    workers[0].waitForFinished();
+    QTRY_VERIFY_WITH_TIMEOUT(panel.table()->item(0, 2)->text() == "lost", 8000);
+    QVERIFY(panel.table()->item(0, 0)->text().contains("lost"));
+    QVERIFY2(panel.summary().contains("worker 1 (" + panel.table()->item(0, 1)->text() + ") lost: its splits go to the others"),
+             qPrintable(panel.summary()));
+    QVERIFY2(panel.summary().startsWith("Service at http://" + d.metrics), qPrintable(panel.summary()));
+    QCOMPARE(QSettings("Sluice", "Sluice Studio").value("recent_attach_service").toStringList().value(0), d.metrics);
+    window_->action("detach")->trigger();
+    QCOMPARE(panel.attached_count(), 0);
+    window_->action("new")->trigger();
+    QCOMPARE(panel.table()->rowCount(), 0);
+    for (auto* p : {&trainer, &workers[1], &workers[2], &dispatcher}) {
+      p->kill();
+      p->waitForFinished();
+    }
   }
 
   void attaches_to_several_workers_and_shows_the_slowest() {

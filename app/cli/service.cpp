@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 
 #include "cli.hpp"
@@ -61,8 +62,15 @@ int cmd_worker(const CommonOptions& common, WorkerRequest request) {
   for (const auto& op : registry.operators()) request.options.operators.push_back(op->info.name);
   request.options.registry = &registry;
   request.options.unix_socket = request.unix_socket;
+  // Its /metrics first, so that the worker registers where it is; it serves nothing until then.
+  std::atomic<const sluice::service::Worker*> serving{nullptr};
+  const auto metrics = serve_metrics(request.metrics_addr, "worker", [&] {
+    const auto* worker = serving.load();
+    return worker ? worker->prometheus() : std::string();
+  });
+  if (metrics) request.options.metrics_address = metrics->url().substr(metrics->url().find("//") + 2);
   sluice::service::Worker worker(request.options);
-  const auto metrics = serve_metrics(request.metrics_addr, "worker", [&] { return worker.prometheus(); });
+  serving = &worker;
   fmt::print("sluice worker: worker {} listening on {}\n", worker.id(), worker.address());
   std::fflush(stdout);
   const int signal = wait_for_stop_signal(signals);

@@ -81,12 +81,17 @@ AttachClient::AttachClient(QObject* parent) : QObject(parent) {
   connect(&retry_, &QTimer::timeout, this, &AttachClient::request_stream);
 }
 
-void AttachClient::attach(const QString& address) {
-  detach();
+QUrl endpoint_url(const QString& address, const QString& path) {
   QString text = address.trimmed();
   if (!text.contains("://")) text = "http://" + (text.contains(':') ? text : "127.0.0.1:" + text);
   QUrl url(text);
-  url.setPath("/stream");
+  url.setPath(path);
+  return url;
+}
+
+void AttachClient::attach(const QString& address) {
+  detach();
+  const QUrl url = endpoint_url(address, "/stream");
   url_ = url.toString();
   stream_url_ = url;
   reached_ = false;

@@ -52,6 +52,9 @@ class RunController final : public QObject {
 };
 
 // Follows /stream of `sluice run --metrics-addr` (server-sent events, one JSON snapshot each).
+// An endpoint of a metrics address: "HOST:PORT", "PORT" (this machine) or http://HOST:PORT.
+QUrl endpoint_url(const QString& address, const QString& path);
+
 class AttachClient final : public QObject {
   Q_OBJECT
  public:

@@ -1,5 +1,6 @@
 // sluice-studio: the desktop app. `sluice-studio [PIPELINE]` opens a pipeline file;
-// `--attach HOST:PORT` follows a headless run; `--screenshot FILE --run-seconds N` runs the
+// `--attach HOST:PORT` follows a headless run; `--attach-service HOST:PORT` a Sluice service (its
+// dispatcher's metrics address: the Workers panel); `--screenshot FILE --run-seconds N` runs the
 // pipeline for N seconds (stopping it then if it still runs), saves the window as a PNG once the
 // run has ended (its averages and verdict shown) and exits; with --attach instead of a pipeline,
 // it saves the window after following the runs for N seconds. scripts/screenshots.sh makes the
@@ -21,6 +22,8 @@ namespace {
 
 const QCommandLineOption plugin_dir("plugin-dir", "also load plugins from DIR", "DIR");
 const QCommandLineOption attach("attach", "follow a headless run's metrics endpoint, or each worker's (comma-separated)", "HOST:PORT");
+const QCommandLineOption attach_service("attach-service", "follow a Sluice service: its dispatcher's metrics endpoint (--metrics-addr)",
+                                        "HOST:PORT");
 const QCommandLineOption screenshot("screenshot",
                                     "run the pipeline (or follow --attach), then save the window with the run's verdict as PNG to FILE, exit",
                                     "FILE");
@@ -34,7 +37,7 @@ void set_up(QCommandLineParser& cli) {
   cli.setApplicationDescription("Build input pipelines visually and watch every stage live.");
   cli.addHelpOption();
   cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
-  cli.addOptions({plugin_dir, attach, screenshot, run_seconds, tab, list_palette});
+  cli.addOptions({plugin_dir, attach, attach_service, screenshot, run_seconds, tab, list_palette});
 }
 
 bool asks_for_help(int argc, char** argv) {
@@ -118,8 +121,9 @@ int main(int argc, char** argv) {
 
   sluice::studio::MainWindow window(registry);
   const QStringList args = cli.positionalArguments();
-  if (cli.isSet(screenshot) && args.isEmpty() && !cli.isSet(attach)) {
-    std::fprintf(stderr, "--screenshot needs a pipeline file to run, or --attach HOST:PORT to follow\n");
+  const bool follows = cli.isSet(attach) || cli.isSet(attach_service);
+  if (cli.isSet(screenshot) && args.isEmpty() && !follows) {
+    std::fprintf(stderr, "--screenshot needs a pipeline file to run, or --attach (or --attach-service) HOST:PORT to follow\n");
     return 2;
   }
   if (cli.isSet(list_palette)) {
@@ -142,7 +146,8 @@ int main(int argc, char** argv) {
     if (cli.isSet(screenshot)) return 1;
   }
   if (cli.isSet(attach)) window.attach_to(cli.value(attach));
+  if (cli.isSet(attach_service)) window.attach_to_service(cli.value(attach_service));
 
-  if (cli.isSet(screenshot) && !take_screenshot_when_done(window, cli, !cli.isSet(attach))) return 1;
+  if (cli.isSet(screenshot) && !take_screenshot_when_done(window, cli, !follows)) return 1;
   return app.exec();
 }

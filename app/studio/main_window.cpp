@@ -284,16 +284,26 @@ void MainWindow::show_status(const QString& text, int ms) {
   else statusBar()->showMessage(text, ms > 0 ? ms : kStatusMessageMs);
 }
 
+QAction* MainWindow::add_action(const QString& name, const QString& text, const QKeySequence& key, std::function<void()> slot) {
+  auto* a = new QAction(text, this);
+  a->setShortcut(key);
+  connect(a, &QAction::triggered, this, [slot = std::move(slot)] { slot(); });
+  actions_.insert(name, a);
+  return a;
+}
+
 void MainWindow::build_actions() {
-  auto add = [this](const QString& name, const QString& text, QKeySequence key, auto slot) {
-    auto* a = new QAction(text, this);
-    a->setShortcut(key);
-    connect(a, &QAction::triggered, this, slot);
-    actions_.insert(name, a);
-    return a;
-  };
+  build_file_menu();
+  build_edit_menu();
+  build_view_menu();
+  build_run_menu();
+  build_help_menu();
+  build_toolbar();
+}
+
+void MainWindow::build_file_menu() {
   auto* file = menuBar()->addMenu("&File");
-  file->addAction(add("new", "&New", QKeySequence::New, [this] {
+  file->addAction(add_action("new", "&New", QKeySequence::New, [this] {
     if (!confirm_discard()) return;
     attach_.detach();
     workers_->attach({});
@@ -305,28 +315,28 @@ void MainWindow::build_actions() {
     document_.reset({}, {});
     view_->fit();  // the old pipeline's zoom goes with it
   }));
-  file->addAction(add("open", "&Open…", QKeySequence::Open, [this] {
+  file->addAction(add_action("open", "&Open…", QKeySequence::Open, [this] {
     if (!confirm_discard()) return;
     const QString f = QFileDialog::getOpenFileName(this, "Open pipeline", dialog_folder(), "Pipelines (*.txtpb *.pbtxt *.json);;All files (*)");
     if (!f.isEmpty()) open_file(f);
   }));
   recent_menu_ = file->addMenu("Open &Recent");
   rebuild_recent_menu();
-  file->addAction(add("open_metrics_log", "Open &metrics log…", QKeySequence(), [this] {
+  file->addAction(add_action("open_metrics_log", "Open &metrics log…", QKeySequence(), [this] {
     const QString f = QFileDialog::getOpenFileName(this, "Open a metrics log (sluice run --metrics-log)", dialog_folder(),
                                                    "Metrics logs (*.jsonl);;All files (*)");
     if (!f.isEmpty()) open_metrics_log(f);
   }));
-  file->addAction(add("compare_metrics_log", "Compare with metrics lo&g…", QKeySequence(), [this] {
+  file->addAction(add_action("compare_metrics_log", "Compare with metrics lo&g…", QKeySequence(), [this] {
     const QString f = QFileDialog::getOpenFileName(this, "Compare the run shown with a metrics log", dialog_folder(),
                                                    "Metrics logs (*.jsonl *.json);;All files (*)");
     if (!f.isEmpty()) compare_with_metrics_log(f);
   }));
-  file->addAction(add("save", "&Save", QKeySequence::Save, [this] {
+  file->addAction(add_action("save", "&Save", QKeySequence::Save, [this] {
     if (document_.file().isEmpty() || document_.read_only()) return action("save_as")->trigger();
     save_to(document_.file());
   }));
-  file->addAction(add("save_as", "Save &As…", QKeySequence("Ctrl+Shift+S"), [this] {
+  file->addAction(add_action("save_as", "Save &As…", QKeySequence("Ctrl+Shift+S"), [this] {
     QString f = QFileDialog::getSaveFileName(this, "Save pipeline",
                                              document_.read_only() || document_.file().isEmpty() ? dialog_folder() : document_.file(),
                                              "Pipelines (*.txtpb)");
@@ -335,8 +345,10 @@ void MainWindow::build_actions() {
     save_to(f);
   }));
   file->addSeparator();
-  file->addAction(add("quit", "&Quit", QKeySequence::Quit, [this] { close(); }));
+  file->addAction(add_action("quit", "&Quit", QKeySequence::Quit, [this] { close(); }));
+}
 
+void MainWindow::build_edit_menu() {
   auto* edit = menuBar()->addMenu("&Edit");
   // Through the document, which refuses to undo a graph edit while a run of the graph goes.
   auto* undo = new QAction("&Undo", this);
@@ -364,22 +376,25 @@ void MainWindow::build_actions() {
   edit->addAction(undo);
   edit->addAction(redo);
   edit->addSeparator();
-  edit->addAction(add("delete", "&Delete", QKeySequence::Delete, [this] { delete_selection(); }));
-  edit->addAction(add("arrange", "Arrange &left to right", QKeySequence("Ctrl+L"), [this] {
+  edit->addAction(add_action("delete", "&Delete", QKeySequence::Delete, [this] { delete_selection(); }));
+  edit->addAction(add_action("arrange", "Arrange &left to right", QKeySequence("Ctrl+L"), [this] {
     document_.arrange();
     view_->fit();
   }));
   edit->addSeparator();
-  edit->addAction(add("find_operator", "&Find operator", QKeySequence::Find, [this] {
+  edit->addAction(add_action("find_operator", "&Find operator", QKeySequence::Find, [this] {
     for (auto* dock : findChildren<QDockWidget*>())
       if (dock->objectName() == "palette") dock->show();
     palette_->search()->setFocus(Qt::ShortcutFocusReason);
     palette_->search()->selectAll();
   }));
+}
+
+void MainWindow::build_view_menu() {
   auto* view = menuBar()->addMenu("&View");
-  view->addAction(add("zoom_in", "Zoom &in", QKeySequence::ZoomIn, [this] { view_->zoom_by(1.2); }));
-  view->addAction(add("zoom_out", "Zoom &out", QKeySequence::ZoomOut, [this] { view_->zoom_by(1 / 1.2); }));
-  view->addAction(add("fit", "&Fit", QKeySequence("Ctrl+0"), [this] { view_->fit(); }));
+  view->addAction(add_action("zoom_in", "Zoom &in", QKeySequence::ZoomIn, [this] { view_->zoom_by(1.2); }));
+  view->addAction(add_action("zoom_out", "Zoom &out", QKeySequence::ZoomOut, [this] { view_->zoom_by(1 / 1.2); }));
+  view->addAction(add_action("fit", "&Fit", QKeySequence("Ctrl+0"), [this] { view_->fit(); }));
   view->addSeparator();
   // Each panel can be closed; these bring it back.
   for (auto* dock : findChildren<QDockWidget*>()) {
@@ -387,12 +402,14 @@ void MainWindow::build_actions() {
     actions_.insert("panel_" + dock->objectName(), toggle);
     view->addAction(toggle);
   }
+}
 
+void MainWindow::build_run_menu() {
   auto* run = menuBar()->addMenu("&Run");
-  run->addAction(add("run", "&Run", QKeySequence("F5"), [this] { start_run(); }));
-  run->addAction(add("stop", "&Stop", QKeySequence("Shift+F5"), [this] { stop_run(); }));
+  run->addAction(add_action("run", "&Run", QKeySequence("F5"), [this] { start_run(); }));
+  run->addAction(add_action("stop", "&Stop", QKeySequence("Shift+F5"), [this] { stop_run(); }));
   run->addSeparator();
-  run->addAction(add("attach", "&Attach to a run…", QKeySequence("Ctrl+Shift+A"), [this] {
+  run->addAction(add_action("attach", "&Attach to a run…", QKeySequence("Ctrl+Shift+A"), [this] {
     // The addresses attached to before, latest first, to pick again or edit.
     QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent_attach").toStringList();
     if (recent.isEmpty()) recent << "127.0.0.1:9464";
@@ -402,15 +419,25 @@ void MainWindow::build_actions() {
         recent, 0, true, &ok);
     if (ok && !address.trimmed().isEmpty()) attach_to(address.trimmed());
   }));
-  run->addAction(add("detach", "&Detach", QKeySequence(), [this] {
+  run->addAction(add_action("attach_service", "Attach to a &service…", QKeySequence(), [this] {
+    QStringList recent = QSettings("Sluice", "Sluice Studio").value("recent_attach_service").toStringList();
+    if (recent.isEmpty()) recent << "127.0.0.1:9465";
+    bool ok = false;
+    const QString address = QInputDialog::getItem(
+        this, "Attach to a service", "Metrics address of the service's dispatcher (sluice dispatcher --metrics-addr):", recent, 0, true, &ok);
+    if (ok && !address.trimmed().isEmpty()) attach_to_service(address.trimmed());
+  }));
+  run->addAction(add_action("detach", "&Detach", QKeySequence(), [this] {
     attach_.detach();
     workers_->detach();
   }));
   action("stop")->setEnabled(false);
   action("detach")->setEnabled(false);
+}
 
+void MainWindow::build_help_menu() {
   auto* help = menuBar()->addMenu("&Help");
-  help->addAction(add("shortcuts", "&Keyboard shortcuts", QKeySequence::HelpContents, [this] {
+  help->addAction(add_action("shortcuts", "&Keyboard shortcuts", QKeySequence::HelpContents, [this] {
     QString text = "<table>";
     for (const char* name : {"new", "open", "save", "save_as", "undo", "redo", "delete", "find_operator", "arrange", "zoom_in",
                              "zoom_out", "fit", "run", "stop", "attach"}) {
@@ -428,7 +455,7 @@ void MainWindow::build_actions() {
     box->setAttribute(Qt::WA_DeleteOnClose);
     box->open();
   }));
-  help->addAction(add("about", "&About Sluice Studio", QKeySequence(), [this] {
+  help->addAction(add_action("about", "&About Sluice Studio", QKeySequence(), [this] {
     QMessageBox::about(this, "About Sluice Studio",
                        QString("<b>Sluice Studio</b><br>Builds input pipelines visually and shows each stage live.<br>"
                                "Plugin ABI %1.%2; %3 operators loaded.")
@@ -436,13 +463,16 @@ void MainWindow::build_actions() {
                            .arg(kAbiMinor)
                            .arg(document_.registry().operators().size()));
   }));
+}
 
+// The buttons: each one's tooltip says what it does and its shortcut.
+void MainWindow::build_toolbar() {
   auto* bar = addToolBar("Main");
   bar->setObjectName("main_toolbar");
   for (const char* name : {"new", "open", "save"}) bar->addAction(action(name));
   bar->addSeparator();
-  bar->addAction(undo);
-  bar->addAction(redo);
+  bar->addAction(action("undo"));
+  bar->addAction(action("redo"));
   bar->addAction(action("arrange"));
   bar->addSeparator();
   bar->addAction(action("run"));
@@ -450,8 +480,8 @@ void MainWindow::build_actions() {
   bar->addAction(action("attach"));
   // Undo's text names the step ("Undo Set work parallelism"): the button keeps one word, so the
   // buttons after it do not move; every button's tooltip says what it does and its shortcut.
-  undo->setIconText("Undo");
-  redo->setIconText("Redo");
+  action("undo")->setIconText("Undo");
+  action("redo")->setIconText("Redo");
   for (QAction* a : bar->actions()) {
     auto describe = [a] {
       QString text = a->text().remove('&');
@@ -746,6 +776,7 @@ void MainWindow::set_running(bool running) {
   action("run")->setEnabled(!running);
   action("stop")->setEnabled(running);
   action("attach")->setEnabled(!running);
+  action("attach_service")->setEnabled(!running);
 }
 
 bool MainWindow::start_run() {
@@ -1016,6 +1047,19 @@ void MainWindow::attach_to(const QString& address) {
   action("detach")->setEnabled(true);
   log_->note("attaching to " + attach_.url());
   show_status("Attached to " + attach_.url());
+}
+
+// A Sluice service: a row per worker its dispatcher lists, in the Workers panel. The canvas shows
+// nothing of it (the workers run the jobs of trainers, which are runs of their own).
+void MainWindow::attach_to_service(const QString& address) {
+  if (runner_.running()) return;
+  remember_in("recent_attach_service", address);
+  attach_.detach();
+  workers_->attach_service(address);
+  bottom_tabs_->setCurrentWidget(workers_);
+  action("detach")->setEnabled(true);
+  log_->note("following the service whose dispatcher serves " + workers_->service()->url());
+  show_status("Following the service at " + workers_->service()->url());
 }
 
 void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_ended) {

@@ -73,6 +73,8 @@ class MainWindow final : public QMainWindow {
   // One address, or several separated by commas (the workers of one job: the first one's
   // pipeline is drawn, every worker is compared in the Workers panel).
   void attach_to(const QString& address);
+  // Follows a Sluice service from its dispatcher's metrics address (the Workers panel).
+  void attach_to_service(const QString& address);
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -81,6 +83,13 @@ class MainWindow final : public QMainWindow {
 
  private:
   void build_actions();
+  QAction* add_action(const QString& name, const QString& text, const QKeySequence& key, std::function<void()> slot);
+  void build_file_menu();
+  void build_edit_menu();
+  void build_view_menu();
+  void build_run_menu();
+  void build_help_menu();
+  void build_toolbar();
   // The window's size within the screen, then the size, position and docks it was closed with.
   void restore_window_layout();
   // Docks sized in proportion to the window (a first start), and never leaving the canvas less

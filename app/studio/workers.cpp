@@ -21,12 +21,13 @@ std::uint64_t elements_at_end(const metrics::MetricsSnapshot& snap) {
 
 WorkersPanel::WorkersPanel(QWidget* parent) : QWidget(parent) {
   table_ = new QTableWidget(0, kColumns);
-  table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements", "bottleneck"});
+  show_headers(false);
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->verticalHeader()->hide();
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  summary_ = new QLabel("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here.");
+  summary_ = new QLabel("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here, or to a Sluice "
+                        "service (Run > Attach to a service, its dispatcher's metrics address).");
   summary_->setWordWrap(true);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
@@ -35,6 +36,90 @@ WorkersPanel::WorkersPanel(QWidget* parent) : QWidget(parent) {
 }
 
 WorkersPanel::~WorkersPanel() { forget_clients(); }
+
+void WorkersPanel::show_headers(bool service) {
+  if (service) table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements sent", "splits"});
+  else table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements", "bottleneck"});
+}
+
+void WorkersPanel::attach_service(const QString& address) {
+  forget_clients();
+  table_->setRowCount(0);
+  show_headers(true);
+  service_ = std::make_unique<ServiceWatch>();
+  connect(service_.get(), &ServiceWatch::changed, this, &WorkersPanel::redraw_service);
+  service_->watch(address);
+  redraw_service();
+}
+
+// A row per worker the dispatcher lists. In DYNAMIC mode a slow worker holds nobody back (it is
+// given fewer splits): the summary names it for what it costs, and a lost one for where its
+// splits went.
+void WorkersPanel::redraw_service() {
+  const auto& rows = service_->workers();
+  table_->setRowCount(static_cast<int>(rows.size()));
+  slowest_ = -1;
+  int rated = 0, alive = 0, with_metrics = 0;
+  double total = 0, bytes = 0, fastest = 0;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const auto& r = rows[k];
+    alive += r.alive;
+    with_metrics += !r.metrics.isEmpty();
+    if (!r.alive || r.elements_per_s < 0) continue;
+    ++rated;
+    total += r.elements_per_s;
+    bytes += r.bytes_per_s;
+    fastest = std::max(fastest, r.elements_per_s);
+    if (slowest_ < 0 || r.elements_per_s < rows[static_cast<std::size_t>(slowest_)].elements_per_s) slowest_ = static_cast<int>(k);
+  }
+  if (rated < 2 || fastest <= 0) slowest_ = -1;  // (all idle: none is slower)
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const auto& r = rows[k];
+    const int row = static_cast<int>(k);
+    const bool slow = row == slowest_;
+    auto set = [&](int column, const QString& text) {
+      auto* item = table_->item(row, column);
+      if (!item) table_->setItem(row, column, item = new QTableWidgetItem);
+      item->setText(text);
+      item->setBackground(!r.alive ? QColor(245, 190, 185) : slow ? QColor(255, 224, 178) : QBrush());
+      item->setForeground(!r.alive ? QColor(140, 20, 20) : QBrush());
+      item->setToolTip(!r.alive ? "the dispatcher has not heard from this worker for its heartbeat timeout: the splits it was making "
+                                  "are made again by the others, from where their trainers were"
+                       : slow   ? "the slowest worker: in DYNAMIC mode it is given fewer splits; it holds trainers back only in OFF "
+                                  "and static modes, or in coordinated reads"
+                                : QString());
+    };
+    QString state = r.alive ? "alive" : "lost";
+    if (r.alive && r.metrics.isEmpty()) state += " (no --metrics-addr: no rate)";
+    else if (r.alive && !r.metrics_problem.isEmpty()) state += QString(" (its /metrics at %1: %2)").arg(r.metrics, r.metrics_problem);
+    set(kWorker, r.id + (slow ? "  (slowest)" : !r.alive ? "  (lost)" : ""));
+    set(kAddress, r.address);
+    set(kState, state);
+    set(kRate, r.alive && r.elements_per_s >= 0 ? QString::number(r.elements_per_s, 'f', 0) : QString());
+    set(kDone, r.metrics_read ? QString::number(r.elements, 'f', 0) : QString());
+    set(kBottleneck, r.metrics_read ? QString("%1 in hand, %2 made").arg(r.splits_in_hand).arg(r.splits_made) : QString("%1 in hand").arg(r.splits_in_hand));
+  }
+  QString text = QString("Service at %1: ").arg(service_->url());
+  if (!service_->reached()) {
+    summary_->setText(text + service_->problem());
+    return;
+  }
+  if (!service_->problem().isEmpty()) text += QString("(the last reading failed: %1) ").arg(service_->problem());
+  text += QString("%1 worker%2, %3 alive").arg(rows.size()).arg(rows.size() == 1 ? "" : "s").arg(alive);
+  if (rated > 0)
+    text += QString("; %1 elements/s, %2 sent in all")
+                .arg(total, 0, 'f', 0)
+                .arg(bytes >= 1e6 ? QString("%1 MB/s").arg(bytes / 1e6, 0, 'f', 1) : QString("%1 KB/s").arg(bytes / 1e3, 0, 'f', 1));
+  if (slowest_ >= 0) {
+    const auto& s = rows[static_cast<std::size_t>(slowest_)];
+    text += QString("; slowest: worker %1 at %2 elements/s").arg(s.id).arg(s.elements_per_s, 0, 'f', 0);
+    if (fastest > 0) text += QString(" (%1% of the fastest)").arg(100 * s.elements_per_s / fastest, 0, 'f', 0);
+  }
+  for (const auto& r : rows)
+    if (!r.alive) text += QString("; worker %1 (%2) lost: its splits go to the others").arg(r.id, r.address);
+  if (!rows.empty() && with_metrics == 0) text += " (start the workers with --metrics-addr to see their rates)";
+  summary_->setText(text);
+}
 
 // Clients are let go of without telling this panel: a connection closing as it goes must not call
 // back into rows that are being cleared.
@@ -53,9 +138,12 @@ QStringList WorkersPanel::split_addresses(const QString& text) {
 
 void WorkersPanel::attach(const QStringList& addresses) {
   forget_clients();
+  service_.reset();
+  show_headers(false);
   if (addresses.isEmpty()) {
     table_->setRowCount(0);
-    summary_->setText("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here.");
+    summary_->setText("Attach to several workers (Run > Attach, their addresses separated by commas) to compare them here, or to a Sluice "
+                        "service (Run > Attach to a service, its dispatcher's metrics address).");
     slowest_ = -1;
     return;
   }
@@ -86,11 +174,13 @@ void WorkersPanel::attach(const QStringList& addresses) {
 }
 
 void WorkersPanel::detach() {
+  if (service_) service_->stop();
   for (auto& w : workers_)
     if (w.client) w.client->detach();
 }
 
 int WorkersPanel::attached_count() const {
+  if (service_) return service_->watching() ? static_cast<int>(service_->workers().size()) : 0;
   return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.client && w.client->attached(); }));
 }
 

@@ -2,7 +2,8 @@
 // The Workers panel: one row per worker of a job run headless on several processes (each with its
 // own `sluice run --metrics-addr`), followed at once: each worker's rate and progress, and which
 // worker synchronous training waits for: the slowest, or one that died (its stream closed while
-// it was running, without a final snapshot).
+// it was running, without a final snapshot). Or one row per worker of a Sluice service, from its
+// dispatcher's /metrics (ServiceWatch): alive or lost, its splits, what it sends trainers.
 #include <QLabel>
 #include <QTableWidget>
 #include <QWidget>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "live.hpp"
+#include "service_watch.hpp"
 
 namespace sluice::studio {
 
@@ -21,6 +23,9 @@ class WorkersPanel final : public QWidget {
   // Follows every address ("HOST:PORT", "PORT" or http://...), replacing what was followed.
   void attach(const QStringList& addresses);
   void detach();
+  // Follows a Sluice service: its dispatcher's metrics address (`sluice dispatcher --metrics-addr`).
+  void attach_service(const QString& address);
+  const ServiceWatch* service() const { return service_.get(); }
   int attached_count() const;
   QTableWidget* table() const { return table_; }
   QString summary() const { return summary_->text(); }
@@ -46,7 +51,10 @@ class WorkersPanel final : public QWidget {
   void forget_clients();
   void update(std::size_t row, const metrics::MetricsSnapshot& snap);
   void redraw();
+  void redraw_service();
+  void show_headers(bool service);
   std::vector<Worker> workers_;
+  std::unique_ptr<ServiceWatch> service_;
   QTableWidget* table_;
   QLabel* summary_;
   int slowest_ = -1;

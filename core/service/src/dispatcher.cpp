@@ -256,6 +256,12 @@ class DispatcherService final : public proto::Dispatcher::Service {
     out += "# HELP sluice_dispatcher_workers Workers registered, by whether they are heard from.\n# TYPE sluice_dispatcher_workers gauge\n";
     out += fmt::format("sluice_dispatcher_workers{{state=\"alive\"}} {}\nsluice_dispatcher_workers{{state=\"lost\"}} {}\n", alive_count,
                        workers_.size() - alive_count);
+    // Every worker, with where it is and where its own /metrics is (the studio follows them from here).
+    out += "# HELP sluice_dispatcher_worker_alive Whether a registered worker is heard from (1) or lost (0).\n"
+           "# TYPE sluice_dispatcher_worker_alive gauge\n";
+    for (const auto& [id, known] : workers_)
+      out += fmt::format("sluice_dispatcher_worker_alive{{worker=\"{}\",address=\"{}\",host=\"{}\",metrics=\"{}\"}} {}\n", id,
+                         known.info.address(), known.info.host(), known.info.metrics_address(), alive(known) ? 1 : 0);
     out += "# HELP sluice_dispatcher_worker_splits_in_hand Splits a worker is making for trainers.\n# TYPE sluice_dispatcher_worker_splits_in_hand gauge\n";
     for (const auto& [id, known] : workers_)
       out += fmt::format("sluice_dispatcher_worker_splits_in_hand{{worker=\"{}\",address=\"{}\"}} {}\n", id, known.info.address(),

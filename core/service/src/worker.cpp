@@ -432,6 +432,7 @@ struct Worker::Impl {
   bool stopping = false;
   std::thread heartbeat;
   std::string socket_path;  // the Unix socket trainers on this machine read, when there is one
+  std::string metrics_address;  // as others reach it (a wildcard bind named by this machine's name)
 
   proto::WorkerInfo info() const {
     proto::WorkerInfo out;
@@ -441,6 +442,7 @@ struct Worker::Impl {
     for (const auto& op : options.operators) out.add_operators(op);
     out.set_abi(fmt::format("{}.{}", kAbiMajor, kAbiMinor));
     if (!socket_path.empty()) out.set_local_address("unix:" + socket_path);
+    out.set_metrics_address(metrics_address);
     return out;
   }
   // One try; false (with `why`) when the dispatcher did not answer.
@@ -486,6 +488,15 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
     throw ServiceError(fmt::format("the worker cannot listen on {}: the address is in use or not this machine's; give another --port or --bind", listen));
   const std::string host = !options.host.empty() ? options.host : (options.bind == "0.0.0.0" || options.bind == "::") ? detail::machine_name() : options.bind;
   w.address = fmt::format("{}:{}", host, w.port);
+  if (!options.metrics_address.empty()) {
+    // Served on every address: named as the worker is (by this machine's name when the worker
+    // itself is on loopback only).
+    const auto colon = options.metrics_address.rfind(':');
+    const std::string metrics_host = options.metrics_address.substr(0, colon == std::string::npos ? 0 : colon);
+    const bool wildcard = metrics_host == "0.0.0.0" || metrics_host == "[::]" || metrics_host == "::";
+    const std::string reachable = is_loopback(host) ? detail::machine_name() : host;
+    w.metrics_address = wildcard ? reachable + options.metrics_address.substr(colon) : options.metrics_address;
+  }
   if (options.security.insecure && !is_loopback(options.bind))
     std::fprintf(stderr, "sluice worker: --insecure: serving %s without TLS or a token; anyone who reaches it may use it\n", listen.c_str());
 

@@ -91,6 +91,9 @@ struct WorkerOptions {
   // TCP. Off by default: through gRPC it measured slower than loopback TCP for large batches
   // (bench/README.md, "service.sh").
   bool unix_socket = false;
+  // Where its /metrics is served ("HOST:PORT", empty: nowhere), told to the dispatcher, whose own
+  // /metrics lists it, so that the studio finds every worker's from the dispatcher's.
+  std::string metrics_address;
 };
 
 class Worker {
