@@ -1,6 +1,7 @@
 // Checkpoint files and the byte form of saved states (see checkpoint.hpp).
 #include "sluice/core/checkpoint.hpp"
 
+#include <deque>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -33,27 +34,22 @@ std::uint64_t checksum(std::string_view bytes) {
 }
 
 // Byte strings read from a checkpoint: every length is checked before memory is taken for it.
-class ByteCursor {
+class ByteCursor final : public ElementBytes {
  public:
   ByteCursor(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
-  void get(void* data, std::size_t size) {
+  void read(void* data, std::size_t size) override {
     if (size > bytes_.size() - at_)
       throw DataError(fmt::format("{} is damaged: it ends {} bytes early (at byte {})", what_, size - (bytes_.size() - at_), at_));
     std::memcpy(data, bytes_.data() + at_, size);
     at_ += size;
   }
-  std::uint64_t u64() {
-    std::uint64_t v;
-    get(&v, sizeof v);
-    return v;
-  }
-  std::string_view view(std::uint64_t size) {
+  std::string_view view(std::size_t size, std::string&) override {
     if (size > bytes_.size() - at_) throw DataError(fmt::format("{} is damaged: a length of {} bytes at byte {}", what_, size, at_));
     std::string_view v(bytes_.data() + at_, size);
     at_ += size;
     return v;
   }
-  std::size_t remaining() const { return bytes_.size() - at_; }
+  std::size_t remaining() const override { return bytes_.size() - at_; }
 
  private:
   const std::string& bytes_;
@@ -245,7 +241,22 @@ Sample CheckpointStateReader::get_element() {
 }
 
 std::string encode_element(const Sample& sample) {
+  // Its size first: a batch of images is tens of megabytes, which a growing string would copy
+  // several times over.
+  std::size_t size = 8;
+  for (const auto& field : sample.fields()) {
+    const Tensor& t = field.tensor;
+    size += 8 + field.name.size() + 1 + 8 + 8 * t.rank();
+    if (t.dtype() == DType::Bytes) {
+      for (std::int64_t i = 0; i < t.num_elements(); ++i) size += 8 + t.string_at(i).size();
+    } else {
+      size += t.nbytes();
+    }
+  }
+  const Origin& origin = sample.shared_origin();
+  size += 8 + (origin.where ? origin.where->size() : 0) + 16;
   std::string out;
+  out.reserve(size);
   append_u64(out, sample.size());
   for (const auto& field : sample.fields()) {
     const Tensor& t = field.tensor;
@@ -260,29 +271,42 @@ std::string encode_element(const Sample& sample) {
       append(out, t.raw_data(), t.nbytes());
     }
   }
-  const Origin& origin = sample.shared_origin();
   append_string(out, origin.where ? *origin.where : std::string());
   append_u64(out, static_cast<std::uint64_t>(origin.record));
   append_u64(out, static_cast<std::uint64_t>(origin.byte_offset));
   return out;
 }
 
-Sample decode_element(const std::string& bytes, const std::string& what) {
+Sample decode_element(const std::string& bytes, const std::string& what, Allocator& allocator) {
   ByteCursor in(bytes, what);
-  const std::uint64_t fields = in.u64();
+  return decode_element(in, what, allocator);
+}
+
+Sample decode_element(ElementBytes& in, const std::string& what, Allocator& allocator) {
+  auto u64 = [&] {
+    std::uint64_t v = 0;
+    in.read(&v, sizeof v);
+    return v;
+  };
+  std::deque<std::string> gathered;  // pieces that did not lie in one piece (stable while the views are used)
+  auto view = [&](std::uint64_t size) {
+    if (size > in.remaining()) throw DataError(fmt::format("{} is damaged: a length of {} bytes with {} left", what, size, in.remaining()));
+    return in.view(static_cast<std::size_t>(size), gathered.emplace_back());
+  };
+  const std::uint64_t fields = u64();
   if (fields > 4096) throw DataError(fmt::format("{} is damaged: {} fields", what, fields));
   Sample sample;
   sample.reserve(static_cast<std::size_t>(fields));
   for (std::uint64_t f = 0; f < fields; ++f) {
-    std::string name(in.view(in.u64()));
+    std::string name(view(u64()));
     std::uint8_t dtype = 0;
-    in.get(&dtype, 1);
+    in.read(&dtype, 1);
     if (dtype > static_cast<std::uint8_t>(DType::Bytes)) throw DataError(fmt::format("{} is damaged: dtype {}", what, dtype));
-    const std::uint64_t rank = in.u64();
+    const std::uint64_t rank = u64();
     if (rank > 32) throw DataError(fmt::format("{} is damaged: rank {}", what, rank));
     Shape shape(rank);
     for (auto& d : shape) {
-      const std::uint64_t dim = in.u64();
+      const std::uint64_t dim = u64();
       if (dim > in.remaining() * 8 + 1) throw DataError(fmt::format("{} is damaged: dimension {}", what, dim));
       d = static_cast<std::int64_t>(dim);
     }
@@ -290,19 +314,20 @@ Sample decode_element(const std::string& bytes, const std::string& what) {
     if (static_cast<DType>(dtype) == DType::Bytes) {
       if (static_cast<std::uint64_t>(count) > in.remaining() / 8) throw DataError(fmt::format("{} is damaged: shape {}", what, shape_string(shape)));
       std::vector<std::string_view> views(static_cast<std::size_t>(count));
-      for (auto& v : views) v = in.view(in.u64());
+      for (auto& v : views) v = view(u64());
       sample.set(std::move(name), Tensor::from_strings(views, shape));
+      gathered.clear();
     } else {
       const std::uint64_t size = static_cast<std::uint64_t>(count) * dtype_size(static_cast<DType>(dtype));
-      std::string_view data = in.view(size);
-      Tensor t = Tensor::empty(static_cast<DType>(dtype), shape);
-      if (size) std::memcpy(t.raw_data(), data.data(), size);
+      if (size > in.remaining()) throw DataError(fmt::format("{} is damaged: field '{}' of {} bytes with {} left", what, name, size, in.remaining()));
+      Tensor t = Tensor::empty(static_cast<DType>(dtype), shape, allocator);
+      if (size) in.read(t.raw_data(), size);
       sample.set(std::move(name), std::move(t));
     }
   }
-  std::string where(in.view(in.u64()));
-  const auto record = static_cast<std::int64_t>(in.u64());
-  const auto offset = static_cast<std::int64_t>(in.u64());
+  std::string where(view(u64()));
+  const auto record = static_cast<std::int64_t>(u64());
+  const auto offset = static_cast<std::int64_t>(u64());
   if (!where.empty()) sample.set_origin(std::make_shared<const std::string>(std::move(where)), record, offset);
   return sample;
 }

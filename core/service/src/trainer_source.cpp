@@ -14,6 +14,9 @@
 #include <set>
 #include <thread>
 
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include "compression.hpp"
 #include "job_fingerprint.hpp"
 #include "security.hpp"
@@ -24,6 +27,130 @@
 
 namespace sluice::service {
 namespace {
+
+// An Element message as gRPC received it, in the slices it arrived in (parsed here rather than
+// by protobuf, which would copy the payload into a string of its own): its position, its size
+// before compression, and where its payload lies.
+struct ReceivedElement {
+  std::vector<grpc::Slice> slices;
+  std::uint64_t position = 0, raw_size = 0;
+  std::size_t slice = 0, offset = 0, length = 0;  // the payload: from byte `offset` of slice `slice`, `length` bytes
+};
+
+// Reads bytes across a message's slices.
+class SliceBytes final : public ElementBytes {
+ public:
+  SliceBytes(const std::vector<grpc::Slice>& slices, std::size_t slice, std::size_t offset, std::size_t length, std::string what)
+      : slices_(slices), slice_(slice), offset_(offset), left_(length), what_(std::move(what)) {}
+  std::size_t remaining() const override { return left_; }
+  void read(void* out, std::size_t size) override {
+    if (size > left_) throw DataError(fmt::format("{} is damaged: it ends {} bytes early", what_, size - left_));
+    auto* to = static_cast<std::byte*>(out);
+    while (size > 0) {
+      skip_empty();
+      const grpc::Slice& s = slices_[slice_];
+      const std::size_t n = std::min(size, s.size() - offset_);
+      std::memcpy(to, s.begin() + offset_, n);
+      to += n;
+      size -= n;
+      left_ -= n;
+      offset_ += n;
+    }
+  }
+  std::string_view view(std::size_t size, std::string& scratch) override {
+    if (size > left_) throw DataError(fmt::format("{} is damaged: a length of {} bytes with {} left", what_, size, left_));
+    skip_empty();
+    if (size == 0) return {};
+    const grpc::Slice& s = slices_[slice_];
+    if (s.size() - offset_ >= size) {  // in one slice: where it lies
+      std::string_view v(reinterpret_cast<const char*>(s.begin()) + offset_, size);
+      left_ -= size;
+      advance(size);
+      return v;
+    }
+    scratch.resize(size);
+    read(scratch.data(), size);
+    return scratch;
+  }
+  std::uint64_t varint() {
+    std::uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      std::uint8_t byte = 0;
+      read(&byte, 1);
+      value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return value;
+    }
+    throw DataError(fmt::format("{} is damaged: a varint of more than 10 bytes", what_));
+  }
+  void skip(std::size_t size) {
+    if (size > left_) throw DataError(fmt::format("{} is damaged: it ends {} bytes early", what_, size - left_));
+    left_ -= size;
+    advance(size);
+  }
+  std::size_t slice() {
+    skip_empty();
+    return slice_;
+  }
+  std::size_t offset() const { return offset_; }
+
+ private:
+  void skip_empty() {
+    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) ++slice_, offset_ = 0;
+  }
+  void advance(std::size_t n) {
+    while (n > 0) {
+      const std::size_t in_slice = slices_[slice_].size() - offset_;
+      if (n < in_slice) {
+        offset_ += n;
+        return;
+      }
+      n -= in_slice;
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+  const std::vector<grpc::Slice>& slices_;
+  std::size_t slice_, offset_, left_;
+  std::string what_;
+};
+
+// Protobuf's wire format of `message Element { uint64 position = 1; bytes element = 2; uint64
+// raw_size = 3; }`, fields in any order, unknown ones skipped.
+void parse_received(grpc::ByteBuffer& buffer, ReceivedElement& out, const std::string& what) {
+  out = ReceivedElement{};
+  if (!buffer.Dump(&out.slices).ok()) throw Error(fmt::format("{}: the message could not be read", what));
+  std::size_t total = 0;
+  for (const auto& slice : out.slices) total += slice.size();
+  SliceBytes in(out.slices, 0, 0, total, what);
+  bool payload = false;
+  while (in.remaining() > 0) {
+    const std::uint64_t tag = in.varint();
+    const std::uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0: {
+        const std::uint64_t value = in.varint();
+        if (field == 1) out.position = value;
+        if (field == 3) out.raw_size = value;
+        break;
+      }
+      case 1: in.skip(8); break;
+      case 5: in.skip(4); break;
+      case 2: {
+        const std::uint64_t length = in.varint();
+        if (field == 2) {
+          out.slice = in.slice();
+          out.offset = in.offset();
+          out.length = static_cast<std::size_t>(length);
+          payload = true;
+        }
+        in.skip(static_cast<std::size_t>(length));
+        break;
+      }
+      default: throw DataError(fmt::format("{} is damaged: wire type {} of field {}", what, tag & 7, field));
+    }
+  }
+  if (!payload) out.slice = out.slices.size();  // an empty payload (proto3 leaves it out)
+}
 
 // Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
 // starts where this trainer stopped (and any element it already has is dropped). Several splits
@@ -60,7 +187,10 @@ class ServiceSource final : public Source {
     stop_readers();
     leave_job();
   }
-  void start(const StageInfo&) override {
+  void start(const StageInfo& info) override {
+    // A pool's blocks (large batches cost fresh pages every time otherwise), unless a stage
+    // downstream offered its own (pinned memory for a GPU feed).
+    allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
     target_ = grpc_target(service_);
     token_ = detail::read_token(security_);
     dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
@@ -110,8 +240,10 @@ class ServiceSource final : public Source {
     std::uint64_t split = 0, received = 0, skip = 0, worker_id = 0, lease = 0;
     std::string worker;
     std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<proto::Worker::Stub> stub;
-    std::unique_ptr<grpc::ClientReader<proto::Element>> reader;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader;  // the Worker's ProduceSplit, read as it arrives
+    grpc::ByteBuffer message;
+    ReceivedElement element;
   };
   static constexpr std::size_t kMostReady = 256;
   static constexpr std::size_t kMostReadyInLane = 64;
@@ -196,15 +328,14 @@ class ServiceSource final : public Source {
           Stream stream;
           if (!open_stream(reply, produce, stream)) throw LaneEnded{};  // stopping
           stream.received = stream.skip = next;
-          proto::Element element;
-          while (stream.reader->Read(&element)) {
-            const std::uint64_t position = element.position();
+          while (read_element(stream)) {
+            const std::uint64_t position = stream.element.position;
             if (position < next) continue;  // had already
             if ((dealt + position) % consumers != me)
               throw Error(fmt::format("element {} of split {} of job '{}' came to consumer {}, whose turn it is not: the worker at {} is "
                                       "not this version's",
                                       position, stream.split, job_.job_name(), me, stream.worker));
-            Sample sample = receive_element(element, stream);
+            Sample sample = receive_element(stream);
             std::unique_lock lock(mutex_);
             room_cv_.wait(lock, [&] { return lanes_[lane].ready.size() < kMostReadyInLane || stopping_; });
             if (stopping_) break;
@@ -258,13 +389,13 @@ class ServiceSource final : public Source {
       Stream stream;
       std::uint64_t sequence = 0;
       while (open_next_split(reader, sequence, stream)) {
-        proto::Element element;
-        while (stream.reader->Read(&element)) {
-          if (element.position() < stream.received) continue;  // delivered already (a split made again)
-          if (element.position() > stream.received)
+        while (read_element(stream)) {
+          const std::uint64_t position = stream.element.position;
+          if (position < stream.received) continue;  // delivered already (a split made again)
+          if (position > stream.received)
             throw Error(fmt::format("split {} of job '{}' skipped from element {} to {}: the worker at {} is not this version's",
-                                    stream.split, job_.job_name(), stream.received, element.position(), stream.worker));
-          Sample sample = receive_element(element, stream);
+                                    stream.split, job_.job_name(), stream.received, position, stream.worker));
+          Sample sample = receive_element(stream);
           std::unique_lock lock(mutex_);
           room_cv_.wait(lock, [&] { return ready_.size() < kMostReady || stopping_; });
           if (stopping_) break;
@@ -289,10 +420,23 @@ class ServiceSource final : public Source {
     ready_cv_.notify_all();
   }
 
-  Sample receive_element(proto::Element& element, const Stream& stream) {
-    const std::string what = fmt::format("element {} of split {} of job '{}'", element.position(), stream.split, job_.job_name());
-    return decode_element(
-        detail::decompress(job_.compression(), std::move(*element.mutable_element()), static_cast<std::size_t>(element.raw_size()), what), what);
+  // The next element of the stream, parsed where it lies; false at the stream's end.
+  bool read_element(Stream& stream) {
+    if (!stream.reader->Read(&stream.message)) return false;
+    parse_received(stream.message, stream.element, fmt::format("a message of split {} of job '{}' from the worker at {}", stream.split,
+                                                               job_.job_name(), stream.worker));
+    return true;
+  }
+  // Its tensors are filled straight from the slices gRPC received (into this stage's allocator's
+  // memory: reused blocks, or pinned ones a GPU feed offered); a compressed one is restored first.
+  Sample receive_element(Stream& stream) {
+    const ReceivedElement& e = stream.element;
+    const std::string what = fmt::format("element {} of split {} of job '{}'", e.position, stream.split, job_.job_name());
+    SliceBytes payload(e.slices, e.slice, e.offset, e.length, what);
+    if (job_.compression() == proto::JobRequest::NONE) return decode_element(payload, what, *allocator_);
+    std::string gathered;
+    std::string compressed(payload.view(e.length, gathered));
+    return decode_element(detail::decompress(job_.compression(), std::move(compressed), static_cast<std::size_t>(e.raw_size), what), what, *allocator_);
   }
 
   template <class Call>
@@ -398,8 +542,7 @@ class ServiceSource final : public Source {
     stream.lease = reply.lease();
     // A worker on this machine is read through its Unix socket, without the network.
     const bool local = !reply.worker_local_address().empty() && reply.worker_host() == detail::machine_name();
-    stream.stub = proto::Worker::NewStub(local ? detail::client_channel(reply.worker_local_address(), Security{})
-                                               : detail::client_channel(reply.worker_address(), security_));
+    stream.channel = local ? detail::client_channel(reply.worker_local_address(), Security{}) : detail::client_channel(reply.worker_address(), security_);
     stream.context = std::make_unique<grpc::ClientContext>();
     if (!token_.empty()) stream.context->AddMetadata("authorization", "Bearer " + token_);
     produce.set_job_id(job_id_);
@@ -411,7 +554,9 @@ class ServiceSource final : public Source {
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
     streaming_.insert(stream.context.get());
-    stream.reader = stream.stub->ProduceSplit(stream.context.get(), produce);
+    static const std::string method = "/sluice.service.proto.Worker/ProduceSplit";
+    const grpc::internal::RpcMethod produce_split(method.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING, stream.channel);
+    stream.reader.reset(grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(stream.channel.get(), produce_split, stream.context.get(), produce));
     return true;
   }
   // The stream ended: the split is done (or empty: the source ends before it), or its worker
@@ -486,6 +631,8 @@ class ServiceSource final : public Source {
   std::exception_ptr error_;
   std::set<grpc::ClientContext*> streaming_;
   std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
+  PooledHostAllocator pool_;
+  Allocator* allocator_ = &pool_;
   std::vector<Lane> lanes_;                // coordinated reads: what each lane brought
   std::uint64_t round_ = 0;                // coordinated reads: the round and lane handed on next
   std::size_t lane_at_ = 0;
