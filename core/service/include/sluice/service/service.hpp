@@ -88,8 +88,8 @@ struct WorkerOptions {
   // How long to keep trying to reach the dispatcher at start (it may start after the workers).
   std::chrono::milliseconds wait_for_dispatcher{60000};
   // Also listen on a Unix socket (in $TMPDIR), which trainers on this machine then read instead of
-  // TCP. Off by default: through gRPC it measured slower than loopback TCP for large batches
-  // (bench/README.md, "service.sh").
+  // TCP. Off by default: it measured slower than loopback TCP for large batches, then faster once
+  // the trainer's copy went, on one machine only (bench/README.md, "service.sh").
   bool unix_socket = false;
   // Where its /metrics is served ("HOST:PORT", empty: nowhere), told to the dispatcher, whose own
   // /metrics lists it, so that the studio finds every worker's from the dispatcher's.
