@@ -110,6 +110,10 @@ bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64
                   deferred);
     return false;
   }
+  if (current_exception_is<StageFailure>()) {
+    fail_or_defer(st, fmt::format("{} failed after {}: {}", stage_label(st), where, what), deferred);
+    return false;
+  }
   if (st.spec->error_policy == ErrorPolicyKind::Skip) {
     add(st.counters.errors_skipped, 1);
     if (deferred) deferred->skip_reasons.emplace_back(&st, where + ": " + what);

@@ -22,6 +22,7 @@
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/core/checkpoint.hpp"
+#include "sluice/core/engine.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
 
@@ -150,6 +151,21 @@ void parse_received(grpc::ByteBuffer& buffer, ReceivedElement& out, const std::s
     }
   }
   if (!payload) out.slice = out.slices.size();  // an empty payload (proto3 leaves it out)
+}
+
+// What ends a trainer's reading (the service refusing, a worker's pipeline failing, a consumer
+// gone) is the stage's failure, no element's: the engine ends the run with it, whatever the error
+// policy (skipping would only ask again).
+std::exception_ptr as_stage_failure(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const StageFailure&) {
+    return error;
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(StageFailure(e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(StageFailure("the service's reader failed"));
+  }
 }
 
 // Exactly once: the elements of a split arrive in order; one given back and made again elsewhere
@@ -359,7 +375,7 @@ class ServiceSource final : public Source {
     } catch (const LaneEnded&) {
     } catch (...) {
       std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
+      if (!error_) error_ = as_stage_failure(std::current_exception());
       stop_locked();
     }
     std::lock_guard lock(mutex_);
@@ -412,7 +428,7 @@ class ServiceSource final : public Source {
       }
     } catch (...) {
       std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
+      if (!error_) error_ = as_stage_failure(std::current_exception());
       stop_locked();
     }
     std::lock_guard lock(mutex_);

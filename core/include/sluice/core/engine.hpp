@@ -23,6 +23,15 @@ class StageStartError : public Error {
   std::string stage_;
 };
 
+// A failure of a stage itself, no element's (a host operator whose remote end failed: the
+// service's dispatcher refusing, a consumer of a coordinated job gone): the run ends whatever the
+// error policy, and the message, which says what to do, is given as it is. Skipping would only ask
+// the stage again.
+class StageFailure : public Error {
+ public:
+  using Error::Error;
+};
+
 struct EngineOptions {
   // How often snapshots are published to subscribers.
   std::chrono::milliseconds snapshot_interval{200};
