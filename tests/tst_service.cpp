@@ -547,6 +547,36 @@ class TestService : public QObject {
              qPrintable(err));
   }
 
+  // What the job's skip policy drops on a worker is the trainer's to report: counted as its
+  // distributed stage's skips, each reason naming the split, the stage, the worker and the file.
+  void skips_on_the_workers_are_reported_by_the_trainer() {
+    QTemporaryDir dir;
+    Service dispatcher({"dispatcher", "--port", "0"});
+    const QString address = dispatcher.address();
+    Service worker({"worker", "--dispatcher", address});
+    QVERIFY(alive_workers(address, 1));
+    QDir().mkpath(dir.filePath("images"));
+    const QString jpegs = QString(SLUICE_SOURCE_DIR) + "/tests/data/real/jpeg/pillow/";
+    QVERIFY(QFile::copy(jpegs + "hopper_gray.jpg", dir.filePath("images/a.jpg")) && QFile::copy(jpegs + "iptc.jpg", dir.filePath("images/b.jpg")));
+    write_text(dir.filePath("images/c.jpg"), "not an image");
+    write_text(dir.filePath("images/d.jpg"), "nor this");
+    const QString file = write_text(
+        dir.filePath("skips.txtpb"),
+        QString("stage { id: \"files\" op: \"list_files\" params { key: \"patterns\" value: \"images/*.jpg\" } }\n"
+                "stage { id: \"bytes\" op: \"read_file\" input: \"files\" }\n"
+                "stage { id: \"decode\" op: \"decode_image\" input: \"bytes\" error_policy: skip\n"
+                "        distribute { service: \"grpc://%1\" job_name: \"skips\" } }\n"
+                "stage { id: \"out\" op: \"null_sink\" input: \"decode\" }\n")
+            .arg(address));
+    const auto run = sluice_cli({"run", file});
+    QVERIFY2(run.code == 0, qPrintable(run.err));
+    QVERIFY2(run.out.contains("Skipped in stage 'decode': 2 elements"), qPrintable(run.out));
+    for (const QString name : {"c.jpg", "d.jpg"})
+      QVERIFY2(run.out.contains(QRegularExpression("split \\d+ of job 'skips', stage 'decode' on worker 1: element 0 of epoch 0 from \\S*images/" +
+                                                   QRegularExpression::escape(name) + ": cannot decode")),
+               qPrintable(run.out));
+  }
+
   // OFF: every worker makes the whole dataset with its own seed; the trainer gets each copy's
   // elements, which are what a job of as many workers each reading everything (sharding: off)
   // gets. A random filter shows the seeds differ.

@@ -341,6 +341,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
     st->info.counters = &st->operator_counters;
+    st->operator_counters.skipped = [impl = impl_.get(), stage = st.get()](std::uint64_t count, const std::vector<std::string>& reasons) {
+      add(stage->counters.errors_skipped, count);
+      for (const auto& reason : reasons) impl->keep_skip_reason(*stage, reason);
+    };
     st->remote_storage.set_options(g.remote);
     st->info.storage = &st->remote_storage;
     output_fingerprints.push_back(stage_output_fingerprint(spec, g.seed, input_fingerprint));

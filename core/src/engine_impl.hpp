@@ -290,11 +290,15 @@ struct StageRuntime {
     }
   }
   // What the operator reports through StageInfo::counters.
-  struct OperatorCounters final : StageCounters {
+  struct OperatorCounters final : HostStageCounters {
     std::atomic<std::uint64_t> padding{0}, data{0};
+    std::function<void(std::uint64_t, const std::vector<std::string>&)> skipped;  // set by the engine
     void add_padding(std::uint64_t padding_values, std::uint64_t data_values) override {
       padding.fetch_add(padding_values, std::memory_order_relaxed);
       data.fetch_add(data_values, std::memory_order_relaxed);
+    }
+    void add_skipped(std::uint64_t count, const std::vector<std::string>& reasons) override {
+      if (skipped) skipped(count, reasons);
     }
   } operator_counters;
   StageRemoteStorage remote_storage;  // StageInfo::storage: counts this stage's remote requests

@@ -207,6 +207,7 @@ class ServiceSource final : public Source {
     // A pool's blocks (large batches cost fresh pages every time otherwise), unless a stage
     // downstream offered its own (pinned memory for a GPU feed).
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
+    counters_ = dynamic_cast<HostStageCounters*>(info.counters);
     target_ = grpc_target(service_);
     token_ = detail::read_token(security_);
     dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
@@ -436,6 +437,26 @@ class ServiceSource final : public Source {
     ready_cv_.notify_all();
   }
 
+  // What the job's skip policy dropped on the worker, counted as this stage's skips (the run's
+  // report shows them): said once per split, by the run that made it whole (a coordinated job's
+  // first consumer alone counts them).
+  void count_skipped(const std::string& count, const std::string& reasons, const Stream& stream) {
+    if (count.empty() || !counters_ || (coordinated() && job_.consumer_index() != 0)) return;
+    std::uint64_t skipped = 0;
+    try {
+      skipped = std::stoull(count);
+    } catch (const std::exception&) {
+      return;
+    }
+    std::vector<std::string> said;
+    for (std::size_t at = 0; at < reasons.size();) {
+      const std::size_t end = std::min(reasons.find('\n', at), reasons.size());
+      said.push_back(fmt::format("split {} of job '{}', {}", stream.split, job_.job_name(), reasons.substr(at, end - at)));
+      at = end + 1;
+    }
+    counters_->add_skipped(skipped, said);
+  }
+
   // The next element of the stream, parsed where it lies; false at the stream's end.
   bool read_element(Stream& stream) {
     if (!stream.reader->Read(&stream.message)) return false;
@@ -596,6 +617,7 @@ class ServiceSource final : public Source {
         return it == trailer.end() ? std::string() : std::string(it->second.data(), it->second.size());
       };
       report.set_outcome(said("sluice-source-elements") == "0" ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
+      count_skipped(said("sluice-skipped"), said("sluice-skip-reasons-bin"), stream);
       if (elements) {
         try {
           *elements = std::stoull(said("sluice-split-elements"));
@@ -649,6 +671,7 @@ class ServiceSource final : public Source {
   std::map<std::uint64_t, int> failures_;  // by split: streams broken in a row without a new element
   PooledHostAllocator pool_;
   Allocator* allocator_ = &pool_;
+  HostStageCounters* counters_ = nullptr;  // the engine's: skips on the workers are counted here
   std::vector<Lane> lanes_;                // coordinated reads: what each lane brought
   std::uint64_t round_ = 0;                // coordinated reads: the round and lane handed on next
   std::size_t lane_at_ = 0;

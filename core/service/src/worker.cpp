@@ -174,6 +174,8 @@ class WorkerService final : public proto::Worker::Service {
   struct RunEnd {
     grpc::Status status;
     std::uint64_t positions = 0, source_elements = 0;
+    std::uint64_t skipped = 0;         // elements the job's skip policy dropped here
+    std::vector<std::string> reasons;  // the first few, each naming its stage
   };
 
   // Runs split `request.split()` of the job, handing `deliver` each element with its position
@@ -238,10 +240,14 @@ class WorkerService final : public proto::Worker::Service {
       end.status = {grpc::StatusCode::INTERNAL, fmt::format("{} failed making split {} of job '{}': {}", who, request.split(), job.job_name(), result.error)};
       return end;
     }
-    if (job.mode() == proto::JobRequest::DYNAMIC) {
-      const auto snapshot = engine->snapshot();
-      for (const auto& stage : snapshot.stage())
-        if (stage.id() == "service_split_take") end.source_elements = stage.elements_out();
+    const auto snapshot = engine->snapshot();
+    for (const auto& stage : snapshot.stage()) {
+      if (job.mode() == proto::JobRequest::DYNAMIC && stage.id() == "service_split_take") end.source_elements = stage.elements_out();
+      end.skipped += stage.errors_skipped();
+      // (Stages after the cut are named for their split: the trainer's file names them plainly.)
+      const std::string stage_id = stage.id().substr(0, stage.id().find('@'));
+      for (const auto& reason : stage.skip_reasons())
+        if (end.reasons.size() < kReasonsSent) end.reasons.push_back(fmt::format("stage '{}' on worker {}: {}", stage_id, id.load(), reason));
     }
     return end;
   }
@@ -261,6 +267,11 @@ class WorkerService final : public proto::Worker::Service {
   // filter dropped has some).
   static void add_trailer(grpc::ServerContext* context, const proto::JobRequest& job, const RunEnd& end) {
     context->AddTrailingMetadata("sluice-split-elements", std::to_string(end.positions));
+    if (end.skipped > 0) {
+      // The trainer counts them as its own stage's skips (its report shows them).
+      context->AddTrailingMetadata("sluice-skipped", std::to_string(end.skipped));
+      context->AddTrailingMetadata("sluice-skip-reasons-bin", fmt::format("{}", fmt::join(end.reasons, "\n")));
+    }
     if (job.mode() == proto::JobRequest::DYNAMIC) context->AddTrailingMetadata("sluice-source-elements", std::to_string(end.source_elements));
   }
 
@@ -297,6 +308,7 @@ class WorkerService final : public proto::Worker::Service {
     std::chrono::steady_clock::time_point ended_at;
   };
   static constexpr std::size_t kDealtQueue = 16;
+  static constexpr std::size_t kReasonsSent = 8;
 
   std::shared_ptr<Dealt> dealt_for(const proto::JobRequest& job, const proto::ProduceRequest& request) {
     std::lock_guard lock(dealt_mutex_);

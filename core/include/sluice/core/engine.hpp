@@ -32,6 +32,15 @@ class StageFailure : public Error {
   using Error::Error;
 };
 
+// What a host operator (core's own, not a plugin's) finds behind StageInfo::counters beyond
+// StageCounters: elements skipped elsewhere on its behalf (on the service's workers, under the
+// job's skip policy), counted and their reasons kept as the stage's own, so that the run's report
+// shows them.
+class HostStageCounters : public StageCounters {
+ public:
+  virtual void add_skipped(std::uint64_t count, const std::vector<std::string>& reasons) = 0;
+};
+
 struct EngineOptions {
   // How often snapshots are published to subscribers.
   std::chrono::milliseconds snapshot_interval{200};
