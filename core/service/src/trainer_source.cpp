@@ -315,6 +315,7 @@ class ServiceSource final : public Source {
   void read_lane(std::uint32_t lane) {
     const std::uint32_t consumers = job_.num_consumers();
     const auto me = static_cast<std::uint32_t>(job_.consumer_index());
+    std::exception_ptr failure;
     try {
       std::uint64_t dealt = 0;  // the lane's elements before this slot's split (every consumer's)
       for (std::uint64_t slot = 0;; ++slot) {
@@ -375,15 +376,23 @@ class ServiceSource final : public Source {
       }
     } catch (const LaneEnded&) {
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = as_stage_failure(std::current_exception());
+      failure = std::current_exception();
+    }
+    reader_ended(failure);
+  }
+  struct LaneEnded {};
+
+  // A reader thread's end: its failure, the first, becomes the run's (the other readers stop), and
+  // next() learns that one reader fewer is left.
+  void reader_ended(std::exception_ptr failure) {
+    std::lock_guard lock(mutex_);
+    if (failure) {
+      if (!error_) error_ = as_stage_failure(failure);
       stop_locked();
     }
-    std::lock_guard lock(mutex_);
     --readers_left_;
     ready_cv_.notify_all();
   }
-  struct LaneEnded {};
 
   void stop_locked() {
     stopping_ = true;
@@ -402,6 +411,7 @@ class ServiceSource final : public Source {
 
   // One reader: splits one after another until the epoch ends (or the run stops or fails).
   void read_splits(const std::string& reader) {
+    std::exception_ptr failure;
     try {
       Stream stream;
       std::uint64_t sequence = 0;
@@ -428,13 +438,9 @@ class ServiceSource final : public Source {
         finish_split(stream, nullptr);
       }
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = as_stage_failure(std::current_exception());
-      stop_locked();
+      failure = std::current_exception();
     }
-    std::lock_guard lock(mutex_);
-    --readers_left_;
-    ready_cv_.notify_all();
+    reader_ended(failure);
   }
 
   // What the job's skip policy dropped on the worker, counted as this stage's skips (the run's
