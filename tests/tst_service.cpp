@@ -511,8 +511,9 @@ class TestService : public QObject {
   // job for the others (they would wait for it for ever).
   void coordinated_reads_refuse_what_cannot_be_coordinated() {
     QTemporaryDir dir;
-    Service dispatcher({"dispatcher", "--port", "0"});
-    const QString address = dispatcher.address();
+    const QString work_dir = dir.filePath("dispatcher");
+    auto dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", "0", "--work-dir", work_dir});
+    const QString address = dispatcher->address();
     Service worker({"worker", "--dispatcher", address});
     QVERIFY(alive_workers(address, 1));
     const QString file = coordinated_file(dir, address, 0, 4000, 2000, 10, 1);
@@ -532,11 +533,17 @@ class TestService : public QObject {
     };
     QProcess first, second;
     first.start(SLUICE_CLI, {"run", "--quiet", skip_failures(file)});
-    QVERIFY2(dispatcher.says("job 1 'rounds' registered"), qPrintable(dispatcher.errors()));
+    QVERIFY2(dispatcher->says("job 1 'rounds' registered"), qPrintable(dispatcher->errors()));
     run = sluice_cli({"run", "--quiet", file});
     QVERIFY2(run.code != 0 && run.err.contains("consumer 0 of job 'rounds' is read by another trainer already"), qPrintable(run.err));
     const QString skipping = skip_failures(coordinated_file(dir, address, 1, 4000, 2000, 10, 1));
     second.start(SLUICE_CLI, {"run", "--quiet", skipping});
+    QTest::qWait(1000);
+    // A dispatcher restarted on its journal learns again, from their heartbeats, which trainer is
+    // which consumer.
+    dispatcher->kill();
+    dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", address.section(':', -1), "--work-dir", work_dir});
+    QVERIFY2(dispatcher->says("continuing from its journal"), qPrintable(dispatcher->errors()));
     QTest::qWait(1500);
     first.terminate();  // Ctrl-C's way out: it leaves the job
     QVERIFY(first.waitForFinished(20000));

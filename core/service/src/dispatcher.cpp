@@ -290,6 +290,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     if (job == jobs_.end()) return grpc::Status::OK;
     if (!request->leaving()) {
       job->second.clients[request->client()] = Clock::now();
+      if (request->has_consumer_index() && job->second.request.num_consumers() > 0) job->second.consumers[request->client()] = request->consumer_index();
       return grpc::Status::OK;
     }
     job->second.clients.erase(request->client());

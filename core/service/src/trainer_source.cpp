@@ -506,6 +506,7 @@ class ServiceSource final : public Source {
     proto::JobClientRequest request;
     request.set_job_id(job_id_);
     request.set_client(reader_prefix_);
+    if (coordinated()) request.set_consumer_index(static_cast<std::uint32_t>(job_.consumer_index()));
     std::unique_lock lock(keeper_mutex_);
     while (!keeper_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return leaving_; })) {
       lock.unlock();
