@@ -118,7 +118,9 @@ class SliceBytes final : public ElementBytes {
 // Protobuf's wire format of `message Element { uint64 position = 1; bytes element = 2; uint64
 // raw_size = 3; }`, fields in any order, unknown ones skipped.
 void parse_received(grpc::ByteBuffer& buffer, ReceivedElement& out, const std::string& what) {
-  out = ReceivedElement{};
+  out.slices.clear();  // (its room is kept for the next message)
+  out.position = out.raw_size = 0;
+  out.slice = out.offset = out.length = 0;
   if (!buffer.Dump(&out.slices).ok()) throw Error(fmt::format("{}: the message could not be read", what));
   std::size_t total = 0;
   for (const auto& slice : out.slices) total += slice.size();
@@ -261,6 +263,7 @@ class ServiceSource final : public Source {
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader;  // the Worker's ProduceSplit, read as it arrives
     grpc::ByteBuffer message;
     ReceivedElement element;
+    std::string what;  // its messages, as a damaged one is named
   };
   static constexpr std::size_t kMostReady = 256;
   static constexpr std::size_t kMostReadyInLane = 64;
@@ -466,8 +469,7 @@ class ServiceSource final : public Source {
   // The next element of the stream, parsed where it lies; false at the stream's end.
   bool read_element(Stream& stream) {
     if (!stream.reader->Read(&stream.message)) return false;
-    parse_received(stream.message, stream.element, fmt::format("a message of split {} of job '{}' from the worker at {}", stream.split,
-                                                               job_.job_name(), stream.worker));
+    parse_received(stream.message, stream.element, stream.what);
     return true;
   }
   // Its tensors are filled straight from the slices gRPC received (into this stage's allocator's
@@ -584,6 +586,7 @@ class ServiceSource final : public Source {
     stream.worker = reply.worker_address();
     stream.worker_id = reply.worker_id();
     stream.lease = reply.lease();
+    stream.what = fmt::format("a message of split {} of job '{}' from the worker at {}", stream.split, job_.job_name(), stream.worker);
     // A worker on this machine is read through its Unix socket, without the network.
     const bool local = !reply.worker_local_address().empty() && reply.worker_host() == detail::machine_name();
     stream.channel = local ? detail::client_channel(reply.worker_local_address(), Security{}) : detail::client_channel(reply.worker_address(), security_);
