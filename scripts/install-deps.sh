@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sluice builds and tests with; the one list shared by the README,
-# scripts/test.sh, scripts/demo.sh and CI. Skips what is already installed.
+# scripts/test.sh, scripts/demo.sh and CI. Skips what is already installed. Then the peers
+# environment (below), unless SLUICE_PEERS=0.
 set -euo pipefail
 
 packages=(
@@ -21,6 +22,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
   libzstd-dev libsnappy-dev    # the service's compression of elements on the wire
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
+  python3-venv                 # the peers environment below
   openssl                      # the certificates of the TLS tests (remote storage, the service)
   clang-14 libclang-rt-14-dev   # libFuzzer targets (scripts/fuzz.sh)
   zlib1g-dev                   # gzip and zlib TFRecords
@@ -50,11 +52,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# s3rver, the S3 server of the remote-storage tests, from the npm registry with the machine's
-# Node.js, at the versions tests/servers/package-lock.json pins; again only when the lock changed.
-servers=tests/servers
-if ! cmp -s "$servers/package-lock.json" "$servers/node_modules/.installed-from-lock" 2>/dev/null; then
-  command -v npm >/dev/null || { echo "npm is missing: install Node.js 20 (it brings npm), then run this again" >&2; exit 1; }
-  echo "Installing the test servers of $servers (npm ci)"
-  (cd "$servers" && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-from-lock)
+# The peers environment: the real systems the tests take as oracles (tf.data, TFDS, webdataset,
+# moto's S3 server, grain, pyarrow), pinned with hashes by tests/conformance/peers-requirements.txt,
+# in a virtual environment of Debian's Python inside the build folder: nothing of it is needed to
+# build or run Sluice, and the system Python is left as Debian made it. Made again only when the
+# requirements file changed.
+if [ "${SLUICE_PEERS:-1}" != 0 ]; then
+  requirements=tests/conformance/peers-requirements.txt
+  peers=${BUILD_DIR:-build}/peers
+  if ! cmp -s "$requirements" "$peers/installed-from.txt" 2>/dev/null; then
+    echo "Installing the peers environment into $peers (pip, from $requirements)"
+    rm -rf "$peers"
+    /usr/bin/python3 -m venv "$peers"
+    # --no-deps: the file lists every package the pins need, each with its hashes.
+    "$peers/bin/pip" install -q --disable-pip-version-check --no-cache-dir --require-hashes --no-deps -r "$requirements" ||
+      { echo "Installing the peers environment failed (above); remove $peers and run scripts/install-deps.sh again" >&2; exit 1; }
+    cp "$requirements" "$peers/installed-from.txt"
+  fi
 fi

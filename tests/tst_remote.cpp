@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "sluice/remote/object_store.hpp"
 #include "sluice/remote/s3_signature.hpp"
 #include "sluice/remote/store_config.hpp"
 
@@ -116,6 +117,35 @@ class TestRemote : public QObject {
     QVERIFY(https && https->scheme == Scheme::Https && https->url == "https://example.com/x.tar?sig=1");
     QVERIFY(refusal([] { sluice::remote::parse_remote_uri("s3:///key"); }).find("s3:///key: no bucket") == 0);
     QVERIFY(refusal([] { sluice::remote::parse_remote_uri("ftp://host/file"); }).find("not ftp://") != std::string::npos);
+  }
+
+  // A refused signature is explained by what the store says it signed: the same request (the
+  // secret is wrong), another one (something changed it: the secret was not checked), or nothing
+  // (either). A session token in a printed line is left out.
+  void a_refused_signature_is_explained_by_what_the_store_signed() {
+    const std::string ours = "GET\n/bkt/\nlist-type=2&prefix=shards%2F\nhost:127.0.0.1\nx-amz-security-token:tok-secret\n\nhost\nUNSIGNED";
+    auto refused = [&](const std::string& stores) {
+      const std::string body = "<?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code><Message>m</Message>" +
+                               (stores.empty() ? std::string() : "<CanonicalRequest>" + stores + "</CanonicalRequest>") + "</Error>";
+      return std::string(sluice::remote::error_of_answer("s3://bkt/shards/", 403, body, "AWS_ACCESS_KEY_ID", ours).what());
+    };
+    const std::string same = refused(ours);
+    QVERIFY2(same.find("signed the request Sluice signed") != std::string::npos && same.find("secret key does not belong") != std::string::npos,
+             same.c_str());
+    std::string changed_query = ours;
+    changed_query.replace(changed_query.find("%2F"), 3, "/");
+    const std::string other = refused(changed_query);
+    QVERIFY2(other.find("line 3 of its canonical request is 'list-type=2&prefix=shards/' where Sluice signed "
+                        "'list-type=2&prefix=shards%2F'") != std::string::npos, other.c_str());
+    QVERIFY2(other.find("secret key does not belong") == std::string::npos, other.c_str());
+    std::string changed_token = ours;
+    changed_token.replace(changed_token.find("tok-secret"), 3, "TOK");
+    const std::string token = refused(changed_token);
+    QVERIFY2(token.find("line 5") != std::string::npos && token.find("tok-secret") == std::string::npos && token.find("TOK") == std::string::npos,
+             token.c_str());
+    const std::string silent = refused("");
+    QVERIFY2(silent.find("did not say over what: either the secret key does not belong") != std::string::npos, silent.c_str());
+    QVERIFY(silent.find("AWS_ACCESS_KEY_ID") != std::string::npos);
   }
 
   // As the AWS tools resolve them: the environment, then the profile's files; custom endpoints

@@ -70,7 +70,8 @@ std::string advice_for(const std::string& uri, long status, const std::string& c
   if (code == "NoSuchKey" || (code.empty() && status == 404)) return "no object has this name: check the key (list the folder with `aws s3 ls`)";
   if (code == "NoSuchBucket") return "the bucket does not exist at this endpoint: check its name, AWS_ENDPOINT_URL and the region";
   if (code == "SignatureDoesNotMatch")
-    return "the store computed another signature: the secret key does not belong to the key id (" + from + "), or a proxy altered the request";
+    return "the store computed another signature and did not say over what: either the secret key does not belong to the key id (" + from +
+           "), or something between Sluice and the store changed the request (a proxy)";
   if (code == "InvalidAccessKeyId") return "the store does not know the key id (" + from + "): check the credentials and the endpoint";
   if (code == "AccessDenied" || status == 403) return "the store refused access with " + from + ": check the credentials and the bucket's policy";
   if (code == "PreconditionFailed" || status == 412) return "the object changed while it was read: rerun once it no longer changes";
@@ -81,16 +82,58 @@ std::string advice_for(const std::string& uri, long status, const std::string& c
 
 }  // namespace
 
-StoreError error_of_answer(const std::string& uri, long status, const std::string& body, const std::string& credentials_from) {
-  std::string code, message;
+namespace {
+
+// A line of a canonical request fit to print: a session token is a credential.
+std::string printable_line(std::string_view line) {
+  if (line.rfind("x-amz-security-token:", 0) == 0) return "x-amz-security-token:(left out)";
+  return std::string(line);
+}
+
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0;;) {
+    const auto end = text.find('\n', at);
+    lines.push_back(text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    if (end == std::string_view::npos) return lines;
+    at = end + 1;
+  }
+}
+
+// What a store that says what it signed (S3 puts its CanonicalRequest in a SignatureDoesNotMatch
+// answer) tells about a refused signature: the same request signed with another key is a secret
+// that does not belong to the key id; another request is something that changed it on the way.
+std::string advice_for_refused_signature(const std::string& stores_request, const std::string& ours, const std::string& credentials_from) {
+  const std::string from = credentials_from.empty() ? "no credentials were found" : "credentials from " + credentials_from;
+  if (stores_request == ours)
+    return "the store signed the request Sluice signed and got another signature: the secret key does not belong to the key id (" + from + ")";
+  const auto theirs = lines_of(stores_request), mine = lines_of(ours);
+  std::size_t line = 0;
+  while (line < theirs.size() && line < mine.size() && theirs[line] == mine[line]) ++line;
+  const std::string store_line = line < theirs.size() ? printable_line(theirs[line]) : "(nothing)";
+  const std::string our_line = line < mine.size() ? printable_line(mine[line]) : "(nothing)";
+  return "the store signed another request than Sluice sent: line " + std::to_string(line + 1) + " of its canonical request is '" +
+         store_line + "' where Sluice signed '" + our_line +
+         "': something between them changed the request (a proxy), or the store reads it otherwise; the secret key was not checked";
+}
+
+}  // namespace
+
+StoreError error_of_answer(const std::string& uri, long status, const std::string& body, const std::string& credentials_from,
+                           const std::string& signed_canonical_request) {
+  std::string code, message, stores_request;
   tinyxml2::XMLDocument doc;
   if (!body.empty() && doc.Parse(body.data(), body.size()) == tinyxml2::XML_SUCCESS) {
     const auto* error = doc.FirstChildElement("Error");
     code = xml_text(error, "Code");
-    message = xml_text(error, "Message");  // the store's words; other elements (a key id, what was signed) are left out
+    message = xml_text(error, "Message");  // the store's words; a key id is left out
+    stores_request = xml_text(error, "CanonicalRequest");
   }
+  const std::string advice = code == "SignatureDoesNotMatch" && !stores_request.empty() && !signed_canonical_request.empty()
+                                 ? advice_for_refused_signature(stores_request, signed_canonical_request, credentials_from)
+                                 : advice_for(uri, status, code, credentials_from);
   std::string text = uri + ": HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : " (" + message + ")") +
-                     ": " + advice_for(uri, status, code, credentials_from);
+                     ": " + advice;
   return StoreError(text, status, code, retryable_answer(status, code));
 }
 
@@ -116,14 +159,14 @@ ObjectStore::Target ObjectStore::target_of(const RemoteLocation& at) {
   return target;
 }
 
-void ObjectStore::sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
-                       const std::string& payload_sha256) {
+std::string ObjectStore::sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
+                              const std::string& payload_sha256) {
   if (!query.empty()) {
     request.url += '?';
     for (std::size_t i = 0; i < query.size(); ++i)
       request.url += (i ? "&" : "") + uri_encode(query[i].first, false) + "=" + uri_encode(query[i].second, false);
   }
-  if (!target.settings || target.settings->anonymous) return;
+  if (!target.settings || target.settings->anonymous) return "";
   RequestToSign to_sign;
   to_sign.method = request.method;
   to_sign.path = target.path;
@@ -137,6 +180,7 @@ void ObjectStore::sign(HttpRequest& request, const Target& target, const std::ve
   for (const auto& header : to_sign.headers)
     if (header.first != "host") request.headers.push_back(header);
   request.headers.emplace_back("Authorization", authorization(to_sign, target.settings->credentials));
+  return canonical_request(to_sign);
 }
 
 template <class Attempt>
@@ -198,9 +242,10 @@ ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry
     HttpRequest request;
     request.method = "HEAD";
     request.url = target.url;
-    sign(request, target, {}, kEmptySha256);
+    const std::string signed_request = sign(request, target, {}, kEmptySha256);
     const HttpResponse answer = http_.perform(request, {}, latency_noter(counters));
-    if (answer.status >= 300) throw error_of_answer(uri, answer.status, "", target.settings ? target.settings->credentials_from : "");
+    if (answer.status >= 300)
+      throw error_of_answer(uri, answer.status, "", target.settings ? target.settings->credentials_from : "", signed_request);
     ObjectVersion version;
     version.size = std::strtoull(answer.header("content-length").c_str(), nullptr, 10);
     version.etag = answer.header("etag");
@@ -224,7 +269,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
     request.url = target.url;
     request.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(offset + length - 1));
     if (known && !version.etag.empty()) request.headers.emplace_back("If-Match", version.etag);
-    sign(request, target, {}, kEmptySha256);
+    const std::string signed_request = sign(request, target, {}, kEmptySha256);
 
     long status = 0;
     std::string error_body, changed;
@@ -253,8 +298,8 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
         known = true;
         if (progress) progress(got);
       }
-      // Nothing to take at or past the end (s3rver answers a range of an empty object with a
-      // promised byte it never sends).
+      // Nothing to take at or past the end (some servers answer a range of an empty object with a
+      // promised byte they never send).
       return total < 0 || from < static_cast<std::uint64_t>(total);
     };
     auto on_body = [&](const char* data, std::size_t size) {
@@ -283,7 +328,7 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
       if (status == 412)
         throw StoreError(uri + " changed while it was read (HTTP 412: it no longer has ETag " + version.etag + "); rerun once it no longer changes",
                          status, "PreconditionFailed", false);
-      throw error_of_answer(uri, status, error_body, credentials_from);
+      throw error_of_answer(uri, status, error_body, credentials_from, signed_request);
     }
     const std::uint64_t end = total >= 0 ? std::min<std::uint64_t>(static_cast<std::uint64_t>(total), offset + length) : offset + length;
     if (total >= 0 && offset + got < end)
@@ -308,7 +353,7 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const
     const std::string body = with_retries(uri_prefix, retry, counters, [&] {
       HttpRequest request;
       request.url = target.url;
-      sign(request, target, query, kEmptySha256);
+      const std::string signed_request = sign(request, target, query, kEmptySha256);
       std::string text;
       const auto answer = http_.perform(
           request,
@@ -317,7 +362,7 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const
             return true;
           },
           latency_noter(counters));
-      if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, text, target.settings->credentials_from);
+      if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, text, target.settings->credentials_from, signed_request);
       return text;
     });
     tinyxml2::XMLDocument doc;
@@ -399,7 +444,7 @@ void ObjectStore::upload(const std::string& local_path, const std::string& uri, 
       request.url = target.url;
       request.body = body;
       request.headers = extra;
-      sign(request, target, query, sha256_hex(body));
+      const std::string signed_request = sign(request, target, query, sha256_hex(body));
       std::string text;
       const auto answer = http_.perform(
           request,
@@ -410,7 +455,7 @@ void ObjectStore::upload(const std::string& local_path, const std::string& uri, 
           latency_noter(counters));
       // S3 may answer a CompleteMultipartUpload 200 and put an error in the body.
       const bool error_in_body = answer.status == 200 && text.find("<Error>") != std::string::npos;
-      if (answer.status >= 300 || error_in_body) throw error_of_answer(uri, error_in_body ? 500 : answer.status, text, credentials_from);
+      if (answer.status >= 300 || error_in_body) throw error_of_answer(uri, error_in_body ? 500 : answer.status, text, credentials_from, signed_request);
       if (counters) counters->bytes.fetch_add(body.size(), std::memory_order_relaxed);
       if (answer_out) *answer_out = answer;
       return text;

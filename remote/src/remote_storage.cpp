@@ -512,23 +512,24 @@ RemoteService::RemoteService(Environment environment, HttpOptions http)
 RemoteService::~RemoteService() = default;
 
 // One store per set of store settings: the options given in a pipeline file stand in front of the
-// environment's variables of the same meaning.
+// environment's variables of the same meaning. The environment and the AWS files are looked at
+// again for each new storage (each stage of each run), as boto3 does for each new client: a
+// notebook that changes AWS_SECRET_ACCESS_KEY and reads again signs with the new secret. A store
+// made for older settings stays, for the stages still reading with it.
 ObjectStore& RemoteService::store_for(const StorageOptions& options) {
-  const std::string key = options.endpoint_url + '\n' + options.region + '\n' + options.profile + '\n' + (options.anonymous ? "1" : "0");
+  Environment environment = [base = environment_, options](const std::string& name) -> std::string {
+    if ((name == "AWS_ENDPOINT_URL" || name == "AWS_ENDPOINT_URL_S3") && !options.endpoint_url.empty()) return options.endpoint_url;
+    if ((name == "AWS_REGION" || name == "AWS_DEFAULT_REGION") && !options.region.empty()) return options.region;
+    if (name == "AWS_PROFILE" && !options.profile.empty()) return options.profile;
+    if (options.anonymous && (name == "AWS_ACCESS_KEY_ID" || name == "AWS_SECRET_ACCESS_KEY" || name == "AWS_SESSION_TOKEN" ||
+                              name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" || name == "HOME"))
+      return name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" ? "/dev/null" : "";
+    return base(name);
+  };
+  const std::string key = settings_digest(environment);
   std::lock_guard lock(mutex_);
   auto& store = stores_[key];
-  if (!store) {
-    Environment environment = [base = environment_, options](const std::string& name) -> std::string {
-      if ((name == "AWS_ENDPOINT_URL" || name == "AWS_ENDPOINT_URL_S3") && !options.endpoint_url.empty()) return options.endpoint_url;
-      if ((name == "AWS_REGION" || name == "AWS_DEFAULT_REGION") && !options.region.empty()) return options.region;
-      if (name == "AWS_PROFILE" && !options.profile.empty()) return options.profile;
-      if (options.anonymous && (name == "AWS_ACCESS_KEY_ID" || name == "AWS_SECRET_ACCESS_KEY" || name == "AWS_SESSION_TOKEN" ||
-                                name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" || name == "HOME"))
-        return name == "AWS_SHARED_CREDENTIALS_FILE" || name == "AWS_CONFIG_FILE" ? "/dev/null" : "";
-      return base(name);
-    };
-    store = std::make_unique<ObjectStore>(std::move(environment), http_);
-  }
+  if (!store) store = std::make_unique<ObjectStore>(std::move(environment), http_);
   return *store;
 }
 

@@ -1,5 +1,8 @@
 #include "sluice/remote/store_config.hpp"
 #include "text.hpp"
+#include "sluice/remote/s3_signature.hpp"
+
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -134,6 +137,19 @@ S3Settings s3_settings(RemoteLocation::Scheme scheme, const Environment& env) {
   }
   s.anonymous = s.credentials.access_key_id.empty();
   return s;
+}
+
+std::string settings_digest(const Environment& env) {
+  std::string read;
+  for (const char* name : {"AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "HOME", "AWS_REGION", "AWS_DEFAULT_REGION",
+                           "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
+    read += std::string(name) + '=' + env(name) + '\n';
+  for (const std::string& file : {home_file(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), home_file(env, "AWS_CONFIG_FILE", ".aws/config")}) {
+    struct stat st {};
+    if (!file.empty() && ::stat(file.c_str(), &st) == 0)
+      read += file + ' ' + std::to_string(st.st_size) + ' ' + std::to_string(st.st_mtim.tv_sec) + '.' + std::to_string(st.st_mtim.tv_nsec) + '\n';
+  }
+  return sha256_hex(read);
 }
 
 std::string object_url(const S3Settings& settings, const std::string& bucket, const std::string& key) {

@@ -1,6 +1,7 @@
 """Servers for the remote-storage tests, started on loopback by the tests themselves and stopped
-after them: s3rver (tests/servers, installed by scripts/install-deps.sh from its lock file), with
-boto3 as the independent client that puts the test files in and reads Sluice's outputs back."""
+after them: moto's S3 server (the peers environment, BUILD_DIR/peers, made by
+scripts/install-deps.sh) with its signature checks on, for an IAM user the tests make; boto3 as the
+independent client that puts the test files in and reads Sluice's outputs back."""
 import base64
 import json
 import os
@@ -13,10 +14,8 @@ import pytest
 
 SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 CLI = os.environ.get("SLUICE_CLI", os.path.join(SOURCE_DIR, "build", "bin", "sluice"))
+PEERS = os.environ.get("SLUICE_PEERS_DIR", os.path.join(SOURCE_DIR, "build", "peers"))
 DATA = os.path.join(SOURCE_DIR, "tests", "data", "real")
-S3RVER = os.path.join(SOURCE_DIR, "tests", "servers", "node_modules", "s3rver", "bin", "s3rver.js")
-# s3rver's one account; the secret is what the tests look for in every output.
-ACCESS_KEY, SECRET_KEY = "S3RVER", "S3RVER"
 
 
 def tfrecord_records(data):
@@ -63,25 +62,36 @@ def wait_for_port(port, process, what, seconds=20):
 
 
 class S3Server:
+    """moto's S3 server. Its first three requests go unchecked (INITIAL_NO_AUTH_ACTION_COUNT): they
+    make an IAM user allowed s3:* and its access key; every request after them must carry a
+    Signature Version 4 that moto recomputes with botocore from what it received."""
+
     def __init__(self, root):
-        if not os.path.exists(S3RVER):
-            pytest.fail(f"{S3RVER} is missing: run scripts/install-deps.sh (it installs tests/servers with npm ci)")
+        server = os.path.join(PEERS, "bin", "moto_server")
+        if not os.path.exists(server):
+            pytest.fail(f"{server} is missing: run scripts/install-deps.sh (it makes the peers environment in BUILD_DIR/peers)")
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.root = root
-        # s3rver's continuation tokens are DES-encrypted: Node 20's OpenSSL 3 has DES only in its
-        # legacy provider (without it every listing of more than one page fails with HTTP 500).
-        self.process = subprocess.Popen(["node", "--openssl-legacy-provider", S3RVER, "--directory", root, "--port", str(self.port), "--address", "127.0.0.1", "--silent"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        wait_for_port(self.port, self.process, "s3rver")
-        import boto3  # Debian's python3-boto3
-        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-                                   region_name="us-east-1")
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+        self.process = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(self.port)], env=env, cwd=root,
+                                        stdout=subprocess.DEVNULL, stderr=open(os.path.join(root, "moto.log"), "w"), stdin=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process, "moto_server")
+        import boto3  # Debian's python3-boto3: a client of another version than the server's
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="bootstrap",
+                           aws_secret_access_key="bootstrap")
+        iam.create_user(UserName="sluice-tests")
+        iam.put_user_policy(UserName="sluice-tests", PolicyName="all-of-s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="sluice-tests")["AccessKey"]
+        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
+        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                                   aws_secret_access_key=self.secret_key, region_name="us-east-1")
 
     def env(self, **more):
         """The environment a user sets for an S3-compatible store, and nothing of this machine's AWS setup."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(AWS_ENDPOINT_URL=self.endpoint, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION="us-east-1",
+        env.update(AWS_ENDPOINT_URL=self.endpoint, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key, AWS_REGION="us-east-1",
                    AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
         env.update(more)
         return env
@@ -103,7 +113,7 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
-    server = S3Server(str(tmp_path_factory.mktemp("s3rver")))
+    server = S3Server(str(tmp_path_factory.mktemp("moto")))
     yield server
     server.stop()
 
@@ -127,7 +137,7 @@ def run_cli(args, env, check=True, timeout=120):
 
 
 class FaultProxy:
-    """tests/remote/s3_proxy.py in front of the S3 server: checks signatures, injects faults."""
+    """tests/remote/s3_proxy.py in front of the S3 server: injects faults."""
 
     def __init__(self, s3, folder):
         self.port = free_port()
@@ -137,7 +147,7 @@ class FaultProxy:
         self.s3 = s3
         self.set_faults([])
         self.process = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "s3_proxy.py"), str(self.port), s3.endpoint,
-                                         SECRET_KEY, self.faults, self.log], stdin=subprocess.DEVNULL)
+                                         self.faults, self.log], stdin=subprocess.DEVNULL)
         wait_for_port(self.port, self.process, "the fault proxy")
 
     def set_faults(self, rules):

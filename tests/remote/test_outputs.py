@@ -31,10 +31,8 @@ def keys(s3, prefix):
 
 
 def open_uploads(s3):
-    """Multipart uploads begun and neither completed nor aborted (s3rver keeps them in a folder of
-    the bucket; it does not implement ListMultipartUploads)."""
-    folder = os.path.join(s3.root, BUCKET, "._S3rver_uploads")
-    return os.listdir(folder) if os.path.isdir(folder) else []
+    """Multipart uploads begun and neither completed nor aborted, as the store lists them."""
+    return [u["UploadId"] for u in s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
 
 
 def pipeline(tmp_path, sink, repeat=1, options=""):

@@ -1,4 +1,4 @@
-"""Reading from an S3-compatible store (s3rver on loopback), as a user points a pipeline at a bucket:
+"""Reading from an S3-compatible store (moto's, on loopback, checking signatures), as a user points a pipeline at a bucket:
 the same bytes as from local files, every page of a listing, and failures that name the object."""
 import json
 import os
@@ -104,13 +104,16 @@ def test_unknown_key_id_fails_at_once_and_shows_no_secret(store, tmp_path):
 
 
 def test_secret_appears_in_no_output_of_a_run(store, tmp_path):
-    # s3rver does not check Signature Version 4, so any secret signs for its key id: a distinctive
-    # one is looked for in everything the run prints and writes.
-    secret = "pr1vate-Secret/Key+ForGrep"
+    # The real secret, in everything a run that read with it prints and writes; then a wrong,
+    # distinctive one, in everything the refused run prints and writes.
     metrics = tmp_path / "metrics.jsonl"
-    done = run_cli(["run", "--metrics-log", str(metrics), pipeline_file(tmp_path, f"s3://{BUCKET}/tfrecord/*.record")],
-                   store.env(AWS_SECRET_ACCESS_KEY=secret))
+    done = run_cli(["run", "--metrics-log", str(metrics), pipeline_file(tmp_path, f"s3://{BUCKET}/tfrecord/*.record")], store.env())
     assert "records" in done.stdout
+    assert store.secret_key not in done.stdout + done.stderr + metrics.read_text()
+    secret = "pr1vate-Secret/Key+ForGrep"
+    done = run_cli(["run", "--metrics-log", str(metrics), pipeline_file(tmp_path, f"s3://{BUCKET}/tfrecord/*.record")],
+                   store.env(AWS_SECRET_ACCESS_KEY=secret), check=False)
+    assert done.returncode != 0 and "SignatureDoesNotMatch" in done.stderr, done.stderr
     assert secret not in done.stdout + done.stderr + metrics.read_text()
 
 
@@ -217,7 +220,7 @@ def test_the_metrics_endpoint_counts_remote_reads_and_shows_no_secret(store, tmp
     import time
     import urllib.request
     from conftest import CLI, free_port
-    secret = "endp0int-Secret/Key+ForGrep"
+    secret = store.secret_key
     port = free_port()
     pipeline = tmp_path / "served.txtpb"
     pipeline.write_text(textwrap.dedent(f"""\
@@ -226,7 +229,7 @@ def test_the_metrics_endpoint_counts_remote_reads_and_shows_no_secret(store, tmp
         stage {{ id: "slow" op: "simulate_work" input: "records" params {{ key: "us" value: "20000" }} buffer_size: 1 }}
         stage {{ id: "out" op: "null_sink" input: "slow" }}
         """))
-    run = subprocess.Popen([CLI, "run", "-q", "--metrics-addr", f"127.0.0.1:{port}", str(pipeline)], env=store.env(AWS_SECRET_ACCESS_KEY=secret),
+    run = subprocess.Popen([CLI, "run", "-q", "--metrics-addr", f"127.0.0.1:{port}", str(pipeline)], env=store.env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         answers = {}
@@ -248,3 +251,17 @@ def test_the_metrics_endpoint_counts_remote_reads_and_shows_no_secret(store, tmp
         run.terminate()
         stdout, stderr = run.communicate(timeout=60)
     assert secret not in stdout + stderr
+
+
+def test_a_secret_changed_in_os_environ_is_used_by_the_next_dataset(store):
+    # As boto3 resolves credentials for each new client: a notebook that fixes its secret and
+    # reads again must not keep signing with the first one its process used.
+    uri = f"s3://{BUCKET}/tfrecord/pets_examples.record"
+    assert len(records(sluice.data.TFRecordDataset([uri]))) > 0
+    try:
+        os.environ["AWS_SECRET_ACCESS_KEY"] = "a-mistyped-secret"
+        with pytest.raises(Exception, match="SignatureDoesNotMatch"):
+            records(sluice.data.TFRecordDataset([uri]))
+    finally:
+        os.environ["AWS_SECRET_ACCESS_KEY"] = store.secret_key
+    assert len(records(sluice.data.TFRecordDataset([uri]))) > 0

@@ -83,8 +83,10 @@ class ObjectStore {
   };
   Target target_of(const RemoteLocation& at);
   const S3Settings& settings_for(RemoteLocation::Scheme scheme);
-  void sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
-            const std::string& payload_sha256);
+  // Adds the query to the URL and, unless anonymous, the signature's headers; returns the
+  // canonical request signed ("" when unsigned), to compare with what a store says it signed.
+  std::string sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
+                   const std::string& payload_sha256);
   template <class Attempt>
   auto with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt());
 
@@ -96,7 +98,9 @@ class ObjectStore {
 
 // The error an answer with status >= 300 stands for: the store's code and message from its XML
 // body where it has one, whether another try may help, and what to do. `credentials_from` says
-// where credentials came from, for the advice on refused signatures.
-StoreError error_of_answer(const std::string& uri, long status, const std::string& body, const std::string& credentials_from);
+// where credentials came from, and `signed_canonical_request` what was signed, for the advice on
+// refused signatures.
+StoreError error_of_answer(const std::string& uri, long status, const std::string& body, const std::string& credentials_from,
+                           const std::string& signed_canonical_request = "");
 
 }  // namespace sluice::remote

@@ -1,5 +1,5 @@
 #pragma once
-// AWS Signature Version 4, as S3 and S3-compatible stores (MinIO, Ceph, s3rver, GCS's XML API with
+// AWS Signature Version 4, as S3 and S3-compatible stores (MinIO, Ceph, moto, GCS's XML API with
 // HMAC keys) check it on each request.
 #include <string>
 #include <string_view>

@@ -45,6 +45,12 @@ struct S3Settings {
 // a secret.
 S3Settings s3_settings(RemoteLocation::Scheme scheme, const Environment& environment);
 
+// What s3_settings would read from `environment` now: the variables above and the size and
+// modification time of the two files, digested (SHA-256, so that no secret is kept in it). Equal
+// digests give equal settings; a changed one means settings must be resolved again, as boto3
+// resolves them again for each new client.
+std::string settings_digest(const Environment& environment);
+
 // The URL of an object (or of its bucket, for an empty key): path-style or virtual-hosted.
 std::string object_url(const S3Settings& settings, const std::string& bucket, const std::string& key);
 
