@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh
-bash scripts/install-deps.sh
+SLUICE_PEERS=0 bash scripts/install-deps.sh
 seconds=${1:-60}
 testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz

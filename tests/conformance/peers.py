@@ -1,0 +1,24 @@
+"""Runs the oracles: scripts of this folder in the peers environment (BUILD_DIR/peers, made by
+scripts/install-deps.sh), whose results come back as files."""
+import os
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR", os.path.abspath(os.path.join(HERE, "..", "..")))
+PEERS = os.environ.get("SLUICE_PEERS_DIR", os.path.join(SOURCE_DIR, "build", "peers"))
+PYTHON = os.path.join(PEERS, "bin", "python")
+
+
+def run_oracle(script, *args, timeout=300):
+    """Runs HERE/script with the peers' Python; fails the test with its output when it fails."""
+    if not os.path.exists(PYTHON):
+        pytest.fail(f"{PYTHON} is missing: run scripts/install-deps.sh (it makes the peers environment in BUILD_DIR/peers)")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)  # the peers see their own packages, not the build tree's
+    done = subprocess.run([PYTHON, os.path.join(HERE, script), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=env)
+    if done.returncode != 0:
+        pytest.fail(f"the oracle {script} exited {done.returncode}:\n{done.stderr[-4000:]}")
+    return done

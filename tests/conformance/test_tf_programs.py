@@ -1,0 +1,48 @@
+"""The same short tf.data programs (tf_programs.py) run by TensorFlow and by Sluice's tf.data face
+in its place: every element equal, dtype and shape included, or Sluice's refusal the one the
+README's difference table gives."""
+import json
+import types
+
+import numpy as np
+import pytest
+
+import sluice.data
+import tf_programs
+from peers import run_oracle
+
+# Sluice in tf.data's place: `tf.data` is sluice.data; TensorSpec and the dtypes that
+# output_signature names are NumPy's.
+SLUICE_AS_TF = types.SimpleNamespace(data=sluice.data, TensorSpec=sluice.data.TensorSpec, int32=np.int32, int64=np.int64,
+                                     float32=np.float32, string=np.bytes_)
+
+# Programs Sluice refuses, with the words its refusal must hold (the README's difference table).
+REFUSED = {}
+
+
+@pytest.fixture(scope="module")
+def tensorflow_gave(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tf")
+    out = folder / "results.json"
+    run_oracle("oracle_tf_programs.py", folder, out)
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sluice")
+    tf_programs.make_files(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(tf_programs.PROGRAMS))
+def test_the_program_gives_what_tensorflow_gives(name, tensorflow_gave, folder, monkeypatch):
+    monkeypatch.chdir(folder)
+    expected = tensorflow_gave[name]
+    assert "error" not in expected, f"TensorFlow itself failed the program: {expected['error']}"
+    got = tf_programs.run(name, SLUICE_AS_TF, str(folder))
+    if name in REFUSED:
+        assert REFUSED[name] in got.get("error", ""), got
+        return
+    assert "error" not in got, f"Sluice failed where TensorFlow gave {json.dumps(expected)[:600]}:\n{got['error']}"
+    assert got == expected
