@@ -80,6 +80,8 @@ PROGRAMS = {
     "options_deterministic": ("options = tf.data.Options()\noptions.deterministic = True\n"
                               "ds = tf.data.Dataset.range(4).map(lambda x: x + 1, num_parallel_calls=2).with_options(options)\n"
                               "result = [ds.options().deterministic, list(ds.as_numpy_iterator())]"),
+    "options_threading": ("options = tf.data.Options()\noptions.threading.private_threadpool_size = 4\n"
+                          "ds = tf.data.Dataset.range(3).with_options(options)"),
 }
 
 

@@ -51,7 +51,7 @@ def service():
 
 
 def values(dataset):
-    return [int(v) for batch in dataset for v in batch["value"].reshape(-1)]
+    return [int(v) for batch in dataset for v in batch.reshape(-1)]
 
 
 def test_dynamic_gives_every_element_once_per_epoch(service):
@@ -107,7 +107,7 @@ def test_coordinated_reads_give_each_trainer_one_batch_of_every_round(service):
     def consumer(index):
         ds = sluice.data.range(96).batch(4)
         ds = ds.apply(service_api.distribute("dynamic", f"grpc://{service}", "rounds", index, 2, split_size=8, splits_in_flight=2))
-        return [[int(v) for v in batch["value"]] for batch in ds]
+        return [[int(v) for v in batch] for batch in ds]
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first, second = pool.map(consumer, [0, 1])

@@ -33,6 +33,10 @@ def jsonl_rows(path):
 
 
 def as_plain(batch):
+    """A pipeline file's element (a dict of fields) or a sluice.data one of one value (which is
+    field "value" in the file), as lists."""
+    if not isinstance(batch, dict):
+        return {"value": batch.tolist()}
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in batch.items()}
 
 
@@ -113,7 +117,7 @@ def test_autotune_is_written_as_in_tf_data():
           .batch(batch_size=100).options(seed=1))
     assert "parallelism: -1" in ds.spec() and "buffer_size: -1" in ds.spec()
     pipeline = ds.pipeline()
-    values = [v for b in pipeline for v in b["value"].tolist()]
+    values = [v for b in pipeline for v in b.tolist()]
     assert values == list(range(2000))
     work = [s for s in pipeline.snapshot()["stage"] if s["id"] == "simulate_work"][0]
     assert work["workers_tuned"] and work["buffer_tuned"]
@@ -189,10 +193,10 @@ def test_from_tensor_slices_hands_out_rows_of_the_arrays_without_a_copy():
 
 
 def test_an_exception_in_a_function_follows_the_error_policy():
-    def fragile(e):
-        if int(e["value"]) % 7 == 3:
-            raise ValueError(f"cannot take {int(e['value'])}")
-        return e
+    def fragile(x):
+        if int(x) % 7 == 3:
+            raise ValueError(f"cannot take {int(x)}")
+        return x
 
     failing = sluice.data.range(count=50).map(fragile)
     with pytest.raises(sluice.PipelineError) as error:
@@ -201,7 +205,7 @@ def test_an_exception_in_a_function_follows_the_error_policy():
     assert "python_map" in message and "cannot take 3" in message and "Traceback" in message and "fragile" in message
     assert error.value.stage == "python_map"
     skipping = sluice.data.range(count=50).map(fragile, error_policy="skip").pipeline()
-    kept = [int(b["value"]) for b in skipping]
+    kept = [int(x) for x in skipping]
     assert kept == [i for i in range(50) if i % 7 != 3]
     stage_metrics = {s["id"]: s for s in skipping.snapshot()["stage"]}
     assert int(stage_metrics["python_map"]["errors_skipped"]) == 7
@@ -308,7 +312,7 @@ def test_two_pipelines_iterated_at_once():
     b = sluice.data.range(count=100, start=1000).batch(batch_size=10)
     pairs = list(zip(a, b))
     assert len(pairs) == 10
-    assert all(int(y["value"][0]) - int(x["value"][0]) == 1000 for x, y in pairs)
+    assert all(int(y[0]) - int(x[0]) == 1000 for x, y in pairs)
 
 
 def test_an_abandoned_iterator_and_exit_during_a_run_do_not_hang(tmp_path):
@@ -481,15 +485,16 @@ def test_datasets_combine_the_tf_data_way_and_match_the_pipeline_file(tmp_path):
     a, b = sd.range(start=1, count=3), sd.range(start=4, count=4)
     # tf.data's documented examples of zip and concatenate.
     assert [(int(e["a/value"]), int(e["b/value"])) for e in sd.zip(a, b, prefixes=["a", "b"])] == [(1, 4), (2, 5), (3, 6)]
-    assert [int(e["value"]) for e in a.concatenate(b)] == [1, 2, 3, 4, 5, 6, 7]
+    assert [int(x) for x in a.concatenate(b)] == [1, 2, 3, 4, 5, 6, 7]
+    assert [(int(x), int(y)) for x, y in sd.zip(a, b)] == [(1, 4), (2, 5), (3, 6)]  # tf.data's zip(a, b): tuples
     # A dataset given twice, or one built from another, is read twice, each from its own source.
-    doubled = sd.zip(a, a.map(lambda e: {"value": e["value"] * 10}), prefixes=["x", "y"])
+    doubled = sd.zip(a, a.map(lambda x: x * 10), prefixes=["x", "y"])
     assert [(int(e["x/value"]), int(e["y/value"])) for e in doubled] == [(1, 10), (2, 20), (3, 30)]
     words = [sd.from_list(values=w, field="word").repeat(count=-1) for w in ("foo", "bar")]
     assert [e["word"] for e in sd.choose_from_datasets(words, sd.range(count=2).repeat(count=2))] == [b"foo", b"bar"] * 2
     # The same mixture as the pipeline file says, run by the CLI.
     mix = sd.sample_from_datasets([sd.range(count=500), sd.range(start=1000, count=500)], weights=[0.7, 0.3]).options(seed=9)
-    python_values = [int(e["value"]) for e in mix]
+    python_values = [int(x) for x in mix]
     spec = tmp_path / "mix.txtpb"
     out = tmp_path / "mix.jsonl"
     spec.write_text(mix.spec() + stage("out", "jsonl_sink", "sample_from_datasets", {"path": str(out)}))
@@ -525,7 +530,7 @@ def mapped():
     return open("/proc/self/maps").read()
 assert hasattr(sluice.data, "synthetic_images") and not hasattr(sluice.data, "no_such_operator")
 assert "libsluice_" not in mapped(), "importing sluice loaded a plugin library"
-rows = [int(v) for batch in sluice.data.range(count=20).batch(batch_size=5) for v in batch["value"]]
+rows = [int(v) for batch in sluice.data.range(count=20).batch(batch_size=5) for v in batch]
 assert rows == list(range(20)), rows
 assert "libsluice_std.so" in mapped(), "std was not loaded"
 assert "libsluice_vision.so" not in mapped(), "a std-only pipeline loaded the vision library"

@@ -72,13 +72,13 @@ def test_tf_data_forms_set_what_they_say():
     spec = ds.spec()
     assert 'op: "batch"' in spec and "deterministic: false" in spec
     assert 'op: "prefetch"' in spec and "buffer_size: -1" in spec
-    assert [len(b["value"]) for b in ds] == [64]  # runs: the short batch dropped
+    assert [len(b) for b in ds] == [64]  # runs: the short batch dropped
     # map(fn, AUTOTUNE, False): every element, in whatever order the workers finish.
-    mapped = sluice.data.range(200).map(lambda e: {"value": e["value"] * 2}, sluice.AUTOTUNE, False)
-    assert sorted(int(e["value"]) for e in mapped) == [2 * v for v in range(200)]
+    mapped = sluice.data.range(200).map(lambda x: x * 2, sluice.AUTOTUNE, False)
+    assert sorted(int(x) for x in mapped) == [2 * v for v in range(200)]
     # range() counts as Python's does.
-    assert [int(e["value"]) for e in sluice.data.range(2, 11, 3)] == [2, 5, 8]
-    assert [int(e["value"]) for e in sluice.data.range(10, 0, -4)] == [10, 6, 2]
+    assert [int(x) for x in sluice.data.range(2, 11, 3)] == [2, 5, 8]
+    assert [int(x) for x in sluice.data.range(10, 0, -4)] == [10, 6, 2]
 
 
 def test_tf_data_calls_refuse_what_tf_data_refuses():
@@ -111,7 +111,7 @@ def test_a_bad_value_is_refused_at_the_call_that_gives_it():
 
 def test_tfrecord_dataset_reads_as_tf_data_does():
     path = os.path.join(TFRECORDS, "tfx_mnist.tfrecord")
-    records = [bytes(e["record"][0]) if isinstance(e["record"], list) else bytes(e["record"]) for e in sluice.data.TFRecordDataset(path)]
+    records = [bytes(record) for record in sluice.data.TFRecordDataset(path)]  # tf.data's: the records alone
     by_reader = [bytes(e["record"][0]) if isinstance(e["record"], list) else bytes(e["record"])
                  for e in sluice.data.list_files(path, shuffle=False).tfrecord_reader()]
     assert records == by_reader and len(records) > 0
@@ -130,8 +130,7 @@ def test_text_line_dataset_reads_lines(tmp_path):
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("one\ntwo\n")
     second.write_text("three\n")
-    lines = [bytes(e["line"]).decode() if not isinstance(e["line"], list) else e["line"][0].decode()
-             for e in sluice.data.TextLineDataset([str(first), str(second)])]
+    lines = [line.decode() for line in sluice.data.TextLineDataset([str(first), str(second)])]
     assert lines == ["one", "two", "three"]
 
 
@@ -140,15 +139,15 @@ def test_an_in_memory_cache_lasts_across_for_loops():
     calls = []
 
     def costly(element):
-        calls.append(int(element["value"]))
-        return {"value": element["value"] * 3}
+        calls.append(int(element))
+        return element * 3
 
     ds = sluice.data.range(40).map(costly).cache().shuffle(40)
-    seen = [sorted(int(e["value"]) for e in ds) for _ in range(3)]
+    seen = [sorted(int(x) for x in ds) for _ in range(3)]
     assert seen == [[3 * v for v in range(40)]] * 3
     assert sorted(calls) == list(range(40))
     # A dataset built on it shares it; one made anew records again.
-    assert sorted(int(e["value"]) for e in ds.take(5)) and len(calls) == 40
+    assert sorted(int(x) for x in ds.take(5)) and len(calls) == 40
     assert "cache" in ds.spec() and "sluice-cache" not in ds.spec()  # the file is the dataset's business
     list(sluice.data.range(40).map(costly).cache())
     assert len(calls) == 80
@@ -156,14 +155,14 @@ def test_an_in_memory_cache_lasts_across_for_loops():
 
 def test_apply_ignore_errors_and_as_numpy_iterator():
     def fragile(element):
-        if int(element["value"]) % 10 == 3:
+        if int(element) % 10 == 3:
             raise ValueError("unlucky")
         return element
 
     failing = sluice.data.range(20).map(fragile)
     with pytest.raises(sluice.PipelineError):
         list(failing)
-    kept = [int(e["value"]) for e in failing.apply(sluice.data.experimental.ignore_errors()).as_numpy_iterator()]
+    kept = [int(x) for x in failing.apply(sluice.data.experimental.ignore_errors()).as_numpy_iterator()]
     assert kept == [v for v in range(20) if v % 10 != 3]
     assert 'error_policy: skip' in failing.ignore_errors().spec()
     # A stage's own policy stays.
@@ -178,7 +177,7 @@ def test_list_files_shuffles_by_default(tmp_path):
     pattern = str(tmp_path / "*.txt")
 
     def order(ds):
-        return [bytes(e["path"]).decode() if not isinstance(e["path"], list) else e["path"][0].decode() for e in ds]
+        return [path.decode() for path in ds]  # tf.data's: the paths alone
 
     listed = sluice.data.list_files(pattern).options(seed=4)
     first, second = order(listed), order(listed)  # iterating again is the next epoch
@@ -193,7 +192,7 @@ def test_failures_are_pipeline_errors_and_tracebacks_keep_their_lines():
     assert refused.value.stage == "files" and "matches no file" in str(refused.value)
 
     def fragile(element):
-        if int(element["value"]) == 3:
+        if int(element) == 3:
             raise ValueError("three is unlucky")
         return element
 
@@ -265,13 +264,14 @@ def test_tuples_and_nested_dicts_keep_their_structure():
     batch = next(iter(nested))
     assert (batch["a"]["b"] == labels).all() and (batch["c"] == labels * 10).all()
     # A map returning a nested dict.
-    grouped = sluice.data.range(4).map(lambda e: {"x": {"twice": e["value"] * 2}})
+    grouped = sluice.data.range(4).map(lambda x: {"x": {"twice": x * 2}})
     assert [int(e["x"]["twice"]) for e in grouped] == [0, 2, 4, 6]
     # NumPy text arrays are text, as tf.data's strings.
-    assert [e["value"] for e in sluice.data.from_tensor_slices(np.array(["cat", "doggy"]))] == [b"cat", b"doggy"]
-    # Plain dicts and single values stay as they were.
+    assert list(sluice.data.from_tensor_slices(np.array(["cat", "doggy"]))) == [b"cat", b"doggy"]
+    # Plain dicts stay dicts, single values single values (scalars, as tf.data's).
     assert list(next(iter(sluice.data.from_tensor_slices({"x": labels})))) == ["x"]
-    assert "value" in next(iter(sluice.data.range(3).map(lambda e: e["value"] + 1)))
+    one = next(iter(sluice.data.range(3).map(lambda x: x + 1)))
+    assert isinstance(one, np.ndarray) and one.shape == () and one.dtype == np.int64 and int(one) == 1
 
 
 def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_path):
@@ -298,14 +298,14 @@ def test_interleave_with_a_reading_function_gives_the_per_input_pipeline(tmp_pat
     # interleave(TFRecordDataset, ...) and flat_map read every record of every file.
     path = os.path.join(TFRECORDS, "tfx_mnist.tfrecord")
     twice = sluice.data.list_files([path, path], shuffle=False)
-    by_interleave = [bytes(e["record"]) for e in twice.interleave(sluice.data.TFRecordDataset, cycle_length=2,
+    by_interleave = [bytes(r) for r in twice.interleave(sluice.data.TFRecordDataset, cycle_length=2,
                                                                     num_parallel_calls=sluice.AUTOTUNE)]
-    by_flat_map = [bytes(e["record"]) for e in twice.flat_map(sluice.data.TFRecordDataset)]
-    one = [bytes(e["record"]) for e in sluice.data.TFRecordDataset(path)]
+    by_flat_map = [bytes(r) for r in twice.flat_map(sluice.data.TFRecordDataset)]
+    one = [bytes(r) for r in sluice.data.TFRecordDataset(path)]
     assert sorted(by_interleave) == sorted(by_flat_map) == sorted(one + one) and by_flat_map == one + one
     # tf.data's idiom: a list of file names as a dataset, then interleave.
     names = sluice.data.from_tensor_slices(np.array([path, path]))
-    assert sorted(bytes(e["record"]) for e in names.interleave(sluice.data.TFRecordDataset, cycle_length=2)) == sorted(one + one)
+    assert sorted(bytes(r) for r in names.interleave(sluice.data.TFRecordDataset, cycle_length=2)) == sorted(one + one)
     with pytest.raises(TypeError, match="looked at its input's value"):
         twice.interleave(lambda f: sluice.data.TFRecordDataset(f + ".gz"))
     with pytest.raises(TypeError, match="must start from"):
@@ -332,12 +332,12 @@ def test_interleave_of_from_tensors_repeats_each_input_as_tf_data():
     # The reference's own figures: cycle_length 10, 100 copies of each; repeat() is endless.
     hundred = sluice.data.range(25).interleave(lambda x: sluice.data.from_tensors(x).repeat(100), cycle_length=10,
                                                num_parallel_calls=sluice.AUTOTUNE)
-    values = [int(e["value"]) for e in hundred]
+    values = [int(x) for x in hundred]
     assert len(values) == 2500 and all(values.count(v) == 100 for v in range(25)) and values[:12] == list(range(10)) + [0, 1]
     assert "repeat_each" in hundred.spec() and "count\" value: \"100\"" in hundred.spec()
     endless = sluice.data.range(3).flat_map(lambda x: sluice.data.from_tensors(x).repeat())
     assert endless.cardinality() == sluice.data.INFINITE_CARDINALITY
-    assert [int(e["value"]) for e in endless.take(4)] == [0, 0, 0, 0]
+    assert [int(x) for x in endless.take(4)] == [0, 0, 0, 0]
     # What the function cannot do at build time is refused there.
     with pytest.raises(TypeError, match="whole and in order"):
         triples.interleave(lambda x, y, z: sluice.data.from_tensors((y, x, z)))
@@ -351,18 +351,18 @@ def test_interleave_of_from_tensors_resumes_from_a_state_mid_cycle():
     def build():
         return sluice.data.range(40).interleave(lambda x: sluice.data.from_tensors(x).repeat(7), cycle_length=3).batch(5)
 
-    whole = [e["value"].tolist() for e in build()]
+    whole = [b.tolist() for b in build()]
     assert len(whole) == 56
     pipeline = build().pipeline()
     it = iter(pipeline)
-    taken = [next(it)["value"].tolist() for _ in range(9)]
+    taken = [next(it).tolist() for _ in range(9)]
     pipeline.state_dict()  # asks for a cut behind the loop
-    taken += [next(it)["value"].tolist() for _ in range(14)]
+    taken += [next(it).tolist() for _ in range(14)]
     state = pipeline.state_dict()
     pipeline.close()
     restored = build().pipeline()
     restored.load_state_dict(state)
-    assert taken + [e["value"].tolist() for e in restored] == whole
+    assert taken + [b.tolist() for b in restored] == whole
 
 
 def test_element_spec_reads_shapes_and_dtypes_as_tf_data_gives_them():
@@ -390,8 +390,8 @@ def test_zip_of_a_tuple_gives_tuples_as_tf_data():
 
     pairs = sluice.data.Dataset.from_tensor_slices((np.arange(4), np.arange(4) * 2))
     zipped = sluice.data.Dataset.zip((pairs, sluice.data.range(3)))
-    assert [(int(x), int(y), int(c["value"])) for (x, y), c in zipped] == [(0, 0, 0), (1, 2, 1), (2, 4, 2)]
-    assert [int(v["value"]) for v in zipped.map(lambda pair, count: pair[1] + count["value"])] == [0, 3, 6]
+    assert [(int(x), int(y), int(c)) for (x, y), c in zipped] == [(0, 0, 0), (1, 2, 1), (2, 4, 2)]
+    assert [int(v) for v in zipped.map(lambda pair, count: pair[1] + count)] == [0, 3, 6]
     # zip(a, b) merges the fields instead, as a pipeline file's zip does.
     merged = sluice.data.zip(pairs, sluice.data.range(3), prefixes=["p", "r"])
     assert sorted(next(iter(merged))) == ["p/0", "p/1", "r/value"]

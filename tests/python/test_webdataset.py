@@ -174,7 +174,7 @@ def test_brace_patterns_name_shards_as_webdataset_does(tmp_path):
      .webdataset_writer(prefix=str(tmp_path / "shards"), max_records=10).pipeline().run())
 
     def listed(pattern):
-        return [os.path.basename(e["path"].decode()) for e in sluice.data.list_files(pattern, shuffle=False)]
+        return [os.path.basename(path.decode()) for path in sluice.data.list_files(pattern, shuffle=False)]
     assert listed(str(tmp_path / "shards-{000000..000002}.tar")) == ["shards-000000.tar", "shards-000001.tar", "shards-000002.tar"]
     assert listed(str(tmp_path / "shards-{000002,000000}.tar")) == ["shards-000002.tar", "shards-000000.tar"]  # as written
     assert listed([str(tmp_path / "shards-00000{0..1}.tar"), str(tmp_path / "shards-000002.tar")]) == [

@@ -124,7 +124,7 @@ class Pipeline:
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
-                 num_workers=None, output=None, _text=None, _file=None, _keep=None):
+                 num_workers=None, output=None, _text=None, _file=None, _keep=None, _structure=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
             _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
@@ -137,6 +137,7 @@ class Pipeline:
         self._plugin_dirs = [os.fspath(d) for d in (plugin_dirs or [])]
         self._metrics_addr = metrics_addr or ""
         self._keep = _keep  # Python functions and arrays the stages use
+        self._structure = _structure  # sluice.data's: how the fields make the elements (tuples, scalars)
         self._runner = None
         self._resume = None  # a state from load_state_dict(), for the next run
         self._resume_job = []  # or the states of every worker of a job of another size
@@ -177,15 +178,18 @@ class Pipeline:
         self._runner = runner
         return runner
 
-    def _iterate(self, arrays):
+    def _iterate(self, arrays, convert=None):
         runner = self._start(True)
+        structure = self._structure
         try:
             while True:
                 try:
                     item = runner.next(arrays)
                 except StopIteration:
                     return
-                yield item
+                if convert is not None:
+                    item = convert(item)
+                yield item if structure is None else structure.unflatten(item)
         finally:
             runner.close()
 
@@ -209,8 +213,7 @@ class Pipeline:
                 return [convert(v) for v in value]
             return value
 
-        for item in self._iterate(False):
-            yield convert(item)
+        return self._iterate(False, convert)
 
     def state_dict(self):
         """Where the pipeline stands, as a dict to save with the model: during an iteration,

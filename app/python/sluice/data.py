@@ -27,7 +27,6 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 (stages calling Python functions run only from Python).
 """
 import builtins
-import collections
 import difflib
 import enum
 import inspect
@@ -38,6 +37,9 @@ import tempfile
 import weakref
 
 from . import AUTOTUNE, SpecError, _param_text, _sluice
+from ._structure import Structure as _Structure, TensorSpec, ZippedStructure as _ZippedStructure
+from ._tf_options import Options
+from ._structure import as_tensors as _as_tensors, cast_to_spec as _cast_to_spec, is_plain_dict as _is_plain_dict
 
 _ENGINE_ARGUMENTS = ("parallelism", "buffer_size", "error_policy", "interleave", "output_buffer", "name", "per_input",
                      "deterministic")
@@ -62,6 +64,10 @@ _TF_DATA_POSITIONAL = {
 # Aggregates whose outputs several threads may assemble (their parallelism); the engine does not
 # tune those threads, so tf.data's AUTOTUNE gives them one per core.
 _ASSEMBLES_IN_PARALLEL = ("padded_batch", "ragged_batch", "bucket_by_sequence_length", "window")
+# The operators whose elements have their input's fields (a structure that picks some of them
+# still holds after them).
+_KEEPS_FIELDS = {"shuffle", "batch", "padded_batch", "ragged_batch", "repeat", "take", "skip", "shard", "prefetch", "cache", "unbatch",
+                 "window", "balanced_shard", "filter_random", "python_filter", "identity"}
 _TF_DATA_NAMES = {
     "bucket_by_sequence_length": {"element_length_func": "length_field", "bucket_boundaries": "boundaries",
                                   "bucket_batch_sizes": "batch_sizes"},
@@ -194,70 +200,6 @@ class _MemoryCache:
         weakref.finalize(self, shutil.rmtree, folder, True)
 
 
-class _Structure:
-    """How tuples and nested dicts of a dataset's elements map to the engine's flat, named fields
-    (element i of a tuple is field "i", key b of a dict under a is field "a/b"), as tf.data keeps
-    its elements' structure. The template is set once the structure is known: at once for
-    from_tensor_slices, at a map's first call for what it returns."""
-
-    def __init__(self, template=None):
-        self.template = template
-
-    @staticmethod
-    def flatten(value, prefix=""):
-        """(fields, template) of a tuple, list or dict of values; (None, None) for anything else."""
-        if isinstance(value, (tuple, list)):
-            fields, template = {}, []
-            for i, item in enumerate(value):
-                inner, shape = _Structure.flatten(item, f"{prefix}{i}/")
-                if inner is None:
-                    inner, shape = {f"{prefix}{i}": item}, f"{prefix}{i}"
-                fields.update(inner)
-                template.append(shape)
-            return fields, tuple(template)
-        if isinstance(value, dict):
-            fields, template = {}, {}
-            for key, item in value.items():
-                inner, shape = _Structure.flatten(item, f"{prefix}{key}/")
-                if inner is None:
-                    inner, shape = {f"{prefix}{key}": item}, f"{prefix}{key}"
-                fields.update(inner)
-                template[key] = shape
-            return fields, template
-        return None, None
-
-    def leaves(self, template=None):
-        template = self.template if template is None else template
-        if isinstance(template, tuple):
-            return [name for item in template for name in self.leaves(item)]
-        if isinstance(template, dict):
-            return [name for item in template.values() for name in self.leaves(item)]
-        return [template]
-
-    def unflatten(self, element, template=None):
-        """The element (a dict of fields) in the structure; as it is when its fields are others."""
-        if template is None:
-            if self.template is None or not isinstance(element, dict) or sorted(self.leaves()) != sorted(element):
-                return element
-            template = self.template
-        if isinstance(template, tuple):
-            return tuple(self.unflatten(element, item) for item in template)
-        if isinstance(template, dict):
-            return {key: self.unflatten(element, item) for key, item in template.items()}
-        return element[template]
-
-
-class TensorSpec(collections.namedtuple("TensorSpec", "shape dtype name")):
-    """One field of Dataset.element_spec, as tf.TensorSpec: its shape (None for a dimension that
-    varies, or for the whole shape when the rank does), its NumPy dtype, the field's name."""
-    __slots__ = ()
-
-
-def _is_plain_dict(template):
-    """A template of a dict whose keys are its fields: the engine's own element, no structure."""
-    return isinstance(template, dict) and all(k == v for k, v in template.items())
-
-
 class Dataset:
     """A pipeline being built: each method returns a new Dataset with one more stage.
 
@@ -308,7 +250,10 @@ class Dataset:
                 stage["error_policy"] = value
             else:
                 stage[name] = int(value)
-        return Dataset(self._stages + [stage], self._options, self._held + list(held), self._structure)
+        structure = self._structure
+        if structure is not None and structure.select and op not in _KEEPS_FIELDS:
+            structure = None  # TextLineDataset's line, say, once a stage made other fields of its elements
+        return Dataset(self._stages + [stage], self._options, self._held + list(held), structure)
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -329,8 +274,9 @@ class Dataset:
 
     def map(self, fn, num_parallel_calls=None, deterministic=None, *, parallelism=None, buffer_size=None, error_policy=None,
             name=None):
-        """Calls fn(element) on each element (a dict of numpy arrays); fn returns the new element
-        (a dict, or one value as field "value"). It runs on the engine's workers, holding the GIL.
+        """Calls fn(element) on each element, as the dataset holds it (a scalar, a tuple whose items
+        are fn's arguments, a dict; a dict of numpy arrays for Sluice's own operators); fn
+        returns the new element, in any of those structures. It runs on the engine's workers, holding the GIL.
         num_parallel_calls (or parallelism) workers, sluice.AUTOTUNE to let the engine choose;
         deterministic=False lets results leave in the order they finish."""
         given, returned = self._structure, _Structure()
@@ -341,8 +287,11 @@ class Dataset:
             arguments = given.unflatten(element) if given is not None else element
             result = fn(*arguments) if isinstance(arguments, tuple) else fn(arguments)
             fields, template = _Structure.flatten(result)
-            if fields is None or _is_plain_dict(template):
-                return result  # one value (field "value"), or a plain dict of fields
+            if fields is None:
+                returned.template = "value"  # one value, field "value", given back alone as in tf.data
+                return result
+            if _is_plain_dict(template):
+                return result  # a plain dict of fields
             if returned.template is None:
                 returned.template = template
             return fields
@@ -358,8 +307,15 @@ class Dataset:
         return dataset
 
     def filter(self, predicate, *, parallelism=None, buffer_size=None, error_policy=None, name=None):
-        """Keeps the elements for which predicate(element) is true."""
-        held = _Held(predicate)
+        """Keeps the elements for which predicate(element) is true; the element is given as map()
+        gives it (a tuple's items as the predicate's arguments)."""
+        given = self._structure
+
+        def keep(element):
+            arguments = given.unflatten(element) if given is not None else element
+            return predicate(*arguments) if isinstance(arguments, tuple) else predicate(arguments)
+
+        held = _Held(keep)
         return self._with_stage("python_filter", {"function": held.handle},
                                 {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
                                 [held])
@@ -411,7 +367,8 @@ class Dataset:
         params = dict(reader.get("params", {}))
         # from_tensor_slices(file_names): each element's one field is "value", not list_files' "path".
         if ("field" not in params and reader["op"] != "repeat_each" and self._stages and
-                self._stages[-1]["op"] == "python_tensor_slices" and self._structure is None):
+                self._stages[-1]["op"] == "python_tensor_slices" and
+                (self._structure is None or self._structure.template == "value")):
             params["field"] = "value"
         dataset = self._with_stage(reader["op"], params, settings, built._held)
         for st in after:
@@ -424,8 +381,33 @@ class Dataset:
         dataset._structure = built._structure
         return dataset
 
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False, **settings):
+        """tf.data's padded_batch: padded_shapes a shape (or a structure of shapes like the
+        elements': [5], ([None], [])), padding_values a value (or such a structure); or Sluice's
+        FIELD:DIMS and FIELD:VALUE entries. See padded_batch's parameters for the rest."""
+        template = self._structure.template if self._structure is not None else None
+        if padded_shapes is not None and template is not None and not _are_field_entries(padded_shapes):
+            padded_shapes = [f"{field}:{'x'.join(str(-1 if d is None else int(d)) for d in shape)}"
+                             for field, shape in _by_field(template, padded_shapes, "padded_shapes") if len(shape)]
+        if padding_values is not None and not isinstance(padding_values, (tuple, list, dict)):
+            padding_values = _padding_text(padding_values)  # one value for every field, as tf.data's
+        elif padding_values is not None and template is not None and not _are_field_entries(padding_values):
+            padding_values = [f"{field}:{_padding_text(value)}" for field, value in _by_field(template, padding_values, "padding_values",
+                                                                                               leaf_is_scalar=True)]
+        add = Dataset.__getattr__(self, "padded_batch")
+        return add(batch_size, padded_shapes if padded_shapes is not None else "", padding_values if padding_values is not None else "0",
+                   drop_remainder, **settings)
+
     def flat_map(self, map_func):
-        """tf.data's flat_map: interleave(map_func) one input after another."""
+        """tf.data's flat_map: interleave(map_func) one input after another. After window(), whose
+        windows are stacked already, flat_map(lambda w: w.batch(n)) (n at least the window's size)
+        is the window itself, as tf.data's window(...).flat_map(...) idiom gives it."""
+        if self._stages and self._stages[-1]["op"] == "window":
+            size = int(self._stages[-1]["params"]["size"])
+            if map_func(_WindowStandIn(size)) is _WindowStandIn.WHOLE:
+                return self
+            raise TypeError("flat_map() after window(): Sluice's windows are stacked already (tf.data's window(n).flat_map("
+                            "lambda w: w.batch(n))); the function may only batch the whole window")
         return self.interleave(map_func, cycle_length=1, block_length=1)
 
     def apply(self, transformation_func):
@@ -506,7 +488,7 @@ class Dataset:
 
     def concatenate(self, *others, name=None):
         """All of this dataset's elements, then all of each of `others` (tf.data's concatenate)."""
-        return _combine("concatenate", (self,) + others, {}, name)
+        return concatenate(self, *others, name=name)
 
     def distribute(self, service, processing_mode="dynamic", job_name=None, *, consumer_index=None, num_consumers=None, split_size=None,
                    splits_in_flight=None, compression=None, token_file=None, tls_ca=None):
@@ -563,13 +545,45 @@ class Dataset:
 
     def options(self, *, seed=None, deterministic=None, error_policy=None, fuse_stages=None):
         """The pipeline's options: the seed of every random stage, whether parallel stages keep
-        order, the default error policy, whether neighbouring maps share workers."""
+        order, the default error policy, whether neighbouring maps share workers. Called without
+        arguments, as tf.data's options(), it gives them back as a sluice.data.Options."""
+        if seed is None and deterministic is None and error_policy is None and fuse_stages is None:
+            given = Options()
+            for key in ("seed", "deterministic"):
+                if key in self._options:
+                    setattr(given, key, self._options[key])
+            return given
         options = dict(self._options)
         for key, value in (("seed", seed), ("deterministic", deterministic), ("error_policy", error_policy),
                            ("fuse_stages", fuse_stages)):
             if value is not None:
                 options[key] = value
         return Dataset(self._stages, options, self._held, self._structure)
+
+    def with_options(self, options):
+        """tf.data's with_options: a sluice.data.Options's settings as this pipeline's options."""
+        if not isinstance(options, Options):
+            raise TypeError(f"with_options(): {options!r} is not a sluice.data.Options")
+        return Dataset(self._stages, dict(self._options, **options._pipeline_options()), self._held, self._structure)
+
+    def enumerate(self, start=0, name=None):
+        """(index, element) pairs, the index an int64 counted from `start` (tf.data's enumerate)."""
+        counter = range(int(start), int(start) + 2**62, name=None if name is None else f"{name}_index")
+        return zip((counter, self), name=name)
+
+    def rebatch(self, batch_size, drop_remainder=False, name=None):
+        """The batches' rows in batches of batch_size (tf.data's rebatch with one batch size)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+            raise TypeError(f"rebatch(): batch_size is one int here, not {batch_size!r} (a list of sizes is tf.data's alone)")
+        return self.unbatch().batch(batch_size, drop_remainder=drop_remainder, name=name)
+
+    def reduce(self, initial_state, reduce_func):
+        """reduce_func(state, element) over every element, from initial_state (tf.data's reduce):
+        the final state. Runs the dataset once, in this thread."""
+        state = initial_state
+        for element in self:
+            state = reduce_func(state, element)
+        return state
 
     # -- using ---------------------------------------------------------------------------------
 
@@ -629,30 +643,26 @@ class Dataset:
 
     def pipeline(self, **options):
         """A new sluice.Pipeline of this dataset (set=, seed=, plugin_dirs=, metrics_addr=), at
-        epoch 0."""
+        epoch 0, whose elements have the dataset's structure (scalars, tuples, dicts)."""
         from . import Pipeline
 
         # In-memory caches record into their dataset's file, which outlives each run.
         sets = {f"{st['id']}.path": st["_memory_cache"] for st in self._stages if "_memory_cache" in st}
         sets.update(options.pop("set", None) or {})
         return Pipeline(_text=self.spec(), _file=os.path.join(os.getcwd(), "pipeline.txtpb"), _keep=self._held, set=sets or None,
-                        **options)
+                        _structure=self._structure, **options)
 
     def _pipeline_to_iterate(self):
         if self._iterated is None:
             self._iterated = self.pipeline()
         return self._iterated
 
-    def _in_structure(self, elements):
-        structure = self._structure
-        return elements if structure is None else (structure.unflatten(e) for e in elements)
-
     def __iter__(self):
-        return iter(self._in_structure(self._pipeline_to_iterate()))
+        return iter(self._pipeline_to_iterate())
 
     def torch(self):
         """Iterates with each field a torch.Tensor (see Pipeline.torch)."""
-        return iter(self._in_structure(self._pipeline_to_iterate().torch()))
+        return iter(self._pipeline_to_iterate().torch())
 
 
 INFINITE_CARDINALITY = -1
@@ -727,6 +737,31 @@ def _stage_cardinality(st, inputs):
     return UNKNOWN_CARDINALITY
 
 
+def _are_field_entries(value):
+    """Sluice's own FIELD:DIMS / FIELD:VALUE entries (text), not tf.data's shapes and values."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else []
+    return bool(items) and all(isinstance(v, str) and ":" in v for v in items)
+
+
+def _by_field(template, given, what, leaf_is_scalar=False):
+    """(field, given's part) for each leaf of the template, given in the element's structure; a
+    scalar given for a structured template applies to every field (padding_values=0)."""
+    if isinstance(template, str):
+        return [(template, given)]
+    if leaf_is_scalar and not isinstance(given, (tuple, list, dict)):
+        return [(field, given) for field in _Structure(template).leaves()]
+    if isinstance(template, tuple) and isinstance(given, (tuple, list)) and len(given) == len(template):
+        return [pair for t, g in builtins.zip(template, given) for pair in _by_field(t, g, what, leaf_is_scalar)]
+    if isinstance(template, dict) and isinstance(given, dict) and set(given) == set(template):
+        return [pair for key, t in template.items() for pair in _by_field(t, given[key], what, leaf_is_scalar)]
+    raise ValueError(f"padded_batch(): {what}={given!r} does not have the elements' structure")
+
+
+def _padding_text(value):
+    value = value.item() if hasattr(value, "item") else value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _one_of_two(method, tf_name, tf_value, own_name, own_value):
     if tf_value is not None and own_value is not None:
         raise TypeError(f"{method}() got both {tf_name}= and {own_name}=; they are the same setting")
@@ -786,73 +821,102 @@ def _combine(op, datasets, params, name):
 
 
 def zip(*datasets, prefixes=None, name=None):
-    """One element from each dataset; it ends with the shortest. zip((a, b)), as tf.data writes
-    it, gives (a's element, b's element) tuples; zip(a, b) merges their fields into one element,
-    prefixes=["a", "b"] naming them a/FIELD, b/FIELD (needed when they clash)."""
-    if len(datasets) == 1 and isinstance(datasets[0], (tuple, list)):
-        if prefixes is not None:
+    """One element from each dataset; it ends with the shortest. As tf.data: zip(a, b) and
+    zip((a, b)) give (a's element, b's element) tuples, zip({"x": a, "y": b}) dicts. With
+    prefixes=["a", "b"], zip(a, b) merges their fields into one element instead, named a/FIELD,
+    b/FIELD (Sluice's own elements, as a pipeline file's zip stage gives them)."""
+    if prefixes is not None:
+        if len(datasets) == 1 and isinstance(datasets[0], (tuple, list, dict)):
             raise TypeError("zip((a, b)) gives tuples; prefixes= names the merged fields of zip(a, b)")
+        return _combine("zip", datasets, {"prefixes": prefixes}, name)
+    keys = None
+    if len(datasets) == 1 and isinstance(datasets[0], (tuple, list)):
         parts = list(datasets[0])
-        zipped = _combine("zip", parts, {"prefixes": [str(i) for i in builtins.range(len(parts))]}, name)
-        zipped._structure = _ZippedStructure([getattr(d, "_structure", None) for d in parts])
-        return zipped
-    return _combine("zip", datasets, {"prefixes": prefixes}, name)
+    elif len(datasets) == 1 and isinstance(datasets[0], dict):
+        keys, parts = list(datasets[0]), list(datasets[0].values())
+    else:
+        parts = list(datasets)
+    zipped = _combine("zip", parts, {"prefixes": [str(i) for i in builtins.range(len(parts))]}, name)
+    zipped._structure = _ZippedStructure([getattr(d, "_structure", None) for d in parts], keys)
+    return zipped
 
 
-class _ZippedStructure(_Structure):
-    """zip((a, b))'s elements: item i is the fields under "i/", in dataset i's own structure."""
-
-    def __init__(self, parts):
-        super().__init__(None)
-        self.parts = parts
-
-    def unflatten(self, element, template=None):
-        items = []
-        for i, part in enumerate(self.parts):
-            prefix = f"{i}/"
-            fields = {k[len(prefix):]: v for k, v in element.items() if k.startswith(prefix)}
-            items.append(part.unflatten(fields) if part is not None else fields)
-        return tuple(items)
+def _common_structure(datasets):
+    """The structure of datasets whose elements all have the same one (concatenate, sampling)."""
+    first = datasets[0]._structure
+    return first if first is not None and all(first.same_as(d._structure) for d in datasets[1:]) else None
 
 
 def concatenate(*datasets, name=None):
     """All elements of the first dataset, then of the second, and so on."""
-    return _combine("concatenate", datasets, {}, name)
+    combined = _combine("concatenate", datasets, {}, name)
+    combined._structure = _common_structure(list(datasets))
+    return combined
 
 
 def sample_from_datasets(datasets, weights=None, *, stop_on_empty_dataset=False, name=None):
     """Each element from one of `datasets`, picked at random with `weights` (equal by default),
     the same for the same seed at any parallelism (tf.data's sample_from_datasets)."""
-    return _combine("sample_from_datasets", datasets,
-                    {"weights": weights, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+    combined = _combine("sample_from_datasets", datasets,
+                        {"weights": weights, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+    combined._structure = _common_structure(list(datasets))
+    return combined
 
 
 def choose_from_datasets(datasets, choice_dataset, *, field="value", stop_on_empty_dataset=True, name=None):
     """Element i from datasets[c], c being the integer `field` of choice_dataset's element i
     (tf.data's choose_from_datasets; sluice.data.range gives the field "value")."""
-    return _combine("choose_from_datasets", list(datasets) + [choice_dataset],
-                    {"field": field, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+    combined = _combine("choose_from_datasets", list(datasets) + [choice_dataset],
+                        {"field": field, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+    combined._structure = _common_structure(list(datasets))
+    return combined
 
 
-def from_generator(generator, *, buffer_size=None, error_policy=None, name=None):
-    """Elements from a Python generator function (called again for each pass) or an iterable;
-    each element is a dict of fields or one value (field "value")."""
-    held = _Held(generator)
-    return Dataset()._with_stage("python_generator", {"function": held.handle},
-                                 {"buffer_size": buffer_size, "error_policy": error_policy, "name": name}, [held])
+def from_generator(generator, output_types=None, output_shapes=None, args=None, output_signature=None, name=None, *,
+                   buffer_size=None, error_policy=None):
+    """Elements from a Python generator function (called again, with `args`, for each pass) or
+    an iterable, as tf.data's from_generator: with output_signature (a TensorSpec, or a tuple or
+    dict of them) each value is converted to its spec's dtype and the elements keep that
+    structure; without it each element is a dict of fields or one value."""
+    if output_types is not None or output_shapes is not None:
+        raise TypeError("from_generator(): output_types and output_shapes are deprecated in tf.data and not taken here; "
+                        "give output_signature=sluice.data.TensorSpec(shape, dtype) (or a tuple or dict of them)")
+    arguments = tuple(args or ())
+
+    def values():
+        return generator(*arguments) if callable(generator) else iter(generator)
+
+    structure = _Structure("value")
+    elements = values if arguments else generator
+    if output_signature is not None:
+        specs, structure = _Structure.of(output_signature)
+        for spec in specs.values():
+            if not isinstance(spec, TensorSpec):
+                raise TypeError(f"from_generator(): output_signature holds {spec!r}, not a sluice.data.TensorSpec")
+
+        def elements():
+            for value in values():
+                try:
+                    fields = structure.fields_of(value)
+                except (TypeError, KeyError, IndexError) as e:
+                    raise ValueError(f"from_generator(): the generator yielded {value!r}, whose structure is not output_signature's "
+                                     f"({output_signature!r})") from e
+                yield {k: _cast_to_spec(v, specs[k]) for k, v in fields.items()}
+
+    held = _Held(elements)
+    dataset = Dataset()._with_stage("python_generator", {"function": held.handle},
+                                    {"buffer_size": buffer_size, "error_policy": error_policy, "name": name}, [held])
+    dataset._structure = structure
+    return dataset
 
 
 def from_tensor_slices(arrays, *, name=None):
     """Element i is row i of every array of `arrays`, over the arrays' own memory (tf.data's
-    from_tensor_slices): one array, a dict of name -> array, or a tuple (or nested dicts) of
-    them, whose elements keep that structure: from_tensor_slices((images, labels)) gives
+    from_tensor_slices): one array (a list is one, converted as tf.data converts it: ints to
+    int32, floats to float32), a dict of name -> array, or a tuple (or nested dicts) of them,
+    whose elements keep that structure: from_tensor_slices((images, labels)) gives
     (image, label) pairs, and `for images, labels in ds.batch(32)` works."""
-    structure = None
-    fields, template = _Structure.flatten(arrays)
-    if fields is None:
-        fields = {"value": arrays}
-    elif not _is_plain_dict(template):
-        structure = _Structure(template)
+    fields, structure = _Structure.of(_as_tensors(arrays))
     # NumPy's fixed-width text ('<U30', '|S8') goes in as text, one str or bytes per row.
     def text_as_rows(value):
         is_text = getattr(getattr(value, "dtype", None), "kind", "") in ("U", "S") and getattr(value, "ndim", 0) == 1
@@ -876,11 +940,11 @@ def list_files(file_pattern=None, shuffle=None, seed=None, *, name=None, **kwarg
         if "patterns" in kwargs:
             raise TypeError("list_files() got both file_pattern and patterns=; they are the same parameter")
         kwargs["patterns"] = [os.fspath(p) for p in file_pattern] if isinstance(file_pattern, (list, tuple)) else os.fspath(file_pattern)
-    return _source("list_files", dict(kwargs, shuffle=shuffle, seed=seed, name=name))
+    return _picking(_source("list_files", dict(kwargs, shuffle=shuffle, seed=seed, name=name)), "path")
 
 
 def range(*args, count=None, start=None, step=None, name=None, **kwargs):
-    """Integers as field 'value': range(stop), range(start, stop) and range(start, stop, step)
+    """int64 scalars (field 'value'): range(stop), range(start, stop) and range(start, stop, step)
     as tf.data's (and Python's) range; or count=, start=, step= as the operator's parameters."""
     if args:
         if count is not None or start is not None:
@@ -892,7 +956,9 @@ def range(*args, count=None, start=None, step=None, name=None, **kwargs):
             raise ValueError("range(): step must not be zero")
         count = max(0, -((first - stop) // every)) if every > 0 else max(0, -((stop - first) // -every))
         start, step = (first if first != 0 else None), (every if every != 1 else None)  # defaults stay unwritten
-    return _source("range", dict(kwargs, count=count, start=start, step=step, name=name))
+    dataset = _source("range", dict(kwargs, count=count, start=start, step=step, name=name))
+    dataset._structure = _Structure("value")  # int64 scalars, as tf.data's
+    return dataset
 
 
 _COMPRESSION_TYPES = {None: None, "": "none", "GZIP": "gzip", "ZLIB": "zlib"}
@@ -959,6 +1025,18 @@ class _Input:
     __hash__ = None
 
 
+class _WindowStandIn:
+    """What flat_map() after window() gives its function: a window, whose batch(n) for n at least
+    the window's size is the stacked window Sluice's window stage makes."""
+    WHOLE = object()
+
+    def __init__(self, size):
+        self._size = size
+
+    def batch(self, batch_size, drop_remainder=False, *_args, **_kwargs):
+        return self.WHOLE if int(batch_size) >= self._size and not drop_remainder else None
+
+
 def _stand_ins(map_func, structure):
     """The arguments interleave() calls its function with: one stand-in for the element, or, as
     tf.data unpacks a tuple into the function's arguments, one per item when the function takes
@@ -1023,14 +1101,21 @@ def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_para
     """The records of TFRecord files (field 'record', with 'path', 'index', 'offset'), as
     tf.data.TFRecordDataset: filenames is a path, a list of paths or a dataset of paths
     (list_files); compression_type None detects gzip and zlib."""
-    return _file_reader("TFRecordDataset", "tfrecord_reader", filenames, compression_type, buffer_size, num_parallel_reads,
-                        {"name": name})
+    return _picking(_file_reader("TFRecordDataset", "tfrecord_reader", filenames, compression_type, buffer_size, num_parallel_reads,
+                                 {"name": name}), "record")
 
 
 def TextLineDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
     """The lines of text files (field 'line', without its line end), as tf.data.TextLineDataset."""
-    return _file_reader("TextLineDataset", "text_lines", filenames, compression_type, buffer_size, num_parallel_reads,
-                        {"name": name})
+    return _picking(_file_reader("TextLineDataset", "text_lines", filenames, compression_type, buffer_size, num_parallel_reads,
+                                 {"name": name}), "line")
+
+
+def _picking(dataset, field):
+    """The dataset with tf.data's elements, `field` alone (a scalar string), until a stage makes
+    other fields of them; its stages still see every field (the file, the record's index)."""
+    dataset._structure = _Structure(field, select=True)
+    return dataset
 
 
 _TFDS_NAME = r"^([\w.-]+)(/[\w.-]+)?(?::(\d+\.\d+\.\d+))?$"
