@@ -82,7 +82,7 @@ if [ -n "$package" ]; then
   (cd "$work" && PYTHONPATH="$site" SLUICE_PLUGIN_PATH="$work/plugins" "$python" -c "
 import sluice
 assert sluice.__file__.startswith('$work/prefix'), sluice.__file__
-values = [int(v) for b in sluice.data.range(count=4).example_scale(factor=3).batch(batch_size=2) for v in b['value']]
+values = [int(v) for b in sluice.data.range(count=4).example_scale(factor=3).batch(batch_size=2) for v in b]  # range's scalars, batched
 assert values == [0, 3, 6, 9], values
 print('installed python package imported and run: ok')
 ")

@@ -130,7 +130,13 @@ class SampleFromDatasets final : public Combine {
                       {ParamSpec::make("weights", ParamType::FloatList,
                                        "relative weight of each input, in order (empty: equal weights)")
                            .def(""),
-                       stop_on_empty_param(false)},
+                       stop_on_empty_param(false),
+                       ParamSpec::make("seed", ParamType::Int, "seed for this stage's draws; -1 uses the pipeline's seed")
+                           .def("-1")
+                           .range(-1, std::nullopt),
+                       ParamSpec::make("rerandomize_each_iteration", ParamType::Bool,
+                                       "another mixture each epoch (false, tf.data's default: every epoch draws the same)")
+                           .def("false")},
                       {.random = true, .keeps_shape = true, .saves_state = true},
                       {}};
     info.min_inputs = 2;
@@ -138,7 +144,10 @@ class SampleFromDatasets final : public Combine {
     return info;
   }
   explicit SampleFromDatasets(const Params& p)
-      : weights_(p.get_float_list("weights")), stop_on_empty_(p.get_bool("stop_on_empty_dataset")) {
+      : weights_(p.get_float_list("weights")),
+        stop_on_empty_(p.get_bool("stop_on_empty_dataset")),
+        seed_(p.get_int("seed")),
+        rerandomize_(p.get_bool("rerandomize_each_iteration")) {
     double total = 0;
     for (std::size_t k = 0; k < weights_.size(); ++k) {
       if (!(weights_[k] >= 0) || !std::isfinite(weights_[k]))
@@ -150,6 +159,7 @@ class SampleFromDatasets final : public Combine {
   }
   void start(const StageInfo& info) override {
     info_ = info;
+    if (seed_ >= 0) info_.seed = static_cast<std::uint64_t>(seed_);
     if (weights_.empty()) weights_.assign(info.input_ids.size(), 1.0 / static_cast<double>(info.input_ids.size()));
     if (weights_.size() != info.input_ids.size())
       throw ParamError("weights has " + std::to_string(weights_.size()) + " values, but the stage has " +
@@ -163,7 +173,7 @@ class SampleFromDatasets final : public Combine {
   bool next(CombineInputs& inputs, Sample& out) override {
     double total = std::accumulate(live_.begin(), live_.end(), 0.0);
     if (!(total > 0)) return false;
-    Rng rng = ElementContext{&info_, epoch_, n_}.rng();
+    Rng rng = ElementContext{&info_, rerandomize_ ? epoch_ : 0, n_}.rng();
     for (;;) {
       const double draw = rng.uniform() * total;
       std::size_t k = 0;
@@ -212,6 +222,8 @@ class SampleFromDatasets final : public Combine {
   std::uint64_t n_ = 0;       // outputs given in it: the n-th draws with ElementContext{epoch, n}
   std::vector<double> weights_;
   bool stop_on_empty_;
+  std::int64_t seed_;  // -1: the pipeline's
+  bool rerandomize_;   // key the draws by epoch (else every epoch draws as the first)
 };
 
 class ChooseFromDatasets final : public Combine {

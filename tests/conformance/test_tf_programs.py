@@ -24,6 +24,8 @@ REFUSED = {
     # Sluice's stages take their own parallelism=, buffer_size=: tf.data's other options are
     # refused by name rather than ignored.
     "options_threading": "tf.data.Options.threading has no Sluice counterpart",
+    # The engine measures a named field instead of calling a function per element.
+    "bucket_by_sequence_length": "name the field whose length decides the bucket instead of a function",
 }
 
 

@@ -73,6 +73,36 @@ PROGRAMS = {
     "interleave_from_tensors": ("ds = tf.data.Dataset.range(1, 4).interleave(lambda x: tf.data.Dataset.from_tensors(x).repeat(2),\n"
                                 "                                            cycle_length=2, block_length=1)"),
     "flat_map_ranges": "ds = tf.data.Dataset.range(1, 4).flat_map(lambda x: tf.data.Dataset.range(x))",
+    # The edges: empty inputs, remainders, cycles longer than the inputs, strides.
+    "batch_of_nothing": "ds = tf.data.Dataset.range(0).batch(4)",
+    "batch_larger_than_the_input": "ds = tf.data.Dataset.range(3).batch(5, drop_remainder=True)",
+    "window_with_a_stride": "ds = tf.data.Dataset.range(10).window(3, shift=1, stride=3, drop_remainder=True).flat_map(lambda w: w.batch(3))",
+    "window_shift_past_the_size": "ds = tf.data.Dataset.range(10).window(2, shift=4).flat_map(lambda w: w.batch(2))",
+    "interleave_blocks_of_two": ("ds = tf.data.Dataset.range(1, 4).interleave(lambda x: tf.data.Dataset.from_tensors(x).repeat(3),\n"
+                                 "                                            cycle_length=2, block_length=2)"),
+    "interleave_cycle_longer_than_the_input": ("ds = tf.data.Dataset.range(2).interleave(lambda x: tf.data.Dataset.from_tensors(x).repeat(2),\n"
+                                               "                                          cycle_length=5)"),
+    "padded_batch_of_floats": ("def gen():\n    for n in range(1, 4):\n        yield [n * 0.5] * n\n"
+                               "ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec(shape=[None], dtype=tf.float32))\n"
+                               "ds = ds.padded_batch(2, padding_values=np.float32(-0.5))"),
+    "padded_batch_of_tuples": ("def gen():\n    for n in range(1, 4):\n        yield [n] * n, n\n"
+                               "ds = tf.data.Dataset.from_generator(gen, output_signature=(tf.TensorSpec(shape=[None], dtype=tf.int64),\n"
+                               "                                                        tf.TensorSpec(shape=[], dtype=tf.int64)))\n"
+                               "ds = ds.padded_batch(3, padded_shapes=([4], []), padding_values=(np.int64(9), np.int64(0)))"),
+    "bucket_by_sequence_length": ("def gen():\n    for n in (1, 5, 2, 6, 3, 7, 1, 2):\n        yield [n] * n\n"
+                                  "ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec(shape=[None], dtype=tf.int64))\n"
+                                  "ds = ds.bucket_by_sequence_length(lambda x: tf.shape(x)[0], bucket_boundaries=[4], bucket_batch_sizes=[2, 2])"),
+    "unbatch_of_tuples": "ds = tf.data.Dataset.from_tensor_slices(([1, 2, 3, 4], [5, 6, 7, 8])).batch(3).unbatch()",
+    "rebatch_dropping_the_remainder": "ds = tf.data.Dataset.range(11).batch(5).rebatch(4, drop_remainder=True)",
+    "take_all_with_minus_one": "ds = tf.data.Dataset.range(4).take(-1)",
+    "skip_past_the_end": "ds = tf.data.Dataset.range(4).skip(10)",
+    "repeat_zero_times": "ds = tf.data.Dataset.range(4).repeat(0)",
+    "shard_first_of_four": "ds = tf.data.Dataset.range(10).shard(4, 0)",
+    "concatenate_an_empty_one": "ds = tf.data.Dataset.range(0).concatenate(tf.data.Dataset.range(2))",
+    "zip_of_a_dict": "ds = tf.data.Dataset.zip({'a': tf.data.Dataset.range(2), 'b': tf.data.Dataset.range(5, 7)})",
+    "filter_everything_out": "ds = tf.data.Dataset.range(5).filter(lambda x: x > 10)",
+    "from_tensor_slices_of_big_ints": "ds = tf.data.Dataset.from_tensor_slices([1, 2**40])",
+    "enumerate_of_tuples": "ds = tf.data.Dataset.from_tensor_slices((['a', 'b'], [1.0, 2.0])).enumerate()",
     # Values, not datasets.
     "reduce_a_sum": "result = tf.data.Dataset.range(5).reduce(np.int64(0), lambda state, x: state + x)",
     "cardinality_of_a_batch": "result = int(tf.data.Dataset.range(10).batch(3).cardinality())",

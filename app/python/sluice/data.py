@@ -854,11 +854,15 @@ def concatenate(*datasets, name=None):
     return combined
 
 
-def sample_from_datasets(datasets, weights=None, *, stop_on_empty_dataset=False, name=None):
+def sample_from_datasets(datasets, weights=None, seed=None, stop_on_empty_dataset=False, rerandomize_each_iteration=None, *,
+                         name=None):
     """Each element from one of `datasets`, picked at random with `weights` (equal by default),
-    the same for the same seed at any parallelism (tf.data's sample_from_datasets)."""
+    the same for the same seed at any parallelism (tf.data's sample_from_datasets): `seed` this
+    stage's (else the pipeline's), every epoch the same mixture unless rerandomize_each_iteration."""
     combined = _combine("sample_from_datasets", datasets,
-                        {"weights": weights, "stop_on_empty_dataset": stop_on_empty_dataset}, name)
+                        {"weights": weights, "stop_on_empty_dataset": stop_on_empty_dataset, "seed": seed,
+                         "rerandomize_each_iteration": bool(rerandomize_each_iteration) if rerandomize_each_iteration is not None else None},
+                        name)
     combined._structure = _common_structure(list(datasets))
     return combined
 

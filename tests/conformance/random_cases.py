@@ -1,0 +1,13 @@
+"""tf.data's random transformations as both test_random.py and its oracle build them: each case
+takes a tf.data module (TensorFlow's, or sluice.data) and returns a dataset of int64 scalars."""
+
+CASES = {
+    "shuffle_reshuffled": lambda data: data.Dataset.range(50).shuffle(50, seed=7),
+    "shuffle_not_reshuffled": lambda data: data.Dataset.range(50).shuffle(50, seed=7, reshuffle_each_iteration=False),
+    "shuffle_small_buffer_then_repeat": lambda data: data.Dataset.range(30).shuffle(4, seed=3).repeat(3),
+    "sample_seventy_thirty": lambda data: data.Dataset.sample_from_datasets(
+        [data.Dataset.range(1).repeat(), data.Dataset.range(1, 2).repeat()], weights=[0.7, 0.3], seed=11).take(4000),
+    "sample_rerandomized": lambda data: data.Dataset.sample_from_datasets(
+        [data.Dataset.range(1).repeat(), data.Dataset.range(1, 2).repeat()], weights=[0.5, 0.5], seed=11,
+        rerandomize_each_iteration=True).take(200),
+}
