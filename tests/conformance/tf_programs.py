@@ -102,6 +102,7 @@ PROGRAMS = {
     "zip_of_a_dict": "ds = tf.data.Dataset.zip({'a': tf.data.Dataset.range(2), 'b': tf.data.Dataset.range(5, 7)})",
     "filter_everything_out": "ds = tf.data.Dataset.range(5).filter(lambda x: x > 10)",
     "from_tensor_slices_of_big_ints": "ds = tf.data.Dataset.from_tensor_slices([1, 2**40])",
+    "bytes_ending_in_nul": "ds = tf.data.Dataset.from_tensor_slices([b'a\\x00', b'\\x00', b''])",
     "enumerate_of_tuples": "ds = tf.data.Dataset.from_tensor_slices((['a', 'b'], [1.0, 2.0])).enumerate()",
     # Values, not datasets.
     "reduce_a_sum": "result = tf.data.Dataset.range(5).reduce(np.int64(0), lambda state, x: state + x)",

@@ -19,6 +19,10 @@ class TensorSpec(collections.namedtuple("TensorSpec", "shape dtype name")):
         return super().__new__(cls, None if shape is None else tuple(shape), dtype, name)
 
 
+class TextRows(list):
+    """A list of str or bytes that is one tensor of text (a row each), not a structure."""
+
+
 class Structure:
     """How a dataset's elements map to fields. The template is a field name (one value), a tuple
     or a dict of templates; it is set once the structure is known: at once for the sources, at a
@@ -32,7 +36,7 @@ class Structure:
     @staticmethod
     def flatten(value, prefix=""):
         """(fields, template) of a tuple, list or dict of values; (None, None) for anything else."""
-        if isinstance(value, (tuple, list)) and not isinstance(value, TensorSpec):
+        if isinstance(value, (tuple, list)) and not isinstance(value, (TensorSpec, TextRows)):
             fields, template = {}, []
             for i, item in enumerate(value):
                 inner, shape = Structure.flatten(item, f"{prefix}{i}/")
@@ -145,6 +149,8 @@ def as_tensor(value):
     when a value needs it), of floats float32, text stays text; NumPy values keep their dtype."""
     if isinstance(value, (numpy.ndarray, numpy.generic, bytes, str)) or hasattr(value, "__array_interface__"):
         return value
+    if isinstance(value, list) and value and all(isinstance(v, (bytes, str)) for v in value):
+        return TextRows(value)  # as given: NumPy's fixed-width bytes would drop trailing NULs
     if isinstance(value, (list, int, float, bool)):
         array = numpy.asarray(value)
         if array.dtype.kind == "i":
