@@ -85,7 +85,14 @@ class TfdsSource final : public Source {
     if (is_remote_uri(ds.dir)) remote_sizes_ = remote_shard_bytes(ds.dir, info.storage);
     const auto splits = ds.split_shards();
     reads_.clear();
-    for (const SplitRange& range : resolve_split(split_, splits, rounding_))
+    const std::vector<SplitRange> ranges = resolve_split(split_, splits, rounding_);
+    std::uint64_t examples = 0;
+    for (const SplitRange& range : ranges) examples += range.to - range.from;
+    // TFDS refuses such a split ("corresponds to no data"): a slice rounded away is a mistake.
+    if (examples == 0)
+      throw ParamError("split '" + split_ + "' of " + ds.dir + " takes no example (TFDS refuses it too): widen the slice (a percentage of a small split " +
+                       "can round to nothing)");
+    for (const SplitRange& range : ranges)
       for (const ShardRead& r : shard_reads(range, ds.split(range.split).shards)) {
         const std::string path = ds.shard_path(r.split, r.shard);
         if (bytes_of(path) < 0)

@@ -1,0 +1,64 @@
+"""tensorflow_datasets against TFDS itself: a dataset TFDS prepared (oracle_tfds.py's builder:
+Image, ClassLabel, Tensor, Text, Sequence and a nested FeaturesDict in four tfrecord shards a
+split) read by sluice.data.tfds as tfds.load reads it, for every split form of the README, with
+TFDS's ReadInstruction saying which examples each takes; and a directory Sluice's tfds_writer
+wrote loaded by tfds.builder_from_directory."""
+import json
+
+import numpy as np
+import pytest
+
+import sluice.data
+from peers import run_oracle
+from tf_programs import encode
+
+# The README's split forms, on a train split of 37 examples and a test split of 11.
+SPLITS = ["train", "test", "train[:10]", "train[-7:]", "train[25%:75%]", "train[:0.5%]", "train[:2shard]", "train[1shard]",
+          "train[:25%]+test", "train[:10%]+test[-5:]", "all", "as_supervised:test"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("tfds")
+    out = data_dir / "oracle.json"
+    run_oracle("oracle_tfds.py", "build", data_dir / "data", out, *SPLITS)
+    return data_dir / "data", json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_split_reads_as_tfds_load_reads_it(prepared, split):
+    data_dir, oracle = prepared
+    expected = oracle["splits"][split]
+    supervised = split.startswith("as_supervised:")
+    name = split[len("as_supervised:"):] if supervised else split
+    dataset = sluice.data.tfds("conformance_set", split=name, data_dir=str(data_dir), shuffle_files=False, as_supervised=supervised)
+    if "error" in expected:
+        print(f"{split}: TFDS refuses it: {expected['error']}")
+        with pytest.raises(sluice.PipelineError, match="takes no example"):
+            list(dataset)
+        return
+    got = [encode(e) for e in dataset]
+    print(f"{split}: TFDS reads {expected['instructions']} (split, from, to): {len(expected['examples'])} examples")
+    assert len(got) == len(expected["examples"])
+    assert got == expected["examples"]
+
+
+def test_what_tfds_writer_writes_tfds_loads(tmp_path):
+    images = np.stack([np.full((4, 6, 3), i * 40, np.uint8) + np.arange(6, dtype=np.uint8)[None, :, None] for i in range(5)])
+    labels = np.array([2, 0, 1, 2, 0], np.int64)
+    vectors = np.arange(15, dtype=np.float32).reshape(5, 3) / 4
+    captions = [f"caption {i}" for i in range(5)]
+    for split, rows in (("train", slice(0, 3)), ("test", slice(3, 5))):
+        (sluice.data.from_tensor_slices({"image": images[rows], "label": labels[rows], "vector": vectors[rows], "caption": captions[rows]})
+         .encode_image(format="png")
+         .tfds_writer(data_dir=str(tmp_path), name="written_here", version="2.0.0", split=split, class_labels=["label:3"],
+                      supervised_keys=["image,label"]).pipeline().run())
+    out = tmp_path / "read.json"
+    run_oracle("oracle_tfds.py", "read", tmp_path / "written_here" / "2.0.0", out, "train", "test")
+    read = json.loads(out.read_text())
+    assert read["features"] == {"image": "Image", "label": "ClassLabel", "vector": "Tensor", "caption": "Text"}
+    for split, rows in (("train", range(0, 3)), ("test", range(3, 5))):
+        examples = [{"image": images[i], "label": labels[i], "vector": vectors[i], "caption": captions[i].encode()} for i in rows]
+        # TFDS reads in its own order within a split (as tfds_writer wrote it): compare as sets.
+        key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731
+        assert sorted(map(key, read["splits"][split])) == sorted(key(encode(e)) for e in examples)
