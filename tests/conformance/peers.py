@@ -22,3 +22,12 @@ def run_oracle(script, *args, timeout=300):
     if done.returncode != 0:
         pytest.fail(f"the oracle {script} exited {done.returncode}:\n{done.stderr[-4000:]}")
     return done
+
+
+def oracle_writes(folder, script):
+    """Runs `script write FOLDER OUT.json`: the files the real system wrote into `folder`, and
+    what it says of them (OUT.json, read back)."""
+    import json
+    out = folder / "oracle.json"
+    run_oracle(script, "write", folder, out)
+    return folder, json.loads(out.read_text())

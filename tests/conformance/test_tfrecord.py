@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import sluice.data
-from peers import run_oracle
+from peers import oracle_writes, run_oracle
 from tf_programs import encode
 
 EXAMPLE_FEATURES = "ids:int64[],pair:float[2]=0,name:bytes=none,big:int64=-1"  # the oracle's EXAMPLE_SPEC
@@ -19,10 +19,7 @@ COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tf_written")
-    out = folder / "oracle.json"
-    run_oracle("oracle_tfrecord.py", "write", folder, out)
-    return folder, json.loads(out.read_text())
+    return oracle_writes(tmp_path_factory.mktemp("tf_written"), "oracle_tfrecord.py")
 
 
 def b64(records):

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 
 import sluice.data
-from peers import run_oracle
+from peers import oracle_writes, run_oracle
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("wds_written")
-    out = folder / "oracle.json"
-    run_oracle("oracle_webdataset.py", "write", folder, out)
-    return folder, json.loads(out.read_text())
+    return oracle_writes(tmp_path_factory.mktemp("wds_written"), "oracle_webdataset.py")
 
 
 def as_raw(name, value):
