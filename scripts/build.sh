@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh
-stage "install Debian packages" bash scripts/install-deps.sh
+stage "install packages (Debian, peers environment)" bash scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 configure_and_build() {
   cmake -S . -B "$BUILD_DIR" -G Ninja "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \

@@ -15,10 +15,17 @@ def run_oracle(script, *args, timeout=300):
     """Runs HERE/script with the peers' Python; fails the test with its output when it fails."""
     if not os.path.exists(PYTHON):
         pytest.fail(f"{PYTHON} is missing: run scripts/install-deps.sh (it makes the peers environment in BUILD_DIR/peers)")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1")
+    import shutil
+    import tempfile
+    # Its own temporary folder, removed after it: TFDS leaves empty folders behind at each import.
+    scratch = tempfile.mkdtemp(prefix="sluice-oracle-")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1", TMPDIR=scratch)
     env.pop("PYTHONPATH", None)  # the peers see their own packages, not the build tree's
-    done = subprocess.run([PYTHON, os.path.join(HERE, script), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, env=env)
+    try:
+        done = subprocess.run([PYTHON, os.path.join(HERE, script), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, env=env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         pytest.fail(f"the oracle {script} exited {done.returncode}:\n{done.stderr[-4000:]}")
     return done

@@ -29,6 +29,13 @@ REFUSED = {
 }
 
 
+# Refused programs written as the README's difference table says to write them for Sluice.
+WRITTEN_FOR_SLUICE = {
+    "bucket_by_sequence_length": tf_programs.PROGRAMS["bucket_by_sequence_length"].replace(
+        "lambda x: tf.shape(x)[0]", "element_length_func='value'"),
+}
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("programs")
@@ -51,6 +58,9 @@ def test_the_program_gives_what_tensorflow_gives(name, tensorflow_gave, folder, 
     got = tf_programs.run(name, SLUICE_AS_TF, str(folder))
     if name in REFUSED:
         assert REFUSED[name] in got.get("error", ""), got
-        return
+        if name not in WRITTEN_FOR_SLUICE:
+            return
+        # The same work in the form the difference table gives: the same elements.
+        got = tf_programs.run(name, SLUICE_AS_TF, str(folder), source=WRITTEN_FOR_SLUICE[name])
     assert "error" not in got, f"Sluice failed where TensorFlow gave {json.dumps(expected)[:600]}:\n{got['error']}"
     assert got == expected
