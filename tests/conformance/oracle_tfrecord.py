@@ -77,7 +77,13 @@ def write(folder, out):
             p = tf.io.parse_single_example(record, EXAMPLE_SPEC)
             parsed.append({"ids": as_json(tf.sparse.to_dense(p["ids"])), "pair": as_json(p["pair"]), "name": as_json(p["name"]),
                            "big": as_json(p["big"])})
+        undeclared = "read"
+        try:  # tf.data's default (compression_type None) reads the bytes as they are
+            list(tf.data.TFRecordDataset(path))
+        except tf.errors.OpError as e:
+            undeclared = f"{type(e).__name__}: {e.message}"
         results[os.path.basename(path)] = {"compression": compression, "records": [base64.b64encode(r).decode() for r in records],
+                                           "undeclared": undeclared,
                                            "parsed": parsed}
     path = os.path.join(folder, "sequences.tfrecord")
     with tf.io.TFRecordWriter(path) as writer:

@@ -11,3 +11,9 @@ CASES = {
         [data.Dataset.range(1).repeat(), data.Dataset.range(1, 2).repeat()], weights=[0.5, 0.5], seed=11,
         rerandomize_each_iteration=True).take(200),
 }
+
+# Built twice, each iterated once: tf.data seeds an unseeded shuffle anew for each dataset, Sluice
+# takes the pipeline's seed (0 unless set), so two fresh datasets agree.
+FRESH_CASES = {
+    "shuffle_unseeded": lambda data: data.Dataset.range(50).shuffle(50),
+}

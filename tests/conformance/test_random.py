@@ -10,7 +10,7 @@ import pytest
 
 import sluice.data
 from peers import run_oracle
-from random_cases import CASES
+from random_cases import CASES, FRESH_CASES
 
 # How far the share of a dataset drawn 4,000 times may be from its weight: 4 standard deviations
 # of a binomial share at p = 0.7 (0.0072 each), for either system.
@@ -71,3 +71,12 @@ def test_a_seeded_mixture_is_the_same_each_epoch_unless_rerandomized(tensorflow_
     assert same[0] == same[1] == same[2]
     other = tensorflow_gave["sample_rerandomized"] if system == "tensorflow" else sluice_gave("sample_rerandomized")
     assert other[0] != other[1] != other[2]
+
+
+def test_an_unseeded_shuffle_is_the_same_in_two_fresh_datasets_where_tf_data_differs(tensorflow_gave):
+    # The README's difference table: Sluice's default is the pipeline's seed, tf.data's a new one.
+    theirs = tensorflow_gave["shuffle_unseeded"]
+    mine = [[int(v) for v in FRESH_CASES["shuffle_unseeded"](sluice.data)] for _ in range(2)]
+    assert sorted(theirs[0]) == sorted(mine[0]) == list(range(50))
+    assert theirs[0] != theirs[1]
+    assert mine[0] == mine[1] != sorted(mine[0])

@@ -43,6 +43,13 @@ def test_a_split_reads_as_tfds_load_reads_it(prepared, split):
     assert got == expected["examples"]
 
 
+def test_split_none_is_refused_where_tfds_gives_every_split(prepared):
+    data_dir, oracle = prepared
+    assert oracle["split_none"] == {"type": "dict", "keys": ["test", "train"]}
+    with pytest.raises(TypeError, match="give split="):
+        sluice.data.tfds("conformance_set", split=None, data_dir=str(data_dir))
+
+
 def test_what_tfds_writer_writes_tfds_loads(tmp_path):
     images = np.stack([np.full((4, 6, 3), i * 40, np.uint8) + np.arange(6, dtype=np.uint8)[None, :, None] for i in range(5)])
     labels = np.array([2, 0, 1, 2, 0], np.int64)

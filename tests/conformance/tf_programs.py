@@ -58,6 +58,7 @@ PROGRAMS = {
     "window_keeps_short_ones": "ds = tf.data.Dataset.range(5).window(2).flat_map(lambda w: w.batch(2))",
     "rebatch": "ds = tf.data.Dataset.range(10).batch(4).rebatch(3)",
     # Order and count.
+    "prefetch_without_a_size": "ds = tf.data.Dataset.range(3).prefetch()",
     "take_and_skip": "ds = tf.data.Dataset.range(10).skip(3).take(4)",
     "take_more_than_there_is": "ds = tf.data.Dataset.range(3).take(10)",
     "repeat_twice": "ds = tf.data.Dataset.range(3).repeat(2)",
