@@ -3,6 +3,7 @@
 # scripts/test.sh, scripts/demo.sh and CI. Skips what is already installed. Then the peers
 # environment (below), unless SLUICE_PEERS=0.
 set -euo pipefail
+cd "$(dirname "$0")/.."  # the requirements files and BUILD_DIR are taken from the repository root
 
 packages=(
   build-essential cmake ninja-build pkg-config
