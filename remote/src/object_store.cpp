@@ -179,8 +179,9 @@ std::string ObjectStore::sign(HttpRequest& request, const Target& target, const 
     to_sign.headers.emplace_back("x-amz-security-token", target.settings->credentials.session_token);
   for (const auto& header : to_sign.headers)
     if (header.first != "host") request.headers.push_back(header);
-  request.headers.emplace_back("Authorization", authorization(to_sign, target.settings->credentials));
-  return canonical_request(to_sign);
+  std::string canonical = canonical_request(to_sign);
+  request.headers.emplace_back("Authorization", authorization(to_sign, canonical, target.settings->credentials));
+  return canonical;
 }
 
 template <class Attempt>

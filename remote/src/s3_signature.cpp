@@ -96,10 +96,14 @@ std::string canonical_request(const RequestToSign& request) {
 }
 
 std::string authorization(const RequestToSign& request, const Credentials& credentials) {
+  return authorization(request, canonical_request(request), credentials);
+}
+
+std::string authorization(const RequestToSign& request, const std::string& canonical, const Credentials& credentials) {
   if (request.amz_date.size() != 16) throw std::invalid_argument("amz_date is not YYYYMMDDTHHMMSSZ");
   const std::string day = request.amz_date.substr(0, 8);
   const std::string scope = day + "/" + request.region + "/" + request.service + "/aws4_request";
-  const std::string to_sign = "AWS4-HMAC-SHA256\n" + request.amz_date + "\n" + scope + "\n" + sha256_hex(canonical_request(request));
+  const std::string to_sign = "AWS4-HMAC-SHA256\n" + request.amz_date + "\n" + scope + "\n" + sha256_hex(canonical);
   std::string key = hmac_sha256("AWS4" + credentials.secret_access_key, day);
   key = hmac_sha256(key, request.region);
   key = hmac_sha256(key, request.service);

@@ -111,12 +111,10 @@ class Structure:
             return {key: self.unflatten(element, item) for key, item in template.items()}
         return element[template]
 
-    def same_as(self, other):
-        return (other is not None and type(self) is type(other) and self.template == other.template and
-                self.select == other.select and getattr(self, "parts", None) == getattr(other, "parts", None))
-
     def __eq__(self, other):
-        return isinstance(other, Structure) and self.same_as(other)
+        """The same structure (concatenate and sampling keep their inputs' when they agree)."""
+        return (type(self) is type(other) and self.template == other.template and self.select == other.select and
+                getattr(self, "parts", None) == getattr(other, "parts", None) and getattr(self, "keys", None) == getattr(other, "keys", None))
 
     __hash__ = None
 

@@ -844,7 +844,7 @@ def zip(*datasets, prefixes=None, name=None):
 def _common_structure(datasets):
     """The structure of datasets whose elements all have the same one (concatenate, sampling)."""
     first = datasets[0]._structure
-    return first if first is not None and all(first.same_as(d._structure) for d in datasets[1:]) else None
+    return first if first is not None and all(first == d._structure for d in datasets[1:]) else None
 
 
 def concatenate(*datasets, name=None):

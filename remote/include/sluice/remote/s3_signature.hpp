@@ -39,5 +39,7 @@ std::string canonical_request(const RequestToSign& request);
 // The Authorization header's value: AWS4-HMAC-SHA256 Credential=KEY/SCOPE,
 // SignedHeaders=..., Signature=HEX.
 std::string authorization(const RequestToSign& request, const Credentials& credentials);
+// The same from the request's canonical request, made once by a caller that keeps it too.
+std::string authorization(const RequestToSign& request, const std::string& canonical, const Credentials& credentials);
 
 }  // namespace sluice::remote
