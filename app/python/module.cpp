@@ -135,8 +135,13 @@ py::object to_python(const Tensor& tensor) {
       return py::bytes(s.data(), s.size());
     };
     if (tensor.rank() == 0) return as_bytes(0);
-    py::list out;
-    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) out.append(as_bytes(i));
+    // A NumPy array of bytes objects in the tensor's shape, as tf.data's as_numpy_iterator gives.
+    py::array out(py::dtype("O"), std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
+    auto** slots = static_cast<PyObject**>(out.mutable_data());
+    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) {
+      Py_XDECREF(slots[i]);  // NumPy filled the new array with None
+      slots[i] = as_bytes(i).release().ptr();
+    }
     return out;
   }
   return numpy_view(const_cast<std::byte*>(tensor.raw_data()), tensor.dtype(), tensor.shape(), tensor.buffer());
@@ -162,6 +167,22 @@ DType dtype_of_numpy(const py::dtype& dtype, const std::string& field) {
                   " has no Sluice type (use uint8, bool, int16/32/64, float16/32/64, bytes or str)");
 }
 
+// A NumPy array of text (bytes or str objects, or NumPy's fixed-width S and U) as a bytes tensor
+// of its shape: what iterating gives for text comes back unchanged.
+Tensor text_from_numpy(const py::array& array, const std::string& field) {
+  std::vector<std::string> held;
+  held.reserve(static_cast<std::size_t>(array.size()));
+  for (auto item : array.attr("reshape")(-1).attr("tolist")().cast<py::list>()) {
+    if (py::isinstance<py::bytes>(item)) held.emplace_back(item.cast<py::bytes>());
+    else if (py::isinstance<py::str>(item)) held.push_back(item.cast<std::string>());
+    else
+      throw DataError("field '" + field + "': a NumPy array of objects holds " + std::string(py::str(py::type::of(item))) +
+                      "; only arrays of bytes or str are text (convert numbers with numpy.asarray(..., dtype=...))");
+  }
+  std::vector<std::string_view> views(held.begin(), held.end());
+  return Tensor::from_strings(views, Shape(array.shape(), array.shape() + array.ndim()));
+}
+
 // A Python value as a tensor (copied: the stage's output must not depend on Python objects).
 Tensor from_python(const py::handle& value, const std::string& field) {
   if (py::isinstance<py::bytes>(value) || py::isinstance<py::str>(value)) {
@@ -178,6 +199,10 @@ Tensor from_python(const py::handle& value, const std::string& field) {
       std::vector<std::string_view> views(held.begin(), held.end());
       return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
     }
+  }
+  if (py::isinstance<py::array>(value)) {
+    const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
+    if (kind == 'O' || kind == 'S' || kind == 'U') return text_from_numpy(py::reinterpret_borrow<py::array>(value), field);
   }
   py::array array = py::array::ensure(value, py::array::c_style | py::array::forcecast);
   if (!array) throw DataError("field '" + field + "': " + std::string(py::str(py::type::of(value))) + " is not an array, a number, bytes or str");
@@ -407,6 +432,15 @@ class PythonGenerator final : public Source, PythonStage {
   PythonRef iterator_;
 };
 
+// A list starting with bytes or str, or a NumPy array of text (objects, S or U).
+bool is_text(const py::handle& value) {
+  if (py::isinstance<py::list>(value))
+    return py::len(value) > 0 && (py::isinstance<py::bytes>(value.cast<py::list>()[0]) || py::isinstance<py::str>(value.cast<py::list>()[0]));
+  if (!py::isinstance<py::array>(value)) return false;
+  const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
+  return kind == 'O' || kind == 'S' || kind == 'U';
+}
+
 // from_tensor_slices: element i is row i of every array, over the arrays' own memory.
 class PythonTensorSlices final : public Source {
  public:
@@ -417,8 +451,9 @@ class PythonTensorSlices final : public Source {
     for (auto [key, value] : arrays) {
       const std::string name = py::str(key);
       Column column{name, {}};
-      if (py::isinstance<py::list>(value) && py::len(value) > 0 && (py::isinstance<py::bytes>(value.cast<py::list>()[0]) || py::isinstance<py::str>(value.cast<py::list>()[0]))) {
+      if (is_text(value)) {
         column.tensor = from_python(value, name);  // strings: copied once into one bytes tensor
+        if (column.tensor.rank() == 0) throw ParamError("from_tensor_slices: field '" + name + "' is a scalar; it needs a first dimension to slice");
       } else {
         py::array array = py::array::ensure(value, py::array::c_style);
         if (!array) throw ParamError("from_tensor_slices: field '" + name + "' is not an array");

@@ -14,6 +14,8 @@ folder, out = sys.argv[1], sys.argv[2]
 tf_programs.make_files(folder)
 os.chdir(folder)
 results = {name: tf_programs.run(name, tf, folder) for name in tf_programs.PROGRAMS}
+for name, source in tf_programs.WRITTEN_FOR_TENSORFLOW.items():
+    results[name + tf_programs.AS_TENSORFLOW] = tf_programs.run(name, tf, folder, source=source)
 results["_versions"] = {"tensorflow": tf.__version__}
 with open(out + ".partial", "w") as f:
     json.dump(results, f)

@@ -4,7 +4,9 @@
       Image, ClassLabel, Tensor, Text, Sequence and a nested FeaturesDict; train and test; tfrecord
       files) in DATA_DIR with TFDS itself; OUT.json: for each SPLIT, the examples
       tfds.load(split=SPLIT, shuffle_files=False) gives and the absolute instructions TFDS's
-      ReadInstruction makes of it (split, from, to).
+      ReadInstruction makes of it (split, from, to); and `dtypes_set` (a Tensor feature of each
+      dtype the engine has none of its own for: bool, int8, uint16, uint32, uint64, float16),
+      its examples as tfds.load gives them.
   oracle_tfds.py read DIRECTORY OUT.json SPLIT...   a directory Sluice's tfds_writer wrote, loaded by
       tfds.builder_from_directory: its features' kinds and each split's examples.
 """
@@ -53,6 +55,25 @@ class ConformanceSet(tfds.core.GeneratorBasedBuilder):
             }
 
 
+class DtypesSet(tfds.core.GeneratorBasedBuilder):
+    """A Tensor feature of each dtype the engine has no type of its own for (bfloat16 too, but
+    TFDS cannot write it into tf.train.Example)."""
+    VERSION = tfds.core.Version("1.0.0")
+    DTYPES = {"flag": np.bool_, "tiny": np.int8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "half": np.float16}
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+            {name: tfds.features.Tensor(shape=(2,), dtype=dtype) for name, dtype in self.DTYPES.items()}))
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i in range(5):
+            yield i, {"flag": [i % 2 == 0, True], "tiny": [-128 + i, 127 - i], "u16": [65535 - i, i], "u32": [2**32 - 1 - i, i],
+                      "u64": [2**40 + i, i], "half": [0.5 * i, -1.25]}
+
+
 def encode(value):
     if isinstance(value, dict):
         return {"dict": {k: encode(v) for k, v in sorted(value.items())}}
@@ -83,6 +104,12 @@ def build(data_dir, splits):
         results["splits"][("as_supervised:" if supervised else "") + split] = result
     every = tfds.load("conformance_set", split=None, data_dir=data_dir)  # Sluice refuses it (the difference table)
     results["split_none"] = {"type": type(every).__name__, "keys": sorted(every)}
+    # The dtypes the engine has no type of its own for: their examples as TFDS gives them, with
+    # TFDS's dtype names.
+    DtypesSet(data_dir=data_dir, file_format="tfrecord").download_and_prepare()
+    results["dtypes"] = [{name: {"dtype": str(np.asarray(value).dtype), "values": np.asarray(value, np.float64).tolist()}
+                          for name, value in example.items()}
+                         for example in tfds.as_numpy(tfds.load("dtypes_set", split="train", data_dir=data_dir, shuffle_files=False))]
     return results
 
 

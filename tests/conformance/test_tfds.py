@@ -50,6 +50,23 @@ def test_split_none_is_refused_where_tfds_gives_every_split(prepared):
         sluice.data.tfds("conformance_set", split=None, data_dir=str(data_dir))
 
 
+# TFDS's dtypes the engine has no type of its own for, and what Sluice gives instead (the README's
+# difference table): the same values, in the engine's nearest dtype.
+SLUICE_DTYPES = {"bool": "uint8", "int8": "int16", "uint16": "int32", "uint32": "int64", "uint64": "int64", "float16": "float32"}
+
+
+def test_tfds_dtypes_without_an_engine_type_read_as_the_difference_table_says(prepared):
+    data_dir, oracle = prepared
+    expected = oracle["dtypes"]
+    got = list(sluice.data.tfds("dtypes_set", split="train", data_dir=str(data_dir), shuffle_files=False))
+    assert len(got) == len(expected) == 5
+    for ours, theirs in zip(got, expected):
+        assert sorted(ours) == sorted(theirs)
+        for name, value in ours.items():
+            assert str(value.dtype) == SLUICE_DTYPES[theirs[name]["dtype"]], (name, value.dtype, theirs[name]["dtype"])
+            assert np.asarray(value, np.float64).tolist() == theirs[name]["values"], (name, value, theirs[name])
+
+
 def test_what_tfds_writer_writes_tfds_loads(tmp_path):
     images = np.stack([np.full((4, 6, 3), i * 40, np.uint8) + np.arange(6, dtype=np.uint8)[None, :, None] for i in range(5)])
     labels = np.array([2, 0, 1, 2, 0], np.int64)

@@ -105,6 +105,42 @@ PROGRAMS = {
     "from_tensor_slices_of_big_ints": "ds = tf.data.Dataset.from_tensor_slices([1, 2**40])",
     "bytes_ending_in_nul": "ds = tf.data.Dataset.from_tensor_slices([b'a\\x00', b'\\x00', b''])",
     "enumerate_of_tuples": "ds = tf.data.Dataset.from_tensor_slices((['a', 'b'], [1.0, 2.0])).enumerate()",
+    # Text in batches: arrays of bytes in the batch's shape.
+    "batch_of_text": "ds = tf.data.Dataset.from_tensor_slices(['a', 'bc', 'def']).batch(2)",
+    "slices_of_a_text_matrix": "ds = tf.data.Dataset.from_tensor_slices(np.array([[b'a', b'b'], [b'c', b''], [b'e', b'f']])).batch(2)",
+    "lines_batched_then_unbatched": "ds = tf.data.TextLineDataset(os.path.join(folder, 'c.txt')).batch(2).unbatch()",
+    # Caches: replayed, in memory or from a file; a file made by another pipeline.
+    "cache_replays_its_first_pass": ("ds = tf.data.Dataset.range(8).shuffle(8, seed=3).cache()\n"
+                                     "first, second = list(ds.as_numpy_iterator()), list(ds.as_numpy_iterator())\n"
+                                     "uncached = tf.data.Dataset.range(8).shuffle(8, seed=3)\n"
+                                     "a, b = list(uncached.as_numpy_iterator()), list(uncached.as_numpy_iterator())\n"
+                                     "result = [sorted(first), first == second, a == b]"),
+    "cache_file_read_again_by_the_same_pipeline": ("import tempfile\nf = os.path.join(tempfile.mkdtemp(), 'cache')\n"
+                                                   "one = list(tf.data.Dataset.range(6).shuffle(6, seed=1).cache(f).as_numpy_iterator())\n"
+                                                   "two = list(tf.data.Dataset.range(6).shuffle(6, seed=1).cache(f).as_numpy_iterator())\n"
+                                                   "result = [one == two, sorted(one)]"),
+    "cache_file_of_another_pipeline": ("import tempfile\nf = os.path.join(tempfile.mkdtemp(), 'cache')\n"
+                                       "one = list(tf.data.Dataset.range(4).cache(f).as_numpy_iterator())\n"
+                                       "two = list(tf.data.Dataset.range(4).map(lambda x: x * 10).cache(f).as_numpy_iterator())\n"
+                                       "result = [one, two]"),
+    # Parallel batching.
+    "batch_with_parallel_calls": "ds = tf.data.Dataset.range(10).batch(4, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)",
+    "padded_batch_with_parallel_calls": "ds = tf.data.Dataset.range(5).batch(2).padded_batch(2, num_parallel_calls=tf.data.AUTOTUNE)",
+    # element_spec: [shape, dtype's name, name] of each TensorSpec.
+    "element_spec_of_a_batch": "s = tf.data.Dataset.range(10).batch(3).element_spec\nresult = [list(s.shape), s.dtype.name, s.name]",
+    "element_spec_dropping_the_remainder": ("s = tf.data.Dataset.range(10).batch(3, drop_remainder=True).element_spec\n"
+                                            "result = [list(s.shape), s.dtype.name, s.name]"),
+    "element_spec_of_a_tuple": ("spec = tf.data.Dataset.from_tensor_slices(([1, 2], [0.5, 1.5], np.zeros((2, 3), np.uint8))).element_spec\n"
+                                "result = [[list(s.shape), s.dtype.name, s.name] for s in spec]"),
+    "element_spec_of_a_dict_after_a_map": ("spec = tf.data.Dataset.range(3).map(lambda x: {'x': x, 'pair': (x, x * 2)}).element_spec\n"
+                                           "result = [[list(s.shape), s.dtype.name] for s in (spec['x'], spec['pair'][0], spec['pair'][1])]"),
+    "element_spec_of_a_padded_batch": ("def gen():\n    for n in range(1, 6):\n        yield [n] * n\n"
+                                       "ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec(shape=[None], dtype=tf.int64))\n"
+                                       "s = ds.padded_batch(2, drop_remainder=True).element_spec\nresult = [list(s.shape), s.dtype.name]"),
+    "element_spec_of_text": "s = tf.data.Dataset.from_tensor_slices(['a', 'bc']).element_spec\nresult = [list(s.shape), s.dtype.name]",
+    "element_spec_of_a_generator_of_equal_lengths": ("def gen():\n    for i in range(4):\n        yield [1, 2, 3]\n"
+                                                     "ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec(shape=(None,), dtype=tf.int64))\n"
+                                                     "s = ds.element_spec\nresult = [list(s.shape), s.dtype.name]"),
     # Values, not datasets.
     "reduce_a_sum": "result = tf.data.Dataset.range(5).reduce(np.int64(0), lambda state, x: state + x)",
     "cardinality_of_a_batch": "result = int(tf.data.Dataset.range(10).batch(3).cardinality())",
@@ -114,6 +150,15 @@ PROGRAMS = {
                               "result = [ds.options().deterministic, list(ds.as_numpy_iterator())]"),
     "options_threading": ("options = tf.data.Options()\noptions.threading.private_threadpool_size = 4\n"
                           "ds = tf.data.Dataset.range(3).with_options(options)"),
+}
+
+
+# Programs TensorFlow refuses, written as TensorFlow takes them: what Sluice gives for the program
+# must be what TensorFlow gives for this one (the oracle runs each as NAME + AS_TENSORFLOW).
+AS_TENSORFLOW = " as tensorflow takes it"
+WRITTEN_FOR_TENSORFLOW = {
+    "prefetch_without_a_size": "ds = tf.data.Dataset.range(3).prefetch(8)",
+    "padded_batch_with_parallel_calls": "ds = tf.data.Dataset.range(5).batch(2).padded_batch(2)",
 }
 
 
@@ -129,6 +174,8 @@ def encode(value):
     import numpy as np
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
+    if value is None:
+        return {"python": "None"}
     if isinstance(value, tuple):
         return {"tuple": [encode(v) for v in value]}
     if isinstance(value, dict):

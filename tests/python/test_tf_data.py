@@ -380,7 +380,10 @@ def test_element_spec_reads_shapes_and_dtypes_as_tf_data_gives_them():
     assert nested["image"].shape == (4, 3) and nested["pair"][1].dtype == np.int64
     # A dimension that differs between elements is None.
     growing = sluice.data.from_generator(lambda: ({"v": np.zeros(i + 1)} for i in range(4)))
-    assert growing.element_spec == {"v": sluice.data.TensorSpec((None,), np.dtype("float64"), "v")}
+    assert growing.element_spec == {"v": sluice.data.TensorSpec((None,), np.dtype("float64"))}
+    # Text is numpy.bytes_, whether one string or a batch of them.
+    words = sluice.data.Dataset.from_tensor_slices(["a", "bc", "def"])
+    assert words.element_spec.dtype == np.bytes_ and words.batch(2).element_spec.dtype == np.bytes_
     with pytest.raises(ValueError, match="gave no element"):
         sluice.data.range(0).element_spec
 

@@ -266,3 +266,18 @@ def test_a_secret_changed_in_os_environ_is_used_by_the_next_dataset(store):
     finally:
         os.environ["AWS_SECRET_ACCESS_KEY"] = store.secret_key
     assert len(records(sluice.data.TFRecordDataset([uri]))) > 0
+
+
+def test_tensorflow_without_tensorflow_io_cannot_read_what_sluice_reads(store):
+    """The README's difference table: tf.data reads s3:// only through tensorflow-io's filesystem
+    plugin; Sluice reads it with the AWS CLI's settings. TensorFlow (the peers environment's) is
+    given the same settings and object, and refuses the scheme."""
+    import subprocess
+    from conftest import PEERS
+    key = sorted(k for k in store.tfrecords if k.endswith(".tfrecord") and "/corrupt/" not in k)[0]
+    uri = f"s3://{BUCKET}/{key}"
+    program = f"import tensorflow as tf\nprint(sum(1 for _ in tf.data.TFRecordDataset({uri!r})))"
+    tensorflow = subprocess.run([os.path.join(PEERS, "bin", "python"), "-c", program], capture_output=True, text=True, timeout=300,
+                                stdin=subprocess.DEVNULL, env=dict(store.env(), TF_CPP_MIN_LOG_LEVEL="2"))
+    assert tensorflow.returncode != 0 and "File system scheme 's3' not implemented" in tensorflow.stderr, tensorflow.stderr[-2000:]
+    assert records(sluice.data.TFRecordDataset(uri)) == records(sluice.data.TFRecordDataset(store.tfrecords[key]))

@@ -101,8 +101,8 @@ class Pipeline:
     (`Pipeline.from_spec(text)`) or from `sluice.data`.
 
     Iterating runs it once and yields each element reaching its end (the input of its sink, which
-    is not run) as a dict of field -> numpy.ndarray, a view of the batch's memory; bytes fields
-    are lists of bytes. `torch()` yields torch.Tensors (through DLPack), `tensors()` yields
+    is not run) as a dict of field -> numpy.ndarray, a view of the batch's memory; a bytes field
+    is bytes, or a NumPy array of bytes objects in its shape (as tf.data gives it). `torch()` yields torch.Tensors (through DLPack), `tensors()` yields
     sluice.Tensor objects for any DLPack consumer. A pipeline ending in `gpu_feed` yields, per
     step, a list with one dict of device tensors per device. `run()` runs it as it is, sinks
     included, like `sluice run`. A pipeline that ends in several stages (a tee) iterates the one

@@ -200,6 +200,18 @@ class _MemoryCache:
         weakref.finalize(self, shutil.rmtree, folder, True)
 
 
+
+def _spec_dtype(value):
+    """The NumPy dtype a TensorSpec gives a value: text (bytes, str, arrays of them) is
+    numpy.bytes_'s, as TensorSpec(dtype=numpy.bytes_) names it; NumPy's otherwise."""
+    import numpy
+    if isinstance(value, (bytes, str)):
+        return numpy.dtype(numpy.bytes_)
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return numpy.asarray(value).dtype
+    return numpy.dtype(numpy.bytes_) if dtype.kind in ("O", "S", "U") else dtype
+
 class Dataset:
     """A pipeline being built: each method returns a new Dataset with one more stage.
 
@@ -468,7 +480,7 @@ class Dataset:
                 known = shapes.setdefault(field, shape)
                 shapes[field] = (tuple(a if a == b else None for a, b in builtins.zip(known, shape))
                                  if len(known) == len(shape) else None)
-                dtypes.setdefault(field, getattr(value, "dtype", type(value)))
+                dtypes.setdefault(field, _spec_dtype(value))
         if not shapes:
             raise ValueError("element_spec: the dataset gave no element to read the shapes from")
         batching = [st for st in self._stages if st["op"] in ("batch", "padded_batch", "ragged_batch", "bucket_by_sequence_length")]
@@ -479,7 +491,7 @@ class Dataset:
         for field, shape in shapes.items():
             if shape is not None and keeps_remainder and shape:
                 shape = (None,) + shape[1:]
-            specs[field] = TensorSpec(shape, dtypes[field], field)
+            specs[field] = TensorSpec(shape, dtypes[field])  # unnamed, as tf.data's
         return self._structure.unflatten(specs) if self._structure is not None else specs
 
     def as_numpy_iterator(self):
