@@ -188,6 +188,17 @@ class TestRemote : public QObject {
     QVERIFY(work.credentials_from.find("profile work in ") == 0);
     auto gcs = sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}}));
     QCOMPARE(sluice::remote::object_url(gcs, "b", "k"), std::string("https://storage.googleapis.com/b/k"));
+    // STORAGE_EMULATOR_HOST, as Google's client libraries take it: HOST:PORT (plain HTTP) or a URL;
+    // it moves gs:// only, never s3://.
+    auto emulated = sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}, {"STORAGE_EMULATOR_HOST", "127.0.0.1:4443/"}}));
+    QCOMPARE(sluice::remote::object_url(emulated, "b", "a b"), std::string("http://127.0.0.1:4443/b/a%20b"));
+    QCOMPARE(emulated.region, std::string("auto"));
+    auto tls = sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}, {"STORAGE_EMULATOR_HOST", "https://gcs.example"}}));
+    QCOMPARE(tls.endpoint, std::string("https://gcs.example"));
+    auto s3_beside = sluice::remote::s3_settings(Scheme::S3, environment({{"HOME", h}, {"STORAGE_EMULATOR_HOST", "127.0.0.1:4443"}}));
+    QVERIFY(s3_beside.endpoint.find("4443") == std::string::npos);
+    QVERIFY(refusal([&] { sluice::remote::s3_settings(Scheme::GS, environment({{"HOME", h}, {"STORAGE_EMULATOR_HOST", "ftp://x"}})); })
+                .find("STORAGE_EMULATOR_HOST 'ftp://x' is neither HOST:PORT nor an http:// or https:// URL") == 0);
 
     for (const auto& refused : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
              {{{"HOME", h}, {"AWS_PROFILE", "nobody"}}, "AWS_PROFILE names profile 'nobody'"},

@@ -101,7 +101,14 @@ S3Settings s3_settings(RemoteLocation::Scheme scheme, const Environment& env) {
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
   if (endpoint.empty()) endpoint = value_in(config, config_section, "endpoint_url");
   if (scheme == RemoteLocation::Scheme::GS) {
-    s.endpoint = "https://storage.googleapis.com";
+    // STORAGE_EMULATOR_HOST: where Google's own client libraries send gs:// requests instead
+    // (an emulator or a proxy), HOST:PORT or a URL.
+    std::string host = env("STORAGE_EMULATOR_HOST");
+    while (!host.empty() && host.back() == '/') host.pop_back();
+    if (!host.empty() && host.find("://") == std::string::npos) host = "http://" + host;
+    if (!host.empty() && host.rfind("http://", 0) != 0 && host.rfind("https://", 0) != 0)
+      throw std::invalid_argument("STORAGE_EMULATOR_HOST '" + host + "' is neither HOST:PORT nor an http:// or https:// URL");
+    s.endpoint = host.empty() ? "https://storage.googleapis.com" : host;
     s.path_style = true;
     s.region = "auto";
   } else if (!endpoint.empty()) {
@@ -142,7 +149,8 @@ S3Settings s3_settings(RemoteLocation::Scheme scheme, const Environment& env) {
 std::string settings_digest(const Environment& env) {
   std::string read;
   for (const char* name : {"AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "HOME", "AWS_REGION", "AWS_DEFAULT_REGION",
-                           "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
+                           "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                           "STORAGE_EMULATOR_HOST"})
     read += std::string(name) + '=' + env(name) + '\n';
   for (const std::string& file : {home_file(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), home_file(env, "AWS_CONFIG_FILE", ".aws/config")}) {
     struct stat st {};

@@ -388,6 +388,21 @@ def test_element_spec_reads_shapes_and_dtypes_as_tf_data_gives_them():
         sluice.data.range(0).element_spec
 
 
+def test_batches_of_text_are_arrays_of_bytes_that_go_back_in_unchanged():
+    import numpy as np
+
+    words = sluice.data.Dataset.from_tensor_slices(["a", "bc", "d\x00"]).batch(2)
+    batches = list(words)
+    assert [b.dtype for b in batches] == [np.dtype(object)] * 2 and [b.tolist() for b in batches] == [[b"a", b"bc"], [b"d\x00"]]
+    # A map given the batch returns it as it is; from_tensor_slices takes such an array (2-D too).
+    assert [b.tolist() for b in words.map(lambda text: text)] == [[b"a", b"bc"], [b"d\x00"]]
+    table = np.array([[b"a", "b"], [b"c", b""]], dtype=object)
+    again = list(sluice.data.Dataset.from_tensor_slices(table).batch(2))
+    assert len(again) == 1 and again[0].shape == (2, 2) and again[0].tolist() == [[b"a", b"b"], [b"c", b""]]
+    with pytest.raises(sluice.PipelineError, match="a NumPy array of objects holds <class 'int'>; only arrays of bytes or str are text"):
+        list(words.map(lambda text: np.array([1, "x"], dtype=object)))
+
+
 def test_zip_of_a_tuple_gives_tuples_as_tf_data():
     import numpy as np
 
