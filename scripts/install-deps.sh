@@ -19,7 +19,8 @@ packages=(
   libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
   libssl-dev                   # SHA-256 and HMAC for signing object-store requests (remote/)
   libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (remote/)
-  libtinyxml2-dev              # S3's XML answers: listings and errors (remote/)
+  libtinyxml2-dev              # S3's XML answers: errors and multipart uploads (remote/)
+  libexpat1-dev                # S3's listings, parsed as they arrive (remote/)
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
   libzstd-dev libsnappy-dev    # the service's compression of elements on the wire
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <set>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -227,13 +229,47 @@ class HeadlessRun {
       }
       engine_->subscribe([this](const sluice::metrics::MetricsSnapshot& snapshot) { publish(snapshot); });
       const auto starting = Clock::now();
-      engine_->start();
+      if (!start_engine()) {
+        fmt::print(stderr, "interrupted while the pipeline was starting: stopped\n");
+        return kExitInterrupted;  // the engine, stopped, ends with this object
+      }
       if (resuming()) report_resume(starting);
     } catch (const std::exception& e) {
+      if (g_interrupted || g_checkpoint_and_stop) {
+        fmt::print(stderr, "interrupted while the pipeline was starting: stopped\n");
+        return kExitInterrupted;
+      }
       fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
       return kExitRunFailed;
     }
     return 0;
+  }
+
+  // engine_->start(), in which a stage may list a bucket for long (list_files): an interrupt
+  // (or a checkpoint's signal: there is nothing to checkpoint yet) stops its remote requests at
+  // once rather than after the listing. False when it did.
+  bool start_engine() {
+    std::atomic<bool> returned{false}, stopped{false};
+    std::thread heed([&] {
+      while (!returned.load()) {
+        if (g_interrupted || g_checkpoint_and_stop) {
+          stopped.store(true);
+          engine_->stop();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    struct Join {
+      std::atomic<bool>& returned;
+      std::thread& heed;
+      ~Join() {
+        returned.store(true);
+        heed.join();
+      }
+    } join{returned, heed};
+    engine_->start();
+    return !stopped.load();
   }
 
   // Until the engine ends: progress, autotune explanations, checkpoints, and interrupts.

@@ -64,6 +64,13 @@ void Engine::Impl::set_cores_for_tuned(int count) {
 
 void Engine::Impl::request_stop() {
   stopping.store(true);
+  // Remote listings and reads end at once, inside start() too (list_files lists there); not a
+  // sink's: what it does remotely publishes its outputs, which must end whole.
+  for (auto& st : stages)
+    if (!st->sink) st->remote_storage.cancel();
+  // Until the workers run, start() is still making the buffers (on its own thread): nothing
+  // waits on them yet, and the workers see `stopping` when they begin.
+  if (state.load() == static_cast<int>(RunState::Created)) return;
   for (auto& st : stages) {
     if (st->output) st->output->wake_all();
     {
@@ -81,6 +88,7 @@ void Engine::Impl::request_stop() {
 }
 
 void Engine::Impl::fail(const std::string& message, const StageRuntime* at) {
+  if (stopped_remote_work(at)) return;
   {
     std::lock_guard lock(error_mutex);
     if (!failed) {
@@ -96,7 +104,16 @@ std::string Engine::Impl::stage_label(const StageRuntime& st) const {
   return fmt::format("stage '{}' ({})", st.spec->id, st.spec->op->info.name);
 }
 
+// Whether an error of stage `at` is its remote work ending because the run was asked to stop
+// (RequestCounters::cancelled): the stop's own doing, neither a failure nor a skipped element.
+bool Engine::Impl::stopped_remote_work(const StageRuntime* at) const {
+  if (!at || !at->remote_storage.cancelled() || !stopping.load()) return false;
+  std::lock_guard lock(error_mutex);
+  return !failed;
+}
+
 bool Engine::Impl::element_error(StageRuntime& st, const char* what, std::uint64_t epoch, std::uint64_t index, const std::string& origin, ChunkIssues* deferred) {
+  if (stopped_remote_work(&st)) return false;
   if (handling_out_of_memory()) {
     fail_or_defer(st, out_of_memory_message(st), deferred);
     return false;

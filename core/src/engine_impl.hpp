@@ -419,6 +419,7 @@ struct Engine::Impl {
   void request_stop();
 
   void fail(const std::string& message, const StageRuntime* at = nullptr);
+  bool stopped_remote_work(const StageRuntime* at) const;
 
   std::string stage_label(const StageRuntime& st) const;
 

@@ -22,6 +22,10 @@ class StageRemoteStorage final : public Storage {
   }
   const remote::RequestCounters& counters() const { return *counters_; }
   bool used() const;  // whether any remote request was made
+  // The run is stopping: reads and listings in flight, and their waits between tries, end now
+  // (with an error the engine then knows for the stop's own).
+  void cancel() { counters_->cancelled.store(true); }
+  bool cancelled() const { return counters_->cancelled.load(); }
 
  private:
   Storage& inner();

@@ -30,6 +30,7 @@ bool retryable(CURLcode code) {
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:  // a connection cut before a whole status line came
       return true;
     default:
       return false;
@@ -98,6 +99,33 @@ int on_seek(void* user, curl_off_t offset, int origin) {
   return CURL_SEEKFUNC_OK;
 }
 
+// Called by curl about once a second, and on every chunk: a non-zero answer ends the transfer.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* cancelled = static_cast<const std::atomic<bool>*>(user);
+  return cancelled->load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+// curl's words, and what they mean where they mislead ("Received HTTP/0.9" is a cut connection
+// or something other than an HTTP server) or leave out what to check.
+std::string explained(CURLcode code, const std::string& detail) {
+  if (detail.find("HTTP/0.9") != std::string::npos) code = CURLE_WEIRD_SERVER_REPLY;  // curl 7.88 files it as a protocol
+  switch (code) {
+    case CURLE_WEIRD_SERVER_REPLY:
+      return "the answer was not HTTP (" + detail + "): the connection was cut before the answer's first line, or what listens there is not an HTTP server";
+    case CURLE_COULDNT_RESOLVE_HOST:
+      return detail + ": check the host name (and the network's name service)";
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+      return detail + ": the server's certificate does not verify against the certificate authorities in use (CURL_CA_BUNDLE or "
+                      "SSL_CERT_FILE name another)";
+    case CURLE_URL_MALFORMAT:
+      return detail + ": check the URI";
+    default:
+      return detail;
+  }
+}
+
 struct HeaderList {
   curl_slist* list = nullptr;
   ~HeaderList() { curl_slist_free_all(list); }
@@ -160,6 +188,14 @@ HttpResponse HttpClient::perform(const HttpRequest& request, const BodySink& on_
   char error[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  // The path as given: an object key may hold "." and ".." segments, which are part of the key
+  // (resolving them would send the request to another key, or another bucket).
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
+  if (request.cancelled) {
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, request.cancelled);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  }
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);  // a few large reads per range, not 16 KB ones
@@ -191,10 +227,12 @@ HttpResponse HttpClient::perform(const HttpRequest& request, const BodySink& on_
 
   const CURLcode code = curl_easy_perform(curl);
   if (code == CURLE_WRITE_ERROR && t.stopped) return t.response;  // the caller had what it wanted
+  if (code == CURLE_ABORTED_BY_CALLBACK) throw TransportError("stopped: the run was asked to stop", false, true);
   if (code != CURLE_OK) {
     std::string detail = error[0] ? std::string(error) : curl_easy_strerror(code);
     while (!detail.empty() && detail.back() == '\n') detail.pop_back();
-    throw TransportError(detail, retryable(code));
+    const bool not_http = detail.find("HTTP/0.9") != std::string::npos;
+    throw TransportError(explained(code, detail), not_http || retryable(code));
   }
   t.tell_headers();  // an answer without a body
   return t.response;

@@ -1,4 +1,6 @@
 #include "sluice/remote/object_store.hpp"
+#include "listing_parser.hpp"
+#include "text.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,6 +14,7 @@
 #include <random>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "sluice/remote/s3_signature.hpp"
@@ -185,22 +188,26 @@ std::string ObjectStore::sign(HttpRequest& request, const Target& target, const 
 }
 
 template <class Attempt>
-auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt()) {
+auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, const std::atomic<bool>* cancelled,
+                               Attempt&& attempt) -> decltype(attempt()) {
   const auto first = Clock::now();
   thread_local std::minstd_rand jitter(static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id())));
   auto backoff = retry.first_backoff;
+  auto stopped = [&] { return cancelled && cancelled->load(std::memory_order_relaxed); };
+  auto stop = [&] { return StoreError(uri + ": stopped: the run was asked to stop", 0, "", false); };
   for (int tries = 1;; ++tries) {
+    if (stopped()) throw stop();
     if (counters) counters->requests.fetch_add(1, std::memory_order_relaxed);
     std::string why;
     try {
       return attempt();
     } catch (const TransportError& e) {
+      if (e.cancelled()) throw stop();
       if (!e.retryable()) {
         if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
-        throw StoreError(uri + ": " + e.what() + " (not retried: check the address, the network and, for https, the certificate "
-                         "authority: CURL_CA_BUNDLE or SSL_CERT_FILE)", 0, "", false);
+        throw StoreError(uri + ": " + e.what() + " (not retried)", 0, "", false);
       }
-      why = e.what();
+      why = uri + ": " + e.what();
     } catch (const StoreError& e) {
       if (!e.retryable()) {
         if (counters) counters->errors.fetch_add(1, std::memory_order_relaxed);
@@ -219,12 +226,34 @@ auto ObjectStore::with_retries(const std::string& uri, const RetryPolicy& retry,
     }
     if (counters) counters->retries.fetch_add(1, std::memory_order_relaxed);
     std::uniform_int_distribution<long> wait(backoff.count() / 2, backoff.count());
-    std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
+    // In short steps, so that a stop asked for during a long backoff is heard at once.
+    for (auto until = Clock::now() + std::chrono::milliseconds(wait(jitter)); Clock::now() < until && !stopped();)
+      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50), until - Clock::now()));
     backoff = std::min(backoff * 2, retry.max_backoff);
   }
 }
 
 namespace {
+const std::atomic<bool>* cancel_flag(RequestCounters* counters) { return counters ? &counters->cancelled : nullptr; }
+
+bool ends_with(const std::string& text, std::string_view tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// What is wrong with a 200 OK answering a ranged GET ("" when nothing): a web page where the URI
+// names no web page, or a body whose length is not the object's size (known from a listing or an
+// earlier answer: `known_size`, -1 when not known).
+std::string contradicting_answer(const std::string& uri, const HttpResponse& answer, std::int64_t length, std::int64_t known_size) {
+  const std::string type = lowercase(answer.header("content-type"));
+  const std::string path = lowercase(uri.substr(0, uri.find_first_of("?#")));
+  const std::string size = length >= 0 ? std::to_string(length) + " bytes" : "a body of unknown length";
+  if (type.rfind("text/html", 0) == 0 && !ends_with(path, ".html") && !ends_with(path, ".htm"))
+    return "200 OK and " + size + " of text/html (a web page)";
+  if (known_size >= 0 && length >= 0 && length != known_size)
+    return "200 OK and " + size + " where the object has " + std::to_string(known_size);
+  return "";
+}
+
 // Notes an answer's time to its first byte (its headers) in the stage's latency buckets.
 HttpClient::HeadersSeen latency_noter(RequestCounters* counters) {
   if (!counters) return {};
@@ -239,8 +268,9 @@ ObjectVersion ObjectStore::head(const std::string& uri, const RetryPolicy& retry
   const auto at = parse_remote_uri(uri);
   if (!at) throw StoreError(uri + " is not a remote URI", 0, "", false);
   const Target target = target_of(*at);
-  return with_retries(uri, retry, counters, [&] {
+  return with_retries(uri, retry, counters, cancel_flag(counters), [&] {
     HttpRequest request;
+    request.cancelled = cancel_flag(counters);
     request.method = "HEAD";
     request.url = target.url;
     const std::string signed_request = sign(request, target, {}, kEmptySha256);
@@ -263,17 +293,18 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
   bool known = !version.etag.empty() || version.size > 0;
   std::size_t got = 0;
   if (known && offset >= version.size) return 0;
-  return with_retries(uri, retry, counters, [&]() -> std::size_t {
+  return with_retries(uri, retry, counters, cancel_flag(counters), [&]() -> std::size_t {
     if (got == length || (known && offset + got >= version.size)) return got;
     const std::uint64_t from = offset + got;
     HttpRequest request;
+    request.cancelled = cancel_flag(counters);
     request.url = target.url;
     request.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(offset + length - 1));
     if (known && !version.etag.empty()) request.headers.emplace_back("If-Match", version.etag);
     const std::string signed_request = sign(request, target, {}, kEmptySha256);
 
     long status = 0;
-    std::string error_body, changed;
+    std::string error_body, changed, contradiction;
     std::uint64_t skip = 0;  // a server that ignored the range sends the object from its start
     std::int64_t total = -1;
     const auto sent = Clock::now();
@@ -284,6 +315,10 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
       if (status == 200) {
         total = std::strtoll(answer.header("content-length").c_str(), nullptr, 10);
         skip = from;
+        // A server that ignores ranges sends the whole object; one that sends a page of its own
+        // (a login or error page, 200 OK all the same) must not be read as the object.
+        contradiction = contradicting_answer(uri, answer, total, known ? static_cast<std::int64_t>(version.size) : -1);
+        if (!contradiction.empty()) return false;
       }
       if (status >= 300 && status != 416) return true;  // the body explains the error
       const std::string etag = answer.header("etag");
@@ -322,6 +357,10 @@ std::size_t ObjectStore::read_range(const std::string& uri, std::uint64_t offset
       return got < length;
     };
     http_.perform(request, on_body, on_headers);
+    if (!contradiction.empty())
+      throw StoreError(uri + ": the server answered a request for bytes " + std::to_string(from) + "-" + std::to_string(offset + length - 1) +
+                           " with " + contradiction + ", not the object's bytes; check that the URL names the object itself",
+                       status, "", false);
     if (!changed.empty())
       throw StoreError(uri + " changed while it was read: " + changed + "; rerun once it no longer changes", status, "", false);
     if (status == 416) return got;  // at or past the end
@@ -347,35 +386,59 @@ std::vector<ListedObject> ObjectStore::list(const std::string& uri_prefix, const
   bucket.key.clear();
   const Target target = target_of(bucket);
   std::vector<ListedObject> objects;
+  std::set<std::string> tokens_seen;  // a store that hands out a token twice would be listed for ever
   std::string token;
-  do {
+  for (std::size_t pages = 1;; ++pages) {
     std::vector<std::pair<std::string, std::string>> query = {{"list-type", "2"}, {"prefix", at->key}};
     if (!token.empty()) query.emplace_back("continuation-token", token);
-    const std::string body = with_retries(uri_prefix, retry, counters, [&] {
-      HttpRequest request;
-      request.url = target.url;
-      const std::string signed_request = sign(request, target, query, kEmptySha256);
-      std::string text;
-      const auto answer = http_.perform(
-          request,
-          [&](const char* data, std::size_t size) {
-            text.append(data, size);
-            return true;
-          },
-          latency_noter(counters));
-      if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, text, target.settings->credentials_from, signed_request);
-      return text;
-    });
-    tinyxml2::XMLDocument doc;
-    if (doc.Parse(body.data(), body.size()) != tinyxml2::XML_SUCCESS || !doc.FirstChildElement("ListBucketResult"))
-      throw StoreError(uri_prefix + ": the store's listing is not a ListBucketResult document", 200, "", false);
-    const auto* result = doc.FirstChildElement("ListBucketResult");
-    for (const auto* c = result->FirstChildElement("Contents"); c; c = c->NextSiblingElement("Contents"))
-      objects.push_back({xml_text(c, "Key"), std::strtoull(xml_text(c, "Size").c_str(), nullptr, 10), xml_text(c, "ETag")});
-    token = xml_text(result, "IsTruncated") == "true" ? xml_text(result, "NextContinuationToken") : "";
-  } while (!token.empty());
+    auto page = with_retries(uri_prefix, retry, counters, cancel_flag(counters), [&] { return list_page(uri_prefix, target, query, counters); });
+    objects.insert(objects.end(), std::make_move_iterator(page->objects.begin()), std::make_move_iterator(page->objects.end()));
+    if (!page->truncated) break;
+    if (page->next_token.empty())
+      throw StoreError(uri_prefix + ": the store's listing page " + std::to_string(pages) +
+                           " says it is truncated but gives no NextContinuationToken to go on from; the store does not list as S3 does",
+                       200, "", false);
+    if (!tokens_seen.insert(page->next_token).second)
+      throw StoreError(uri_prefix + ": the store's listing gave page " + std::to_string(pages) +
+                           " a continuation token it had already given: listing on would never end (" + std::to_string(objects.size()) +
+                           " objects listed, some of them more than once); the store does not list as S3 does",
+                       200, "", false);
+    token = page->next_token;
+  }
   std::sort(objects.begin(), objects.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   return objects;
+}
+
+// One page of a listing, parsed as it arrives; an error answer's text is kept for its message.
+std::unique_ptr<ListingPage> ObjectStore::list_page(const std::string& uri_prefix, const Target& target,
+                                                    const std::vector<std::pair<std::string, std::string>>& query, RequestCounters* counters) {
+  HttpRequest request;
+  request.cancelled = cancel_flag(counters);
+  request.url = target.url;
+  const std::string signed_request = sign(request, target, query, kEmptySha256);
+  auto page = std::make_unique<ListingPage>();
+  std::string error_text;
+  bool failed = false, not_xml = false;
+  const auto noted = latency_noter(counters);
+  const auto answer = http_.perform(
+      request,
+      [&](const char* data, std::size_t size) {
+        if (failed) {
+          if (error_text.size() < (1 << 20)) error_text.append(data, size);
+          return true;
+        }
+        if (counters) counters->bytes.fetch_add(size, std::memory_order_relaxed);
+        not_xml = !page->feed(data, size);
+        return !not_xml;
+      },
+      [&](const HttpResponse& headers) {
+        failed = headers.status >= 300;
+        return noted ? noted(headers) : true;
+      });
+  if (answer.status >= 300) throw error_of_answer(uri_prefix, answer.status, error_text, target.settings->credentials_from, signed_request);
+  if (not_xml || !page->finish())
+    throw StoreError(uri_prefix + ": the store's listing is not a ListBucketResult document (" + page->error() + ")", 200, "", false);
+  return page;
 }
 
 }  // namespace sluice::remote
@@ -439,7 +502,7 @@ void ObjectStore::upload(const std::string& local_path, const std::string& uri, 
   // One request with a body; the answer's body (for errors and the XML of multipart calls).
   auto send = [&](const std::string& method, const std::vector<std::pair<std::string, std::string>>& query, const std::string& body,
                   Headers extra, HttpResponse* answer_out) {
-    return with_retries(uri, retry, counters, [&] {
+    return with_retries(uri, retry, counters, nullptr, [&] {  // not cancelled: see RequestCounters::cancelled
       HttpRequest request;
       request.method = method;
       request.url = target.url;

@@ -2,6 +2,7 @@
 // HTTP(S) requests through libcurl: connections kept and reused across requests (a pool of curl
 // handles), the body handed to the caller as it arrives, and failures sorted into those worth a
 // retry (resets, timeouts, 5xx, 429) and those that are not.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -21,6 +22,9 @@ struct HttpRequest {
   std::string url;
   Headers headers;
   std::string_view body;  // sent for PUT and POST; must outlive perform()
+  // When set and true, the transfer ends at once (TransportError, not retryable): the run was
+  // asked to stop.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct HttpResponse {
@@ -34,11 +38,13 @@ struct HttpResponse {
 // verify, a host name that does not resolve, a malformed URL).
 class TransportError : public std::runtime_error {
  public:
-  TransportError(const std::string& message, bool retryable) : std::runtime_error(message), retryable_(retryable) {}
+  TransportError(const std::string& message, bool retryable, bool cancelled = false)
+      : std::runtime_error(message), retryable_(retryable), cancelled_(cancelled) {}
   bool retryable() const { return retryable_; }
+  bool cancelled() const { return cancelled_; }  // ended by HttpRequest::cancelled
 
  private:
-  bool retryable_;
+  bool retryable_, cancelled_;
 };
 
 struct HttpOptions {

@@ -87,8 +87,11 @@ class ObjectStore {
   // canonical request signed ("" when unsigned), to compare with what a store says it signed.
   std::string sign(HttpRequest& request, const Target& target, const std::vector<std::pair<std::string, std::string>>& query,
                    const std::string& payload_sha256);
+  std::unique_ptr<class ListingPage> list_page(const std::string& uri_prefix, const Target& target,
+                                               const std::vector<std::pair<std::string, std::string>>& query, RequestCounters* counters);
   template <class Attempt>
-  auto with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, Attempt&& attempt) -> decltype(attempt());
+  auto with_retries(const std::string& uri, const RetryPolicy& retry, RequestCounters* counters, const std::atomic<bool>* cancelled,
+                    Attempt&& attempt) -> decltype(attempt());
 
   Environment environment_;
   HttpClient http_;

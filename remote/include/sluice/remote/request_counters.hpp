@@ -12,6 +12,9 @@ struct RequestCounters {
   std::atomic<std::uint64_t> requests{0}, bytes{0}, retries{0}, throttles{0}, errors{0};
   // Objects opened from the remote cache's local copies, and their bytes.
   std::atomic<std::uint64_t> cache_hits{0}, cache_bytes{0};
+  // Set by the host when the run is asked to stop: the stage's reads and listings, and the waits
+  // between their tries, end at once (a publishing upload goes on: outputs are whole or absent).
+  std::atomic<bool> cancelled{false};
   // Latency to the first byte of each answer, in power-of-two microsecond buckets: bucket i
   // holds answers that took [2^i, 2^(i+1)) µs.
   static constexpr int kBuckets = 32;
