@@ -135,6 +135,7 @@ def max_rss_mib(args, env):
     return int(done.stdout.strip()), done.stderr
 
 
+@pytest.mark.skipif(os.environ.get("SLUICE_SANITIZED") == "1", reason="ASan's quarantine holds freed memory: no peak to compare")
 def test_a_listing_page_of_many_keys_costs_its_objects_not_a_tree_of_its_text(store, tmp_path):
     small, many = listing(["shards/0.tfrecord"]), listing([f"shards/{i:09d}.tfrecord" for i in range(300_000)])
     args = [CLI, "run", "-q", pipeline(tmp_path, "s3://bkt/shards/*.tfrecord", sink='op: "null_sink"')]
