@@ -85,6 +85,51 @@ Outcome run_cli_limited(const QStringList& args, long kib) {
   return o;
 }
 
+// A plain tar (ustar) of (name, data) members, as WebDataset shards are.
+std::string tar_of(const std::vector<std::pair<std::string, std::string>>& members) {
+  std::string out;
+  for (const auto& [name, data] : members) {
+    char header[512] = {};
+    std::snprintf(header, 100, "%s", name.c_str());
+    std::snprintf(header + 100, 8, "%07o", 0644);
+    std::snprintf(header + 108, 8, "%07o", 0);
+    std::snprintf(header + 116, 8, "%07o", 0);
+    std::snprintf(header + 124, 12, "%011llo", static_cast<unsigned long long>(data.size()));
+    std::snprintf(header + 136, 12, "%011o", 0);
+    header[156] = '0';
+    std::memcpy(header + 257, "ustar\0" "00", 8);
+    std::memset(header + 148, ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : header) sum += c;
+    std::snprintf(header + 148, 8, "%06o", sum);
+    out.append(header, sizeof header);
+    out += data;
+    out.append((512 - data.size() % 512) % 512, '\0');
+  }
+  out.append(1024, '\0');
+  return out;
+}
+
+// `bytes` gzip-compressed (level 1), made `repeat` times over without holding the whole.
+std::string gzip_of(const std::string& bytes, int repeat) {
+  z_stream z{};
+  deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  std::string out;
+  char block[1 << 16];
+  for (int k = 0; k < repeat; ++k) {
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+    z.avail_in = static_cast<uInt>(bytes.size());
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(block);
+      z.avail_out = sizeof block;
+      deflate(&z, k + 1 == repeat ? Z_FINISH : Z_NO_FLUSH);
+      out.append(block, sizeof block - z.avail_out);
+    } while (z.avail_out == 0);
+  }
+  deflateEnd(&z);
+  return out;
+}
+
 std::string write_pipeline(const QTemporaryDir& dir, const std::string& name, const std::string& text) {
   const std::string path = dir.filePath(QString::fromStdString(name)).toStdString();
   std::ofstream(path) << text;
@@ -306,6 +351,24 @@ class TestHostile : public QObject {
                                 "--quiet"},
                                1100000);
     EXPECT_FAILS_WITH(one, 1, "record 0 at byte offset 0: data CRC mismatch (536870912 bytes)");
+    // A WebDataset member of 256 KB inflating to 256 MiB (a gzip bomb), read with max_member_bytes
+    // of 64 MiB under 600 MB of address space: refused at the limit, named with the member and the
+    // option (a member inflating to 1 GiB took 3.2 GB); a plain member past the limit is damage.
+    const std::string bomb_shard = dir.filePath("bomb.tar").toStdString();
+    std::ofstream(bomb_shard, std::ios::binary) << tar_of({{"0001.cls", "3"}, {"0001.txt.gz", gzip_of(std::string(1 << 20, '\0'), 256)}});
+    auto tar_bomb = run_cli_limited({"run", QString::fromStdString(write_pipeline(dir, "tar_bomb.txtpb",
+                                                                                  stage("files", "list_files", "", {{"patterns", bomb_shard}}) +
+                                                                                      stage("read", "webdataset_reader", "files", {{"max_member_bytes", "67108864"}}) +
+                                                                                      stage("out", "null_sink", "read"))),
+                                     "--quiet"},
+                                    600000);
+    EXPECT_FAILS_WITH(tar_bomb, 1, "sample '0001' (byte 0): member 0001.txt.gz: its ");
+    QVERIFY2(tar_bomb.err.contains("inflate past the limit of 67108864 bytes (max_member_bytes)"), qPrintable(tar_bomb.err));
+    const std::string large_shard = dir.filePath("large.tar").toStdString();
+    std::ofstream(large_shard, std::ios::binary) << tar_of({{"0001.bin", std::string(2 << 20, 'x')}});
+    EXPECT_FAILS_WITH(run_pipeline(dir, stage("files", "list_files", "", {{"patterns", large_shard}}) +
+                                            stage("read", "webdataset_reader", "files", {{"max_member_bytes", "1048576"}}) + stage("out", "null_sink", "read")),
+                      1, "member 0001.bin holds more than the limit of 1048576 bytes (max_member_bytes) at byte 0");
     // A 40 MB CSV streams in bounded memory (every row's origin was kept for the run: 20 MB took
     // 650 MB), under 600 MB of address space.
     const std::string csv = dir.filePath("rows.csv").toStdString();

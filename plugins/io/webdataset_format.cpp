@@ -136,6 +136,9 @@ void WebDatasetShard::read_data(TarMember& m) {
       if (got >= ARCHIVE_WARN) continue;
       damaged("member " + m.path + " cut short after " + std::to_string(m.data.size()) + " bytes (" + archive_error() + ")", m.header_offset);
     }
+    if (m.data.size() + static_cast<std::size_t>(got) > max_member_bytes_)
+      damaged("member " + m.path + " holds more than the limit of " + std::to_string(max_member_bytes_) + " bytes (max_member_bytes)",
+              m.header_offset);
     m.data.append(block, static_cast<std::size_t>(got));
   }
 }
@@ -324,11 +327,16 @@ std::string encode_npy(const Tensor& t) {
   return out;
 }
 
-std::string gunzip(std::string_view bytes) {  // byte_source's inflating reader: truncation and several members handled there
+std::string gunzip(std::string_view bytes, std::uint64_t limit) {  // byte_source's inflating reader: truncation and several members handled there
   auto source = memory_source(bytes.data(), bytes.size(), Compression::Gzip, "gzip data");
   std::string out;
   char block[1 << 16];
-  for (std::size_t got; (got = source->read(reinterpret_cast<std::byte*>(block), sizeof block)) > 0;) out.append(block, got);
+  for (std::size_t got; (got = source->read(reinterpret_cast<std::byte*>(block), sizeof block)) > 0;) {
+    if (out.size() + got > limit)
+      throw DataError("its " + std::to_string(bytes.size()) + " bytes inflate past the limit of " + std::to_string(limit) +
+                      " bytes (max_member_bytes): a compression bomb, or a member larger than this reader is set to take");
+    out.append(block, got);
+  }
   return out;
 }
 
@@ -340,7 +348,7 @@ Sample WebDatasetFields::of(WebDatasetSample& sample) const {
     std::string field = m.field;
     if (inflate && field.ends_with(".gz")) {
       try {
-        m.data = gunzip(m.data);
+        m.data = gunzip(m.data, max_member_bytes);
       } catch (const DataError& e) {
         throw DataError("member " + m.path + ": " + e.what());
       }

@@ -20,6 +20,10 @@ struct archive;
 
 namespace sluice::io {
 
+// The most bytes one member may hold, read or inflated (webdataset_reader's max_member_bytes), as a
+// TFRecord record's limit: what a damaged header or a compression bomb cannot go past.
+constexpr std::uint64_t kDefaultMaxMemberBytes = 1ull << 30;
+
 struct TarMember {
   std::string key, field;  // "train/0001", "seg.png"
   std::string path;        // as the archive names it
@@ -59,6 +63,8 @@ class WebDatasetShard {
   bool seek(std::int64_t index, std::int64_t header_offset);
 
   const std::string& path() const { return path_; }
+  // A member holding more (a .tar.gz shard's may inflate to anything) is damage named with it.
+  void set_max_member_bytes(std::uint64_t bytes) { max_member_bytes_ = bytes; }
 
  private:
   void open();
@@ -87,6 +93,7 @@ class WebDatasetShard {
   std::string deferred_damage_;       // damage met while looking for the end of a whole sample
   std::int64_t samples_ = 0;
   bool ended_ = false;
+  std::uint64_t max_member_bytes_ = kDefaultMaxMemberBytes;
 };
 
 // A sample's fields as webdataset_reader gives them: '__key__', and a field per member named by its
@@ -95,6 +102,8 @@ class WebDatasetShard {
 class WebDatasetFields {
  public:
   bool inflate = true;
+  // The most bytes a member may inflate to (a gzip bomb: 1 MB of zeros that inflate to gigabytes).
+  std::uint64_t max_member_bytes = kDefaultMaxMemberBytes;
   std::set<std::string> integers{"cls"}, npy{"npy"};
   Sample of(WebDatasetSample& sample) const;
 
@@ -119,7 +128,7 @@ Tensor parse_npy(std::string_view bytes);
 std::string encode_npy(const Tensor& t);
 
 // The inflated bytes of a gzip member (several members, as gzip allows, one after another); throws
-// DataError when they are not gzip or are cut short.
-std::string gunzip(std::string_view bytes);
+// DataError when they are not gzip, are cut short or inflate past `limit` bytes.
+std::string gunzip(std::string_view bytes, std::uint64_t limit = kDefaultMaxMemberBytes);
 
 }  // namespace sluice::io

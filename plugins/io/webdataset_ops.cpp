@@ -27,12 +27,17 @@ class WebDatasetReader final : public Expand {
             {ParamSpec::make("field", ParamType::String, "field holding the shard's path").def("path"),
              ParamSpec::make("integers", ParamType::StringList, "fields whose text is one integer, parsed into an int64 (class labels)").def("cls"),
              ParamSpec::make("npy", ParamType::StringList, "fields holding NumPy .npy files, read into tensors").def("npy"),
-             ParamSpec::make("inflate", ParamType::Bool, "inflate members ending in .gz (field 'txt' for a member 'x.txt.gz')").def("true")},
+             ParamSpec::make("inflate", ParamType::Bool, "inflate members ending in .gz (field 'txt' for a member 'x.txt.gz')").def("true"),
+             ParamSpec::make("max_member_bytes", ParamType::Int,
+                             "the most bytes a member may hold, read or inflated (more is damage named with the member: a compression bomb)")
+                 .def(std::to_string(kDefaultMaxMemberBytes))
+                 .range(1, std::nullopt)},
             {.stateless = true},
             {}};
   }
   explicit WebDatasetReader(const Params& p) : field_(p.get_string("field")) {
     fields_.inflate = p.get_bool("inflate");
+    fields_.max_member_bytes = static_cast<std::uint64_t>(p.get_int("max_member_bytes"));
     for (const auto& f : p.get_string_list("integers")) fields_.integers.insert(f);
     for (const auto& f : p.get_string_list("npy")) fields_.npy.insert(f);
   }
@@ -41,7 +46,9 @@ class WebDatasetReader final : public Expand {
    public:
     Cursor(const WebDatasetReader& op, std::string path, DamageReport& damage, Storage* storage)
         : op_(op), path_(std::make_shared<const std::string>(path)), url_(Tensor::from_string(path)), shard_(std::move(path), storage),
-          damage_(damage) {}
+          damage_(damage) {
+      shard_.set_max_member_bytes(op.fields_.max_member_bytes);
+    }
     bool next(Sample& out) override {
       WebDatasetSample sample;
       for (;;) {
