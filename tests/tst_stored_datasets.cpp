@@ -379,6 +379,15 @@ class TestStoredDatasets : public QObject {
     QTest::newRow("unknown feature") << "unknown feature" << "toy" << "train" << QStringList{"features.json", "'clip'", "parse_example"};
     QTest::newRow("encoded tensor") << "encoded tensor" << "toy" << "train" << QStringList{"'clip'", "encoding 'zlib'"};
     QTest::newRow("short shard") << "short shard" << "toy" << "train" << QStringList{"toy-train.tfrecord-00001-of-00003", "ends after 6 records"};
+    // Metadata that shortens a split (shardLengths of 2 where the shard holds 7) would leave
+    // examples out silently: the shard read to its end says it holds more.
+    QTest::newRow("shortened metadata") << "shortened metadata" << "toy" << "train"
+                                        << QStringList{"toy-train.tfrecord-00001-of-00003 holds more than the 2 records", "shardLengths"};
+    // A template may not name files outside the version folder.
+    QTest::newRow("template up") << "template ../" << "toy" << "train"
+                                 << QStringList{"dataset_info.json", "split 'train' has filepathTemplate '../", "leaves the version folder"};
+    QTest::newRow("template absolute") << "template /" << "toy" << "train"
+                                       << QStringList{"dataset_info.json", "filepathTemplate '/etc/", "leaves the version folder"};
   }
   void refusals_name_the_file_and_what_to_do() {
     QFETCH(QString, setup);
@@ -394,6 +403,11 @@ class TestStoredDatasets : public QObject {
       write_file(dir + "/features.json", replaced(kToyFeatures, "\"id\":", R"("clip": {"pythonClassName": "my.Clip", "jsonFeature": {"json": "{}"}}, "id":)"));
     if (setup == "encoded tensor")
       write_file(dir + "/features.json", replaced(kToyFeatures, "\"id\":", R"("clip": {"tensor": {"dtype": "float32", "encoding": "zlib"}}, "id":)"));
+    if (setup == "shortened metadata") write_file(dir + "/dataset_info.json", toy_info("toy", {{"train", {5, 2, 4}}}));
+    if (setup == "template ../")
+      write_file(dir + "/dataset_info.json", replaced(toy_info("toy", {{"train", {5, 7, 4}}}), "\"{DATASET}-", "\"../../{DATASET}-"));
+    if (setup == "template /")
+      write_file(dir + "/dataset_info.json", replaced(toy_info("toy", {{"train", {5, 7, 4}}}), "\"{DATASET}-", "\"/etc/{DATASET}-"));
     if (setup == "short shard") {  // a shard with one example fewer than dataset_info.json says
       std::string bytes;
       for (long long id = 5; id < 11; ++id) {

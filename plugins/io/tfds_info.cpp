@@ -67,6 +67,18 @@ bool newer_version(const std::string& a, const std::string& b) {  // "3.0.10" > 
   return parts(a) > parts(b);
 }
 
+// Whether a shard file name template names a file outside the version folder.
+bool leaves_its_folder(const std::string& name_template) {
+  if (name_template.empty() || name_template.front() == '/' || name_template.find("://") != std::string::npos) return true;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t slash = name_template.find_first_of("/\\", start);
+    if (name_template.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") return true;
+    if (slash == std::string::npos) return false;
+    start = slash + 1;
+  }
+}
+
 std::vector<TfdsSplit> read_splits(const Json& info, const std::string& file) {
   auto splits = info.find("splits");
   if (splits == info.end() || !splits->is_array() || splits->empty()) refuse_in(file, "lists no \"splits\"");
@@ -85,6 +97,10 @@ std::vector<TfdsSplit> read_splits(const Json& info, const std::string& file) {
       split.shards.shard_lengths.push_back(static_cast<std::uint64_t>(length));
     }
     split.filepath_template = json_string(s, "filepathTemplate", kDefaultTemplate);
+    if (leaves_its_folder(split.filepath_template))
+      refuse_in(file, "split '" + split.shards.name + "' has filepathTemplate '" + split.filepath_template +
+                          "', which leaves the version folder (an absolute path or a '..' segment); TFDS writes shards beside "
+                          "dataset_info.json: prepare the dataset again, or fix the template");
     if (auto bytes = s.find("numBytes"); bytes != s.end()) split.num_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, json_int(*bytes, file, "numBytes")));
     out.push_back(std::move(split));
   }

@@ -58,7 +58,7 @@ class TfdsSource final : public Source {
   static OperatorInfo describe() {
     return {"tfds",
             OperatorKind::Source,
-            "The shards of a split of a prepared tensorflow_datasets dataset ('path', 'skip', 'take', 'split', 'shard'), "
+            "The shards of a split of a prepared tensorflow_datasets dataset ('path', 'skip', 'take', 'split', 'shard', and 'shard_examples': what shardLengths says the shard holds), "
             "for tfds_reader; split in TFDS's grammar (train[:75%]+test, train[:4shard], ...)",
             {ParamSpec::make("name", ParamType::String, "as tfds.load's: mnist, mnist:3.0.1, NAME/CONFIG, NAME/CONFIG:VERSION (newest version when none)"),
              ParamSpec::make("split", ParamType::String, "TFDS's split expression: train, test[:1000], train[25%:75%], train[:4shard], train+test, all"),
@@ -98,7 +98,7 @@ class TfdsSource final : public Source {
         if (bytes_of(path) < 0)
           throw DataError(path + ": shard " + std::to_string(r.shard) + " of split '" + r.split + "' is missing (dataset_info.json in " +
                           ds.dir + " lists it); prepare the dataset again, or copy the shard back");
-        reads_.push_back({path, r});
+        reads_.push_back({path, r, ds.split(range.split).shards.shard_lengths[r.shard]});
       }
   }
   void begin_pass(std::uint64_t pass) override {
@@ -119,6 +119,7 @@ class TfdsSource final : public Source {
     out.set("take", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.read.take)));
     out.set("split", Tensor::from_string(r.read.split));
     out.set("shard", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.read.shard)));
+    out.set("shard_examples", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(r.shard_examples)));
     out.set_origin(r.path);
     return true;
   }
@@ -165,6 +166,7 @@ class TfdsSource final : public Source {
   struct Read {
     std::string path;
     ShardRead read;
+    std::uint64_t shard_examples;  // what dataset_info.json's shardLengths says the shard holds
   };
   // A shard's size: on disk, or as the bucket's listing gave it (-1: missing).
   std::int64_t bytes_of(const std::string& path) const {
@@ -236,20 +238,21 @@ class TfdsReader final : public Expand {
 
   class Cursor final : public ExpandCursor {
    public:
-    Cursor(std::string path, std::shared_ptr<const LoadedDataset> dataset, std::uint64_t skip, std::uint64_t take,
+    Cursor(std::string path, std::shared_ptr<const LoadedDataset> dataset, std::uint64_t skip, std::uint64_t take, std::int64_t shard_examples,
            RecordReaderOptions options, bool class_names, DamageReport& damage, Storage* storage)
         : path_(std::make_shared<const std::string>(std::move(path))),
           dataset_(std::move(dataset)),
           reader_(open_file(*path_, Compression::None, storage), *path_, options),
           skip_(skip),
           end_(skip + take),
+          shard_examples_(shard_examples),
           class_names_(class_names),
           damage_(damage) {}
     bool next(Sample& out) override {
       Record r;
       while (reader_.records_read() < skip_)
         if (!reader_.next(r, &damage_)) return shard_ended();
-      if (reader_.records_read() >= end_) return false;
+      if (reader_.records_read() >= end_) return past_the_last();
       if (!reader_.next(r, &damage_)) return shard_ended();
       out = Sample();
       try {
@@ -269,6 +272,19 @@ class TfdsReader final : public Expand {
     }
 
    private:
+    // A read to the shard's end (by dataset_info.json's shardLengths) checks that it ends there:
+    // metadata that shortens a split would drop examples silently (TFDS's own checks fail it).
+    bool past_the_last() {
+      if (end_checked_ || shard_examples_ < 0 || end_ != static_cast<std::uint64_t>(shard_examples_)) return false;
+      end_checked_ = true;
+      Record r;
+      if (!reader_.next(r, &damage_)) return false;
+      const std::string reason = *path_ + " holds more than the " + std::to_string(shard_examples_) + " records dataset_info.json in " +
+                                 dataset_->info.dir + " gives it (shardLengths): the metadata is of another preparation and would " +
+                                 "leave examples out; prepare the dataset again";
+      if (!damage_.skip_damaged(reason)) throw DataError(reason);
+      return false;
+    }
     // dataset_info.json promised `end_` records here: fewer means the shard lost some.
     bool shard_ended() {
       const std::string reason = *path_ + " ends after " + std::to_string(reader_.records_read()) + " records, where dataset_info.json in " +
@@ -293,6 +309,8 @@ class TfdsReader final : public Expand {
     std::shared_ptr<const LoadedDataset> dataset_;
     RecordReader reader_;
     std::uint64_t skip_, end_;
+    std::int64_t shard_examples_;  // -1: not given (the read is not checked against its shard's end)
+    bool end_checked_ = false;
     bool class_names_;
     DamageReport& damage_;
   };
@@ -304,9 +322,10 @@ class TfdsReader final : public Expand {
     const std::uint64_t skip = in.find("skip") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("skip").data<std::int64_t>()[0])) : 0;
     const std::uint64_t take = in.find("take") ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, in.at("take").data<std::int64_t>()[0]))
                                               : std::numeric_limits<std::uint64_t>::max() - skip;
+    const std::int64_t shard_examples = in.find("shard_examples") ? in.at("shard_examples").data<std::int64_t>()[0] : -1;
     Storage* storage = ctx.stage ? ctx.stage->storage : nullptr;
     auto dataset = load(fs::path(path).parent_path().string(), storage);
-    return std::make_unique<Cursor>(std::move(path), std::move(dataset), skip, take, options_, class_names_, damage, storage);
+    return std::make_unique<Cursor>(std::move(path), std::move(dataset), skip, take, shard_examples, options_, class_names_, damage, storage);
   }
 
  private:
