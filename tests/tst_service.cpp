@@ -3,6 +3,8 @@
 // loopback or without the token. Real processes on loopback.
 #include <QtTest>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -703,6 +705,14 @@ class TestService : public QObject {
     const auto damaged = sluice_cli({"dispatcher", "--port", "0", "--work-dir", work_dir});
     QVERIFY(damaged.code != 0);
     QVERIFY2(damaged.err.contains(work_dir + "/dispatcher.journal") && damaged.err.contains("move it away"), qPrintable(damaged.err));
+    // A FIFO in the journal's place would hold open() for ever: refused at once, by name.
+    QFile::remove(work_dir + "/dispatcher.journal");
+    QVERIFY(::mkfifo(QFile::encodeName(work_dir + "/dispatcher.journal").constData(), 0600) == 0);
+    QElapsedTimer fifo_clock;
+    fifo_clock.start();
+    const auto fifo = sluice_cli({"dispatcher", "--port", "0", "--work-dir", work_dir});
+    QVERIFY2(fifo.code != 0 && fifo_clock.elapsed() < 20000, qPrintable(fifo.err));
+    QVERIFY2(fifo.err.contains(work_dir + "/dispatcher.journal") && fifo.err.contains("is not a regular file"), qPrintable(fifo.err));
   }
 
   // A worker whose plugins lack an operator of the job makes none of it, and is named; with no

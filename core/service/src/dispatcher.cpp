@@ -1,19 +1,22 @@
 // The dispatcher: the workers that registered and whether each is still heard from, the jobs
 // trainers registered, and each job's splits per epoch (JobLedger); with a work folder, all of it
 // in a journal written before each answer that changes it.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "job_fingerprint.hpp"
@@ -627,17 +630,43 @@ class DispatcherService final : public proto::Dispatcher::Service {
     return grpc::Status::OK;
   }
 
+  // The journal's bytes; false when there is none. Opened without waiting (a FIFO put in its place
+  // would hold the dispatcher in open() for ever, deaf to signals) and refused unless a regular file.
+  static bool read_journal_file(const std::filesystem::path& path, std::string& bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) return false;
+    if (fd < 0)
+      throw ServiceError(fmt::format("the dispatcher cannot open its journal {}: {} (a link or something other than a file is never "
+                                     "followed): move it away",
+                                     path.string(), std::strerror(errno)));
+    struct Close {
+      int fd;
+      ~Close() { ::close(fd); }
+    } close_it{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+      throw ServiceError(fmt::format("the dispatcher's journal {} is not a regular file (a FIFO, a device or a folder): move it away; "
+                                     "the dispatcher writes its journal there itself",
+                                     path.string()));
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    char block[1 << 16];
+    for (ssize_t got; (got = ::read(fd, block, sizeof block)) != 0;) {
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw ServiceError(fmt::format("the dispatcher cannot read its journal {}: {}", path.string(), std::strerror(errno)));
+      bytes.append(block, static_cast<std::size_t>(got));
+    }
+    return true;
+  }
+
   void load_journal() {
     std::error_code ec;
     std::filesystem::create_directories(options_.work_dir, ec);
     if (ec) throw ServiceError(fmt::format("the dispatcher cannot make its work folder {}: {}", options_.work_dir, ec.message()));
     const auto path = journal_path();
-    if (!std::filesystem::exists(path)) return;
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
+    std::string bytes;
+    if (!read_journal_file(path, bytes)) return;
     proto::Journal journal;
-    if (!in || !journal.ParseFromString(bytes.str()) || journal.version() != 1)
+    if (!journal.ParseFromString(bytes) || journal.version() != 1)
       throw ServiceError(fmt::format("the dispatcher's journal {} cannot be read (damaged, or another version's): move it away to start "
                                      "afresh (its jobs are then forgotten)",
                                      path.string()));
