@@ -824,6 +824,16 @@ class TestService : public QObject {
     QVERIFY(r.code != 0);
     QVERIFY2(r.err.contains("'nowhere' is not a service address") && r.err.contains("HOST:PORT"), qPrintable(r.err));
   }
+
+  // A port in use is an error (gRPC's SO_REUSEPORT let a second dispatcher share it and take
+  // half the callers), said in Sluice's words alone (gRPC's own log lines came first).
+  void a_port_in_use_is_said_without_grpc_log_lines() {
+    Service first({"dispatcher", "--port", "0"});
+    const QString port = first.address().section(':', -1);
+    const auto second = sluice_cli({"dispatcher", "--port", port});
+    QVERIFY(second.code != 0);
+    QVERIFY2(second.err.startsWith("error: the dispatcher cannot listen on") && !second.err.contains("chttp2"), qPrintable(second.err));
+  }
 };
 
 QTEST_GUILESS_MAIN(TestService)

@@ -734,6 +734,9 @@ Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>
   const std::string listen = fmt::format("{}:{}", options.bind.find(':') != std::string::npos && options.bind.front() != '[' ? "[" + options.bind + "]" : options.bind, options.port);
   impl_->service = std::make_unique<DispatcherService>(options, detail::read_token(options.security));
   grpc::ServerBuilder builder;
+  // A port another process (or another dispatcher of this user) holds is an error, not shared:
+  // gRPC's SO_REUSEPORT would let both listen and split the callers between them.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, credentials, &impl_->port);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();

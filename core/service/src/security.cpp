@@ -1,10 +1,13 @@
 #include "security.hpp"
 
 #include <fmt/format.h>
+#include <grpc/support/log.h>
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -28,6 +31,8 @@ std::string grpc_target(const std::string& address) {
 namespace detail {
 namespace {
 
+void drop_grpc_log_line(gpr_log_func_args*) {}
+
 std::string read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ServiceError(fmt::format("cannot read {} {}: {}", what, path, std::strerror(errno)));
@@ -38,6 +43,16 @@ std::string read_file(const std::string& path, const std::string& what) {
 
 }  // namespace
 
+void quiet_grpc_logging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // gRPC's own lines ("E1129 ... chttp2_server.cc:1045] UNKNOWN:No address added ...") came
+    // before Sluice's message saying the same in words; GRPC_VERBOSITY set by the user keeps them.
+    const char* verbosity = std::getenv("GRPC_VERBOSITY");
+    if (!verbosity || !*verbosity) gpr_set_log_function(drop_grpc_log_line);
+  });
+}
+
 std::string read_token(const Security& security) {
   if (security.token_file.empty()) return {};
   std::string token = read_file(security.token_file, "the token file");
@@ -47,6 +62,7 @@ std::string read_token(const Security& security) {
 }
 
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what) {
+  quiet_grpc_logging();
   const bool tls = !security.tls_cert.empty() || !security.tls_key.empty();
   if (tls && (security.tls_cert.empty() || security.tls_key.empty()))
     throw ServiceError(fmt::format("{}: TLS needs both --tls-cert and --tls-key", what));
@@ -76,6 +92,7 @@ grpc::Status check_token(const grpc::ServerContext& context, const std::string& 
 }
 
 std::shared_ptr<grpc::Channel> client_channel(const std::string& target, const Security& security) {
+  quiet_grpc_logging();
   // A dispatcher or worker restarted is reached again within 2 s (gRPC's own backoff grows to
   // 2 minutes, longer than trainers wait).
   grpc::ChannelArguments arguments;

@@ -15,6 +15,10 @@ namespace sluice::service::detail {
 // the process in messages ("the dispatcher").
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what);
 
+// Leaves gRPC's own log lines out of the output (Sluice says what failed, in words), unless the
+// user set GRPC_VERBOSITY. Called before the first server or channel is made.
+void quiet_grpc_logging();
+
 // The token a server wants (empty: none) and a client sends, read from security.token_file.
 std::string read_token(const Security& security);
 

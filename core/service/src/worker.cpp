@@ -486,6 +486,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   w.service = std::make_unique<WorkerService>(w.token, options.registry,
                                               [&w](std::uint64_t job, std::uint64_t fingerprint, std::string& why) { return w.job_of(job, fingerprint, why); });
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port held elsewhere is an error, not shared (dispatcher.cpp)
   builder.AddListeningPort(listen, credentials, &w.port);
   if (options.unix_socket) {
     // Only this machine reaches it (the token is still checked): no TLS.
