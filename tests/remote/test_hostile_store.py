@@ -34,6 +34,16 @@ def pipeline(tmp_path, pattern, sink='op: "null_sink"', options=""):
     return str(path)
 
 
+def stop_with_sigterm(run, seconds, what):
+    """SIGTERM to `run`, which must then end within `seconds`; its (stdout, stderr)."""
+    run.send_signal(signal.SIGTERM)
+    try:
+        return run.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        pytest.fail(f"one SIGTERM did not end {what}")
+
+
 # 1. Dot segments are part of a key: resolving them would read (or write) another bucket.
 def test_keys_with_dot_segments_are_sent_as_the_keys_they_are(store, tmp_path):
     store.reset(lambda h: h.send(404, b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>"))
@@ -86,42 +96,55 @@ def test_sigterm_ends_a_listing_that_never_ends(store, tmp_path):
     while len(store.paths()) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(store.paths()) >= 5, "the listing did not start"
-    run.send_signal(signal.SIGTERM)
-    try:
-        out, err = run.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        pytest.fail("one SIGTERM did not end a run whose listing never ends")
+    out, err = stop_with_sigterm(run, 10, "a run whose listing never ends")
     assert run.returncode == 130, err
     assert "failed" not in err, err  # the stop's own doing, not a failure of the listing
 
 
-def test_sigterm_ends_a_read_the_server_stalls(store, tmp_path):
-    # Headers, then silence: without the stop, the read would wait for the stall timeout (30 s).
-    def stall(handler):
-        handler.send_response(206)
-        handler.send_header("Content-Range", "bytes 0-65535/873919")
-        handler.send_header("Content-Length", "65536")
-        handler.end_headers()
-        handler.wfile.flush()
-        time.sleep(25)
-    store.reset(stall)
-    url = f"{store.endpoint}/data/stalled.tfrecord"
-    run = subprocess.Popen([CLI, "run", "-q", pipeline(tmp_path, url, options='range_size: "64KiB"')], env=store.env(),
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def stall(handler):
+    """Headers, then silence: without the stop, a read waits for the stall timeout (30 s)."""
+    handler.send_response(206)
+    handler.send_header("Content-Range", "bytes 0-65535/873919")
+    handler.send_header("Content-Length", "65536")
+    handler.end_headers()
+    handler.wfile.flush()
+    time.sleep(25)
+
+
+def start_stalled(store, args):
+    run = subprocess.Popen(args, env=store.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not store.paths() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
+    return run
+
+
+def test_sigterm_ends_a_read_the_server_stalls(store, tmp_path):
+    store.reset(stall)
+    url = f"{store.endpoint}/data/stalled.tfrecord"
+    run = start_stalled(store, [CLI, "run", "-q", pipeline(tmp_path, url, options='range_size: "64KiB"')])
     started = time.monotonic()
-    run.send_signal(signal.SIGTERM)
-    try:
-        out, err = run.communicate(timeout=8)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        pytest.fail("one SIGTERM did not end a run waiting on a stalled read")
+    out, err = stop_with_sigterm(run, 8, "a run waiting on a stalled read")
     print(f"stopped {time.monotonic() - started:.2f} s after SIGTERM")
     assert run.returncode == 130 and "error" not in err, err
+
+
+def test_a_read_ended_by_sigterm_is_not_counted_as_a_skipped_element(store, tmp_path):
+    # read_file (a map) under `skip`: the read the stop ended is the stop's, not the element's fault.
+    store.reset(stall)
+    path = tmp_path / "read.txtpb"
+    path.write_text(textwrap.dedent(f"""\
+        options {{ error_policy: skip }}
+        stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "{store.endpoint}/data/stalled.bin" }} }}
+        stage {{ id: "read" op: "read_file" input: "files" }}
+        stage {{ id: "out" op: "null_sink" input: "read" }}
+        """))
+    run = start_stalled(store, [CLI, "run", "-q", str(path)])  # the report is printed at the end
+    out, err = stop_with_sigterm(run, 8, "a run whose read_file waits on a stalled read")
+    assert run.returncode == 130, err
+    row = next(line for line in out.splitlines() if line.startswith("read "))
+    assert row.split()[-1] == "0", out  # the report's `skipped` column
 
 
 # 10. A page of many keys is parsed as it arrives.
