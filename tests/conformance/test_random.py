@@ -65,6 +65,21 @@ def test_sample_from_datasets_draws_in_proportion_to_the_weights(tensorflow_gave
         assert all(abs(v - 0.7) < SHARE_BOUND for v in values), (system, values)
 
 
+def test_sample_from_datasets_renormalises_when_an_input_runs_out(tensorflow_gave):
+    shares = {}
+    for system, epochs in (("tensorflow", tensorflow_gave["sample_three_the_first_running_out"]),
+                           ("sluice", sluice_gave("sample_three_the_first_running_out"))):
+        shares[system] = []
+        for e in epochs:
+            assert len(e) == 4020 and [v for v in e if v >= 100] == list(range(100, 120)), e[:60]
+            # After the first input's last element, the other two share the draws half and half.
+            rest = e[e.index(119) + 1:]
+            shares[system].append(rest.count(2) / len(rest))
+    print("share of the third dataset once the first ran out (tf.data: a half), three epochs each:", shares)
+    for system, values in shares.items():
+        assert all(abs(v - 0.5) < SHARE_BOUND for v in values), (system, values)
+
+
 @pytest.mark.parametrize("system", ["tensorflow", "sluice"])
 def test_a_seeded_mixture_is_the_same_each_epoch_unless_rerandomized(tensorflow_gave, system):
     same = tensorflow_gave["sample_seventy_thirty"] if system == "tensorflow" else sluice_gave("sample_seventy_thirty")
