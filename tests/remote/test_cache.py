@@ -81,6 +81,33 @@ def test_a_copy_of_another_version_is_not_used(bucket, proxy, s3, tmp_path):
     assert len(copies(cache)) == 2 and len(replacement) in [size for _, size in copies(cache)]
 
 
+def framed_records(data):
+    """The framed records of a TFRecord file (length, its CRC, data, its CRC), each as bytes."""
+    import struct
+    out, at = [], 0
+    while at < len(data):
+        length = struct.unpack_from("<Q", data, at)[0]
+        out.append(data[at:at + 16 + length])
+        at += 16 + length
+    return out
+
+
+def test_a_copy_of_another_version_of_the_same_size_is_not_used(bucket, proxy, s3, tmp_path):
+    # The same records in the other order: a valid shard of exactly the old one's size.
+    cache = tmp_path / "cache"
+    with open(SHARD, "rb") as f:
+        original = f.read()
+    s3.client.put_object(Bucket=BUCKET, Key="shards/d.record", Body=original)
+    run(tmp_path, proxy.env(), ["d"], cache)
+    replacement = b"".join(reversed(framed_records(original)))
+    assert len(replacement) == len(original) and replacement != original
+    s3.client.put_object(Bucket=BUCKET, Key="shards/d.record", Body=replacement)
+    proxy.set_faults([])
+    got, done = run(tmp_path, proxy.env(), ["d"], cache)
+    assert got == tfrecord_records(replacement) != tfrecord_records(original)
+    assert len(gets(proxy, "d")) == 1  # fetched again: the copy held the old version
+
+
 def test_least_recently_used_copies_are_evicted(bucket, proxy, tmp_path):
     cache = tmp_path / "cache"
     bound = str(int(os.path.getsize(SHARD) * 1.5))  # room for one copy, not two
