@@ -54,6 +54,11 @@ def test_state_dict_mid_epoch_resumes_exactly(taken):
     rest = batches(restored)
     assert first + rest == whole
     assert restored.epoch == 1  # the next iter() is the next epoch
+    # The state was for that iteration only: the next one is the whole next epoch, as the
+    # uninterrupted pipeline's own.
+    fresh = sluice.Pipeline.from_spec(RESUMABLE)
+    batches(fresh)
+    assert batches(restored) == batches(fresh) and len(whole) == 600
 
 
 def test_state_between_epochs_is_the_next_epoch():
