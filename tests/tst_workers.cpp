@@ -203,6 +203,8 @@ class TestWorkers : public QObject {
         {R"({"task": {"type": "worker", "index": 0}})", "no \"cluster\""},
         {R"({"cluster": {"worker": ["a"], "evaluator": ["e"]}, "task": {"type": "evaluator", "index": 0}})", "'evaluator'"},
         {R"({"cluster": {"worker": ["a"], "ps": ["p"]}, "task": {"type": "ps", "index": 0}})", "'ps'"},
+        // A chief index past the chiefs listed would collide with worker 0's share.
+        {R"({"cluster": {"chief": ["c"], "worker": ["a", "b"]}, "task": {"type": "chief", "index": 1}})", "says this is chief 1 but its cluster lists 1"},
     };
     for (const auto& c : cases) {
       auto message = refusal({{"TF_CONFIG", c.value}});
