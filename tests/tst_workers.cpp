@@ -257,6 +257,12 @@ class TestWorkers : public QObject {
     auto torch = detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"RANK", "3"}, {"WORLD_SIZE", "4"}});
     QCOMPARE(torch.index, 3);
     QCOMPARE(torch.source, std::string("torchrun"));
+    // horovodrun (gloo: Horovod's variables alone) in a Slurm step of 4 tasks.
+    auto horovod = detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_ID", "0"}, {"HOROVOD_RANK", "5"}, {"HOROVOD_SIZE", "8"}});
+    QCOMPARE(horovod.index, 5);
+    QCOMPARE(horovod.count, 8);
+    QCOMPARE(horovod.source, std::string("Horovod"));
+    QVERIFY(horovod.variables.find("inside Slurm") != std::string::npos);
   }
 
   void the_command_line_decides_over_the_environment() {
