@@ -229,20 +229,19 @@ class HeadlessRun {
       }
       engine_->subscribe([this](const sluice::metrics::MetricsSnapshot& snapshot) { publish(snapshot); });
       const auto starting = Clock::now();
-      if (!start_engine()) {
-        fmt::print(stderr, "interrupted while the pipeline was starting: stopped\n");
-        return kExitInterrupted;  // the engine, stopped, ends with this object
-      }
+      if (!start_engine()) return interrupted_while_starting();  // the engine, stopped, ends with this object
       if (resuming()) report_resume(starting);
     } catch (const std::exception& e) {
-      if (g_interrupted || g_checkpoint_and_stop) {
-        fmt::print(stderr, "interrupted while the pipeline was starting: stopped\n");
-        return kExitInterrupted;
-      }
+      if (g_interrupted || g_checkpoint_and_stop) return interrupted_while_starting();
       fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
       return kExitRunFailed;
     }
     return 0;
+  }
+
+  static int interrupted_while_starting() {
+    fmt::print(stderr, "interrupted while the pipeline was starting: stopped\n");
+    return kExitInterrupted;
   }
 
   // engine_->start(), in which a stage may list a bucket for long (list_files): an interrupt

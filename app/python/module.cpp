@@ -167,6 +167,13 @@ DType dtype_of_numpy(const py::dtype& dtype, const std::string& field) {
                   " has no Sluice type (use uint8, bool, int16/32/64, float16/32/64, bytes or str)");
 }
 
+// Whether `value` is a NumPy array of text: of objects (bytes or str), or NumPy's fixed-width S and U.
+bool is_text_array(const py::handle& value) {
+  if (!py::isinstance<py::array>(value)) return false;
+  const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
+  return kind == 'O' || kind == 'S' || kind == 'U';
+}
+
 // A NumPy array of text (bytes or str objects, or NumPy's fixed-width S and U) as a bytes tensor
 // of its shape: what iterating gives for text comes back unchanged.
 Tensor text_from_numpy(const py::array& array, const std::string& field) {
@@ -200,10 +207,7 @@ Tensor from_python(const py::handle& value, const std::string& field) {
       return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
     }
   }
-  if (py::isinstance<py::array>(value)) {
-    const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
-    if (kind == 'O' || kind == 'S' || kind == 'U') return text_from_numpy(py::reinterpret_borrow<py::array>(value), field);
-  }
+  if (is_text_array(value)) return text_from_numpy(py::reinterpret_borrow<py::array>(value), field);
   py::array array = py::array::ensure(value, py::array::c_style | py::array::forcecast);
   if (!array) throw DataError("field '" + field + "': " + std::string(py::str(py::type::of(value))) + " is not an array, a number, bytes or str");
   const DType dtype = dtype_of_numpy(array.dtype(), field);
@@ -436,9 +440,7 @@ class PythonGenerator final : public Source, PythonStage {
 bool is_text(const py::handle& value) {
   if (py::isinstance<py::list>(value))
     return py::len(value) > 0 && (py::isinstance<py::bytes>(value.cast<py::list>()[0]) || py::isinstance<py::str>(value.cast<py::list>()[0]));
-  if (!py::isinstance<py::array>(value)) return false;
-  const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
-  return kind == 'O' || kind == 'S' || kind == 'U';
+  return is_text_array(value);
 }
 
 // from_tensor_slices: element i is row i of every array, over the arrays' own memory.

@@ -108,7 +108,6 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 // curl's words, and what they mean where they mislead ("Received HTTP/0.9" is a cut connection
 // or something other than an HTTP server) or leave out what to check.
 std::string explained(CURLcode code, const std::string& detail) {
-  if (detail.find("HTTP/0.9") != std::string::npos) code = CURLE_WEIRD_SERVER_REPLY;  // curl 7.88 files it as a protocol
   switch (code) {
     case CURLE_WEIRD_SERVER_REPLY:
       return "the answer was not HTTP (" + detail + "): the connection was cut before the answer's first line, or what listens there is not an HTTP server";
@@ -231,8 +230,9 @@ HttpResponse HttpClient::perform(const HttpRequest& request, const BodySink& on_
   if (code != CURLE_OK) {
     std::string detail = error[0] ? std::string(error) : curl_easy_strerror(code);
     while (!detail.empty() && detail.back() == '\n') detail.pop_back();
-    const bool not_http = detail.find("HTTP/0.9") != std::string::npos;
-    throw TransportError(explained(code, detail), not_http || retryable(code));
+    // curl 7.88 files "Received HTTP/0.9" (bytes that are no status line) as a protocol error.
+    const CURLcode kind = detail.find("HTTP/0.9") != std::string::npos ? CURLE_WEIRD_SERVER_REPLY : code;
+    throw TransportError(explained(kind, detail), retryable(kind));
   }
   t.tell_headers();  // an answer without a body
   return t.response;
