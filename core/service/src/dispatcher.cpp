@@ -16,8 +16,10 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "job_fingerprint.hpp"
 #include "job_ledger.hpp"
@@ -50,7 +52,9 @@ std::vector<std::string> operators_of(const proto::JobRequest& job) {
 class DispatcherService final : public proto::Dispatcher::Service {
  public:
   DispatcherService(const DispatcherOptions& options, std::string token) : options_(options), token_(std::move(token)) {
-    if (!options_.work_dir.empty()) load_journal();
+    if (options_.work_dir.empty()) return;
+    load_journal();
+    journaled_ = decided();
   }
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const proto::WorkerInfo* info, proto::RegisterReply* reply) override {
@@ -204,8 +208,11 @@ class DispatcherService final : public proto::Dispatcher::Service {
       return grpc::Status::OK;
     }
     if (job.request.num_consumers() > 0) return coordinated_split(job, *request, *ledger, able, *reply);
+    // A reader asking is a trainer of the job as its heartbeats are: when it is no longer heard
+    // from, the splits in its hands go back (reclaim_unheard).
+    if (!request->reader().empty()) job.clients[trainer_of(request->reader())] = Clock::now();
     JobLedger::Given given;
-    switch (ledger->next_split(able, given)) {
+    switch (ledger->next_split(able, given, request->reader())) {
       case JobLedger::Next::End: reply->set_kind(proto::SplitReply::END); return grpc::Status::OK;
       case JobLedger::Next::Wait:
         reply->set_kind(proto::SplitReply::WAIT);
@@ -228,6 +235,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
     if (epoch == job->second.epochs.end()) return {grpc::StatusCode::NOT_FOUND, fmt::format("job {} has no epoch {}", report->job_id(), report->epoch())};
     JobLedger& ledger = epoch->second;
     if (job->second.request.num_consumers() > 0) return coordinated_report(job->second, *report, ledger);
+    if (auto refused = check_reporter(job->second, *report, ledger); !refused.ok()) return refused;
     bool changed = false;
     switch (report->outcome()) {
       case proto::SplitReport::DONE:
@@ -320,7 +328,7 @@ class DispatcherService final : public proto::Dispatcher::Service {
       retired |= retire_if_left(job);
       job = next;
     }
-    if (retired) save_journal();
+    if (retired | reclaim_unheard()) save_journal();
     for (auto& [id, known] : workers_)
       if (!alive(known) && !known.reported_lost) {
         known.reported_lost = true;
@@ -355,11 +363,61 @@ class DispatcherService final : public proto::Dispatcher::Service {
     std::map<std::uint64_t, std::map<std::pair<std::uint32_t, std::uint64_t>, Slot>> slots;  // by epoch
     std::map<std::string, std::uint32_t> consumers;  // by trainer
     std::string broken;
+    std::set<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> taken;  // leases taken back (epoch, split, lease)
   };
   // A trainer sends a heartbeat every second: one not heard from for this long has left.
   static constexpr std::chrono::seconds kTrainerTimeout{10};
   std::chrono::milliseconds lost_after() const { return options_.heartbeat * options_.lost_after; }
   bool alive(const Known& known) const { return Clock::now() - known.last_seen <= lost_after(); }
+
+  // The trainer a reader belongs to: its name up to the last '-' (readers are "TRAINER-k").
+  static std::string trainer_of(const std::string& reader) { return reader.substr(0, std::min(reader.rfind('-'), reader.size())); }
+
+  // A report names the reader the split was handed to: another reader's is refused (any local
+  // process holding the token could otherwise end a split it never read), and one of a lease
+  // taken back from its trainer says so, so that the trainer fails instead of losing the split.
+  grpc::Status check_reporter(const Job& job, const proto::SplitReport& report, const JobLedger& ledger) const {
+    if (const JobLedger::Given* held = ledger.holding(report.split(), report.lease())) {
+      if (held->reader.empty() || held->reader == report.reader()) return grpc::Status::OK;
+      return {grpc::StatusCode::PERMISSION_DENIED,
+              fmt::format("split {} of job '{}' was handed to another reader: a reader reports only on the splits handed to it", report.split(),
+                          job.request.job_name())};
+    }
+    if (job.taken.count({report.epoch(), report.split(), report.lease()}))
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              fmt::format("split {} of job '{}' was taken back from this trainer: the dispatcher had not heard from it for {} s and handed "
+                          "the split to another; start the trainer again",
+                          report.split(), job.request.job_name(), kTrainerTimeout.count())};
+    return grpc::Status::OK;  // stale: sent twice, or of a lease given back
+  }
+
+  // Splits in the hands of readers whose trainer is not heard from (it ended without giving them
+  // back, or never was a trainer of the job: a local process asking as a reader) go back, from
+  // where they were handed out, so that the job's trainers are not left waiting for them for
+  // ever. Restored jobs first give their trainers time to be heard from. True when any went.
+  bool reclaim_unheard() {
+    bool any = false;
+    const auto now = Clock::now();
+    for (auto& [id, job] : jobs_) {
+      if (job.request.num_consumers() > 0 || now < job.keep_until) continue;  // (coordinated jobs fail when a consumer leaves)
+      for (auto& [epoch, ledger] : job.epochs) {
+        std::vector<JobLedger::Given> unheard;
+        for (const auto& [split, given] : ledger.in_hand_splits())
+          if (!given.reader.empty() && !job.clients.count(trainer_of(given.reader))) unheard.push_back(given);
+        for (const auto& given : unheard) {
+          ledger.give_back(given.split, given.lease, given.skip);
+          job.taken.insert({epoch, given.split, given.lease});
+          ++job.given_back;
+          any = true;
+          std::fprintf(stderr, "sluice dispatcher: job %llu '%s' epoch %llu: split %llu taken back from reader %s, whose trainer is not "
+                       "heard from: handed out again\n",
+                       static_cast<unsigned long long>(id), job.request.job_name().c_str(), static_cast<unsigned long long>(epoch),
+                       static_cast<unsigned long long>(given.split), given.reader.c_str());
+        }
+      }
+    }
+    return any;
+  }
 
   // A job none of whose trainers is left is over: forgotten, so that a trainer naming it again
   // begins a new one (as tf.data's jobs end when their clients are gone).
@@ -535,6 +593,17 @@ class DispatcherService final : public proto::Dispatcher::Service {
     if (report.consumer_index() >= job.request.num_consumers())
       return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("job '{}' has {} consumers, not {}", job.request.job_name(),
                                                               job.request.num_consumers(), report.consumer_index() + 1)};
+    // Only the consumer's own trainer reports for it (a dispatcher restarted learns which trainer
+    // that is from its next heartbeat: asked again).
+    const auto reporter = job.consumers.find(trainer_of(report.reader()));
+    if (reporter == job.consumers.end())
+      return {grpc::StatusCode::UNAVAILABLE, fmt::format("the dispatcher does not know this trainer as a consumer of job '{}' (yet): ask "
+                                                         "again after its next heartbeat",
+                                                         job.request.job_name())};
+    if (reporter->second != report.consumer_index())
+      return {grpc::StatusCode::PERMISSION_DENIED, fmt::format("this trainer is consumer {} of job '{}', not consumer {}: it reports only "
+                                                               "for its own",
+                                                               reporter->second, job.request.job_name(), report.consumer_index())};
     Job::Slot& slot = held->second;
     auto& said = slot.reports[report.consumer_index()];
     said.set_consumer(report.consumer_index());
@@ -624,10 +693,56 @@ class DispatcherService final : public proto::Dispatcher::Service {
     try {
       write_file_atomically(journal_path(), journal.SerializeAsString());
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "sluice dispatcher: cannot write its journal %s: %s\n", journal_path().c_str(), e.what());
+      // What was decided since the journal was last written is undone: an answer not journaled is
+      // never given (a dispatcher restarted on the journal would hand the same split again).
+      undo_to_journaled();
+      if (!journal_failing_)
+        std::fprintf(stderr, "sluice dispatcher: cannot write its journal %s: %s; answering UNAVAILABLE (callers ask again) until it "
+                     "can: free space or fix the folder\n",
+                     journal_path().c_str(), e.what());
+      journal_failing_ = true;
       return {grpc::StatusCode::UNAVAILABLE, fmt::format("the dispatcher cannot write its journal {}: {}", journal_path().string(), e.what())};
     }
+    if (journal_failing_) std::fprintf(stderr, "sluice dispatcher: its journal %s is written again\n", journal_path().c_str());
+    journal_failing_ = false;
+    journaled_ = decided();
     return grpc::Status::OK;
+  }
+
+  // What the journal keeps (the rest, when workers and trainers were last heard from, is not).
+  struct Decided {
+    std::map<std::uint64_t, Known> workers;
+    std::uint64_t next_id = 1;
+    std::map<std::uint64_t, Job> jobs;
+    std::uint64_t next_job = 1;
+    std::map<std::string, proto::JournalAnswer> answers;
+    std::deque<std::string> answer_order;
+  };
+  Decided decided() const { return {workers_, next_id_, jobs_, next_job_, answers_, answer_order_}; }
+
+  // Back to what the journal says, keeping what was heard since (heartbeats, trainers).
+  void undo_to_journaled() {
+    if (!journaled_) return;
+    Decided was = *journaled_;
+    for (auto& [id, known] : was.workers)
+      if (const auto now = workers_.find(id); now != workers_.end()) {
+        known.last_seen = now->second.last_seen;
+        known.reported_lost = now->second.reported_lost;
+      }
+    for (auto& [id, job] : was.jobs)
+      if (const auto now = jobs_.find(id); now != jobs_.end()) {
+        job.clients = now->second.clients;
+        job.consumers = now->second.consumers;
+        job.keep_until = now->second.keep_until;
+        job.said_unable = now->second.said_unable;
+        job.broken = now->second.broken;
+      }
+    workers_ = std::move(was.workers);
+    next_id_ = was.next_id;
+    jobs_ = std::move(was.jobs);
+    next_job_ = was.next_job;
+    answers_ = std::move(was.answers);
+    answer_order_ = std::move(was.answer_order);
   }
 
   // The journal's bytes; false when there is none. Opened without waiting (a FIFO put in its place
@@ -712,6 +827,8 @@ class DispatcherService final : public proto::Dispatcher::Service {
   std::map<std::string, proto::JournalAnswer> answers_;  // by reader: its last split
   std::map<std::string, std::array<std::uint64_t, 3>> ended_totals_;  // splits handed out, done, given back of jobs that ended, by name
   std::deque<std::string> answer_order_;
+  std::optional<Decided> journaled_;  // as the journal on disk says (with a work folder)
+  bool journal_failing_ = false;
 };
 
 }  // namespace
@@ -725,6 +842,8 @@ struct Dispatcher::Impl {
   std::condition_variable watch_cv;
   bool stopping = false;
   std::thread watch;  // says when a worker is lost
+  bool own_token = false;  // made its own token (kept in a file by its port)
+  std::string token;
 };
 
 Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>()) {
@@ -732,7 +851,10 @@ Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>
   const std::string what = "the dispatcher";
   auto credentials = detail::server_credentials(options.bind, options.security, what);
   const std::string listen = fmt::format("{}:{}", options.bind.find(':') != std::string::npos && options.bind.front() != '[' ? "[" + options.bind + "]" : options.bind, options.port);
-  impl_->service = std::make_unique<DispatcherService>(options, detail::read_token(options.security));
+  // On loopback without a token file, a token of its own (every local user reaches loopback).
+  impl_->own_token = detail::makes_own_token(options.bind, options.security);
+  const std::string token = impl_->own_token ? detail::own_token(options.port) : detail::read_token(options.security);
+  impl_->service = std::make_unique<DispatcherService>(options, token);
   grpc::ServerBuilder builder;
   // A port another process (or another dispatcher of this user) holds is an error, not shared:
   // gRPC's SO_REUSEPORT would let both listen and split the callers between them.
@@ -744,6 +866,17 @@ Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>
     throw ServiceError(fmt::format("{} cannot listen on {}: the address is in use or not this machine's; give another --port or --bind", what, listen));
   if (options.security.insecure && !is_loopback(options.bind))
     std::fprintf(stderr, "sluice dispatcher: --insecure: serving %s without TLS or a token; anyone who reaches it may use it\n", listen.c_str());
+  if (impl_->own_token) {
+    try {
+      detail::keep_own_token(impl_->port, token);
+    } catch (const ServiceError&) {
+      impl_->server->Shutdown();
+      throw;
+    }
+    impl_->token = token;
+    std::fprintf(stderr, "sluice dispatcher: its token is in %s, readable by you only: your workers and trainers on this machine use it "
+                 "by themselves (others need --token-file)\n", detail::own_token_path(impl_->port).c_str());
+  }
   impl_->watch = std::thread([impl = impl_.get()] {
     std::unique_lock lock(impl->watch_mutex);
     while (!impl->watch_cv.wait_for(lock, impl->options.heartbeat, [&] { return impl->stopping; })) impl->service->report_lost();
@@ -772,12 +905,15 @@ void Dispatcher::shutdown() {
 void Dispatcher::wait() {
   impl_->server->Wait();
   if (impl_->watch.joinable()) impl_->watch.join();
+  // Without a journal nothing continues after it: its token goes too. With one, a dispatcher
+  // restarted on the port keeps it, and its workers and trainers are not refused.
+  if (!impl_->token.empty() && impl_->options.work_dir.empty()) detail::forget_own_token(impl_->port, impl_->token);
 }
 
 std::vector<WorkerStatus> list_workers(const std::string& dispatcher, const Security& security) {
   const std::string target = grpc_target(dispatcher);
   auto stub = proto::Dispatcher::NewStub(detail::client_channel(target, security));
-  auto context = detail::client_context(detail::read_token(security), std::chrono::seconds(10));
+  auto context = detail::client_context(detail::client_token(target, security), std::chrono::seconds(10));
   proto::WorkerList reply;
   const grpc::Status status = stub->ListWorkers(context.get(), proto::ListWorkersRequest{}, &reply);
   if (!status.ok()) throw ServiceError(fmt::format("the dispatcher at {} did not answer: {}", target, detail::status_text(status)));

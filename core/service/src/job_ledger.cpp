@@ -15,7 +15,7 @@ std::map<std::uint64_t, std::size_t> JobLedger::load() const {
   return out;
 }
 
-JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Given& out) {
+JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Given& out, const std::string& reader) {
   if (finished()) return Next::End;
   std::optional<std::uint64_t> split, skip;
   if (!given_back_.empty()) {
@@ -29,7 +29,7 @@ JobLedger::Next JobLedger::next_split(const std::vector<std::uint64_t>& able, Gi
   const std::uint64_t worker = choose_worker(*split, able);
   if (!given_back_.empty() && given_back_.begin()->first == *split) given_back_.erase(given_back_.begin());
   else ++next_new_;
-  out = {*split, *skip, worker, next_lease_++};
+  out = {*split, *skip, worker, next_lease_++, reader};
   in_hand_[*split] = out;
   return Next::Split;
 }
@@ -73,9 +73,11 @@ std::size_t JobLedger::done_count() const {
   return static_cast<std::size_t>(handed) - in_hand_.size() - given_back_.size();
 }
 
-bool JobLedger::holds(std::uint64_t split, std::uint64_t lease) const {
+bool JobLedger::holds(std::uint64_t split, std::uint64_t lease) const { return holding(split, lease) != nullptr; }
+
+const JobLedger::Given* JobLedger::holding(std::uint64_t split, std::uint64_t lease) const {
   const auto it = in_hand_.find(split);
-  return it != in_hand_.end() && it->second.lease == lease;
+  return it != in_hand_.end() && it->second.lease == lease ? &it->second : nullptr;
 }
 
 bool JobLedger::done(std::uint64_t split, std::uint64_t lease) {
@@ -113,6 +115,7 @@ void JobLedger::save(proto::LedgerState& out) const {
     s->set_skip(given.skip);
     s->set_worker(given.worker);
     s->set_lease(given.lease);
+    s->set_reader(given.reader);
   }
   for (const auto& [split, skip] : given_back_) {
     auto* s = out.add_given_back();
@@ -129,7 +132,7 @@ JobLedger JobLedger::restore(const proto::LedgerState& state) {
   ledger.next_lease_ = std::max<std::uint64_t>(state.next_lease(), 1);
   ledger.turn_ = static_cast<std::size_t>(state.turn());
   ledger.end_ = state.has_end() ? std::optional<std::uint64_t>(state.end()) : std::nullopt;
-  for (const auto& s : state.in_hand()) ledger.in_hand_[s.split()] = {s.split(), s.skip(), s.worker(), s.lease()};
+  for (const auto& s : state.in_hand()) ledger.in_hand_[s.split()] = {s.split(), s.skip(), s.worker(), s.lease(), s.reader()};
   for (const auto& s : state.given_back()) ledger.given_back_[s.split()] = s.skip();
   return ledger;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace sluice::service {
@@ -26,6 +27,7 @@ class JobLedger {
     std::uint64_t skip = 0;    // elements of it already delivered: the worker starts after them
     std::uint64_t worker = 0;  // who makes it
     std::uint64_t lease = 0;   // this handing out: reports of an earlier one are ignored
+    std::string reader;        // who it was handed to: only that reader reports on it
   };
   enum class Next { Split, Wait, End };
 
@@ -38,7 +40,11 @@ class JobLedger {
   // (none past the epoch's end once known), made by its preferred worker or the able worker with
   // the fewest splits in hand (`able` lists them; none: Wait). Wait: every split left is in
   // another trainer's hands.
-  Next next_split(const std::vector<std::uint64_t>& able, Given& out);
+  Next next_split(const std::vector<std::uint64_t>& able, Given& out, const std::string& reader = {});
+  // The split in hand under `lease`, or null.
+  const Given* holding(std::uint64_t split, std::uint64_t lease) const;
+  // The splits in hand, by split.
+  const std::map<std::uint64_t, Given>& in_hand_splits() const { return in_hand_; }
   // The reports of a trainer about the split it was given with `lease`; false (nothing changed)
   // for a lease that is no longer the split's (a report sent twice, or a stale one).
   // Delivered whole:

@@ -3,12 +3,16 @@
 #include <fmt/format.h>
 #include <grpc/support/log.h>
 
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <mutex>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -61,6 +65,118 @@ std::string read_token(const Security& security) {
   return token;
 }
 
+namespace {
+
+// Where a user's dispatchers keep their own tokens: SLUICE_RUNTIME_DIR, else the session's
+// runtime folder ($XDG_RUNTIME_DIR/sluice), else ~/.sluice/run; made private to the user.
+std::filesystem::path own_token_folder() {
+  std::filesystem::path folder;
+  if (const char* set = std::getenv("SLUICE_RUNTIME_DIR"); set && *set) folder = set;
+  else if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime && *runtime) folder = std::filesystem::path(runtime) / "sluice";
+  else if (const char* home = std::getenv("HOME"); home && *home) folder = std::filesystem::path(home) / ".sluice" / "run";
+  else throw ServiceError("the dispatcher has no folder to keep its token in: set SLUICE_RUNTIME_DIR (or HOME), or give it --token-file");
+  return folder;
+}
+
+// The token in `path` when it is a regular file of this user that no one else can read.
+std::optional<std::string> read_private_token(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::string token;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0 && st.st_size < 4096) {
+    char block[4096];
+    const ssize_t got = ::read(fd, block, sizeof block);
+    if (got > 0) token.assign(block, static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  while (!token.empty() && (token.back() == '\n' || token.back() == ' ')) token.pop_back();
+  if (token.size() != 64 || token.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+  return token;
+}
+
+// The folder, made if missing; refused when it is not this user's alone (a token put there by
+// another could be read or replaced).
+void make_private_folder(const std::filesystem::path& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  struct stat st {};
+  if (::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ServiceError(fmt::format("the dispatcher cannot keep its token in {}: {}; set SLUICE_RUNTIME_DIR to a folder of yours, or give "
+                                   "it --token-file",
+                                   folder.string(), ec ? ec.message() : "not a folder"));
+  if (st.st_uid != ::geteuid())
+    throw ServiceError(fmt::format("the folder {} where the dispatcher keeps its token belongs to another user: set SLUICE_RUNTIME_DIR "
+                                   "to a folder of yours, or give it --token-file",
+                                   folder.string()));
+  if ((st.st_mode & 077) != 0) ::chmod(folder.c_str(), 0700);
+}
+
+std::string random_token() {
+  unsigned char bytes[32];
+  for (std::size_t got = 0; got < sizeof bytes;) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ServiceError(fmt::format("the dispatcher cannot draw its token: {}", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
+  std::string hex;
+  for (const unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+}  // namespace
+
+std::filesystem::path own_token_path(int port) { return own_token_folder() / fmt::format("dispatcher-{}.token", port); }
+
+bool makes_own_token(const std::string& bind, const Security& security) {
+  return security.token_file.empty() && !security.insecure && is_loopback(bind);
+}
+
+std::string own_token(int port) {
+  if (port > 0)
+    if (auto kept = read_private_token(own_token_path(port))) return *kept;
+  return random_token();
+}
+
+void keep_own_token(int port, const std::string& token) {
+  const auto path = own_token_path(port);
+  if (read_private_token(path) == token) return;
+  make_private_folder(path.parent_path());
+  std::string temporary = path.string() + ".XXXXXX";
+  const int fd = ::mkstemp(temporary.data());  // 0600, a name of its own
+  if (fd < 0) throw ServiceError(fmt::format("the dispatcher cannot write its token into {}: {}", path.parent_path().string(), std::strerror(errno)));
+  const std::string line = token + "\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    throw ServiceError(fmt::format("the dispatcher cannot write its token file {}: {}", path.string(), why));
+  }
+}
+
+void forget_own_token(int port, const std::string& token) {
+  try {
+    const auto path = own_token_path(port);
+    if (read_private_token(path) == token) ::unlink(path.c_str());
+  } catch (const ServiceError&) {
+  }
+}
+
+std::string client_token(const std::string& target, const Security& security) {
+  if (!security.token_file.empty()) return read_token(security);
+  const auto colon = target.rfind(':');
+  std::string host = target.substr(0, colon == std::string::npos ? 0 : colon);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (colon == std::string::npos || !is_loopback(host)) return {};
+  try {
+    return read_private_token(own_token_path(std::stoi(target.substr(colon + 1)))).value_or("");
+  } catch (const std::exception&) {
+    return {};  // no folder to look in, or no port: none (the dispatcher says what it wants)
+  }
+}
+
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what) {
   quiet_grpc_logging();
   const bool tls = !security.tls_cert.empty() || !security.tls_key.empty();
@@ -81,7 +197,9 @@ grpc::Status check_token(const grpc::ServerContext& context, const std::string& 
   const auto& metadata = context.client_metadata();
   const auto given = metadata.find("authorization");
   if (given == metadata.end())
-    return {grpc::StatusCode::UNAUTHENTICATED, "this server wants the shared token: give the client --token-file"};
+    return {grpc::StatusCode::UNAUTHENTICATED,
+            "this server wants the service's token: the dispatcher's user finds it on the dispatcher's machine by itself (a dispatcher "
+            "on loopback keeps its own, readable by that user only); otherwise give the client --token-file"};
   const std::string want = "Bearer " + token;
   const std::string_view have(given->second.data(), given->second.size());
   // The same time whatever the mismatch, so that the token cannot be guessed byte by byte.

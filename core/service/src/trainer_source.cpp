@@ -211,7 +211,7 @@ class ServiceSource final : public Source {
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
     counters_ = dynamic_cast<HostStageCounters*>(info.counters);
     target_ = grpc_target(service_);
-    token_ = detail::read_token(security_);
+    token_ = detail::client_token(target_, security_);
     dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
   }
   void begin_pass(std::uint64_t pass) override {
@@ -264,10 +264,12 @@ class ServiceSource final : public Source {
     grpc::ByteBuffer message;
     ReceivedElement element;
     std::string what;  // its messages, as a damaged one is named
+    std::string reader_name;  // the reader it was handed to: its report names it
   };
   static constexpr std::size_t kMostReady = 256;
   static constexpr std::size_t kMostReadyInLane = 64;
   static constexpr int kMostFailures = 4;
+  static constexpr std::chrono::seconds kDispatcherWait{30};  // how long a dispatcher may not answer (README: "The service")
 
   // Coordinated reads (num_consumers): the job's consumers read the same splits in the same
   // order, `lanes` at a time; each split's elements are dealt in turn, so the lane's k-th round
@@ -347,6 +349,7 @@ class ServiceSource final : public Source {
           if (reply.consumer_next_size() > static_cast<int>(me)) next = std::max(next, reply.consumer_next(static_cast<int>(me)));
           next = std::max(next, reply.skip());
           Stream stream;
+          stream.reader_name = fmt::format("{}-lane{}", reader_prefix_, lane);
           if (!open_stream(reply, produce, stream)) throw LaneEnded{};  // stopping
           stream.received = stream.skip = next;
           while (read_element(stream)) {
@@ -486,8 +489,11 @@ class ServiceSource final : public Source {
 
   template <class Call>
   void ask_dispatcher(const char* what, Call&& call) {
-    // A dispatcher being restarted answers UNAVAILABLE for a moment: tried again for 30 s.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // A dispatcher being restarted (or unable to write its journal) answers UNAVAILABLE for a
+    // while: tried again for 30 s, saying so every 5 s.
+    const auto began = std::chrono::steady_clock::now();
+    const auto give_up = began + kDispatcherWait;
+    auto say_at = began + std::chrono::seconds(5);
     for (;;) {
       auto context = detail::client_context(token_, std::chrono::seconds(10));
       // Waits for the connection (up to the deadline) rather than failing at once while the
@@ -497,8 +503,16 @@ class ServiceSource final : public Source {
       const grpc::Status status = call(*context);
       if (status.ok()) return;
       const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-      if (!unreachable || std::chrono::steady_clock::now() > give_up)
-        throw Error(fmt::format("the service's dispatcher at {} did not {}: {}", target_, what, detail::status_text(status)));
+      const auto now = std::chrono::steady_clock::now();
+      if (!unreachable || now > give_up)
+        throw Error(fmt::format("the service's dispatcher at {} did not {}{}: {}", target_, what,
+                                unreachable ? fmt::format(" in {} s", kDispatcherWait.count()) : "", detail::status_text(status)));
+      if (now >= say_at) {
+        std::fprintf(stderr, "sluice: job '%s': waiting for the service's dispatcher at %s to %s (%lld s of %lld): %s\n", job_.job_name().c_str(),
+                     target_.c_str(), what, static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - began).count()),
+                     static_cast<long long>(kDispatcherWait.count()), detail::status_text(status).c_str());
+        say_at = now + std::chrono::seconds(5);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
@@ -551,6 +565,7 @@ class ServiceSource final : public Source {
     proto::SplitReply reply;
     if (!ask_for_split(request, &sequence, reply)) return false;
     stream = Stream{};
+    stream.reader_name = reader;
     return open_stream(reply, proto::ProduceRequest{}, stream);
   }
   // Asks the dispatcher until it hands out a split (true) or says the epoch is over (false);
@@ -619,6 +634,7 @@ class ServiceSource final : public Source {
     report.set_received(stream.received);
     report.set_worker_id(stream.worker_id);
     report.set_lease(stream.lease);
+    report.set_reader(stream.reader_name);
     report.set_consumer_index(static_cast<std::uint32_t>(std::max(job_.consumer_index(), 0)));
     if (status.ok()) {
       const auto& trailer = stream.context->GetServerTrailingMetadata();

@@ -108,8 +108,9 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
 
 class WorkerService final : public proto::Worker::Service {
  public:
-  WorkerService(std::string token, Registry* registry, std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of)
-      : token_(std::move(token)), registry_(registry), job_of_(std::move(job_of)) {}
+  WorkerService(const detail::TokenHolder& token, Registry* registry,
+                std::function<std::optional<proto::JobRequest>(std::uint64_t, std::uint64_t, std::string&)> job_of)
+      : token_(token), registry_(registry), job_of_(std::move(job_of)) {}
   ~WorkerService() override {
     std::lock_guard lock(dealt_mutex_);
     for (auto& [key, dealt] : dealt_) {
@@ -128,7 +129,7 @@ class WorkerService final : public proto::Worker::Service {
   std::atomic<std::uint64_t> elements_sent{0}, bytes_sent{0}, bytes_raw{0};
   std::atomic<std::uint64_t> splits_local{0};  // read through the Unix socket
   grpc::Status Ping(grpc::ServerContext* context, const proto::PingRequest*, proto::PingReply* reply) override {
-    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    if (auto denied = token_.check(*context); !denied.ok()) return denied;
     reply->set_worker_id(id.load());
     return grpc::Status::OK;
   }
@@ -136,7 +137,7 @@ class WorkerService final : public proto::Worker::Service {
   // Runs the split's pipeline and streams its elements from `skip` on. The same split made again
   // (on this worker or another) gives the same elements: the run has the job's seed and epoch.
   grpc::Status ProduceSplit(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) override {
-    if (auto denied = detail::check_token(*context, token_); !denied.ok()) return denied;
+    if (auto denied = token_.check(*context); !denied.ok()) return denied;
     ++splits_active;
     if (context->peer().rfind("unix:", 0) == 0) ++splits_local;
     const grpc::Status status = make_split(context, request, out);
@@ -395,7 +396,7 @@ class WorkerService final : public proto::Worker::Service {
   }
 
  private:
-  const std::string token_;
+  const detail::TokenHolder& token_;
   Registry* registry_;
   std::mutex dealt_mutex_;
   std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>, std::shared_ptr<Dealt>> dealt_;  // by job, epoch, split, lease
@@ -407,7 +408,9 @@ class WorkerService final : public proto::Worker::Service {
 
 struct Worker::Impl {
   WorkerOptions options;
-  std::string token, address, dispatcher_target;
+  detail::TokenHolder token;  // the dispatcher's: checked on trainers' calls, sent with its own
+  std::string address, dispatcher_target;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<proto::Dispatcher::Stub> dispatcher;
@@ -421,7 +424,7 @@ struct Worker::Impl {
       std::lock_guard lock(jobs_mutex);
       if (auto it = jobs.find(job_id); it != jobs.end() && detail::job_fingerprint(it->second) == fingerprint) return it->second;
     }
-    auto context = detail::client_context(token, std::chrono::seconds(10));
+    auto context = detail::client_context(token.get(), std::chrono::seconds(10));
     proto::GetJobRequest request;
     request.set_job_id(job_id);
     proto::JobRequest job;
@@ -459,13 +462,16 @@ struct Worker::Impl {
   }
   // One try; false (with `why`) when the dispatcher did not answer.
   bool register_once(std::string& why, std::chrono::milliseconds& heartbeat_every) {
-    auto context = detail::client_context(token, std::chrono::seconds(5));
+    auto context = detail::client_context(token.get(), std::chrono::seconds(5));
     proto::RegisterReply reply;
     const grpc::Status status = dispatcher->RegisterWorker(context.get(), info(), &reply);
     if (!status.ok()) {
       why = detail::status_text(status);
       // Refused (not merely unreachable): trying again would not help.
-      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED || status.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+      // (A dispatcher on loopback that has just started may not have written its token yet.)
+      const bool token_not_yet = status.error_code() == grpc::StatusCode::UNAUTHENTICATED && options.security.token_file.empty() &&
+                                 std::chrono::steady_clock::now() < started + std::chrono::seconds(3);
+      if ((status.error_code() == grpc::StatusCode::UNAUTHENTICATED && !token_not_yet) || status.error_code() == grpc::StatusCode::PERMISSION_DENIED)
         throw ServiceError(fmt::format("the dispatcher at {} refused this worker: {}", dispatcher_target, why));
       return false;
     }
@@ -479,7 +485,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
   w.options = options;
   w.dispatcher_target = grpc_target(options.dispatcher);
-  w.token = detail::read_token(options.security);
+  if (!options.security.token_file.empty()) w.token.set(detail::read_token(options.security));
   auto credentials = detail::server_credentials(options.bind, options.security, "the worker");
   const std::string listen = fmt::format("{}:{}", options.bind, options.port);
   if (options.registry) add_stream_sink(*options.registry);
@@ -519,7 +525,10 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   std::string why;
   const auto give_up = std::chrono::steady_clock::now() + options.wait_for_dispatcher;
   bool said = false;
-  while (!w.register_once(why, every)) {
+  for (;;) {
+    // The token of a dispatcher on loopback is read from where it keeps it: it may start later.
+    if (options.security.token_file.empty()) w.token.set(detail::client_token(w.dispatcher_target, options.security));
+    if (w.register_once(why, every)) break;
     if (std::chrono::steady_clock::now() >= give_up) {
       w.server->Shutdown();
       throw ServiceError(fmt::format("the dispatcher at {} did not answer for {} s ({}): is it started, and is the address right?",
@@ -536,7 +545,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
     bool unreachable = false;
     while (!w.cv.wait_for(lock, every, [&] { return w.stopping; })) {
       lock.unlock();
-      auto context = detail::client_context(w.token, every * 4);
+      auto context = detail::client_context(w.token.get(), every * 4);
       proto::HeartbeatRequest request;
       request.set_worker_id(w.service->id.load());
       proto::HeartbeatReply reply;
