@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "pipeline_runner.hpp"
+
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/service/service.hpp"
@@ -247,6 +249,49 @@ class TestServicePeers : public QObject {
     const grpc::Status late = intruder.report_done(job, stolen, "intruder-0");
     QVERIFY2(late.error_code() == grpc::StatusCode::FAILED_PRECONDITION, code_of(late).c_str());
     QVERIFY(late.error_message().find("taken back from this trainer") != std::string::npos);
+  }
+
+  // A message of hundreds of megabytes from a local process does not grow the dispatcher: without
+  // the token it is refused before its body is read; with it, the dispatcher's connections are held
+  // to a bounded memory (gRPC reads a whole message before it checks its size).
+  void a_huge_message_does_not_grow_the_dispatcher() {
+    QProcess dispatcher;
+    dispatcher.setProcessChannelMode(QProcess::MergedChannels);
+    dispatcher.start(SLUICE_CLI, {"dispatcher", "--port", "0"});
+    QString said;
+    QRegularExpressionMatch listening;
+    for (int i = 0; i < 200 && !listening.hasMatch(); ++i) {
+      dispatcher.waitForReadyRead(100);
+      said += QString::fromUtf8(dispatcher.readAll());
+      listening = QRegularExpression("listening on \\S+:(\\d+)").match(said);
+    }
+    QVERIFY2(listening.hasMatch(), qPrintable(said));
+    const int port = listening.captured(1).toInt();
+    auto peak_kb = [&] {
+      QFile status(QString("/proc/%1/status").arg(dispatcher.processId()));
+      status.open(QIODevice::ReadOnly);
+      const auto m = QRegularExpression("VmHWM:\\s+(\\d+)").match(QString::fromUtf8(status.readAll()));
+      return m.captured(1).toLongLong();
+    };
+    const long long before = peak_kb();
+    proto::JobRequest huge;
+    huge.set_job_name("huge");
+    huge.mutable_pipeline()->assign(std::size_t{300} << 20, 'x');
+    proto::JobReply reply;
+    const Caller stranger(port, "");
+    const grpc::Status refused = stranger.stub->GetOrCreateJob(stranger.context().get(), huge, &reply);
+    QVERIFY2(refused.error_code() == grpc::StatusCode::UNAUTHENTICATED, code_of(refused).c_str());
+    const long long after_stranger = peak_kb();
+    const Caller owner(port, sluice::service::detail::client_token("127.0.0.1:" + std::to_string(port), {}));
+    const grpc::Status bounded = owner.stub->GetOrCreateJob(owner.context().get(), huge, &reply);
+    QVERIFY2(!bounded.ok(), code_of(bounded).c_str());
+    const long long after_owner = peak_kb();
+    dispatcher.terminate();
+    dispatcher.waitForFinished(10000);
+    qInfo("dispatcher's peak: %lld kB at start, %lld after 300 MB without the token, %lld after 300 MB with it", before, after_stranger,
+          after_owner);
+    QVERIFY2(after_stranger - before < 16 * 1024, "a call without the token has its body read");
+    QVERIFY2(after_owner - before < 128 * 1024, "a message with the token is buffered whole");
   }
 
   // A split handed out while the journal cannot be written is not answered, and asking again

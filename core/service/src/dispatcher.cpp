@@ -25,6 +25,7 @@
 #include "job_ledger.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
+#include <grpcpp/resource_quota.h>
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/core/spec.hpp"
 
@@ -833,6 +834,9 @@ class DispatcherService final : public proto::Dispatcher::Service {
 
 }  // namespace
 
+// What the dispatcher's connections may hold in all (its messages are pipeline texts and splits).
+constexpr std::size_t kDispatcherMemory = 64u << 20;
+
 struct Dispatcher::Impl {
   DispatcherOptions options;
   std::unique_ptr<DispatcherService> service;
@@ -849,16 +853,24 @@ struct Dispatcher::Impl {
 Dispatcher::Dispatcher(DispatcherOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   const std::string what = "the dispatcher";
-  auto credentials = detail::server_credentials(options.bind, options.security, what);
-  const std::string listen = fmt::format("{}:{}", options.bind.find(':') != std::string::npos && options.bind.front() != '[' ? "[" + options.bind + "]" : options.bind, options.port);
   // On loopback without a token file, a token of its own (every local user reaches loopback).
   impl_->own_token = detail::makes_own_token(options.bind, options.security);
   const std::string token = impl_->own_token ? detail::own_token(options.port) : detail::read_token(options.security);
+  auto checked = std::make_shared<detail::TokenHolder>();
+  checked->set(token);
+  auto credentials = detail::server_credentials(options.bind, options.security, what, checked);
+  const std::string listen = fmt::format("{}:{}", options.bind.find(':') != std::string::npos && options.bind.front() != '[' ? "[" + options.bind + "]" : options.bind, options.port);
   impl_->service = std::make_unique<DispatcherService>(options, token);
   grpc::ServerBuilder builder;
   // A port another process (or another dispatcher of this user) holds is an error, not shared:
   // gRPC's SO_REUSEPORT would let both listen and split the callers between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC reads a whole message before it checks the message's size (4 MiB here): a local client
+  // sending 1 GB grew the dispatcher by 1 GB, kept. Its messages are small: the memory its
+  // connections may take is bounded, and a connection past it is closed.
+  grpc::ResourceQuota quota("sluice-dispatcher");
+  quota.Resize(kDispatcherMemory);
+  builder.SetResourceQuota(quota);
   builder.AddListeningPort(listen, credentials, &impl_->port);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();

@@ -177,7 +177,27 @@ std::string client_token(const std::string& target, const Security& security) {
   }
 }
 
-std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what) {
+namespace {
+
+// Runs when a call's metadata has arrived, before the server asks for its message: a refused call
+// never has its body read (HTTP/2 flow control then holds the sender to a few kilobytes).
+class TokenCheck final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenCheck(std::shared_ptr<const TokenHolder> token) : token_(std::move(token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata*, OutputMetadata*) override {
+    const auto given = metadata.find("authorization");
+    return token_->check(given == metadata.end() ? nullptr : &given->second);
+  }
+
+ private:
+  std::shared_ptr<const TokenHolder> token_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what,
+                                                            std::shared_ptr<const TokenHolder> token) {
   quiet_grpc_logging();
   const bool tls = !security.tls_cert.empty() || !security.tls_key.empty();
   if (tls && (security.tls_cert.empty() || security.tls_key.empty()))
@@ -186,22 +206,35 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& b
     throw ServiceError(fmt::format("{} would listen on {}, which other machines reach: give it --tls-cert, --tls-key and --token-file "
                                    "(every client then needs the token), or say --insecure to serve without them",
                                    what, bind));
-  if (!tls) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({read_file(security.tls_key, "the TLS key"), read_file(security.tls_cert, "the TLS certificate")});
-  return grpc::SslServerCredentials(options);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (tls) {
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back({read_file(security.tls_key, "the TLS key"), read_file(security.tls_cert, "the TLS certificate")});
+    credentials = grpc::SslServerCredentials(options);
+  } else if (is_loopback(bind) && !security.insecure) {
+    // Plain TCP as before (clients need nothing else), but credentials that take a processor.
+    credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+  } else {
+    return grpc::InsecureServerCredentials();  // --insecure off loopback: no token either
+  }
+  credentials->SetAuthMetadataProcessor(std::make_shared<TokenCheck>(std::move(token)));
+  return credentials;
 }
 
 grpc::Status check_token(const grpc::ServerContext& context, const std::string& token) {
-  if (token.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   const auto given = metadata.find("authorization");
-  if (given == metadata.end())
+  return check_authorization(given == metadata.end() ? nullptr : &given->second, token);
+}
+
+grpc::Status check_authorization(const grpc::string_ref* given, const std::string& token) {
+  if (token.empty()) return grpc::Status::OK;
+  if (!given)
     return {grpc::StatusCode::UNAUTHENTICATED,
             "this server wants the service's token: the dispatcher's user finds it on the dispatcher's machine by itself (a dispatcher "
             "on loopback keeps its own, readable by that user only); otherwise give the client --token-file"};
   const std::string want = "Bearer " + token;
-  const std::string_view have(given->second.data(), given->second.size());
+  const std::string_view have(given->data(), given->size());
   // The same time whatever the mismatch, so that the token cannot be guessed byte by byte.
   unsigned char differ = have.size() != want.size();
   for (std::size_t i = 0; i < want.size(); ++i) differ |= static_cast<unsigned char>(want[i] ^ (i < have.size() ? have[i] : 0));

@@ -12,10 +12,15 @@
 
 namespace sluice::service::detail {
 
+class TokenHolder;
+
 // The credentials a server listening on `bind` uses; throws ServiceError when off loopback
 // without TLS and a token (and without `insecure`), or when a file cannot be read. `what` names
-// the process in messages ("the dispatcher").
-std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what);
+// the process in messages ("the dispatcher"). Unless it serves --insecure, a call without the
+// token `token` holds is refused as soon as its metadata arrives, before its message is read
+// (gRPC reads a whole message, of any size, before a handler sees it).
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& bind, const Security& security, const std::string& what,
+                                                            std::shared_ptr<const TokenHolder> token);
 
 // Leaves gRPC's own log lines out of the output (Sluice says what failed, in words), unless the
 // user set GRPC_VERBOSITY. Called before the first server or channel is made.
@@ -43,6 +48,8 @@ std::string client_token(const std::string& target, const Security& security);
 
 // OK when `context` carries `token` (or none is wanted), else UNAUTHENTICATED saying what to give.
 grpc::Status check_token(const grpc::ServerContext& context, const std::string& token);
+// The same for a call's "authorization" value (null: none given).
+grpc::Status check_authorization(const grpc::string_ref* given, const std::string& token);
 
 // The token a worker checks and sends, known once it has reached its dispatcher (a dispatcher on
 // loopback writes its own when it starts, maybe after its workers): until then, calls are refused.
@@ -62,6 +69,11 @@ class TokenHolder {
     std::lock_guard lock(mutex_);
     if (!known_) return {grpc::StatusCode::UNAVAILABLE, "this worker has not reached its dispatcher yet: ask again soon"};
     return check_token(context, token_);
+  }
+  grpc::Status check(const grpc::string_ref* authorization) const {
+    std::lock_guard lock(mutex_);
+    if (!known_) return {grpc::StatusCode::UNAVAILABLE, "this worker has not reached its dispatcher yet: ask again soon"};
+    return check_authorization(authorization, token_);
   }
 
  private:

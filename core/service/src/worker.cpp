@@ -408,7 +408,7 @@ class WorkerService final : public proto::Worker::Service {
 
 struct Worker::Impl {
   WorkerOptions options;
-  detail::TokenHolder token;  // the dispatcher's: checked on trainers' calls, sent with its own
+  std::shared_ptr<detail::TokenHolder> token = std::make_shared<detail::TokenHolder>();  // the dispatcher's: checked on trainers' calls, sent with its own
   std::string address, dispatcher_target;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::unique_ptr<WorkerService> service;
@@ -424,7 +424,7 @@ struct Worker::Impl {
       std::lock_guard lock(jobs_mutex);
       if (auto it = jobs.find(job_id); it != jobs.end() && detail::job_fingerprint(it->second) == fingerprint) return it->second;
     }
-    auto context = detail::client_context(token.get(), std::chrono::seconds(10));
+    auto context = detail::client_context(token->get(), std::chrono::seconds(10));
     proto::GetJobRequest request;
     request.set_job_id(job_id);
     proto::JobRequest job;
@@ -462,7 +462,7 @@ struct Worker::Impl {
   }
   // One try; false (with `why`) when the dispatcher did not answer.
   bool register_once(std::string& why, std::chrono::milliseconds& heartbeat_every) {
-    auto context = detail::client_context(token.get(), std::chrono::seconds(5));
+    auto context = detail::client_context(token->get(), std::chrono::seconds(5));
     proto::RegisterReply reply;
     const grpc::Status status = dispatcher->RegisterWorker(context.get(), info(), &reply);
     if (!status.ok()) {
@@ -485,11 +485,11 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
   w.options = options;
   w.dispatcher_target = grpc_target(options.dispatcher);
-  if (!options.security.token_file.empty()) w.token.set(detail::read_token(options.security));
-  auto credentials = detail::server_credentials(options.bind, options.security, "the worker");
+  if (!options.security.token_file.empty()) w.token->set(detail::read_token(options.security));
+  auto credentials = detail::server_credentials(options.bind, options.security, "the worker", w.token);
   const std::string listen = fmt::format("{}:{}", options.bind, options.port);
   if (options.registry) add_stream_sink(*options.registry);
-  w.service = std::make_unique<WorkerService>(w.token, options.registry,
+  w.service = std::make_unique<WorkerService>(*w.token, options.registry,
                                               [&w](std::uint64_t job, std::uint64_t fingerprint, std::string& why) { return w.job_of(job, fingerprint, why); });
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port held elsewhere is an error, not shared (dispatcher.cpp)
@@ -527,7 +527,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   bool said = false;
   for (;;) {
     // The token of a dispatcher on loopback is read from where it keeps it: it may start later.
-    if (options.security.token_file.empty()) w.token.set(detail::client_token(w.dispatcher_target, options.security));
+    if (options.security.token_file.empty()) w.token->set(detail::client_token(w.dispatcher_target, options.security));
     if (w.register_once(why, every)) break;
     if (std::chrono::steady_clock::now() >= give_up) {
       w.server->Shutdown();
@@ -545,7 +545,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
     bool unreachable = false;
     while (!w.cv.wait_for(lock, every, [&] { return w.stopping; })) {
       lock.unlock();
-      auto context = detail::client_context(w.token.get(), every * 4);
+      auto context = detail::client_context(w.token->get(), every * 4);
       proto::HeartbeatRequest request;
       request.set_worker_id(w.service->id.load());
       proto::HeartbeatReply reply;
