@@ -95,6 +95,44 @@ struct Caller {
   }
 };
 
+// A coordinated job read by trainers "C0" and "C1" (consumers 0 and 1, one lane), a worker
+// registered, and its first split as consumer 1 asked for it.
+bool coordinated_split(const Caller& caller, std::uint64_t& job, proto::SplitReply& given) {
+  if (!caller.register_worker("127.0.0.1:1").ok()) return false;
+  for (int consumer = 0; consumer < 2; ++consumer) {
+    proto::JobRequest request;
+    request.set_job_name("coordinated");
+    request.set_pipeline(kPipeline);
+    request.set_split_size(10);
+    request.set_num_consumers(2);
+    request.set_lanes(1);
+    request.set_consumer_index(consumer);
+    request.set_client("C" + std::to_string(consumer));
+    proto::JobReply reply;
+    if (!caller.stub->GetOrCreateJob(caller.context().get(), request, &reply).ok()) return false;
+    job = reply.job_id();
+  }
+  proto::SplitRequest request;
+  request.set_job_id(job);
+  request.set_consumer_index(1);
+  return caller.stub->GetSplit(caller.context().get(), request, &given).ok() && given.kind() == proto::SplitReply::SPLIT;
+}
+
+// Consumer `consumer`'s report of `given` (by its own trainer), `next` the position it needs next.
+proto::SplitReport coordinated_report(std::uint64_t job, const proto::SplitReply& given, std::uint32_t consumer, proto::SplitReport::Outcome outcome,
+                                      std::uint64_t next) {
+  proto::SplitReport report;
+  report.set_job_id(job);
+  report.set_split(given.split());
+  report.set_lease(given.lease());
+  report.set_worker_id(given.worker_id());
+  report.set_outcome(outcome);
+  report.set_received(next);
+  report.set_consumer_index(consumer);
+  report.set_reader("C" + std::to_string(consumer) + "-lane0");
+  return report;
+}
+
 std::string code_of(const grpc::Status& status) { return std::to_string(static_cast<int>(status.error_code())) + " " + status.error_message(); }
 
 }  // namespace
@@ -176,41 +214,45 @@ class TestServicePeers : public QObject {
   // Coordinated reads: a trainer reports only as the consumer it took.
   void a_coordinated_trainer_reports_only_as_its_own_consumer() {
     Dispatcher dispatcher(DispatcherOptions{});
-    const std::string token = sluice::service::detail::client_token("127.0.0.1:" + std::to_string(dispatcher.port()), {});
-    const Caller caller(dispatcher.port(), token);
-    QVERIFY(caller.register_worker("127.0.0.1:1").ok());
+    const Caller caller(dispatcher.port(), sluice::service::detail::client_token("127.0.0.1:" + std::to_string(dispatcher.port()), {}));
     std::uint64_t job = 0;
-    for (int consumer = 0; consumer < 2; ++consumer) {
-      proto::JobRequest request;
-      request.set_job_name("coordinated");
-      request.set_pipeline(kPipeline);
-      request.set_split_size(10);
-      request.set_num_consumers(2);
-      request.set_lanes(1);
-      request.set_consumer_index(consumer);
-      request.set_client("C" + std::to_string(consumer));
-      proto::JobReply reply;
-      QVERIFY(caller.stub->GetOrCreateJob(caller.context().get(), request, &reply).ok());
-      job = reply.job_id();
-    }
-    proto::SplitRequest request;
-    request.set_job_id(job);
-    request.set_consumer_index(1);
     proto::SplitReply given;
-    QVERIFY(caller.stub->GetSplit(caller.context().get(), request, &given).ok());
-    QCOMPARE(given.kind(), proto::SplitReply::SPLIT);
-    proto::SplitReport report;
-    report.set_job_id(job);
-    report.set_split(given.split());
-    report.set_lease(given.lease());
-    report.set_outcome(proto::SplitReport::DONE);
-    report.set_consumer_index(0);
+    QVERIFY(coordinated_split(caller, job, given));
+    proto::SplitReport report = coordinated_report(job, given, 0, proto::SplitReport::DONE, 0);
     report.set_reader("C1-lane0");  // consumer 1's trainer, reporting as consumer 0
     proto::SplitReportReply ignored;
     const grpc::Status refused = caller.stub->ReportSplit(caller.context().get(), report, &ignored);
     QVERIFY2(refused.error_code() == grpc::StatusCode::PERMISSION_DENIED, code_of(refused).c_str());
     report.set_consumer_index(1);
     QVERIFY(caller.stub->ReportSplit(caller.context().get(), report, &ignored).ok());
+  }
+
+  // Coordinated reads: a split whose worker died is made again from the position the *least*
+  // advanced consumer needs, and each consumer is told where its own part goes on.
+  void a_coordinated_split_handed_again_restarts_at_the_least_advanced_consumer() {
+    Dispatcher dispatcher(DispatcherOptions{});
+    const Caller caller(dispatcher.port(), sluice::service::detail::client_token("127.0.0.1:" + std::to_string(dispatcher.port()), {}));
+    std::uint64_t job = 0;
+    proto::SplitReply given;
+    QVERIFY(coordinated_split(caller, job, given));
+    proto::SplitReportReply ignored;
+    for (const auto& [consumer, next] : {std::pair{0u, 8u}, std::pair{1u, 5u}})
+      QVERIFY(caller.stub->ReportSplit(caller.context().get(), coordinated_report(job, given, consumer, proto::SplitReport::GIVEN_BACK, next),
+                                       &ignored)
+                  .ok());
+    proto::SplitRequest again;
+    again.set_job_id(job);
+    again.set_consumer_index(0);
+    again.set_after_lease(given.lease());
+    proto::SplitReply handed;
+    QVERIFY(caller.stub->GetSplit(caller.context().get(), again, &handed).ok());
+    QCOMPARE(handed.kind(), proto::SplitReply::SPLIT);
+    QCOMPARE(handed.split(), given.split());
+    QVERIFY(handed.lease() != given.lease());
+    QCOMPARE(handed.skip(), 5u);
+    QCOMPARE(handed.consumer_next_size(), 2);
+    QCOMPARE(handed.consumer_next(0), 8u);
+    QCOMPARE(handed.consumer_next(1), 5u);
   }
 
   // A reader that takes splits and is never heard from again (a process asking as a reader, or a
@@ -249,6 +291,40 @@ class TestServicePeers : public QObject {
     const grpc::Status late = intruder.report_done(job, stolen, "intruder-0");
     QVERIFY2(late.error_code() == grpc::StatusCode::FAILED_PRECONDITION, code_of(late).c_str());
     QVERIFY(late.error_message().find("taken back from this trainer") != std::string::npos);
+  }
+
+  // A dispatcher restarted on its journal gives the jobs it restores time for their trainers'
+  // heartbeats (they come every second) before it takes them as over; the splits in their
+  // readers' hands stay theirs meanwhile.
+  void restored_jobs_wait_for_their_trainers_heartbeats() {
+    QTemporaryDir work;
+    DispatcherOptions options;
+    options.work_dir = work.path().toStdString();
+    options.heartbeat = std::chrono::milliseconds(100);
+    auto dispatcher = std::make_unique<Dispatcher>(options);
+    options.port = dispatcher->port();
+    const std::string token = sluice::service::detail::client_token("127.0.0.1:" + std::to_string(options.port), {});
+    const Caller trainer(options.port, token);
+    QVERIFY(trainer.register_worker("127.0.0.1:1").ok());
+    std::uint64_t job = 0;
+    QVERIFY(trainer.take_job("T", job).ok());
+    proto::SplitReply held;
+    QVERIFY(trainer.split(job, "T-0", 1, held).ok());
+    QCOMPARE(held.kind(), proto::SplitReply::SPLIT);
+    dispatcher.reset();
+
+    dispatcher = std::make_unique<Dispatcher>(options);  // the same port and journal
+    const Caller again(options.port, sluice::service::detail::client_token("127.0.0.1:" + std::to_string(options.port), {}));
+    QCOMPARE(again.token, token);  // kept with the journal: the trainer is not refused
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // (the trainer's heartbeats were late)
+    proto::JobClientReply known;
+    proto::JobClientRequest heartbeat;
+    heartbeat.set_job_id(job);
+    heartbeat.set_client("T");
+    QVERIFY(again.stub->JobClient(again.context().get(), heartbeat, &known).ok());
+    QVERIFY2(known.known(), "the restored job was taken as over before its trainer could be heard from");
+    QVERIFY2(again.report_done(job, held, "T-0").ok(), "the split in the trainer's hands stayed its own");
+    sluice::service::detail::forget_own_token(options.port, token);
   }
 
   // A message of hundreds of megabytes from a local process does not grow the dispatcher: without
