@@ -102,8 +102,10 @@ class TestRandomAccess : public QObject {
            (shuffled ? stage("mix", "shuffle", "slow", {{"buffer_size", "16"}}, "buffer_size: 2") : "") +
            stage("out", "jsonl_sink", shuffled ? "mix" : "slow", {{"path", out}});
   }
+  // `killed`: the checkpoint is taken and the run goes on past it until it is stopped, its output
+  // left partial (as a node lost after its last checkpoint leaves it).
   Worker run_worker(int shards, int index, const std::string& name, long stop_after,
-                    const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& earlier = {}) {
+                    const std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>>& earlier = {}, bool killed = false) {
     const std::string out = dir_.path().toStdString() + "/" + name;
     sluice::EngineOptions options;
     options.resume_workers = earlier;
@@ -122,7 +124,11 @@ class TestRandomAccess : public QObject {
       };
       while (taken() < static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (auto c = engine.checkpoint(/*then_stop=*/true)) w.checkpoint = std::make_shared<const sluice::checkpoint::Checkpoint>(*c);
+      if (auto c = engine.checkpoint(/*then_stop=*/!killed)) w.checkpoint = std::make_shared<const sluice::checkpoint::Checkpoint>(*c);
+      if (killed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        engine.stop();
+      }
     }
     const auto result = engine.wait();
     if (!result.error.empty()) qWarning("%s", result.error.c_str());
@@ -413,6 +419,43 @@ class TestRandomAccess : public QObject {
     QVERIFY(std::any_of(equal_plan.notes.begin(), equal_plan.notes.end(),
                         [](const std::string& n) { return n.find("same number of records (equal_steps: drop)") != std::string::npos; }));
   }
+  // Elastic resume onto fewer workers after the earlier ones were lost past their checkpoint (their
+  // outputs left partial): the resumed job publishes every earlier worker's output as it stood at
+  // the cut (worker w's by worker w mod 2), and with what the new job delivers they are one epoch.
+  void fewer_workers_publish_every_lost_workers_output() {
+    make_dataset(10, 300);
+    const std::vector<Read> one_worker = run_reads("options { seed: 5 }\n" + source(data() + "/*.tfrecord", {}, "") + sink_after("src"));
+    for (int attempt = 1;; ++attempt) {
+      std::vector<std::shared_ptr<const sluice::checkpoint::Checkpoint>> three;
+      const std::vector<long> stops{40, 10, 70};
+      std::vector<std::string> earlier_outputs;
+      for (int w = 0; w < 3; ++w) {
+        const std::string name = "lost-" + std::to_string(attempt) + "-" + std::to_string(w) + ".jsonl";
+        Worker worker = run_worker(3, w, name, stops[static_cast<std::size_t>(w)], {}, /*killed=*/true);
+        if (!worker.checkpoint) break;
+        QVERIFY2(worker.lines.empty(), "a run stopped past its checkpoint leaves its output partial");
+        three.push_back(worker.checkpoint);
+        earlier_outputs.push_back(dir_.path().toStdString() + "/" + name);
+      }
+      if (three.size() < 3) {
+        QVERIFY2(attempt < 5, "the runs ended before their checkpoints");
+        continue;
+      }
+      std::vector<Read> delivered;
+      finish_job(2, "after-lost-" + std::to_string(attempt), three, delivered);
+      for (const auto& path : earlier_outputs) {
+        QVERIFY2(fs::exists(path), qPrintable(QString::fromStdString(path + " was not published by the resumed job")));
+        std::ifstream in(path);
+        std::vector<std::string> lines;
+        for (std::string line; std::getline(in, line);) lines.push_back(line);
+        auto reads = reads_of(lines);
+        delivered.insert(delivered.end(), reads.begin(), reads.end());
+      }
+      check_one_epoch(delivered, one_worker, "3 lost workers -> 2");
+      break;
+    }
+  }
+
   // Elastic resume: a job of 2 workers cut mid-epoch and resumed by 3, and that job cut again and
   // resumed by 2; a job of 3 resumed by 2. Whatever the workers held at the cut is given back: the
   // union of everything delivered is one epoch, each record once.
