@@ -150,6 +150,38 @@ class TestPluginLoading : public QObject {
     QVERIFY(from_cache(*registry_over(plugins, cache), "libfixture_good.so"));
   }
 
+  // Plugins are loaded when an operator of theirs is first built: a library swapped after the
+  // listing for another build with the same size and modification time (its GNU build ID differs)
+  // is refused then, not loaded.
+  void a_library_swapped_after_listing_is_refused_when_used() {
+    QTemporaryDir dir;
+    const std::string plugins = dir.filePath("plugins").toStdString(), cache = dir.filePath("registry.bin").toStdString();
+    fs::create_directories(plugins);
+    const std::string fine = plugins + "/libfixture_fine.so";
+    fs::copy_file(kBroken + "/libfixture_fine.so", fine);
+    auto registry = registry_over(plugins, cache);
+    const auto noop = registry->find("fixture_noop");
+    QVERIFY(noop);
+    // Another build: one byte of the build ID changed, size and time kept (as `cp -p` of a rebuild
+    // whose size happened to match would leave them).
+    const auto when = fs::last_write_time(fine);
+    std::string bytes = sluice::test::read_file(fine);
+    const std::string note_header("\x04\0\0\0\x14\0\0\0\x03\0\0\0GNU\0", 16);
+    const auto at = bytes.find(note_header);
+    QVERIFY2(at != std::string::npos, "the fixture library has a GNU build ID");
+    bytes[at + note_header.size()] = static_cast<char>(bytes[at + note_header.size()] ^ 0x5a);
+    std::ofstream(fine, std::ios::binary | std::ios::trunc) << bytes;
+    fs::last_write_time(fine, when);
+    QCOMPARE(fs::file_size(fine), bytes.size());
+    try {
+      noop->info.create(sluice::parse_params(noop->info.params, {}));
+      QFAIL("a library swapped since the listing was loaded");
+    } catch (const sluice::Error& e) {
+      QVERIFY2(std::string(e.what()).find("changed since its operators were listed") != std::string::npos, e.what());
+    }
+    QVERIFY(!registry->library_loaded(fine));
+  }
+
   // A damaged or truncated cache is never trusted: it is rebuilt with a warning. A file that is
   // not a registry cache is not written over. A cache that cannot be written costs only time.
   void a_damaged_cache_is_rebuilt_and_an_unwritable_one_is_done_without() {
