@@ -10,6 +10,7 @@
 #include <set>
 
 #include "pipeline_runner.hpp"
+#include "sluice/core/resources.hpp"
 #include "sluice/core/workers.hpp"
 
 using namespace sluice::test;
@@ -245,6 +246,34 @@ class TestWorkers : public QObject {
     message = refusal({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}});
     QVERIFY2(message.find("OMPI_COMM_WORLD_RANK=1") != std::string::npos && message.find("RANK=0") != std::string::npos,
              message.c_str());
+  }
+
+  // The CPU quota and memory limit are read from the process's own cgroup v2 entry and its
+  // parents (the tightest wins), not only from the hierarchy's root: a Slurm job step or a
+  // systemd unit sets them on its own cgroup.
+  void the_cpu_quota_of_the_process_own_cgroup_counts() {
+    QTemporaryDir tree;
+    auto write = [&](const QString& path, const QByteArray& text) {
+      QDir().mkpath(QFileInfo(tree.filePath(path)).path());
+      QFile f(tree.filePath(path));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(text);
+    };
+    write("proc/self/cgroup", "0::/system.slice/job_42/step_0\n");
+    write("sys/fs/cgroup/cpu.max", "max 100000\n");
+    write("sys/fs/cgroup/system.slice/cpu.max", "max 100000\n");
+    write("sys/fs/cgroup/system.slice/job_42/step_0/cpu.max", "50000 100000\n");
+    write("sys/fs/cgroup/system.slice/job_42/memory.max", "1073741824\n");
+    write("sys/fs/cgroup/system.slice/job_42/step_0/memory.max", "max\n");
+    const sluice::CgroupFiles files{tree.filePath("proc/self/cgroup").toStdString(), tree.filePath("sys/fs/cgroup").toStdString()};
+    const auto cores = sluice::usable_cores(files);
+    QCOMPARE(cores.cores, 0.5);
+    QVERIFY2(cores.why.find("cgroup's CPU quota of 0.5") != std::string::npos, cores.why.c_str());
+    const auto memory = sluice::usable_memory(files);
+    QCOMPARE(memory.bytes, std::uint64_t{1} << 30);
+    // The parent's quota when it is the tighter one.
+    write("sys/fs/cgroup/system.slice/cpu.max", "25000 100000\n");
+    QCOMPARE(sluice::usable_cores(files).cores, 0.25);
   }
 
   void a_launcher_inside_a_slurm_allocation_decides_over_its_step() {

@@ -21,9 +21,9 @@ struct CgroupPaths {
   std::string unified, cpu_v1, memory_v1;
 };
 
-CgroupPaths own_cgroups() {
+CgroupPaths own_cgroups(const std::string& own) {
   CgroupPaths paths;
-  std::ifstream in("/proc/self/cgroup");
+  std::ifstream in(own);
   for (std::string line; std::getline(in, line);) {
     // "ID:CONTROLLERS:PATH"
     const auto first = line.find(':'), second = line.find(':', first + 1);
@@ -56,12 +56,12 @@ std::vector<std::string> cgroup_folders(const std::string& mount, const std::str
 }
 
 // The tightest CPU quota (cores) along the process's cgroup path, or 0 when none.
-double cgroup_cpu_quota(const CgroupPaths& paths) {
+double cgroup_cpu_quota(const CgroupPaths& paths, const std::string& mount_root) {
   double tightest = 0;
   auto consider = [&](double cores) {
     if (cores > 0 && (tightest == 0 || cores < tightest)) tightest = cores;
   };
-  for (const auto& folder : cgroup_folders("/sys/fs/cgroup", paths.unified)) {
+  for (const auto& folder : cgroup_folders(mount_root, paths.unified)) {
     std::string line;
     if (!read_first_line(folder + "/cpu.max", line)) continue;
     std::istringstream fields(line);  // "max 100000" or "150000 100000"
@@ -69,7 +69,7 @@ double cgroup_cpu_quota(const CgroupPaths& paths) {
     double period = 0;
     if (fields >> quota >> period && quota != "max" && period > 0) consider(std::stod(quota) / period);
   }
-  for (const char* mount : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
+  for (const std::string mount : {mount_root + "/cpu,cpuacct", mount_root + "/cpu"}) {
     for (const auto& folder : cgroup_folders(mount, paths.cpu_v1)) {
       std::string quota, period;
       if (!read_first_line(folder + "/cpu.cfs_quota_us", quota) || !read_first_line(folder + "/cpu.cfs_period_us", period)) continue;
@@ -81,7 +81,7 @@ double cgroup_cpu_quota(const CgroupPaths& paths) {
 }
 
 // The tightest memory limit along the process's cgroup path, or 0 when none.
-std::uint64_t cgroup_memory_limit(const CgroupPaths& paths) {
+std::uint64_t cgroup_memory_limit(const CgroupPaths& paths, const std::string& mount_root) {
   std::uint64_t tightest = 0;
   auto consider = [&](const std::string& text) {
     if (text.empty() || text == "max") return;
@@ -90,11 +90,11 @@ std::uint64_t cgroup_memory_limit(const CgroupPaths& paths) {
     if (bytes == 0 || bytes >= (std::uint64_t{1} << 60)) return;
     if (tightest == 0 || bytes < tightest) tightest = bytes;
   };
-  for (const auto& folder : cgroup_folders("/sys/fs/cgroup", paths.unified)) {
+  for (const auto& folder : cgroup_folders(mount_root, paths.unified)) {
     std::string line;
     if (read_first_line(folder + "/memory.max", line)) consider(line);
   }
-  for (const auto& folder : cgroup_folders("/sys/fs/cgroup/memory", paths.memory_v1)) {
+  for (const auto& folder : cgroup_folders(mount_root + "/memory", paths.memory_v1)) {
     std::string line;
     if (read_first_line(folder + "/memory.limit_in_bytes", line)) consider(line);
   }
@@ -111,7 +111,9 @@ std::uint64_t proc_status_kib(const char* field) {
 
 }  // namespace
 
-UsableCores usable_cores() {
+UsableCores usable_cores() { return usable_cores(CgroupFiles{}); }
+
+UsableCores usable_cores(const CgroupFiles& files) {
   UsableCores usable;
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -121,7 +123,7 @@ UsableCores usable_cores() {
   usable.cores = affinity;
   usable.why = fmt::format("{} CPU{} in this process's affinity", affinity, affinity == 1 ? "" : "s");
   try {
-    const double quota = cgroup_cpu_quota(own_cgroups());
+    const double quota = cgroup_cpu_quota(own_cgroups(files.own), files.mount);
     if (quota > 0 && quota < usable.cores) {
       usable.cores = quota;
       usable.why = fmt::format("its cgroup's CPU quota of {:.3g} CPUs", quota);
@@ -132,13 +134,15 @@ UsableCores usable_cores() {
   return usable;
 }
 
-UsableMemory usable_memory() {
+UsableMemory usable_memory() { return usable_memory(CgroupFiles{}); }
+
+UsableMemory usable_memory(const CgroupFiles& files) {
   UsableMemory usable;
   const std::uint64_t machine = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   usable.bytes = machine;
   usable.why = "the machine's " + byte_size_text(machine);
   try {
-    const std::uint64_t limit = cgroup_memory_limit(own_cgroups());
+    const std::uint64_t limit = cgroup_memory_limit(own_cgroups(files.own), files.mount);
     if (limit > 0 && limit < usable.bytes) {
       usable.bytes = limit;
       usable.why = "its cgroup's limit of " + byte_size_text(limit);

@@ -13,11 +13,20 @@ struct UsableCores {
 };
 UsableCores usable_cores();
 
+// Where the cgroup files are read (tests give a made-up tree): the process's own cgroup entries
+// (the v2 one is "0::PATH") and the v2 hierarchy's mount; v1 hierarchies are below the mount.
+struct CgroupFiles {
+  std::string own = "/proc/self/cgroup";
+  std::string mount = "/sys/fs/cgroup";
+};
+UsableCores usable_cores(const CgroupFiles& files);
+
 struct UsableMemory {
   std::uint64_t bytes = 0;
   std::string why;  // "the machine's 23.5 GiB", "cgroup limit of 4 GiB"
 };
 UsableMemory usable_memory();
+UsableMemory usable_memory(const CgroupFiles& files);
 
 // The process's peak resident memory (VmHWM) and current resident memory (VmRSS), in bytes; 0
 // where /proc does not tell.
