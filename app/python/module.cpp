@@ -67,9 +67,13 @@ std::map<std::string, py::object>& objects() {
 }
 std::atomic<std::uint64_t> g_next_handle{1};
 
-std::string hold_object(py::object object) {
-  std::string handle = "python:" + std::to_string(g_next_handle++);
+// Held under "python:NAME" (NAME from the Python side: the function's name and a digest of its
+// code, the same in every run of a script whatever it built first, so that its states load), or
+// "python:NAME#k" for the k-th object of that name held at once; without a name, by count.
+std::string hold_object(py::object object, const std::string& name) {
   std::lock_guard lock(g_objects_mutex);
+  std::string handle = name.empty() ? "python:" + std::to_string(g_next_handle++) : "python:" + name;
+  for (int k = 2; objects().count(handle); ++k) handle = "python:" + name + "#" + std::to_string(k);
   objects()[handle] = std::move(object);
   return handle;
 }
@@ -1397,7 +1401,8 @@ PYBIND11_MODULE(_sluice, m) {
   m.def("list_remote", [](const std::string& prefix) { return list_remote(prefix); }, py::call_guard<py::gil_scoped_release>(),
         "The URIs of the objects under an s3:// or gs:// prefix, sorted.");
 
-  m.def("hold", [](py::object object) { return hold_object(std::move(object)); },
+  m.def("hold", [](py::object object, const std::string& name) { return hold_object(std::move(object), name); }, py::arg("object"),
+        py::arg("name") = "",
         "Keeps a Python object (a stage's function, a dict of arrays) under a handle a spec can name.");
   m.def("forget", [](const std::string& handle) { forget_object(handle); });
 

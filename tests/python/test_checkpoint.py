@@ -172,3 +172,45 @@ def test_states_of_the_readme_pipeline_are_small_and_quick(tmp_path):
     for expected in following:
         assert (next(again)["image"] == expected).all()
     restored.close()
+
+
+def test_states_name_python_functions_by_their_code_not_their_order(tmp_path):
+    """A training script started again may build its datasets in another order (an eval dataset
+    first): its training state still loads, because each stage's Python function is named by its
+    own code. Two functions of other code are still told apart (the state of one is refused by a
+    pipeline of the other)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import pickle, sys, sluice.data as sd\n"
+        "def scale(x):\n    return x * 3\n"
+        "def shift(x):\n    return x + 1000\n"
+        "def build():\n    return sd.range(400).map(scale).shuffle(64, seed=5).batch(8).pipeline()\n"
+        "if sys.argv[1] == 'save':\n"
+        "    train = build()\n"
+        "    it = iter(train)\n"
+        "    first = [next(it).tolist() for _ in range(7)]\n"
+        "    pickle.dump(train.state_dict(), open(sys.argv[2], 'wb'))\n"
+        "    print(first + [b.tolist() for b in it])\n"
+        "elif sys.argv[1] == 'resume':\n"
+        "    evaluation = sd.range(10).map(shift).pipeline()  # built first this time\n"
+        "    train = build()\n"
+        "    train.load_state_dict(pickle.load(open(sys.argv[2], 'rb')))\n"
+        "    print([b.tolist() for b in train])\n"
+        "else:\n"
+        "    other = sd.range(400).map(shift).shuffle(64, seed=5).batch(8).pipeline()\n"
+        "    other.load_state_dict(pickle.load(open(sys.argv[2], 'rb')))\n"
+        "    next(iter(other))\n")
+    state = tmp_path / "state.pkl"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args, str(state)], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+
+    saved = run("save")
+    assert saved.returncode == 0, saved.stderr
+    whole = eval(saved.stdout)
+    resumed = run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert eval(resumed.stdout) == whole[7:]
+    refused = run("other")
+    assert refused.returncode != 0 and "another pipeline" in refused.stderr and "function=python:shift-" in refused.stderr, refused.stderr

@@ -29,12 +29,17 @@ join through map(fn), filter(fn), from_generator(gen) and from_tensor_slices(arr
 import builtins
 import difflib
 import enum
+import functools
+import hashlib
 import inspect
 import json
 import os
 import shutil
 import tempfile
+import types
 import weakref
+
+import numpy
 
 from . import AUTOTUNE, SpecError, _param_text, _sluice
 from ._structure import Structure as _Structure, TensorSpec, ZippedStructure as _ZippedStructure
@@ -176,11 +181,52 @@ def _check_parameters(op, texts, values):
     raise error
 
 
-class _Held:
-    """A Python object a stage uses, under a handle the spec names; forgotten with the datasets."""
+def _code_digest(code, digest):
+    digest.update(code.co_code)
+    digest.update(repr((code.co_name, code.co_names, code.co_varnames)).encode())
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            _code_digest(constant, digest)
+        else:
+            digest.update(repr(constant).encode())
 
-    def __init__(self, obj):
-        self.handle = _sluice.hold(obj)
+
+def _identity_of(obj):
+    """What names a stage's Python object in the pipeline (and so in its states): for a function,
+    its name and a digest of its code, so that a script started again, which may build its
+    datasets in another order, gives the same names; for data, a digest of its contents."""
+    digest = hashlib.blake2b(digest_size=8)
+    target = obj
+    while isinstance(target, functools.partial):
+        digest.update(repr((target.args, sorted(target.keywords))).encode())
+        target = target.func
+    code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+    if code is not None:
+        _code_digest(code, digest)
+        name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    elif isinstance(target, dict):
+        for key in sorted(target):
+            value = target[key]
+            digest.update(repr((key, getattr(value, "dtype", None), getattr(value, "shape", None))).encode())
+            if isinstance(value, numpy.ndarray) and value.dtype.kind in "biufc":
+                digest.update(memoryview(numpy.ascontiguousarray(value)).cast("B"))  # the rows as they are, not copied
+            else:
+                digest.update(repr(value).encode())
+        name = "tensors"
+    else:  # a builtin (abs), or another callable: by its module and name
+        name = getattr(target, "__qualname__", None) or type(target).__qualname__
+        digest.update(f"{getattr(target, '__module__', None) or type(target).__module__}.{name}".encode())
+    name = "".join(c if c.isalnum() or c in "._" else "_" for c in name.replace("<locals>.", "").replace("<lambda>", "lambda"))
+    return f"{name}-{digest.hexdigest()}"
+
+
+class _Held:
+    """A Python object a stage uses, under a handle the spec names; forgotten with the datasets.
+    The handle is named by `named_by` (the user's function or data, the object itself when not
+    given): the same in every run of the script, whatever else it built first."""
+
+    def __init__(self, obj, named_by=None):
+        self.handle = _sluice.hold(obj, _identity_of(obj if named_by is None else named_by))
 
     def __del__(self):
         try:
@@ -308,7 +354,7 @@ class Dataset:
                 returned.template = template
             return fields
 
-        held = _Held(call)
+        held = _Held(call, named_by=fn)
         dataset = self._with_stage("python_map", {"function": held.handle},
                                    {"parallelism": _one_of_two("map", "num_parallel_calls", num_parallel_calls, "parallelism",
                                                                parallelism),
@@ -327,7 +373,7 @@ class Dataset:
             arguments = given.unflatten(element) if given is not None else element
             return predicate(*arguments) if isinstance(arguments, tuple) else predicate(arguments)
 
-        held = _Held(keep)
+        held = _Held(keep, named_by=predicate)
         return self._with_stage("python_filter", {"function": held.handle},
                                 {"parallelism": parallelism, "buffer_size": buffer_size, "error_policy": error_policy, "name": name},
                                 [held])
@@ -919,7 +965,7 @@ def from_generator(generator, output_types=None, output_shapes=None, args=None, 
                                      f"({output_signature!r})") from e
                 yield {k: _cast_to_spec(v, specs[k]) for k, v in fields.items()}
 
-    held = _Held(elements)
+    held = _Held(elements, named_by=generator)
     dataset = Dataset()._with_stage("python_generator", {"function": held.handle},
                                     {"buffer_size": buffer_size, "error_policy": error_policy, "name": name}, [held])
     dataset._structure = structure
