@@ -627,14 +627,44 @@ void Engine::Impl::choose_chunks() {
   }
 }
 
+// Whether `st` is an ordered parallel stage (a map) whose loop takes its positions from here.
+bool Engine::Impl::keeps_ordered_positions(const StageRuntime& st) const {
+  return st.restore && !st.restore->ended() && !st.fused_head && !st.source && !st.aggregate && !st.expand && !st.combine;
+}
+
+// Where the stage before `st` stood at the cut, as (epoch, elements it had handed on in it), when
+// it is a reader or a map: nothing after it can have taken more.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> Engine::Impl::position_before(const StageRuntime& st) const {
+  if (st.spec->inputs.size() != 1 || st.spec->per_input) return std::nullopt;
+  const StageRuntime& before = *stages[st.spec->inputs[0]];
+  if (!before.restore || before.restore->ended() || before.spec->per_input || before.fused_head) return std::nullopt;
+  auto positions = engine_state_reader(before);
+  if (before.expand) {
+    const auto epoch = positions->get<std::uint64_t>();
+    positions->get<std::uint64_t>();  // inputs opened
+    return std::make_pair(epoch, positions->get<std::uint64_t>());
+  }
+  if (!keeps_ordered_positions(before) || before.map == nullptr) return std::nullopt;
+  const auto iteration = positions->get<std::uint64_t>();
+  return std::make_pair(iteration, positions->get<std::uint64_t>());
+}
+
 void Engine::Impl::restore_ordered_positions() {
   // A resumed run: ordered parallel stages go on from their saved positions (the loops of the
   // other kinds read their own).
   for (auto& st : stages) {
-    if (!st->restore || st->restore->ended() || st->fused_head || st->source || st->aggregate || st->expand || st->combine) continue;
+    if (!keeps_ordered_positions(*st)) continue;
     auto positions = engine_state_reader(*st);
     st->in_iteration = positions->get<std::uint64_t>();
     st->in_index = positions->get<std::uint64_t>();
+    // A position past what the stage before it had handed on was not written by a run (a map
+    // takes its input's elements in order, the cut between two of them).
+    if (const auto before = position_before(*st);
+        before && (st->in_iteration > before->first || (st->in_iteration == before->first && st->in_index > before->second)))
+      throw DataError(fmt::format("{} cannot resume: the checkpoint puts it at element {} of epoch {}, past what stage '{}' before it had "
+                                  "handed on (element {} of epoch {}); the checkpoint was changed: resume from one Sluice wrote",
+                                  stage_label(*st), st->in_index, st->in_iteration, stages[st->spec->inputs[0]]->spec->id, before->second,
+                                  before->first));
     st->counters.epoch.store(st->in_iteration);
     if (!st->sink) st->exit().output->set_iteration(st->in_iteration);
   }

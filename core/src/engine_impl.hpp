@@ -526,6 +526,8 @@ struct Engine::Impl {
   void choose_chunks();
   // A resumed run's ordered parallel stages go on from their saved positions.
   void restore_ordered_positions();
+  bool keeps_ordered_positions(const StageRuntime& st) const;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> position_before(const StageRuntime& st) const;
   // The workers of every stage, the tuner and the metrics publisher: the run begins.
   void launch_workers();
   // Matches the graph against `resume` and hands every stage its saved state; throws Error
@@ -768,6 +770,7 @@ struct Engine::Impl {
     Sample input;
     std::uint64_t emitted = 0;
     std::int64_t last_record = -1, last_offset = -1;
+    std::uint64_t last_fingerprint = 0;  // of the last output handed on (0: a chunk, or not known)
     bool awaiting_fill = false;
     const std::string* registered_where = nullptr;  // in StageRuntime::read_inputs
   };

@@ -9,6 +9,44 @@
 #include "sluice/storage.hpp"
 
 namespace sluice {
+namespace {
+
+// What tells one output from another at little cost, whatever its size: each field's name and size
+// and its first and last 64 bytes (FNV-1a). A resumed slot checks that the output it finds where
+// the checkpoint says its last one was is that output (a byte offset changed by hand, a file
+// replaced, would otherwise go on from a wrong place without a word).
+class Fingerprint {
+ public:
+  void field(const std::string& name, const Tensor& tensor) {
+    feed(name.data(), name.size());
+    const std::size_t size = tensor.nbytes(), head = std::min<std::size_t>(size, 64), tail = std::min<std::size_t>(size - head, 64);
+    feed(&size, sizeof size);
+    feed(tensor.raw_data(), head);
+    feed(tensor.raw_data() + (size - tail), tail);
+  }
+  std::uint64_t value() const { return hash_ | 1; }  // never 0: 0 means "not known"
+
+ private:
+  void feed(const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < size; ++i) hash_ = (hash_ ^ bytes[i]) * 1099511628211ull;
+  }
+  std::uint64_t hash_ = 1469598103934665603ull;
+};
+
+// An output, or row `row` of a chunk of them (a reader's records handed on together).
+std::uint64_t output_fingerprint(const Sample& sample, std::size_t row = 0) {
+  Fingerprint print;
+  if (const Chunk* chunk = chunk_in(sample)) {
+    for (const auto& column : chunk->columns()) print.field(column.name, column.row(row));
+  } else {
+    for (const auto& field : sample.fields()) print.field(field.name, field.tensor);
+  }
+  return print.value();
+}
+
+}  // namespace
+
 
 void Engine::Impl::run_expand(StageRuntime& st) {
   const std::size_t cycle = static_cast<std::size_t>(std::max(1, st.spec->cycle_length));
@@ -421,6 +459,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         w.put(slot.last_record);
         w.put(slot.last_offset);
       }
+      // Appended (a checkpoint without them, of an earlier version, still resumes): what each
+      // open slot's last output was, checked when it is found again.
+      for (auto& slot : slots)
+        if (slot.cursor) w.put(slot.last_fingerprint);
     };
     std::uint64_t to_seek = 0;
     for (const auto& slot : slots) to_seek += slot.cursor && slot.emitted > 0;
@@ -445,6 +487,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
     next_input = 0;
     opened_ahead.clear();
     for (std::uint64_t k = 0; k < waiting; ++k) inputs.push_back(get_item(*positions));
+    std::vector<ExpandSlot*> open_slots;
     for (auto& slot : slots) {
       const auto slot_state = positions->get<std::uint8_t>();
       slot.awaiting_fill = slot_state == 2;
@@ -456,16 +499,29 @@ void Engine::Impl::run_expand(StageRuntime& st) {
       slot.emitted = positions->get<std::uint64_t>();
       slot.last_record = positions->get<std::int64_t>();
       slot.last_offset = positions->get<std::int64_t>();
+      open_slots.push_back(&slot);
+    }
+    const bool fingerprinted = !positions->at_end();
+    for (ExpandSlot* slot : open_slots) slot->last_fingerprint = fingerprinted ? positions->get<std::uint64_t>() : 0;
+    if (!positions->at_end()) throw DataError("the checkpoint's positions of this stage run on past what it wrote: it is damaged");
+    for (ExpandSlot* open_slot : open_slots) {
+      ExpandSlot& slot = *open_slot;
       slot.cursor = open_cursor(Sample(slot.input), slot.epoch, slot.index, slot.origin);
       if (!slot.cursor) throw Error(fmt::format("input {} opened to nothing on resume, and gave {} outputs before", slot.origin, slot.emitted));
       slot.chunked = chunks ? dynamic_cast<ChunkedExpandCursor*>(slot.cursor.get()) : nullptr;
       if (slot.emitted == 0) continue;
       // Seek to the last output given, read it again and check it is the one: the next is new.
+      // (A chunk found again holds the last output first: a reader's chunk after a seek begins there.)
+      auto is_the_last = [&](const Sample& found, std::size_t row) {
+        const Chunk* chunk = chunk_in(found);
+        return slot.last_fingerprint == 0 || (chunk && row >= chunk->rows()) || output_fingerprint(found, row) == slot.last_fingerprint;
+      };
       if (slot.last_offset >= 0 && slot.cursor->seek(slot.last_record, slot.last_offset)) {
         Sample last;
-        if (!slot.cursor->next(last) || last.shared_origin().record != slot.last_record)
-          throw DataError(fmt::format("input {} no longer has its output {} at byte {}: it changed since the checkpoint", slot.origin,
-                                      slot.last_record, slot.last_offset));
+        if (!slot.cursor->next(last) || last.shared_origin().record != slot.last_record || !is_the_last(last, 0))
+          throw DataError(fmt::format("input {} does not have its output {} at byte {} as the checkpoint says (the checkpoint was "
+                                      "changed, or the file since it was written): resume from a checkpoint of these files",
+                                      slot.origin, slot.last_record, slot.last_offset));
         add(st.reread, 1);
         slot.outputs_read = slot.emitted;
         continue;
@@ -474,6 +530,10 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         Sample skipped;
         if (!slot.cursor->next(skipped))
           throw DataError(fmt::format("input {} gave {} outputs before the checkpoint and only {} now: it changed", slot.origin, slot.emitted, k));
+        if (k + 1 == slot.emitted && !is_the_last(skipped, chunk_in(skipped) ? std::numeric_limits<std::size_t>::max() : 0))
+          throw DataError(fmt::format("input {}'s output {} is not the one the checkpoint says it gave last (the checkpoint was changed, "
+                                      "or the file since it was written): resume from a checkpoint of these files",
+                                      slot.origin, slot.emitted));
       }
       add(st.reread, slot.emitted);
       slot.outputs_read = slot.emitted;
@@ -625,6 +685,7 @@ void Engine::Impl::run_expand(StageRuntime& st) {
         const Origin& origin = sample.shared_origin();
         slot.last_record = chunk ? chunk->origin(rows - 1).record : origin.record;
         slot.last_offset = chunk ? chunk->origin(rows - 1).byte_offset : origin.byte_offset;
+        slot.last_fingerprint = output_fingerprint(sample, rows - 1);
         if (origin.where && origin.where.get() != slot.registered_where) {
           slot.registered_where = origin.where.get();
           st.register_read_input(origin.where, {origin.where, slot.input, st.first_input_epoch + slot.epoch, slot.index});
