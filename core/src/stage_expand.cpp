@@ -1,6 +1,7 @@
 // Expand stages: tf.data's interleave over cursors, with fetcher threads reading ahead.
 #include "engine_impl.hpp"
 
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -27,9 +28,22 @@ class Fingerprint {
   std::uint64_t value() const { return hash_ | 1; }  // never 0: 0 means "not known"
 
  private:
+  // Eight bytes at a time (it runs for every output a reader hands on).
   void feed(const void* data, std::size_t size) {
     const auto* bytes = static_cast<const unsigned char*>(data);
-    for (std::size_t i = 0; i < size; ++i) hash_ = (hash_ ^ bytes[i]) * 1099511628211ull;
+    std::size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, bytes + i, 8);
+      mix(word);
+    }
+    std::uint64_t rest = size;
+    for (; i < size; ++i) rest = (rest << 8) | bytes[i];
+    mix(rest);
+  }
+  void mix(std::uint64_t word) {
+    hash_ = (hash_ ^ word) * 0x9e3779b97f4a7c15ull;
+    hash_ ^= hash_ >> 29;
   }
   std::uint64_t hash_ = 1469598103934665603ull;
 };
