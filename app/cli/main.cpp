@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
                     "serve an address off loopback without TLS and a token (anyone who reaches it may use it; the log says so)");
     }
     cmd->add_option("--tls-ca", security.tls_ca, "PEM authority to trust when talking to the service over TLS");
-    cmd->add_option("--token-file", security.token_file, "file holding the service's shared token (required off loopback)");
+    cmd->add_option("--token-file", security.token_file, "file holding the service's shared token (required off loopback; on loopback without it the dispatcher makes its own, which its user's processes find)");
   };
   DispatcherRequest dispatcher_request;
   auto* dispatcher = app.add_subcommand("dispatcher", "run the service's dispatcher: it knows the workers and hands out the work");
