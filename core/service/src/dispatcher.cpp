@@ -23,6 +23,7 @@
 
 #include "job_fingerprint.hpp"
 #include "job_ledger.hpp"
+#include "journal_file.hpp"
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include <grpcpp/resource_quota.h>
@@ -746,41 +747,13 @@ class DispatcherService final : public proto::Dispatcher::Service {
     answer_order_ = std::move(was.answer_order);
   }
 
-  // The journal's bytes; false when there is none. Opened without waiting (a FIFO put in its place
-  // would hold the dispatcher in open() for ever, deaf to signals) and refused unless a regular file.
-  static bool read_journal_file(const std::filesystem::path& path, std::string& bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ENOENT) return false;
-    if (fd < 0)
-      throw ServiceError(fmt::format("the dispatcher cannot open its journal {}: {} (a link or something other than a file is never "
-                                     "followed): move it away",
-                                     path.string(), std::strerror(errno)));
-    struct Close {
-      int fd;
-      ~Close() { ::close(fd); }
-    } close_it{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-      throw ServiceError(fmt::format("the dispatcher's journal {} is not a regular file (a FIFO, a device or a folder): move it away; "
-                                     "the dispatcher writes its journal there itself",
-                                     path.string()));
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    char block[1 << 16];
-    for (ssize_t got; (got = ::read(fd, block, sizeof block)) != 0;) {
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) throw ServiceError(fmt::format("the dispatcher cannot read its journal {}: {}", path.string(), std::strerror(errno)));
-      bytes.append(block, static_cast<std::size_t>(got));
-    }
-    return true;
-  }
-
   void load_journal() {
     std::error_code ec;
     std::filesystem::create_directories(options_.work_dir, ec);
     if (ec) throw ServiceError(fmt::format("the dispatcher cannot make its work folder {}: {}", options_.work_dir, ec.message()));
     const auto path = journal_path();
     std::string bytes;
-    if (!read_journal_file(path, bytes)) return;
+    if (!detail::read_journal_file(path, bytes)) return;
     proto::Journal journal;
     if (!journal.ParseFromString(bytes) || journal.version() != 1)
       throw ServiceError(fmt::format("the dispatcher's journal {} cannot be read (damaged, or another version's): move it away to start "
@@ -920,20 +893,6 @@ void Dispatcher::wait() {
   // Without a journal nothing continues after it: its token goes too. With one, a dispatcher
   // restarted on the port keeps it, and its workers and trainers are not refused.
   if (!impl_->token.empty() && impl_->options.work_dir.empty()) detail::forget_own_token(impl_->port, impl_->token);
-}
-
-std::vector<WorkerStatus> list_workers(const std::string& dispatcher, const Security& security) {
-  const std::string target = grpc_target(dispatcher);
-  auto stub = proto::Dispatcher::NewStub(detail::client_channel(target, security));
-  auto context = detail::client_context(detail::client_token(target, security), std::chrono::seconds(10));
-  proto::WorkerList reply;
-  const grpc::Status status = stub->ListWorkers(context.get(), proto::ListWorkersRequest{}, &reply);
-  if (!status.ok()) throw ServiceError(fmt::format("the dispatcher at {} did not answer: {}", target, detail::status_text(status)));
-  std::vector<WorkerStatus> out;
-  for (const auto& w : reply.workers())
-    out.push_back({w.worker_id(), w.info().address(), w.info().host(), w.info().abi(), w.info().pid(), static_cast<std::size_t>(w.info().operators_size()),
-                   w.alive(), w.last_seen_ms_ago()});
-  return out;
 }
 
 }  // namespace sluice::service
