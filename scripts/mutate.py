@@ -94,6 +94,24 @@ def locate(mutant, known_tests):
             f"{len(hits)} times (lines {', '.join(str(h + 1) for h in hits)}): give the right line")
 
 
+def update_lines(path, mutants):
+    """Rewrites the `line:` of each block whose text moved (code moved by a refactoring)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    moved = 0
+    for m in mutants:
+        if m.found_line == m.line:
+            continue
+        start = int(m.where.rsplit(":", 1)[1]) - 1
+        for k in range(start, len(lines)):
+            if lines[k].startswith("line: "):
+                lines[k] = f"line: {m.found_line}"
+                moved += 1
+                break
+    path.write_text("\n".join(lines), encoding="utf-8")
+    print(f"{moved} line hints updated in {path}")
+    return 0
+
+
 def run(command, log, timeout=None):
     with open(log, "ab") as out:
         out.write(("\n$ " + " ".join(command) + "\n").encode())
@@ -119,6 +137,8 @@ def main():
     parser.add_argument("--all-tests", action="store_true", help="run the whole suite for every mutant, not only its tests")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS", "2")), help="build and test jobs (default 2)")
     parser.add_argument("--list", action="store_true", help="check the list and print it; change nothing")
+    parser.add_argument("--update-lines", action="store_true",
+                        help="write the line where each mutant's text was found (only there) into the list; change no code")
     args = parser.parse_args()
 
     build = Path(args.build_dir)
@@ -145,6 +165,8 @@ def main():
     for m in mutants:
         for note in m.notes:
             print(f"note: {m.name}: {note}")
+    if args.update_lines:
+        return update_lines(Path(args.mutants), mutants)
     if args.list:
         for i, m in enumerate(mutants, 1):
             print(f"{i:2}. {m.name}\n    {m.file}:{m.found_line}  '{m.original}' -> '{m.replacement}'\n    tests: {', '.join(m.tests)}")

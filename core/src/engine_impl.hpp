@@ -639,6 +639,7 @@ struct Engine::Impl {
   // Map, filter, expand and sink stages: one or more workers take chunks of the input in order,
   // process them concurrently and commit their outputs in input order (deterministic) or as they
   // finish. Control items wait until every earlier chunk is committed.
+  class ParallelStage;
   void run_stateless(StageRuntime& st, int index);
 
   // Runs one element through one stage: a map replaces the sample, a filter may drop it (`kept`
@@ -748,45 +749,18 @@ struct Engine::Impl {
     std::optional<std::uint64_t> made_per_row_;
   };
 
-  struct ExpandSlot {
-    std::unique_ptr<ExpandCursor> cursor;
-    // The cursor's chunked form, when the stage hands chunks on (see run_expand); null otherwise.
-    ChunkedExpandCursor* chunked = nullptr;
-    std::deque<Sample> ready;  // read ahead by fetchers (a chunk is one of them)
-    std::uint64_t ready_bytes = 0;  // of `ready`, counted with per-input stages only
-    std::deque<Sample> taken;  // moved out of `ready` by the coordinator, which alone uses it
-    bool exhausted = false;
-    bool busy = false;  // a fetcher is inside cursor->next()
-    std::string origin;
-    std::uint64_t epoch = 0, index = 0;
-    // Outputs its cursor gave so far; written only by the thread calling the cursor (one at a time).
-    std::uint64_t outputs_read = 0;
-    // A tuned stage reading on its coordinator holds its slots (busy) until it hands them back to
-    // fetchers: no lock and no wake-up per record. Written by the coordinator only.
-    bool owned = false;
-    // For checkpoints: the input it reads (to open it again), the outputs the coordinator handed
-    // on and the origin of the last one (a cursor that can seek goes straight after it), and
-    // whether a cut came while the slot waited for its next input.
-    Sample input;
-    std::uint64_t emitted = 0;
-    std::int64_t last_record = -1, last_offset = -1;
-    std::uint64_t last_fingerprint = 0;  // of the last output handed on (0: a chunk, or not known)
-    bool awaiting_fill = false;
-    const std::string* registered_where = nullptr;  // in StageRuntime::read_inputs
-  };
-
-  // Expand stages, with tf.data's interleave: up to cycle_length inputs are open at once, and
-  // block_length outputs are taken from each in turn; an exhausted input's slot takes the next
-  // input. With parallelism > 1, fetcher threads read ahead from the open inputs; the output order
-  // stays the sequential one unless the stage asks for completion order.
+  // Expand stages (tf.data's interleave), stage_expand.hpp.
+  class ExpandStage;
   void run_expand(StageRuntime& st);
 
-  // Combine stages: one worker calling the operator once per output iteration, each reading one
-  // iteration of every input (stage_combine.cpp).
+  // Combine stages: one worker calling the operator output by output, each output iteration
+  // reading one iteration of every input (stage_combine.cpp).
+  class CombineStage;
   void run_combine(StageRuntime& st);
 
   // Stateful transforms: one worker; iterations map to the input's through passes_per_iteration,
   // and iterations the input does not provide are replayed (cache).
+  class AggregateStage;
   void run_aggregate(StageRuntime& st);
 
   void worker(StageRuntime& st, int index);
@@ -798,6 +772,9 @@ struct Engine::Impl {
   // ---- metrics (engine_metrics.cpp) ----
 
   metrics::MetricsSnapshot make_snapshot() const;
+  void put_run(metrics::MetricsSnapshot& snap, double elapsed_ns) const;
+  void put_stage(StageRuntime& st, metrics::StageMetrics* m, std::uint64_t now, double elapsed_ns) const;
+  void put_autotune(metrics::MetricsSnapshot& snap) const;
 
   void publish(const metrics::MetricsSnapshot& snap);
 

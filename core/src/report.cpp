@@ -116,190 +116,235 @@ bool bottleneck_holds_up(const metrics::MetricsSnapshot& snapshot) {
   return !snapshot.bottleneck().empty() && snapshot.bottleneck_reason().find(kNothingHeldUp) == std::string::npos;
 }
 
-std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot) {
-  std::vector<Suggestion> out;
-  auto advice = [&](std::string text) { out.push_back({std::move(text), Suggestion::Change::None, {}, {}, 0}); };
-  std::map<std::string, int> index_of;
-  for (int i = 0; i < snapshot.stage_size(); ++i) index_of[snapshot.stage(i).id()] = i;
-  auto stage = [&](const std::string& id) -> const metrics::StageMetrics* {
-    auto it = index_of.find(id);
-    return it == index_of.end() ? nullptr : &snapshot.stage(it->second);
-  };
-  auto quoted_list = [](const std::vector<std::string>& ids) {
-    std::string s;
-    for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? (i + 1 == ids.size() ? " and " : ", ") : "") + ("'" + ids[i] + "'");
-    return s;
-  };
+namespace {
+
+std::string quoted_list(const std::vector<std::string>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? (i + 1 == ids.size() ? " and " : ", ") : "") + ("'" + ids[i] + "'");
+  return s;
+}
+
+// The rules that turn one snapshot into suggestions, each a function, in the order they are told.
+class Advisor {
+ public:
+  explicit Advisor(const metrics::MetricsSnapshot& snapshot) : snapshot_(snapshot) {
+    for (int i = 0; i < snapshot.stage_size(); ++i) index_of_[snapshot.stage(i).id()] = i;
+  }
+
+  std::vector<Suggestion> advise() {
+    if (const auto* b = stage(snapshot_.bottleneck())) {
+      if (b->has_remote() && b->remote().requests() > 0) remote_latency(*b);
+      limiting_stage(*b);
+    }
+    starving_combines();
+    cache_after_deterministic_work();
+    swinging_buffers();
+    shard_after_work();
+    return std::move(out_);
+  }
+
+ private:
+  const metrics::StageMetrics* stage(const std::string& id) const {
+    auto it = index_of_.find(id);
+    return it == index_of_.end() ? nullptr : &snapshot_.stage(it->second);
+  }
+  void advice(std::string text) { out_.push_back({std::move(text), Suggestion::Change::None, {}, {}, 0}); }
 
   // 0. A stage that waits on remote storage: what hides the latency of its requests.
-  if (const auto* b = stage(snapshot.bottleneck()); b && b->has_remote() && b->remote().requests() > 0) {
-    const auto& r = b->remote();
+  void remote_latency(const metrics::StageMetrics& b) {
+    const auto& r = b.remote();
     advice(fmt::format("stage '{}' ({}) reads remote storage, {:.1f} ms to the first byte of an answer (p50{}): read more objects at once "
                        "(its `parallelism`, and `interleave.cycle_length` of a reader), keep more ranges in flight per object "
                        "(options.remote.ranges_ahead) or larger ones (options.remote.range_size)",
-                       b->id(), b->op(), r.latency_p50_ms(),
+                       b.id(), b.op(), r.latency_p50_ms(),
                        r.throttles() ? fmt::format("; {} answers throttled it: fewer requests at once would help more", r.throttles()) : ""));
   }
-  // 1. The stage that limits throughput.
-  if (const auto* b = stage(snapshot.bottleneck())) {
-    const bool held_up = bottleneck_holds_up(snapshot);
+
+  // 1. The stage that limits throughput: what would make it faster, by what it is.
+  void limiting_stage(const metrics::StageMetrics& b) {
+    const bool held_up = bottleneck_holds_up(snapshot_);
     // Stages of the Python face (python_map, python_generator, ...) call Python under the GIL.
-    const bool runs_python = b->op().rfind("python_", 0) == 0;
-    if (b->op() == "python_iterator") {
+    const bool runs_python = b.op().rfind("python_", 0) == 0;
+    if (b.op() == "python_iterator") {
       advice(fmt::format("the Python loop reading the batches (stage '{}') is the limit: the pipeline keeps up with it; "
                          "a faster training step, or more of it on the GPU, is where time goes",
-                         b->id()));
+                         b.id()));
     } else if (runs_python) {
       advice(fmt::format("'{}' ({}) runs a Python function, which holds the GIL: its workers take turns, so more parallelism "
                          "helps only as far as the function releases the GIL (NumPy on large arrays does); move the work "
                          "into Sluice operators, or vectorise the function",
-                         b->id(), b->op()));
-    } else if (b->op() == "service_source") {
+                         b.id(), b.op()));
+    } else if (b.op() == "service_source") {
       advice(fmt::format("the Sluice service (stage '{}' reads what its workers make) delivers slower than the rest consumes: start more "
                          "workers (sluice worker --dispatcher ...) when those running are busy, or read more splits at once "
                          "(distribute {{ splits_in_flight: N }}, 4 by default) when they are not",
-                         b->id()));
-    } else if (b->kind() == "source") {
+                         b.id()));
+    } else if (b.kind() == "source") {
       advice(fmt::format("the source '{}' ({}) produces slower than the rest consumes: read several inputs at once "
-                                "(an interleaved reader with parallelism), or make each element cheaper to produce",
-                                b->id(), b->op()));
-    } else if (b->kind() == "sink") {
+                         "(an interleaved reader with parallelism), or make each element cheaper to produce",
+                         b.id(), b.op()));
+    } else if (b.kind() == "sink") {
       advice(fmt::format("the sink '{}' ({}) is the limit: everything before it keeps up; a faster destination "
-                                "(or a sink with parallelism, if it is stateless) would help",
-                                b->id(), b->op()));
-    } else if (b->per_input() && held_up) {
-      // Per input, it runs on the interleave's readers: more of them read and batch more inputs at once.
-      const std::string head = b->fused_with();
-      const std::int64_t now = std::max<std::uint32_t>(1, b->workers());
-      std::string text = fmt::format("raise `parallelism` and `interleave.cycle_length` of stage '{}' (now {} worker{}): "
-                                     "per-input stage '{}' ({}) runs on its readers, one input each, and is busy {:.0f}% of the "
-                                     "time while its input buffer stays full",
-                                     head, b->workers(), b->workers() == 1 ? "" : "s", b->id(), b->op(), 100 * b->busy_fraction());
-      if (snapshot.cores() > 0 && static_cast<std::uint32_t>(now) >= snapshot.cores())
-        text += fmt::format(" (but this machine has {} core{}: beyond that, make the per-input stages cheaper, or run more machines)",
-                            snapshot.cores(), snapshot.cores() == 1 ? "" : "s");
-      // Advice only: workers beyond the inputs open at once read nothing, and a suggestion sets one number.
-      advice(std::move(text));
-    } else if (b->stateless() && held_up && b->workers_tuned()) {
+                         "(or a sink with parallelism, if it is stateless) would help",
+                         b.id(), b.op()));
+    } else if (b.per_input() && held_up) {
+      per_input_readers(b);
+    } else if (b.stateless() && held_up && b.workers_tuned()) {
       // The tuner already gives it what the budget allows.
-      const auto& tune = snapshot.autotune();
+      const auto& tune = snapshot_.autotune();
       advice(fmt::format("the autotuner gives stage '{}' {} of its most {} workers within the CPU budget of {:.3g} cores ({}): "
                          "where the machine has more cores, raise `options.autotune.cpu_budget`; otherwise make the stage "
                          "cheaper, for instance decode smaller images, or run more machines",
-                         b->id(), b->workers(), b->max_workers(), tune.cpu_budget(), tune.cpu_budget_source()));
-    } else if ((b->stateless() || b->assembles_in_parallel()) && held_up) {
-      const std::string head = b->fused_with().empty() ? b->id() : b->fused_with();
-      std::vector<std::string> group;
-      for (const auto& m : snapshot.stage())
-        if (m.id() != b->id() && (m.id() == head || m.fused_with() == head)) group.push_back(m.id());
-      std::string text = fmt::format("raise `parallelism` of stage '{}' (now {} worker{}): it is busy {:.0f}% of the time while its "
-                                     "input buffer stays full and its output buffer empty",
-                                     b->id(), b->workers(), b->workers() == 1 ? "" : "s", 100 * b->busy_fraction());
-      if (!b->stateless())
-        text += fmt::format("; '{}' keeps state, but its outputs are assembled (padded, copied into one block) on that many "
-                            "threads while one takes the inputs in order",
-                            b->op());
-      if (!group.empty())
-        text += fmt::format("; {} run{} fused with it on the same workers: give {} the same parallelism to keep them together",
-                            quoted_list(group), group.size() == 1 ? "s" : "", group.size() == 1 ? "it" : "them");
-      std::uint32_t busy_workers = 0;
-      for (const auto& m : snapshot.stage())
-        if (m.fused_with().empty() && m.busy_fraction() > 0.25) busy_workers += m.workers();
-      if (snapshot.cores() > 0 && busy_workers >= snapshot.cores())
-        text += fmt::format(" (but this machine has {} core{} and its busy stages already use {} workers: beyond that, make "
-                            "the stage cheaper, for instance decode smaller images, or run more machines)",
-                            snapshot.cores(), snapshot.cores() == 1 ? "" : "s", busy_workers);
-      // Applied: twice the workers, up to the machine's cores when it has more than it uses now.
-      const std::int64_t now = std::max<std::uint32_t>(1, b->workers());
-      const std::int64_t cores = snapshot.cores() > now ? snapshot.cores() : now + 1;
-      out.push_back({text, Suggestion::Change::SetParallelism, b->id(), group, std::min(2 * now, cores)});
-    } else if (!b->stateless() && !b->per_input()) {  // (a per-input stage runs on every reader of its interleave)
+                         b.id(), b.workers(), b.max_workers(), tune.cpu_budget(), tune.cpu_budget_source()));
+    } else if ((b.stateless() || b.assembles_in_parallel()) && held_up) {
+      more_workers(b);
+    } else if (!b.stateless() && !b.per_input()) {  // (a per-input stage runs on every reader of its interleave)
       advice(fmt::format("'{}' ({}) keeps state and runs on one worker: move expensive work out of it into stateless "
-                                "stages before it, which can run in parallel",
-                                b->id(), b->op()));
+                         "stages before it, which can run in parallel",
+                         b.id(), b.op()));
     }
+  }
+
+  // Per input, it runs on the interleave's readers: more of them read and batch more inputs at
+  // once. Advice only: workers beyond the inputs open at once read nothing, and a suggestion sets
+  // one number.
+  void per_input_readers(const metrics::StageMetrics& b) {
+    const std::string head = b.fused_with();
+    const std::int64_t now = std::max<std::uint32_t>(1, b.workers());
+    std::string text = fmt::format("raise `parallelism` and `interleave.cycle_length` of stage '{}' (now {} worker{}): "
+                                   "per-input stage '{}' ({}) runs on its readers, one input each, and is busy {:.0f}% of the "
+                                   "time while its input buffer stays full",
+                                   head, b.workers(), b.workers() == 1 ? "" : "s", b.id(), b.op(), 100 * b.busy_fraction());
+    if (snapshot_.cores() > 0 && static_cast<std::uint32_t>(now) >= snapshot_.cores())
+      text += fmt::format(" (but this machine has {} core{}: beyond that, make the per-input stages cheaper, or run more machines)",
+                          snapshot_.cores(), snapshot_.cores() == 1 ? "" : "s");
+    advice(std::move(text));
+  }
+
+  // A stage that can take more workers: twice as many, up to the machine's cores when it has more
+  // than it uses now (applied by the studio and `sluice tune`), with the stages fused with it.
+  void more_workers(const metrics::StageMetrics& b) {
+    const std::string head = b.fused_with().empty() ? b.id() : b.fused_with();
+    std::vector<std::string> group;
+    for (const auto& m : snapshot_.stage())
+      if (m.id() != b.id() && (m.id() == head || m.fused_with() == head)) group.push_back(m.id());
+    std::string text = fmt::format("raise `parallelism` of stage '{}' (now {} worker{}): it is busy {:.0f}% of the time while its "
+                                   "input buffer stays full and its output buffer empty",
+                                   b.id(), b.workers(), b.workers() == 1 ? "" : "s", 100 * b.busy_fraction());
+    if (!b.stateless())
+      text += fmt::format("; '{}' keeps state, but its outputs are assembled (padded, copied into one block) on that many "
+                          "threads while one takes the inputs in order",
+                          b.op());
+    if (!group.empty())
+      text += fmt::format("; {} run{} fused with it on the same workers: give {} the same parallelism to keep them together",
+                          quoted_list(group), group.size() == 1 ? "s" : "", group.size() == 1 ? "it" : "them");
+    std::uint32_t busy_workers = 0;
+    for (const auto& m : snapshot_.stage())
+      if (m.fused_with().empty() && m.busy_fraction() > 0.25) busy_workers += m.workers();
+    if (snapshot_.cores() > 0 && busy_workers >= snapshot_.cores())
+      text += fmt::format(" (but this machine has {} core{} and its busy stages already use {} workers: beyond that, make "
+                          "the stage cheaper, for instance decode smaller images, or run more machines)",
+                          snapshot_.cores(), snapshot_.cores() == 1 ? "" : "s", busy_workers);
+    const std::int64_t now = std::max<std::uint32_t>(1, b.workers());
+    const std::int64_t cores = snapshot_.cores() > now ? snapshot_.cores() : now + 1;
+    out_.push_back({text, Suggestion::Change::SetParallelism, b.id(), group, std::min(2 * now, cores)});
   }
 
   // 2. A combine that waits for one of its inputs: the branch ending there is what to speed up.
-  for (const auto& m : snapshot.stage()) {
-    if (m.kind() != "combine" || m.inputs_size() < 2 || m.starved_fraction() < 0.2) continue;
-    const metrics::StageMetrics* starving = nullptr;
-    double emptiest = 2.0, others = 0.0;
-    for (const auto& in : m.inputs()) {
-      const auto* producer = stage(in);
-      if (!producer) continue;
-      const double fill = reader_fill(*producer, m.id());
-      if (fill < emptiest) {
-        if (starving) others = std::max(others, emptiest);
-        emptiest = fill;
-        starving = producer;
-      } else {
-        others = std::max(others, fill);
+  void starving_combines() {
+    for (const auto& m : snapshot_.stage()) {
+      if (m.kind() != "combine" || m.inputs_size() < 2 || m.starved_fraction() < 0.2) continue;
+      const metrics::StageMetrics* starving = nullptr;
+      double emptiest = 2.0, others = 0.0;
+      for (const auto& in : m.inputs()) {
+        const auto* producer = stage(in);
+        if (!producer) continue;
+        const double fill = reader_fill(*producer, m.id());
+        if (fill < emptiest) {
+          if (starving) others = std::max(others, emptiest);
+          emptiest = fill;
+          starving = producer;
+        } else {
+          others = std::max(others, fill);
+        }
       }
+      if (!starving || others - emptiest < 0.2) continue;  // no input clearly behind the others
+      // The busiest stage of that branch, walking up its first inputs.
+      const metrics::StageMetrics* busiest = starving;
+      for (const auto* up = starving; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
+        if (up->busy_fraction() > busiest->busy_fraction()) busiest = up;
+      advice(fmt::format("the branch ending at '{}' starves '{}' ({}): its buffer into '{}' was {:.0f}% full on average, the "
+                         "other inputs' up to {:.0f}%; speed that branch up (its busiest stage is '{}', {}, busy {:.0f}%)",
+                         starving->id(), m.id(), m.op(), m.id(), 100 * emptiest, 100 * others, busiest->id(), busiest->op(),
+                         100 * busiest->busy_fraction()));
     }
-    if (!starving || others - emptiest < 0.2) continue;  // no input clearly behind the others
-    // The busiest stage of that branch, walking up its first inputs.
-    const metrics::StageMetrics* busiest = starving;
-    for (const auto* up = starving; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
-      if (up->busy_fraction() > busiest->busy_fraction()) busiest = up;
-    advice(fmt::format("the branch ending at '{}' starves '{}' ({}): its buffer into '{}' was {:.0f}% full on average, the "
-                       "other inputs' up to {:.0f}%; speed that branch up (its busiest stage is '{}', {}, busy {:.0f}%)",
-                       starving->id(), m.id(), m.op(), m.id(), 100 * emptiest, 100 * others, busiest->id(), busiest->op(),
-                       100 * busiest->busy_fraction()));
   }
 
   // 3. A deterministic, expensive stage recomputed every epoch, with no cache after it.
-  std::function<bool(const metrics::StageMetrics&)> cached_after = [&](const metrics::StageMetrics& m) {
-    for (const auto& next : snapshot.stage())
-      for (const auto& in : next.inputs())
-        if (in == m.id()) return next.op() == "cache" || cached_after(next);
-    return false;
-  };
-  for (const auto& m : snapshot.stage()) {
-    if (m.kind() != "map" || m.random() || m.epoch() < 2 || m.mean_element_us() < 50 || cached_after(m)) continue;
-    out.push_back({fmt::format("add a `cache` stage after '{}' ({}): it is deterministic, costs {:.0f} us per element and "
-                               "computed the same output in each of {} epochs",
-                               m.id(), m.op(), m.mean_element_us(), m.epoch()),
-                   Suggestion::Change::AddCacheAfter, m.id(), {}, 0});
-    break;  // the earliest such stage; a cache there covers the ones before it
+  void cache_after_deterministic_work() {
+    std::function<bool(const metrics::StageMetrics&)> cached_after = [&](const metrics::StageMetrics& m) {
+      for (const auto& next : snapshot_.stage())
+        for (const auto& in : next.inputs())
+          if (in == m.id()) return next.op() == "cache" || cached_after(next);
+      return false;
+    };
+    for (const auto& m : snapshot_.stage()) {
+      if (m.kind() != "map" || m.random() || m.epoch() < 2 || m.mean_element_us() < 50 || cached_after(m)) continue;
+      out_.push_back({fmt::format("add a `cache` stage after '{}' ({}): it is deterministic, costs {:.0f} us per element and "
+                                 "computed the same output in each of {} epochs",
+                                 m.id(), m.op(), m.mean_element_us(), m.epoch()),
+                     Suggestion::Change::AddCacheAfter, m.id(), {}, 0});
+      break;  // the earliest such stage; a cache there covers the ones before it
+    }
   }
 
   // 4. Buffers that swing between empty and full: the consumer works in bursts.
-  for (const auto& m : snapshot.stage()) {
-    // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
-    if (!m.buffer_capacity() || m.buffer_tuned() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
-    // And both sides lost time to it: the producer waiting for room, the consumer for input.
-    const metrics::StageMetrics* consumer = nullptr;
-    for (const auto& next : snapshot.stage())
-      if (next.inputs_size() == 1 && next.inputs(0) == m.id()) consumer = &next;
-    if (!consumer || m.blocked_fraction() < 0.1 || consumer->starved_fraction() < 0.1) continue;
-    // On an edge that carries chunks the buffer holds chunks, each many elements.
-    const std::string items = m.chunks_out() > 0 ? fmt::format("chunks (of {} elements on average)", m.chunked_elements_out() / m.chunks_out())
-                                                 : std::string("elements");
-    const std::string now = m.buffer_byte_limit()
-                                ? fmt::format("now up to {} {} or {:.0f} MB, chosen by the engine", m.buffer_capacity(), items,
-                                              m.buffer_byte_limit() / 1e6)
-                                : fmt::format("now {}{}", m.buffer_capacity(), m.chunks_out() > 0 ? " " + items : "");
-    out.push_back({fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
-                               "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
-                               m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()),
-                   Suggestion::Change::SetBufferSize, m.id(), {}, 2 * static_cast<std::int64_t>(m.buffer_capacity())});
+  void swinging_buffers() {
+    for (const auto& m : snapshot_.stage()) {
+      // Repeatedly: one long empty spell while a shuffle buffer fills at the start is no swing.
+      if (!m.buffer_capacity() || m.buffer_tuned() || m.buffer_empty_fraction() < 0.2 || m.buffer_full_fraction() < 0.2 || m.buffer_swings() < 10) continue;
+      // And both sides lost time to it: the producer waiting for room, the consumer for input.
+      const metrics::StageMetrics* consumer = nullptr;
+      for (const auto& next : snapshot_.stage())
+        if (next.inputs_size() == 1 && next.inputs(0) == m.id()) consumer = &next;
+      if (!consumer || m.blocked_fraction() < 0.1 || consumer->starved_fraction() < 0.1) continue;
+      // On an edge that carries chunks the buffer holds chunks, each many elements.
+      const std::string items = m.chunks_out() > 0 ? fmt::format("chunks (of {} elements on average)", m.chunked_elements_out() / m.chunks_out())
+                                                   : std::string("elements");
+      const std::string now = m.buffer_byte_limit()
+                                  ? fmt::format("now up to {} {} or {:.0f} MB, chosen by the engine", m.buffer_capacity(), items,
+                                                m.buffer_byte_limit() / 1e6)
+                                  : fmt::format("now {}{}", m.buffer_capacity(), m.chunks_out() > 0 ? " " + items : "");
+      out_.push_back({fmt::format("grow `buffer_size` of '{}' ({}): its output buffer went between empty and full {} times, "
+                                 "empty {:.0f}% and full {:.0f}% of the time, so the stages around it wait in turn",
+                                 m.id(), now, m.buffer_swings(), 100 * m.buffer_empty_fraction(), 100 * m.buffer_full_fraction()),
+                     Suggestion::Change::SetBufferSize, m.id(), {}, 2 * static_cast<std::int64_t>(m.buffer_capacity())});
+    }
   }
 
   // 5. A shard after work it throws away.
-  for (const auto& m : snapshot.stage()) {
-    if (m.op() != "shard" || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
-    const metrics::StageMetrics* costly = nullptr;
-    for (const auto* up = m.inputs_size() ? stage(m.inputs(0)) : nullptr; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
-      if (up->kind() != "source" && up->mean_element_us() >= 5 && (!costly || up->mean_element_us() > costly->mean_element_us())) costly = up;
-    if (!costly) continue;
-    advice(fmt::format("move '{}' before '{}': it keeps {:.0f}% of its input, so most of the work of '{}' ({:.0f} us per "
-                              "element) is thrown away; shard the file list instead",
-                              m.id(), costly->id(), 100.0 * m.elements_out() / m.elements_in(), costly->id(),
-                              costly->mean_element_us()));
+  void shard_after_work() {
+    for (const auto& m : snapshot_.stage()) {
+      if (m.op() != "shard" || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
+      const metrics::StageMetrics* costly = nullptr;
+      for (const auto* up = m.inputs_size() ? stage(m.inputs(0)) : nullptr; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
+        if (up->kind() != "source" && up->mean_element_us() >= 5 && (!costly || up->mean_element_us() > costly->mean_element_us())) costly = up;
+      if (!costly) continue;
+      advice(fmt::format("move '{}' before '{}': it keeps {:.0f}% of its input, so most of the work of '{}' ({:.0f} us per "
+                                "element) is thrown away; shard the file list instead",
+                                m.id(), costly->id(), 100.0 * m.elements_out() / m.elements_in(), costly->id(),
+                                costly->mean_element_us()));
+    }
   }
-  return out;
-}
+
+  const metrics::MetricsSnapshot& snapshot_;
+  std::map<std::string, int> index_of_;
+  std::vector<Suggestion> out_;
+};
+
+}  // namespace
+
+std::vector<Suggestion> suggestions_for(const metrics::MetricsSnapshot& snapshot) { return Advisor(snapshot).advise(); }
 
 std::optional<Suggestion> suggestion_after_failure(const metrics::MetricsSnapshot& snapshot) {
   // The engine's failure message ends with its advice; skipping is offered only where it gave it.

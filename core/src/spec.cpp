@@ -265,6 +265,14 @@ struct Validation {
     return p == spec::skip ? ErrorPolicyKind::Skip : ErrorPolicyKind::Fail;
   }
 
+  // What run() learns of the stages as it goes, in the file's order.
+  std::map<std::string, int> index_of;
+  std::vector<std::string> ids;
+  std::vector<GraphStage> built;
+  std::vector<bool> usable;  // built without a problem
+  std::vector<std::vector<int>> consumers;
+  std::vector<int> order;  // the flow's order (every stage after its inputs)
+
   void run() {
     const auto& stages = doc.spec.stage();
     const int n = stages.size();
@@ -272,9 +280,28 @@ struct Validation {
       problems.push_back({doc.file, 0, 0, "", "", "the pipeline has no stages; add at least a source and a sink"});
       return;
     }
-    std::map<std::string, int> index_of;
-    std::vector<std::string> ids;
-    for (int i = 0; i < n; ++i) {
+    index_ids();
+    built.resize(n);
+    usable.assign(n, false);
+    for (int i = 0; i < n; ++i) usable[i] = check_stage(i, built[i], index_of, ids);
+    check_wiring();
+    if (!order_the_flow()) return;
+    check_paths_to_sinks();
+    if (!problems.empty()) return;
+    refuse_rejoining_branches(stages, built, order);
+    if (!problems.empty()) return;
+    check_per_input_stages(stages, built);
+    if (!problems.empty()) return;
+    apply_hints(stages, built);
+    refuse_shared_outputs(built);
+    construct_every_operator(built);
+    if (!problems.empty()) return;
+    make_graph();
+  }
+
+  void index_ids() {
+    const auto& stages = doc.spec.stage();
+    for (int i = 0; i < stages.size(); ++i) {
       const auto& id = stages[i].id();
       if (id.empty()) {
         problem(i, "", fmt::format("stage #{} has no id; give it `id: \"...\"`", i + 1));
@@ -285,14 +312,14 @@ struct Validation {
       if (!index_of.emplace(id, i).second) problem(i, "", "another stage already has this id; ids must be unique");
       ids.push_back(id);
     }
+  }
 
-    std::vector<GraphStage> built(n);
-    std::vector<bool> usable(n, false);
-    for (int i = 0; i < n; ++i) usable[i] = check_stage(i, built[i], index_of, ids);
-
-    // Wiring: inputs exist and counted (check_stage); a stage read by several stages (a tee) gives
-    // each its own buffer of every element.
-    std::vector<std::vector<int>> consumers(n);
+  // Wiring: inputs exist and counted (check_stage); a stage read by several stages (a tee) gives
+  // each its own buffer of every element.
+  void check_wiring() {
+    const auto& stages = doc.spec.stage();
+    const int n = stages.size();
+    consumers.assign(n, {});
     for (int i = 0; i < n; ++i)
       for (int input : built[i].inputs) consumers[input].push_back(i);
     for (int i = 0; i < n; ++i) {
@@ -306,9 +333,13 @@ struct Validation {
                                        "elements with themselves, use a map",
                                        stages[built[i].inputs[a]].id(), a + 1, b + 1));
     }
+  }
 
-    // Cycles (Kahn's algorithm): what is left after removing every stage whose inputs are done.
-    std::vector<int> pending(n), order;
+  // The flow's order (Kahn's algorithm); false, with the problem told, when stages form a cycle:
+  // what is left after removing every stage whose inputs are done.
+  bool order_the_flow() {
+    const int n = static_cast<int>(built.size());
+    std::vector<int> pending(n);
     for (int i = 0; i < n; ++i) pending[i] = static_cast<int>(built[i].inputs.size());
     // The earliest stage in the file among those ready: a file already in flow order keeps it.
     std::set<int> ready;
@@ -321,34 +352,42 @@ struct Validation {
       for (int c : consumers[s])
         if (--pending[c] == 0) ready.insert(c);
     }
-    if (static_cast<int>(order.size()) < n) {
-      // Stages left over are on a cycle or downstream of one: walk inputs from one of them until
-      // a stage repeats; the stages from its first visit on are the cycle itself.
-      int at = -1;
-      for (int i = 0; i < n && at < 0; ++i)
-        if (pending[i] > 0) at = i;
-      std::vector<int> seen_at(n, -1), path;
-      while (seen_at[at] < 0) {
-        seen_at[at] = static_cast<int>(path.size());
-        path.push_back(at);
-        for (int input : built[at].inputs)
-          if (pending[input] > 0) {
-            at = input;
-            break;
-          }
-      }
-      // The walk went against the flow: reverse it, and close the loop with its first stage.
-      std::vector<std::string> names{"'" + stages[at].id() + "'"};
-      for (int k = static_cast<int>(path.size()) - 1; k > seen_at[at]; --k) names.push_back("'" + stages[path[k]].id() + "'");
-      names.push_back(names.front());
-      problem(at, "", fmt::format("stages {} form a cycle; a pipeline must flow one way from sources to sinks",
-                                  fmt::join(names, " -> ")));
-      return;
-    }
+    if (static_cast<int>(order.size()) == n) return true;
+    report_cycle(pending);
+    return false;
+  }
 
-    // Every stage must reach a sink. A break is told once, at the stage where the data stops (no
-    // stage reads it), naming the stages whose data flows only there: one missing connection is
-    // one problem, not one per stage before it. Linear in the pipeline's size.
+  // Stages left over are on a cycle or downstream of one: walk inputs from one of them until a
+  // stage repeats; the stages from its first visit on are the cycle itself.
+  void report_cycle(const std::vector<int>& pending) {
+    const auto& stages = doc.spec.stage();
+    const int n = static_cast<int>(built.size());
+    int at = -1;
+    for (int i = 0; i < n && at < 0; ++i)
+      if (pending[i] > 0) at = i;
+    std::vector<int> seen_at(n, -1), path;
+    while (seen_at[at] < 0) {
+      seen_at[at] = static_cast<int>(path.size());
+      path.push_back(at);
+      for (int input : built[at].inputs)
+        if (pending[input] > 0) {
+          at = input;
+          break;
+        }
+    }
+    // The walk went against the flow: reverse it, and close the loop with its first stage.
+    std::vector<std::string> names{"'" + stages[at].id() + "'"};
+    for (int k = static_cast<int>(path.size()) - 1; k > seen_at[at]; --k) names.push_back("'" + stages[path[k]].id() + "'");
+    names.push_back(names.front());
+    problem(at, "", fmt::format("stages {} form a cycle; a pipeline must flow one way from sources to sinks", fmt::join(names, " -> ")));
+  }
+
+  // Every stage must reach a sink. A break is told once, at the stage where the data stops (no
+  // stage reads it), naming the stages whose data flows only there: one missing connection is
+  // one problem, not one per stage before it. Linear in the pipeline's size.
+  void check_paths_to_sinks() {
+    const auto& stages = doc.spec.stage();
+    const int n = static_cast<int>(built.size());
     std::vector<bool> reaches_sink(n, false);
     std::vector<int> dead_end(n, -1);  // where a stage's data stops, following its first reader
     for (auto k = order.rbegin(); k != order.rend(); ++k) {
@@ -370,17 +409,11 @@ struct Validation {
         message += fmt::format(" (what {} give{} ends here too)", names_in_prose(before->second), before->second.size() == 1 ? "s" : "");
       problem(i, "", message);
     }
-    if (!problems.empty()) return;
-    refuse_rejoining_branches(stages, built, order);
-    if (!problems.empty()) return;
-    check_per_input_stages(stages, built);
-    if (!problems.empty()) return;
-    apply_hints(stages, built);
-    refuse_shared_outputs(built);
-    construct_every_operator(built);
-    if (!problems.empty()) return;
+  }
 
-    // Renumber into topological order.
+  // The stages renumbered into the flow's order, with the pipeline's options.
+  void make_graph() {
+    const int n = static_cast<int>(built.size());
     std::vector<int> position(n);
     for (int k = 0; k < n; ++k) position[order[k]] = k;
     for (int k = 0; k < n; ++k) {
@@ -653,11 +686,35 @@ struct Validation {
     }
   }
 
+  // One stage on its own: its inputs named, its settings in range, its operator known and fitting
+  // where it stands, its parameters valid. False when it cannot be built.
   bool check_stage(int i, GraphStage& out, const std::map<std::string, int>& index_of, const std::vector<std::string>& ids) {
     const auto& st = doc.spec.stage(i);
     out.id = st.id();
+    bool ok = check_inputs(i, out, index_of, ids);
+    check_settings(i, st, out);
+    if (st.op().empty()) {
+      problem(i, "", "has no operator; set `op: \"...\"` (see `sluice plugins`)");
+      return false;
+    }
+    out.op = registry.find(st.op());
+    if (!out.op) {
+      problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators loaded; one of a plugin "
+                                 "library elsewhere loads with --plugin-dir DIR, SLUICE_PLUGIN_PATH=DIR or, in Python, "
+                                 "sluice.data.load_plugins(DIR)",
+                                 st.op(), did_you_mean(registry.closest(st.op()))));
+      return false;
+    }
+    check_inputs_taken(i, st, out.op->info);
+    check_settings_fit(i, st, out, out.op->info);
+    ok = check_params(i, st, out, out.op->info) && ok;
+    if (ok) fill_worker_params(out, st);
+    return ok;
+  }
+
+  bool check_inputs(int i, GraphStage& out, const std::map<std::string, int>& index_of, const std::vector<std::string>& ids) {
     bool ok = true;
-    for (const auto& in : st.input()) {
+    for (const auto& in : doc.spec.stage(i).input()) {
       auto it = index_of.find(in);
       if (it == index_of.end()) {
         problem(i, "", fmt::format("input '{}' names no stage{}", in, did_you_mean(closest_names(in, ids))));
@@ -669,6 +726,11 @@ struct Validation {
         out.inputs.push_back(it->second);
       }
     }
+    return ok;
+  }
+
+  // parallelism, buffer_size, interleave and policies, whatever the operator.
+  void check_settings(int i, const spec::Stage& st, GraphStage& out) {
     if (st.parallelism() < -1)
       problem(i, "", fmt::format("parallelism {} is negative; use 1 or more, or -1 to let the engine choose (autotune)", st.parallelism()));
     if (st.parallelism() > kMaxParallelism)
@@ -684,33 +746,22 @@ struct Validation {
     out.per_input = st.per_input();
     if (st.has_deterministic()) out.deterministic = st.deterministic();
     out.error_policy = policy(st.error_policy());
-    if (st.has_interleave()) {
-      const auto& il = st.interleave();
-      if (il.cycle_length() < 0) problem(i, "", fmt::format("interleave cycle_length {} is negative", il.cycle_length()));
-      if (il.block_length() < 0) problem(i, "", fmt::format("interleave block_length {} is negative", il.block_length()));
-      if (il.cycle_length() > kMaxCycleLength)
-        problem(i, "", fmt::format("interleave cycle_length {} is more than the {} inputs a stage may keep open", il.cycle_length(),
-                                   kMaxCycleLength));
-      if (il.block_length() > kMaxBlockLength)
-        problem(i, "", fmt::format("interleave block_length {} is more than {}", il.block_length(), kMaxBlockLength));
-      out.cycle_length = std::max(1, il.cycle_length());
-      out.block_length = std::max(1, il.block_length());
-      if (il.has_deterministic()) out.interleave_deterministic = il.deterministic();
-    }
+    if (!st.has_interleave()) return;
+    const auto& il = st.interleave();
+    if (il.cycle_length() < 0) problem(i, "", fmt::format("interleave cycle_length {} is negative", il.cycle_length()));
+    if (il.block_length() < 0) problem(i, "", fmt::format("interleave block_length {} is negative", il.block_length()));
+    if (il.cycle_length() > kMaxCycleLength)
+      problem(i, "", fmt::format("interleave cycle_length {} is more than the {} inputs a stage may keep open", il.cycle_length(),
+                                 kMaxCycleLength));
+    if (il.block_length() > kMaxBlockLength)
+      problem(i, "", fmt::format("interleave block_length {} is more than {}", il.block_length(), kMaxBlockLength));
+    out.cycle_length = std::max(1, il.cycle_length());
+    out.block_length = std::max(1, il.block_length());
+    if (il.has_deterministic()) out.interleave_deterministic = il.deterministic();
+  }
 
-    if (st.op().empty()) {
-      problem(i, "", "has no operator; set `op: \"...\"` (see `sluice plugins`)");
-      return false;
-    }
-    out.op = registry.find(st.op());
-    if (!out.op) {
-      problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators loaded; one of a plugin "
-                                 "library elsewhere loads with --plugin-dir DIR, SLUICE_PLUGIN_PATH=DIR or, in Python, "
-                                 "sluice.data.load_plugins(DIR)",
-                                 st.op(), did_you_mean(registry.closest(st.op()))));
-      return false;
-    }
-    const auto& info = out.op->info;
+  // As many inputs as the operator's kind takes.
+  void check_inputs_taken(int i, const spec::Stage& st, const OperatorInfo& info) {
     const bool is_source = info.kind == OperatorKind::Source;
     if (is_source && st.input_size() > 0)
       problem(i, "", fmt::format("'{}' is a source and takes no input; remove its `input`", info.name));
@@ -723,16 +774,21 @@ struct Validation {
                                                                         : fmt::format("{} to {}", info.min_inputs, info.max_inputs),
                                    st.input_size(),
                                    st.input_size() < info.min_inputs ? "; list each with `input: \"STAGE\"`, in order" : ""));
-    } else if (!is_source && st.input_size() != 1)
+    } else if (!is_source && st.input_size() != 1) {
       problem(i, "", st.input_size() == 0
                          ? fmt::format("'{}' is a {} and needs an input; add `input: \"STAGE\"`", info.name,
                                        operator_kind_name(info.kind))
                          : fmt::format("'{}' takes one input, got {}", info.name, st.input_size()));
+    }
+  }
+
+  // The settings the operator's kind and traits allow: interleave for expands only, workers for
+  // stateless stages (an aggregate's assembly threads are checked on the operator built from these
+  // parameters, construct_every_operator), a tuned buffer where there is an output.
+  void check_settings_fit(int i, const spec::Stage& st, const GraphStage& out, const OperatorInfo& info) {
     if (st.has_interleave() && info.kind != OperatorKind::Expand)
       problem(i, "", fmt::format("'{}' is a {}; interleave applies to expand operators only", info.name,
                                  operator_kind_name(info.kind)));
-    // An aggregate may assemble its outputs on several threads: that is checked on the operator
-    // built from these parameters (construct_every_operator).
     if (out.parallelism > 1 && !info.traits.stateless && info.kind != OperatorKind::Aggregate)
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
                                  info.name));
@@ -745,8 +801,11 @@ struct Validation {
                                  "tune; remove `parallelism: -1`", info.name));
     if (out.autotune_buffer && info.kind == OperatorKind::Sink)
       problem(i, "", fmt::format("'{}' is a sink and has no output buffer; remove `buffer_size: -1`", info.name));
+  }
 
-    // Parameters: every given one known and valid, every required one given.
+  // Parameters: every given one known and valid, every required one given.
+  bool check_params(int i, const spec::Stage& st, GraphStage& out, const OperatorInfo& info) {
+    bool ok = true;
     std::vector<std::string> names;
     for (const auto& p : info.params) names.push_back(p.name);
     for (const auto& [name, value] : st.params()) {
@@ -776,7 +835,6 @@ struct Validation {
         out.params.set(p.name, parse_param(p, *p.default_value));
       }
     }
-    if (ok) fill_worker_params(out, st);
     return ok;
   }
 };

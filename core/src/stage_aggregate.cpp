@@ -75,209 +75,310 @@ void Engine::Impl::CollectingEmitter::attach_rows(Sample& output) {
   output.set_read_position(with_rows.read_epoch, with_rows.read_index);
 }
 
-void Engine::Impl::run_aggregate(StageRuntime& st) {
-  Aggregate& op = *st.aggregate;
-  std::vector<Item> in, out;
-  // Parallelism above 1 (an operator that assembles in parallel): workers - 1 threads assemble
-  // outputs, and this one when it is ahead of them. Declared before the emitter, so that its
-  // threads are joined after the emitter is gone, on every way out of this function.
-  std::optional<detail::OutputAssembly> assembly;
-  if (st.workers > 1)
-    assembly.emplace(
-        st.workers - 1, [name = st.spec->id + "+"] { name_this_thread(name); },
-        [&st](std::uint64_t ns) { add(st.counters.busy_ns, ns); });
-  CollectingEmitter emitter(*this, st, out, assembly ? &*assembly : nullptr);
-  std::uint64_t out_iteration = 0, in_iteration = 0, in_index = 0;
-  std::int64_t inputs_in_group = 0;
-  bool open = st.demand != 0;
-  bool replaying = false;       // the input ended; iterations come from replay()
-  std::uint64_t replay_drop = 0;  // a resumed replay: outputs given before the checkpoint
-  auto guarded = [&](auto&& call, const char* what) {
-    try {
-      call();
-      return true;
-    } catch (const std::exception& e) {
-      fail(fmt::format("{} failed {} of epoch {}: {}", stage_label(st), what, st.first_output_epoch + out_iteration, e.what()), &st);
-      return false;
-    }
-  };
-  auto close_iteration = [&]() {
-    if (!guarded([&] { op.end_iteration(st.first_output_epoch + out_iteration, emitter); }, "at the end")) return false;
-    if (!emitter.settle(true)) return false;
-    emitter.iteration_ended();
-    out.push_back(Item::end_of_iteration(out_iteration));
-    if (!flush(st, out)) return false;
-    ++out_iteration;
-    st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
-    open = st.demand == kUnbounded || out_iteration < static_cast<std::uint64_t>(st.demand);
-    emitter.iteration = out_iteration;
-    return !open || guarded([&] { op.begin_iteration(st.first_output_epoch + out_iteration); }, "at the start");
-  };
-  // The cut reaches the stage between two inputs, or between two outputs of a replay: what it
-  // emitted goes first, then its state, then the barrier.
-  auto save_for_cut = [&](std::uint64_t replay_given) {
-    if (!emitter.settle(true) || !flush(st, out)) return false;
-    const auto positions = [&](StateWriter& w) {
-      w.put(out_iteration);
-      w.put(in_iteration);
-      w.put(in_index);
-      w.put(inputs_in_group);
-      w.put<std::uint8_t>(open);
-      w.put<std::uint8_t>(replaying);
-      w.put(replay_given);
-    };
-    const std::string where = replaying ? fmt::format("replaying epoch {}, {} elements given", st.first_output_epoch + out_iteration, replay_given)
-                                        : fmt::format("epoch {}, {} inputs taken", st.first_input_epoch + in_iteration, in_index);
-    if (!save_stage(st, positions, where)) return false;
-    out.push_back(Item::barrier());
-    return flush(st, out);
-  };
-  if (end_if_ended_before(st, out)) return;
-  if (st.restore) {
-    auto positions = engine_state_reader(st);
-    out_iteration = positions->get<std::uint64_t>();
-    in_iteration = positions->get<std::uint64_t>();
-    in_index = positions->get<std::uint64_t>();
-    inputs_in_group = positions->get<std::int64_t>();
-    open = positions->get<std::uint8_t>() != 0;
-    replaying = positions->get<std::uint8_t>() != 0;
-    replay_drop = positions->get<std::uint64_t>();
-    emitter.iteration = out_iteration;
-    emitter.held_when_restored(st.restored_rows);
-    st.output->set_iteration(out_iteration);
-    st.counters.epoch.store(out_iteration, std::memory_order_relaxed);
-  } else if (open && !guarded([&] { op.begin_iteration(st.first_output_epoch); }, "at the start")) {
-    return;
-  }
+// An aggregate stage: one thread takes the inputs in order and pushes them to the operator;
+// iterations map to the input's through passes_per_iteration, and iterations the input does not
+// provide are replayed (cache). With parallelism above 1 (an operator that assembles in
+// parallel), workers - 1 threads assemble outputs, and this one when it is ahead of them.
+class Engine::Impl::AggregateStage {
+ public:
+  AggregateStage(Impl& engine, StageRuntime& st);
+  void run();
 
+ private:
+  // ---- the phases of run() ----
+  void restore();
+  bool begin();
+  bool take_inputs();   // until the input ends; false when the run stops
+  bool input_ended();
+  bool replay();        // the iterations the input did not provide
+  void finish();
+
+  // ---- inputs ----
+  bool end_of_input_iteration();
+  bool push_items();
+  bool push_element(Item& item);
+  bool push_chunk(Sample& carrier, std::uint64_t first_index);
+  bool push_rows_one_by_one(const Chunk& rest, const ElementContext& ctx);
+
+  // ---- outputs and cuts ----
+  template <class Call>
+  bool guarded(Call&& call, const char* what);
+  bool close_iteration();
+  bool save_for_cut(std::uint64_t replay_given);
+  bool cut_during_replay(std::uint64_t given);
+  std::uint64_t waited_total() const { return st_.counters.blocked_ns.load() + (assembly_ ? assembly_->waited_ns() : 0); }
+  void account_busy(std::uint64_t now);
+
+  Impl& engine_;
+  StageRuntime& st_;
+  Aggregate& op_;
+  std::vector<Item> in_, out_;
+  // Declared before the emitter, so that its threads are joined after the emitter is gone.
+  std::optional<detail::OutputAssembly> assembly_;
+  CollectingEmitter emitter_;
+  std::uint64_t out_iteration_ = 0, in_iteration_ = 0, in_index_ = 0;
+  std::int64_t inputs_in_group_ = 0;
+  bool open_;
+  bool replaying_ = false;        // the input ended; iterations come from replay()
+  std::uint64_t replay_drop_ = 0;  // a resumed replay: outputs given before the checkpoint
   // Busy time is the time between two pops, less what flushing spent waiting downstream and
   // what waiting for the assembly threads took (they count their own).
-  auto waited_total = [&] { return st.counters.blocked_ns.load() + (assembly ? assembly->waited_ns() : 0); };
-  std::uint64_t mark = now_ns(), waited_at_mark = waited_total();
-  auto account_busy = [&](std::uint64_t now) {
-    const std::uint64_t waited_now = waited_total();
-    std::uint64_t spent = now - mark, waited = waited_now - waited_at_mark;
-    add(st.counters.busy_ns, spent > waited ? spent - waited : 0);
-    waited_at_mark = waited_now;
-  };
-  OriginKeeper origin;  // of the element being pushed, for a message
-  while (!replaying) {
+  std::uint64_t mark_ = 0, waited_at_mark_ = 0;
+  OriginKeeper origin_;  // of the element being pushed, for a message
+};
+
+void Engine::Impl::run_aggregate(StageRuntime& st) { AggregateStage(*this, st).run(); }
+
+namespace {
+// Starts the assembly threads of a stage with parallelism above 1, in `assembly`; null otherwise.
+detail::OutputAssembly* start_assembly(std::optional<detail::OutputAssembly>& assembly, StageRuntime& st) {
+  if (st.workers <= 1) return nullptr;
+  assembly.emplace(
+      st.workers - 1, [name = st.spec->id + "+"] { name_this_thread(name); }, [&st](std::uint64_t ns) { add(st.counters.busy_ns, ns); });
+  return &*assembly;
+}
+}  // namespace
+
+Engine::Impl::AggregateStage::AggregateStage(Impl& engine, StageRuntime& st)
+    : engine_(engine),
+      st_(st),
+      op_(*st.aggregate),
+      emitter_(engine, st, out_, start_assembly(assembly_, st)),
+      open_(st.demand != 0) {}
+
+void Engine::Impl::AggregateStage::run() {
+  if (engine_.end_if_ended_before(st_, out_)) return;
+  if (st_.restore) restore();
+  else if (!begin()) return;
+  mark_ = now_ns();
+  waited_at_mark_ = waited_total();
+  if (!replaying_ && !(take_inputs() && input_ended())) return;
+  if (replay()) finish();
+}
+
+void Engine::Impl::AggregateStage::restore() {
+  auto positions = engine_.engine_state_reader(st_);
+  out_iteration_ = positions->get<std::uint64_t>();
+  in_iteration_ = positions->get<std::uint64_t>();
+  in_index_ = positions->get<std::uint64_t>();
+  inputs_in_group_ = positions->get<std::int64_t>();
+  open_ = positions->get<std::uint8_t>() != 0;
+  replaying_ = positions->get<std::uint8_t>() != 0;
+  replay_drop_ = positions->get<std::uint64_t>();
+  emitter_.iteration = out_iteration_;
+  emitter_.held_when_restored(st_.restored_rows);
+  st_.output->set_iteration(out_iteration_);
+  st_.counters.epoch.store(out_iteration_, std::memory_order_relaxed);
+}
+
+bool Engine::Impl::AggregateStage::begin() {
+  return !open_ || guarded([&] { op_.begin_iteration(st_.first_output_epoch); }, "at the start");
+}
+
+bool Engine::Impl::AggregateStage::take_inputs() {
+  for (;;) {
     std::uint64_t t0 = now_ns();
     account_busy(t0);
-    if (!st.input->pop(in, kChunk)) return;
-    mark = now_ns();
-    add(st.counters.starved_ns, mark - t0);
-    if (in.front().kind == Item::Kind::EndOfStream) break;
-    if (in.front().kind == Item::Kind::Barrier) {
-      if (!save_for_cut(0)) return;
-      continue;
-    }
-    if (in.front().kind == Item::Kind::EndOfIteration) {
-      // Repeating forever over a pass that yielded nothing would spin without end: as in
-      // tf.data, an empty pass ends the repetition.
-      if (in_index == 0 && st.passes_per_iteration == kUnbounded) skip_input(st, kAllIterations);
-      ++in_iteration;
-      in_index = 0;
-      ++inputs_in_group;
-      if (open && st.passes_per_iteration > 0 && inputs_in_group == st.passes_per_iteration) {
-        inputs_in_group = 0;
-        if (!close_iteration()) return;
-      }
-      continue;
-    }
-    add(st.counters.elements_in, st.chunked_aggregate ? rows_of(in) : in.size());
-    add(st.counters.bytes_in, bytes_of(in));
-    for (auto& item : in) {
-      if (Chunk* chunk = st.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
-        const std::uint64_t first_index = in_index;
-        in_index += chunk->rows();
-        if (st.input->skipped(in_iteration) || !open) continue;
-        // Rows from `done` on are still to push; a refused row is reported (or ends the run) and
-        // the rows after it go on in a new call, as elements after a refused one do.
-        Chunk rest = detail::take_chunk(item.sample);
-        std::size_t done = 0;
-        while (rest.rows() > 0) {
-          const ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, first_index + done};
-          if (st.stacks)
-            for (std::size_t r = 0; r < rest.rows(); ++r) emitter.took(rest.origin(r));
-          try {
-            if (st.chunked_aggregate->push_chunk(rest, ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
-              skip_input(st, static_cast<std::int64_t>(in_iteration));
-            break;
-          } catch (const RowError& e) {
-            const std::size_t row = std::min(e.row(), rest.rows() - 1);
-            emitter.took_back(rest.rows() - row);  // the refused row and those after it, pushed again below
-            if (!element_error(st, e.what(), ctx.epoch, ctx.index + row, rest.origin(row).text())) return;
-            rest = rest.slice(row + 1, rest.rows());
-            done += row + 1;
-          } catch (const std::exception&) {
-            if (handling_out_of_memory()) {
-              fail(out_of_memory_message(st), &st);
-              return;
-            }
-            // Not one row's fault, or an operator that does not say which row: the rows go
-            // through the element form one by one, each taken, skipped or named as alone.
-            emitter.took_back(rest.rows());
-            for (std::size_t r = 0; r < rest.rows(); ++r) {
-              const ElementContext row_ctx{&st.info, ctx.epoch, ctx.index + r};
-              emitter.took(rest.origin(r));
-              try {
-                if (op.push(rest.row(r), row_ctx, emitter) == Aggregate::Flow::SkipRestOfIteration) {
-                  skip_input(st, static_cast<std::int64_t>(in_iteration));
-                  break;
-                }
-              } catch (const std::exception& e) {
-                emitter.took_back(1);
-                if (!element_error(st, e.what(), row_ctx.epoch, row_ctx.index, rest.origin(r).text())) return;
-              }
-            }
-            break;
-          }
-          if (stopping.load(std::memory_order_relaxed)) return;
-        }
-        if (stopping.load(std::memory_order_relaxed)) return;
+    if (!st_.input->pop(in_, kChunk)) return false;
+    mark_ = now_ns();
+    add(st_.counters.starved_ns, mark_ - t0);
+    switch (in_.front().kind) {
+      case Item::Kind::EndOfStream:
+        return true;
+      case Item::Kind::Barrier:
+        if (!save_for_cut(0)) return false;
         continue;
-      }
-      ElementContext ctx{&st.info, st.first_input_epoch + in_iteration, in_index++};
-      if (st.input->skipped(in_iteration) || !open) continue;
-      origin.keep(item.sample.shared_origin());
-      emitter.took(item.sample.shared_origin());
-      try {
-        if (op.push(std::move(item.sample), ctx, emitter) == Aggregate::Flow::SkipRestOfIteration)
-          skip_input(st, static_cast<std::int64_t>(in_iteration));
-      } catch (const std::exception& e) {
-        emitter.took_back(1);
-        if (!element_error(st, e.what(), ctx.epoch, ctx.index, origin.text())) return;
-      }
-      if (stopping.load(std::memory_order_relaxed)) return;
+      case Item::Kind::EndOfIteration:
+        if (!end_of_input_iteration()) return false;
+        continue;
+      default:
+        if (!push_items() || !emitter_.settle(false) || !engine_.flush(st_, out_)) return false;
     }
-    if (!emitter.settle(false) || !flush(st, out)) return;
   }
-  // The input ended: close a partly received group (repeat whose input was cut short), then
-  // replay the iterations the input did not provide. No barrier comes from an input that ended:
-  // a checkpoint is cut here, between replays or between two outputs of one.
-  if (!replaying) {
-    replaying = true;
-    if (open && (inputs_in_group > 0 || st.passes_per_iteration == kUnbounded) && !close_iteration()) return;
-  }
-  auto cut_during_replay = [&](std::uint64_t given) {
-    if (!cut_requested(st)) return !stopping.load(std::memory_order_relaxed);
-    return save_for_cut(given) && wait_for_release(st);
-  };
-  ReplayEmitter replay_out(emitter, cut_during_replay);
-  while (open && !stopping.load() && st.output->skip_through() != kAllIterations) {
-    if (cut_requested(st) && !(save_for_cut(0) && wait_for_release(st))) return;
+}
+
+// The input ended: close a partly received group (repeat whose input was cut short); the
+// iterations the input did not provide are replayed next. No barrier comes from an input that
+// ended: a checkpoint is cut between replays or between two outputs of one.
+bool Engine::Impl::AggregateStage::input_ended() {
+  replaying_ = true;
+  return !(open_ && (inputs_in_group_ > 0 || st_.passes_per_iteration == kUnbounded) && !close_iteration());
+}
+
+bool Engine::Impl::AggregateStage::replay() {
+  ReplayEmitter replay_out(emitter_, [this](std::uint64_t given) { return cut_during_replay(given); });
+  while (open_ && !engine_.stopping.load() && st_.output->skip_through() != kAllIterations) {
+    if (engine_.cut_requested(st_) && !(save_for_cut(0) && engine_.wait_for_release(st_))) return false;
     bool replayed = false;
     replay_out.given = 0;
-    replay_out.drop = std::exchange(replay_drop, 0);
-    if (!guarded([&] { replayed = op.replay(st.first_output_epoch + out_iteration, replay_out); }, "replaying")) return;
-    if (stopping.load()) return;
+    replay_out.drop = std::exchange(replay_drop_, 0);
+    if (!guarded([&] { replayed = op_.replay(st_.first_output_epoch + out_iteration_, replay_out); }, "replaying")) return false;
+    if (engine_.stopping.load()) return false;
     if (!replayed || !close_iteration()) break;
   }
-  if (!emitter.settle(true)) return;
+  return true;
+}
+
+void Engine::Impl::AggregateStage::finish() {
+  if (!emitter_.settle(true)) return;
   account_busy(now_ns());
-  out.push_back(Item::end_of_stream());
-  if (flush(st, out)) stage_ended(st);
+  out_.push_back(Item::end_of_stream());
+  if (engine_.flush(st_, out_)) engine_.stage_ended(st_);
+}
+
+bool Engine::Impl::AggregateStage::end_of_input_iteration() {
+  // Repeating forever over a pass that yielded nothing would spin without end: as in tf.data, an
+  // empty pass ends the repetition.
+  if (in_index_ == 0 && st_.passes_per_iteration == kUnbounded) engine_.skip_input(st_, kAllIterations);
+  ++in_iteration_;
+  in_index_ = 0;
+  ++inputs_in_group_;
+  if (open_ && st_.passes_per_iteration > 0 && inputs_in_group_ == st_.passes_per_iteration) {
+    inputs_in_group_ = 0;
+    return close_iteration();
+  }
+  return true;
+}
+
+// A chunk of input elements (or of chunks, for an operator that takes them) to the operator.
+bool Engine::Impl::AggregateStage::push_items() {
+  add(st_.counters.elements_in, st_.chunked_aggregate ? rows_of(in_) : in_.size());
+  add(st_.counters.bytes_in, bytes_of(in_));
+  for (auto& item : in_) {
+    if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
+      const std::uint64_t first_index = in_index_;
+      in_index_ += chunk->rows();
+      if (st_.input->skipped(in_iteration_) || !open_) continue;
+      if (!push_chunk(item.sample, first_index)) return false;
+    } else if (!push_element(item)) {
+      return false;
+    }
+    if (engine_.stopping.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
+}
+
+bool Engine::Impl::AggregateStage::push_element(Item& item) {
+  ElementContext ctx{&st_.info, st_.first_input_epoch + in_iteration_, in_index_++};
+  if (st_.input->skipped(in_iteration_) || !open_) return true;
+  origin_.keep(item.sample.shared_origin());
+  emitter_.took(item.sample.shared_origin());
+  try {
+    if (op_.push(std::move(item.sample), ctx, emitter_) == Aggregate::Flow::SkipRestOfIteration)
+      engine_.skip_input(st_, static_cast<std::int64_t>(in_iteration_));
+  } catch (const std::exception& e) {
+    emitter_.took_back(1);
+    if (!engine_.element_error(st_, e.what(), ctx.epoch, ctx.index, origin_.text())) return false;
+  }
+  return true;
+}
+
+// Rows from `done` on are still to push; a refused row is reported (or ends the run) and the rows
+// after it go on in a new call, as elements after a refused one do.
+bool Engine::Impl::AggregateStage::push_chunk(Sample& carrier, std::uint64_t first_index) {
+  Chunk rest = detail::take_chunk(carrier);
+  std::size_t done = 0;
+  while (rest.rows() > 0) {
+    const ElementContext ctx{&st_.info, st_.first_input_epoch + in_iteration_, first_index + done};
+    if (st_.stacks)
+      for (std::size_t r = 0; r < rest.rows(); ++r) emitter_.took(rest.origin(r));
+    try {
+      if (st_.chunked_aggregate->push_chunk(rest, ctx, emitter_) == Aggregate::Flow::SkipRestOfIteration)
+        engine_.skip_input(st_, static_cast<std::int64_t>(in_iteration_));
+      return true;
+    } catch (const RowError& e) {
+      const std::size_t row = std::min(e.row(), rest.rows() - 1);
+      emitter_.took_back(rest.rows() - row);  // the refused row and those after it, pushed again below
+      if (!engine_.element_error(st_, e.what(), ctx.epoch, ctx.index + row, rest.origin(row).text())) return false;
+      rest = rest.slice(row + 1, rest.rows());
+      done += row + 1;
+    } catch (const std::exception&) {
+      if (handling_out_of_memory()) {
+        engine_.fail(engine_.out_of_memory_message(st_), &st_);
+        return false;
+      }
+      emitter_.took_back(rest.rows());
+      return push_rows_one_by_one(rest, ctx);
+    }
+    if (engine_.stopping.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
+}
+
+// Not one row's fault, or an operator that does not say which row: the rows go through the
+// element form one by one, each taken, skipped or named as alone.
+bool Engine::Impl::AggregateStage::push_rows_one_by_one(const Chunk& rest, const ElementContext& ctx) {
+  for (std::size_t r = 0; r < rest.rows(); ++r) {
+    const ElementContext row_ctx{&st_.info, ctx.epoch, ctx.index + r};
+    emitter_.took(rest.origin(r));
+    try {
+      if (op_.push(rest.row(r), row_ctx, emitter_) == Aggregate::Flow::SkipRestOfIteration) {
+        engine_.skip_input(st_, static_cast<std::int64_t>(in_iteration_));
+        return true;
+      }
+    } catch (const std::exception& e) {
+      emitter_.took_back(1);
+      if (!engine_.element_error(st_, e.what(), row_ctx.epoch, row_ctx.index, rest.origin(r).text())) return false;
+    }
+  }
+  return true;
+}
+
+template <class Call>
+bool Engine::Impl::AggregateStage::guarded(Call&& call, const char* what) {
+  try {
+    call();
+    return true;
+  } catch (const std::exception& e) {
+    engine_.fail(fmt::format("{} failed {} of epoch {}: {}", engine_.stage_label(st_), what, st_.first_output_epoch + out_iteration_, e.what()),
+                 &st_);
+    return false;
+  }
+}
+
+bool Engine::Impl::AggregateStage::close_iteration() {
+  if (!guarded([&] { op_.end_iteration(st_.first_output_epoch + out_iteration_, emitter_); }, "at the end")) return false;
+  if (!emitter_.settle(true)) return false;
+  emitter_.iteration_ended();
+  out_.push_back(Item::end_of_iteration(out_iteration_));
+  if (!engine_.flush(st_, out_)) return false;
+  ++out_iteration_;
+  st_.counters.epoch.store(out_iteration_, std::memory_order_relaxed);
+  open_ = st_.demand == kUnbounded || out_iteration_ < static_cast<std::uint64_t>(st_.demand);
+  emitter_.iteration = out_iteration_;
+  return !open_ || guarded([&] { op_.begin_iteration(st_.first_output_epoch + out_iteration_); }, "at the start");
+}
+
+// The cut reaches the stage between two inputs, or between two outputs of a replay: what it
+// emitted goes first, then its state, then the barrier.
+bool Engine::Impl::AggregateStage::save_for_cut(std::uint64_t replay_given) {
+  if (!emitter_.settle(true) || !engine_.flush(st_, out_)) return false;
+  const auto positions = [&](StateWriter& w) {
+    w.put(out_iteration_);
+    w.put(in_iteration_);
+    w.put(in_index_);
+    w.put(inputs_in_group_);
+    w.put<std::uint8_t>(open_);
+    w.put<std::uint8_t>(replaying_);
+    w.put(replay_given);
+  };
+  const std::string where = replaying_ ? fmt::format("replaying epoch {}, {} elements given", st_.first_output_epoch + out_iteration_, replay_given)
+                                       : fmt::format("epoch {}, {} inputs taken", st_.first_input_epoch + in_iteration_, in_index_);
+  if (!engine_.save_stage(st_, positions, where)) return false;
+  out_.push_back(Item::barrier());
+  return engine_.flush(st_, out_);
+}
+
+bool Engine::Impl::AggregateStage::cut_during_replay(std::uint64_t given) {
+  if (!engine_.cut_requested(st_)) return !engine_.stopping.load(std::memory_order_relaxed);
+  return save_for_cut(given) && engine_.wait_for_release(st_);
+}
+
+void Engine::Impl::AggregateStage::account_busy(std::uint64_t now) {
+  const std::uint64_t waited_now = waited_total();
+  std::uint64_t spent = now - mark_, waited = waited_now - waited_at_mark_;
+  add(st_.counters.busy_ns, spent > waited ? spent - waited : 0);
+  waited_at_mark_ = waited_now;
 }
 
 }  // namespace sluice

@@ -11,141 +11,216 @@ bool Engine::Impl::wait_until_active(StageRuntime& st, int index) {
   return !stopping.load() && !st.input_finished.load();
 }
 
-void Engine::Impl::run_stateless(StageRuntime& st, int index) {
-  const bool ordered = st.spec->keeps_order(graph.deterministic) && st.workers > 1;
-  std::vector<Item> in, out;
-  in.reserve(kChunk);
-  for (;;) {
-    if (st.tuned_workers && index >= st.active_workers.load(std::memory_order_relaxed) && !wait_until_active(st, index)) return;
-    std::uint64_t seq = 0, epoch = 0, base_index = 0;
-    std::uint64_t t0 = now_ns();
-    {
-      std::lock_guard pop_lock(st.pop_mutex);
-      if (st.input_done) return;
-      if (ordered) {
-        // Workers run ahead of the oldest unfinished chunk by a bounded amount (memory).
-        std::unique_lock lock(st.commit_mutex);
-        std::uint64_t w0 = now_ns();
-        st.commit_cv.wait(lock, [&] { return st.in_flight < kMaxChunksAhead * st.running_workers() || stopping.load(); });
-        add(st.counters.blocked_ns, now_ns() - w0);
-        t0 = now_ns();
-      }
-      if (stopping.load()) return;
-      // A fair share of what is waiting, and no more than a few milliseconds of work, so that
-      // at the end of the input no worker is left alone with a long chunk. Before the cost is
-      // known, one element: a Python map taking a second each took a chunk of 64 at once, and
-      // the first output (and a stop at exit) waited for all of them.
-      const std::size_t share = std::max<std::size_t>(1, st.input->available() / static_cast<std::size_t>(st.running_workers()));
-      const std::uint64_t cost = st.ns_per_element.load(std::memory_order_relaxed);
-      const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : 1;
-      if (!st.input->pop(in, std::min({kChunk, share, by_time}))) return;
-      add(st.counters.starved_ns, now_ns() - t0);
-      if (!in.front().is_element()) {
-        {
-          std::unique_lock lock(st.commit_mutex);
-          std::uint64_t w0 = now_ns();
-          st.commit_cv.wait(lock, [&] { return st.in_flight == 0 || stopping.load(); });
-          add(st.counters.blocked_ns, now_ns() - w0);
-        }
-        if (stopping.load()) return;
-        Item control = std::move(in.front());
-        if (control.kind == Item::Kind::Barrier) {
-          // Every chunk before the barrier is committed: the stage stands between two elements.
-          const auto positions = [&](StateWriter& w) {
-            w.put(st.in_iteration);
-            w.put(st.in_index);
-          };
-          if (!save_stage(st, positions, fmt::format("epoch {}, before element {}", st.first_input_epoch + st.in_iteration, st.in_index)))
-            return;
-        }
-        if (control.kind == Item::Kind::EndOfStream) {
-          st.input_done = true;
-          if (st.tuned_workers) st.finish_input();
-        }
-        if (control.kind == Item::Kind::EndOfIteration) {
-          if (st.sink) {
-            try {
-              st.sink->end_iteration(st.first_input_epoch + st.in_iteration);
-            } catch (const std::exception& e) {
-              fail(fmt::format("{} failed at the end of epoch {}: {}", stage_label(st), st.first_input_epoch + st.in_iteration,
-                               e.what()), &st);
-              return;
-            }
-          }
-          ++st.in_iteration;
-          st.in_index = 0;
-          st.counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
-          for (auto* member : st.fused) member->counters.epoch.store(st.in_iteration, std::memory_order_relaxed);
-        }
-        if (!st.sink) {
-          out.push_back(std::move(control));
-          if (!flush(st, out)) return;
-        } else if (st.input_done) {
-          sinks_done.fetch_add(1);
-        }
-        if (st.input_done) {
-          stage_ended(st);
-          return;
-        }
-        continue;
-      }
-      seq = st.next_seq++;
-      epoch = st.in_iteration;
-      base_index = st.in_index;
-      const std::uint64_t rows = st.chunked_map ? rows_of(in) : in.size();
-      st.in_index += rows;
-      std::lock_guard lock(st.commit_mutex);
-      ++st.in_flight;
-    }
-    add(st.counters.elements_in, st.chunked_map ? rows_of(in) : in.size());
-    add(st.counters.bytes_in, bytes_of(in));
-
-    bool ok = true;
-    ChunkIssues issues;
-    if (!st.input->skipped(epoch)) {
-      CoreHold core(*this, st);
-      ok = core.held() && (st.chunked_map ? process_chunked_map(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr)
-                                          : process_chunk(st, in, out, st.first_input_epoch + epoch, base_index, ordered ? &issues : nullptr));
-    }
-    in.clear();
-    std::uint64_t t2 = now_ns();
-
-    if (!ordered) {
-      if (ok && !st.sink && !out.empty()) {
-        st.exit().observe_output(out);
-        ok = st.exit().output->push(out);
-      }
-      out.clear();
-      {
-        std::lock_guard lock(st.commit_mutex);
-        --st.in_flight;
-        st.commit_cv.notify_all();
-      }
-    } else {
-      std::unique_lock lock(st.commit_mutex);
-      st.finished.emplace(seq, StageRuntime::FinishedChunk{std::move(out), std::move(issues), ok});
-      out = {};
-      // Taking the chunk in turn out of `finished` makes this thread its only committer.
-      for (auto it = st.finished.find(st.next_commit); it != st.finished.end(); it = st.finished.find(st.next_commit)) {
-        StageRuntime::FinishedChunk chunk = std::move(it->second);
-        st.finished.erase(it);
-        lock.unlock();
-        report_issues(chunk.issues);
-        if (chunk.ok && !st.sink) st.exit().observe_output(chunk.out);
-        bool pushed = !chunk.ok || st.sink || chunk.out.empty() || st.exit().output->push(chunk.out);
-        lock.lock();
-        ++st.next_commit;
-        --st.in_flight;
-        st.commit_cv.notify_all();
-        if (!chunk.ok || !pushed) {
-          ok = false;
-          break;
-        }
-      }
-    }
-    add(st.exit().counters.blocked_ns, now_ns() - t2);
-    if (!ok || stopping.load()) return;
+// One worker of a map, filter or sink stage (a fused group of them as one): it takes a chunk of
+// the input in order, processes it concurrently with the stage's other workers, and commits its
+// outputs in input order (deterministic) or as it finishes. Control items (barriers, ends) wait
+// until every earlier chunk is committed.
+class Engine::Impl::ParallelStage {
+ public:
+  ParallelStage(Impl& engine, StageRuntime& st, int worker)
+      : engine_(engine), st_(st), worker_(worker), ordered_(st.spec->keeps_order(engine.graph.deterministic) && st.workers > 1) {
+    in_.reserve(kChunk);
   }
+  void run();
+
+ private:
+  enum class Took { Elements, Control, Stop };
+  // ---- the steps of run() ----
+  bool wait_while_parked();
+  Took take_chunk();
+  bool process_chunk();
+  bool commit(bool ok);
+
+  void wait_for_room_ahead(std::uint64_t& t0);
+  std::size_t chunk_size() const;
+  bool take_control();
+  bool end_sink_iteration();
+  bool commit_as_finished(bool ok);
+  bool commit_in_order(bool ok);
+
+  Impl& engine_;
+  StageRuntime& st_;
+  const int worker_;
+  const bool ordered_;
+  std::vector<Item> in_, out_;
+  ChunkIssues issues_;
+  // The chunk taken: its place among the stage's chunks, its iteration and first element's index.
+  std::uint64_t seq_ = 0, epoch_ = 0, base_index_ = 0;
+};
+
+void Engine::Impl::run_stateless(StageRuntime& st, int index) { ParallelStage(*this, st, index).run(); }
+
+void Engine::Impl::ParallelStage::run() {
+  for (;;) {
+    if (!wait_while_parked()) return;
+    const Took took = take_chunk();
+    if (took == Took::Stop) return;
+    if (took == Took::Control) continue;
+    const bool ok = process_chunk();
+    if (!commit(ok) || engine_.stopping.load()) return;
+  }
+}
+
+// A tuned stage's worker above the active count waits; false when it should leave.
+bool Engine::Impl::ParallelStage::wait_while_parked() {
+  return !st_.tuned_workers || worker_ < st_.active_workers.load(std::memory_order_relaxed) || engine_.wait_until_active(st_, worker_);
+}
+
+// The next chunk of the input, under the stage's pop lock: elements (their place noted), or a
+// control item handled here.
+Engine::Impl::ParallelStage::Took Engine::Impl::ParallelStage::take_chunk() {
+  std::uint64_t t0 = now_ns();
+  {
+    std::lock_guard pop_lock(st_.pop_mutex);
+    if (st_.input_done) return Took::Stop;
+    if (ordered_) wait_for_room_ahead(t0);
+    if (engine_.stopping.load()) return Took::Stop;
+    if (!st_.input->pop(in_, chunk_size())) return Took::Stop;
+    add(st_.counters.starved_ns, now_ns() - t0);
+    if (!in_.front().is_element()) return take_control() ? Took::Control : Took::Stop;
+    seq_ = st_.next_seq++;
+    epoch_ = st_.in_iteration;
+    base_index_ = st_.in_index;
+    const std::uint64_t rows = st_.chunked_map ? rows_of(in_) : in_.size();
+    st_.in_index += rows;
+    std::lock_guard lock(st_.commit_mutex);
+    ++st_.in_flight;
+  }
+  add(st_.counters.elements_in, st_.chunked_map ? rows_of(in_) : in_.size());
+  add(st_.counters.bytes_in, bytes_of(in_));
+  return Took::Elements;
+}
+
+// Workers run ahead of the oldest unfinished chunk by a bounded amount (memory).
+void Engine::Impl::ParallelStage::wait_for_room_ahead(std::uint64_t& t0) {
+  std::unique_lock lock(st_.commit_mutex);
+  std::uint64_t w0 = now_ns();
+  st_.commit_cv.wait(lock, [&] { return st_.in_flight < kMaxChunksAhead * st_.running_workers() || engine_.stopping.load(); });
+  add(st_.counters.blocked_ns, now_ns() - w0);
+  t0 = now_ns();
+}
+
+// A fair share of what is waiting, and no more than a few milliseconds of work, so that at the
+// end of the input no worker is left alone with a long chunk. Before the cost is known, one
+// element: a Python map taking a second each took a chunk of 64 at once, and the first output
+// (and a stop at exit) waited for all of them.
+std::size_t Engine::Impl::ParallelStage::chunk_size() const {
+  const std::size_t share = std::max<std::size_t>(1, st_.input->available() / static_cast<std::size_t>(st_.running_workers()));
+  const std::uint64_t cost = st_.ns_per_element.load(std::memory_order_relaxed);
+  const std::size_t by_time = cost > 0 ? static_cast<std::size_t>(std::max<std::uint64_t>(1, kChunkWorkNs / cost)) : 1;
+  return std::min({kChunk, share, by_time});
+}
+
+// A barrier, an iteration's end or the stream's, once every chunk before it is committed; false
+// when this worker is to leave.
+bool Engine::Impl::ParallelStage::take_control() {
+  {
+    std::unique_lock lock(st_.commit_mutex);
+    std::uint64_t w0 = now_ns();
+    st_.commit_cv.wait(lock, [&] { return st_.in_flight == 0 || engine_.stopping.load(); });
+    add(st_.counters.blocked_ns, now_ns() - w0);
+  }
+  if (engine_.stopping.load()) return false;
+  Item control = std::move(in_.front());
+  in_.clear();
+  if (control.kind == Item::Kind::Barrier) {
+    // Every chunk before the barrier is committed: the stage stands between two elements.
+    const auto positions = [&](StateWriter& w) {
+      w.put(st_.in_iteration);
+      w.put(st_.in_index);
+    };
+    if (!engine_.save_stage(st_, positions, fmt::format("epoch {}, before element {}", st_.first_input_epoch + st_.in_iteration, st_.in_index)))
+      return false;
+  }
+  if (control.kind == Item::Kind::EndOfStream) {
+    st_.input_done = true;
+    if (st_.tuned_workers) st_.finish_input();
+  }
+  if (control.kind == Item::Kind::EndOfIteration && !end_sink_iteration()) return false;
+  if (!st_.sink) {
+    out_.push_back(std::move(control));
+    if (!engine_.flush(st_, out_)) return false;
+  } else if (st_.input_done) {
+    engine_.sinks_done.fetch_add(1);
+  }
+  if (st_.input_done) {
+    engine_.stage_ended(st_);
+    return false;
+  }
+  return true;
+}
+
+bool Engine::Impl::ParallelStage::end_sink_iteration() {
+  if (st_.sink) {
+    try {
+      st_.sink->end_iteration(st_.first_input_epoch + st_.in_iteration);
+    } catch (const std::exception& e) {
+      engine_.fail(fmt::format("{} failed at the end of epoch {}: {}", engine_.stage_label(st_), st_.first_input_epoch + st_.in_iteration,
+                               e.what()),
+                   &st_);
+      return false;
+    }
+  }
+  ++st_.in_iteration;
+  st_.in_index = 0;
+  st_.counters.epoch.store(st_.in_iteration, std::memory_order_relaxed);
+  for (auto* member : st_.fused) member->counters.epoch.store(st_.in_iteration, std::memory_order_relaxed);
+  return true;
+}
+
+// The chunk through the stage (or its fused group), holding a core of the budget; false when the
+// run must stop.
+bool Engine::Impl::ParallelStage::process_chunk() {
+  bool ok = true;
+  issues_ = ChunkIssues{};
+  if (!st_.input->skipped(epoch_)) {
+    CoreHold core(engine_, st_);
+    ChunkIssues* deferred = ordered_ ? &issues_ : nullptr;
+    ok = core.held() && (st_.chunked_map ? engine_.process_chunked_map(st_, in_, out_, st_.first_input_epoch + epoch_, base_index_, deferred)
+                                         : engine_.process_chunk(st_, in_, out_, st_.first_input_epoch + epoch_, base_index_, deferred));
+  }
+  in_.clear();
+  return ok;
+}
+
+bool Engine::Impl::ParallelStage::commit(bool ok) {
+  const std::uint64_t t2 = now_ns();
+  ok = ordered_ ? commit_in_order(ok) : commit_as_finished(ok);
+  add(st_.exit().counters.blocked_ns, now_ns() - t2);
+  return ok;
+}
+
+bool Engine::Impl::ParallelStage::commit_as_finished(bool ok) {
+  if (ok && !st_.sink && !out_.empty()) {
+    st_.exit().observe_output(out_);
+    ok = st_.exit().output->push(out_);
+  }
+  out_.clear();
+  std::lock_guard lock(st_.commit_mutex);
+  --st_.in_flight;
+  st_.commit_cv.notify_all();
+  return ok;
+}
+
+bool Engine::Impl::ParallelStage::commit_in_order(bool ok) {
+  std::unique_lock lock(st_.commit_mutex);
+  st_.finished.emplace(seq_, StageRuntime::FinishedChunk{std::move(out_), std::move(issues_), ok});
+  out_ = {};
+  // Taking the chunk in turn out of `finished` makes this thread its only committer.
+  for (auto it = st_.finished.find(st_.next_commit); it != st_.finished.end(); it = st_.finished.find(st_.next_commit)) {
+    StageRuntime::FinishedChunk chunk = std::move(it->second);
+    st_.finished.erase(it);
+    lock.unlock();
+    engine_.report_issues(chunk.issues);
+    if (chunk.ok && !st_.sink) st_.exit().observe_output(chunk.out);
+    bool pushed = !chunk.ok || st_.sink || chunk.out.empty() || st_.exit().output->push(chunk.out);
+    lock.lock();
+    ++st_.next_commit;
+    --st_.in_flight;
+    st_.commit_cv.notify_all();
+    if (!chunk.ok || !pushed) return false;
+  }
+  return true;
 }
 
 bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx, bool& kept, ChunkIssues* deferred_failure,

@@ -102,177 +102,213 @@ void refuse_outputs_shared_by_workers(const PipelineDocument& doc, const Registr
   if (!problems.empty()) throw SpecError(problems);
 }
 
-}  // namespace
+// How one worker of N reads the pipeline: as written, with its own seed, or with a shard of
+// every source's records (or files) added, or left to sources that shard themselves.
+class WorkerPlanner {
+ public:
+  WorkerPlanner(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker)
+      : doc_(doc),
+        registry_(registry),
+        worker_(worker),
+        n_(worker.count),
+        sharding_(doc.spec.options().sharding()),
+        equal_(doc.spec.options().equal_steps()),
+        equal_name_(equal_ == spec::pad ? "pad" : "drop") {}
 
-WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
-  WorkerPlan plan;
-  doc.worker = worker;
-  auto finish = [&] {
-    for (const auto& n : plan.notes) doc.worker_notes.push_back(n);
-    for (const auto& w : plan.warnings) doc.worker_notes.push_back("warning: " + w);
-    return plan;
-  };
-  const auto& options = doc.spec.options();
-  const int n = worker.count;
-  if (n <= 1) return finish();
-  refuse_outputs_shared_by_workers(doc, registry, worker);
-  const auto sharding = options.sharding();
-  const auto equal = options.equal_steps();
-  const std::string equal_name = equal == spec::pad ? "pad" : "drop";
-
-  if (sharding == spec::off) {
-    const auto seed = worker_seed(options.seed(), worker.index);
-    doc.spec.mutable_options()->set_seed(seed);
-    plan.notes.push_back(fmt::format("sharding: off: every worker reads the whole dataset, this one with seed {} (derived "
-                                     "from the pipeline's seed {} and worker index {})",
-                                     seed, options.seed(), worker.index));
+  WorkerPlan plan() {
+    doc_.worker = worker_;
+    if (n_ <= 1) return finish();
+    refuse_outputs_shared_by_workers(doc_, registry_, worker_);
+    if (sharding_ == spec::off) {
+      seed_unsharded();
+      return finish();
+    }
+    if (adapt_own_shards()) return finish();
+    require_shard_operators();
+    const Graph graph = build_graph(doc_, registry_);
+    // Every source gets its shard (a pipeline mixing several datasets shards each of them).
+    for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
+      if (!graph.stages[i].inputs.empty()) continue;
+      if (shards_itself(graph, i)) let_it_shard_itself(graph, i);
+      else shard_source(graph, i);
+    }
     return finish();
+  }
+
+ private:
+  bool equal_steps() const { return equal_ != spec::EQUAL_STEPS_UNSET; }
+
+  WorkerPlan finish() {
+    for (const auto& n : plan_.notes) doc_.worker_notes.push_back(n);
+    for (const auto& w : plan_.warnings) doc_.worker_notes.push_back("warning: " + w);
+    return plan_;
+  }
+
+  void seed_unsharded() {
+    const auto seed = worker_seed(doc_.spec.options().seed(), worker_.index);
+    plan_.notes.push_back(fmt::format("sharding: off: every worker reads the whole dataset, this one with seed {} (derived "
+                                      "from the pipeline's seed {} and worker index {})",
+                                      seed, doc_.spec.options().seed(), worker_.index));
+    doc_.spec.mutable_options()->set_seed(seed);
   }
 
   // A pipeline that shards itself keeps its shard stages (their unset count and index are the
-  // worker's); equal steps turn them into balanced ones.
-  bool has_shard = false;
-  for (auto& st : *doc.spec.mutable_stage()) {
-    if (!is_shard(st.op())) continue;
-    has_shard = true;
-    auto given = st.params().find("num_shards");
-    if (given != st.params().end() && given->second != "-1" && given->second != std::to_string(n))
-      plan.warnings.push_back(fmt::format("stage '{}' keeps num_shards {} as written, not this job's {} workers; remove its "
-                                          "num_shards and index to shard by worker",
-                                          st.id(), given->second, n));
-    if (equal != spec::EQUAL_STEPS_UNSET && st.op() == "shard") {
-      st.set_op("balanced_shard");
-      st.set_parallelism(0);
-      (*st.mutable_params())["equal_steps"] = equal_name;
-      plan.notes.push_back(fmt::format("stage '{}' is a balanced_shard (equal_steps: {}): every worker gets the same number "
-                                       "of elements per epoch",
-                                       st.id(), equal_name));
-    }
-  }
-  if (has_shard) {
-    if (equal != spec::EQUAL_STEPS_UNSET) {
-      Graph graph = build_graph(doc, registry);
-      for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
-        if (!is_shard(graph.stages[i].op->info.name)) continue;
-        auto uneven = uneven_after(graph, i);
-        if (!uneven.empty())
-          plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
-                                              "different numbers of elements",
-                                              graph.stages[i].id, fmt::join(uneven, ", ")));
+  // worker's); equal steps turn them into balanced ones. False when it has none.
+  bool adapt_own_shards() {
+    bool has_shard = false;
+    for (auto& st : *doc_.spec.mutable_stage()) {
+      if (!is_shard(st.op())) continue;
+      has_shard = true;
+      auto given = st.params().find("num_shards");
+      if (given != st.params().end() && given->second != "-1" && given->second != std::to_string(n_))
+        plan_.warnings.push_back(fmt::format("stage '{}' keeps num_shards {} as written, not this job's {} workers; remove its "
+                                             "num_shards and index to shard by worker",
+                                             st.id(), given->second, n_));
+      if (equal_steps() && st.op() == "shard") {
+        st.set_op("balanced_shard");
+        st.set_parallelism(0);
+        (*st.mutable_params())["equal_steps"] = equal_name_;
+        plan_.notes.push_back(fmt::format("stage '{}' is a balanced_shard (equal_steps: {}): every worker gets the same number "
+                                          "of elements per epoch",
+                                          st.id(), equal_name_));
       }
     }
-    return finish();
+    if (has_shard && equal_steps()) {
+      const Graph graph = build_graph(doc_, registry_);
+      for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
+        if (is_shard(graph.stages[i].op->info.name)) warn_uneven(graph, i, graph.stages[i].id);
+    }
+    return has_shard;
   }
 
-  if (!registry.find("shard") || !registry.find("balanced_shard"))
-    throw SpecError({{doc.file, 0, 0, "", "",
-                      fmt::format("{}: sharding needs the 'shard' and 'balanced_shard' operators of the std plugin, which "
-                                  "is not loaded; load it, add a shard stage yourself, or set `options {{ sharding: off }}`",
-                                  worker.describe())}});
+  void require_shard_operators() const {
+    if (!registry_.find("shard") || !registry_.find("balanced_shard"))
+      throw SpecError({{doc_.file, 0, 0, "", "",
+                        fmt::format("{}: sharding needs the 'shard' and 'balanced_shard' operators of the std plugin, which "
+                                    "is not loaded; load it, add a shard stage yourself, or set `options {{ sharding: off }}`",
+                                    worker_.describe())}});
+  }
 
-  Graph graph = build_graph(doc, registry);
-  // Every source gets its shard (a pipeline mixing several datasets shards each of them).
-  auto shard_source = [&](int source) {
+  // Equal steps counted at `counted_at` (the stage `from` or a shard reading it) can still differ
+  // when stages after `from` drop or multiply elements.
+  void warn_uneven(const Graph& graph, int from, const std::string& counted_at) {
+    if (auto uneven = uneven_after(graph, from); !uneven.empty())
+      plan_.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
+                                           "different numbers of elements",
+                                           counted_at, fmt::join(uneven, ", ")));
+  }
+
+  // A source that shards itself (it takes the job's worker count, as random_access splits its
+  // index space) is left to do so: a shard after it would read every record on every worker.
+  static bool shards_itself(const Graph& graph, int source) {
+    for (const auto& p : graph.stages[source].op->info.params)
+      if (p.hint_role == ParamSpec::HintRole::Takes && p.hint == "num_workers") return true;
+    return false;
+  }
+
+  void let_it_shard_itself(const Graph& graph, int source) {
+    const auto& src = graph.stages[source];
+    plan_.notes.push_back(fmt::format("'{}' ({}) shards itself: the {} workers share its records, none read twice", src.id,
+                                      src.op->info.name, n_));
+    if (!equal_steps()) return;
+    // Equal steps are its own to give, when it takes them (random_access's equal_steps).
+    const auto& schema = src.op->info.params;
+    if (std::none_of(schema.begin(), schema.end(), [](const ParamSpec& p) { return p.name == "equal_steps"; })) {
+      plan_.warnings.push_back(fmt::format("'{}' shards itself and takes no equal_steps: its workers' shares may differ by one", src.id));
+      return;
+    }
+    for (auto& st : *doc_.spec.mutable_stage())
+      if (st.id() == src.id && !st.params().count("equal_steps")) (*st.mutable_params())["equal_steps"] = equal_name_;
+    plan_.notes.push_back(fmt::format("'{}' gives every worker the same number of records (equal_steps: {})", src.id, equal_name_));
+    warn_uneven(graph, source, src.id);
+  }
+
+  // Whether a source read by a reader is sharded by file (else by record), and why.
+  bool by_file(const GraphStage& src, bool file_list, std::int64_t files, std::string& why) const {
+    if (sharding_ == spec::by_file) {
+      if (!file_list)
+        throw SpecError({{doc_.file, 0, 0, src.id, "",
+                          fmt::format("options.sharding is by_file, but the source '{}' is not a file list read by an expand "
+                                      "stage (a reader); use by_record or automatic",
+                                      src.id)}});
+      if (equal_steps())
+        throw SpecError({{doc_.file, 0, 0, "", "",
+                          "options.sharding: by_file cannot give equal steps (files hold different numbers of records, "
+                          "which no worker knows before reading them); use by_record or automatic with equal_steps"}});
+      why = "options.sharding: by_file";
+      return true;
+    }
+    if (sharding_ == spec::by_record || !file_list) {
+      why = sharding_ == spec::by_record ? "options.sharding: by_record" : fmt::format("'{}' produces the records itself", src.id);
+      return false;
+    }
+    if (equal_steps()) {
+      why = fmt::format("equal_steps: {} needs every worker to see every record's position", equal_name_);
+      return false;
+    }
+    if (files >= 0 && files < n_) {
+      why = fmt::format("{} file{} for {} workers", files, files == 1 ? "" : "s", n_);
+      return false;
+    }
+    why = files >= 0 ? fmt::format("{} files for {} workers", files, n_) : "a file list";
+    return true;
+  }
+
+  void shard_source(const Graph& graph, int source) {
     const auto& src = graph.stages[source];
     const int reader = src.sole_consumer();
     const bool file_list = reader >= 0 && graph.stages[reader].op->info.kind == OperatorKind::Expand;
     const std::int64_t files = file_list ? files_listed(src, graph) : -1;
-
-    bool by_file = false;
     std::string why;
-    if (sharding == spec::by_file) {
-      if (!file_list)
-        throw SpecError({{doc.file, 0, 0, src.id, "",
-                          fmt::format("options.sharding is by_file, but the source '{}' is not a file list read by an expand "
-                                      "stage (a reader); use by_record or automatic",
-                                      src.id)}});
-      if (equal != spec::EQUAL_STEPS_UNSET)
-        throw SpecError({{doc.file, 0, 0, "", "",
-                          "options.sharding: by_file cannot give equal steps (files hold different numbers of records, "
-                          "which no worker knows before reading them); use by_record or automatic with equal_steps"}});
-      by_file = true;
-      why = "options.sharding: by_file";
-    } else if (sharding == spec::by_record || !file_list) {
-      why = sharding == spec::by_record ? "options.sharding: by_record" : fmt::format("'{}' produces the records itself", src.id);
-    } else if (equal != spec::EQUAL_STEPS_UNSET) {
-      why = fmt::format("equal_steps: {} needs every worker to see every record's position", equal_name);
-    } else if (files >= 0 && files < n) {
-      why = fmt::format("{} file{} for {} workers", files, files == 1 ? "" : "s", n);
-    } else {
-      by_file = true;
-      why = files >= 0 ? fmt::format("{} files for {} workers", files, n) : "a file list";
-    }
+    const bool whole_files = by_file(src, file_list, files, why);
 
     spec::Stage shard;
-    shard.set_id(unique_id(doc, "shard_workers"));
-    shard.set_op(equal != spec::EQUAL_STEPS_UNSET ? "balanced_shard" : "shard");
-    (*shard.mutable_params())["num_shards"] = std::to_string(n);
-    (*shard.mutable_params())["index"] = std::to_string(worker.index);
-    if (equal != spec::EQUAL_STEPS_UNSET) (*shard.mutable_params())["equal_steps"] = equal_name;
-    const std::string after = by_file || !file_list ? src.id : graph.stages[reader].id;
-    insert_after(doc, after, shard);
-    plan.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}", by_file ? "file" : "record",
-                                     why, shard.id(), shard.op(), after, by_file ? "file" : "element", n));
-    if (by_file && files >= 0 && files < n)
-      plan.warnings.push_back(fmt::format("{} file{} for {} workers sharded by file: {} nothing", files, files == 1 ? "" : "s", n,
-                                          files + 1 == n ? fmt::format("worker {} reads", files)
-                                                         : fmt::format("workers {} to {} read", files, n - 1)));
-    if (!by_file && file_list)
-      plan.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
-                                          "of one share{}",
-                                          src.id, n, n,
-                                          equal == spec::EQUAL_STEPS_UNSET
-                                              ? "; write at least one file per worker (tfrecord_writer max_records) to shard by file"
-                                              : ""));
-    if (!by_file && file_list) {
-      const auto& rd = graph.stages[reader];
-      const bool ordered = rd.interleave_keeps_order(graph.deterministic);
-      if (!ordered)
-        plan.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
-                                            "record's position differs between workers and their shards may overlap or miss "
-                                            "records; make it deterministic, or shard by file",
-                                            rd.id));
-    }
-    if (equal != spec::EQUAL_STEPS_UNSET) {
-      // The shard reads `after`, so the stages after it are those that were after `after`.
-      auto uneven = uneven_after(graph, by_file || !file_list ? source : reader);
-      if (!uneven.empty())
-        plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers "
-                                            "different numbers of elements",
-                                            shard.id(), fmt::join(uneven, ", ")));
-    }
-  };
-  // A source that shards itself (it takes the job's worker count, as random_access splits its
-  // index space) is left to do so: a shard after it would read every record on every worker.
-  auto shards_itself = [&](int source) {
-    for (const auto& p : graph.stages[source].op->info.params)
-      if (p.hint_role == ParamSpec::HintRole::Takes && p.hint == "num_workers") return true;
-    return false;
-  };
-  for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i) {
-    if (!graph.stages[i].inputs.empty()) continue;
-    if (shards_itself(i)) {
-      plan.notes.push_back(fmt::format("'{}' ({}) shards itself: the {} workers share its records, none read twice", graph.stages[i].id,
-                                       graph.stages[i].op->info.name, n));
-      // Equal steps are its own to give, when it takes them (random_access's equal_steps).
-      const auto& schema = graph.stages[i].op->info.params;
-      if (equal != spec::EQUAL_STEPS_UNSET && std::any_of(schema.begin(), schema.end(), [](const ParamSpec& p) { return p.name == "equal_steps"; })) {
-        for (auto& st : *doc.spec.mutable_stage())
-          if (st.id() == graph.stages[i].id && !st.params().count("equal_steps")) (*st.mutable_params())["equal_steps"] = equal_name;
-        plan.notes.push_back(fmt::format("'{}' gives every worker the same number of records (equal_steps: {})", graph.stages[i].id, equal_name));
-        if (auto uneven = uneven_after(graph, i); !uneven.empty())
-          plan.warnings.push_back(fmt::format("equal steps are counted at stage '{}'; {} after it can still give workers different numbers of "
-                                              "elements",
-                                              graph.stages[i].id, fmt::join(uneven, ", ")));
-      } else if (equal != spec::EQUAL_STEPS_UNSET) {
-        plan.warnings.push_back(fmt::format("'{}' shards itself and takes no equal_steps: its workers' shares may differ by one",
-                                            graph.stages[i].id));
-      }
-      continue;
-    }
-    shard_source(i);
+    shard.set_id(unique_id(doc_, "shard_workers"));
+    shard.set_op(equal_steps() ? "balanced_shard" : "shard");
+    (*shard.mutable_params())["num_shards"] = std::to_string(n_);
+    (*shard.mutable_params())["index"] = std::to_string(worker_.index);
+    if (equal_steps()) (*shard.mutable_params())["equal_steps"] = equal_name_;
+    const std::string after = whole_files || !file_list ? src.id : graph.stages[reader].id;
+    insert_after(doc_, after, shard);
+    plan_.notes.push_back(fmt::format("sharded by {} ({}): stage '{}' ({}) added after '{}', keeping 1 {} in {}",
+                                      whole_files ? "file" : "record", why, shard.id(), shard.op(), after,
+                                      whole_files ? "file" : "element", n_));
+    if (whole_files && files >= 0 && files < n_)
+      plan_.warnings.push_back(fmt::format("{} file{} for {} workers sharded by file: {} nothing", files, files == 1 ? "" : "s", n_,
+                                           files + 1 == n_ ? fmt::format("worker {} reads", files)
+                                                           : fmt::format("workers {} to {} read", files, n_ - 1)));
+    if (!whole_files && file_list) warn_record_sharding_of_files(src, graph.stages[reader], graph);
+    // The shard reads `after`, so the stages after it are those that were after `after`.
+    if (equal_steps()) warn_uneven(graph, whole_files || !file_list ? source : reader, shard.id());
   }
-  return finish();
+
+  void warn_record_sharding_of_files(const GraphStage& src, const GraphStage& reader, const Graph& graph) {
+    plan_.warnings.push_back(fmt::format("every worker reads all the files of '{}' and keeps 1 record in {}: {} times the reading "
+                                         "of one share{}",
+                                         src.id, n_, n_,
+                                         !equal_steps() ? "; write at least one file per worker (tfrecord_writer max_records) to shard by file"
+                                                        : ""));
+    if (!reader.interleave_keeps_order(graph.deterministic))
+      plan_.warnings.push_back(fmt::format("'{}' hands records on in the order they are read (deterministic: false), so a "
+                                           "record's position differs between workers and their shards may overlap or miss "
+                                           "records; make it deterministic, or shard by file",
+                                           reader.id));
+  }
+
+  PipelineDocument& doc_;
+  const Registry& registry_;
+  const WorkerIdentity& worker_;
+  const int n_;
+  const spec::Sharding sharding_;
+  const spec::EqualSteps equal_;
+  const std::string equal_name_;
+  WorkerPlan plan_;
+};
+
+}  // namespace
+
+WorkerPlan plan_for_worker(PipelineDocument& doc, const Registry& registry, const WorkerIdentity& worker) {
+  return WorkerPlanner(doc, registry, worker).plan();
 }
 
 }  // namespace sluice
