@@ -343,104 +343,60 @@ int cmd_new_plugin(const CommonOptions& common, const NewPluginRequest& request)
   return 0;
 }
 
-int main(int argc, char** argv) {
-  sluice::tune_process_for_streaming();
-  CLI::App app{"Sluice: machine-learning input pipelines, headless"};
-  app.require_subcommand(1);
-  CommonOptions common;
-  std::string file, op_name;
-  std::vector<std::string> sets;
-  std::optional<std::uint64_t> seed;
-  bool json = false, verbose = false;
+namespace {
 
-  auto add_plugin_dir = [&](CLI::App* cmd) {
-    cmd->add_option("--plugin-dir", common.plugin_dirs, "extra folder of plugin libraries (repeatable)");
-    cmd->add_flag("--no-registry-cache", common.no_registry_cache,
+// The command line: each subcommand's options (add_<command>), and what runs when it is given.
+class CommandLine {
+ public:
+  CommandLine() {
+    app_.require_subcommand(1);
+    add_run();
+    add_bench();
+    add_report();
+    add_checkpoint();
+    add_validate();
+    add_plugins();
+    add_index();
+    add_new_plugin();
+    add_dispatcher();
+    add_worker();
+    add_service();
+  }
+
+  int run(int argc, char** argv) {
+    try {
+      app_.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app_.exit(e) == 0 ? 0 : kExitBadInput;
+    }
+    try {
+      for (const auto& [command, action] : actions_)
+        if (*command) return action();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+      return kExitRunFailed;
+    }
+    return kExitBadInput;
+  }
+
+ private:
+  void on(const CLI::App* command, std::function<int()> action) { actions_.emplace_back(command, std::move(action)); }
+
+  void add_plugin_dir(CLI::App* cmd) {
+    cmd->add_option("--plugin-dir", common_.plugin_dirs, "extra folder of plugin libraries (repeatable)");
+    cmd->add_flag("--no-registry-cache", common_.no_registry_cache,
                   "describe every plugin library by loading it in a child process, without reading or writing the registry "
                   "cache ($SLUICE_REGISTRY, else $XDG_CACHE_HOME/sluice/registry.bin)");
-  };
-  WorkerArgs worker_args;
-  auto add_worker_options = [&](CLI::App* cmd) {
-    cmd->add_option("--worker-index", worker_args.index,
+  }
+  void add_worker_options(CLI::App* cmd) {
+    cmd->add_option("--worker-index", worker_args_.index,
                     "this process's index among the job's workers (default: from Slurm, MPI, TF_CONFIG, torchrun, ...)");
-    cmd->add_option("--num-workers", worker_args.count,
+    cmd->add_option("--num-workers", worker_args_.count,
                     "the job's number of workers (with JOB_COMPLETION_INDEX: the Kubernetes Job's completions)");
-  };
-  auto* run = app.add_subcommand("run", "run a pipeline and print a per-stage report");
-  run->add_option("pipeline", file, "pipeline file (.txtpb, or .json)")->required();
-  run->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
-  run->add_option("--seed", seed, "override the pipeline's seed");
-  RunOptions run_options;
-  run->add_flag("--quiet,-q", run_options.quiet, "no progress line (the report is still printed)");
-  run->add_option("--progress-every", run_options.progress_every,
-                  "seconds between progress updates (default 0.5 on a terminal, 10 otherwise)")
-      ->check(CLI::PositiveNumber);
-  run->add_flag("--explain-autotune", run_options.explain_autotune,
-                "print each decision of the autotuner (parallelism: -1, buffer_size: -1) as it is made, with its reason");
-  run->add_option("--remote-cache", run_options.remote_cache,
-                  "keep local copies of the remote objects read in this folder (options.remote_cache.dir): later epochs and runs read them");
-  run->add_option("--metrics-log", run_options.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
-  run->add_option("--metrics-addr", run_options.metrics_addr,
-                  "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");
-  run->add_option("--checkpoint", run_options.checkpoint_dir,
-                  "write checkpoints to this folder (checkpoint.sluice, replaced atomically); SIGTERM or SIGUSR1 then writes one "
-                  "and stops with exit code 75");
-  run->add_option("--checkpoint-every", run_options.checkpoint_every,
-                  "also write one every N batches (elements reaching the sinks) or every time span (30s, 5m, 1h)");
-  run->add_option("--resume", run_options.resume, "continue from the checkpoint in this folder (or file) exactly where it was");
-  run->add_flag("--timings", run_options.timings,
-                "print what the start cost, by phase (plugins described, pipeline checked, engine started, ...), and which plugin "
-                "libraries the run loaded");
-  add_plugin_dir(run);
-  add_worker_options(run);
-  auto* bench = app.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
-  bench->add_option("pipeline", file, "pipeline file")->required();
-  bench->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
-  sluice::BenchOptions bench_options;
-  bool ablate = false;
-  bench->add_option("--seconds", bench_options.measure_s, "measuring window per run (default 5)")->check(CLI::PositiveNumber);
-  bench->add_option("--warmup", bench_options.warmup_s, "seconds run before measuring (default 1)")->check(CLI::NonNegativeNumber);
-  bench->add_flag("--ablate", ablate, "also run it without parallelism, interleave, cache and prefetch, and tabulate the speed-ups");
-  add_plugin_dir(bench);
-  std::string log_file;
-  auto* report = app.add_subcommand("report", "print the end-of-run report again from a metrics log");
-  report->add_option("log", log_file, "JSON-lines file written by `sluice run --metrics-log`")->required();
-  auto* checkpoint = app.add_subcommand("checkpoint", "inspect checkpoints written by `sluice run --checkpoint`");
-  checkpoint->require_subcommand(1);
-  std::string checkpoint_path;
-  auto* checkpoint_info = checkpoint->add_subcommand("info", "print where each stage stood, what the checkpoint holds and its size");
-  checkpoint_info->add_option("checkpoint", checkpoint_path, "checkpoint folder or file")->required();
-  auto* validate = app.add_subcommand("validate", "check a pipeline without running it");
-  validate->add_option("pipeline", file, "pipeline file")->required();
-  validate->add_option("--set", sets, "override a parameter: STAGE.PARAM=VALUE (repeatable)");
-  add_plugin_dir(validate);
-  add_worker_options(validate);
-  auto* plugins = app.add_subcommand("plugins", "list operators, or describe one");
-  plugins->add_option("operator", op_name, "operator to describe");
-  plugins->add_flag("--json", json, "machine-readable output");
-  plugins->add_flag("--verbose", verbose, "also list plugin libraries, the search path, and refused libraries");
-  add_plugin_dir(plugins);
-
-  IndexRequest index_request;
-  auto* index = app.add_subcommand("index", "write the index files of TFRecord files (the offset of every record), which random_access reads");
-  index->add_option("files", index_request.files, "TFRecord files (not gzip)")->required();
-  index->add_option("--index-dir", index_request.index_dir, "write the indexes into this folder (default: FILE.idx beside each file)");
-  index->add_option("--format", index_request.format, "sluice (checked against the file's size and time) or dali (tfrecord2idx's text)")
-      ->check(CLI::IsMember({"sluice", "dali"}));
-  index->add_flag("--rebuild", index_request.rebuild, "write every index again, even one that is up to date");
-  index->add_option("--parallelism,-j", index_request.parallelism, "files indexed at once (default 2)")->check(CLI::PositiveNumber);
-  index->add_flag("--quiet,-q", index_request.quiet, "print nothing but errors (no progress line, no list of what was written)");
-  add_plugin_dir(index);
-
-  NewPluginRequest new_plugin;
-  auto* scaffold = app.add_subcommand("new-plugin", "write a ready out-of-tree plugin project (operator, test, CMake, README)");
-  scaffold->add_option("name", new_plugin.name, "the plugin's and its operator's name (lower-case, digits, underscores)")->required();
-  scaffold->add_option("--kind", new_plugin.kind, "the operator's kind")->required()->check(CLI::IsMember(new_plugin_kinds()));
-  scaffold->add_option("--dir", new_plugin.dir, "the project's folder (default: ./NAME); must be new or empty");
-  add_plugin_dir(scaffold);
-
-  // The service's processes.
-  auto add_security = [](CLI::App* cmd, sluice::service::Security& security, bool serves) {
+  }
+  void add_sets(CLI::App* cmd) { cmd->add_option("--set", sets_, "override a parameter: STAGE.PARAM=VALUE (repeatable)"); }
+  // The service's processes: TLS and the token.
+  static void add_security(CLI::App* cmd, sluice::service::Security& security, bool serves) {
     if (serves) {
       cmd->add_option("--tls-cert", security.tls_cert, "PEM certificate this process serves TLS with (with --tls-key)");
       cmd->add_option("--tls-key", security.tls_key, "PEM private key of --tls-cert");
@@ -448,60 +404,168 @@ int main(int argc, char** argv) {
                     "serve an address off loopback without TLS and a token (anyone who reaches it may use it; the log says so)");
     }
     cmd->add_option("--tls-ca", security.tls_ca, "PEM authority to trust when talking to the service over TLS");
-    cmd->add_option("--token-file", security.token_file, "file holding the service's shared token (required off loopback; on loopback without it the dispatcher makes its own, which its user's processes find)");
-  };
-  DispatcherRequest dispatcher_request;
-  auto* dispatcher = app.add_subcommand("dispatcher", "run the service's dispatcher: it knows the workers and hands out the work");
-  dispatcher->add_option("--port", dispatcher_request.options.port, "port to listen on (0: any free one, printed)")->required();
-  dispatcher->add_option("--bind", dispatcher_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
-  dispatcher->add_option("--work-dir", dispatcher_request.options.work_dir,
-                         "folder of its journal: a dispatcher restarted on it continues its jobs (without: a restart forgets them)");
-  dispatcher->add_option("--worker-addresses", dispatcher_request.options.worker_addresses,
-                         "the fixed worker list static sharding needs (HOST:PORT,...; worker i makes shard i; others are refused)")
-      ->delimiter(',');
-  dispatcher->add_option("--metrics-addr", dispatcher_request.metrics_addr,
-                         "serve /metrics (workers, jobs, splits) over HTTP at [HOST:]PORT; loopback unless HOST is given");
-  add_security(dispatcher, dispatcher_request.options.security, true);
-  WorkerRequest worker_request;
-  auto* worker = app.add_subcommand("worker", "run a service worker: registers with the dispatcher and runs pipelines for trainers");
-  worker->add_option("--dispatcher", worker_request.options.dispatcher, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
-  worker->add_option("--port", worker_request.options.port, "port to listen on (default 0: any free one, printed)");
-  worker->add_option("--bind", worker_request.options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
-  worker->add_option("--host", worker_request.options.host, "the name trainers reach this worker by (default: the bind address, or this machine's name)");
-  worker->add_option("--metrics-addr", worker_request.metrics_addr,
-                     "serve /metrics (splits made, elements and bytes sent) over HTTP at [HOST:]PORT; loopback unless HOST is given");
-  worker->add_flag("--unix-socket", worker_request.unix_socket,
-                   "also listen on a Unix socket, which trainers on this machine then read instead of TCP");
-  add_security(worker, worker_request.options.security, true);
-  add_plugin_dir(worker);
-  std::string service_dispatcher;
-  sluice::service::Security service_security;
-  auto* service = app.add_subcommand("service", "ask a running service");
-  service->require_subcommand(1);
-  auto* service_workers = service->add_subcommand("workers", "list the workers the dispatcher knows, alive or lost");
-  service_workers->add_option("--dispatcher", service_dispatcher, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
-  add_security(service_workers, service_security, false);
+    cmd->add_option("--token-file", security.token_file,
+                    "file holding the service's shared token (required off loopback; on loopback without it the dispatcher makes "
+                    "its own, which its user's processes find)");
+  }
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
+  void add_run() {
+    auto* run = app_.add_subcommand("run", "run a pipeline and print a per-stage report");
+    run->add_option("pipeline", file_, "pipeline file (.txtpb, or .json)")->required();
+    add_sets(run);
+    run->add_option("--seed", seed_, "override the pipeline's seed");
+    run->add_flag("--quiet,-q", run_options_.quiet, "no progress line (the report is still printed)");
+    run->add_option("--progress-every", run_options_.progress_every,
+                    "seconds between progress updates (default 0.5 on a terminal, 10 otherwise)")
+        ->check(CLI::PositiveNumber);
+    run->add_flag("--explain-autotune", run_options_.explain_autotune,
+                  "print each decision of the autotuner (parallelism: -1, buffer_size: -1) as it is made, with its reason");
+    run->add_option("--remote-cache", run_options_.remote_cache,
+                    "keep local copies of the remote objects read in this folder (options.remote_cache.dir): later epochs and runs read them");
+    run->add_option("--metrics-log", run_options_.metrics_log, "append every snapshot to this JSON-lines file (`sluice report` reads it)");
+    run->add_option("--metrics-addr", run_options_.metrics_addr,
+                    "serve /metrics, /snapshot, /stream and /pipeline over HTTP at [HOST:]PORT; loopback unless HOST is given");
+    run->add_option("--checkpoint", run_options_.checkpoint_dir,
+                    "write checkpoints to this folder (checkpoint.sluice, replaced atomically); SIGTERM or SIGUSR1 then writes one "
+                    "and stops with exit code 75");
+    run->add_option("--checkpoint-every", run_options_.checkpoint_every,
+                    "also write one every N batches (elements reaching the sinks) or every time span (30s, 5m, 1h)");
+    run->add_option("--resume", run_options_.resume, "continue from the checkpoint in this folder (or file) exactly where it was");
+    run->add_flag("--timings", run_options_.timings,
+                  "print what the start cost, by phase (plugins described, pipeline checked, engine started, ...), and which plugin "
+                  "libraries the run loaded");
+    add_plugin_dir(run);
+    add_worker_options(run);
+    on(run, [this] { return cmd_run(common_, file_, sets_, seed_, worker_args_, run_options_); });
   }
-  try {
-    if (*run) return cmd_run(common, file, sets, seed, worker_args, run_options);
-    if (*report) return cmd_report(log_file);
-    if (*checkpoint_info) return cmd_checkpoint_info(checkpoint_path);
-    if (*bench) return cmd_bench(common, file, sets, ablate, bench_options);
-    if (*validate) return cmd_validate(common, file, sets, worker_args);
-    if (*plugins) return cmd_plugins(common, op_name, json, verbose);
-    if (*scaffold) return cmd_new_plugin(common, new_plugin);
-    if (*index) return cmd_index(common, index_request);
-    if (*dispatcher) return cmd_dispatcher(dispatcher_request);
-    if (*worker) return cmd_worker(common, worker_request);
-    if (*service_workers) return cmd_service_workers(service_dispatcher, service_security);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
-    return kExitRunFailed;
+
+  void add_bench() {
+    auto* bench = app_.add_subcommand("bench", "measure steady-state throughput per stage; --ablate: what each feature brings");
+    bench->add_option("pipeline", file_, "pipeline file")->required();
+    add_sets(bench);
+    bench->add_option("--seconds", bench_options_.measure_s, "measuring window per run (default 5)")->check(CLI::PositiveNumber);
+    bench->add_option("--warmup", bench_options_.warmup_s, "seconds run before measuring (default 1)")->check(CLI::NonNegativeNumber);
+    bench->add_flag("--ablate", ablate_, "also run it without parallelism, interleave, cache and prefetch, and tabulate the speed-ups");
+    add_plugin_dir(bench);
+    on(bench, [this] { return cmd_bench(common_, file_, sets_, ablate_, bench_options_); });
   }
-  return kExitBadInput;
+
+  void add_report() {
+    auto* report = app_.add_subcommand("report", "print the end-of-run report again from a metrics log");
+    report->add_option("log", log_file_, "JSON-lines file written by `sluice run --metrics-log`")->required();
+    on(report, [this] { return cmd_report(log_file_); });
+  }
+
+  void add_checkpoint() {
+    auto* checkpoint = app_.add_subcommand("checkpoint", "inspect checkpoints written by `sluice run --checkpoint`");
+    checkpoint->require_subcommand(1);
+    auto* info = checkpoint->add_subcommand("info", "print where each stage stood, what the checkpoint holds and its size");
+    info->add_option("checkpoint", checkpoint_path_, "checkpoint folder or file")->required();
+    on(info, [this] { return cmd_checkpoint_info(checkpoint_path_); });
+  }
+
+  void add_validate() {
+    auto* validate = app_.add_subcommand("validate", "check a pipeline without running it");
+    validate->add_option("pipeline", file_, "pipeline file")->required();
+    add_sets(validate);
+    add_plugin_dir(validate);
+    add_worker_options(validate);
+    on(validate, [this] { return cmd_validate(common_, file_, sets_, worker_args_); });
+  }
+
+  void add_plugins() {
+    auto* plugins = app_.add_subcommand("plugins", "list operators, or describe one");
+    plugins->add_option("operator", op_name_, "operator to describe");
+    plugins->add_flag("--json", json_, "machine-readable output");
+    plugins->add_flag("--verbose", verbose_, "also list plugin libraries, the search path, and refused libraries");
+    add_plugin_dir(plugins);
+    on(plugins, [this] { return cmd_plugins(common_, op_name_, json_, verbose_); });
+  }
+
+  void add_index() {
+    auto* index = app_.add_subcommand("index", "write the index files of TFRecord files (the offset of every record), which random_access reads");
+    index->add_option("files", index_request_.files, "TFRecord files (not gzip)")->required();
+    index->add_option("--index-dir", index_request_.index_dir, "write the indexes into this folder (default: FILE.idx beside each file)");
+    index->add_option("--format", index_request_.format, "sluice (checked against the file's size and time) or dali (tfrecord2idx's text)")
+        ->check(CLI::IsMember({"sluice", "dali"}));
+    index->add_flag("--rebuild", index_request_.rebuild, "write every index again, even one that is up to date");
+    index->add_option("--parallelism,-j", index_request_.parallelism, "files indexed at once (default 2)")->check(CLI::PositiveNumber);
+    index->add_flag("--quiet,-q", index_request_.quiet, "print nothing but errors (no progress line, no list of what was written)");
+    add_plugin_dir(index);
+    on(index, [this] { return cmd_index(common_, index_request_); });
+  }
+
+  void add_new_plugin() {
+    auto* scaffold = app_.add_subcommand("new-plugin", "write a ready out-of-tree plugin project (operator, test, CMake, README)");
+    scaffold->add_option("name", new_plugin_.name, "the plugin's and its operator's name (lower-case, digits, underscores)")->required();
+    scaffold->add_option("--kind", new_plugin_.kind, "the operator's kind")->required()->check(CLI::IsMember(new_plugin_kinds()));
+    scaffold->add_option("--dir", new_plugin_.dir, "the project's folder (default: ./NAME); must be new or empty");
+    add_plugin_dir(scaffold);
+    on(scaffold, [this] { return cmd_new_plugin(common_, new_plugin_); });
+  }
+
+  void add_dispatcher() {
+    auto& options = dispatcher_request_.options;
+    auto* dispatcher = app_.add_subcommand("dispatcher", "run the service's dispatcher: it knows the workers and hands out the work");
+    dispatcher->add_option("--port", options.port, "port to listen on (0: any free one, printed)")->required();
+    dispatcher->add_option("--bind", options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
+    dispatcher->add_option("--work-dir", options.work_dir,
+                           "folder of its journal: a dispatcher restarted on it continues its jobs (without: a restart forgets them)");
+    dispatcher->add_option("--worker-addresses", options.worker_addresses,
+                           "the fixed worker list static sharding needs (HOST:PORT,...; worker i makes shard i; others are refused)")
+        ->delimiter(',');
+    dispatcher->add_option("--metrics-addr", dispatcher_request_.metrics_addr,
+                           "serve /metrics (workers, jobs, splits) over HTTP at [HOST:]PORT; loopback unless HOST is given");
+    add_security(dispatcher, options.security, true);
+    on(dispatcher, [this] { return cmd_dispatcher(dispatcher_request_); });
+  }
+
+  void add_worker() {
+    auto& options = worker_request_.options;
+    auto* worker = app_.add_subcommand("worker", "run a service worker: registers with the dispatcher and runs pipelines for trainers");
+    worker->add_option("--dispatcher", options.dispatcher, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
+    worker->add_option("--port", options.port, "port to listen on (default 0: any free one, printed)");
+    worker->add_option("--bind", options.bind, "address to listen on (default 127.0.0.1; off loopback needs TLS and a token)");
+    worker->add_option("--host", options.host, "the name trainers reach this worker by (default: the bind address, or this machine's name)");
+    worker->add_option("--metrics-addr", worker_request_.metrics_addr,
+                       "serve /metrics (splits made, elements and bytes sent) over HTTP at [HOST:]PORT; loopback unless HOST is given");
+    worker->add_flag("--unix-socket", worker_request_.unix_socket,
+                     "also listen on a Unix socket, which trainers on this machine then read instead of TCP");
+    add_security(worker, options.security, true);
+    add_plugin_dir(worker);
+    on(worker, [this] { return cmd_worker(common_, worker_request_); });
+  }
+
+  void add_service() {
+    auto* service = app_.add_subcommand("service", "ask a running service");
+    service->require_subcommand(1);
+    auto* workers = service->add_subcommand("workers", "list the workers the dispatcher knows, alive or lost");
+    workers->add_option("--dispatcher", service_dispatcher_, "the dispatcher, HOST:PORT or grpc://HOST:PORT")->required();
+    add_security(workers, service_security_, false);
+    on(workers, [this] { return cmd_service_workers(service_dispatcher_, service_security_); });
+  }
+
+  CLI::App app_{"Sluice: machine-learning input pipelines, headless"};
+  std::vector<std::pair<const CLI::App*, std::function<int()>>> actions_;
+  // What the options fill in (shared by the subcommands that take them).
+  CommonOptions common_;
+  WorkerArgs worker_args_;
+  std::string file_, op_name_, log_file_, checkpoint_path_, service_dispatcher_;
+  std::vector<std::string> sets_;
+  std::optional<std::uint64_t> seed_;
+  bool json_ = false, verbose_ = false, ablate_ = false;
+  RunOptions run_options_;
+  sluice::BenchOptions bench_options_;
+  IndexRequest index_request_;
+  NewPluginRequest new_plugin_;
+  DispatcherRequest dispatcher_request_;
+  WorkerRequest worker_request_;
+  sluice::service::Security service_security_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sluice::tune_process_for_streaming();
+  return CommandLine().run(argc, argv);
 }
