@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Takes the README's pictures of the studio again, from the current build, with the studio's own
+# Takes the pictures of the studio in docs/studio.md again, from the current build, with the studio's own
 # --screenshot, on a 1600x1000 X server (Xvfb, Qt's xcb platform): the Verdict and Monitor of
 # studio_showcase.txtpb after 8 s, studio_graph.txtpb after 19 s, and the Workers tab following
 # three headless workers of one job (worker 1 given five times the work).

@@ -1,5 +1,7 @@
-"""ctest's `readme`: runs the shell and Python blocks of README.md and sdk/README.md, in order, as a
-reader of them would, so that what they show stays true.
+"""ctest's `readme`: runs the shell and Python blocks of README.md, of its chapters in docs/ (in the
+order of the README's table of chapters, the order a reader follows) and of sdk/README.md, as a
+reader of them would, so that what they show stays true. A file in docs/ that the table does not
+link, or a link to a chapter that is not there, is a problem too.
 
 Every ```sh, ```bash and ```python block carries a mark on the line before it:
 
@@ -58,6 +60,28 @@ def parse_mark(mark):
     return "run", numbers, makes
 
 
+CHAPTER_LINK = re.compile(r"\]\((docs/[\w.-]+\.md)\)")
+
+
+def documents(source_dir):
+    """README.md, its chapters in the order its table links them, sdk/README.md; and the problems."""
+    readme = open(os.path.join(source_dir, "README.md"), encoding="utf-8").read()
+    chapters, problems = [], []
+    table_rows = "\n".join(line for line in readme.split("\n") if line.startswith("| ["))
+    for link in CHAPTER_LINK.findall(table_rows):
+        if link in chapters:
+            continue
+        if not os.path.isfile(os.path.join(source_dir, link)):
+            problems.append(f"README.md links {link}, which does not exist")
+            continue
+        chapters.append(link)
+    docs = os.path.join(source_dir, "docs")
+    for name in sorted(os.listdir(docs)) if os.path.isdir(docs) else []:
+        if name.endswith(".md") and name != "README.md" and f"docs/{name}" not in chapters:
+            problems.append(f"docs/{name} is not linked from the README's table of chapters: add a row for it")
+    return ["README.md", *chapters, "sdk/README.md"], problems
+
+
 def main():
     source_dir, build_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     python = sys.argv[3] if len(sys.argv) > 3 else sys.executable
@@ -67,8 +91,9 @@ def main():
     work = source_dir
     env = dict(os.environ, PYTHONPATH=os.path.join(work, "build", "python"), BUILD_DIR="build", CI="true")
     env.pop("SLUICE_PLUGIN_PATH", None)
-    problems, ran = [], 0
-    for document in ("README.md", "sdk/README.md"):
+    ran = 0
+    ordered, problems = documents(source_dir)
+    for document in ordered:
         for line, language, text, mark in blocks(os.path.join(source_dir, document)):
             where = f"{document}:{line}"
             if mark is None:

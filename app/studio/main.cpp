@@ -4,7 +4,7 @@
 // pipeline for N seconds (stopping it then if it still runs), saves the window as a PNG once the
 // run has ended (its averages and verdict shown) and exits; with --attach instead of a pipeline,
 // it saves the window after following the runs for N seconds. scripts/screenshots.sh makes the
-// README's pictures so.
+// pictures of docs/studio.md so.
 // `--list-palette` prints the palette's operators and exits (a plugin author's check, offscreen).
 #include <QApplication>
 #include <QCommandLineParser>
