@@ -187,16 +187,22 @@ void Inspector::rebuild() {
   while (form_->rowCount() > 0) form_->removeRow(0);
   form_host_->setEnabled(!document_.read_only());
   const spec::Stage* st = stage_in(document_.spec(), stage_);
-  if (!st) {
+  if (st) {
+    show_stage_rows(*st);
+  } else {
     shown_.clear();
     if (!stage_.isEmpty()) return header_->setText(QString());
     shown_ = document_.spec().options().SerializeAsString();
     header_->setText("<b>Pipeline</b><br><i>Select a stage to edit it; these settings are the whole pipeline's.</i>");
     add_pipeline_rows();
-    if (!focused.isEmpty())
-      if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
-    return;
   }
+  if (!focused.isEmpty())
+    if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
+}
+
+// A stage's form: what it is, its id, how the engine runs it, then its operator's parameters.
+void Inspector::show_stage_rows(const spec::Stage& stage) {
+  const spec::Stage* st = &stage;
   shown_ = st->SerializeAsString();
   auto op = document_.registry().find(st->op());
   header_->setText(QString("<b>%1</b> &nbsp;<span style='color:#666'>%2</span><br>%3")
@@ -204,6 +210,17 @@ void Inspector::rebuild() {
                             op ? QString::fromStdString(op->info.summary).toHtmlEscaped()
                                : QString("<span style='color:#b00'>No loaded plugin has this operator.</span>")));
 
+  add_id_row();
+  add_engine_rows(op.get(), *st);
+  if (op && !op->info.params.empty()) add_section("Parameters");
+  if (op)
+    for (const auto& spec : op->info.params) add_param_row(spec, *st);
+  else
+    add_unchecked_param_rows(*st);
+  show_problem_messages();
+}
+
+void Inspector::add_id_row() {
   auto* id_edit = new QLineEdit(stage_);
   id_edit->setObjectName("stage:id");
   auto* id_message = new QLabel;
@@ -222,25 +239,30 @@ void Inspector::rebuild() {
   });
   form_->addRow("id", id_edit);
   form_->addRow("", id_message);
+}
 
-  // How the engine runs the stage, labelled apart from the operator's parameters (prefetch and
-  // shuffle have a buffer_size parameter of their own).
-  auto add_count = [&](const QString& field, const QString& label, int value, const QString& special, const QString& tip,
-                       bool autotune = false) {
-    auto* box = new CountBox(special, autotune);
-    box->setObjectName("stage:" + field);
-    box->setValue(value);
-    box->setKeyboardTracking(false);
-    box->setToolTip(tip);
-    connect(box, &QSpinBox::valueChanged, this, [this, field](int v) { document_.set_stage_field(stage_, field, v); });
-    auto* name = new QLabel(label);
-    name->setToolTip(tip);
-    form_->addRow(name, box);
-  };
+// A count the engine takes (workers, buffer, interleave), with its special value's name at 0.
+void Inspector::add_count(const QString& field, const QString& label, int value, const QString& special, const QString& tip,
+                          bool autotune) {
+  auto* box = new CountBox(special, autotune);
+  box->setObjectName("stage:" + field);
+  box->setValue(value);
+  box->setKeyboardTracking(false);
+  box->setToolTip(tip);
+  connect(box, &QSpinBox::valueChanged, this, [this, field](int v) { document_.set_stage_field(stage_, field, v); });
+  auto* name = new QLabel(label);
+  name->setToolTip(tip);
+  form_->addRow(name, box);
+}
+
+// How the engine runs the stage, labelled apart from the operator's parameters (prefetch and
+// shuffle have a buffer_size parameter of their own).
+void Inspector::add_engine_rows(const RegisteredOperator* op, const spec::Stage& stage) {
+  const spec::Stage* st = &stage;
   // A per-input stage runs on the readers of its interleave: its workers are set there. A stage
   // that keeps state between elements runs on one (an aggregate may still assemble its outputs on
   // several, as padded_batch does): no count is offered unless the file sets one, to be undone.
-  if (!takes_workers(op.get(), *st) && st->parallelism() <= 1 && !st->per_input()) {
+  if (!takes_workers(op, *st) && st->parallelism() <= 1 && !st->per_input()) {
     auto* one = new QLabel("one (keeps state between elements)");
     one->setWordWrap(true);
     one->setObjectName("stage:parallelism");
@@ -297,17 +319,6 @@ void Inspector::rebuild() {
                "interleave.deterministic: in order gives the same sequence every run; first ready takes what is read first",
                [this](int v) { document_.set_stage_field(stage_, "interleave_deterministic", v); });
   }
-  if (op && !op->info.params.empty()) add_section("Parameters");
-
-  if (op)
-    for (const auto& spec : op->info.params) add_param_row(spec, *st);
-  else
-    add_unchecked_param_rows(*st);
-
-  show_problem_messages();
-
-  if (!focused.isEmpty())
-    if (auto* w = form_host_->findChild<QWidget*>(focused)) w->setFocus();
 }
 
 void Inspector::add_unchecked_param_rows(const spec::Stage& st) {

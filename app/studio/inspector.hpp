@@ -39,6 +39,12 @@ class Inspector final : public QWidget {
   // committed value changes the document, which would delete the editor still handling its key).
   void schedule_rebuild();
   void rebuild();
+  // rebuild()'s parts for a selected stage.
+  void show_stage_rows(const spec::Stage& stage);
+  void add_id_row();
+  void add_count(const QString& field, const QString& label, int value, const QString& special, const QString& tip,
+                 bool autotune = false);
+  void add_engine_rows(const RegisteredOperator* op, const spec::Stage& stage);
   bool rebuild_pending_ = false;
   // Validation's problems of this stage's parameters, under their editors.
   void show_problem_messages();

@@ -23,6 +23,10 @@
 
 namespace sluice::studio {
 
+// Puts `value` first in a most-recent-first list of ten kept in the app's settings under `key`
+// (recent files, recent attach addresses).
+void remember_in(const QString& key, const QString& value);
+
 class MainWindow final : public QMainWindow {
   Q_OBJECT
  public:
@@ -82,6 +86,14 @@ class MainWindow final : public QMainWindow {
   void resizeEvent(QResizeEvent* event) override;
 
  private:
+  // The constructor's phases: docks, status bar, then what each part follows.
+  void build_docks(const Registry& registry);
+  void build_status_bar();
+  void follow_the_document();
+  void follow_the_canvas();
+  void follow_runs();  // main_window_run.cpp, as everything about runs and attaching
+  void follow_the_verdict();
+  void follow_attached_runs();
   void build_actions();
   QAction* add_action(const QString& name, const QString& text, const QKeySequence& key, std::function<void()> slot);
   void build_file_menu();
