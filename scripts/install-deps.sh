@@ -34,6 +34,7 @@ packages=(
   python3-numpy python3-pytest python3-torch  # its test suite (NumPy views, DLPack into PyTorch)
   openmpi-bin                  # mpirun: the many-workers tests (tests/cluster/)
   munge slurmctld slurmd slurm-client  # a one-node Slurm cluster for the same tests
+  universal-ctags              # the house rules' function lengths (scripts/house.py, ctest house_rules)
 )
 if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ]; then
   packages+=(gstreamer1.0-tools)  # gst-launch-1.0 and its core elements: the baseline of bench/
