@@ -25,7 +25,6 @@ Engine::Impl::ExpandStage::ExpandStage(Impl& engine, StageRuntime& st)
       fetcher_count_(st.workers > 1 ? std::min<int>(st.workers, static_cast<int>(cycle_)) : 0),
       chunks_(st.emits_chunks),
       per_input_(!st.fused.empty()),
-      counts_output_(st.fused.empty()),
       read_ahead_(per_input_ ? std::max(kPerInputReadAhead, static_cast<std::size_t>(2 * block_))
                   : chunks_ && cycle_ > 1 ? 4
                                           : static_cast<std::size_t>(std::max(2, block_))),
@@ -429,11 +428,11 @@ void Engine::Impl::ExpandStage::note_output(ExpandSlot& slot, Sample& sample, st
 }
 
 bool Engine::Impl::ExpandStage::emit(Sample sample) {
-  if (const Chunk* chunk = chunk_in(sample); chunk && counts_output_) {
+  if (const Chunk* chunk = chunk_in(sample); chunk && !per_input_) {
     add(st_.counters.chunks_out, 1);
     add(st_.counters.chunked_elements_out, chunk->rows());
   }
-  if (counts_output_) {
+  if (!per_input_) {
     add(st_.counters.elements_out, rows_of(sample));
     add(st_.counters.bytes_out, sample.nbytes());
   }

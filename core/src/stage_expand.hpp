@@ -128,10 +128,9 @@ class Engine::Impl::ExpandStage {
   // block_length outputs of each alternate: a chunk is at most a block, and one that runs past the
   // block's end is cut there (its rest starts that input's next turn).
   const bool chunks_;
-  const bool per_input_;  // the stage runs per-input stages (its cursors are PerInputCursors)
-  // With per-input stages, what leaves is the last one's output, counted by PerInputCursor (which
-  // counts this stage's own as it reads).
-  const bool counts_output_;
+  // The stage runs per-input stages (its cursors are PerInputCursors). Then what leaves is the
+  // last one's output, counted by PerInputCursor (which counts this stage's own as it reads).
+  const bool per_input_;
   const std::size_t read_ahead_;
   const std::uint64_t read_ahead_bytes_;
   const std::size_t open_ahead_limit_;

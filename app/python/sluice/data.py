@@ -50,7 +50,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    public = {n for n in globals() if not n.startswith("_")} - {"builtins", "collections", "difflib", "enum", "inspect", "json", "os", "shutil", "tempfile", "weakref", "SpecError"}
+    public = {n for n in globals() if not n.startswith("_")}
     return sorted(public | {n for n, s in _schemas().items() if s["kind"] == "source"})
 
 
