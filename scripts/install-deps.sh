@@ -17,10 +17,10 @@ packages=(
   libcpp-httplib-dev           # the metrics endpoint of headless runs (sluice run --metrics-addr)
   nlohmann-json3-dev           # dataset_info.json and features.json of tensorflow_datasets directories
   libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
-  libssl-dev                   # SHA-256 and HMAC for signing object-store requests (remote/)
-  libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (remote/)
-  libtinyxml2-dev              # S3's XML answers: errors and multipart uploads (remote/)
-  libexpat1-dev                # S3's listings, parsed as they arrive (remote/)
+  libssl-dev                   # SHA-256 and HMAC for signing object-store requests (core/modules/remote/)
+  libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (core/modules/remote/)
+  libtinyxml2-dev              # S3's XML answers: errors and multipart uploads (core/modules/remote/)
+  libexpat1-dev                # S3's listings, parsed as they arrive (core/modules/remote/)
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
   libzstd-dev libsnappy-dev    # the service's compression of elements on the wire
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client

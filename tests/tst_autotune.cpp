@@ -6,7 +6,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "autotune.hpp"
+#include "engine/autotune.hpp"
 #include "pipeline_runner.hpp"
 #include "sluice/core/report.hpp"
 #include "sluice/core/resources.hpp"

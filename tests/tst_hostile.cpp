@@ -24,7 +24,7 @@
 #include "crc32c.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "pipeline_runner.hpp"
-#include "../core/src/registry_cache.hpp"
+#include "../core/src/registry/registry_cache.hpp"
 
 using namespace sluice::test;
 namespace fs = std::filesystem;
@@ -274,7 +274,7 @@ class TestHostile : public QObject {
     u64(100000);
     u64(100000);
     std::ofstream(cache, std::ios::binary | std::ios::trunc) << evil;
-    EXPECT_FAILS_WITH(run_pipeline(dir, cached(stage("src", "range", "", {{"count", "4"}}))), 1, "is malformed");
+    EXPECT_FAILS_WITH(run_pipeline(dir, cached(stage("src", "range", "", {{"count", "4"}}))), 1, "is damaged");
   }
 
   // 4. Sizes from parameters, headers and files are checked before memory is taken.

@@ -9,7 +9,7 @@
 
 #include "pipeline_runner.hpp"
 #include "sluice/core/param_parse.hpp"
-#include "../core/src/registry_cache.hpp"
+#include "../core/src/registry/registry_cache.hpp"
 
 namespace fs = std::filesystem;
 

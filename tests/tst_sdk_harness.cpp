@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "sluice/sample_codec.hpp"
 #include "sluice/testing.hpp"
 
 namespace t = sluice::testing;
@@ -266,6 +267,41 @@ class TestSdkHarness : public QObject {
     QCOMPARE(t::difference(t::sample("v", std::int64_t{1}), t::sample("v", std::int64_t{2})), std::string("field 'v' differs in its values"));
     QCOMPARE(t::difference(t::sample("v", std::int64_t{1}), t::sample("v", 1.0)), std::string("field 'v' is i64[] in one and f64[] in the other"));
     QCOMPARE(t::difference(t::sample("v", "a"), t::sample("w", "a")), std::string("field 0 is 'v' in one and 'w' in the other"));
+  }
+
+  // The one binary form of a Sample (checkpoints, the service, the cache's files): every field
+  // and the whole origin come back; damage is refused by name before memory is taken.
+  void the_sample_codec_keeps_fields_and_origin_and_refuses_damage() {
+    sluice::Sample sample = t::sample("label", std::int64_t{7});
+    std::vector<float> pixels{1.5f, -2.0f, 3.25f, 0.0f, 8.0f, 9.5f};
+    sluice::Tensor image = sluice::Tensor::empty(sluice::DType::F32, {2, 3});
+    std::memcpy(image.raw_data(), pixels.data(), image.nbytes());
+    sample.set("image", image);
+    sample.set("names", sluice::Tensor::from_strings({"a", "", "ccc"}, {3}));
+    sample.set_origin(std::make_shared<const std::string>("s3://bucket/part-0.tfrecord"), 41, 9000);
+    const std::string bytes = sluice::encode_sample(sample);
+    QCOMPARE(bytes.size(), sluice::encoded_sample_size(sample));
+    const sluice::Sample back = sluice::decode_sample(bytes, "element 3");
+    QCOMPARE(t::difference(back, sample), std::string());
+    QCOMPARE(*back.shared_origin().where, std::string("s3://bucket/part-0.tfrecord"));
+    QCOMPARE(back.shared_origin().record, std::int64_t{41});
+    QCOMPARE(back.shared_origin().byte_offset, std::int64_t{9000});
+
+    auto refusal = [](const std::string& damaged) {
+      try {
+        sluice::decode_sample(damaged, "element 3");
+      } catch (const sluice::DataError& e) {
+        return std::string(e.what());
+      }
+      return std::string("decoded");
+    };
+    QVERIFY(refusal(bytes.substr(0, bytes.size() - 1)).rfind("element 3 is damaged: it ends 1 bytes early", 0) == 0);
+    std::string huge = bytes;  // the first field's (label's) rank 0 made 1, with a dimension of 2^40
+    const std::size_t rank_at = 8 + 8 + 5 + 1;
+    huge[rank_at] = 1;
+    const std::uint64_t dimension = std::uint64_t{1} << 40;
+    huge.insert(rank_at + 8, reinterpret_cast<const char*>(&dimension), 8);
+    QCOMPARE(refusal(huge), std::string("element 3 is damaged: dimension 1099511627776"));
   }
 };
 

@@ -5,13 +5,66 @@
 #include <memory>
 #include <filesystem>
 
-#include "sample_codec.hpp"
+#include "sluice/sample_codec.hpp"
 #include "std_plugin.hpp"
 
 namespace fs = std::filesystem;
 
 namespace sluice::std_ops {
 namespace {
+
+// A cache file: this magic, the fingerprint of the pipeline before the cache, then the elements
+// in the SDK's binary form (sluice/sample_codec.hpp). Version 3: the elements keep their whole
+// origin (record and byte offset too).
+constexpr char kCacheMagic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '3'};
+
+// The SDK's sample codec over a cache file's stream. Positions are counted here, not asked of the
+// stream: ftell costs a system call, and the codec asks what remains before every length.
+class CacheFileBytes final : public SampleBytesIn {
+ public:
+  // `file_size`: -1 for the size of the local file behind the stream.
+  CacheFileBytes(std::FILE* file, const std::string& name, std::int64_t file_size) : file_(file), name_(name) {
+    struct stat st {};
+    if (file_size < 0) file_size = ::fstat(::fileno(file), &st) == 0 ? st.st_size : 0;
+    const long at = std::ftell(file);
+    at_ = at < 0 ? 0 : static_cast<std::uint64_t>(at);
+    size_ = static_cast<std::uint64_t>(file_size);
+  }
+  std::size_t remaining() const override { return at_ > size_ ? 0 : static_cast<std::size_t>(size_ - at_); }
+  void read(void* out, std::size_t size) override {
+    if (size && std::fread(out, 1, size, file_) != size)
+      throw DataError("cache file " + name_ + " is truncated at byte " + std::to_string(at_) + " (" + kRebuild + ")");
+    at_ += size;
+  }
+  std::string_view view(std::size_t size, std::string& scratch) override {
+    scratch.resize(size);
+    read(scratch.data(), size);
+    return scratch;
+  }
+  // The next element into `sample`; false at the file's clean end.
+  bool next(Sample& sample) {
+    if (remaining() == 0) return false;
+    try {
+      sample = decode_sample(*this, "cache file " + name_);
+    } catch (const DataError& e) {
+      const std::string why = e.what();
+      throw DataError(why.find(kRebuild) == std::string::npos ? why + " (" + kRebuild + ")" : why);
+    }
+    return true;
+  }
+
+ private:
+  static constexpr const char* kRebuild = "delete it and its .complete marker to rebuild it";
+  std::FILE* file_;
+  const std::string& name_;
+  std::uint64_t at_ = 0, size_ = 0;
+};
+
+void write_sample(std::FILE* file, const Sample& sample) {
+  encode_sample(sample, [&](const void* data, std::size_t size) {
+    if (size && std::fwrite(data, 1, size, file) != size) throw Error("writing the cache file failed (disk full?)");
+  });
+}
 
 // A cache file opened for reading: a local file, or an object of a bucket read through the
 // stage's storage (as a stream through fopencookie, for the sample codec). A failed remote read
@@ -190,8 +243,9 @@ class Cache final : public Aggregate {
       try {
         read_header(f);
         Sample s;
+        CacheFileBytes recorded(f, file_.writing_path(), -1);
         for (std::uint64_t i = 0; i < recorded_; ++i) {
-          if (!read_sample(f, s, file_.writing_path())) throw Error("the cache being recorded ends early");
+          if (!recorded.next(s)) throw Error("the cache being recorded ends early");
           w.put_element(s);
         }
       } catch (...) {
@@ -258,7 +312,8 @@ class Cache final : public Aggregate {
     file.reading([&] {
       read_header(file.stream());
       Sample s;
-      while (read_sample(file.stream(), s, path_, file.size()))
+      CacheFileBytes elements(file.stream(), path_, file.size());
+      while (elements.next(s))
         if (!out.push(std::move(s))) break;
     });
     return true;

@@ -39,7 +39,7 @@ struct ReceivedElement {
 };
 
 // Reads bytes across a message's slices.
-class SliceBytes final : public ElementBytes {
+class SliceBytes final : public SampleBytesIn {
  public:
   SliceBytes(const std::vector<grpc::Slice>& slices, std::size_t slice, std::size_t offset, std::size_t length, std::string what)
       : slices_(slices), slice_(slice), offset_(offset), left_(length), what_(std::move(what)) {}
@@ -481,10 +481,10 @@ class ServiceSource final : public Source {
     const ReceivedElement& e = stream.element;
     const std::string what = fmt::format("element {} of split {} of job '{}'", e.position, stream.split, job_.job_name());
     SliceBytes payload(e.slices, e.slice, e.offset, e.length, what);
-    if (job_.compression() == proto::JobRequest::NONE) return decode_element(payload, what, *allocator_);
+    if (job_.compression() == proto::JobRequest::NONE) return decode_sample(payload, what, *allocator_);
     std::string gathered;
     std::string compressed(payload.view(e.length, gathered));
-    return decode_element(detail::decompress(job_.compression(), std::move(compressed), static_cast<std::size_t>(e.raw_size), what), what, *allocator_);
+    return decode_sample(detail::decompress(job_.compression(), std::move(compressed), static_cast<std::size_t>(e.raw_size), what), what, *allocator_);
   }
 
   template <class Call>

@@ -256,7 +256,7 @@ class WorkerService final : public proto::Worker::Service {
   // The element on the wire: its compact form, compressed as the job asks.
   void wire_element(const proto::JobRequest& job, std::uint64_t position, const Sample& sample, proto::Element& element) {
     element.set_position(position);
-    std::string raw = encode_element(sample);
+    std::string raw = encode_sample(sample);
     element.set_raw_size(raw.size());
     element.set_element(detail::compress(job.compression(), std::move(raw)));
     bytes_raw += element.raw_size();

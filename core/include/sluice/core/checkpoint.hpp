@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "checkpoint.pb.h"
+#include "sluice/sample_codec.hpp"
 #include "sluice/state.hpp"
 
 namespace sluice {
@@ -83,24 +84,7 @@ class CheckpointStateReader final : public StateReader {
   std::vector<Origin> origins_given_;
 };
 
-// The compact form of one element (its fields and origin), for elements kept by value (and sent
-// by the service's workers).
-std::string encode_element(const Sample& sample);
-Sample decode_element(const std::string& bytes, const std::string& what, Allocator& allocator = HostAllocator::instance());
-
-// The bytes of an element's compact form, read in order. They need not lie in one piece: a message
-// received in pieces is decoded where it lies, each tensor's data copied once, into its tensor.
-class ElementBytes {
- public:
-  virtual ~ElementBytes() = default;
-  virtual std::size_t remaining() const = 0;
-  // The next `size` bytes into `out`; DataError (naming what is read) past the end.
-  virtual void read(void* out, std::size_t size) = 0;
-  // The next `size` bytes in one piece: where they lie when they are contiguous, else gathered
-  // into `scratch`.
-  virtual std::string_view view(std::size_t size, std::string& scratch) = 0;
-};
-// Its tensors from `allocator` (a pool's reused blocks, pinned memory for a GPU feed).
-Sample decode_element(ElementBytes& in, const std::string& what, Allocator& allocator);
+// Elements kept by value (and sent by the service's workers) are in the SDK's one binary form of
+// a Sample: sluice/sample_codec.hpp (encode_sample, decode_sample).
 
 }  // namespace sluice

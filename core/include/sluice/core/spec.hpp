@@ -111,7 +111,7 @@ struct GraphStage {
   std::vector<std::string> notes;
 };
 
-// options.remote: how s3://, gs:// and http(s):// paths are read (remote/README.md).
+// options.remote: how s3://, gs:// and http(s):// paths are read (core/modules/remote/README.md).
 struct RemoteOptions {
   int max_attempts = 10;
   double deadline_seconds = 300;

@@ -25,7 +25,7 @@
 #include "channel.hpp"
 #include "chunk_carrier.hpp"
 #include "output_assembly.hpp"
-#include "remote_access.hpp"
+#include "files/remote_access.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 

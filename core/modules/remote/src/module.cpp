@@ -1,5 +1,5 @@
 // The entry point of libsluice_remote.so, which the host loads on the first remote URI
-// (core/src/remote_access.cpp).
+// (core/src/files/remote_access.cpp).
 #include "sluice/remote/module.hpp"
 #include "sluice/remote/remote_storage.hpp"
 

@@ -2,7 +2,7 @@
 
 #include "sluice/core/remote_files.hpp"
 
-#include "host_module.hpp"
+#include "modules/host_module.hpp"
 
 namespace sluice {
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "sluice/core/metrics_log.hpp"
-#include "host_module.hpp"
-#include "metrics_http.hpp"
+#include "modules/host_module.hpp"
+#include "modules/http/metrics_http.hpp"
 #include "sluice/error.hpp"
 
 namespace fs = std::filesystem;

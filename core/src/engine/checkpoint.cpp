@@ -1,7 +1,6 @@
 // Checkpoint files and the byte form of saved states (see checkpoint.hpp).
 #include "sluice/core/checkpoint.hpp"
 
-#include <deque>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -12,9 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "remote_access.hpp"
+#include "files/remote_access.hpp"
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/rng.hpp"
+#include "sluice/sample_codec.hpp"
 #include "sluice/tensor.hpp"
 
 namespace fs = std::filesystem;
@@ -33,36 +33,8 @@ std::uint64_t checksum(std::string_view bytes) {
   return mix64(h);
 }
 
-// Byte strings read from a checkpoint: every length is checked before memory is taken for it.
-class ByteCursor final : public ElementBytes {
- public:
-  ByteCursor(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
-  void read(void* data, std::size_t size) override {
-    if (size > bytes_.size() - at_)
-      throw DataError(fmt::format("{} is damaged: it ends {} bytes early (at byte {})", what_, size - (bytes_.size() - at_), at_));
-    std::memcpy(data, bytes_.data() + at_, size);
-    at_ += size;
-  }
-  std::string_view view(std::size_t size, std::string&) override {
-    if (size > bytes_.size() - at_) throw DataError(fmt::format("{} is damaged: a length of {} bytes at byte {}", what_, size, at_));
-    std::string_view v(bytes_.data() + at_, size);
-    at_ += size;
-    return v;
-  }
-  std::size_t remaining() const override { return bytes_.size() - at_; }
-
- private:
-  const std::string& bytes_;
-  const std::string& what_;
-  std::size_t at_ = 0;
-};
-
 void append(std::string& out, const void* data, std::size_t size) { out.append(static_cast<const char*>(data), size); }
 void append_u64(std::string& out, std::uint64_t v) { append(out, &v, sizeof v); }
-void append_string(std::string& out, std::string_view s) {
-  append_u64(out, s.size());
-  out.append(s);
-}
 
 }  // namespace
 
@@ -217,7 +189,7 @@ void CheckpointStateWriter::put_bytes(const void* data, std::size_t size) { appe
 void CheckpointStateWriter::put_element(const Sample& element) {
   append_u64(bytes_, static_cast<std::uint64_t>(stage_.elements_size()));
   auto* saved = stage_.add_elements();
-  if (!reference_ || !reference_(element, *saved)) saved->set_value(encode_element(element));
+  if (!reference_ || !reference_(element, *saved)) saved->set_value(encode_sample(element));
 }
 
 void CheckpointStateReader::get_bytes(void* data, std::size_t size) {
@@ -235,101 +207,9 @@ Sample CheckpointStateReader::get_element() {
   if (element.has_ref() && !referenced_)
     throw DataError(fmt::format("checkpoint state of {} names element {} by reference, which cannot be read here", what_, number));
   Sample out = element.has_ref() ? referenced_(static_cast<std::size_t>(number))
-                                 : decode_element(element.value(), fmt::format("element {} of {}", number, what_));
+                                 : decode_sample(element.value(), fmt::format("element {} of {}", number, what_));
   origins_given_.push_back(out.shared_origin());
   return out;
-}
-
-std::string encode_element(const Sample& sample) {
-  // Its size first: a batch of images is tens of megabytes, which a growing string would copy
-  // several times over.
-  std::size_t size = 8;
-  for (const auto& field : sample.fields()) {
-    const Tensor& t = field.tensor;
-    size += 8 + field.name.size() + 1 + 8 + 8 * t.rank();
-    if (t.dtype() == DType::Bytes) {
-      for (std::int64_t i = 0; i < t.num_elements(); ++i) size += 8 + t.string_at(i).size();
-    } else {
-      size += t.nbytes();
-    }
-  }
-  const Origin& origin = sample.shared_origin();
-  size += 8 + (origin.where ? origin.where->size() : 0) + 16;
-  std::string out;
-  out.reserve(size);
-  append_u64(out, sample.size());
-  for (const auto& field : sample.fields()) {
-    const Tensor& t = field.tensor;
-    append_string(out, field.name);
-    const auto dtype = static_cast<std::uint8_t>(t.dtype());
-    append(out, &dtype, 1);
-    append_u64(out, t.rank());
-    for (auto d : t.shape()) append_u64(out, static_cast<std::uint64_t>(d));
-    if (t.dtype() == DType::Bytes) {
-      for (std::int64_t i = 0; i < t.num_elements(); ++i) append_string(out, t.string_at(i));
-    } else {
-      append(out, t.raw_data(), t.nbytes());
-    }
-  }
-  append_string(out, origin.where ? *origin.where : std::string());
-  append_u64(out, static_cast<std::uint64_t>(origin.record));
-  append_u64(out, static_cast<std::uint64_t>(origin.byte_offset));
-  return out;
-}
-
-Sample decode_element(const std::string& bytes, const std::string& what, Allocator& allocator) {
-  ByteCursor in(bytes, what);
-  return decode_element(in, what, allocator);
-}
-
-Sample decode_element(ElementBytes& in, const std::string& what, Allocator& allocator) {
-  auto u64 = [&] {
-    std::uint64_t v = 0;
-    in.read(&v, sizeof v);
-    return v;
-  };
-  std::deque<std::string> gathered;  // pieces that did not lie in one piece (stable while the views are used)
-  auto view = [&](std::uint64_t size) {
-    if (size > in.remaining()) throw DataError(fmt::format("{} is damaged: a length of {} bytes with {} left", what, size, in.remaining()));
-    return in.view(static_cast<std::size_t>(size), gathered.emplace_back());
-  };
-  const std::uint64_t fields = u64();
-  if (fields > 4096) throw DataError(fmt::format("{} is damaged: {} fields", what, fields));
-  Sample sample;
-  sample.reserve(static_cast<std::size_t>(fields));
-  for (std::uint64_t f = 0; f < fields; ++f) {
-    std::string name(view(u64()));
-    std::uint8_t dtype = 0;
-    in.read(&dtype, 1);
-    if (dtype > static_cast<std::uint8_t>(DType::Bytes)) throw DataError(fmt::format("{} is damaged: dtype {}", what, dtype));
-    const std::uint64_t rank = u64();
-    if (rank > 32) throw DataError(fmt::format("{} is damaged: rank {}", what, rank));
-    Shape shape(rank);
-    for (auto& d : shape) {
-      const std::uint64_t dim = u64();
-      if (dim > in.remaining() * 8 + 1) throw DataError(fmt::format("{} is damaged: dimension {}", what, dim));
-      d = static_cast<std::int64_t>(dim);
-    }
-    const std::int64_t count = shape_elements(shape);
-    if (static_cast<DType>(dtype) == DType::Bytes) {
-      if (static_cast<std::uint64_t>(count) > in.remaining() / 8) throw DataError(fmt::format("{} is damaged: shape {}", what, shape_string(shape)));
-      std::vector<std::string_view> views(static_cast<std::size_t>(count));
-      for (auto& v : views) v = view(u64());
-      sample.set(std::move(name), Tensor::from_strings(views, shape));
-      gathered.clear();
-    } else {
-      const std::uint64_t size = static_cast<std::uint64_t>(count) * dtype_size(static_cast<DType>(dtype));
-      if (size > in.remaining()) throw DataError(fmt::format("{} is damaged: field '{}' of {} bytes with {} left", what, name, size, in.remaining()));
-      Tensor t = Tensor::empty(static_cast<DType>(dtype), shape, allocator);
-      if (size) in.read(t.raw_data(), size);
-      sample.set(std::move(name), std::move(t));
-    }
-  }
-  std::string where(view(u64()));
-  const auto record = static_cast<std::int64_t>(u64());
-  const auto offset = static_cast<std::int64_t>(u64());
-  if (!where.empty()) sample.set_origin(std::make_shared<const std::string>(std::move(where)), record, offset);
-  return sample;
 }
 
 checkpoint::Checkpoint parse_state(const std::string& bytes, const std::string& what) {

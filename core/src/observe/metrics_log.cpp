@@ -7,7 +7,7 @@
 #include <fstream>
 #include <utility>
 
-#include "remote_access.hpp"
+#include "files/remote_access.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/error.hpp"
 

@@ -157,7 +157,7 @@ void Engine::Impl::gather_held_at_cut(const std::vector<std::shared_ptr<const ch
     if (!element.has_value())
       throw Error(fmt::format("{} of worker {} of {} names an element by reference, which cannot be given back: resume on {} workers", holder,
                               w, workers, workers));
-    const Sample sample = decode_element(element.value(), fmt::format("an element {} held", holder));
+    const Sample sample = decode_sample(element.value(), fmt::format("an element {} held", holder));
     const Origin& origin = sample.shared_origin();
     if (!origin.where || origin.record < 0)
       throw Error(fmt::format("{} of worker {} of {} held an element made of several records (or of none), which cannot be given back to "

@@ -1,5 +1,5 @@
 #pragma once
-// Between the host (core/src/remote_access.cpp) and the remote module (libsluice_remote.so, in
+// Between the host (core/src/files/remote_access.cpp) and the remote module (libsluice_remote.so, in
 // lib/sluice/ beside the plugin folder): libcurl and the libraries it brings are loaded only by a
 // run that reads a remote URI, so every other start stays as fast as before.
 #include <cstddef>

@@ -373,7 +373,7 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
     }
     auto* saved = state.add_read_inputs();
     saved->set_stage(reader.spec->id);
-    saved->set_input(encode_element(input.input));
+    saved->set_input(encode_sample(input.input));
     saved->set_epoch(input.epoch);
     saved->set_index(input.index);
     known = inputs.emplace(origin.where.get(), static_cast<std::uint32_t>(state.read_inputs_size() - 1)).first;
@@ -415,7 +415,7 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
     if (input.stage() != reader.spec->id)
       throw DataError(fmt::format("element {} was read by stage '{}', which is not the one before it now ('{}')", number, input.stage(), reader.spec->id));
     if (static_cast<std::int64_t>(ref.input()) != open_input) {
-      Sample opened = decode_element(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
+      Sample opened = decode_sample(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
       input_name = opened.has_origin() ? opened.origin() : fmt::format("input {}", ref.input());
       cursor = reader.expand->open(std::move(opened), ElementContext{&reader.info, input.epoch(), input.index()}, damage);
       if (!cursor) throw DataError(fmt::format("{} opened to nothing", input_name));
@@ -428,7 +428,7 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
       add(reader.reread, 1);
     } else {  // a cursor that cannot seek is read forward to the record
       if (next_record > ref.record()) {
-        Sample again = decode_element(input.input(), "input");
+        Sample again = decode_sample(input.input(), "input");
         cursor = reader.expand->open(std::move(again), ElementContext{&reader.info, input.epoch(), input.index()}, damage);
         next_record = 0;
       }
