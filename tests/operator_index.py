@@ -1,7 +1,9 @@
 """ctest's `operator_index`: plugins/README.md's operator index lists every operator `sluice plugins`
 knows, once, with the file that describes it; each file named exists and still names its operator
 (as `"NAME"`). The host's operators that only a Python process or a service worker registers are
-in the table too and are checked the same way, against their files.
+in the table too and are checked the same way, against their files. And the host never tests an
+operator's name: no file of core/ but the one describing an operator writes its name as a string
+literal (what the host must know of an operator is its role, declared in describe()).
 
     python3 tests/operator_index.py SOURCE_DIR SLUICE
 """
@@ -39,10 +41,29 @@ def main():
     for name, op in sorted(operators.items()):
         if name not in seen:
             problems.append(f"`{name}` ({op['kind']}, plugin {op['plugin']}) is not in plugins/README.md's operator index: add its row")
+    problems += names_in_core(source_dir, dict(seen))
     for problem in problems:
         print("FAIL " + problem)
     print(f"{len(index)} operators in the index, {len(operators)} known to `sluice plugins`, {len(problems)} problems")
     return 1 if problems else 0
+
+
+def names_in_core(source_dir, described_in):
+    """Operator names written as string literals in core/'s code, outside the file describing them."""
+    problems = []
+    core = os.path.join(source_dir, "core")
+    for folder, _, files in os.walk(core):
+        for file in sorted(files):
+            if not file.endswith((".cpp", ".hpp", ".h")):
+                continue
+            path = os.path.join(folder, file)
+            relative = os.path.relpath(path, source_dir)
+            text = open(path, encoding="utf-8", errors="replace").read()
+            for name, describing in described_in.items():
+                if describing != relative and f'"{name}"' in text:
+                    problems.append(f'{relative} names operator `{name}` ("{name}"): the host reads roles '
+                                    f"(OperatorTraits::role), never names")
+    return problems
 
 
 if __name__ == "__main__":

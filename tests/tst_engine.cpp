@@ -162,6 +162,7 @@ class TestEngine : public QObject {
     decode->set_buffer_swings(40);
     decode->set_blocked_fraction(0.3);
     auto* shard = add("shard", "shard", "map", "decode");
+    shard->set_role(sluice::role_name(sluice::OperatorRole::Shards));  // the report reads roles, not names
     shard->set_elements_in(3000);
     shard->set_starved_fraction(0.25);
     shard->set_elements_out(750);
@@ -181,12 +182,14 @@ class TestEngine : public QObject {
     // A Python function as the bottleneck: the report names the GIL, not more workers.
     snap.set_bottleneck("decode");
     decode->set_op("python_map");
+    decode->set_role(sluice::role_name(sluice::OperatorRole::CallsPython));
     const auto python = sluice::format_report(snap);
     QVERIFY2(python.find("'decode' (python_map) runs a Python function, which holds the GIL") != std::string::npos, python.c_str());
     QVERIFY(python.find("raise `parallelism` of stage 'decode'") == std::string::npos);
     // With a cache downstream, no cache is suggested.
     auto* cache = snap.mutable_stage(3);
     cache->set_op("cache");
+    cache->set_role(sluice::role_name(sluice::OperatorRole::Caches));
     QVERIFY(sluice::format_report(snap).find("add a `cache`") == std::string::npos);
   }
 

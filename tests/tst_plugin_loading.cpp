@@ -83,6 +83,10 @@ class TestPluginLoading : public QObject {
     QVERIFY(registry.find("fixture_noop"));  // the fine library among the broken ones loaded
     // The ABI promise: a plugin built for an earlier minor of this major loads.
     QVERIFY2(registry.find("fixture_older_minor"), reason_for(registry, "libfixture_abi_minor_older.so").c_str());
+    // Roles (6.8) are read only from plugins built for 6.8 on: the host finds the shard by its role.
+    QVERIFY(registry.find("fixture_older_minor")->info.traits.role == sluice::OperatorRole::None);
+    QCOMPARE(registry.with_role(sluice::OperatorRole::Shards)->info.name, std::string("shard"));
+    QVERIFY(registry.has_role("balanced_shard", sluice::OperatorRole::ShardsEvenly) && !registry.has_role("shard", sluice::OperatorRole::Takes));
     QVERIFY(reason_for(registry, "libfixture_not_a_library.so").find("not a shared library") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_no_entry.so").find("has no entry symbol 'sluice_plugin_entry'") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_abi_major.so").find("major versions differ") != std::string::npos);

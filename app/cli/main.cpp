@@ -18,6 +18,7 @@
 #include "sluice/core/process.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
+#include "sluice/core/prepare.hpp"
 #include "sluice/core/spec.hpp"
 #include "sluice/core/text.hpp"
 #include "cli.hpp"
@@ -110,6 +111,7 @@ std::string traits_text(const sluice::OperatorTraits& t) {
   if (t.random) s += ", random (per-element generator)";
   if (t.keeps_shape) s += ", keeps shapes (size hints pass through)";
   if (t.saves_state) s += ", saves its state (checkpoints)";
+  if (t.role != sluice::OperatorRole::None) s += fmt::format("; to the host, it {}", sluice::role_name(t.role));
   return s;
 }
 
@@ -118,6 +120,7 @@ void print_operator_json(std::string& out, const sluice::RegisteredOperator& op)
   out += fmt::format("{{\"name\":{},\"kind\":{},\"summary\":{},\"plugin\":{},\"library\":{},\"stateless\":{},\"random\":{},",
                      json_string(info.name), json_string(sluice::operator_kind_name(info.kind)), json_string(info.summary),
                      json_string(op.plugin_name), json_string(op.library_path), info.traits.stateless, info.traits.random);
+  if (info.traits.role != sluice::OperatorRole::None) out += fmt::format("\"role\":{},", json_string(sluice::role_name(info.traits.role)));
   if (info.kind == sluice::OperatorKind::Combine)  // -1: any number
     out += fmt::format("\"min_inputs\":{},\"max_inputs\":{},", info.min_inputs, info.max_inputs);
   out += "\"params\":[";
@@ -214,30 +217,23 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
                                         const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run) {
   try {
-    auto doc = sluice::read_pipeline_file(file);
-    sluice::apply_overrides(doc, sets);
-    if (seed) doc.spec.mutable_options()->set_seed(*seed);
-    sluice::service::split_at_service(doc);  // a `distribute` stage and those before it run on the service
-    sluice::WorkerRequest request{worker_args.index, worker_args.count, "--worker-index/--num-workers"};
-    const auto& options = doc.spec.options();
-    if (!request.index && !request.count && (options.has_worker_index() || options.has_num_workers())) {
-      if (options.has_worker_index()) request.index = options.worker_index();
-      if (options.has_num_workers()) request.count = options.num_workers();
-      request.given_by = fmt::format("options of {} (worker_index, num_workers)", sluice::printable(file));
-    }
-    sluice::WorkerIdentity worker;
+    sluice::PrepareOptions options;
+    options.sets = sets;
+    options.seed = seed;
+    options.worker = {worker_args.index, worker_args.count, "--worker-index/--num-workers"};
+    options.split_distributed = sluice::service::split_at_service;  // a `distribute` stage and those before it run on the service
+    sluice::PreparedPipeline prepared;
     try {
-      worker = sluice::detect_worker_identity(sluice::process_environment(), request);
+      prepared = sluice::prepare_pipeline(sluice::read_pipeline_file(file), registry, options);
     } catch (const sluice::WorkerIdentityError& e) {
       fmt::print(stderr, "error: {}: {}\n", sluice::printable(file), sluice::printable(e.what()));
       return std::nullopt;
     }
-    const auto plan = sluice::plan_for_worker(doc, registry, worker);
-    if (worker.count > 1) fmt::print(stderr, "note: {}\n", sluice::printable(worker.describe()));
-    for (const auto& note : plan.notes) fmt::print(stderr, "note: {}\n", sluice::printable(note));
-    for (const auto& warning : plan.warnings) fmt::print(stderr, "warning: {}\n", sluice::printable(warning));
-    if (as_run) *as_run = doc.spec;
-    return sluice::build_graph(doc, registry);
+    if (prepared.worker.count > 1) fmt::print(stderr, "note: {}\n", sluice::printable(prepared.worker.describe()));
+    for (const auto& note : prepared.plan.notes) fmt::print(stderr, "note: {}\n", sluice::printable(note));
+    for (const auto& warning : prepared.plan.warnings) fmt::print(stderr, "warning: {}\n", sluice::printable(warning));
+    if (as_run) *as_run = prepared.doc.spec;
+    return std::move(prepared.graph);
   } catch (const sluice::SpecError& e) {
     for (const auto& p : e.problems()) fmt::print(stderr, "error: {}\n", p.to_string());
     if (e.problems().size() > 1) fmt::print(stderr, "{} problems; the pipeline was not run.\n", e.problems().size());
@@ -263,7 +259,9 @@ int cmd_bench(const CommonOptions& common, const std::string& file, const std::v
   load_plugins(registry, common, true);
   try {
     auto doc = sluice::read_pipeline_file(file);
-    sluice::apply_overrides(doc, sets);
+    sluice::PrepareOptions prepare;  // one process, the pipeline as written with its overrides
+    prepare.sets = sets;
+    sluice::prepare_document(doc, prepare);
     auto graph = sluice::build_graph(doc, registry);
     if (!ablate) {
       fmt::print(stderr, "warming up for {:.1f} s, then measuring for {:.1f} s...\n", options.warmup_s, options.measure_s);

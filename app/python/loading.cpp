@@ -104,15 +104,19 @@ WorkerIdentity worker_of(std::optional<int> index, std::optional<int> count) {
   }
 }
 
+PrepareOptions prepare_options(const std::map<std::string, std::string>& sets, std::optional<std::uint64_t> seed) {
+  PrepareOptions options;
+  for (const auto& [key, value] : sets) options.sets.push_back(key + "=" + value);
+  options.seed = seed;
+  options.split_distributed = service::split_at_service;  // a `distribute` stage and those before it run on the Sluice service
+  return options;
+}
+
 PipelineDocument document_of(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
                              std::optional<std::uint64_t> seed) {
   try {
     PipelineDocument doc = parse_pipeline(text, file);
-    std::vector<std::string> overrides;
-    for (const auto& [key, value] : sets) overrides.push_back(key + "=" + value);
-    apply_overrides(doc, overrides);
-    if (seed) doc.spec.mutable_options()->set_seed(*seed);
-    service::split_at_service(doc);  // a `distribute` stage and those before it run on the Sluice service
+    prepare_document(doc, prepare_options(sets, seed));
     return doc;
   } catch (const SpecError& e) {
     raise_spec_error(e);

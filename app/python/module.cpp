@@ -67,6 +67,13 @@ void bind_operators(py::module_& m) {
 
   m.def("closest", [](const std::string& name) { return loaded_registry({}).closest(name); });
 
+  // Whether a stage of `op` with these parameters takes workers (the core's answer, as validation
+  // and the engine give it): what num_parallel_calls= may set.
+  m.def("takes_workers", [](const std::string& op, const std::map<std::string, std::string>& given) {
+    const auto registered = loaded_registry({}).find(op);
+    return !registered || takes_workers(*registered, {given.begin(), given.end()});
+  }, py::arg("op"), py::arg("params"));
+
   // One builder call's parameters, checked as validation checks a stage's: each value against its
   // schema, then the operator built from them (parameters refused together). Problems as
   // (parameter, message), the parameter empty when the message concerns several; unknown

@@ -37,6 +37,7 @@
 #include "sluice/core/metrics_server.hpp"
 #include "sluice/core/output_rows.hpp"
 #include "sluice/core/param_parse.hpp"
+#include "sluice/core/prepare.hpp"
 #include "sluice/core/remote_files.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/report.hpp"
@@ -86,6 +87,8 @@ extern py::object g_spec_error, g_pipeline_error;
 [[noreturn]] void raise_spec_error(const SpecError& e);
 [[noreturn]] void raise_pipeline_error(const std::string& message, const std::string& stage);
 WorkerIdentity worker_of(std::optional<int> index, std::optional<int> count);
+// The face's options of prepare_pipeline (sluice/core/prepare.hpp): overrides, seed, the service's split.
+PrepareOptions prepare_options(const std::map<std::string, std::string>& sets, std::optional<std::uint64_t> seed);
 PipelineDocument document_of(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
                              std::optional<std::uint64_t> seed);
 

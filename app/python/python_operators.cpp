@@ -214,7 +214,7 @@ class PythonTensorSlices final : public Source {
 // handle; empty by default, so that the registry can build it with defaults.
 template <class Op>
 void add_python_operator(Registry& r, std::string name, OperatorKind kind, std::string summary, std::string param,
-                         std::string param_doc, bool stateless) {
+                         std::string param_doc, bool stateless, OperatorRole role = OperatorRole::CallsPython) {
   OperatorInfo info;
   info.name = std::move(name);
   info.kind = kind;
@@ -226,6 +226,7 @@ void add_python_operator(Registry& r, std::string name, OperatorKind kind, std::
   handle.default_value = "";
   info.params = {handle};
   info.traits.stateless = stateless;
+  info.traits.role = role;
   info.traits.saves_state = std::is_same_v<Op, PythonTensorSlices>;  // a generator's place cannot be saved
   info.create = [](const Params& p) { return std::make_unique<Op>(p); };
   r.add_host_operator(std::move(info), "python");
@@ -249,7 +250,7 @@ void add_host_operators(Registry& r) {
                                           "tensors", "the dict of arrays, as registered by sluice.data", false);
   add_python_operator<PythonIterator>(r, "python_iterator", OperatorKind::Sink,
                                       "Hands each element to Python's iterator (added by sluice.Pipeline).", "queue",
-                                      "the iterator's queue", false);
+                                      "the iterator's queue", false, OperatorRole::FeedsPython);
   service::add_service_operators(r);  // service_source, in place of the stages a `distribute` sends away
 }
 

@@ -104,29 +104,37 @@ class Runner {
     } catch (const Error& e) {
       throw py::value_error(e.what());
     }
-    PipelineDocument doc = document_of(text, file, sets, seed);
-    const WorkerIdentity worker = worker_of(worker_index, num_workers);
-    if (iterate)
-      if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) {
-        queue_stage(*sink);
-        iterator_id_ = sink->id();
-      }
+    PipelineDocument written;
     try {
-      // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after
-      // the iterator took the sink's place, whose output path then is not written.
-      for (const auto& warning : plan_for_worker(doc, *r, worker).warnings)
-        std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
+      written = parse_pipeline(text, file);
     } catch (const SpecError& e) {
-      forget_queue();
       raise_spec_error(e);
     }
-    spec_ = doc.spec;
+    PrepareOptions prepare = prepare_options(sets, seed);
+    prepare.worker = {worker_index, num_workers, "worker_index/num_workers"};
+    if (iterate)
+      prepare.adapt = [&](PipelineDocument& doc) {
+        if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) {
+          queue_stage(*sink);
+          iterator_id_ = sink->id();
+        }
+      };
+    // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after the
+    // iterator took the sink's place, whose output path then is not written.
     std::optional<Graph> graph;
+    WorkerIdentity worker;
     try {
-      graph = build_graph(doc, *r);
+      PreparedPipeline prepared = prepare_pipeline(std::move(written), *r, prepare);
+      for (const auto& warning : prepared.plan.warnings) std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
+      spec_ = prepared.doc.spec;
+      worker = prepared.worker;
+      graph = std::move(prepared.graph);
     } catch (const SpecError& e) {
       forget_queue();
       raise_spec_error(e);
+    } catch (const WorkerIdentityError& e) {
+      forget_queue();
+      throw py::value_error(e.what());
     }
     py::gil_scoped_release release;
     try {

@@ -23,24 +23,6 @@ namespace sluice::studio {
 
 namespace {
 
-// Whether the engine runs this stage on several workers when asked (parallelism): stateless
-// operators, readers (expand stages), and aggregates that assemble their outputs in parallel.
-bool takes_workers(const RegisteredOperator* op, const spec::Stage& st) {
-  if (!op || op->info.traits.stateless || op->info.kind == OperatorKind::Expand) return true;
-  if (op->info.kind != OperatorKind::Aggregate) return false;
-  try {
-    std::vector<std::pair<std::string, std::string>> given(st.params().begin(), st.params().end());
-    auto made = op->info.create(parse_params(op->info.params, given));
-    return dynamic_cast<AssemblesInParallel*>(made.get()) != nullptr;
-  } catch (const std::exception&) {
-    return true;  // parameters that do not build yet: the count stays on offer
-  }
-}
-
-}  // namespace
-
-namespace {
-
 // A count of the engine's: 0 reads as `zero_text` (the engine's default), and where the engine
 // may tune it, -1 as "autotune" (type "autotune" or pick it below the default).
 class CountBox final : public QSpinBox {
@@ -262,7 +244,9 @@ void Inspector::add_engine_rows(const RegisteredOperator* op, const spec::Stage&
   // A per-input stage runs on the readers of its interleave: its workers are set there. A stage
   // that keeps state between elements runs on one (an aggregate may still assemble its outputs on
   // several, as padded_batch does): no count is offered unless the file sets one, to be undone.
-  if (!takes_workers(op, *st) && st->parallelism() <= 1 && !st->per_input()) {
+  // (An operator not loaded keeps the count on offer.)
+  const bool takes = !op || takes_workers(*op, {st->params().begin(), st->params().end()});
+  if (!takes && st->parallelism() <= 1 && !st->per_input()) {
     auto* one = new QLabel("one (keeps state between elements)");
     one->setWordWrap(true);
     one->setObjectName("stage:parallelism");

@@ -3,6 +3,7 @@
 #include <QUrl>
 
 #include "sluice/core/metrics_log.hpp"
+#include "sluice/core/prepare.hpp"
 #include "sluice/core/spec.hpp"
 
 namespace sluice::studio {
@@ -26,7 +27,11 @@ std::optional<RunController::StartFailure> RunController::start(const spec::Pipe
     PipelineDocument doc;
     doc.spec = spec;
     doc.file = file.isEmpty() ? "untitled" : file.toStdString();
-    auto engine = std::make_unique<Engine>(build_graph(doc, registry));
+    // The studio runs the pipeline as one process, as drawn, whatever launcher it was started
+    // under; it links no service, so a `distribute` stage is validated as written.
+    PrepareOptions one_process;
+    one_process.worker = {0, 1, "the studio (one process)"};
+    auto engine = std::make_unique<Engine>(prepare_pipeline(std::move(doc), registry, one_process).graph);
     {
       std::lock_guard lock(latest_mutex_);
       have_latest_ = false;

@@ -53,7 +53,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate,
             "Stacks batch_size consecutive elements into one, field by field, along a new first dimension",
             {ParamSpec::make("batch_size", ParamType::Int, "elements per batch").range(1, 1e9),
              ParamSpec::make("drop_remainder", ParamType::Bool, "drop the short last batch of each iteration").def("false")},
-            {.saves_state = true},
+            {.saves_state = true, .role = OperatorRole::Batches},
             {}};
   }
   explicit Batch(const Params& p)

@@ -170,7 +170,7 @@ class Cache final : public Aggregate {
             OperatorKind::Aggregate,
             "Records the first iteration and replays it for the next ones (in memory, or in a file reused across runs)",
             {ParamSpec::make("path", ParamType::OutputPath, "cache file; empty keeps the cache in memory").def("")},
-            {.keeps_shape = true, .saves_state = true},
+            {.keeps_shape = true, .saves_state = true, .role = OperatorRole::Caches},
             {}};
   }
   explicit Cache(const Params& p) : path_(p.get_string("path")) {}

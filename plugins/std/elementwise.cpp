@@ -22,7 +22,7 @@ class Prefetch final : public Map {
             OperatorKind::Map,
             "Decouples producer and consumer with a buffer of buffer_size elements (put it last)",
             {ParamSpec::make("buffer_size", ParamType::Int, "elements held ready for the consumer").def("8").range(1, 1e7)},
-            {.stateless = true, .keeps_shape = true},
+            {.stateless = true, .keeps_shape = true, .role = OperatorRole::Prefetches},
             {}};
   }
   explicit Prefetch(const Params& p) : buffer_(static_cast<std::size_t>(p.get_int("buffer_size"))) {}
@@ -31,29 +31,6 @@ class Prefetch final : public Map {
 
  private:
   std::size_t buffer_;
-};
-
-// Keeps elements index, index + n, ... of every iteration: a pure function of the element's
-// position, so it runs with any parallelism and gives disjoint, complete shards. Left unset (or
-// -1), the count and index are the worker's: the host fills parameters taking these hints from
-// the process's worker identity (Slurm, MPI, TF_CONFIG, torchrun, --worker-index).
-class Shard final : public Filter {
- public:
-  static OperatorInfo describe() {
-    return {"shard",
-            OperatorKind::Filter,
-            "Keeps every num_shards-th element starting at index (put it early, before shuffle)",
-            {shard_count_param(), shard_index_param()},
-            {.stateless = true, .keeps_shape = true},
-            {}};
-  }
-  explicit Shard(const Params& p) : shards_(shard_count(p)), index_(shard_index(p, shards_)) {}
-  bool keep(const Sample&, const ElementContext& ctx) override {
-    return static_cast<std::int64_t>(ctx.index % static_cast<std::uint64_t>(shards_)) == index_;
-  }
-
- private:
-  std::int64_t shards_, index_;
 };
 
 // z-scores of numeric columns with statistics known beforehand (a previous pass over the data, a
@@ -172,7 +149,6 @@ class SimulateWork final : public Map {
 void register_elementwise(Registrar& registrar) {
   registrar.add<Identity>();
   registrar.add<Prefetch>();
-  registrar.add<Shard>();
   registrar.add<Standardize>();
   registrar.add<FilterRandom>();
   registrar.add<SimulateWork>();

@@ -5,6 +5,7 @@ SLUICE_PLUGIN("std", "0.1.0", "Structural operators: sources, shuffle, batch, re
   register_sources(registrar);
   register_elementwise(registrar);
   register_iteration(registrar);
+  register_sharding(registrar);
   register_shuffle(registrar);
   register_batching(registrar);
   register_cache(registrar);

@@ -8,8 +8,9 @@
 namespace sluice::std_ops {
 
 void register_sources(Registrar& registrar);     // range, from_list, tensors
-void register_elementwise(Registrar& registrar); // identity, prefetch, shard, filter_random, simulate_work
-void register_iteration(Registrar& registrar);   // repeat, take, skip, balanced_shard
+void register_elementwise(Registrar& registrar); // identity, prefetch, standardize, filter_random, simulate_work
+void register_iteration(Registrar& registrar);   // repeat, take, skip, repeat_each
+void register_sharding(Registrar& registrar);    // shard, balanced_shard
 void register_shuffle(Registrar& registrar);     // shuffle
 void register_batching(Registrar& registrar);    // batch, unbatch
 void register_cache(Registrar& registrar);       // cache

@@ -475,6 +475,11 @@ def test_workers_under_torchrun_read_disjoint_shards(tmp_path):
     assert sorted(values) == list(range(50))
     # Asked for explicitly, over the environment; a malformed variable is an error naming it.
     assert [int(b["value"]) for b in sluice.Pipeline(str(pipeline), worker_index=1, num_workers=3)] == outputs[1]["values"]
+    # The pipeline's own options name the worker where nothing else does, as for `sluice run`
+    # (one preparation for every face: sluice/core/prepare.hpp).
+    own = tmp_path / "own.txtpb"
+    own.write_text(pipeline.read_text().replace("options { seed: 3 }", "options { seed: 3 worker_index: 1 num_workers: 3 }"))
+    assert [int(b["value"]) for b in sluice.Pipeline(str(own))] == outputs[1]["values"]
     bad = subprocess.run([sys.executable, "-c", script, str(pipeline)], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, RANK="one", WORLD_SIZE="3"))
     assert bad.returncode != 0 and "RANK='one'" in bad.stderr

@@ -12,7 +12,7 @@ import weakref
 
 import numpy
 
-from . import AUTOTUNE, SpecError, _sluice
+from . import AUTOTUNE, SpecError, _param_text, _sluice
 from ._structure import Structure as _Structure
 
 
@@ -37,11 +37,6 @@ _TF_DATA_POSITIONAL = {
     "bucket_by_sequence_length": ("element_length_func", "bucket_boundaries", "bucket_batch_sizes", "padded_shapes", "padding_values",
                                   "pad_to_bucket_boundary", "no_padding", "drop_remainder"),
 }
-
-
-# Aggregates whose outputs several threads may assemble (their parallelism); the engine does not
-# tune those threads, so tf.data's AUTOTUNE gives them one per core.
-_ASSEMBLES_IN_PARALLEL = ("padded_batch", "ragged_batch", "bucket_by_sequence_length", "window")
 
 
 # The operators whose elements have their input's fields (a structure that picks some of them
@@ -97,12 +92,17 @@ def _tf_data_call(method, args, kwargs):
         if kwargs.get("parallelism") is not None:
             raise TypeError(f"{method}() got both num_parallel_calls= and parallelism=; they are the same setting")
         calls = kwargs.pop("num_parallel_calls")
-        if method == "batch":
-            # batch's copies are made where the rows are built (a map before it writes each row
-            # into the batch's memory on its own workers): there is nothing to run in parallel.
-            calls = None
-        elif method in _ASSEMBLES_IN_PARALLEL and calls == AUTOTUNE:
-            calls = os.cpu_count() or 1  # helpers woken only when the stage's thread has work for them
+        schema = _schemas().get(method)
+        if schema and schema["kind"] == "aggregate":
+            own = {p["name"] for p in schema["params"]}
+            if not _sluice.takes_workers(method, {k: _param_text(v) for k, v in kwargs.items() if k in own and v is not None}):
+                # An aggregate that assembles on its own thread (batch: its copies are made where
+                # the rows are built, by the map before it): there is nothing to run in parallel.
+                calls = None
+            elif calls == AUTOTUNE:
+                # The engine does not tune an aggregate's assembly threads: one per core, helpers
+                # woken only when the stage's thread has work for them.
+                calls = os.cpu_count() or 1
         kwargs["parallelism"] = calls
     if method == "prefetch" and kwargs.get("buffer_size") == AUTOTUNE:
         # prefetch(AUTOTUNE): the stage's buffer is tuned while the pipeline runs.

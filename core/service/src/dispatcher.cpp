@@ -41,13 +41,13 @@ bool is_static(proto::JobRequest::Mode mode) {
   return mode == proto::JobRequest::FILE || mode == proto::JobRequest::DATA || mode == proto::JobRequest::FILE_OR_DATA;
 }
 
-// The operators a job's workers need: its stages', and in DYNAMIC mode the skip and take that cut
-// its splits. Throws SpecError for a pipeline text that does not parse.
+// The operators a job's workers need: its stages'. (In DYNAMIC mode a worker also needs what cuts
+// its splits, the operators that skip and take: it finds them by their roles, and a worker
+// without them fails the split naming them.) Throws SpecError for a pipeline text that does not parse.
 std::vector<std::string> operators_of(const proto::JobRequest& job) {
   const PipelineDocument doc = parse_pipeline(job.pipeline(), job.pipeline_file().empty() ? fmt::format("job '{}'", job.job_name()) : job.pipeline_file());
   std::set<std::string> ops;
   for (const auto& stage : doc.spec.stage()) ops.insert(stage.op());
-  if (job.mode() == proto::JobRequest::DYNAMIC) ops.insert({"skip", "take"});
   return {ops.begin(), ops.end()};
 }
 

@@ -18,6 +18,7 @@
 #include "compression.hpp"
 #include "job_fingerprint.hpp"
 #include "security.hpp"
+#include "service_stream.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/abi.hpp"
 #include "sluice/core/checkpoint.hpp"
@@ -30,16 +31,12 @@
 namespace sluice::service {
 namespace {
 
-// The sink of a split's run hands each element to the stream that sends it (a QueueSink).
-void add_stream_sink(Registry& registry) {
-  if (registry.find("service_stream")) return;
-  OperatorInfo info;
-  info.name = "service_stream";
-  info.kind = OperatorKind::Sink;
-  info.summary = "Hands each element of a split to the trainer reading it (added by the service's workers)";
-  info.params = {ParamSpec::make("queue", ParamType::String, "the stream's queue").def("")};
-  info.create = [](const Params& p) { return std::make_unique<QueueSink>(p); };
-  registry.add_host_operator(std::move(info), "service");
+// The operator that cuts a DYNAMIC split with `role` (Skips, Takes: the std plugin's skip and take).
+std::string cutting_operator(const Registry& registry, OperatorRole role, const proto::JobRequest& job) {
+  if (const auto op = registry.with_role(role)) return op->info.name;
+  throw Error(fmt::format("job '{}': DYNAMIC splits are cut by an operator that skips and one that takes (the std plugin's), and "
+                          "none of this worker's operators {}: start the worker with the std plugin on its plugin path",
+                          job.job_name(), role_name(role)));
 }
 
 // Split `request.split()` of a job's pipeline, ending in the stream's sink. DYNAMIC: its one
@@ -66,7 +63,7 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
     stage->add_input(input);
     for (auto& [k, v] : params) (*stage->mutable_params())[k] = v;
   };
-  add("service_stream", "service_stream", ends.front(), {{"queue", queue}});
+  add(kServiceStream, kServiceStream, ends.front(), {{"queue", queue}});
   if (job.mode() == proto::JobRequest::DYNAMIC) {
     std::vector<int> sources;
     for (int i = 0; i < stages.size(); ++i)
@@ -88,8 +85,8 @@ PipelineDocument split_pipeline(const proto::JobRequest& job, const proto::Produ
         if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
     }
     const std::uint64_t size = std::max<std::uint64_t>(job.split_size(), 1);
-    add(split_skip, "skip", source, {{"count", std::to_string(request.split() * size)}});
-    add(split_take, "take", split_skip, {{"count", std::to_string(size)}});
+    add(split_skip, cutting_operator(registry, OperatorRole::Skips, job), source, {{"count", std::to_string(request.split() * size)}});
+    add(split_take, cutting_operator(registry, OperatorRole::Takes, job), split_skip, {{"count", std::to_string(size)}});
   } else {
     auto& options = *doc.spec.mutable_options();
     options.set_sharding(job.mode() == proto::JobRequest::OFF    ? spec::off
@@ -488,7 +485,7 @@ Worker::Worker(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   if (!options.security.token_file.empty()) w.token->set(detail::read_token(options.security));
   auto credentials = detail::server_credentials(options.bind, options.security, "the worker", w.token);
   const std::string listen = fmt::format("{}:{}", options.bind, options.port);
-  if (options.registry) add_stream_sink(*options.registry);
+  if (options.registry) add_service_stream(*options.registry);
   w.service = std::make_unique<WorkerService>(*w.token, options.registry,
                                               [&w](std::uint64_t job, std::uint64_t fingerprint, std::string& why) { return w.job_of(job, fingerprint, why); });
   grpc::ServerBuilder builder;

@@ -174,7 +174,7 @@ std::string Engine::Impl::largest_holder() const {
   for (const auto& stage : stages) {
     const std::uint64_t in = stage->counters.bytes_in.load(), out = stage->counters.bytes_out.load();
     // A cache kept in memory gives on what it records, and holds all of it.
-    const bool caches_in_memory = stage->spec->op->info.name == "cache" && stage->spec->params.has("path") &&
+    const bool caches_in_memory = stage->spec->op->info.traits.role == OperatorRole::Caches && stage->spec->params.has("path") &&
                                   stage->spec->params.get_string("path").empty();
     const std::uint64_t held = caches_in_memory ? in : stage->aggregate && in > out ? in - out : 0;
     all += held;
@@ -184,7 +184,7 @@ std::string Engine::Impl::largest_holder() const {
     }
   }
   if (!largest || largest_bytes < (64u << 20) || largest_bytes * 2 < all) return {};
-  const bool cache = largest->spec->op->info.name == "cache";
+  const bool cache = largest->spec->op->info.traits.role == OperatorRole::Caches;
   return fmt::format("{} holds {} of the elements it took{}", stage_label(*largest), byte_size_text(largest_bytes),
                      cache ? " (a cache with no path keeps its first iteration in memory: give it a path to keep it in a file)"
                            : " (lower its buffer_size, or what makes it hold elements)");
@@ -369,7 +369,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     // An aggregate's parallelism is its assembly threads, where the operator assembles in parallel
     // (validation refused it for the others).
     st->assembles_in_parallel = st->aggregate && dynamic_cast<AssemblesInParallel*>(op);
-    st->workers = (st->source || (st->aggregate && !st->assembles_in_parallel)) ? 1 : spec.parallelism;
+    st->workers = stage_threads(info, *op, spec.parallelism);
     st->tuned_buffer = spec.autotune_buffer;
     if (st->sink) ++impl_->sink_count;
     impl_->stages.push_back(std::move(st));

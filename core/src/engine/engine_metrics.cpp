@@ -112,6 +112,7 @@ void put_identity(const StageRuntime& st, const Graph& graph, metrics::StageMetr
   m->set_id(st.spec->id);
   m->set_op(st.spec->op->info.name);
   m->set_kind(operator_kind_name(st.spec->op->info.kind));
+  m->set_role(role_name(st.spec->op->info.traits.role));
   // A fused member runs in its head's workers.
   const StageRuntime& runner = st.fused_head ? *st.fused_head : st;
   m->set_workers(static_cast<std::uint32_t>(runner.running_workers()));

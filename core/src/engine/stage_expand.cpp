@@ -1,6 +1,7 @@
 // Expand stages: tf.data's interleave over cursors, with fetcher threads reading ahead
 // (the class is in stage_expand.hpp; its checkpoints in stage_expand_cut.cpp).
 #include "stage_expand.hpp"
+#include "stage_per_input.hpp"
 
 #include <system_error>
 

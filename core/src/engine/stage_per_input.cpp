@@ -4,7 +4,7 @@
 // each input as usual and wraps the operator's cursor in a PerInputCursor, whose outputs are those
 // of the last per-input stage: the interleave's readers read, map and batch one input each, in one
 // cache, and only finished outputs (batches) cross threads.
-#include "engine_impl.hpp"
+#include "stage_per_input.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -17,7 +17,7 @@ const metrics::StageMetrics* counted_stage(const metrics::MetricsSnapshot& s) {
   const metrics::StageMetrics* batch = nullptr;
   const metrics::StageMetrics* sink = nullptr;
   for (const auto& m : s.stage()) {
-    if (m.op() == "batch" && !batch) batch = &m;
+    if (m.role() == role_name(OperatorRole::Batches) && !batch) batch = &m;
     if (m.kind() == "sink") sink = &m;
   }
   return batch ? batch : sink ? sink : (s.stage_size() ? &s.stage(s.stage_size() - 1) : nullptr);
@@ -29,11 +29,11 @@ bool run_for(Engine& engine, double seconds) {
 }
 
 // Removes every stage of `op`, connecting its consumers to its input.
-int remove_stages(spec::PipelineSpec& spec, const std::string& op) {
+int remove_stages(spec::PipelineSpec& spec, const Registry& registry, OperatorRole role) {
   int removed = 0;
   for (int i = spec.stage_size() - 1; i >= 0; --i) {
     const auto& st = spec.stage(i);
-    if (st.op() != op || st.input_size() != 1) continue;
+    if (!registry.has_role(st.op(), role) || st.input_size() != 1) continue;
     const std::string id = st.id(), input = st.input(0);
     for (auto& other : *spec.mutable_stage())
       for (auto& in : *other.mutable_input())
@@ -108,14 +108,14 @@ std::vector<AblationRow> run_ablation(const PipelineDocument& doc, const Registr
            }
          return changed.empty() ? std::string() : "one input at a time in " + fmt::format("{}", fmt::join(changed, ", "));
        }},
-      {"no cache", "cache",
-       [](spec::PipelineSpec& s) {
-         int n = remove_stages(s, "cache");
+      {"no cache", "caching",
+       [&](spec::PipelineSpec& s) {
+         int n = remove_stages(s, registry, OperatorRole::Caches);
          return n ? fmt::format("{} cache stage{} removed", n, n == 1 ? "" : "s") : std::string();
        }},
-      {"no prefetch", "prefetch",
-       [](spec::PipelineSpec& s) {
-         int n = remove_stages(s, "prefetch");
+      {"no prefetch", "prefetching",
+       [&](spec::PipelineSpec& s) {
+         int n = remove_stages(s, registry, OperatorRole::Prefetches);
          return n ? fmt::format("{} prefetch stage{} removed", n, n == 1 ? "" : "s") : std::string();
        }},
   };

@@ -8,11 +8,16 @@
 
 #include <fmt/format.h>
 
+#include "sluice/operator.hpp"
+
 namespace sluice {
 
 namespace {
 // How a bottleneck's reason says the busiest stage is named without holding anything up.
 constexpr const char* kNothingHeldUp = "no stage is clearly held up";
+
+// Whether the stage's operator declares `role` (its snapshot carries the role's name).
+bool has_role(const metrics::StageMetrics& m, OperatorRole role) { return m.role() == role_name(role); }
 }  // namespace
 
 namespace {
@@ -164,8 +169,8 @@ class Advisor {
   void limiting_stage(const metrics::StageMetrics& b) {
     const bool held_up = bottleneck_holds_up(snapshot_);
     // Stages of the Python face (python_map, python_generator, ...) call Python under the GIL.
-    const bool runs_python = b.op().rfind("python_", 0) == 0;
-    if (b.op() == "python_iterator") {
+    const bool runs_python = has_role(b, OperatorRole::CallsPython);
+    if (has_role(b, OperatorRole::FeedsPython)) {
       advice(fmt::format("the Python loop reading the batches (stage '{}') is the limit: the pipeline keeps up with it; "
                          "a faster training step, or more of it on the GPU, is where time goes",
                          b.id()));
@@ -174,7 +179,7 @@ class Advisor {
                          "helps only as far as the function releases the GIL (NumPy on large arrays does); move the work "
                          "into Sluice operators, or vectorise the function",
                          b.id(), b.op()));
-    } else if (b.op() == "service_source") {
+    } else if (has_role(b, OperatorRole::ReadsService)) {
       advice(fmt::format("the Sluice service (stage '{}' reads what its workers make) delivers slower than the rest consumes: start more "
                          "workers (sluice worker --dispatcher ...) when those running are busy, or read more splits at once "
                          "(distribute {{ splits_in_flight: N }}, 4 by default) when they are not",
@@ -285,7 +290,7 @@ class Advisor {
     std::function<bool(const metrics::StageMetrics&)> cached_after = [&](const metrics::StageMetrics& m) {
       for (const auto& next : snapshot_.stage())
         for (const auto& in : next.inputs())
-          if (in == m.id()) return next.op() == "cache" || cached_after(next);
+          if (in == m.id()) return has_role(next, OperatorRole::Caches) || cached_after(next);
       return false;
     };
     for (const auto& m : snapshot_.stage()) {
@@ -325,7 +330,7 @@ class Advisor {
   // 5. A shard after work it throws away.
   void shard_after_work() {
     for (const auto& m : snapshot_.stage()) {
-      if (m.op() != "shard" || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
+      if (!has_role(m, OperatorRole::Shards) || m.elements_in() == 0 || m.elements_out() * 4 > m.elements_in() * 3) continue;
       const metrics::StageMetrics* costly = nullptr;
       for (const auto* up = m.inputs_size() ? stage(m.inputs(0)) : nullptr; up; up = up->inputs_size() ? stage(up->inputs(0)) : nullptr)
         if (up->kind() != "source" && up->mean_element_us() >= 5 && (!costly || up->mean_element_us() > costly->mean_element_us())) costly = up;
@@ -531,7 +536,7 @@ std::string format_progress(const metrics::MetricsSnapshot& snapshot) {
     if (m.kind() == "sink") sink = &m;
   const metrics::StageMetrics* batch = nullptr;
   for (const auto& m : snapshot.stage())
-    if (m.op() == "batch") batch = &m;
+    if (has_role(m, OperatorRole::Batches)) batch = &m;
   std::string line = fmt::format("{} {}", duration_text(snapshot.elapsed_s()), snapshot.state());
   if (snapshot.worker().count() > 1) line = fmt::format("[worker {}/{}] {}", snapshot.worker().index(), snapshot.worker().count(), line);
   if (batch) {

@@ -610,7 +610,7 @@ struct Validation {
         auto op = built[i].op->info.create(built[i].params);
         if (!op) problem(i, "", fmt::format("operator '{}' created nothing (a bug in its plugin)", built[i].op->info.name));
         if (op && built[i].op->info.kind == OperatorKind::Aggregate && built[i].parallelism > 1 &&
-            !dynamic_cast<AssemblesInParallel*>(op.get()))
+            !takes_workers(built[i].op->info, op.get()))
           problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker, and it assembles its outputs "
                                      "there too; set parallelism to 1",
                                      built[i].op->info.name));
@@ -789,14 +789,15 @@ struct Validation {
     if (st.has_interleave() && info.kind != OperatorKind::Expand)
       problem(i, "", fmt::format("'{}' is a {}; interleave applies to expand operators only", info.name,
                                  operator_kind_name(info.kind)));
-    if (out.parallelism > 1 && !info.traits.stateless && info.kind != OperatorKind::Aggregate)
+    // (An aggregate's is known once it is built: construct_every_operator.)
+    if (out.parallelism > 1 && !takes_workers(info, nullptr))
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker; set parallelism to 1",
                                  info.name));
     if (out.autotune_workers && info.kind == OperatorKind::Aggregate)
       problem(i, "", fmt::format("'{}' is an aggregate: the engine does not tune the threads that assemble its outputs; give "
                                  "their number (`parallelism: 4`, where the operator assembles in parallel) or remove "
                                  "`parallelism: -1`", info.name));
-    else if (out.autotune_workers && !info.traits.stateless && info.kind != OperatorKind::Expand)
+    else if (out.autotune_workers && !takes_workers(info, nullptr))
       problem(i, "", fmt::format("'{}' keeps state between elements and runs on one worker: there is no parallelism to "
                                  "tune; remove `parallelism: -1`", info.name));
     if (out.autotune_buffer && info.kind == OperatorKind::Sink)

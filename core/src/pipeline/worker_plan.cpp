@@ -9,7 +9,9 @@
 namespace sluice {
 namespace {
 
-bool is_shard(const std::string& op) { return op == "shard" || op == "balanced_shard"; }
+bool is_shard(const Registry& registry, const std::string& op) {
+  return registry.has_role(op, OperatorRole::Shards) || registry.has_role(op, OperatorRole::ShardsEvenly);
+}
 
 // The files a file list will list, asked of the source itself (it globs in start()); -1 when it
 // cannot tell. A failure here is left to the run, which reports it with the stage named.
@@ -157,15 +159,15 @@ class WorkerPlanner {
   bool adapt_own_shards() {
     bool has_shard = false;
     for (auto& st : *doc_.spec.mutable_stage()) {
-      if (!is_shard(st.op())) continue;
+      if (!is_shard(registry_, st.op())) continue;
       has_shard = true;
       auto given = st.params().find("num_shards");
       if (given != st.params().end() && given->second != "-1" && given->second != std::to_string(n_))
         plan_.warnings.push_back(fmt::format("stage '{}' keeps num_shards {} as written, not this job's {} workers; remove its "
                                              "num_shards and index to shard by worker",
                                              st.id(), given->second, n_));
-      if (equal_steps() && st.op() == "shard") {
-        st.set_op("balanced_shard");
+      if (equal_steps() && registry_.has_role(st.op(), OperatorRole::Shards)) {
+        st.set_op(shard_operator(OperatorRole::ShardsEvenly));
         st.set_parallelism(0);
         (*st.mutable_params())["equal_steps"] = equal_name_;
         plan_.notes.push_back(fmt::format("stage '{}' is a balanced_shard (equal_steps: {}): every worker gets the same number "
@@ -176,13 +178,19 @@ class WorkerPlanner {
     if (has_shard && equal_steps()) {
       const Graph graph = build_graph(doc_, registry_);
       for (int i = 0; i < static_cast<int>(graph.stages.size()); ++i)
-        if (is_shard(graph.stages[i].op->info.name)) warn_uneven(graph, i, graph.stages[i].id);
+        if (is_shard(registry_, graph.stages[i].op->info.name)) warn_uneven(graph, i, graph.stages[i].id);
     }
     return has_shard;
   }
 
+  // The operator that shards with `role`.
+  std::string shard_operator(OperatorRole role) const {
+    require_shard_operators();
+    return registry_.with_role(role)->info.name;
+  }
+
   void require_shard_operators() const {
-    if (!registry_.find("shard") || !registry_.find("balanced_shard"))
+    if (!registry_.with_role(OperatorRole::Shards) || !registry_.with_role(OperatorRole::ShardsEvenly))
       throw SpecError({{doc_.file, 0, 0, "", "",
                         fmt::format("{}: sharding needs the 'shard' and 'balanced_shard' operators of the std plugin, which "
                                     "is not loaded; load it, add a shard stage yourself, or set `options {{ sharding: off }}`",
@@ -264,7 +272,7 @@ class WorkerPlanner {
 
     spec::Stage shard;
     shard.set_id(unique_id(doc_, "shard_workers"));
-    shard.set_op(equal_steps() ? "balanced_shard" : "shard");
+    shard.set_op(shard_operator(equal_steps() ? OperatorRole::ShardsEvenly : OperatorRole::Shards));
     (*shard.mutable_params())["num_shards"] = std::to_string(n_);
     (*shard.mutable_params())["index"] = std::to_string(worker_.index);
     if (equal_steps()) (*shard.mutable_params())["equal_steps"] = equal_name_;

@@ -211,7 +211,9 @@ std::string check_plugin_file(const fs::path& file) {
   return {};
 }
 
-void describe_operator(const OperatorInfo& info, registry::Operator& out) {
+// `abi_minor`: the SDK the library was built for; a role is read only from 6.8 on (before, those
+// bytes were padding).
+void describe_operator(const OperatorInfo& info, std::uint32_t abi_minor, registry::Operator& out) {
   out.set_name(info.name);
   out.set_kind(static_cast<int>(info.kind));
   out.set_summary(info.summary);
@@ -219,6 +221,7 @@ void describe_operator(const OperatorInfo& info, registry::Operator& out) {
   out.set_random(info.traits.random);
   out.set_keeps_shape(info.traits.keeps_shape);
   out.set_saves_state(info.traits.saves_state);
+  if (abi_minor >= 8) out.set_role(static_cast<int>(info.traits.role));
   out.set_min_inputs(info.min_inputs);
   out.set_max_inputs(info.max_inputs);
   for (const auto& p : info.params) {
@@ -244,6 +247,7 @@ OperatorInfo operator_from(const registry::Operator& described) {
   info.traits.random = described.random();
   info.traits.keeps_shape = described.keeps_shape();
   info.traits.saves_state = described.saves_state();
+  if (described.role() > 0 && described.role() <= kLastOperatorRole) info.traits.role = static_cast<OperatorRole>(described.role());
   info.min_inputs = described.min_inputs();
   info.max_inputs = described.max_inputs();
   for (const auto& param : described.params()) {
@@ -332,7 +336,7 @@ registry::Library describe_loaded_library(void* handle) {
   std::set<std::string> names_in_library;
   for (const auto& info : registrar.operators) {
     if (auto problem = check_operator(info, names_in_library); !problem.empty()) return refuse(problem);
-    describe_operator(info, *out.add_operators());
+    describe_operator(info, descriptor->abi_minor, *out.add_operators());
   }
   out.set_plugin_name(plugin_name);
   out.set_version(descriptor->version ? descriptor->version : "");

@@ -38,7 +38,8 @@ registry::Library probe_library(const std::filesystem::path& file);
 // The same checks in this process, on a library already loaded with dlopen (`handle`).
 registry::Library describe_loaded_library(void* handle);
 
-void describe_operator(const OperatorInfo& info, registry::Operator& out);
+// `abi_minor`: of the SDK the library was built for (what of `info` it may be trusted to have set).
+void describe_operator(const OperatorInfo& info, std::uint32_t abi_minor, registry::Operator& out);
 // Everything but the factory, which the caller supplies.
 OperatorInfo operator_from(const registry::Operator& described);
 

@@ -255,6 +255,18 @@ std::shared_ptr<const RegisteredOperator> Registry::find(std::string_view name) 
   return nullptr;
 }
 
+std::shared_ptr<const RegisteredOperator> Registry::with_role(OperatorRole role) const {
+  std::shared_ptr<const RegisteredOperator> chosen;
+  for (const auto& op : operators_)
+    if (op->info.traits.role == role && (!chosen || op->info.name < chosen->info.name)) chosen = op;
+  return chosen;
+}
+
+bool Registry::has_role(std::string_view name, OperatorRole role) const {
+  const auto op = find(name);
+  return op && op->info.traits.role == role;
+}
+
 std::vector<std::string> Registry::closest(std::string_view name, std::size_t count) const {
   std::vector<std::string> names;
   for (const auto& op : operators_) names.push_back(op->info.name);

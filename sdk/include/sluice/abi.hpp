@@ -31,7 +31,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// (error.hpp: a DataError an older host takes as one); 6.6: remote storage (storage.hpp: Storage,
 /// RemoteReader, StoredObject) and StageInfo::storage (appended; older plugins never read it);
 /// 6.7: ResumesOnOtherWorkers, HoldsOnlyElements and StacksItsInputs (operator.hpp: new classes, found with
-/// dynamic_cast; without them a checkpoint resumes only on as many workers as took it).
-inline constexpr std::uint32_t kAbiMinor = 7;
+/// dynamic_cast; without them a checkpoint resumes only on as many workers as took it);
+/// 6.8: OperatorTraits::role (OperatorRole, in the bytes after the four flags that were padding:
+/// OperatorInfo's layout is unchanged, and the host reads a role only from plugins built for 6.8).
+inline constexpr std::uint32_t kAbiMinor = 8;
 
 }  // namespace sluice

@@ -34,6 +34,42 @@ inline const char* operator_kind_name(OperatorKind k) {
   return "?";
 }
 
+/// (6.8) What an operator is to the host, where the host itself does something with it: a worker's
+/// plan adds a shard, the service cuts a split with a skip and a take, the report counts batches,
+/// `sluice bench` takes caches and prefetches away. At most one per operator; most have none.
+enum class OperatorRole : std::uint8_t {
+  None = 0,
+  Batches,       ///< combines consecutive elements into one (the progress line counts its outputs)
+  Caches,        ///< replays its input's first iteration; a `path` parameter left empty keeps it in memory
+  Prefetches,    ///< only buffers elements
+  Shards,        ///< keeps element index + k * num_shards (params num_shards, index)
+  ShardsEvenly,  ///< a shard that gives every shard the same count (params num_shards, index, equal_steps)
+  Skips,         ///< drops the first `count` elements
+  Takes,         ///< keeps the first `count` elements
+  CallsPython,   ///< runs Python code, holding the GIL while it does
+  FeedsPython,   ///< the sink Python's iterator reads
+  ReadsService,  ///< reads the elements the Sluice service's workers make
+};
+inline constexpr std::uint8_t kLastOperatorRole = static_cast<std::uint8_t>(OperatorRole::ReadsService);
+
+/// The role's name in reports, metrics and `sluice plugins` ("" for None).
+inline const char* role_name(OperatorRole role) {
+  switch (role) {
+    case OperatorRole::None: return "";
+    case OperatorRole::Batches: return "batches";
+    case OperatorRole::Caches: return "caches";
+    case OperatorRole::Prefetches: return "prefetches";
+    case OperatorRole::Shards: return "shards";
+    case OperatorRole::ShardsEvenly: return "shards evenly";
+    case OperatorRole::Skips: return "skips";
+    case OperatorRole::Takes: return "takes";
+    case OperatorRole::CallsPython: return "calls Python";
+    case OperatorRole::FeedsPython: return "feeds Python";
+    case OperatorRole::ReadsService: return "reads the service";
+  }
+  return "";
+}
+
 struct OperatorTraits {
   /// Thread-safe and without state between elements: the engine may run several workers.
   bool stateless = false;
@@ -47,7 +83,13 @@ struct OperatorTraits {
   /// so, or `--checkpoint` refuses the pipeline naming the stage; expands and sinks need not (the
   /// host re-opens an expand's inputs where they were; a sink's state is outside the data).
   bool saves_state = false;
+  /// (6.8) What the operator is to the host, for the few things the host does with particular
+  /// operators (see OperatorRole): the host reads roles, never names.
+  OperatorRole role = OperatorRole::None;
 };
+// A plugin built for 6.7 or older lays OperatorInfo out as this SDK does: `role` lies in what was
+// the padding after the traits' four flags (the host reads it only from plugins built for 6.8).
+static_assert(sizeof(OperatorTraits) <= 8 && alignof(OperatorTraits) == 1, "OperatorTraits must stay within the 8 bytes before OperatorInfo::create");
 
 /// Offered by a stage that assembles its input into larger blocks (batch) to the map right before
 /// it (tf.data's map-and-batch fusion): the map builds an element's field directly in the row the

@@ -79,6 +79,11 @@ class Registry {
   void add_host_operator(OperatorInfo info, const std::string& provider);
 
   std::shared_ptr<const RegisteredOperator> find(std::string_view name) const;
+  // The operator that declares `role` (OperatorTraits::role; the first by name when several do),
+  // or null.
+  std::shared_ptr<const RegisteredOperator> with_role(OperatorRole role) const;
+  // Whether operator `name` is registered and declares `role`.
+  bool has_role(std::string_view name, OperatorRole role) const;
   // Up to `count` registered names closest to `name`, for "did you mean" messages.
   std::vector<std::string> closest(std::string_view name, std::size_t count = 3) const;
   // Sorted by name.

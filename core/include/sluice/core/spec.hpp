@@ -148,6 +148,19 @@ std::vector<Problem> validate_pipeline(const PipelineDocument& doc, const Regist
 // Validates and builds the graph; throws SpecError with every problem.
 Graph build_graph(const PipelineDocument& doc, const Registry& registry);
 
+// What `parallelism` means for a stage, decided here for every kind and used by validation, the
+// engine, the studio and Python. Whether a stage of operator `info` takes workers (more than one
+// thread when asked): maps, filters and sinks when stateless, expands (inputs read at once),
+// aggregates when they assemble their outputs in parallel (AssemblesInParallel: `made`, the
+// operator built; null before it is, when an aggregate counts as taking them); sources and
+// combines never.
+bool takes_workers(const OperatorInfo& info, const Operator* made);
+// The same for an operator not built yet, built here from `params` (text values); parameters that
+// do not build yet leave the count on offer (true).
+bool takes_workers(const RegisteredOperator& op, const std::vector<std::pair<std::string, std::string>>& params);
+// The threads a stage of operator `info` (built: `made`) runs on when it asks for `parallelism`.
+int stage_threads(const OperatorInfo& info, const Operator& made, int parallelism);
+
 // What plan_for_worker did, for the user: notes (where the shard went) and warnings (each worker
 // reads everything; shards that may overlap; steps that may still differ).
 struct WorkerPlan {

@@ -176,6 +176,8 @@ std::exception_ptr as_stage_failure(std::exception_ptr error) {
 // work for this trainer; their elements are handed on as they come.
 class ServiceSource final : public Source {
  public:
+  static constexpr const char* kName = "service_source";
+  static OperatorInfo describe();  // below, with its parameters
   explicit ServiceSource(const Params& p) : in_flight_(static_cast<int>(p.get_int("splits_in_flight"))) {
     security_.token_file = p.get_string("token_file");
     security_.tls_ca = p.get_string("tls_ca");
@@ -707,12 +709,11 @@ class ServiceSource final : public Source {
   bool leaving_ = false;
 };
 
-}  // namespace
-
-void add_service_operators(Registry& registry) {
-  if (registry.find("service_source")) return;
+// service_source's description (a host operator: the service library registers it, the
+// Python face and the CLI through add_service_operators()).
+OperatorInfo ServiceSource::describe() {
   OperatorInfo info;
-  info.name = "service_source";
+  info.name = kName;
   info.kind = OperatorKind::Source;
   info.summary = "Reads a job's elements from the Sluice service's workers (put in place of the stages a `distribute` sends there)";
   info.params = {ParamSpec::make("service", ParamType::String, "the dispatcher, grpc://host:port"),
@@ -736,8 +737,16 @@ void add_service_operators(Registry& registry) {
                      .def("0")
                      .range(0, 4096),
                  ParamSpec::make("consumer_index", ParamType::Int, "this trainer among the job's consumers").def("-1")};
+  info.traits.role = OperatorRole::ReadsService;
   info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
-  registry.add_host_operator(std::move(info), "service");
+  return info;
+}
+
+}  // namespace
+
+void add_service_operators(Registry& registry) {
+  if (registry.find(ServiceSource::kName)) return;
+  registry.add_host_operator(ServiceSource::describe(), "service");
 }
 
 void split_at_service(PipelineDocument& doc) {
@@ -811,7 +820,7 @@ void split_at_service(PipelineDocument& doc) {
       continue;
     }
     stage->set_id(distributed.id());
-    stage->set_op("service_source");
+    stage->set_op(ServiceSource::kName);
     auto& params = *stage->mutable_params();
     params["service"] = d.service();
     params["job_name"] = job_name;
