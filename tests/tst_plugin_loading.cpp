@@ -85,8 +85,15 @@ class TestPluginLoading : public QObject {
     QVERIFY2(registry.find("fixture_older_minor"), reason_for(registry, "libfixture_abi_minor_older.so").c_str());
     // Roles (6.8) are read only from plugins built for 6.8 on: the host finds the shard by its role.
     QVERIFY(registry.find("fixture_older_minor")->info.traits.role == sluice::OperatorRole::None);
+    QVERIFY(registry.with_role(sluice::OperatorRole::Shards));
     QCOMPARE(registry.with_role(sluice::OperatorRole::Shards)->info.name, std::string("shard"));
     QVERIFY(registry.has_role("balanced_shard", sluice::OperatorRole::ShardsEvenly) && !registry.has_role("shard", sluice::OperatorRole::Takes));
+    // The same when the libraries are probed now (a fresh registry cache), not described from a
+    // cache written before.
+    QTemporaryDir fresh;
+    const auto probed = registry_over(kBroken, fresh.filePath("registry.bin").toStdString());
+    QVERIFY(probed->find("fixture_older_minor"));
+    QVERIFY(probed->find("fixture_older_minor")->info.traits.role == sluice::OperatorRole::None);
     QVERIFY(reason_for(registry, "libfixture_not_a_library.so").find("not a shared library") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_no_entry.so").find("has no entry symbol 'sluice_plugin_entry'") != std::string::npos);
     QVERIFY(reason_for(registry, "libfixture_abi_major.so").find("major versions differ") != std::string::npos);
