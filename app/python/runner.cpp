@@ -104,38 +104,11 @@ class Runner {
     } catch (const Error& e) {
       throw py::value_error(e.what());
     }
-    PipelineDocument written;
-    try {
-      written = parse_pipeline(text, file);
-    } catch (const SpecError& e) {
-      raise_spec_error(e);
-    }
-    PrepareOptions prepare = prepare_options(sets, seed);
-    prepare.worker = {worker_index, num_workers, "worker_index/num_workers"};
-    if (iterate)
-      prepare.adapt = [&](PipelineDocument& doc) {
-        if (spec::Stage* sink = attach_iterator(doc, *r, feed_stage_, output, true)) {
-          queue_stage(*sink);
-          iterator_id_ = sink->id();
-        }
-      };
-    // One of several workers: this worker's shard (or seed), as `sluice run` makes it; after the
-    // iterator took the sink's place, whose output path then is not written.
-    std::optional<Graph> graph;
-    WorkerIdentity worker;
-    try {
-      PreparedPipeline prepared = prepare_pipeline(std::move(written), *r, prepare);
-      for (const auto& warning : prepared.plan.warnings) std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
-      spec_ = prepared.doc.spec;
-      worker = prepared.worker;
-      graph = std::move(prepared.graph);
-    } catch (const SpecError& e) {
-      forget_queue();
-      raise_spec_error(e);
-    } catch (const WorkerIdentityError& e) {
-      forget_queue();
-      throw py::value_error(e.what());
-    }
+    PrepareOptions options = prepare_options(sets, seed);
+    options.worker = {worker_index, num_workers, "worker_index/num_workers"};
+    PreparedPipeline prepared = prepare(text, file, options, *r, iterate, output);
+    const WorkerIdentity worker = prepared.worker;
+    std::optional<Graph> graph = std::move(prepared.graph);
     py::gil_scoped_release release;
     try {
       if (!metrics_addr.empty()) {
@@ -299,6 +272,38 @@ class Runner {
   bool running() const { return engine_ != nullptr; }
 
  private:
+  // The pipeline as this worker runs it (sluice/core/prepare.hpp): after the iterator took the
+  // sink's place, whose output path then is not written, this worker's shard (or seed) of a job of
+  // several, as `sluice run` makes it. Raises SpecError or ValueError, its queue forgotten.
+  PreparedPipeline prepare(const std::string& text, const std::string& file, PrepareOptions options, Registry& registry,
+                           bool iterate, const std::string& output) {
+    PipelineDocument written;
+    try {
+      written = parse_pipeline(text, file);
+    } catch (const SpecError& e) {
+      raise_spec_error(e);
+    }
+    if (iterate)
+      options.adapt = [&](PipelineDocument& doc) {
+        if (spec::Stage* sink = attach_iterator(doc, registry, feed_stage_, output, true)) {
+          queue_stage(*sink);
+          iterator_id_ = sink->id();
+        }
+      };
+    try {
+      PreparedPipeline prepared = prepare_pipeline(std::move(written), registry, options);
+      for (const auto& warning : prepared.plan.warnings) std::fprintf(stderr, "sluice: warning: %s\n", printable(warning).c_str());
+      spec_ = prepared.doc.spec;
+      return prepared;
+    } catch (const SpecError& e) {
+      forget_queue();
+      raise_spec_error(e);
+    } catch (const WorkerIdentityError& e) {
+      forget_queue();
+      throw py::value_error(e.what());
+    }
+  }
+
   void queue_stage(spec::Stage& stage) {
     queue_ = std::make_shared<ElementQueue>(2);
     queue_handle_ = "queue:" + std::to_string(g_next_handle++);
