@@ -23,7 +23,7 @@ constexpr char kCacheMagic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '3'};
 class CacheFileBytes final : public SampleBytesIn {
  public:
   // `file_size`: -1 for the size of the local file behind the stream.
-  CacheFileBytes(std::FILE* file, const std::string& name, std::int64_t file_size) : file_(file), name_(name) {
+  CacheFileBytes(std::FILE* file, const std::string& name, std::int64_t file_size) : file_(file), what_("cache file " + name) {
     struct stat st {};
     if (file_size < 0) file_size = ::fstat(::fileno(file), &st) == 0 ? st.st_size : 0;
     const long at = std::ftell(file);
@@ -33,7 +33,7 @@ class CacheFileBytes final : public SampleBytesIn {
   std::size_t remaining() const override { return at_ > size_ ? 0 : static_cast<std::size_t>(size_ - at_); }
   void read(void* out, std::size_t size) override {
     if (size && std::fread(out, 1, size, file_) != size)
-      throw DataError("cache file " + name_ + " is truncated at byte " + std::to_string(at_) + " (" + kRebuild + ")");
+      throw DataError(what_ + " is truncated at byte " + std::to_string(at_) + " (" + kRebuild + ")");
     at_ += size;
   }
   std::string_view view(std::size_t size, std::string& scratch) override {
@@ -45,7 +45,7 @@ class CacheFileBytes final : public SampleBytesIn {
   bool next(Sample& sample) {
     if (remaining() == 0) return false;
     try {
-      sample = decode_sample(*this, "cache file " + name_);
+      sample = decode_sample(*this, what_);
     } catch (const DataError& e) {
       const std::string why = e.what();
       throw DataError(why.find(kRebuild) == std::string::npos ? why + " (" + kRebuild + ")" : why);
@@ -56,7 +56,7 @@ class CacheFileBytes final : public SampleBytesIn {
  private:
   static constexpr const char* kRebuild = "delete it and its .complete marker to rebuild it";
   std::FILE* file_;
-  const std::string& name_;
+  const std::string what_;  // "cache file PATH", made once: the codec names it only in a refusal
   std::uint64_t at_ = 0, size_ = 0;
 };
 
