@@ -18,6 +18,7 @@
 #include <QScrollBar>
 #include <QStatusBar>
 #include <QToolBar>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -601,6 +602,12 @@ class TestStudio : public QObject {
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "m");
     auto* workers = window_->inspector().findChild<QSpinBox*>("stage:parallelism");
     auto* buffer = window_->inspector().findChild<QSpinBox*>("stage:buffer_size");
+    // Unset is said as what it is: one worker, a buffer the engine sizes; "auto" nowhere, as it
+    // reads as the tuner's.
+    QCOMPARE(workers->text(), QString("1 (default)"));
+    QCOMPARE(buffer->text(), QString("engine's"));
+    type_into(workers, "1");
+    QCOMPARE(window_->document().spec().stage(1).parallelism(), 1);
     type_into(workers, "autotune");
     QCOMPARE(window_->document().spec().stage(1).parallelism(), -1);
     type_into(buffer, "autotune");
@@ -1005,11 +1012,45 @@ class TestStudio : public QObject {
     QVERIFY(!window_->compare_with_metrics_log(other_log));
     QVERIFY2(window_->status_text().contains("no stage in common"), qPrintable(window_->status_text()));
     QCOMPARE(window_->verdict().comparison(), with_log);
+    // A log of another pipeline whose stages share names with this one's ('src', 'out'): refused,
+    // naming both pipelines; its stages are never paired with these by name.
+    const QString namesake_log = dir_.filePath("namesake.jsonl");
+    const QString namesake = write_text(dir_.filePath("namesake.txtpb"), stage("src", "range", "", {{"count", "500"}}) +
+                                                                         stage("parse", "identity", "src") + stage("out", "null_sink", "parse"));
+    QFile::remove(namesake_log);
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", namesake_log, namesake});
+    QVERIFY(headless.waitForFinished(30000) && headless.exitCode() == 0);
+    QVERIFY(!window_->compare_with_metrics_log(namesake_log));
+    const QString refused = window_->log().toPlainText();
+    QVERIFY2(refused.contains("are runs of different pipelines (stage 'work' added (simulate_work); stage 'out': other inputs; stage 'parse' removed)") &&
+                 refused.contains("a run of " + namesake) && refused.contains("a run of " + file),
+             qPrintable(refused));
+    QCOMPARE(window_->verdict().comparison(), with_log);
+    // Opened as its own run, where its file is gone (its copy shown), it is not set beside the
+    // run of this pipeline shown before.
+    QVERIFY(QFile::remove(namesake));
+    QVERIFY(window_->open_metrics_log(namesake_log));
+    QVERIFY(window_->document().read_only() && node("parse"));
+    QVERIFY2(window_->verdict().comparison().isEmpty(), qPrintable(window_->verdict().comparison()));
     // Another pipeline opened: its first run is compared with nothing.
     QVERIFY(window_->open_file(dir_.filePath("other.txtpb")));
     QVERIFY(window_->start_run());
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
     QVERIFY(window_->verdict().comparison().isEmpty());
+    // Its graph edited (a stage put between its two): runs of one file are compared all the same.
+    window_->document().edit("insert", [](sluice::spec::PipelineSpec& spec) {
+      auto* mid = spec.add_stage();
+      mid->set_id("mid");
+      mid->set_op("identity");
+      mid->add_input("a");
+      for (auto& st : *spec.mutable_stage())
+        if (st.id() == "b") st.set_input(0, "mid");
+    });
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 20000);
+    QVERIFY2(window_->verdict().comparison().contains("stage 'mid' added (identity)") &&
+                 window_->verdict().comparison().contains("stage 'b': inputs a -&gt; mid"),
+             qPrintable(window_->verdict().comparison()));
   }
 
   // Numbers belong to the run and the graph they were measured on: opening another document, New,
@@ -1446,6 +1487,27 @@ class TestStudio : public QObject {
     QVERIFY2(window_->findChild<QLabel*>("verdict_autotune")->text().contains("work:"),
              qPrintable(window_->findChild<QLabel*>("verdict_autotune")->text()));
     QVERIFY2(window_->log().toPlainText().contains("autotune: 'work' workers"), qPrintable(window_->log().toPlainText()));
+    // Its file edited since the run (us 300 -> 50), open or not: the log's own copy, read-only,
+    // saying what changed; the run's rates are never shown on parameters it did not run with.
+    QFile original_file(logged);
+    QVERIFY(original_file.open(QIODevice::ReadOnly));
+    const QByteArray as_run = original_file.readAll();
+    original_file.close();
+    write_text(logged, QString::fromUtf8(as_run).replace("\"300\"", "\"50\"").toStdString());
+    for (bool open_first : {true, false}) {
+      if (open_first) QVERIFY(window_->open_file(logged));
+      else open_text(stage("a", "range", "", {{"count", "10"}}) + stage("b", "null_sink", "a"), "other.txtpb");
+      QVERIFY(window_->open_metrics_log(log));
+      QVERIFY(window_->document().read_only() && node("work"));
+      QCOMPARE(stage_of(window_->document().spec(), "work")->params().at("us"), std::string("300"));
+      for (int i = 0; i < window_->verdict().suggestion_count(); ++i) {
+        QVERIFY(!window_->verdict().apply_button(i)->isEnabled());
+        if (window_->verdict().suggestion(i).change != sluice::Suggestion::Change::None)
+          QVERIFY2(window_->verdict().apply_button(i)->toolTip().contains("changed since the run: stage 'work': us 300 -> 50"),
+                   qPrintable(window_->verdict().apply_button(i)->toolTip()));
+      }
+    }
+    write_text(logged, as_run.toStdString());
     // Its file moved away: the log's own copy, read-only; nothing applies to it, nothing runs.
     QVERIFY(QFile::rename(logged, dir_.filePath("moved.txtpb")));
     open_text(stage("a", "range", "", {{"count", "10"}}) + stage("b", "null_sink", "a"), "other.txtpb");
@@ -1658,6 +1720,40 @@ class TestStudio : public QObject {
     QCOMPARE(window_->run_state(), QString("Finished: fails.txtpb"));
     QVERIFY2(window_->verdict().summary().contains("<b>Skipped:</b> 5 elements in stage 'bad', first: "), qPrintable(window_->verdict().summary()));
     QVERIFY(window_->verdict().summary().contains("planted as corrupt"));
+    // A failed run's rates are of its first moments: the run after it is compared with nothing,
+    // the next with it, and after another failure with the last run that did not fail.
+    QVERIFY2(window_->verdict().comparison().isEmpty(), qPrintable(window_->verdict().comparison()));
+    auto run_to_end = [&] {
+      QVERIFY(window_->start_run());
+      QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    };
+    run_to_end();
+    QVERIFY2(window_->verdict().comparison().contains("Compared with the previous run</b> (the same pipeline)"),
+             qPrintable(window_->verdict().comparison()));
+    window_->document().undo();  // the Apply: it fails again
+    run_to_end();
+    QCOMPARE(window_->run_state(), QString("Failed at stage 'bad': fails.txtpb"));
+    QVERIFY2(window_->verdict().comparison().isEmpty(), qPrintable(window_->verdict().comparison()));
+    window_->document().redo();
+    run_to_end();
+    QVERIFY2(window_->verdict().comparison().contains("Compared with the last run that did not fail</b> (the same pipeline)"),
+             qPrintable(window_->verdict().comparison()));
+    // A policy left to the pipeline reads as such, not as the name of an enum's unset value.
+    sluice::spec::PipelineSpec before = window_->document().spec(), after = before;
+    for (auto& st : *before.mutable_stage())
+      if (st.id() == "bad") st.set_error_policy(sluice::spec::ERROR_POLICY_UNSET);
+    QCOMPARE(sluice::studio::pipeline_changes(before, after), QStringList{"stage 'bad': error policy the pipeline's -> skip"});
+    // Nor is a metrics log of a failed run compared with the run shown.
+    window_->document().undo();
+    const QString failing = write_text(dir_.filePath("fails_headless.txtpb"), sluice::pipeline_to_text(window_->document().spec()));
+    const QString failed_log = dir_.filePath("failed.jsonl");
+    QFile::remove(failed_log);
+    QProcess headless;
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--plugin-dir", SLUICE_FIXTURE_PLUGIN_DIR "/good", "--metrics-log", failed_log, failing});
+    QVERIFY(headless.waitForFinished(30000));
+    QVERIFY2(headless.exitCode() == 1, headless.readAllStandardError().constData());
+    QVERIFY(!window_->compare_with_metrics_log(failed_log));
+    QVERIFY2(window_->log().toPlainText().contains("metrics log failed.jsonl failed after "), qPrintable(window_->log().toPlainText()));
   }
 
   void a_gpu_feed_shows_each_devices_bytes_per_second() {
@@ -1903,6 +1999,15 @@ class TestStudio : public QObject {
                                                                                work + stage("drain", "null_sink", "work"));
     trainer.start(SLUICE_CLI, {"run", "--quiet", file});
     QVERIFY(trainer.waitForStarted());
+    // Before it, the window followed a job whose run was lost: none of that stays.
+    QProcess lost_run;
+    attach_to_headless_run(lost_run, write_text(dir_.filePath("lost.txtpb"), stage("src", "range", "", {{"count", "100000000"}}) +
+                                                                              stage("slow", "simulate_work", "src", {{"us", "2000"}}) +
+                                                                              stage("sink", "null_sink", "slow")));
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow") && node("slow")->live(), 5000);
+    lost_run.kill();
+    lost_run.waitForFinished();
+    QTRY_VERIFY2_WITH_TIMEOUT(window_->run_state().startsWith("Connection lost"), qPrintable(window_->run_state()), 5000);
     QTimer::singleShot(0, this, [&] {
       auto* dialog = qobject_cast<QInputDialog*>(QApplication::activeModalWidget());
       if (!dialog) return;
@@ -1914,6 +2019,9 @@ class TestStudio : public QObject {
     window_->action("attach_service")->trigger();
     auto& panel = window_->workers();
     QCOMPARE(window_->bottom_tabs()->currentWidget(), static_cast<QWidget*>(&panel));
+    QVERIFY2(!window_->windowTitle().contains("attached"), qPrintable(window_->windowTitle()));
+    QVERIFY(!node("slow") && !window_->document().read_only());
+    QVERIFY2(window_->run_state().startsWith("Following the service at ") && window_->run_state().contains(d.metrics), qPrintable(window_->run_state()));
     QTRY_COMPARE_WITH_TIMEOUT(panel.table()->rowCount(), 3, 5000);
     QCOMPARE(panel.table()->horizontalHeaderItem(5)->text(), QString("splits"));
     // The two with /metrics send elements at a rate; the third has none to show.
@@ -1993,6 +2101,50 @@ class TestStudio : public QObject {
     QVERIFY(panel.table()->item(1, 2)->text().startsWith("dead"));
     window_->action("new")->trigger();
     QCOMPARE(panel.table()->rowCount(), 0);
+  }
+
+  // The Workers tab's rates are the workers' own figures, and say over what: for the worker the
+  // canvas follows, the canvas' own number; for a stopped worker, its report's, over its run.
+  void workers_rates_are_the_workers_own_figures() {
+    using sluice::test::stage;
+    const QString file = write_text(dir_.filePath("rates.txtpb"), "options { seed: 4 }\n" + stage("numbers", "range", "", {{"count", "100000000"}}) +
+                                                                      stage("work", "simulate_work", "numbers", {{"us", "300"}}) +
+                                                                      stage("drain", "null_sink", "work"));
+    const QString stopped_log = dir_.filePath("stopped.jsonl");
+    QFile::remove(stopped_log);
+    QProcess workers[2];
+    QStringList addresses;
+    for (int i = 0; i < 2; ++i) {
+      QStringList extra{"--num-workers", "2", "--worker-index", QString::number(i)};
+      if (i == 1) extra << "--metrics-log" << stopped_log;
+      addresses << start_headless(workers[i], file, extra);
+      QVERIFY(!addresses.last().isEmpty());
+    }
+    window_->attach_to(addresses.join(","));
+    auto& panel = window_->workers();
+    QTRY_COMPARE_WITH_TIMEOUT(panel.attached_count(), 2, 5000);
+    QVERIFY2(panel.table()->horizontalHeaderItem(3)->text().contains("last 2 s"), qPrintable(panel.table()->horizontalHeaderItem(3)->text()));
+    QTRY_VERIFY_WITH_TIMEOUT(node("drain") && node("drain")->live() && node("drain")->live()->elements_per_s > 0 && panel.table()->item(0, 3) &&
+                                 panel.table()->item(0, 3)->text() == QString::number(node("drain")->live()->elements_per_s, 'f', 0),
+                             8000);
+    QVERIFY2(node("drain")->toolTip().contains("elements/s over the last 2 s"), qPrintable(node("drain")->toolTip()));
+    // Worker 1 stopped (SIGTERM): its row gives its report's rate over the run, and says so.
+    QTRY_VERIFY_WITH_TIMEOUT(panel.table()->item(1, 4) && panel.table()->item(1, 4)->text().toULongLong() > 1000, 8000);
+    workers[1].terminate();
+    QVERIFY(workers[1].waitForFinished(10000));
+    QFile log(stopped_log);
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = log.readAll().trimmed().split('\n');
+    const QJsonObject last = QJsonDocument::fromJson(lines.last()).object();
+    QCOMPARE(last["state"].toString(), QString("stopped"));
+    double reported = -1;
+    for (const auto& st : last["stage"].toArray())
+      if (st.toObject()["id"].toString() == "drain") reported = st.toObject()["elements_per_s"].toDouble();
+    QVERIFY(reported > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(panel.table()->item(1, 2)->text(), QString("stopped"), 5000);
+    QCOMPARE(panel.table()->item(1, 3)->text(), QString("%1 run avg").arg(reported, 0, 'f', 0));
+    workers[0].terminate();
+    QVERIFY(workers[0].waitForFinished(10000));
   }
 
   void attaches_to_a_headless_run_and_shows_its_stages() {
@@ -2080,13 +2232,27 @@ class TestStudio : public QObject {
     window_->attach_client().detach();
     headless.kill();
     headless.waitForFinished();
-    // Nothing at all: told as a failed attach once patience runs out.
+    // Nothing at all: told as a failed attach once patience runs out. Until an answer the window
+    // says it is attaching, not attached, and keeps the file it shows; after a failure, too.
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("sink", "null_sink", "src"), "kept.txtpb");
     window_->attach_client().set_patience_ms(1500);
     window_->attach_to(QString("127.0.0.1:%1").arg(free_port()));
+    QVERIFY2(window_->status_text().startsWith("Attaching to http://127.0.0.1:"), qPrintable(window_->status_text()));
+    auto shows_the_file = [&] {
+      QCOMPARE(QFileInfo(window_->document().file()).fileName(), QString("kept.txtpb"));
+      QVERIFY(!window_->document().read_only() && node("src") && node("sink"));
+      QVERIFY2(!window_->windowTitle().contains("attached"), qPrintable(window_->windowTitle()));
+    };
+    shows_the_file();
     QTRY_VERIFY2_WITH_TIMEOUT(window_->run_state().startsWith("Could not attach: nothing answered at http://127.0.0.1:"),
                               qPrintable(window_->run_state()), 6000);
     QVERIFY(!window_->attach_client().attached());
     QVERIFY2(window_->log().toPlainText().contains("nothing answered at"), qPrintable(window_->log().toPlainText()));
+    QVERIFY2(!window_->status_text().startsWith("Attach"), qPrintable(window_->status_text()));
+    shows_the_file();
+    QVERIFY(window_->start_run());  // and it runs here
+    QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
+    QCOMPARE(window_->run_state(), QString("Finished: kept.txtpb"));
   }
 
   // How an attached run ended is told by the last snapshot its stream sends: finished, or

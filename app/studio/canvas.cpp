@@ -69,6 +69,9 @@ void NodeItem::update_tooltip() {
   if (per_input_) tip += "<br>Runs once per input of the interleave before it, on that stage's readers.";
   if (live_ && live_->workers_tuned)
     tip += QString("<br>Autotuned: %1 of at most %2 workers now (the Log and the Verdict say why).").arg(live_->workers).arg(live_->max_workers);
+  if (live_)
+    tip += QString("<br>%1 elements/s %2.")
+               .arg(short_number(live_->elements_per_s), live_->averages ? "over the whole run (the report's figure)" : "over the last 2 s");
   if (live_ && live_->pass_elements > 0) tip += "<br>" + pass_text() + " elements read.";
   if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
   if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();

@@ -45,8 +45,10 @@ class CountBox final : public QSpinBox {
     const QString t = text.trimmed();
     if (minimum() < 0 && QString("autotune").startsWith(t, Qt::CaseInsensitive)) return t.size() == 8 ? QValidator::Acceptable : QValidator::Intermediate;
     if (t == zero_text_) return QValidator::Acceptable;
-    if (zero_text_.startsWith(t)) return QValidator::Intermediate;
-    return QSpinBox::validate(text, pos);
+    // A number first: "1" is a count, though the unset value's name ("1 (default)") starts so.
+    const QValidator::State number = QSpinBox::validate(text, pos);
+    if (number != QValidator::Invalid) return number;
+    return zero_text_.startsWith(t) ? QValidator::Intermediate : QValidator::Invalid;
   }
 
  private:
@@ -260,14 +262,15 @@ void Inspector::add_engine_rows(const RegisteredOperator* op, const spec::Stage&
     readers->setToolTip("a per-input stage runs on the readers of the interleave before it: set workers on that stage");
     form_->addRow("workers", readers);
   } else {
-    add_count("parallelism", "workers", st->parallelism(), "auto (1)",
+    // Unset is one worker, fixed: "auto" would read as the tuner's choice, which is "autotune".
+    add_count("parallelism", "workers", st->parallelism(), "1 (default)",
               "parallelism: workers running this stage (stateless operators; for an aggregate whose summary says so, "
-              "threads assembling its outputs); autotune: chosen while it runs, within the pipeline's CPU budget",
+              "threads assembling its outputs); unset: one; autotune: chosen while it runs, within the pipeline's CPU budget",
               true);
   }
-  add_count("buffer_size", "output buffer", st->buffer_size(), "auto",
-            "buffer_size: elements waiting between this stage and the next; auto: sized by the engine; autotune: sized "
-            "while it runs, within the pipeline's RAM budget",
+  add_count("buffer_size", "output buffer", st->buffer_size(), "engine's",
+            "buffer_size: elements waiting between this stage and the next; engine's: up to 256 elements or 128 MB, "
+            "whichever comes first; autotune: sized while it runs, within the pipeline's RAM budget",
             true);
   const QString pipeline_policy = document_.spec().options().error_policy() == spec::skip ? "skip" : "fail";
   add_choice("stage:error_policy", "on error",

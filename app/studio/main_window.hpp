@@ -164,6 +164,8 @@ class MainWindow final : public QMainWindow {
   void compare_with_shown_run(EndedRun ended);
   metrics::MetricsSnapshot last_snapshot_;
   bool attached_pipeline_known_ = false;  // the attached run sent its pipeline (real parameters)
+  bool attach_pending_ = false;           // attaching: the run has not answered yet
+  void show_attached_run();
   QString read_only_because_;
   // Suggestions applied from the Verdict: the undo step that applied each (its index after it, and
   // the command), so that Undo gives the suggestion back.

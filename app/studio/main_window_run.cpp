@@ -3,6 +3,7 @@
 #include "main_window.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <functional>
 
@@ -38,6 +39,7 @@ void MainWindow::follow_runs() {
 // A run attached to: its pipeline drawn when it says which, its snapshots, its end, a lost connection.
 void MainWindow::follow_attached_runs() {
   connect(&attach_, &AttachClient::pipeline, this, [this](spec::PipelineSpec spec) {
+    show_attached_run();
     if (!document_.read_only()) return;
     Document::lay_out_unless_placed(spec);
     document_.reset(spec, attach_.url(), true);
@@ -46,6 +48,7 @@ void MainWindow::follow_attached_runs() {
     view_->fit();
   });
   connect(&attach_, &AttachClient::snapshot, this, [this](const metrics::MetricsSnapshot& snap) {
+    show_attached_run();
     if (document_.read_only() && !attached_pipeline_known_ && document_.spec().stage_size() != snap.stage_size()) {
       // The attached run's pipeline, as its snapshots describe it.
       spec::PipelineSpec shown;
@@ -78,6 +81,7 @@ void MainWindow::follow_attached_runs() {
     action("detach")->setEnabled(false);
     // The last snapshot told how the run ended; without one, the connection ended first; and
     // without any, there was never an attach to speak of.
+    attach_pending_ = false;  // never answered: the window still shows what it showed
     if (!attach_.reached()) set_run_state((why.startsWith("detached") ? "Not attached: " : "Could not attach: ") + why);
     else if (why.startsWith("detached")) set_run_state("Detached from " + attach_.url() + " (numbers as last seen)");
     else if (!attached_final_state_.isEmpty()) set_run_state(QString("Attached run %1; its stream closed").arg(attached_final_state_));
@@ -97,6 +101,10 @@ void MainWindow::set_running(bool running) {
 
 bool MainWindow::start_run() {
   if (runner_.running()) return false;
+  if (attach_pending_) {  // a run here, not the one that has not answered yet
+    attach_.detach();
+    workers_->attach({});
+  }
   if (document_.read_only()) {
     // The canvas shows a run elsewhere, or a log's copy: there is no pipeline here to run.
     const QString why = read_only_because_ + "; then open or build a pipeline to run it here";
@@ -153,7 +161,7 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
   // The run's end, on the canvas, in the Verdict, and beside the run before it.
   auto show_end = [&](const metrics::MetricsSnapshot& final_snapshot) {
     show_verdict(final_snapshot, "run of " + name);
-    compare_with_shown_run({final_snapshot, live_graph_.value_or(document_.spec()), "run of " + name});
+    compare_with_shown_run({final_snapshot, live_graph_.value_or(document_.spec()), "run of " + name, document_.read_only() ? QString() : document_.file()});
   };
   if (state == "failed") {
     // The failing stage is marked on the canvas with the message, whatever the last snapshot said.
@@ -173,6 +181,12 @@ void MainWindow::on_run_finished(const QString& state, const QString& error, con
 
 void MainWindow::compare_with_shown_run(EndedRun ended) {
   if (ended.final_snapshot.stage_size() == 0) return;
+  // A failed run is compared with nothing and is nothing to compare with: the next run is set
+  // beside the last one that did not fail, and says so.
+  if (ended.final_snapshot.state() == "failed") {
+    if (shown_run_) shown_run_->source = "the last run that did not fail";
+    return;
+  }
   if (shown_run_ && !why_not_comparable(*shown_run_, ended)) verdict_->show_comparison(comparison_html(*shown_run_, ended));
   shown_run_ = std::move(ended);
 }
@@ -190,7 +204,8 @@ bool MainWindow::compare_with_metrics_log(const QString& file) {
   } catch (const std::exception& e) {
     return refuse(QString::fromUtf8(e.what()));
   }
-  EndedRun logged{snapshots.back(), shown_run_->pipeline, "metrics log " + QFileInfo(file).fileName()};
+  EndedRun logged{snapshots.back(), shown_run_->pipeline, "metrics log " + QFileInfo(file).fileName(),
+                  QString::fromStdString(snapshots.front().pipeline().file())};
   if (snapshots.front().has_pipeline()) {
     try {
       logged.pipeline = parse_pipeline(snapshots.front().pipeline().text(), file.toStdString()).spec;
@@ -262,17 +277,19 @@ std::optional<QString> MainWindow::show_pipeline_of_log(const metrics::MetricsSn
   } catch (const std::exception& e) {
     return QString("its copy of the pipeline does not read: %1").arg(QString::fromUtf8(e.what()));
   }
-  if (open_is_the_logs) return std::nullopt;
+  // The open pipeline, or the log's file, is the log's only as it ran: the run's numbers shown on
+  // parameters changed since (and Apply offered on them) would be false.
+  if (open_is_the_logs && pipeline_changes(logged, document_.spec()).isEmpty()) return std::nullopt;
   if (!confirm_discard()) return QString("the open pipeline has unsaved changes, kept");
-  // The log's pipeline file, when it is still here and still that pipeline: Apply edits it.
   const QString original = QString::fromStdString(first.pipeline().file());
+  QString file_now = QFileInfo::exists(original) ? QString("another pipeline now") : QString("not on this machine");
   if (!original.isEmpty() && QFileInfo::exists(original)) {
     try {
-      if (stage_names(read_pipeline_file(original.toStdString()).spec.stage()) == stage_names(logged.stage()) &&
-          open_file(original))
-        return std::nullopt;
-    } catch (const std::exception&) {
-      // Not readable as it was: the log's own copy is shown instead.
+      const QStringList changed = pipeline_changes(logged, read_pipeline_file(original.toStdString()).spec);
+      if (changed.isEmpty() && open_file(original)) return std::nullopt;
+      if (!changed.isEmpty()) file_now = QString("changed since the run: %1").arg(changed.mid(0, 3).join("; ") + (changed.size() > 3 ? "; …" : ""));
+    } catch (const std::exception& e) {
+      file_now = QString("unreadable now (%1)").arg(QString::fromUtf8(e.what()));
     }
   }
   attach_.detach();
@@ -281,8 +298,7 @@ std::optional<QString> MainWindow::show_pipeline_of_log(const metrics::MetricsSn
   document_.reset(logged, name + " (metrics log)", true);
   read_only_because_ = QString("this window shows the pipeline of the metrics log %1, as the log recorded it (its file %2 is %3); "
                                "open that pipeline file to change it")
-                           .arg(name, original.isEmpty() ? QString("(none)") : original,
-                                QFileInfo::exists(original) ? QString("another pipeline now") : QString("not on this machine"));
+                           .arg(name, original.isEmpty() ? QString("(none)") : original, file_now);
   QMetaObject::invokeMethod(view_, [view = view_] { view->fit(); }, Qt::QueuedConnection);
   return std::nullopt;
 }
@@ -301,7 +317,7 @@ void MainWindow::replay_log(const std::vector<metrics::MetricsSnapshot>& snapsho
   const auto& last = snapshots.back();
   set_run_state(QString("Metrics log %1: %2 after %3 s").arg(name, QString::fromStdString(last.state())).arg(last.elapsed_s(), 0, 'f', 2));
   show_verdict(last, "metrics log " + name);
-  compare_with_shown_run({last, document_.spec(), "metrics log " + name});
+  compare_with_shown_run({last, document_.spec(), "metrics log " + name, QString::fromStdString(snapshots.front().pipeline().file())});
 }
 
 void MainWindow::clear_live() {
@@ -344,17 +360,12 @@ void MainWindow::stop_run() {
 void MainWindow::attach_to(const QString& address) {
   if (runner_.running()) return;
   if (!confirm_discard()) return;
-  clear_live();
-  clear_verdict();
-  log_->reset_run();
   const QStringList addresses = WorkersPanel::split_addresses(address);
   if (addresses.isEmpty()) return;
-  document_.reset({}, addresses.first(), true);
-  shown_run_.reset();
-  read_only_because_ = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach)").arg(addresses.first());
-  attached_pipeline_known_ = false;
-  live_graph_.reset();
   remember_in("recent_attach", address);
+  // What the window shows stays until the run answers (show_attached_run): an attach that fails
+  // leaves the open file, its title and its numbers as they were.
+  attach_pending_ = true;
   // Several workers: each one's rate in the Workers panel; the canvas shows the first.
   workers_->attach(addresses.size() > 1 ? addresses : QStringList{});
   if (addresses.size() > 1) bottom_tabs_->setCurrentWidget(workers_);
@@ -362,6 +373,22 @@ void MainWindow::attach_to(const QString& address) {
   set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);
   log_->note("attaching to " + attach_.url());
+  show_status(QString("Attaching to %1…").arg(attach_.url()));
+}
+
+// The run attached to answered: from now on the window shows it, read-only, in place of what it
+// showed.
+void MainWindow::show_attached_run() {
+  if (!std::exchange(attach_pending_, false)) return;
+  clear_live();
+  clear_verdict();
+  log_->reset_run();
+  document_.reset({}, attach_.url(), true);
+  shown_run_.reset();
+  read_only_because_ = QString("this window shows the run attached at %1, which runs elsewhere; detach (Run > Detach)").arg(attach_.url());
+  attached_pipeline_known_ = false;
+  live_graph_.reset();
+  log_->note("attached to " + attach_.url());
   show_status("Attached to " + attach_.url());
 }
 
@@ -372,10 +399,21 @@ void MainWindow::attach_to_service(const QString& address) {
   remember_in("recent_attach_service", address);
   attach_.detach();
   workers_->attach_service(address);
+  const QString url = workers_->service()->url();
+  // The service has no one pipeline to draw (its workers are in the Workers tab): another run's
+  // canvas, title and lost outline go; a file being edited stays, without numbers.
+  clear_live();
+  clear_verdict();
+  shown_run_.reset();
+  if (document_.read_only()) {
+    document_.reset({}, {});
+    read_only_because_.clear();
+  }
   bottom_tabs_->setCurrentWidget(workers_);
   action("detach")->setEnabled(true);
-  log_->note("following the service whose dispatcher serves " + workers_->service()->url());
-  show_status("Following the service at " + workers_->service()->url());
+  set_run_state("Following the service at " + url);
+  log_->note("following the service whose dispatcher serves " + url);
+  show_status("Following the service at " + url);
 }
 
 void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_ended) {

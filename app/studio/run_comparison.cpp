@@ -3,7 +3,10 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <QDir>
+#include <QFileInfo>
 #include <QSet>
+#include <functional>
 #include <map>
 
 #include "canvas.hpp"  // short_number
@@ -15,6 +18,11 @@ QString quoted(const std::string& id) { return "'" + QString::fromStdString(id) 
 
 QString workers_text(int parallelism) { return parallelism < 0 ? QString("auto") : QString::number(std::max(1, parallelism)); }
 QString buffer_text(int size) { return size < 0 ? QString("auto") : size == 0 ? QString("engine's") : QString::number(size); }
+
+// As a pipeline file spells it; unset is the pipeline's own policy, not an enum's name.
+QString policy_text(spec::ErrorPolicy policy) {
+  return policy == spec::ERROR_POLICY_UNSET ? QString("the pipeline's") : QString::fromStdString(spec::ErrorPolicy_Name(policy));
+}
 
 QString short_text(const google::protobuf::Message& message) {
   std::string text;
@@ -50,19 +58,18 @@ void stage_changes(const spec::Stage& a, const spec::Stage& b, QStringList& out)
   using google::protobuf::util::MessageDifferencer;
   if (a.error_policy() != b.error_policy())
     out << QString("%1: error policy %2 -> %3")
-               .arg(who, QString::fromStdString(spec::ErrorPolicy_Name(a.error_policy())), QString::fromStdString(spec::ErrorPolicy_Name(b.error_policy())));
+               .arg(who, policy_text(a.error_policy()), policy_text(b.error_policy()));
   if (!MessageDifferencer::Equals(a.interleave(), b.interleave()))
     out << QString("%1: interleave %2 -> %3").arg(who, short_text(a.interleave()), short_text(b.interleave()));
   if (a.per_input() != b.per_input()) out << QString("%1: per input %2").arg(who, b.per_input() ? "on" : "off");
   if (a.has_deterministic() != b.has_deterministic() || a.deterministic() != b.deterministic())
     out << QString("%1: deterministic %2").arg(who, b.has_deterministic() ? (b.deterministic() ? "true" : "false") : "the pipeline's");
 }
-}  // namespace
 
-QStringList pipeline_changes(const spec::PipelineSpec& before, const spec::PipelineSpec& after) {
-  QStringList out;
-  if (!google::protobuf::util::MessageDifferencer::Equals(before.options(), after.options()))
-    out << QString("pipeline options: %1 -> %2").arg(short_text(before.options()), short_text(after.options()));
+// Stages paired by id: the added and removed ones told here, what changed in a kept one told by
+// `kept_stage` (every setting for pipeline_changes, the graph only for graph_changes).
+void compare_stages(const spec::PipelineSpec& before, const spec::PipelineSpec& after, QStringList& out,
+                    const std::function<void(const spec::Stage& was, const spec::Stage& now)>& kept_stage) {
   std::map<std::string, const spec::Stage*> old_stages;
   for (const auto& st : before.stage()) old_stages[st.id()] = &st;
   QSet<QString> kept;
@@ -73,10 +80,18 @@ QStringList pipeline_changes(const spec::PipelineSpec& before, const spec::Pipel
       continue;
     }
     kept.insert(QString::fromStdString(st.id()));
-    stage_changes(*it->second, st, out);
+    kept_stage(*it->second, st);
   }
   for (const auto& st : before.stage())
     if (!kept.contains(QString::fromStdString(st.id()))) out << QString("stage %1 removed").arg(quoted(st.id()));
+}
+}  // namespace
+
+QStringList pipeline_changes(const spec::PipelineSpec& before, const spec::PipelineSpec& after) {
+  QStringList out;
+  if (!google::protobuf::util::MessageDifferencer::Equals(before.options(), after.options()))
+    out << QString("pipeline options: %1 -> %2").arg(short_text(before.options()), short_text(after.options()));
+  compare_stages(before, after, out, [&](const spec::Stage& was, const spec::Stage& now) { stage_changes(was, now, out); });
   return out;
 }
 
@@ -90,12 +105,41 @@ double output_rate(const metrics::MetricsSnapshot& snapshot) {
   return rate;
 }
 
+QStringList graph_changes(const spec::PipelineSpec& before, const spec::PipelineSpec& after) {
+  QStringList out;
+  compare_stages(before, after, out, [&](const spec::Stage& was, const spec::Stage& now) {
+    if (was.op() != now.op())
+      out << QString("stage %1: operator %2 -> %3").arg(quoted(now.id()), QString::fromStdString(was.op()), QString::fromStdString(now.op()));
+    if (!std::equal(was.input().begin(), was.input().end(), now.input().begin(), now.input().end()))
+      out << QString("stage %1: other inputs").arg(quoted(now.id()));
+  });
+  return out;
+}
+
+namespace {
+QString run_of(const EndedRun& run) {
+  return run.file.isEmpty() ? run.source : QString("%1 (a run of %2)").arg(run.source, run.file);
+}
+}  // namespace
+
 std::optional<QString> why_not_comparable(const EndedRun& before, const EndedRun& after) {
+  for (const EndedRun* run : {&before, &after})
+    if (run->final_snapshot.state() == "failed")
+      return QString("%1 failed after %2 s: its rates are of the moments before the failure; compare runs that finished or were stopped")
+          .arg(run->source)
+          .arg(run->final_snapshot.elapsed_s(), 0, 'f', 2);
   QSet<QString> ids;
   for (const auto& st : before.final_snapshot.stage()) ids.insert(QString::fromStdString(st.id()));
-  for (const auto& st : after.final_snapshot.stage())
-    if (ids.contains(QString::fromStdString(st.id()))) return std::nullopt;
-  return QString("%1 and %2 have no stage in common: they are runs of different pipelines").arg(before.source, after.source);
+  bool shared = false;
+  for (const auto& st : after.final_snapshot.stage()) shared = shared || ids.contains(QString::fromStdString(st.id()));
+  if (!shared) return QString("%1 and %2 have no stage in common: they are runs of different pipelines").arg(run_of(before), run_of(after));
+  auto path = [](const QString& file) { return QDir::cleanPath(QFileInfo(file).absoluteFilePath()); };
+  if (!before.file.isEmpty() && !after.file.isEmpty() && path(before.file) == path(after.file))
+    return std::nullopt;  // one file, edited between its runs
+  const QStringList changes = graph_changes(before.pipeline, after.pipeline);
+  if (changes.isEmpty()) return std::nullopt;
+  return QString("%1 and %2 are runs of different pipelines (%3); stages of the same name are not the same stages")
+      .arg(run_of(before), run_of(after), changes.mid(0, 3).join("; ") + (changes.size() > 3 ? "; …" : ""));
 }
 
 QString comparison_html(const EndedRun& before, const EndedRun& after) {

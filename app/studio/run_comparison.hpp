@@ -15,6 +15,7 @@ struct EndedRun {
   metrics::MetricsSnapshot final_snapshot;
   spec::PipelineSpec pipeline;  // as it ran (a log's copy for a metrics log)
   QString source;               // "run of train.txtpb", "metrics log run.jsonl"
+  QString file;                 // the pipeline file it read, absolute; empty when none (untitled)
 };
 
 // The differences a person made between two versions of a pipeline, one line each ("stage
@@ -24,7 +25,14 @@ QStringList pipeline_changes(const spec::PipelineSpec& before, const spec::Pipel
 // Elements per second out of the pipeline over a run: the sum over the stages no stage reads.
 double output_rate(const metrics::MetricsSnapshot& snapshot);
 
-// Why two runs cannot be compared (no stage in common: another pipeline); nothing when they can.
+// The differences between two pipelines' graphs (a stage added or removed, another operator,
+// other inputs): what makes them two pipelines rather than two versions of one.
+QStringList graph_changes(const spec::PipelineSpec& before, const spec::PipelineSpec& after);
+
+// Why two runs cannot be compared; nothing when they can. Runs of one pipeline file compare
+// whatever was edited between them; runs of two files (or of none) compare only when their graphs
+// are the same, only settings changed. A failed run is compared with nothing: its rates are of
+// the moments before the failure.
 std::optional<QString> why_not_comparable(const EndedRun& before, const EndedRun& after);
 
 // The comparison as the Verdict shows it (HTML: a line of changes, then a table).

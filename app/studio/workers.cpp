@@ -10,13 +10,17 @@ namespace sluice::studio {
 namespace {
 enum Column { kWorker, kAddress, kState, kRate, kDone, kBottleneck, kColumns };
 
-// What reaches the end of the pipeline: the input of its (last) sink.
-std::uint64_t elements_at_end(const metrics::MetricsSnapshot& snap) {
-  std::uint64_t done = 0;
+// The end of the pipeline: its (last) sink.
+const metrics::StageMetrics* end_stage(const metrics::MetricsSnapshot& snap) {
+  const metrics::StageMetrics* end = nullptr;
   for (const auto& st : snap.stage())
-    if (st.kind() == "sink") done = st.elements_in();
-  return done;
+    if (st.kind() == "sink") end = &st;
+  return end;
 }
+
+const char* kRateTip =
+    "elements/s out of each worker's pipeline (its last sink), as its own snapshots give them: over the last 2 s while it "
+    "runs, as the canvas shows them; over its whole run once it ended (run avg), as its report gives them";
 }  // namespace
 
 WorkersPanel::WorkersPanel(QWidget* parent) : QWidget(parent) {
@@ -39,7 +43,9 @@ WorkersPanel::~WorkersPanel() { forget_clients(); }
 
 void WorkersPanel::show_headers(bool service) {
   if (service) table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements sent", "splits"});
-  else table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s", "elements", "bottleneck"});
+  else table_->setHorizontalHeaderLabels({"worker", "address", "state", "elements/s\nlast 2 s", "elements", "bottleneck"});
+  table_->horizontalHeaderItem(kRate)->setToolTip(service ? QString("elements/s sent by each worker, between its last two /metrics readings")
+                                                          : QString(kRateTip));
 }
 
 void WorkersPanel::attach_service(const QString& address) {
@@ -189,13 +195,12 @@ void WorkersPanel::update(std::size_t row, const metrics::MetricsSnapshot& snap)
   w.state = QString::fromStdString(snap.state());
   w.index = snap.worker().index();
   w.count = std::max(1, snap.worker().count());
-  const std::uint64_t done = elements_at_end(snap);
-  // The rate over the time between two snapshots; a finished worker keeps its last.
-  if (w.last_elapsed >= 0 && snap.elapsed_s() > w.last_elapsed + 0.05)
-    w.rate = static_cast<double>(done - std::min(done, w.done)) / (snap.elapsed_s() - w.last_elapsed);
-  else if (w.last_elapsed < 0 && snap.elapsed_s() > 0.05)
-    w.rate = static_cast<double>(done) / snap.elapsed_s();
-  w.done = done;
+  // The snapshot's own figures, never a rate of this panel's: the same as the canvas and the
+  // worker's report show.
+  const metrics::StageMetrics* end = end_stage(snap);
+  w.ended = w.state != "running" && w.state != "created";
+  w.rate = !end ? 0 : w.ended ? end->elements_per_s() : end->recent_elements_per_s();
+  w.done = end ? end->elements_in() : 0;
   w.last_elapsed = snap.elapsed_s();
   w.bottleneck = QString::fromStdString(snap.bottleneck());
   redraw();
@@ -234,7 +239,10 @@ void WorkersPanel::redraw() {
     set(kWorker, w.index < 0 ? "?" : QString("%1 of %2%3").arg(w.index).arg(w.count).arg(r == slowest_ ? "  (slowest)" : w.dead ? "  (dead)" : ""));
     set(kAddress, w.address);
     set(kState, w.state);
-    set(kRate, w.last_elapsed < 0 ? "" : w.dead ? QString::fromUtf8("\u2014") : QString::number(w.rate, 'f', 0));
+    set(kRate, w.last_elapsed < 0 ? ""
+               : w.dead           ? QString::fromUtf8("\u2014")
+               : w.ended          ? QString("%1 run avg").arg(w.rate, 0, 'f', 0)
+                                  : QString::number(w.rate, 'f', 0));
     set(kDone, w.last_elapsed < 0 ? "" : QString::number(w.done));
     set(kBottleneck, w.dead ? QString() : w.bottleneck);
   }

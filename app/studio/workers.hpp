@@ -42,7 +42,10 @@ class WorkersPanel final : public QWidget {
     QString address;
     QString state = "connecting";
     int index = -1, count = 0;
-    double rate = 0;  // elements/s reaching the end of the pipeline, over the last snapshots
+    // Elements/s out of the pipeline's (last) sink, as its snapshot says: over the last 2 s while
+    // it runs (the canvas' figure), over its whole run once it ended (its report's).
+    double rate = 0;
+    bool ended = false;  // its last snapshot was its final one (finished, stopped or failed)
     std::uint64_t done = 0;
     double last_elapsed = -1;  // of the last snapshot; -1 before the first
     QString bottleneck;
