@@ -1978,6 +1978,26 @@ class TestStudio : public QObject {
     QVERIFY2(window_->verdict().summary().contains("could not start") && window_->verdict().summary().contains("data/*.jpg"),
              qPrintable(window_->verdict().summary()));
     QVERIFY2(window_->run_state().startsWith("Failed to start at stage 'files'"), qPrintable(window_->run_state()));
+    // Its face gives the cause from its start, the folder's name in it, and how it ends.
+    using sluice::studio::failure_cause;
+    QCOMPARE(failure_cause(node("files")->live()->failure), "pattern '" + folder + "/*.jpg' matches no file: the folder " + folder + " does not exist");
+    QFont small;
+    small.setPointSizeF(small.pointSizeF() * 0.85);  // the face's
+    const QStringList face = sluice::studio::failure_face_lines(node("files")->live()->failure, QFontMetrics(small), 170);
+    QCOMPARE(face.size(), 3);
+    QVERIFY2(face[0].startsWith("failed: pattern '") && face[1].startsWith("the folder") &&
+                 face.mid(1).join(' ').endsWith("/sub/data does not exist"),
+             qPrintable(face.join(" | ")));
+    // An object store's host that does not resolve: the cause, not the advice at the message's end.
+    qputenv("AWS_ENDPOINT_URL", "http://no-such-host.invalid:9000");
+    qputenv("AWS_ACCESS_KEY_ID", "test");
+    qputenv("AWS_SECRET_ACCESS_KEY", "test");
+    open_text(stage("files", "list_files", "", {{"patterns", "s3://bucket/data/*.tfrecord"}}) + stage("out", "null_sink", "files"), "s3.txtpb");
+    QVERIFY(!window_->start_run());
+    for (const char* name : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) qunsetenv(name);
+    QTRY_VERIFY(node("files")->live() && !node("files")->live()->failure.isEmpty());
+    QVERIFY2(failure_cause(node("files")->live()->failure).startsWith("Could not resolve host: no-such-host.invalid"),
+             qPrintable(node("files")->live()->failure));
   }
 
   // Run > Attach to a service: the dispatcher's /metrics lists its workers; those serving their

@@ -1,5 +1,7 @@
 #include "canvas.hpp"
 
+#include <QRegularExpression>
+
 #include <algorithm>
 
 #include <QContextMenuEvent>
@@ -100,7 +102,7 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   const double zoom = QStyleOptionGraphicsItem::levelOfDetailFromTransform(p->worldTransform());
   if (zoom < kDetailedZoom) paint_compact_text(p, zoom);
   else paint_detailed_text(p);
-  if (live_) paint_busy_gauge(p);
+  if (live_ && live_->failure.isEmpty()) paint_busy_gauge(p);  // a failed stage's face holds its cause there
   paint_ports(p);
 }
 
@@ -128,13 +130,67 @@ void NodeItem::paint_body(QPainter* p) {
   p->drawRoundedRect(body, 8, 8);
 }
 
-QString NodeItem::rate_text() const {
-  if (!live_->failure.isEmpty()) {
-    // The message's first line names this stage and the element; the node shows its reason.
-    const QString first = live_->failure.section('\n', 0, 0);
-    const qsizetype colon = first.lastIndexOf(": ");
-    return "failed: " + (colon >= 0 ? first.mid(colon + 2) : first);
+QString failure_cause(const QString& message) {
+  QString text = message.section('\n', 0, 0).trimmed();
+  // "stage 'files' (list_files) could not start: ...", "stage 'read': ..."
+  static const QRegularExpression stage_prefix("^(error: )?stage '[^']*'( \\([^)]*\\))?( could not start)?: ");
+  text.remove(stage_prefix);
+  // "s3://bucket/data/: Could not resolve host: ...", "/data/a.tfrecord: truncated ..."
+  static const QRegularExpression location("^(\\S+://\\S*|/\\S*): ");
+  const auto found = location.match(text);
+  if (found.hasMatch() && found.capturedLength() < text.size()) text = text.mid(found.capturedLength());
+  return text;
+}
+
+namespace {
+// Fits `text` in `width` by shortening its longest word where that is enough, so that the words
+// around it stay whole: a path or URI keeps its end (the folder's or file's name), another word its
+// ends. Otherwise the text's end goes.
+QString fit_line(const QString& text, const QFontMetrics& metrics, int width) {
+  const int excess = metrics.horizontalAdvance(text) - width;
+  if (excess <= 0) return text;
+  QStringList words = text.split(' ');
+  const auto longest = std::max_element(words.begin(), words.end(), [](const QString& a, const QString& b) { return a.size() < b.size(); });
+  const int kept = metrics.horizontalAdvance(*longest) - excess;
+  if (kept < metrics.horizontalAdvance(QString::fromUtf8("\u2026/data"))) return metrics.elidedText(text, Qt::ElideRight, width);
+  *longest = metrics.elidedText(*longest, longest->contains('/') ? Qt::ElideLeft : Qt::ElideMiddle, kept);
+  return metrics.elidedText(words.join(' '), Qt::ElideRight, width);
+}
+}  // namespace
+
+// Words laid on at most `lines` lines of `width`: a line takes words while they fit (a word too
+// long for a line alone is shortened, a path keeping its end); the last line takes the rest.
+QStringList wrap_words(const QString& text, const QFontMetrics& metrics, int width, int lines) {
+  const QStringList words = text.split(' ', Qt::SkipEmptyParts);
+  QStringList out;
+  qsizetype next = 0;
+  while (next < words.size() && out.size() + 1 < lines) {
+    QString line;
+    for (; next < words.size(); ++next) {
+      QString word = words[next];
+      if (line.isEmpty() && metrics.horizontalAdvance(word) > width)
+        word = metrics.elidedText(word, word.contains('/') ? Qt::ElideLeft : Qt::ElideRight, width);
+      const QString longer = line.isEmpty() ? word : line + ' ' + word;
+      if (!line.isEmpty() && metrics.horizontalAdvance(longer) > width) break;
+      line = longer;
+    }
+    out << line;
   }
+  if (next < words.size()) out << fit_line(words.mid(next).join(' '), metrics, width);
+  return out;
+}
+
+QStringList failure_face_lines(const QString& message, const QFontMetrics& metrics, int width) {
+  const QString cause = failure_cause(message);
+  // "what failed: why": the why ("the folder ... does not exist") on lines of its own, never
+  // pushed out by a long what.
+  const qsizetype colon = cause.indexOf(": ");
+  if (colon <= 0) return wrap_words("failed: " + cause, metrics, width, kFailureLines);
+  return QStringList{fit_line("failed: " + cause.left(colon), metrics, width)} + wrap_words(cause.mid(colon + 2), metrics, width, kFailureLines - 1);
+}
+
+QString NodeItem::rate_text() const {
+  if (!live_->failure.isEmpty()) return "failed: " + failure_cause(live_->failure);
   const bool lost = !live_->lost.isEmpty();
   QString rates = QString("%1%2/s").arg(lost ? "lost \u00b7 last " : live_->averages ? "avg " : "", short_number(live_->elements_per_s));
   if (live_->bytes_per_s > 0) rates += QString("  %1B/s").arg(short_number(live_->bytes_per_s));
@@ -169,6 +225,16 @@ void NodeItem::paint_detailed_text(QPainter* p) {
   p->drawText(QRectF(10, 23, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(kind, Qt::ElideRight, int(kWidth - 20)));
   if (!live_) return;
   p->setPen(rate_colour());
+  if (!live_->failure.isEmpty()) {  // the cause, small, where the rates, the detail and the gauge go
+    QFont small = p->font();
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    p->setFont(small);
+    const QStringList lines = failure_face_lines(live_->failure, p->fontMetrics(), int(kWidth - 20));
+    const double line_height = (kHeight - 42) / kFailureLines;
+    for (int k = 0; k < lines.size(); ++k)
+      p->drawText(QRectF(10, 39 + line_height * k, kWidth - 20, line_height), Qt::AlignLeft | Qt::AlignVCenter, lines[k]);
+    return;
+  }
   p->drawText(QRectF(10, 40, kWidth - 20, 16), Qt::AlignLeft | Qt::AlignVCenter,
               p->fontMetrics().elidedText(rate_text(), Qt::ElideRight, int(kWidth - 20)));
   // Under the rates, small: a feed sink's devices, or a source's place in its epoch.

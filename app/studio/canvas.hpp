@@ -6,6 +6,7 @@
 #include <QGraphicsScene>
 #include <QGraphicsView>
 #include <QHash>
+#include <QFontMetrics>
 #include <QPointer>
 #include <optional>
 
@@ -206,6 +207,15 @@ class CanvasView final : public QGraphicsView {
 
 // "12.3k", "1.2M": rates on small labels.
 QString short_number(double value);
+// A stage's failure as its node's face shows it: the message's first line without what the node
+// already says (the stage's name) and without a URI or path it starts with (the tooltip has the
+// whole message), so that the cause comes first.
+QString failure_cause(const QString& message);
+// "failed: CAUSE" on the face's kFailureLines lines of `width` pixels: what failed (the cause's
+// first clause), then why (the rest, over the other lines). A path too long for its line keeps its
+// end (the folder's or file's name), and the words after it stay.
+constexpr int kFailureLines = 3;
+QStringList failure_face_lines(const QString& message, const QFontMetrics& metrics, int width);
 // Level/capacity as a colour from starved (red, empty) through green to full (blue).
 QColor occupancy_colour(double fill);
 
