@@ -282,7 +282,13 @@ class TestStudio : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(node("src")->live() && node("src")->live()->reader_buffers.size() == 2, 10000);
     const auto buffers = node("src")->live()->reader_buffers;
     QVERIFY(buffers.contains("fast") && buffers.contains("slow"));
-    QVERIFY(buffers.value("slow").second > 0);
+    QVERIFY(buffers.value("slow").capacity > 0);
+    // Each connection's bar says what it shows: level, capacity and bytes, and whose buffer.
+    QTRY_VERIFY_WITH_TIMEOUT(window_->scene().edge_into("slow")->toolTip().contains(" elements ("), 5000);
+    const QString tip = window_->scene().edge_into("slow")->toolTip();
+    QVERIFY2(tip.startsWith("Buffer 'src' -> 'slow': ") && tip.contains(QString(" of %1 elements").arg(buffers.value("slow").capacity)) &&
+                 (tip.contains(" bytes") || tip.contains("KB") || tip.contains("MB")),
+             qPrintable(tip));
     window_->stop_run();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
   }
@@ -300,6 +306,19 @@ class TestStudio : public QObject {
     QVERIFY(!palette.item_for("tfrecord_reader")->isHidden());
     QVERIFY(palette.item_for("batch")->isHidden());
     QVERIFY(palette.item_for("batch")->parent()->isHidden());  // a group with nothing left hides
+    QVERIFY(palette.no_match()->isHidden());
+    // A group's name finds its operators: "map" the maps, whatever their names.
+    palette.search()->clear();
+    QTest::keyClicks(palette.search(), "map");
+    QVERIFY(!palette.item_for("identity")->isHidden() && !palette.item_for("select_fields")->isHidden());
+    QVERIFY(palette.item_for("shuffle")->isHidden());
+    // Nothing found is said, not left as an empty list.
+    palette.search()->clear();
+    QTest::keyClicks(palette.search(), "no such operator");
+    QVERIFY(!palette.no_match()->isHidden());
+    QVERIFY2(palette.no_match()->text().contains("no such operator"), qPrintable(palette.no_match()->text()));
+    palette.search()->clear();
+    QVERIFY(palette.no_match()->isHidden() && !palette.item_for("batch")->isHidden());
   }
 
   void builds_connects_edits_undoes_saves_and_reopens_a_pipeline() {
@@ -1647,8 +1666,11 @@ class TestStudio : public QObject {
     QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);  // one step takes it out again
     QTRY_VERIFY(!node("prefetch"));
     QCOMPARE(input_of(spec, "out"), QString("decode"));
-    // ... or delete it.
-    menu = window_->context_menu_at(at(window_->scene().edge_into("out")->path().pointAtPercent(0.5)));
+    // ... or delete it, with the pointer near it rather than on it (a band of 12 pixels).
+    for (const double off : {-5.0, 5.0}) {
+      menu = window_->context_menu_at(at(window_->scene().edge_into("out")->path().pointAtPercent(0.5) + QPointF(0, off)));
+      QCOMPARE(menu->objectName(), QString("context_connection"));
+    }
     entry(menu.get(), "Delete connection")->trigger();
     QCOMPARE(input_of(spec, "out"), QString());
 

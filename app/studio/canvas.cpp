@@ -302,6 +302,7 @@ EdgeItem::EdgeItem(NodeItem* from, NodeItem* to, int input) : from_(from), to_(t
   setFlag(ItemIsSelectable);
   setZValue(0);
   adjust();
+  update_tooltip();
 }
 
 void EdgeItem::adjust() {
@@ -333,11 +334,60 @@ void EdgeItem::set_bar_center(QPointF center) {
   update();
 }
 
-QRectF EdgeItem::boundingRect() const { return QGraphicsPathItem::boundingRect().united(fill_bar_rect()).adjusted(-4, -4, 4, 4); }
+QRectF EdgeItem::boundingRect() const { return QGraphicsPathItem::boundingRect().united(fill_bar_rect()).adjusted(-6, -6, 6, 6); }
+
+QPainterPath EdgeItem::shape() const {
+  QPainterPathStroker band;
+  band.setWidth(12);
+  QPainterPath out = band.createStroke(path());
+  if (buffer()) out.addRect(fill_bar_rect());
+  return out;
+}
+
+std::optional<BufferView> EdgeItem::buffer() const {
+  const auto& live = from_->live();
+  // Fused stages hand elements over inside one worker: no buffer between them.
+  if (!live || (to_->live() && to_->live()->fused)) return std::nullopt;
+  BufferView own{live->buffer_level, live->buffer_capacity, live->buffer_bytes, live->buffer_byte_limit};
+  BufferView view = live->reader_buffers.value(to_->id(), own);
+  if (view.capacity == 0) return std::nullopt;
+  return view;
+}
+
+namespace {
+QString bytes_text(std::uint64_t bytes) {
+  return bytes >= 1000000 ? QString("%1 MB").arg(bytes / 1e6, 0, 'f', 1)
+         : bytes >= 1000  ? QString("%1 KB").arg(bytes / 1e3, 0, 'f', 1)
+                          : QString("%1 bytes").arg(bytes);
+}
+}  // namespace
+
+void EdgeItem::live_changed() {
+  prepareGeometryChange();  // its shape takes the bar in or out
+  update_tooltip();
+  update();
+}
+
+void EdgeItem::update_tooltip() {
+  const QString between = QString("'%1' -> '%2'").arg(from_->id(), to_->id());
+  const auto& live = from_->live();
+  QString tip;
+  if (!live) tip = QString("%1: its buffer's level shows here while a run is shown").arg(between);
+  else if (to_->live() && to_->live()->fused) tip = QString("%1: fused, handed over inside one worker, with no buffer between").arg(between);
+  else if (auto b = buffer()) {
+    const double percent = 100.0 * b->level / b->capacity;
+    if (live->averages) {
+      tip = QString("Buffer %1, over the run: %2% full on average (%3 of %4 elements)").arg(between).arg(percent, 0, 'f', 0).arg(b->level).arg(b->capacity);
+    } else {
+      tip = QString("Buffer %1: %2 of %3 elements (%4%), %5").arg(between).arg(b->level).arg(b->capacity).arg(percent, 0, 'f', 0).arg(bytes_text(b->bytes));
+      if (b->byte_limit > 0) tip += QString(" of at most %1").arg(bytes_text(b->byte_limit));
+    }
+  }
+  setToolTip(tip);
+}
 
 void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   p->setRenderHint(QPainter::Antialiasing);
-  const auto& live = from_->live();
   // Fused stages hand elements over inside one worker: no buffer between them to draw.
   const bool fused = to_->live() && to_->live()->fused;
   QPen pen(isSelected() ? QColor(40, 110, 230) : QColor(110, 115, 125), isSelected() ? 3 : 2);
@@ -345,11 +395,10 @@ void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   p->setPen(pen);
   p->setBrush(Qt::NoBrush);
   p->drawPath(path());
-  if (!live || fused) return;
   // The buffer between the stages, as a fill bar: level / capacity. A tee has one per reader.
-  auto [buffer_level, buffer_capacity] = live->reader_buffers.value(to_->id(), {live->buffer_level, live->buffer_capacity});
-  if (buffer_capacity == 0) return;
-  const double fill = double(buffer_level) / buffer_capacity;
+  const auto b = buffer();
+  if (!b) return;
+  const double fill = double(b->level) / b->capacity;
   const QRectF bar = fill_bar_rect();
   p->setPen(QPen(QColor(80, 85, 95), 1));
   p->setBrush(Qt::white);
@@ -478,7 +527,7 @@ void PipelineScene::set_live(const QHash<QString, LiveStage>& live) {
   live_ = live;
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it)
     it.value()->set_live(live_.contains(it.key()) ? std::optional<LiveStage>(live_.value(it.key())) : std::nullopt);
-  for (EdgeItem* e : edges_) e->update();
+  for (EdgeItem* e : edges_) e->live_changed();
 }
 
 void PipelineScene::mark_lost(const QString& why) {

@@ -17,20 +17,28 @@ namespace sluice::studio {
 
 inline constexpr const char* kOperatorMime = "application/x-sluice-operator";
 
+// A buffer as its connection's bar shows it: elements in it (after a run, its mean fill over the
+// run), its capacity, and the bytes in it against its byte limit (0: none).
+struct BufferView {
+  std::uint32_t level = 0, capacity = 0;
+  std::uint64_t bytes = 0, byte_limit = 0;
+};
+
 // What the canvas draws of a running stage, from the latest snapshot.
 struct LiveStage {
   double elements_per_s = 0;
   double bytes_per_s = 0;
   double busy = 0;  // 0..1 of its workers' time
   std::uint32_t buffer_level = 0, buffer_capacity = 0;
+  std::uint64_t buffer_bytes = 0, buffer_byte_limit = 0;
   bool fused = false;  // runs inside its input's workers: no buffer before it
   bool bottleneck = false;
   QString bottleneck_reason;
   QStringList devices;  // feed sinks: "cuda:0 11.8 GB/s, ring 3/4" per device
   std::uint64_t skipped = 0;
   QString failure;  // the run failed at this stage: the message
-  // Its output buffer as each reader sees it (a tee has one per reader): level and capacity.
-  QHash<QString, std::pair<std::uint32_t, std::uint32_t>> reader_buffers;
+  // Its output buffer as each reader sees it (a tee has one per reader).
+  QHash<QString, BufferView> reader_buffers;
   bool averages = false;  // the rates are the ended run's averages, not the last interval's
   QString lost;  // the connection to the run went before it ended: why; the numbers are the last seen
   std::uint32_t workers = 0;       // now (0: not reported)
@@ -97,12 +105,20 @@ class EdgeItem final : public QGraphicsPathItem {
   int input() const { return input_; }
   void adjust();
   QRectF boundingRect() const override;
+  // The line widened to a band a pointer finds without pixel-exact aim, and the fill bar.
+  QPainterPath shape() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
   QRectF fill_bar_rect() const;
+  // The buffer it draws, from its producer's live numbers (none: no run shown, or fused stages).
+  std::optional<BufferView> buffer() const;
+  // Its producer's or consumer's live numbers changed: its bar, shape and tooltip follow.
+  void live_changed();
   // Where the buffer's fill bar goes (the scene finds a free place along the edge).
   void set_bar_center(QPointF center);
 
  private:
+  // Its tooltip: the buffer's level, capacity and bytes, or why there is none.
+  void update_tooltip();
   NodeItem* from_;
   NodeItem* to_;
   int input_;

@@ -432,8 +432,10 @@ void MainWindow::apply_snapshot(const metrics::MetricsSnapshot& snap, bool run_e
     };
     l.buffer_level = level(st.buffer_level(), st.mean_buffer_fill(), st.buffer_capacity());
     l.buffer_capacity = st.buffer_capacity();
+    l.buffer_bytes = st.buffer_bytes();
+    l.buffer_byte_limit = st.buffer_byte_limit();
     for (const auto& r : st.readers())
-      l.reader_buffers.insert(QString::fromStdString(r.reader()), {level(r.level(), r.mean_fill(), r.capacity()), r.capacity()});
+      l.reader_buffers.insert(QString::fromStdString(r.reader()), {level(r.level(), r.mean_fill(), r.capacity()), r.capacity(), r.bytes(), r.byte_limit()});
     l.fused = !st.fused_with().empty();
     l.workers = st.workers();
     l.workers_tuned = st.workers_tuned();

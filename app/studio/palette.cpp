@@ -42,7 +42,12 @@ Palette::Palette(const Registry& registry, QWidget* parent) : QWidget(parent) {
   tree_->setHeaderHidden(true);
   tree_->setDragEnabled(true);
   tree_->setDragDropMode(QAbstractItemView::DragOnly);
+  no_match_ = new QLabel;
+  no_match_->setObjectName("palette_no_match");
+  no_match_->setWordWrap(true);
+  no_match_->hide();
   layout->addWidget(search_);
+  layout->addWidget(no_match_);
   layout->addWidget(tree_);
 
   // plugin -> kind -> operators, each level sorted by name.
@@ -102,20 +107,24 @@ QTreeWidgetItem* Palette::item_for(const QString& op) const {
 
 void Palette::filter(const QString& text) {
   const QString needle = text.trimmed();
-  // Leaves match on name or summary; a group shows when any leaf below it does.
-  std::function<bool(QTreeWidgetItem*)> apply = [&](QTreeWidgetItem* item) {
+  // Leaves match on name or summary, or on a group above them (its plugin, its kind); a group
+  // shows when any leaf below it does.
+  std::function<bool(QTreeWidgetItem*, bool)> apply = [&](QTreeWidgetItem* item, bool group_matched) {
+    const bool here = needle.isEmpty() || group_matched || item->text(0).contains(needle, Qt::CaseInsensitive);
     if (item->childCount() == 0) {
-      const bool match = needle.isEmpty() || item->text(0).contains(needle, Qt::CaseInsensitive) ||
-                         item->toolTip(0).contains(needle, Qt::CaseInsensitive);
+      const bool match = here || item->toolTip(0).contains(needle, Qt::CaseInsensitive);
       item->setHidden(!match);
       return match;
     }
     bool any = false;
-    for (int i = 0; i < item->childCount(); ++i) any = apply(item->child(i)) || any;
+    for (int i = 0; i < item->childCount(); ++i) any = apply(item->child(i), here) || any;
     item->setHidden(!any);
     return any;
   };
-  for (int i = 0; i < tree_->topLevelItemCount(); ++i) apply(tree_->topLevelItem(i));
+  bool any = false;
+  for (int i = 0; i < tree_->topLevelItemCount(); ++i) any = apply(tree_->topLevelItem(i), false) || any;
+  no_match_->setText(QString("No operator's name, group or description contains \u201c%1\u201d.").arg(needle));
+  no_match_->setVisible(!any);
   if (!needle.isEmpty()) tree_->setCurrentItem(first_visible_operator());
 }
 

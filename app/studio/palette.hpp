@@ -1,6 +1,7 @@
 #pragma once
 // Every operator the registry knows, grouped by plugin and kind, filtered as the user types;
 // dragged onto the canvas (or double-clicked) to add a stage.
+#include <QLabel>
 #include <QLineEdit>
 #include <QTreeWidget>
 #include <QWidget>
@@ -31,9 +32,11 @@ class Palette final : public QWidget {
   OperatorTree* tree() { return tree_; }
   QLineEdit* search() { return search_; }
   QTreeWidgetItem* item_for(const QString& op) const;
-  // Shows only operators whose name or summary contains the text, the first match highlighted.
+  // Shows only operators whose name, group (plugin or kind: "map" finds the maps) or summary
+  // contains the text, the first match highlighted; says so when none does.
   void filter(const QString& text);
   QTreeWidgetItem* first_visible_operator() const;
+  QLabel* no_match() const { return no_match_; }  // shown when nothing matches
 
  signals:
   void add_requested(const QString& op);
@@ -41,6 +44,7 @@ class Palette final : public QWidget {
  private:
   QLineEdit* search_;
   OperatorTree* tree_;
+  QLabel* no_match_;
 };
 
 }  // namespace sluice::studio
