@@ -1219,10 +1219,15 @@ class TestStudio : public QObject {
     QVERIFY2(more_workers >= 0, qPrintable(window_->verdict().summary()));
     const auto workers = window_->verdict().suggestion(more_workers).value;
     QVERIFY(workers >= 2);
+    click_node("work");  // its inspector open, as a user looking at it has
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "work");
+    window_->verdict().apply_button(more_workers)->setFocus();
     QTest::mouseClick(window_->verdict().apply_button(more_workers), Qt::LeftButton);
     QCOMPARE(stage_of("work")->parallelism(), static_cast<int>(workers));
     QVERIFY(!window_->verdict().apply_button(more_workers)->isEnabled());
-    QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);
+    // Ctrl+Z where the focus is now undoes the Apply, as the Verdict says.
+    QTRY_VERIFY(QApplication::focusWidget());
+    QTest::keyClick(QApplication::focusWidget(), Qt::Key_Z, Qt::ControlModifier);
     QCOMPARE(stage_of("work")->parallelism(), 0);
     // Undone, the suggestion can be applied again; redone, it is applied again.
     QVERIFY(window_->verdict().apply_button(more_workers)->isEnabled());

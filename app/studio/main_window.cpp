@@ -150,6 +150,9 @@ void MainWindow::follow_the_verdict() {
       applied_steps_[index] = {stack->index(), stack->command(stack->index() - 1)};
     }
     show_status(refusal ? "Not applied: " + *refusal : QString("Applied; Ctrl+Z undoes it"), 8000);
+    // The button just clicked is disabled now: focus would move on to the next field (an
+    // inspector's box), whose own Ctrl+Z would not undo the Apply. The canvas takes it.
+    view_->setFocus(Qt::OtherFocusReason);
   });
   // An applied suggestion that is undone can be applied again; redone, it is applied again.
   connect(document_.undo_stack(), &QUndoStack::indexChanged, this, [this](int step) {
