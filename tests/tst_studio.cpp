@@ -2279,6 +2279,15 @@ class TestStudio : public QObject {
     window_->attach_client().detach();
     headless.kill();
     headless.waitForFinished();
+    // New after it: an editable pipeline, its options too, even where they read as the attached
+    // run's did (no options: a run's pipeline as snapshots describe it).
+    window_->document().reset({}, "attached", true);
+    QTRY_VERIFY(window_->inspector().settled());
+    QVERIFY(!window_->inspector().findChild<QWidget*>("option:seed")->isEnabled());
+    window_->action("new")->trigger();
+    QTRY_VERIFY(window_->inspector().settled());
+    auto* seed = window_->inspector().findChild<QWidget*>("option:seed");
+    QVERIFY(seed && seed->isEnabled());
     // Nothing at all: told as a failed attach once patience runs out. Until an answer the window
     // says it is attaching, not attached, and keeps the file it shows; after a failure, too.
     open_text(stage("src", "range", "", {{"count", "10"}}) + stage("sink", "null_sink", "src"), "kept.txtpb");

@@ -96,7 +96,8 @@ Inspector::Inspector(Document& document, QWidget* parent) : QWidget(parent), doc
   outer->addWidget(scroll, 1);
   connect(&document_, &Document::changed, this, [this] {
     const spec::Stage* st = stage_in(document_.spec(), stage_);
-    if (!st && stage_.isEmpty() && document_.spec().options().SerializeAsString() == shown_) return;
+    // The same options of a document that became editable (New after an attach) are built anew.
+    if (!st && stage_.isEmpty() && document_.spec().options().SerializeAsString() == shown_ && document_.read_only() == shown_read_only_) return;
     if (!st) return show_stage({});
     if (st->SerializeAsString() != shown_) schedule_rebuild();
     else show_problem_messages();  // same values, maybe new problems (another stage changed)
@@ -169,7 +170,8 @@ void Inspector::rebuild() {
   QString focused;
   if (QWidget* f = focusWidget(); f && isAncestorOf(f)) focused = f->objectName();
   while (form_->rowCount() > 0) form_->removeRow(0);
-  form_host_->setEnabled(!document_.read_only());
+  shown_read_only_ = document_.read_only();
+  form_host_->setEnabled(!shown_read_only_);
   const spec::Stage* st = stage_in(document_.spec(), stage_);
   if (st) {
     show_stage_rows(*st);

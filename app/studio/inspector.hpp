@@ -60,6 +60,7 @@ class Inspector final : public QWidget {
   Document& document_;
   QString stage_;
   std::string shown_;  // the stage as the form shows it, to rebuild only when it changed
+  bool shown_read_only_ = false;  // whether the form was built for a document nothing edits
   QWidget* form_host_ = nullptr;
   QFormLayout* form_ = nullptr;
   QLabel* header_ = nullptr;
