@@ -18,6 +18,7 @@
 #include <QScrollBar>
 #include <QStatusBar>
 #include <QToolBar>
+#include <QClipboard>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -523,6 +524,41 @@ class TestStudio : public QObject {
     QVERIFY(shot.waitForFinished(30000));
     QCOMPARE(shot.exitCode(), 1);
     QVERIFY(!QFile::exists(dir_.filePath("x.png")));
+  }
+
+  // Copy, paste and duplicate a selection as in any node editor: its connections inside it kept,
+  // ids made unique, one undo step; the clipboard holds pipeline-file text.
+  void copies_pastes_and_duplicates_a_selection() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "10"}}) + stage("work", "identity", "src") + stage("out", "null_sink", "work"), "copy.txtpb");
+    const auto& spec = window_->document().spec();
+    node("src")->setSelected(true);
+    node("work")->setSelected(true);
+    window_->action("copy")->trigger();
+    const QString copied = QGuiApplication::clipboard()->text();
+    QVERIFY2(copied.contains("id: \"src\"") && copied.contains("id: \"work\"") && !copied.contains("null_sink"), qPrintable(copied));
+    const int steps = window_->document().undo_stack()->count();
+    window_->action("paste")->trigger();
+    QCOMPARE(spec.stage_size(), 5);
+    QCOMPARE(input_of(spec, "work_2"), QString("src_2"));  // the connection inside the copy, renamed
+    QCOMPARE(input_of(spec, "work"), QString("src"));
+    QCOMPARE(stage_of(spec, "src_2")->layout().x(), stage_of(spec, "src")->layout().x() + 40);
+    QCOMPARE(window_->scene().selected_stage_ids().size(), 2);  // the pasted ones are selected
+    QVERIFY(node("src_2")->isSelected() && node("work_2")->isSelected());
+    QCOMPARE(window_->document().undo_stack()->count(), steps + 1);
+    window_->document().undo();
+    QCOMPARE(spec.stage_size(), 3);
+    // Duplicate a stage alone: its input from outside the selection is left to connect.
+    window_->scene().clearSelection();
+    node("work")->setSelected(true);
+    window_->action("duplicate")->trigger();
+    QVERIFY(stage_of(spec, "work_2") && stage_of(spec, "work_2")->input_size() == 0);
+    QCOMPARE(stage_of(spec, "work_2")->op(), std::string("identity"));
+    // Text that is no pipeline is refused, saying so; nothing is added.
+    QGuiApplication::clipboard()->setText("hello");
+    window_->action("paste")->trigger();
+    QVERIFY2(window_->status_text().startsWith("Nothing to paste"), qPrintable(window_->status_text()));
+    QCOMPARE(spec.stage_size(), 4);
   }
 
   void zooms_with_the_wheel_and_deletes_a_selected_connection() {

@@ -10,6 +10,8 @@
 
 #include <QFile>
 #include <QFileInfo>
+#include <QMap>
+#include <QSet>
 #include <QtGlobal>
 #include <map>
 
@@ -204,6 +206,49 @@ void Document::remove_stages(const QStringList& ids) {
     }
     s = std::move(kept);
   });
+}
+
+spec::PipelineSpec Document::extract_stages(const QStringList& ids) const {
+  spec::PipelineSpec out;
+  for (const auto& st : spec_.stage()) {
+    if (!ids.contains(QString::fromStdString(st.id()))) continue;
+    auto* copy = out.add_stage();
+    *copy = st;
+    copy->clear_input();
+    for (const auto& in : st.input())
+      if (ids.contains(QString::fromStdString(in))) copy->add_input(in);
+  }
+  return out;
+}
+
+QStringList Document::paste_stages(const spec::PipelineSpec& stages, QPointF offset) {
+  if (stages.stage_size() == 0) return {};
+  // New ids first, each unused in the document and among those already chosen.
+  QMap<QString, QString> renamed;
+  QSet<QString> taken;
+  for (const auto& st : stages.stage()) {
+    const QString base = QString::fromStdString(st.id());
+    QString id = base;
+    for (int n = 2; index_of(id) >= 0 || taken.contains(id); ++n) id = QString("%1_%2").arg(base).arg(n);
+    taken.insert(id);
+    renamed.insert(base, id);
+  }
+  QStringList added;
+  edit(stages.stage_size() == 1 ? QString("Paste %1").arg(renamed.first()) : QString("Paste %1 stages").arg(stages.stage_size()),
+       [&](spec::PipelineSpec& s) {
+         for (const auto& st : stages.stage()) {
+           auto* copy = s.add_stage();
+           *copy = st;
+           copy->set_id(renamed.value(QString::fromStdString(st.id())).toStdString());
+           copy->clear_input();
+           for (const auto& in : st.input())
+             if (renamed.contains(QString::fromStdString(in))) copy->add_input(renamed.value(QString::fromStdString(in)).toStdString());
+           copy->mutable_layout()->set_x(std::round(st.layout().x() + offset.x()));
+           copy->mutable_layout()->set_y(std::round(st.layout().y() + offset.y()));
+           added << QString::fromStdString(copy->id());
+         }
+       });
+  return added;
 }
 
 std::optional<QString> Document::output_refusal(const QString& from) const {

@@ -61,6 +61,13 @@ class Document : public QObject {
   // The edits users make, each one undo step.
   QString add_stage(const QString& op, QPointF position);  // returns the new stage's id
   void remove_stages(const QStringList& ids);
+  // The stages `ids` as a pipeline of their own: their connections among themselves kept, those
+  // from other stages left out (what Copy puts on the clipboard, as pipeline-file text).
+  spec::PipelineSpec extract_stages(const QStringList& ids) const;
+  // Adds `stages` as one undo step (Paste, Duplicate): each renamed where its id is taken, their
+  // inputs among themselves following, an input naming any other stage dropped, every position
+  // moved by `offset`. Returns the new ids, in order.
+  QStringList paste_stages(const spec::PipelineSpec& stages, QPointF offset);
   // Into input `input` of `to` (-1: the next free input of a combine, the only one of others);
   // an input a combine already has is replaced, one past its last is added.
   void connect_stages(const QString& from, const QString& to, int input = -1);

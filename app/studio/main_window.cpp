@@ -4,12 +4,14 @@
 #include <cmath>
 #include <functional>
 
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QDir>
 #include <QDockWidget>
 #include <QRegularExpression>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QInputDialog>
 #include <QLineEdit>
 #include <QMap>
@@ -350,6 +352,12 @@ void MainWindow::build_edit_menu() {
   edit->addAction(undo);
   edit->addAction(redo);
   edit->addSeparator();
+  edit->addAction(add_action("copy", "&Copy", QKeySequence::Copy, [this] { copy_selection(); }));
+  edit->addAction(add_action("paste", "&Paste", QKeySequence::Paste, [this] { paste(); }));
+  edit->addAction(add_action("duplicate", "D&uplicate", QKeySequence("Ctrl+D"), [this] {
+    const QStringList ids = scene_->selected_stage_ids();
+    if (!ids.isEmpty()) paste_stages(document_.extract_stages(ids));
+  }));
   edit->addAction(add_action("delete", "&Delete", QKeySequence::Delete, [this] { delete_selection(); }));
   edit->addAction(add_action("arrange", "Arrange &left to right", QKeySequence("Ctrl+L"), [this] {
     document_.arrange();
@@ -717,6 +725,35 @@ void MainWindow::add_from_palette(const QString& op) {
   if (selected.size() == 1 && !document_.connection_refusal(selected.front(), id)) document_.connect_stages(selected.front(), id);
   document_.undo_stack()->endMacro();
   scene_->select_stage(id, true);
+}
+
+// The selected stages (and the connections among them) as pipeline-file text: pasted here, into
+// another window, or into a pipeline file in an editor.
+void MainWindow::copy_selection() {
+  const QStringList ids = scene_->selected_stage_ids();
+  if (ids.isEmpty()) return show_status("Nothing to copy: select stages first");
+  QGuiApplication::clipboard()->setText(QString::fromStdString(pipeline_to_text(document_.extract_stages(ids))));
+  show_status(QString("Copied %1 stage%2").arg(ids.size()).arg(ids.size() == 1 ? "" : "s"));
+}
+
+void MainWindow::paste() {
+  const QString text = QGuiApplication::clipboard()->text();
+  try {
+    paste_stages(parse_pipeline(text.toStdString(), "the clipboard").spec);
+  } catch (const std::exception& e) {
+    show_status(QString("Nothing to paste: the clipboard holds no pipeline stages (%1)").arg(QString::fromUtf8(e.what()).section('\n', 0, 0)), 10000);
+  }
+}
+
+// Added beside where they were, renamed where their ids are taken, and selected.
+void MainWindow::paste_stages(const spec::PipelineSpec& stages) {
+  if (stages.stage_size() == 0) return show_status("Nothing to paste: the clipboard holds no stage");
+  const QStringList added = document_.paste_stages(stages, QPointF(40, 40));
+  if (added.isEmpty()) return;
+  scene_->clearSelection();
+  for (const QString& id : added)
+    if (NodeItem* node = scene_->node(id)) node->setSelected(true);
+  show_status(QString("Added %1").arg(added.join(", ")));
 }
 
 void MainWindow::delete_selection() {

@@ -122,6 +122,9 @@ class MainWindow final : public QMainWindow {
   // between these two stages. Dropped when the selection changes.
   std::optional<std::pair<QString, QString>> insert_between_;
   void delete_selection();
+  void copy_selection();
+  void paste();
+  void paste_stages(const spec::PipelineSpec& stages);
   void remember_recent(const QString& file);
   void rebuild_recent_menu();
   void set_running(bool running);
