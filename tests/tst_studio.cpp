@@ -1704,6 +1704,14 @@ class TestStudio : public QObject {
     QTRY_VERIFY(node("prefetch"));
     QCOMPARE(input_of(spec, "prefetch"), QString("decode"));
     QCOMPARE(input_of(spec, "out"), QString("prefetch"));
+    // In line between its neighbours, what stood there moved right: no node covers another.
+    QCOMPARE(node("prefetch")->pos().y(), node("decode")->pos().y());
+    QVERIFY(node("decode")->pos().x() < node("prefetch")->pos().x() && node("prefetch")->pos().x() < node("out")->pos().x());
+    for (const auto& a : spec.stage())
+      for (const auto& b : spec.stage())
+        if (a.id() < b.id())
+          QVERIFY2(!node(QString::fromStdString(a.id()))->sceneBoundingRect().intersects(node(QString::fromStdString(b.id()))->sceneBoundingRect()),
+                   (a.id() + " covers " + b.id()).c_str());
     QTest::keyClick(window_.get(), Qt::Key_Z, Qt::ControlModifier);  // one step takes it out again
     QTRY_VERIFY(!node("prefetch"));
     QCOMPARE(input_of(spec, "out"), QString("decode"));

@@ -671,6 +671,27 @@ std::unique_ptr<QMenu> MainWindow::context_menu_at(QPoint view_pos) {
   return menu;
 }
 
+// Where a stage inserted on the connection from -> to goes: in line, one step right of `from`.
+// Where a node stands there, every stage from there rightwards moves right as far as needed first
+// (within the caller's undo step): nothing is covered and the pipeline still reads left to right.
+QPointF MainWindow::make_room_after(const QString& from) {
+  const double step = NodeItem::kWidth + 70;
+  const QPointF place = scene_->node(from)->pos() + QPointF(step, 0);
+  const QRectF wanted(place, QSizeF(NodeItem::kWidth, NodeItem::kHeight));
+  double shift = 0;
+  for (const auto& st : document_.spec().stage())
+    if (NodeItem* n = scene_->node(QString::fromStdString(st.id())); n && n->sceneBoundingRect().intersects(wanted))
+      shift = std::max(shift, place.x() + step - n->pos().x());
+  if (shift > 0) {
+    const double edge = place.x() - NodeItem::kWidth;
+    document_.edit("Make room", [&](spec::PipelineSpec& s) {
+      for (auto& st : *s.mutable_stage())
+        if (st.layout().x() > edge && st.id() != from.toStdString()) st.mutable_layout()->set_x(st.layout().x() + shift);
+    });
+  }
+  return place;
+}
+
 void MainWindow::add_from_palette(const QString& op) {
   if (document_.read_only()) return;
   if (insert_between_) {
@@ -684,11 +705,9 @@ void MainWindow::add_from_palette(const QString& op) {
       const auto at = std::find(inputs.begin(), inputs.end(), from.toStdString());
       if (at != inputs.end()) {
         const int slot = static_cast<int>(at - inputs.begin());  // a combine's other inputs stay
-        // Halfway along the connection; then from -> new -> to, one undo step.
-        const QPointF middle = (scene_->node(from)->pos() + scene_->node(to)->pos()) / 2 + QPointF(0, NodeItem::kHeight);
         if (document_.refuse_if_graph_locked()) return;
         document_.undo_stack()->beginMacro(QString("Insert %1").arg(op));
-        const QString id = document_.add_stage(op, middle);
+        const QString id = document_.add_stage(op, make_room_after(from));
         document_.edit(QString("Connect %1 to %2").arg(id, to), [&](spec::PipelineSpec& s) {
           for (auto& st : *s.mutable_stage())
             if (st.id() == to.toStdString() && slot < st.input_size()) st.set_input(slot, id.toStdString());

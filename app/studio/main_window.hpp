@@ -125,6 +125,7 @@ class MainWindow final : public QMainWindow {
   void copy_selection();
   void paste();
   void paste_stages(const spec::PipelineSpec& stages);
+  QPointF make_room_after(const QString& from);
   void remember_recent(const QString& file);
   void rebuild_recent_menu();
   void set_running(bool running);
