@@ -2291,9 +2291,22 @@ class TestStudio : public QObject {
     QVERIFY(!window_->runner().running());
     QVERIFY2(window_->status_text().contains("detach (Run > Detach)"), qPrintable(window_->status_text()));
     QVERIFY(window_->attach_client().attached());
-    // kill -9: no final snapshot, so the connection was lost, and the numbers are the last seen.
-    headless.kill();
+    // Attached to another run while attached: that run's pipeline and numbers replace these.
+    QProcess other;
+    const QString other_address = start_headless(other, write_text(dir_.filePath("other_attached.txtpb"),
+                                                                   stage("letters", "range", "", {{"count", "100000000"}}) +
+                                                                       stage("slow", "simulate_work", "letters", {{"us", "1000"}}) +
+                                                                       stage("sink", "null_sink", "slow")));
+    window_->attach_to(other_address);
+    QTRY_VERIFY_WITH_TIMEOUT(node("letters") && node("slow")->live() && !node("work"), 5000);
+    QVERIFY2(window_->windowTitle().contains(other_address), qPrintable(window_->windowTitle()));
+    headless.kill();  // the run left: nothing of it comes back
     headless.waitForFinished();
+    QTest::qWait(300);
+    QVERIFY(window_->attach_client().attached() && node("letters") && window_->run_state().startsWith("Attached: running"));
+    // kill -9: no final snapshot, so the connection was lost, and the numbers are the last seen.
+    other.kill();
+    other.waitForFinished();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->attach_client().attached(), 5000);
     QVERIFY2(window_->run_state().startsWith("Connection lost"), qPrintable(window_->run_state()));
   }
@@ -2353,6 +2366,16 @@ class TestStudio : public QObject {
     QVERIFY(window_->start_run());  // and it runs here
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
     QCOMPARE(window_->run_state(), QString("Finished: kept.txtpb"));
+    // Attached elsewhere while still waiting for a first run: the run that answers is shown.
+    window_->attach_client().set_patience_ms(20000);
+    window_->attach_to(QString("127.0.0.1:%1").arg(free_port()));
+    QTRY_VERIFY_WITH_TIMEOUT(window_->run_state().startsWith("Waiting for a run"), 3000);
+    QProcess answering;
+    const QString address = start_headless(answering, file);
+    window_->attach_to(address);
+    QTRY_VERIFY_WITH_TIMEOUT(node("slow") && node("slow")->live() && window_->document().read_only(), 5000);
+    answering.kill();
+    answering.waitForFinished();
   }
 
   // How an attached run ended is told by the last snapshot its stream sends: finished, or

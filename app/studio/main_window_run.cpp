@@ -3,9 +3,9 @@
 #include "main_window.hpp"
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include <QCloseEvent>
 #include <QDir>
@@ -363,13 +363,13 @@ void MainWindow::attach_to(const QString& address) {
   const QStringList addresses = WorkersPanel::split_addresses(address);
   if (addresses.isEmpty()) return;
   remember_in("recent_attach", address);
-  // What the window shows stays until the run answers (show_attached_run): an attach that fails
-  // leaves the open file, its title and its numbers as they were.
-  attach_pending_ = true;
   // Several workers: each one's rate in the Workers panel; the canvas shows the first.
   workers_->attach(addresses.size() > 1 ? addresses : QStringList{});
   if (addresses.size() > 1) bottom_tabs_->setCurrentWidget(workers_);
-  attach_.attach(addresses.first());
+  attach_.attach(addresses.first());  // (a run attached to before ends here, telling so)
+  // What the window shows stays until the run answers (show_attached_run): an attach that fails
+  // leaves the open file, its title and its numbers as they were.
+  attach_pending_ = true;
   set_run_state("Attaching to " + attach_.url());
   action("detach")->setEnabled(true);
   log_->note("attaching to " + attach_.url());
