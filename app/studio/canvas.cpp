@@ -1,7 +1,5 @@
 #include "canvas.hpp"
 
-#include <QRegularExpression>
-
 #include <algorithm>
 
 #include <QContextMenuEvent>
@@ -11,6 +9,7 @@
 #include <QKeyEvent>
 #include <QMimeData>
 #include <QPainter>
+#include <QRegularExpression>
 #include <QScrollBar>
 #include <QStyleOptionGraphicsItem>
 #include <QUndoStack>
@@ -156,7 +155,6 @@ QString fit_line(const QString& text, const QFontMetrics& metrics, int width) {
   *longest = metrics.elidedText(*longest, longest->contains('/') ? Qt::ElideLeft : Qt::ElideMiddle, kept);
   return metrics.elidedText(words.join(' '), Qt::ElideRight, width);
 }
-}  // namespace
 
 // Words laid on at most `lines` lines of `width`: a line takes words while they fit (a word too
 // long for a line alone is shortened, a path keeping its end); the last line takes the rest.
@@ -179,6 +177,7 @@ QStringList wrap_words(const QString& text, const QFontMetrics& metrics, int wid
   if (next < words.size()) out << fit_line(words.mid(next).join(' '), metrics, width);
   return out;
 }
+}  // namespace
 
 QStringList failure_face_lines(const QString& message, const QFontMetrics& metrics, int width) {
   const QString cause = failure_cause(message);
