@@ -1897,8 +1897,8 @@ class TestStudio : public QObject {
   }
 
   // Opened without positions, and after Arrange, a pipeline lies in layers as Graphviz's dot draws
-  // it: no node over another, every edge left to right, a branch and a merge without crossings
-  // (straight lines between the ports, input 0 on top).
+  // it: no node over another, every edge left to right (or into the next row of a deep pipeline),
+  // a branch and a merge without crossings (straight lines between the ports, input 0 on top).
   void the_layout_is_layered_left_to_right_without_crossings() {
     using sluice::test::stage;
     // A diamond: one source read by two maps, zipped back in port order; a tee into two sinks.
@@ -1929,8 +1929,11 @@ class TestStudio : public QObject {
           for (int k = 0; k < st.input_size(); ++k) {
             NodeItem* from = node(QString::fromStdString(st.input(k)));
             NodeItem* to = node(QString::fromStdString(st.id()));
-            QVERIFY2(to->pos().x() >= from->pos().x() + NodeItem::kWidth, qPrintable(file + ": an edge right to left into " + to->id()));
-            lines << Line{from->id(), to->id(), QLineF(from->output_port(), to->input_port(k))};
+            // Right of its input, or in a row of its own below (a pipeline deeper than a row
+            // goes on in the next, from the left).
+            const bool next_row = to->pos().y() >= from->sceneBoundingRect().bottom() && to->pos().x() < from->pos().x();
+            QVERIFY2(next_row || to->pos().x() >= from->pos().x() + NodeItem::kWidth, qPrintable(file + ": an edge right to left into " + to->id()));
+            if (!next_row) lines << Line{from->id(), to->id(), QLineF(from->output_port(), to->input_port(k))};
           }
         for (int i = 0; i < lines.size(); ++i)
           for (int j = i + 1; j < lines.size(); ++j) {
@@ -1945,8 +1948,8 @@ class TestStudio : public QObject {
     QVERIFY(node("right")->pos().y() < node("left")->pos().y());
   }
 
-  // Fit on a pipeline longer than the window: node text stays readable (larger type when zoomed
-  // out), the sources are in view.
+  // Fit on a pipeline longer than the window: all of it in view (a long chain laid out in rows),
+  // node text readable (larger type when zoomed out).
   void fit_keeps_node_text_readable_on_a_long_pipeline() {
     using sluice::test::stage;
     std::string chain = stage("s0", "range", "", {{"stop", "10"}});
@@ -1956,8 +1959,9 @@ class TestStudio : public QObject {
     window_->resize(1024, 700);
     QTest::qWait(50);
     window_->view().fit();
-    QVERIFY(window_->view().transform().m11() >= CanvasView::kSmallestFitZoom);
-    QVERIFY(window_->view().mapToScene(viewport()->rect()).boundingRect().contains(node("s0")->sceneBoundingRect()));
+    const QRectF visible = window_->view().mapToScene(viewport()->rect()).boundingRect();
+    for (const auto& st : window_->document().spec().stage())
+      QVERIFY2(visible.contains(node(QString::fromStdString(st.id()))->sceneBoundingRect()), st.id().c_str());
     // The name is drawn at least 11 pixels high on screen: what the detailed view draws at 1:1.
     QImage shot(viewport()->size(), QImage::Format_ARGB32);
     shot.fill(Qt::white);
@@ -1975,6 +1979,48 @@ class TestStudio : public QObject {
       dark_rows += dark;
     }
     QVERIFY2(dark_rows >= 8, qPrintable(QString("the name of s0 is %1 px high").arg(dark_rows)));
+  }
+
+  // The demo's twelve stages, opened and fitted in a large and a small window: all in view, and
+  // each node's rate line keeps its numbers (a long line drops its words first, never the number).
+  void a_fitted_pipeline_shows_every_node_and_its_numbers() {
+    using sluice::test::stage;
+    const std::vector<std::string> ids{"files", "shard", "read", "parse", "decode", "resize", "flip", "norm", "shuffle", "batch", "prefetch", "train"};
+    std::string chain = stage(ids[0], "range", "", {{"count", "2048"}});
+    for (std::size_t i = 1; i + 1 < ids.size(); ++i) chain += stage(ids[i], "identity", ids[i - 1]);
+    chain += stage(ids.back(), "null_sink", ids[ids.size() - 2]);
+    open_text(chain, "twelve.txtpb");
+    sluice::metrics::MetricsSnapshot snap;
+    snap.set_state("finished");
+    snap.set_elapsed_s(1.15);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      auto* st = snap.add_stage();
+      st->set_id(ids[i]);
+      st->set_op(i == 0 ? "range" : i + 1 == ids.size() ? "null_sink" : "identity");
+      if (i) st->add_inputs(ids[i - 1]);
+      st->set_workers(i == 4 ? 2 : 1);
+      st->set_workers_tuned(i == 4);
+      st->set_elements_per_s(1785.4);
+      st->set_bytes_per_s(411.2e6);
+      st->set_errors_skipped(i == 3 ? 12 : 0);
+    }
+    std::string line;
+    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
+    QVERIFY(window_->open_metrics_log(write_text(dir_.filePath("twelve.jsonl"), line + "\n")));
+    for (QSize size : {QSize(1600, 1000), QSize(1024, 700)}) {
+      window_->resize(size);
+      QTest::qWait(50);
+      window_->view().fit();
+      const double zoom = window_->view().transform().m11();
+      const QRectF visible = window_->view().mapToScene(viewport()->rect()).boundingRect();
+      for (const auto& id : ids) {
+        NodeItem* item = node(QString::fromStdString(id));
+        QVERIFY2(visible.contains(item->sceneBoundingRect()), id.c_str());
+        if (zoom >= NodeItem::kDetailedZoom) continue;
+        const QString shown = item->compact_rate_line(zoom);
+        QVERIFY2(shown.contains("1785/s") && !shown.contains(QChar(0x2026)), qPrintable(QString("%1 at zoom %2: %3").arg(id.c_str()).arg(zoom).arg(shown)));
+      }
+    }
   }
 
   // A run whose busiest stage holds nothing up (the report says "no stage is clearly held up"):

@@ -247,25 +247,49 @@ void NodeItem::paint_detailed_text(QPainter* p) {
   }
 }
 
+namespace {
+// When zoomed out: the name, bold, and the rate under it, above the busy gauge.
+const QRectF kCompactNameLine(8, 2, NodeItem::kWidth - 16, 38), kCompactRateLine(8, 40, NodeItem::kWidth - 16, 30);
+
+// Type that reads as about the detailed view's size on screen, as large as the line holds.
+QFont compact_font(QFont font, double zoom, double line_height, bool bold) {
+  font.setPixelSize(int(std::min(QFontInfo(font).pixelSize() / zoom, line_height - 4)));
+  font.setBold(bold);
+  return font;
+}
+}  // namespace
+
 void NodeItem::paint_compact_text(QPainter* p, double zoom) {
-  // Type that reads as about the detailed view's size on screen, within the node's two halves.
-  QFont font = p->font();
-  const double on_screen = QFontInfo(font).pixelSize();
-  font.setPixelSize(int(std::min(on_screen / zoom, (kHeight - 24) / 2)));
-  font.setBold(true);
-  p->setFont(font);
+  const QFont base = p->font();
+  p->setFont(compact_font(base, zoom, kCompactNameLine.height(), true));
   p->setPen(Qt::black);
-  const double line = (kHeight - 20) / 2;
-  p->drawText(QRectF(8, 4, kWidth - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
-              p->fontMetrics().elidedText(id_, Qt::ElideRight, int(kWidth - 16)));
+  p->drawText(kCompactNameLine, Qt::AlignLeft | Qt::AlignVCenter, p->fontMetrics().elidedText(id_, Qt::ElideRight, int(kCompactNameLine.width())));
   if (!live_) return;
-  font.setBold(false);
-  p->setFont(font);
+  p->setFont(compact_font(base, zoom, kCompactRateLine.height(), false));
   p->setPen(rate_colour());
-  QString rate = rate_text();
-  if (live_->workers_tuned) rate = QString::fromUtf8("%1 \u00b7 %2 wk auto").arg(rate).arg(live_->workers);
-  p->drawText(QRectF(8, 4 + line, kWidth - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
-              p->fontMetrics().elidedText(rate, Qt::ElideRight, int(kWidth - 16)));
+  p->drawText(kCompactRateLine, Qt::AlignLeft | Qt::AlignVCenter, compact_rate_line(p->fontMetrics()));
+}
+
+QString NodeItem::compact_rate_line(const QFontMetrics& metrics) const {
+  const QStringList texts = compact_rate_texts();
+  for (const QString& text : texts)
+    if (metrics.horizontalAdvance(text) <= kCompactRateLine.width()) return text;
+  return metrics.elidedText(texts.back(), Qt::ElideRight, int(kCompactRateLine.width()));
+}
+
+QString NodeItem::compact_rate_line(double zoom) const {
+  return live_ ? compact_rate_line(QFontMetrics(compact_font(scene() ? scene()->font() : QFont(), zoom, kCompactRateLine.height(), false))) : QString();
+}
+
+QStringList NodeItem::compact_rate_texts() const {
+  if (!live_->failure.isEmpty()) return {rate_text()};
+  const QString rate = QString("%1/s").arg(short_number(live_->elements_per_s));
+  if (!live_->lost.isEmpty()) return {"lost \u00b7 last " + rate, "lost " + rate};
+  QStringList texts;
+  if (live_->workers_tuned)
+    texts << QString::fromUtf8("%1 \u00b7 %2 wk auto").arg(rate).arg(live_->workers) << QString::fromUtf8("%1 \u00b7 %2 wk").arg(rate).arg(live_->workers);
+  if (live_->averages) texts << "avg " + rate;
+  return texts << rate;
 }
 
 void NodeItem::paint_busy_gauge(QPainter* p) {
@@ -689,12 +713,6 @@ void CanvasView::fit() {
   const QRectF framed = bounds.adjusted(-40, -40, 40, 40);
   fitInView(framed, Qt::KeepAspectRatio);
   if (transform().m11() > 1.0) setTransform(QTransform());
-  if (transform().m11() >= kSmallestFitZoom) return;
-  // A pipeline too long for the window: the smallest zoom whose node text still reads, showing
-  // where the data comes from (the left end); the rest is a scroll away.
-  setTransform(QTransform::fromScale(kSmallestFitZoom, kSmallestFitZoom));
-  const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
-  centerOn(framed.left() + visible.width() / 2, framed.center().y());
 }
 
 void CanvasView::drawForeground(QPainter* painter, const QRectF& rect) {

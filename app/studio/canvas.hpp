@@ -75,6 +75,8 @@ class NodeItem final : public QGraphicsObject {
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
   // Below this zoom a node draws its name and rate only, larger (see paint).
   static constexpr double kDetailedZoom = 0.75;
+  // The live line as the node draws it at `zoom` when zoomed out.
+  QString compact_rate_line(double zoom) const;
 
  protected:
   QVariant itemChange(GraphicsItemChange change, const QVariant& value) override;
@@ -86,6 +88,10 @@ class NodeItem final : public QGraphicsObject {
   void paint_busy_gauge(QPainter* p);
   void paint_ports(QPainter* p);
   QString rate_text() const;  // the live line: rates, or the failure's reason
+  // The live line when zoomed out, longest first: the first that fits is drawn, so the numbers
+  // are never what is cut off.
+  QStringList compact_rate_texts() const;
+  QString compact_rate_line(const QFontMetrics& metrics) const;
   QColor rate_colour() const;
   void update_tooltip();
   QPointF input_port_local(int k) const { return QPointF(0, kHeight * (k + 1) / (input_ports_ + 1)); }
@@ -191,8 +197,6 @@ class PipelineScene final : public QGraphicsScene {
 class CanvasView final : public QGraphicsView {
   Q_OBJECT
  public:
-  // Fit never zooms out further: node text (drawn larger when zoomed out) stays readable.
-  static constexpr double kSmallestFitZoom = 0.4;
   explicit CanvasView(PipelineScene& scene, QWidget* parent = nullptr);
   void zoom_by(double factor);
   void fit();  // the whole pipeline in view (never larger than 1:1); follows resizes until zoomed

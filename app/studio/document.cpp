@@ -50,7 +50,6 @@ spec::Stage* find_stage(spec::PipelineSpec& s, const QString& id) {
   return nullptr;
 }
 constexpr double kColumnStep = 270, kRowStep = 130;
-constexpr int kColumns = 6;  // stages per row before a long chain wraps
 }  // namespace
 
 Document::Document(const Registry& registry, QObject* parent) : QObject(parent), registry_(registry) { revalidate(); }
@@ -497,11 +496,11 @@ void Document::lay_out_in_columns(spec::PipelineSpec& s) {
   };
   for (int i = 0; i < s.stage_size(); ++i) place(i);
   std::vector<int> rows_of_chain(chains, 1), first_row(chains, 0);
-  for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / kColumns + 1);
+  for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / kLayersPerRow + 1);
   for (int c = 1; c < chains; ++c) first_row[c] = first_row[c - 1] + rows_of_chain[c - 1];
   for (int i = 0; i < s.stage_size(); ++i) {
-    s.mutable_stage(i)->mutable_layout()->set_x((depth[i] % kColumns) * kColumnStep);
-    s.mutable_stage(i)->mutable_layout()->set_y((first_row[chain[i]] + depth[i] / kColumns) * kRowStep);
+    s.mutable_stage(i)->mutable_layout()->set_x((depth[i] % kLayersPerRow) * kColumnStep);
+    s.mutable_stage(i)->mutable_layout()->set_y((first_row[chain[i]] + depth[i] / kLayersPerRow) * kRowStep);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <vector>
 
 namespace sluice::studio {
 
@@ -22,6 +23,31 @@ std::string inches(double points) { return std::to_string(points / 72.0); }
 // The gaps between nodes: wide enough between layers for an edge's buffer bar, and between the
 // nodes of one layer for an edge to pass.
 constexpr double kLayerGap = 90, kNodeGap = 46;
+// Between two rows of layers: room for the edges that go back to the left through it.
+constexpr double kRowGap = 70;
+
+// Layers kLayersPerRow to 2 * kLayersPerRow - 1 go under the first ones, and so on: each row
+// starts at the left and below the row before it, with its own top.
+void fold_into_rows(std::map<std::string, NodePlace>& places, double height) {
+  std::vector<double> layers;  // the left edges of the layers, left to right
+  for (const auto& [id, place] : places) layers.push_back(place.x);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  if (layers.size() <= static_cast<std::size_t>(kLayersPerRow)) return;
+  auto row_of = [&](double x) { return (std::lower_bound(layers.begin(), layers.end(), x) - layers.begin()) / kLayersPerRow; };
+  const std::size_t rows = (layers.size() + kLayersPerRow - 1) / kLayersPerRow;
+  std::vector<double> top(rows, std::numeric_limits<double>::max()), bottom(rows, 0);
+  for (const auto& [id, place] : places) {
+    top[row_of(place.x)] = std::min(top[row_of(place.x)], place.y);
+    bottom[row_of(place.x)] = std::max(bottom[row_of(place.x)], place.y + height);
+  }
+  std::vector<double> row_y(rows, 0);
+  for (std::size_t r = 1; r < rows; ++r) row_y[r] = row_y[r - 1] + (bottom[r - 1] - top[r - 1]) + kRowGap;
+  for (auto& [id, place] : places) {
+    const auto r = row_of(place.x);
+    place = {place.x - layers[r * kLayersPerRow], place.y - top[r] + row_y[r]};
+  }
+}
 }  // namespace
 
 std::optional<std::map<std::string, NodePlace>> layered_places(const spec::PipelineSpec& spec, double width, double height,
@@ -73,6 +99,7 @@ std::optional<std::map<std::string, NodePlace>> layered_places(const spec::Pipel
   }
   for (auto& [id, place] : places) place = {std::round(place.x - left), std::round(place.y - top)};
   gvFreeLayout(context, graph.get());
+  fold_into_rows(places, height);
   return places;
 }
 
