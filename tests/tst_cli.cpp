@@ -59,7 +59,15 @@ class TestCli : public QObject {
                            "options { fuse_stages: false autotune { cpu_budget: 2 } }\n" + stage("src", "range", "", {{"count", "6000"}}) +
                                stage("work", "simulate_work", "src", {{"us", "300"}}) + stage("out", "null_sink", "work"))});
     QCOMPARE(two.code, 0);
-    QVERIFY2(two.err.contains(QRegularExpression("\\d:\\d\\d\\.\\d autotune: 'work' workers 1 -> 2: busy \\d+% of its 1 worker")), qPrintable(two.err));
+    QVERIFY2(two.err.contains(QRegularExpression("\\d:\\d\\d\\.\\d autotune: 'work' workers 1 -> 2: busy \\d+% of the time on its 1 worker; the "
+                                                 "pipeline could run [\\d.]+x as fast before (the CPU budget of 2 cores|stage 'work' at its most 2 workers) "
+                                                 "holds it back, "
+                                                 "and at that speed this stage needs [\\d.]+ cores\n")),
+             qPrintable(two.err));
+    // The table marks the worker count the tuner chose, and says so under it.
+    QVERIFY2(two.out.contains(QRegularExpression("\nwork +simulate_work +[12]\\* ")) && !two.out.contains(QRegularExpression("\nsrc +range +1\\*")) &&
+                 two.out.contains("* workers chosen by the autotuner (parallelism AUTOTUNE): see Autotune below\n"),
+             qPrintable(two.out));
     // The summary says where the stage ended and why: with two workers, or (on a machine busy
     // with other work, where the second worker made the run slower) back at one, saying so.
     QVERIFY2(two.out.contains("work: 1 worker -> 2 workers at") ||

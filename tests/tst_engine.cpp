@@ -1,5 +1,6 @@
 // Engine behaviour users rely on: error policies, stop, bottleneck detection, metrics.
 #include <QtTest>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <thread>
@@ -191,6 +192,36 @@ class TestEngine : public QObject {
     cache->set_op("cache");
     cache->set_role(sluice::role_name(sluice::OperatorRole::Caches));
     QVERIFY(sluice::format_report(snap).find("add a `cache`") == std::string::npos);
+  }
+
+  // An autotuned bottleneck: the report says how many workers the tuner gave it and whether
+  // that is its most, in plain words, and marks the count in the table.
+  void report_says_what_the_autotuner_gave_a_stage() {
+    sluice::metrics::MetricsSnapshot snap;
+    snap.mutable_autotune()->set_cpu_budget(2);
+    snap.mutable_autotune()->set_cpu_budget_source("options.autotune.cpu_budget");
+    for (const char* id : {"src", "work", "out"}) {
+      auto* m = snap.add_stage();
+      m->set_id(id);
+      m->set_op(std::string(id) == "work" ? "simulate_work" : std::string(id) == "src" ? "range" : "null_sink");
+      m->set_kind(std::string(id) == "work" ? "map" : std::string(id) == "src" ? "source" : "sink");
+      m->set_workers(1);
+      if (std::string(id) != "src") m->add_inputs(std::string(id) == "work" ? "src" : "work");
+    }
+    auto* work = snap.mutable_stage(1);
+    work->set_stateless(true);
+    work->set_workers_tuned(true);
+    work->set_max_workers(4);
+    work->set_busy_fraction(0.9);
+    snap.set_bottleneck("work");
+    snap.set_bottleneck_reason("busy 90% of the time on 1 worker; its input buffer is 95% full, its output buffer 1% full");
+    for (auto [workers, said] : {std::pair{1u, "1 worker of at most 4,"}, std::pair{3u, "3 workers of at most 4,"}, std::pair{4u, "4 workers, the most it may have,"}}) {
+      work->set_workers(workers);
+      const auto text = sluice::format_report(snap);
+      QVERIFY2(text.find(std::string("the autotuner gives stage 'work' ") + said + " within the CPU budget of 2 cores") != std::string::npos, text.c_str());
+      QVERIFY2(text.find(fmt::format("\nwork             simulate_work  {:>3} ", std::to_string(workers) + "*")) != std::string::npos, text.c_str());
+      QVERIFY2(text.find("* workers chosen by the autotuner") != std::string::npos, text.c_str());
+    }
   }
 
   void skip_reasons_are_counted_by_kind() {

@@ -23,6 +23,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QPushButton>
 #include <QRegularExpression>
 #include <QSettings>
 #include <QComboBox>
@@ -288,7 +289,7 @@ class TestStudio : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(window_->scene().edge_into("slow")->toolTip().contains(" elements ("), 5000);
     const QString tip = window_->scene().edge_into("slow")->toolTip();
     QVERIFY2(tip.startsWith("Buffer 'src' -> 'slow': ") && tip.contains(QString(" of %1 elements").arg(buffers.value("slow").capacity)) &&
-                 (tip.contains(" bytes") || tip.contains("KB") || tip.contains("MB")),
+                 tip.contains(QRegularExpression("elements \\(\\d+%\\), [\\d.]+ (bytes|KB|MB)")),
              qPrintable(tip));
     window_->stop_run();
     QTRY_VERIFY_WITH_TIMEOUT(!window_->runner().running(), 10000);
@@ -524,6 +525,32 @@ class TestStudio : public QObject {
     QVERIFY(shot.waitForFinished(30000));
     QCOMPARE(shot.exitCode(), 1);
     QVERIFY(!QFile::exists(dir_.filePath("x.png")));
+    // A metrics log opens as File > Open metrics log opens it; one that is not is named as such.
+    sluice::metrics::MetricsSnapshot snap;
+    snap.set_state("finished");
+    snap.set_elapsed_s(1);
+    for (const char* id : {"a", "b"}) {
+      auto* st = snap.add_stage();
+      st->set_id(id);
+      st->set_op(std::string(id) == "a" ? "range" : "null_sink");
+      if (std::string(id) == "b") st->add_inputs("a");
+      st->set_elements_per_s(10);
+    }
+    snap.mutable_pipeline()->set_text(sluice::test::stage("a", "range", "", {{"count", "10"}}) + sluice::test::stage("b", "null_sink", "a"));
+    std::string line;
+    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
+    const QString good_log = write_text(dir_.filePath("run.jsonl"), line + "\n"), bad_log = write_text(dir_.filePath("bad.jsonl"), "not json\n");
+    for (const QString& log : {good_log, bad_log}) {
+      QProcess opened;
+      opened.setProcessEnvironment(env);
+      opened.start(SLUICE_STUDIO_BIN, {"--screenshot", dir_.filePath("log.png"), "--run-seconds", "0.2", log});
+      QVERIFY(opened.waitForFinished(30000));
+      const QString err = QString::fromUtf8(opened.readAllStandardError());
+      QCOMPARE(opened.exitCode(), log == good_log ? 0 : 1);
+      QCOMPARE(QFile::exists(dir_.filePath("log.png")), log == good_log);
+      if (log == bad_log) QVERIFY2(err.contains("cannot open " + bad_log + " as a metrics log: ") && err.contains("bad.jsonl"), qPrintable(err));
+      QFile::remove(dir_.filePath("log.png"));
+    }
   }
 
   // Copy, paste and duplicate a selection as in any node editor: its connections inside it kept,
@@ -1512,6 +1539,72 @@ class TestStudio : public QObject {
     window_->action("new")->trigger();
     QVERIFY2(window_->status_text().isEmpty(), qPrintable(window_->status_text()));
     QCOMPARE(window_->run_state(), QString("No run"));
+  }
+
+  // A run of twelve stages (one autotuned, one fixed bottleneck) shown in a large and in small
+  // windows: the table shows its rows and the columns in use, the charts keep a readable width
+  // and never lie under their legends, and the Verdict's Apply stays inside its panel however
+  // long the Autotune lines.
+  void small_windows_keep_the_run_panels_readable() {
+    using sluice::test::stage;
+    std::string chain = stage("src", "range", "", {{"count", "3000"}});
+    std::string last = "src";
+    for (int i = 0; i < 8; ++i) {
+      const std::string id = "pass_" + std::to_string(i);
+      chain += stage(id, "identity", last);
+      last = id;
+    }
+    chain += stage("work", "simulate_work", last, {{"us", "200"}}, "parallelism: -1") + stage("slow", "simulate_work", "work", {{"us", "400"}}) +
+             stage("out", "null_sink", "slow");
+    const QString file = write_text(dir_.filePath("twelve_run.txtpb"), chain), log = dir_.filePath("twelve_run.jsonl");
+    QProcess headless;
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, file});
+    QVERIFY(headless.waitForFinished(60000));
+    QCOMPARE(headless.exitCode(), 0);
+    window_.reset();
+    QSettings settings("Sluice", "Sluice Studio");
+    settings.remove("window");  // a first start: the app's own proportions
+    for (QSize size : {QSize(1600, 1000), QSize(1280, 720), QSize(1024, 700)}) {
+      const QString at_size = QString("%1x%2").arg(size.width()).arg(size.height());
+      MainWindow fresh(sluice::test::registry());
+      fresh.resize(size);
+      fresh.show();
+      QVERIFY(QTest::qWaitForWindowExposed(&fresh));
+      QVERIFY(fresh.open_metrics_log(log));
+      auto* tabs = fresh.findChild<QTabWidget*>("bottom_tabs");
+      auto& monitor = fresh.monitor();
+      tabs->setCurrentWidget(&monitor);
+      QTest::qWait(50);
+      QTableWidget* table = monitor.table();
+      const int rows_shown = table->viewport()->height() / table->rowHeight(0);
+      qInfo("%s: table %dx%d shows %d rows; charts %d and %d wide", qPrintable(at_size), table->width(), table->height(), rows_shown,
+            monitor.throughput_view()->width(), monitor.occupancy_view()->width());
+      QVERIFY2(rows_shown >= 6, qPrintable(at_size + QString(": %1 rows").arg(rows_shown)));
+      QVERIFY2(table->isColumnHidden(10), qPrintable(at_size + ": the padding column of a pipeline that pads nothing"));
+      for (int r = 0; r < table->rowCount(); ++r)
+        if (table->item(r, 0)->text().startsWith("work")) QVERIFY2(table->item(r, 2)->text().endsWith(" auto"), qPrintable(table->item(r, 2)->text()));
+      for (QChartView* view : {monitor.throughput_view(), monitor.occupancy_view()}) {
+        QVERIFY(view);
+        QVERIFY2(view->width() >= MonitorPanel::kChartMinWidth - 20, qPrintable(at_size + QString(": a chart %1 wide").arg(view->width())));
+        for (QLabel* legend : {monitor.throughput_legend(), monitor.occupancy_legend()})
+          if (legend->isVisible() && legend->parentWidget() == view->parentWidget())
+            QVERIFY2(view->geometry().bottom() < legend->geometry().top(), qPrintable(at_size + ": a legend over its chart"));
+      }
+      tabs->setCurrentWidget(&fresh.verdict());
+      QTest::qWait(50);
+      auto* autotune = fresh.findChild<QLabel*>("verdict_autotune");
+      QVERIFY(autotune);
+      auto* scroll = fresh.verdict().findChild<QScrollArea*>();
+      int applies = 0;
+      for (auto* button : scroll->widget()->findChildren<QPushButton*>()) {
+        if (button->text() != "Apply") continue;
+        ++applies;
+        const int right = button->mapTo(scroll->viewport(), QPoint(button->width(), 0)).x();
+        QVERIFY2(right <= scroll->viewport()->width(), qPrintable(at_size + QString(": Apply ends at %1 of %2").arg(right).arg(scroll->viewport()->width())));
+      }
+      QVERIFY2(applies > 0, qPrintable(fresh.verdict().summary()));
+      QVERIFY2(autotune->width() <= scroll->viewport()->width(), qPrintable(at_size + QString(": Autotune %1 wide").arg(autotune->width())));
+    }
   }
 
   // A metrics log opens as the run it recorded: its own pipeline on the canvas (whatever was open),

@@ -36,7 +36,7 @@ const QCommandLineOption list_palette("list-palette",
 void set_up(QCommandLineParser& cli) {
   cli.setApplicationDescription("Build input pipelines visually and watch every stage live.");
   cli.addHelpOption();
-  cli.addPositionalArgument("pipeline", "pipeline file to open (.txtpb)");
+  cli.addPositionalArgument("file", "pipeline file to open (.txtpb, .json), or a metrics log of a run (.jsonl, from sluice run --metrics-log)");
   cli.addOptions({plugin_dir, attach, attach_service, screenshot, run_seconds, tab, list_palette});
 }
 
@@ -141,13 +141,15 @@ int main(int argc, char** argv) {
   // The window first: a file that cannot be opened is explained in it (and on stderr), and the
   // app stays open on an empty pipeline, as it would after File > Open of the same file.
   window.show();
-  if (!args.isEmpty() && !window.open_file(args.front())) {
-    std::fprintf(stderr, "cannot open %s: %s\n", qPrintable(args.front()), qPrintable(window.last_open_error()));
+  const bool metrics_log = !args.isEmpty() && args.front().endsWith(".jsonl");
+  if (!args.isEmpty() && !(metrics_log ? window.open_metrics_log(args.front()) : window.open_file(args.front()))) {
+    std::fprintf(stderr, "cannot open %s%s: %s\n", qPrintable(args.front()), metrics_log ? " as a metrics log" : "",
+                 qPrintable(window.last_open_error()));
     if (cli.isSet(screenshot)) return 1;
   }
   if (cli.isSet(attach)) window.attach_to(cli.value(attach));
   if (cli.isSet(attach_service)) window.attach_to_service(cli.value(attach_service));
 
-  if (cli.isSet(screenshot) && !take_screenshot_when_done(window, cli, !follows)) return 1;
+  if (cli.isSet(screenshot) && !take_screenshot_when_done(window, cli, !follows && !metrics_log)) return 1;
   return app.exec();
 }

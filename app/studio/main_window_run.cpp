@@ -229,6 +229,7 @@ void MainWindow::show_verdict(const metrics::MetricsSnapshot& final_snapshot, co
 
 bool MainWindow::open_metrics_log(const QString& file) {
   auto refuse = [&](const QString& why) {
+    last_open_error_ = why;
     log_->note(QString("metrics log %1 not opened: %2").arg(file, why));
     show_status(QString("Cannot open %1: %2").arg(QFileInfo(file).fileName(), why));
     return false;

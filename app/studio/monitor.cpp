@@ -40,6 +40,10 @@ void set_ticks(QValueAxis* axis, double low, double high, int ticks) {
   axis->setRange(low, high);
 }
 
+// Below this a chart's plot is too flat to read; a short panel drops the legends and the axis
+// titles before the plot shrinks to it (the table's colour squares are the legend then).
+constexpr int kChartMinHeight = 120, kChartRoomyHeight = 230;
+
 QChartView* make_chart(const QString& title, QValueAxis*& x, QAbstractAxis* y) {
   auto* chart = new QChart;
   chart->setTitle(title);
@@ -52,7 +56,7 @@ QChartView* make_chart(const QString& title, QValueAxis*& x, QAbstractAxis* y) {
   chart->addAxis(y, Qt::AlignLeft);
   auto* view = new QChartView(chart);
   view->setRenderHint(QPainter::Antialiasing);
-  view->setMinimumHeight(160);
+  view->setMinimumHeight(kChartMinHeight);
   return view;
 }
 
@@ -104,6 +108,8 @@ MonitorPanel::MonitorPanel(QWidget* parent) : QWidget(parent) {
   table_->horizontalHeaderItem(10)->setToolTip("Share of the values a batching stage wrote that are padding (padded_batch, "
                                                "bucket_by_sequence_length, pack_sequences); bucketing and packing lower it");
   table_->verticalHeader()->hide();
+  // Rows as tall as their text: a short panel still shows a pipeline's stages.
+  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
   table_->horizontalHeader()->setSectionsClickable(true);
   // Shown from the start, with no section sorted: every header has room for the arrow already,
@@ -276,8 +282,7 @@ void MonitorPanel::show_focus() {
   for (auto it = throughput_series_.begin(); it != throughput_series_.end(); ++it) it.value()->setVisible(all || it.key() == focused_);
   for (auto it = occupancy_series_.begin(); it != occupancy_series_.end(); ++it) it.value()->setVisible(all || it.key() == focused_);
   for (auto it = busy_series_.begin(); it != busy_series_.end(); ++it) it.value()->setVisible(!all && it.key() == focused_);
-  throughput_->chart()->setTitle(all ? "Throughput" : QString("Throughput of '%1'").arg(focused_));
-  occupancy_->chart()->setTitle(all ? "Buffer occupancy" : QString("'%1': buffer fill (solid) and busy (dotted)").arg(focused_));
+  fit_charts_to_their_room();  // the titles
   occupancy_y_->setTitleText(all ? "level / capacity" : "share");
   update_legends();
 }
@@ -388,7 +393,8 @@ void MonitorPanel::fill_table() {
     const bool failed_here = !snap.failed_stage().empty() && st.id() == snap.failed_stage();
     table_->setItem(r, 0, cell(id + (bottleneck ? "  ◀ bottleneck" : failed_here ? "  ✖ failed here" : ""), false));
     table_->setItem(r, 1, cell(QString::fromStdString(st.op()), false));
-    table_->setItem(r, 2, cell(QString::number(st.workers())));
+    table_->setItem(r, 2, cell(QString::number(st.workers()) + (st.workers_tuned() ? " auto" : "")));
+    if (st.workers_tuned()) table_->item(r, 2)->setToolTip("chosen by the autotuner (parallelism AUTOTUNE): the Verdict's Autotune section says why");
     table_->setItem(r, 3, cell(short_number(elements_per_s(st))));
     table_->setItem(r, 4, cell(QString::number(bytes_per_s(st) / 1e6, 'f', 1)));
     table_->setItem(r, 5, cell(percent(st.busy_fraction())));
@@ -400,6 +406,8 @@ void MonitorPanel::fill_table() {
                                                             : QString("–")));
     table_->setItem(r, 9, cell(QString::number(st.errors_skipped())));
     table_->setItem(r, 10, cell(padding_share(st) >= 0 ? percent(padding_share(st)) : QString("–")));
+    // The stage's colour in the charts: the legend where the charts have no room for theirs.
+    if (QLineSeries* line = throughput_series_.value(id)) table_->item(r, 0)->setData(Qt::DecorationRole, line->color());
     if (bottleneck || failed_here)
       for (int c = 0; c < table_->columnCount(); ++c) table_->item(r, c)->setBackground(failed_here ? QColor(250, 205, 205) : QColor(255, 225, 190));
     ++r;
@@ -417,7 +425,33 @@ void MonitorPanel::fill_table() {
       ++r;
     }
   }
+  show_columns_in_use();
   widen_columns();
+}
+
+// "padding" only where a stage pads (padded_batch, bucket_by_sequence_length, pack_sequences).
+void MonitorPanel::show_columns_in_use() {
+  bool pads = false;
+  for (const auto& st : shown_.stage()) pads = pads || padding_share(st) >= 0;
+  table_->setColumnHidden(10, !pads);
+}
+
+void MonitorPanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  fit_charts_to_their_room();
+}
+
+// A short panel: the plots keep what room there is, without legends and axis titles, whose
+// units go into the charts' titles.
+void MonitorPanel::fit_charts_to_their_room() {
+  const bool roomy = height() >= kChartRoomyHeight;
+  for (QLabel* legend : {throughput_legend_, occupancy_legend_}) legend->setVisible(roomy);
+  for (QChartView* view : {throughput_, occupancy_})
+    for (QAbstractAxis* axis : view->chart()->axes()) axis->setTitleVisible(roomy);
+  const bool all = focused_.isEmpty() || !throughput_series_.contains(focused_);
+  throughput_->chart()->setTitle((all ? QString("Throughput") : QString("Throughput of '%1'").arg(focused_)) + (roomy ? "" : " (elements/s, log)"));
+  occupancy_->chart()->setTitle(all ? QString("Buffer occupancy") + (roomy ? "" : " (level / capacity)")
+                                    : QString("'%1': buffer fill (solid) and busy (dotted)").arg(focused_));
 }
 
 void MonitorPanel::widen_columns() {
@@ -440,8 +474,9 @@ void MonitorPanel::give_the_table_its_columns() {
   const QList<int> sizes = split_->sizes();
   int total = 0;
   for (int size : sizes) total += size;
+  // The charts keep a readable width where the panel has it; the table scrolls sideways then.
   const int wanted = std::min(table_->horizontalHeader()->length() + table_->verticalScrollBar()->sizeHint().width() + 2 * table_->frameWidth(),
-                              total * 66 / 100);
+                              std::max(total - 2 * kChartMinWidth, total * 40 / 100));
   if (total <= 0 || wanted <= sizes.value(0)) return;
   const int chart = (total - wanted) / 2;
   split_->setSizes({wanted, chart, total - wanted - chart});

@@ -30,6 +30,7 @@ class MonitorPanel final : public QWidget {
   QChart* throughput_chart() { return throughput_->chart(); }
   QChart* occupancy_chart() { return occupancy_->chart(); }
   QChartView* throughput_view() { return throughput_; }
+  QChartView* occupancy_view() { return occupancy_; }
   QLineSeries* throughput_series(const QString& stage) const { return throughput_series_.value(stage); }
   QLineSeries* occupancy_series(const QString& stage) const { return occupancy_series_.value(stage); }
   // Every series' name in its colour, under each chart: all of them, however many stages.
@@ -48,9 +49,12 @@ class MonitorPanel final : public QWidget {
   // Sorts the table by a column (the header's click does the same); -1: pipeline order. The
   // bottleneck, or the stage a run failed at, stays the first row whatever the order.
   void sort_by(int column, Qt::SortOrder order);
+  // Narrowest a chart gets while the table wants room, where the panel has it.
+  static constexpr int kChartMinWidth = 260;
 
  protected:
   bool eventFilter(QObject* watched, QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void show_value_under(QChartView* view, QPointF viewport_pos);
@@ -63,6 +67,8 @@ class MonitorPanel final : public QWidget {
   void widen_columns();
   void give_the_table_its_columns();
   void update_legends();
+  void fit_charts_to_their_room();
+  void show_columns_in_use();
   QTableWidget* table_;
   QSplitter* split_ = nullptr;
   bool user_sized_split_ = false;

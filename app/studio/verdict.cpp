@@ -72,7 +72,9 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
                                : QString("<br><b>What would help:</b>");
   summary_->setText(text);
   if (const std::string autotune = format_autotune_summary(snap); !autotune.empty()) {
-    auto* section = new QLabel("<b>Autotune</b><pre>" + QString::fromStdString(autotune).toHtmlEscaped() + "</pre>");
+    // Its lines as the CLI prints them, wrapped to the panel: a long reason must not push the
+    // suggestions' Apply buttons off its right edge.
+    auto* section = new QLabel("<b>Autotune</b><p style='white-space:pre-wrap'>" + QString::fromStdString(autotune).trimmed().toHtmlEscaped() + "</p>");
     section->setObjectName("verdict_autotune");
     section->setTextInteractionFlags(Qt::TextSelectableByMouse);
     section->setWordWrap(true);

@@ -110,8 +110,8 @@ void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<
     const double can = most * kUsable / s.busy_cores;
     if (can < speedup) {
       speedup = can;
-      limit = s.tunes_workers ? fmt::format("'{}' at its most {}", s.id, workers_text(most))
-                              : fmt::format("'{}' on its {}", s.id, workers_text(most));
+      limit = s.tunes_workers ? fmt::format("stage '{}' at its most {}", s.id, workers_text(most))
+                              : fmt::format("stage '{}' on its {}", s.id, workers_text(most));
     }
   }
   // Each tuned stage: the workers that speed needs, each busy kTarget of the time. Their sum may
@@ -151,10 +151,11 @@ void Autotuner::plan_workers(const std::vector<TunedStage>& stages, std::vector<
     const double busy = s.workers > 0 ? 100.0 * s.busy_cores / s.workers : 0.0;
     std::string reason =
         target > s.workers
-            ? fmt::format("busy {:.0f}% of its {}; {} lets the pipeline run {:.2g}x as fast, which needs {:.1f} cores here",
-                          busy, workers_text(s.workers), limit, speedup, need[i])
-            : fmt::format("busy {:.0f}% of its {} for {} windows: {} keep up with the speed {} allows", busy,
-                          workers_text(s.workers), kCalmWindows, target, limit);
+            ? fmt::format("busy {:.0f}% of the time on its {}; the pipeline could run {:.2g}x as fast before {} holds it "
+                          "back, and at that speed this stage needs {:.1f} cores",
+                          busy, workers_text(s.workers), speedup, limit, need[i])
+            : fmt::format("busy {:.0f}% of the time on its {} for {} windows in a row: {} {} up with the speed {} allows", busy,
+                          workers_text(s.workers), kCalmWindows, workers_text(target), target == 1 ? "keeps" : "keep", limit);
     changes.push_back({i, false, s.workers, target, 0, std::move(reason)});
   }
 }

@@ -197,10 +197,12 @@ class Advisor {
     } else if (b.stateless() && held_up && b.workers_tuned()) {
       // The tuner already gives it what the budget allows.
       const auto& tune = snapshot_.autotune();
-      advice(fmt::format("the autotuner gives stage '{}' {} of its most {} workers within the CPU budget of {:.3g} cores ({}): "
+      const std::string given = b.workers() >= b.max_workers() ? fmt::format("{} workers, the most it may have", b.workers())
+                                                               : fmt::format("{} worker{} of at most {}", b.workers(), b.workers() == 1 ? "" : "s", b.max_workers());
+      advice(fmt::format("the autotuner gives stage '{}' {}, within the CPU budget of {:.3g} cores ({}): "
                          "where the machine has more cores, raise `options.autotune.cpu_budget`; otherwise make the stage "
                          "cheaper, for instance decode smaller images, or run more machines",
-                         b.id(), b.workers(), b.max_workers(), tune.cpu_budget(), tune.cpu_budget_source()));
+                         b.id(), given, tune.cpu_budget(), tune.cpu_budget_source()));
     } else if ((b.stateless() || b.assembles_in_parallel()) && held_up) {
       more_workers(b);
     } else if (!b.stateless() && !b.per_input()) {  // (a per-input stage runs on every reader of its interleave)
@@ -377,13 +379,17 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   for (const auto& m : snapshot.stage()) op_width = std::max(op_width, m.op().size());
   out += fmt::format("{:<16} {:<{}} {:>3} {:>12} {:>12} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8}\n", "stage", "op", op_width, "wk",
                      "elements", "elements/s", "MB/s", "busy%", "starved%", "blocked%", "fill%", "skipped");
+  bool tuned = false;
   for (const auto& m : snapshot.stage()) {
     std::string fill = m.buffer_capacity() ? fmt::format("{:.0f}", 100 * m.mean_buffer_fill()) : m.kind() == "sink" ? "-" : "fused";
+    const std::string workers = fmt::format("{}{}", m.workers(), m.workers_tuned() ? "*" : "");
+    tuned = tuned || m.workers_tuned();
     out += fmt::format("{:<16} {:<{}} {:>3} {:>12} {:>12.0f} {:>9.2f} {:>6.0f} {:>8.0f} {:>8.0f} {:>6} {:>8}\n", m.id(),
-                       m.op(), op_width, m.workers(), m.elements_out(), m.elements_per_s(), m.bytes_per_s() / 1e6,
+                       m.op(), op_width, workers, m.elements_out(), m.elements_per_s(), m.bytes_per_s() / 1e6,
                        100 * m.busy_fraction(), 100 * m.starved_fraction(), 100 * m.blocked_fraction(), fill,
                        m.errors_skipped());
   }
+  if (tuned) out += "* workers chosen by the autotuner (parallelism AUTOTUNE): see Autotune below\n";
   for (const auto& m : snapshot.stage()) {
     if (m.devices_size() == 0) continue;
     out += fmt::format("Devices of stage '{}':\n{:<16} {:>10} {:>12} {:>10} {:>10} {:>10}\n", m.id(), "device", "slices",
