@@ -23,6 +23,9 @@ geometry_tests=(
   small_windows_keep_every_panel_usable
   fit_keeps_node_text_readable_on_a_long_pipeline
   renders_the_window_with_a_running_pipeline_to_png
+  a_fitted_pipeline_shows_every_node_and_its_numbers
+  small_windows_keep_the_run_panels_readable
+  new_resets_the_zoom_and_an_empty_canvas_says_how_to_start
 )
 for screen in 1600x1000 1024x700; do
   # -displayfd: the server picks a free display number and writes it when it is ready.

@@ -1393,6 +1393,26 @@ class TestStudio : public QObject {
     for (int x = 0; x < shown.width(); ++x)
       for (int y = shown.height() / 2 - 20; y < shown.height() / 2 + 20; ++y) ink += qGray(shown.pixel(x, y)) < 180;
     QVERIFY2(ink > 100, qPrintable(QString::number(ink)));  // the hint's text
+    // The first stage takes the hint away, on the screen as drawn (not a fresh rendering of the
+    // view): the band the hint was in shows no text away from the new node.
+    auto ink_on_screen = [&] {
+      QTest::qWait(50);
+      const QImage screen = window_->screen()->grabWindow(window_->winId()).toImage();
+      const QPoint origin = viewport()->mapTo(window_.get(), QPoint(0, 0));
+      // Only what is on the screen: a window larger than a small screen grabs black beyond it.
+      const QRect on_screen = QRect(window_->mapFromGlobal(window_->screen()->geometry().topLeft()), window_->screen()->geometry().size());
+      const QRect node_box = window_->view().mapFromScene(window_->scene().itemsBoundingRect()).boundingRect().adjusted(-4, -4, 4, 4);
+      int dark = 0;
+      for (int x = 0; x < viewport()->width(); ++x)
+        for (int y = viewport()->height() / 2 - 20; y < viewport()->height() / 2 + 20; ++y)
+          if (!node_box.contains(x, y) && on_screen.contains(origin + QPoint(x, y)) && origin.x() + x < screen.width() && origin.y() + y < screen.height())
+            dark += qGray(screen.pixel(origin.x() + x, origin.y() + y)) < 180;
+      return dark;
+    };
+    QVERIFY2(ink_on_screen() > 100, "the hint is not on the screen");
+    drop_operator("range", QPoint(40, 40));
+    QTRY_VERIFY(window_->document().spec().stage_size() == 1);
+    QTRY_COMPARE_WITH_TIMEOUT(ink_on_screen(), 0, 3000);
   }
 
   // File dialogs open in the open pipeline's folder, not the working directory.

@@ -692,6 +692,14 @@ CanvasView::CanvasView(PipelineScene& scene, QWidget* parent) : QGraphicsView(&s
   setAcceptDrops(true);
   setViewportUpdateMode(BoundingRectViewportUpdate);
   setBackgroundBrush(QColor(238, 240, 244));
+  // The empty canvas's hint goes with the first stage and comes back with New: the whole
+  // viewport is drawn again then, not only the items that changed.
+  connect(&scene, &QGraphicsScene::changed, this, [this] {
+    const bool empty = this->scene()->items().isEmpty();
+    if (empty == showed_empty_hint_) return;
+    showed_empty_hint_ = empty;
+    viewport()->update();
+  });
 }
 
 void CanvasView::zoom_by(double factor) {

@@ -222,6 +222,7 @@ class CanvasView final : public QGraphicsView {
  private:
   bool panning_ = false, space_held_ = false;
   bool auto_fit_ = false;  // fitted and not zoomed by hand since: follows the window's size
+  bool showed_empty_hint_ = true;
   QPoint pan_last_;
 };
 
