@@ -1524,6 +1524,22 @@ class TestStudio : public QObject {
                    qPrintable(QString("%1, stage %2: %3 ends at %4 of %5").arg(at_size, id, editor->objectName()).arg(right).arg(scroll->viewport()->width())));
         }
       }
+      // An operator no plugin has, with long names: its form wraps them within the dock.
+      QVERIFY(fresh.open_file(write_text(
+          dir_.filePath("unknown_op.txtpb"),
+          sluice::test::stage("src", "range", "", {{"count", "10"}}) +
+              sluice::test::stage("a_stage_with_a_long_descriptive_name", "no_such_operator_with_a_rather_long_name", "src",
+                                  {{"a_parameter_with_a_very_long_name_indeed", "some long value"}, {"other", "1"}}))));
+      fresh.scene().select_stage("a_stage_with_a_long_descriptive_name", true);
+      QTRY_VERIFY(fresh.inspector().settled() && fresh.inspector().stage() == "a_stage_with_a_long_descriptive_name");
+      QTest::qWait(20);
+      auto* scroll = fresh.inspector().findChild<QScrollArea*>();
+      QVERIFY2(scroll->widget()->width() <= scroll->viewport()->width() && fresh.inspector().width() <= fresh.findChild<QDockWidget*>("inspector")->width(),
+               qPrintable(QString("%1: the unknown operator's form is %2 wide in %3").arg(at_size).arg(scroll->widget()->width()).arg(scroll->viewport()->width())));
+      for (auto* editor : scroll->widget()->findChildren<QLineEdit*>(QRegularExpression("^param:"))) {
+        const int right = editor->mapTo(scroll->viewport(), QPoint(editor->width(), 0)).x();
+        QVERIFY2(right <= scroll->viewport()->width(), qPrintable(QString("%1: %2 ends at %3").arg(at_size, editor->objectName()).arg(right)));
+      }
     }
     // Docks widened for a big window, then the window made small: they give the canvas its room.
     MainWindow shrunk(sluice::test::registry());

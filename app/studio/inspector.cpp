@@ -22,6 +22,14 @@
 namespace sluice::studio {
 
 namespace {
+// A name written with underscores or dots (a stage id, an operator, a parameter) may break after
+// them when it is longer than its line: a zero-width space there, which nobody sees.
+QString breakable(QString name) {
+  for (int k = name.size() - 2; k >= 0; --k)
+    if (name[k] == '_' || name[k] == '.') name.insert(k + 1, QChar(0x200B));
+  return name;
+}
+
 
 // A count of the engine's: 0 reads as `zero_text` (the engine's default), and where the engine
 // may tune it, -1 as "autotune" (type "autotune" or pick it below the default).
@@ -192,7 +200,7 @@ void Inspector::show_stage_rows(const spec::Stage& stage) {
   shown_ = st->SerializeAsString();
   auto op = document_.registry().find(st->op());
   header_->setText(QString("<b>%1</b> &nbsp;<span style='color:#666'>%2</span><br>%3")
-                       .arg(stage_.toHtmlEscaped(), QString::fromStdString(st->op()).toHtmlEscaped(),
+                       .arg(breakable(stage_.toHtmlEscaped()), breakable(QString::fromStdString(st->op()).toHtmlEscaped()),
                             op ? QString::fromStdString(op->info.summary).toHtmlEscaped()
                                : QString("<span style='color:#b00'>No loaded plugin has this operator.</span>")));
 
@@ -327,12 +335,17 @@ void Inspector::add_unchecked_param_rows(const spec::Stage& st) {
       if (it != now->params().end() && QString::fromStdString(it->second) == edit->text()) return;
       document_.set_param(stage_, name, edit->text());
     });
-    form_->addRow(name, edit);
+    // A name the registry never checked may be of any length: it wraps rather than widening
+    // the form past the dock.
+    auto* label = new QLabel(breakable(name));
+    label->setWordWrap(true);
+    form_->addRow(label, edit);
   }
 }
 
 void Inspector::add_section(const QString& title) {
   auto* label = new QLabel("<b>" + title.toHtmlEscaped() + "</b>");
+  label->setWordWrap(true);
   label->setContentsMargins(0, 8, 0, 0);
   form_->addRow(label);
 }
