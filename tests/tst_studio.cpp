@@ -2351,6 +2351,7 @@ class TestStudio : public QObject {
     QVERIFY(panel.table()->item(1, 0)->text().contains("slowest"));
     // The canvas shows the first worker's pipeline, with the shard it added.
     QTRY_VERIFY_WITH_TIMEOUT(node("shard_workers") && node("work") && node("work")->live(), 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(node("work")->outlined_as_bottleneck(), 5000);
     // Worker 0, the one the canvas follows, is killed: it is dead, not slow; what the job waits for.
     workers[0].kill();
     workers[0].waitForFinished();
@@ -2361,6 +2362,9 @@ class TestStudio : public QObject {
     QVERIFY2(panel.summary().contains("worker 0") && panel.summary().contains("died"), qPrintable(panel.summary()));
     QTRY_VERIFY_WITH_TIMEOUT(!node("work")->live()->lost.isEmpty(), 5000);
     QVERIFY2(window_->run_state().startsWith("Connection lost"), qPrintable(window_->run_state()));
+    // Its canvas is as last seen, in grey: no orange outline for a bottleneck of a run not seen now.
+    QVERIFY(!node("work")->outlined_as_bottleneck());
+    QVERIFY2(node("work")->toolTip().contains("Bottleneck when last seen."), qPrintable(node("work")->toolTip()));
     for (auto& w : workers) {
       w.kill();
       w.waitForFinished();

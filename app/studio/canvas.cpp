@@ -74,7 +74,8 @@ void NodeItem::update_tooltip() {
     tip += QString("<br>%1 elements/s %2.")
                .arg(short_number(live_->elements_per_s), live_->averages ? "over the whole run (the report's figure)" : "over the last 2 s");
   if (live_ && live_->pass_elements > 0) tip += "<br>" + pass_text() + " elements read.";
-  if (live_ && live_->bottleneck) tip += "<br><br><b>Bottleneck.</b> " + live_->bottleneck_reason.toHtmlEscaped();
+  if (live_ && live_->bottleneck)
+    tip += QString("<br><br><b>Bottleneck%1.</b> ").arg(live_->lost.isEmpty() ? "" : " when last seen") + live_->bottleneck_reason.toHtmlEscaped();
   if (live_ && !live_->failure.isEmpty()) tip += "<br><br><b>The run failed here.</b> " + live_->failure.toHtmlEscaped();
   if (live_ && !live_->lost.isEmpty())
     tip += "<br><br><b>Connection lost</b> (numbers as last seen): " + live_->lost.toHtmlEscaped();
@@ -111,7 +112,7 @@ void NodeItem::paint_body(QPainter* p) {
   QColor border(90, 96, 110);
   double border_width = 1.2;
   if (has_problem_) border = QColor(200, 60, 50);
-  if (live_ && live_->bottleneck) {
+  if (outlined_as_bottleneck()) {
     border = QColor(230, 120, 0);
     border_width = 4;
   }
@@ -429,7 +430,9 @@ void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
   QRectF level = bar.adjusted(1, 1, -1, -1);
   level.setWidth(level.width() * std::clamp(fill, 0.0, 1.0));
   p->setPen(Qt::NoPen);
-  p->setBrush(occupancy_colour(fill));
+  // A lost run's levels are as last seen, in grey as its nodes' numbers are.
+  const bool lost = from_->live() && !from_->live()->lost.isEmpty();
+  p->setBrush(lost ? QColor(175, 175, 175) : occupancy_colour(fill));
   p->drawRect(level);
 }
 

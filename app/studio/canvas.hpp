@@ -61,6 +61,9 @@ class NodeItem final : public QGraphicsObject {
   void set_live(const std::optional<LiveStage>& live);
   QString pass_text() const;  // "Epoch 0: 120 of 2048" for a source that knows its size
   const std::optional<LiveStage>& live() const { return live_; }
+  // Orange: the bottleneck of the run shown. A lost run's is no longer news: its outline goes
+  // with the connection (the tooltip still says what it was when last seen).
+  bool outlined_as_bottleneck() const { return live_ && live_->bottleneck && live_->lost.isEmpty(); }
   bool takes_input() const { return input_ports_ > 0; }
   bool gives_output() const { return gives_output_; }
   // Input ports, top to bottom in the order of the stage's inputs: one for most operators, one
