@@ -1472,8 +1472,24 @@ class TestStudio : public QObject {
     QCOMPARE(reopened.size(), QSize(1100, 750));
     QVERIFY(!reopened.findChild<QDockWidget*>("inspector")->isVisible());
     reopened.findChild<QDockWidget*>("inspector")->show();
-    reopened.resize(1600, 1000);
-    QVERIFY(reopened.close());  // the next tests' windows start as before
+    // Left narrow on a smaller screen: here the window and its docks take this screen's
+    // proportions (which docks show is kept).
+    reopened.resize(available.width() * 2 / 3, available.height() * 2 / 3);
+    reopened.resizeDocks({reopened.findChild<QDockWidget*>("inspector")}, {120}, Qt::Horizontal);
+    QTest::qWait(50);
+    QVERIFY(reopened.close());
+    QSettings settings("Sluice", "Sluice Studio");
+    settings.setValue("window/screen", available.size() * 2 / 3);
+    MainWindow elsewhere(sluice::test::registry());
+    elsewhere.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&elsewhere));
+    QTest::qWait(50);
+    QVERIFY2(elsewhere.width() > available.width() * 2 / 3, qPrintable(QString("%1 wide on a screen %2 wide").arg(elsewhere.width()).arg(available.width())));
+    auto* inspector = elsewhere.findChild<QDockWidget*>("inspector");
+    QVERIFY(inspector->isVisible());
+    QVERIFY2(inspector->width() >= std::min(300, elsewhere.width() / 4), qPrintable(QString("the inspector %1 wide").arg(inspector->width())));
+    elsewhere.resize(1600, 1000);
+    QVERIFY(elsewhere.close());  // the next tests' windows start as before
   }
 
   // At 1600x1000, 1280x720 and 1024x700 every panel stays usable: the canvas keeps at least half

@@ -181,9 +181,14 @@ void MainWindow::restore_window_layout() {
   const QRect available = screen() ? screen()->availableGeometry() : QRect(0, 0, 1600, 1000);
   resize(std::min(1600, available.width() * 94 / 100), std::min(1000, available.height() * 92 / 100));
   // Then what the user left it at: size, position and docks.
+  // On another screen than it was left on (a laptop's, then a monitor's), the size and the docks'
+  // widths of the other would be wrong here: which docks show, and where, are kept; the sizes are
+  // the app's own proportions for this screen.
   QSettings settings("Sluice", "Sluice Studio");
-  if (settings.contains("window/geometry")) restoreGeometry(settings.value("window/geometry").toByteArray());
-  if (settings.contains("window/docks")) docks_restored_ = restoreState(settings.value("window/docks").toByteArray());
+  const QSize left_on = settings.value("window/screen").toSize();
+  const bool same_screen = !left_on.isValid() || left_on == available.size();
+  if (same_screen && settings.contains("window/geometry")) restoreGeometry(settings.value("window/geometry").toByteArray());
+  if (settings.contains("window/docks")) docks_restored_ = restoreState(settings.value("window/docks").toByteArray()) && same_screen;
 }
 
 namespace {
@@ -808,6 +813,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   QSettings settings("Sluice", "Sluice Studio");
   settings.setValue("window/geometry", saveGeometry());
   settings.setValue("window/docks", saveState());
+  if (screen()) settings.setValue("window/screen", screen()->availableGeometry().size());
   event->accept();
 }
 
