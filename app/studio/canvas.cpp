@@ -252,9 +252,10 @@ namespace {
 // When zoomed out: the name, bold, and the rate under it, above the busy gauge.
 const QRectF kCompactNameLine(8, 2, NodeItem::kWidth - 16, 38), kCompactRateLine(8, 40, NodeItem::kWidth - 16, 30);
 
-// Type that reads as about the detailed view's size on screen, as large as the line holds.
+// Type a third larger on screen than the detailed view's (fewer lines, each worth reading at a
+// glance), as large as the line holds.
 QFont compact_font(QFont font, double zoom, double line_height, bool bold) {
-  font.setPixelSize(int(std::min(QFontInfo(font).pixelSize() / zoom, line_height - 4)));
+  font.setPixelSize(int(std::min(1.3 * QFontInfo(font).pixelSize() / zoom, line_height - 4)));
   font.setBold(bold);
   return font;
 }

@@ -495,12 +495,13 @@ void Document::lay_out_in_columns(spec::PipelineSpec& s) {
     state[i] = 2;
   };
   for (int i = 0; i < s.stage_size(); ++i) place(i);
+  const int per_row = layers_per_row(depth.empty() ? 1 : 1 + *std::max_element(depth.begin(), depth.end()));
   std::vector<int> rows_of_chain(chains, 1), first_row(chains, 0);
-  for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / kLayersPerRow + 1);
+  for (int i = 0; i < s.stage_size(); ++i) rows_of_chain[chain[i]] = std::max(rows_of_chain[chain[i]], depth[i] / per_row + 1);
   for (int c = 1; c < chains; ++c) first_row[c] = first_row[c - 1] + rows_of_chain[c - 1];
   for (int i = 0; i < s.stage_size(); ++i) {
-    s.mutable_stage(i)->mutable_layout()->set_x((depth[i] % kLayersPerRow) * kColumnStep);
-    s.mutable_stage(i)->mutable_layout()->set_y((first_row[chain[i]] + depth[i] / kLayersPerRow) * kRowStep);
+    s.mutable_stage(i)->mutable_layout()->set_x((depth[i] % per_row) * kColumnStep);
+    s.mutable_stage(i)->mutable_layout()->set_y((first_row[chain[i]] + depth[i] / per_row) * kRowStep);
   }
 }
 

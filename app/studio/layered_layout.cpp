@@ -26,16 +26,17 @@ constexpr double kLayerGap = 90, kNodeGap = 46;
 // Between two rows of layers: room for the edges that go back to the left through it.
 constexpr double kRowGap = 70;
 
-// Layers kLayersPerRow to 2 * kLayersPerRow - 1 go under the first ones, and so on: each row
-// starts at the left and below the row before it, with its own top.
+// The first layers_per_row layers in the first row; the next as many under them, from the
+// left, each row with its own top.
 void fold_into_rows(std::map<std::string, NodePlace>& places, double height) {
   std::vector<double> layers;  // the left edges of the layers, left to right
   for (const auto& [id, place] : places) layers.push_back(place.x);
   std::sort(layers.begin(), layers.end());
   layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
-  if (layers.size() <= static_cast<std::size_t>(kLayersPerRow)) return;
-  auto row_of = [&](double x) { return (std::lower_bound(layers.begin(), layers.end(), x) - layers.begin()) / kLayersPerRow; };
-  const std::size_t rows = (layers.size() + kLayersPerRow - 1) / kLayersPerRow;
+  const std::size_t per_row = layers_per_row(static_cast<int>(layers.size()));
+  if (layers.size() <= per_row) return;
+  auto row_of = [&](double x) { return static_cast<std::size_t>(std::lower_bound(layers.begin(), layers.end(), x) - layers.begin()) / per_row; };
+  const std::size_t rows = (layers.size() + per_row - 1) / per_row;
   std::vector<double> top(rows, std::numeric_limits<double>::max()), bottom(rows, 0);
   for (const auto& [id, place] : places) {
     top[row_of(place.x)] = std::min(top[row_of(place.x)], place.y);
@@ -45,10 +46,16 @@ void fold_into_rows(std::map<std::string, NodePlace>& places, double height) {
   for (std::size_t r = 1; r < rows; ++r) row_y[r] = row_y[r - 1] + (bottom[r - 1] - top[r - 1]) + kRowGap;
   for (auto& [id, place] : places) {
     const auto r = row_of(place.x);
-    place = {place.x - layers[r * kLayersPerRow], place.y - top[r] + row_y[r]};
+    place = {place.x - layers[r * per_row], place.y - top[r] + row_y[r]};
   }
 }
 }  // namespace
+
+int layers_per_row(int layers) {
+  if (layers <= kLayersInOneRow) return std::max(1, layers);
+  const int rows = (layers + kLayersPerRow - 1) / kLayersPerRow;
+  return (layers + rows - 1) / rows;
+}
 
 std::optional<std::map<std::string, NodePlace>> layered_places(const spec::PipelineSpec& spec, double width, double height,
                                                                std::string* error) {
