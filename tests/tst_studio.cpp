@@ -711,6 +711,12 @@ class TestStudio : public QObject {
     click_node("pad");
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "pad");
     QVERIFY(window_->inspector().findChild<QSpinBox*>("stage:parallelism"));
+    // A shuffle just dropped, its buffer size not set yet: no count on offer either; it says when.
+    const QString fresh = window_->document().add_stage("shuffle", QPointF(0, 300));
+    window_->scene().select_stage(fresh, true);
+    QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == fresh);
+    QVERIFY(!window_->inspector().findChild<QSpinBox*>("stage:parallelism"));
+    QCOMPARE(window_->inspector().findChild<QLabel*>("stage:parallelism")->text(), QString("once its parameters are set"));
   }
 
   // Pipeline files live in git with their comments and one line per stage: open and save keeps
@@ -1415,6 +1421,22 @@ class TestStudio : public QObject {
     drop_operator("range", QPoint(40, 40));
     QTRY_VERIFY(window_->document().spec().stage_size() == 1);
     QTRY_COMPARE_WITH_TIMEOUT(ink_on_screen(), 0, 3000);
+  }
+
+  // A stage placed at the origin (where New puts the first) is saved with its position, never
+  // as an empty `layout { }`, and comes back there.
+  void a_stage_at_the_origin_is_saved_with_its_position() {
+    window_->action("new")->trigger();
+    const QString id = window_->document().add_stage("range", QPointF(0, 0));
+    window_->document().move_stage(id, QPointF(0, 0));
+    const QString file = dir_.filePath("origin.txtpb");
+    QVERIFY(window_->save_to(file));
+    const QString text = QString::fromStdString(sluice::test::read_file(file.toStdString()));
+    QVERIFY2(text.contains(QRegularExpression("layout \\{\\s*x: 0\\s+y: 0\\s*\\}")) && !text.contains(QRegularExpression("layout \\{\\s*\\}")),
+             qPrintable(text));
+    MainWindow reopened(sluice::test::registry());
+    QVERIFY(reopened.open_file(file));
+    QCOMPARE(reopened.scene().node(id)->pos(), QPointF(0, 0));
   }
 
   // File dialogs open in the open pipeline's folder, not the working directory.

@@ -71,7 +71,8 @@ void bind_operators(py::module_& m) {
   // and the engine give it): what num_parallel_calls= may set.
   m.def("takes_workers", [](const std::string& op, const std::map<std::string, std::string>& given) {
     const auto registered = loaded_registry({}).find(op);
-    return !registered || takes_workers(*registered, {given.begin(), given.end()});
+    // Parameters that do not build yet: the builder reports them; the count stays on offer.
+    return !registered || takes_workers(*registered, {given.begin(), given.end()}).value_or(true);
   }, py::arg("op"), py::arg("params"));
 
   // One builder call's parameters, checked as validation checks a stage's: each value against its

@@ -257,8 +257,17 @@ void Inspector::add_engine_rows(const RegisteredOperator* op, const spec::Stage&
   // that keeps state between elements runs on one (an aggregate may still assemble its outputs on
   // several, as padded_batch does): no count is offered unless the file sets one, to be undone.
   // (An operator not loaded keeps the count on offer.)
-  const bool takes = !op || takes_workers(*op, {st->params().begin(), st->params().end()});
-  if (!takes && st->parallelism() <= 1 && !st->per_input()) {
+  const std::optional<bool> known = op ? takes_workers(*op, {st->params().begin(), st->params().end()}) : std::optional<bool>(true);
+  const bool takes = known.value_or(false);
+  if (!known && st->parallelism() <= 1 && !st->per_input()) {
+    // An aggregate whose parameters do not build yet (a shuffle without its buffer size): whether
+    // it can use workers is said once they do.
+    auto* pending = new QLabel("once its parameters are set");
+    pending->setWordWrap(true);
+    pending->setObjectName("stage:parallelism");
+    pending->setToolTip("whether this stage can run on several workers depends on its parameters; set them (see Problems)");
+    form_->addRow("workers", pending);
+  } else if (!takes && st->parallelism() <= 1 && !st->per_input()) {
     auto* one = new QLabel("one (keeps state between elements)");
     one->setWordWrap(true);
     one->setObjectName("stage:parallelism");

@@ -20,13 +20,13 @@ bool takes_workers(const OperatorInfo& info, const Operator* made) {
   return false;
 }
 
-bool takes_workers(const RegisteredOperator& op, const std::vector<std::pair<std::string, std::string>>& params) {
+std::optional<bool> takes_workers(const RegisteredOperator& op, const std::vector<std::pair<std::string, std::string>>& params) {
   if (op.info.kind != OperatorKind::Aggregate) return takes_workers(op.info, nullptr);
   try {
     const auto made = op.info.create(parse_params(op.info.params, params));
     return takes_workers(op.info, made.get());
   } catch (const std::exception&) {
-    return true;
+    return std::nullopt;
   }
 }
 

@@ -155,9 +155,9 @@ Graph build_graph(const PipelineDocument& doc, const Registry& registry);
 // operator built; null before it is, when an aggregate counts as taking them); sources and
 // combines never.
 bool takes_workers(const OperatorInfo& info, const Operator* made);
-// The same for an operator not built yet, built here from `params` (text values); parameters that
-// do not build yet leave the count on offer (true).
-bool takes_workers(const RegisteredOperator& op, const std::vector<std::pair<std::string, std::string>>& params);
+// The same for an operator not built yet, built here from `params` (text values); nothing when
+// that depends on parameters that do not build yet (an aggregate's, a shuffle's missing size).
+std::optional<bool> takes_workers(const RegisteredOperator& op, const std::vector<std::pair<std::string, std::string>>& params);
 // The threads a stage of operator `info` (built: `made`) runs on when it asks for `parallelism`.
 int stage_threads(const OperatorInfo& info, const Operator& made, int parallelism);
 
