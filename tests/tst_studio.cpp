@@ -1290,7 +1290,11 @@ class TestStudio : public QObject {
     QVERIFY(workers >= 2);
     click_node("work");  // its inspector open, as a user looking at it has
     QTRY_VERIFY(window_->inspector().settled() && window_->inspector().stage() == "work");
+    // The button has the focus as a click gives it (the window active, as a user's is).
+    window_->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(window_.get()));
     window_->verdict().apply_button(more_workers)->setFocus();
+    QTRY_COMPARE(QApplication::focusWidget(), static_cast<QWidget*>(window_->verdict().apply_button(more_workers)));
     QTest::mouseClick(window_->verdict().apply_button(more_workers), Qt::LeftButton);
     QCOMPARE(stage_of("work")->parallelism(), static_cast<int>(workers));
     QVERIFY(!window_->verdict().apply_button(more_workers)->isEnabled());
