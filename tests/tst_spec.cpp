@@ -82,6 +82,45 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
     }
   }
 
+  // Syntax errors in the file's words, at the line to fix: a stage left open is named where it
+  // opens (protobuf names the next stage's line, "has no field named \"stage\""), a misspelt
+  // setting gets its nearest name, a number that must be text says how to write it, a wrong
+  // value of a list of choices lists them.
+  void syntax_errors_say_what_to_fix_and_where() {
+    struct Case {
+      std::string text;
+      int line;
+      std::string says;
+    };
+    const std::vector<Case> cases{
+        {"stage { id: \"src\" op: \"list_files\" params { key: \"pattern\" value: \"data/{train\" } }  # a brace { in a comment\n"
+         "stage { id: \"out\" op: \"null_sink\" input: \"src\"\n\nstage { id: \"x\" op: \"identity\" }\n", 2,
+         "syntax error: the `stage {` opened on line 2 is not closed: a `}` is missing before `stage` on line 4"},
+        {"options { seed: 1\nstage { id: \"src\" op: \"range\" }\n", 1,
+         "syntax error: the `options {` opened on line 1 is not closed: a `}` is missing before `stage` on line 2"},
+        {"stage { id: \"src\" op: \"range\" parms { key: \"count\" value: \"10\" } }\n", 1,
+         "syntax error: a `stage { }` block has no setting 'parms' (did you mean 'params'?); it has id, op, input, params"},
+        {"stage { id: \"src\" op: \"range\" count: 10 }\n", 1,
+         "(an operator's parameters go in `params { key: \"count\" value: \"...\" }`)"},
+        {"stage { id: \"src\" op: \"range\" params { key: \"count\" value: 10 } }\n", 1,
+         "syntax error: a quoted text was expected, found 10: write it in double quotes, \"10\""},
+        {"stage { id: \"src\" op: \"range\" parallelism: \"4\" }\n", 1, "syntax error: a number was expected, found \"4\": write it without quotes"},
+        {"options { error_policy: skipp }\n", 1, "syntax error: 'skipp' is not a value of 'error_policy' (did you mean 'skip'?); it takes fail, skip"},
+        {"stages { id: \"src\" }\n", 1, "syntax error: the top level of a pipeline file has no setting 'stages' (did you mean 'stage'?)"},
+    };
+    for (const auto& c : cases) {
+      try {
+        sluice::parse_pipeline(c.text, "words.txtpb");
+        QFAIL(("no error: " + c.text).c_str());
+      } catch (const sluice::SpecError& e) {
+        QVERIFY2(has(e.what(), "words.txtpb:" + std::to_string(c.line) + ":") && has(e.what(), c.says), e.what());
+        const std::string said = e.what();
+        QVERIFY2(said.find("sluice.spec") == std::string::npos && said.find("Message type") == std::string::npos, e.what());
+        QCOMPARE(e.problems().front().line, c.line);
+      }
+    }
+  }
+
   // A file cut short (a copy interrupted, an editor's half-saved buffer) says so, rather than
   // "Expected identifier, got: " with nothing after it.
   void a_file_cut_short_says_so() {
@@ -91,7 +130,7 @@ stage { id: "out"  op: "jsonl_sink" input: "shuf" params { key: "path" value: "o
         sluice::parse_pipeline(text, "cut.txtpb");
         QFAIL("no error");
       } catch (const sluice::SpecError& e) {
-        QVERIFY2(has(e.what(), "cut.txtpb:2:") && has(e.what(), "the file ends here: is it cut short"), e.what());
+        QVERIFY2(has(e.what(), "cut.txtpb:2:") && has(e.what(), "syntax error: the file ends here: is it cut short"), e.what());
         QVERIFY2(!has(e.what(), "got: \n") && std::string(e.what()).back() != ' ', e.what());
       }
     }

@@ -1,5 +1,6 @@
 #include "sluice/core/spec.hpp"
 #include "sluice/storage.hpp"
+#include "syntax_error.hpp"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -48,22 +49,18 @@ std::string join_problems(const std::vector<Problem>& problems) {
   return s;
 }
 
+// Protobuf's errors, told in the file's words (syntax_error.cpp).
 class CollectErrors final : public google::protobuf::io::ErrorCollector {
  public:
-  explicit CollectErrors(std::string file) : file_(std::move(file)) {}
+  CollectErrors(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
   void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    // Protobuf names the token it found: none at the end of the text, which reads as "got: ".
-    static constexpr std::string_view kNothing = "got: ";
-    std::string text = message;
-    if (text.size() >= kNothing.size() && text.compare(text.size() - kNothing.size(), kNothing.size(), kNothing) == 0)
-      text = text.substr(0, text.size() - kNothing.size()) + "but the file ends here: is it cut short (a stage not closed with `}`, "
-                                                              "a name without its value)?";
-    problems.push_back({file_, line + 1, column + 1, "", "", "syntax error: " + text});
+    problems.push_back(explain_syntax_error(text_, file_, line + 1, column + 1, message));
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   std::vector<Problem> problems;
 
  private:
+  const std::string& text_;
   std::string file_;
 };
 }  // namespace
@@ -85,7 +82,7 @@ PipelineDocument parse_pipeline(const std::string& text, const std::string& file
     return doc;
   }
   google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors(file_name);
+  CollectErrors errors(text, file_name);
   google::protobuf::TextFormat::ParseInfoTree tree;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&tree);
