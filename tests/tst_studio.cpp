@@ -1298,12 +1298,15 @@ class TestStudio : public QObject {
     QTest::mouseClick(window_->verdict().apply_button(more_workers), Qt::LeftButton);
     QCOMPARE(stage_of("work")->parallelism(), static_cast<int>(workers));
     QVERIFY(!window_->verdict().apply_button(more_workers)->isEnabled());
+    // The Verdict's figures are of the pipeline before the Apply, and it says so.
+    QVERIFY2(window_->verdict().changed_since().contains(QString("'work'")) && window_->verdict().changed_since().contains(QString("parallelism 1 -> %1").arg(workers)), qPrintable(window_->verdict().changed_since()));
     // Ctrl+Z where the focus is now undoes the Apply, as the Verdict says: the canvas has it, not
     // whatever field came next after the disabled button.
     QTRY_VERIFY(QApplication::focusWidget());
     QCOMPARE(QApplication::focusWidget(), static_cast<QWidget*>(&window_->view()));
     QTest::keyClick(QApplication::focusWidget(), Qt::Key_Z, Qt::ControlModifier);
     QCOMPARE(stage_of("work")->parallelism(), 0);
+    QCOMPARE(window_->verdict().changed_since(), QString());  // as run again
     // Undone, the suggestion can be applied again; redone, it is applied again.
     QVERIFY(window_->verdict().apply_button(more_workers)->isEnabled());
     QVERIFY(window_->findChild<QLabel*>(QString("outcome_%1").arg(more_workers))->text().isEmpty());
@@ -2268,6 +2271,12 @@ class TestStudio : public QObject {
     QVERIFY2(window_->verdict().summary().contains("could not start") && window_->verdict().summary().contains("data/*.jpg"),
              qPrintable(window_->verdict().summary()));
     QVERIFY2(window_->run_state().startsWith("Failed to start at stage 'files'"), qPrintable(window_->run_state()));
+    // Nothing ran: no stage shows a rate, the table has only the stage that failed, and the
+    // Verdict offers no advice drawn from figures there are none of.
+    QVERIFY2(!node("out")->live(), "a stage of a run that never started shows a rate");
+    QCOMPARE(window_->monitor().table()->rowCount(), 1);
+    QVERIFY2(!window_->verdict().summary().contains("Nothing to suggest") && !window_->verdict().summary().contains("What would help"),
+             qPrintable(window_->verdict().summary()));
     // Its face gives the cause from its start, the folder's name in it, and how it ends.
     using sluice::studio::failure_cause;
     QCOMPARE(failure_cause(node("files")->live()->failure), "pattern '" + folder + "/*.jpg' matches no file: the folder " + folder + " does not exist");

@@ -1,4 +1,5 @@
 #include "main_window.hpp"
+#include "run_comparison.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -102,6 +103,9 @@ void MainWindow::follow_the_document() {
       clear_live();
       set_run_state("No run (the pipeline changed since the last one)");
     }
+    // The Verdict stays (its suggestions can be applied, undone, applied again) and says what
+    // changed since the run it is of.
+    verdict_->show_changed_since(verdict_pipeline_ && !runner_.running() ? pipeline_changes(*verdict_pipeline_, document_.spec()) : QStringList());
   });
   connect(&document_, &Document::edit_refused, this, [this](const QString& reason) {
     show_status("Not changed: " + reason, 8000);

@@ -162,6 +162,8 @@ class MainWindow final : public QMainWindow {
   QLabel* run_state_ = nullptr;
   // The graph the numbers on screen were measured on; edits that change it clear them.
   std::optional<spec::PipelineSpec> live_graph_;
+  // The pipeline the Verdict's run was of: edits since are said there.
+  std::optional<spec::PipelineSpec> verdict_pipeline_;
   // The last run (or metrics log) whose end this window showed, for the next one's comparison;
   // forgotten when another pipeline is opened.
   std::optional<EndedRun> shown_run_;

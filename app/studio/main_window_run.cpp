@@ -141,7 +141,9 @@ void MainWindow::show_start_failure(const RunController::StartFailure& failure) 
   failed.set_state("failed");
   failed.set_error(failure.message.toStdString());
   failed.set_failed_stage(failure.stage.toStdString());
+  // Only the stage that failed: the others never ran, and have no figures to show.
   for (const auto& st : document_.spec().stage()) {
+    if (QString::fromStdString(st.id()) != failure.stage) continue;
     auto* m = failed.add_stage();
     m->set_id(st.id());
     m->set_op(st.op());
@@ -222,6 +224,7 @@ bool MainWindow::compare_with_metrics_log(const QString& file) {
 void MainWindow::show_verdict(const metrics::MetricsSnapshot& final_snapshot, const QString& source) {
   if (final_snapshot.stage_size() == 0) return;
   verdict_->show_verdict(final_snapshot, source);
+  verdict_pipeline_ = live_graph_.value_or(document_.spec());
   verdict_->set_apply_refusal(document_.read_only() ? read_only_because_ : QString());
   bottom_tabs_->setTabText(3, verdict_->suggestion_count() ? QString("Verdict (%1)").arg(verdict_->suggestion_count()) : QString("Verdict"));
   bottom_tabs_->setCurrentWidget(verdict_);
@@ -332,6 +335,7 @@ void MainWindow::clear_live() {
 
 void MainWindow::clear_verdict() {
   verdict_->clear();
+  verdict_pipeline_.reset();
   applied_steps_.clear();
   bottom_tabs_->setTabText(3, "Verdict");
 }

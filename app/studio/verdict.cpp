@@ -12,6 +12,12 @@ VerdictPanel::VerdictPanel(QWidget* parent) : QWidget(parent) {
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   summary_->setObjectName("verdict_summary");
   outer->addWidget(summary_);
+  changed_since_ = new QLabel;
+  changed_since_->setObjectName("verdict_changed_since");
+  changed_since_->setWordWrap(true);
+  changed_since_->setStyleSheet("color: #8a4b00");
+  changed_since_->hide();
+  outer->addWidget(changed_since_);
   auto* scroll = new QScrollArea;
   scroll->setWidgetResizable(true);
   auto* inner = new QWidget;
@@ -24,6 +30,7 @@ VerdictPanel::VerdictPanel(QWidget* parent) : QWidget(parent) {
 
 void VerdictPanel::clear() {
   summary_->setText({});
+  show_changed_since({});
   apply_refusal_.clear();
   suggestions_.clear();
   buttons_.clear();
@@ -68,8 +75,9 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
   // be one to skip past.
   if (snap.error().empty()) suggestions_ = suggestions_for(snap);
   else if (auto skip = suggestion_after_failure(snap)) suggestions_ = {*skip};
-  text += suggestions_.empty() ? QString("<br>Nothing to suggest: no change stands out from these figures.")
-                               : QString("<br><b>What would help:</b>");
+  // A run that never started has no figures to draw advice from: its message says what to fix.
+  if (!suggestions_.empty()) text += "<br><b>What would help:</b>";
+  else if (!never_started) text += "<br>Nothing to suggest: no change stands out from these figures.";
   summary_->setText(text);
   if (const std::string autotune = format_autotune_summary(snap); !autotune.empty()) {
     // Its lines as the CLI prints them, wrapped to the panel: a long reason must not push the
@@ -101,6 +109,13 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
     outcomes_.push_back(outcome);
   }
   update_buttons();
+}
+
+void VerdictPanel::show_changed_since(const QStringList& changes) {
+  changed_since_->setText(changes.isEmpty() ? QString()
+                                            : "The pipeline has changed since this run (its figures are of the pipeline before): " +
+                                                  changes.mid(0, 4).join("; ") + (changes.size() > 4 ? "; …" : "") + ".");
+  changed_since_->setVisible(!changes.isEmpty());
 }
 
 void VerdictPanel::show_comparison(const QString& html) {

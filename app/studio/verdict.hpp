@@ -29,6 +29,10 @@ class VerdictPanel final : public QWidget {
   void set_apply_refusal(const QString& why);
   // The run beside an earlier one (run_comparison.hpp), under the suggestions.
   void show_comparison(const QString& html);
+  // The pipeline shown was edited since the run this Verdict is of: what changed (empty: nothing,
+  // or an edit undone), said above the suggestions.
+  void show_changed_since(const QStringList& changes);
+  QString changed_since() const { return changed_since_->isHidden() ? QString() : changed_since_->text(); }
   QString comparison() const;
 
   bool empty() const { return suggestions_.empty() && summary_->text().isEmpty(); }
@@ -42,6 +46,7 @@ class VerdictPanel final : public QWidget {
 
  private:
   QLabel* summary_;
+  QLabel* changed_since_;
   QVBoxLayout* rows_;
   std::vector<Suggestion> suggestions_;
   std::vector<QPushButton*> buttons_;
