@@ -24,6 +24,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QPushButton>
+#include <QTextDocument>
 #include <QRegularExpression>
 #include <QSettings>
 #include <QComboBox>
@@ -1644,6 +1645,20 @@ class TestStudio : public QObject {
     headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, file});
     QVERIFY(headless.waitForFinished(60000));
     QCOMPARE(headless.exitCode(), 0);
+    // The tuner's summary with a reason as long as its real ones get (whatever this run decided).
+    QFile recorded(log);
+    QVERIFY(recorded.open(QIODevice::ReadOnly));
+    QList<QByteArray> lines = recorded.readAll().trimmed().split('\n');
+    recorded.close();
+    QJsonObject final_snapshot = QJsonDocument::fromJson(lines.last()).object(), autotune = final_snapshot["autotune"].toObject();
+    QJsonArray changes = autotune["changes"].toArray();
+    changes.append(QJsonObject{{"stage", "work"}, {"what", "workers"}, {"from", "1"}, {"to", "2"}, {"at_s", 0.8},
+                               {"reason", "busy 97% of the time on its 1 worker; the pipeline could run 1.9x as fast before the CPU budget of 2 "
+                                          "cores holds it back, and at that speed this stage needs 1.8 cores, which is a long line indeed"}});
+    autotune["changes"] = changes;
+    final_snapshot["autotune"] = autotune;
+    lines.last() = QJsonDocument(final_snapshot).toJson(QJsonDocument::Compact);
+    write_text(log, (lines.join('\n') + '\n').toStdString());
     window_.reset();
     QSettings settings("Sluice", "Sluice Studio");
     settings.remove("window");  // a first start: the app's own proportions
@@ -1687,6 +1702,13 @@ class TestStudio : public QObject {
       }
       QVERIFY2(applies > 0, qPrintable(fresh.verdict().summary()));
       QVERIFY2(autotune->width() <= scroll->viewport()->width(), qPrintable(at_size + QString(": Autotune %1 wide").arg(autotune->width())));
+      // Its lines wrap within it rather than run on past its edge, cut off.
+      QTextDocument laid_out;
+      laid_out.setDefaultFont(autotune->font());
+      laid_out.setHtml(autotune->text());
+      laid_out.setTextWidth(autotune->contentsRect().width());
+      QVERIFY2(laid_out.idealWidth() <= autotune->contentsRect().width() + 1,
+               qPrintable(at_size + QString(": Autotune's lines are %1 wide in %2").arg(laid_out.idealWidth()).arg(autotune->contentsRect().width())));
     }
   }
 
