@@ -1588,6 +1588,9 @@ class TestStudio : public QObject {
         const int right = editor->mapTo(scroll->viewport(), QPoint(editor->width(), 0)).x();
         QVERIFY2(right <= scroll->viewport()->width(), qPrintable(QString("%1: %2 ends at %3").arg(at_size, editor->objectName()).arg(right)));
       }
+      for (auto* label : scroll->widget()->findChildren<QLabel*>())  // each name whole, none cut off at the edge
+        QVERIFY2(label->minimumSizeHint().width() <= scroll->viewport()->width(),
+                 qPrintable(QString("%1: '%2' needs %3 of %4").arg(at_size, label->text()).arg(label->minimumSizeHint().width()).arg(scroll->viewport()->width())));
     }
     // Docks widened for a big window, then the window made small: they give the canvas its room.
     MainWindow shrunk(sluice::test::registry());
@@ -1684,6 +1687,7 @@ class TestStudio : public QObject {
       for (QChartView* view : {monitor.throughput_view(), monitor.occupancy_view()}) {
         QVERIFY(view);
         QVERIFY2(view->width() >= MonitorPanel::kChartMinWidth - 20, qPrintable(at_size + QString(": a chart %1 wide").arg(view->width())));
+        QVERIFY2(view->height() >= 150, qPrintable(at_size + QString(": a chart %1 high").arg(view->height())));  // its legend gives way first
         for (QLabel* legend : {monitor.throughput_legend(), monitor.occupancy_legend()})
           if (legend->isVisible() && legend->parentWidget() == view->parentWidget())
             QVERIFY2(view->geometry().bottom() < legend->geometry().top(), qPrintable(at_size + ": a legend over its chart"));
@@ -2217,6 +2221,7 @@ class TestStudio : public QObject {
         if (zoom >= NodeItem::kDetailedZoom) continue;
         const QString shown = item->compact_rate_line(zoom);
         QVERIFY2(shown.contains("1785/s") && !shown.contains(QChar(0x2026)), qPrintable(QString("%1 at zoom %2: %3").arg(id.c_str()).arg(zoom).arg(shown)));
+        QVERIFY2(item->compact_rate_line_fits(zoom), qPrintable(QString("%1 at zoom %2: '%3' runs past the node").arg(id.c_str()).arg(zoom).arg(shown)));
       }
     }
   }

@@ -279,6 +279,11 @@ QString NodeItem::compact_rate_line(const QFontMetrics& metrics) const {
   return metrics.elidedText(texts.back(), Qt::ElideRight, int(kCompactRateLine.width()));
 }
 
+bool NodeItem::compact_rate_line_fits(double zoom) const {
+  const QFontMetrics metrics(compact_font(scene() ? scene()->font() : QFont(), zoom, kCompactRateLine.height(), false));
+  return metrics.horizontalAdvance(compact_rate_line(zoom)) <= kCompactRateLine.width();
+}
+
 QString NodeItem::compact_rate_line(double zoom) const {
   return live_ ? compact_rate_line(QFontMetrics(compact_font(scene() ? scene()->font() : QFont(), zoom, kCompactRateLine.height(), false))) : QString();
 }

@@ -78,8 +78,9 @@ class NodeItem final : public QGraphicsObject {
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
   // Below this zoom a node draws its name and rate only, larger (see paint).
   static constexpr double kDetailedZoom = 0.75;
-  // The live line as the node draws it at `zoom` when zoomed out.
+  // The live line as the node draws it at `zoom` when zoomed out, and whether it fits the node.
   QString compact_rate_line(double zoom) const;
+  bool compact_rate_line_fits(double zoom) const;
 
  protected:
   QVariant itemChange(GraphicsItemChange change, const QVariant& value) override;
