@@ -554,6 +554,53 @@ class TestStudio : public QObject {
     }
   }
 
+  // The keyboard alone: arrow keys walk the pipeline (Right to a reader, Left to the input, Down
+  // to the stage below), Shift adds the stage reached, Ctrl+K connects the first selected to the
+  // second; a connection that cannot be made says why and changes nothing.
+  void the_keyboard_walks_the_canvas_and_connects_stages() {
+    using sluice::test::stage;
+    // Placed: 'other' under 'src', 'mix' under 'out'.
+    open_text(stage("src", "range", "", {{"count", "10"}}, "layout { x: 0 y: 0 }") + stage("work", "identity", "src", {}, "layout { x: 300 y: 0 }") +
+                  stage("out", "null_sink", "work", {}, "layout { x: 600 y: 0 }") +
+                  stage("other", "range", "", {{"count", "5"}}, "layout { x: 0 y: 200 }") +
+                  stage("mix", "sample_from_datasets", "", {}, "input: \"work\" layout { x: 600 y: 200 }"),
+              "keys.txtpb");
+    const auto& spec = window_->document().spec();
+    window_->scene().clearSelection();
+    window_->view().setFocus();
+    auto press = [&](int key, Qt::KeyboardModifiers modifiers = Qt::NoModifier) { QTest::keyClick(&window_->view(), Qt::Key(key), modifiers); };
+    press(Qt::Key_Right);  // nothing selected: the first stage
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"src"});
+    press(Qt::Key_Right);
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"work"});
+    press(Qt::Key_Left);
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"src"});
+    press(Qt::Key_Left);  // a source: nothing to its left, the selection stays
+    QCOMPARE(window_->scene().selected_stage_ids(), QStringList{"src"});
+    // 'other' lies below 'src' (a second source); Shift adds it: two stages, src first.
+    QVERIFY(node("other")->pos().y() > node("src")->pos().y());
+    press(Qt::Key_Down, Qt::ShiftModifier);
+    QCOMPARE(window_->scene().selection_order(), (QStringList{"src", "other"}));
+    // src feeds work already and other is a source: other cannot take an input; nothing changes.
+    const auto before = spec.SerializeAsString();
+    window_->action("connect_selected")->trigger();
+    QVERIFY2(window_->status_text().startsWith("Not connected: "), qPrintable(window_->status_text()));
+    QCOMPARE(window_->document().spec().SerializeAsString(), before);
+    // other, then mix: other becomes mix's second input, in one undo step.
+    window_->scene().select_stage("other");
+    window_->scene().node("mix")->setSelected(true);
+    QCOMPARE(window_->scene().selection_order(), (QStringList{"other", "mix"}));
+    window_->action("connect_selected")->trigger();
+    QCOMPARE(window_->action("connect_selected")->shortcut(), QKeySequence("Ctrl+K"));
+    QVERIFY2(window_->status_text().startsWith("Connected 'other' to 'mix'"), qPrintable(window_->status_text()));
+    const sluice::spec::Stage* mix = nullptr;
+    for (const auto& st : window_->document().spec().stage())
+      if (st.id() == "mix") mix = &st;
+    QVERIFY(mix && mix->input_size() == 2 && mix->input(1) == "other");
+    window_->action("undo")->trigger();
+    QCOMPARE(window_->document().spec().SerializeAsString(), before);
+  }
+
   // Copy, paste and duplicate a selection as in any node editor: its connections inside it kept,
   // ids made unique, one undo step; the clipboard holds pipeline-file text.
   void copies_pastes_and_duplicates_a_selection() {

@@ -447,8 +447,24 @@ void EdgeItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
 PipelineScene::PipelineScene(Document& document, QObject* parent) : QGraphicsScene(parent), document_(document) {
   setSceneRect(-2000, -2000, 6000, 4000);
   connect(&document_, &Document::changed, this, &PipelineScene::sync);
+  // The order stages were selected in: the first is where a connection from the keyboard starts.
+  connect(this, &QGraphicsScene::selectionChanged, this, [this] {
+    const QStringList now = selected_stage_ids();
+    selection_order_.erase(std::remove_if(selection_order_.begin(), selection_order_.end(), [&](const QString& id) { return !now.contains(id); }),
+                           selection_order_.end());
+    for (const QString& id : now)
+      if (!selection_order_.contains(id)) selection_order_ << id;
+  });
   sync();
 }
+
+PipelineScene::~PipelineScene() {
+  // QGraphicsScene's destructor removes the items, which changes the selection after this part
+  // is gone: the handler above must not hear it.
+  disconnect(this, &QGraphicsScene::selectionChanged, this, nullptr);
+}
+
+QStringList PipelineScene::selection_order() const { return selection_order_; }
 
 void PipelineScene::sync() {
   const auto& spec = document_.spec();
@@ -796,6 +812,11 @@ void CanvasView::keyPressEvent(QKeyEvent* event) {
   }
   if (event->key() == Qt::Key_Plus || event->key() == Qt::Key_Equal) return zoom_by(1.2);
   if (event->key() == Qt::Key_Minus) return zoom_by(1 / 1.2);
+  // Arrow keys go from stage to stage (Shift adds to the selection), not scroll the canvas.
+  auto* pipeline = static_cast<PipelineScene*>(scene());
+  if (!(event->modifiers() & (Qt::ControlModifier | Qt::AltModifier)) &&
+      pipeline->select_neighbour(event->key(), event->modifiers() & Qt::ShiftModifier))
+    return event->accept();
   QGraphicsView::keyPressEvent(event);
 }
 

@@ -139,6 +139,7 @@ class PipelineScene final : public QGraphicsScene {
   Q_OBJECT
  public:
   explicit PipelineScene(Document& document, QObject* parent = nullptr);
+  ~PipelineScene() override;
   Document& document() { return document_; }
   NodeItem* node(const QString& id) const { return nodes_.value(id); }
   EdgeItem* edge_into(const QString& to, int input = 0) const;
@@ -148,6 +149,14 @@ class PipelineScene final : public QGraphicsScene {
   QList<QPair<QString, int>> selected_edges() const;
   // Selects one stage; `reveal` scrolls it into view (a problem clicked in the list).
   void select_stage(const QString& id, bool reveal = false);
+  // The keyboard's way around the canvas (canvas_keys.cpp): from the stage selected last, an
+  // arrow key selects a neighbour (Right: a stage it feeds; Left: its input; Up, Down: the
+  // nearest stage above or below), which Shift adds to the selection. Nothing selected: the
+  // first stage. True when the key was one of these.
+  bool select_neighbour(int key, bool extend);
+  // The selected stages in the order they were selected (the first is where a connection made
+  // from the keyboard starts).
+  QStringList selection_order() const;
   // Live values per stage id; an empty map clears them (no run).
   void set_live(const QHash<QString, LiveStage>& live);
   // The run being shown went away without saying how it ended: every node keeps its last numbers,
@@ -193,6 +202,7 @@ class PipelineScene final : public QGraphicsScene {
   QGraphicsRectItem* drag_plate_ = nullptr;
   QGraphicsSimpleTextItem* drag_label_ = nullptr;
   QString drag_hint_;
+  QStringList selection_order_;  // kept by the selectionChanged handler the constructor connects
   bool moving_nodes_ = false;
 };
 

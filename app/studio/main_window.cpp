@@ -368,6 +368,7 @@ void MainWindow::build_edit_menu() {
     if (!ids.isEmpty()) paste_stages(document_.extract_stages(ids));
   }));
   edit->addAction(add_action("delete", "&Delete", QKeySequence::Delete, [this] { delete_selection(); }));
+  edit->addAction(add_action("connect_selected", "Co&nnect selected stages", QKeySequence("Ctrl+K"), [this] { connect_selection(); }));
   edit->addAction(add_action("arrange", "Arrange &left to right", QKeySequence("Ctrl+L"), [this] {
     document_.arrange();
     view_->fit();
@@ -430,8 +431,8 @@ void MainWindow::build_help_menu() {
   auto* help = menuBar()->addMenu("&Help");
   help->addAction(add_action("shortcuts", "&Keyboard shortcuts", QKeySequence::HelpContents, [this] {
     QString text = "<table>";
-    for (const char* name : {"new", "open", "save", "save_as", "undo", "redo", "delete", "find_operator", "arrange", "zoom_in",
-                             "zoom_out", "fit", "run", "stop", "attach"}) {
+    for (const char* name : {"new", "open", "save", "save_as", "undo", "redo", "copy", "paste", "duplicate", "delete", "connect_selected",
+                             "find_operator", "arrange", "zoom_in", "zoom_out", "fit", "run", "stop", "attach"}) {
       QAction* a = action(name);
       if (!a || a->shortcut().isEmpty()) continue;
       text += QString("<tr><td>%1&nbsp;&nbsp;</td><td>%2</td></tr>")
@@ -439,8 +440,10 @@ void MainWindow::build_help_menu() {
     }
     text += "</table><p>On the canvas: drag from an output port to an input port to connect; Delete removes the "
             "selection; the wheel zooms; a drag on empty space pans; a right click on a stage, a connection or the empty "
-            "canvas offers what can be done there (insert an operator on a connection, rename, disconnect). In the operator list: type to search, Enter adds "
-            "the highlighted operator after the selected stage.</p>";
+            "canvas offers what can be done there (insert an operator on a connection, rename, disconnect). The arrow keys go from "
+            "stage to stage (Right: a stage it feeds; Left: its input; Up, Down: the stage above or below), Shift+arrow adds the "
+            "stage reached to the selection, and Ctrl+K connects the first stage selected to the second. In the operator list: "
+            "type to search, Enter adds the highlighted operator after the selected stage.</p>";
     auto* box = new QMessageBox(QMessageBox::Information, "Keyboard shortcuts", text, QMessageBox::Ok, this);
     box->setObjectName("shortcuts");
     box->setAttribute(Qt::WA_DeleteOnClose);
@@ -807,6 +810,18 @@ void MainWindow::delete_selection() {
   }
   document_.remove_stages(stages);
   document_.undo_stack()->endMacro();
+}
+
+void MainWindow::connect_selection() {
+  const QStringList order = scene_->selection_order();
+  if (order.size() != 2) {
+    show_status("To connect from the keyboard, select two stages (arrow keys, Shift+arrow to add one): the first selected feeds the second");
+    return;
+  }
+  const auto refusal = document_.output_refusal(order[0]) ? document_.output_refusal(order[0]) : document_.connection_refusal(order[0], order[1]);
+  if (refusal) return show_status(QString("Not connected: %1").arg(*refusal), 8000);
+  document_.connect_stages(order[0], order[1]);
+  show_status(QString("Connected '%1' to '%2'; Ctrl+Z undoes it").arg(order[0], order[1]));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -123,6 +123,8 @@ class MainWindow final : public QMainWindow {
   std::optional<std::pair<QString, QString>> insert_between_;
   void delete_selection();
   void copy_selection();
+  // Ctrl+K: the two stages selected, connected from the first selected to the second.
+  void connect_selection();
   void paste();
   void paste_stages(const spec::PipelineSpec& stages);
   QPointF make_room_after(const QString& from);
