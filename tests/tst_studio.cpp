@@ -1770,6 +1770,68 @@ class TestStudio : public QObject {
     }
   }
 
+  // The studio's numbers are the run's own, in every view: a headless run attached to while it
+  // runs and its metrics log opened afterwards show what the log's last line says (rates, busy,
+  // bottleneck) on the canvas, in the table and in the Verdict, and the charts plot each logged
+  // snapshot's recent rate at its time.
+  void every_view_shows_the_numbers_the_metrics_log_has() {
+    using sluice::test::stage;
+    const QString file = write_text(dir_.filePath("agree.txtpb"), stage("src", "range", "", {{"count", "4000"}}) +
+                                                                     stage("work", "simulate_work", "src", {{"us", "400"}}) +
+                                                                     stage("batch", "batch", "work", {{"batch_size", "10"}}) + stage("out", "null_sink", "batch"));
+    const QString log = dir_.filePath("agree.jsonl");
+    QProcess headless;
+    attach_to_headless_run(headless, file, {"--metrics-log", log});
+    QVERIFY(headless.waitForFinished(60000));
+    QCOMPARE(headless.exitCode(), 0);
+    std::vector<QJsonObject> logged;
+    {
+      QFile in(log);
+      QVERIFY(in.open(QIODevice::ReadOnly));
+      for (const QByteArray& line : in.readAll().trimmed().split('\n')) logged.push_back(QJsonDocument::fromJson(line).object());
+    }
+    QVERIFY(logged.size() >= 3);
+    const QJsonObject& last = logged.back();
+    QCOMPARE(last["state"].toString(), QString("finished"));
+    auto stage_in = [](const QJsonObject& snap, const QString& id) {
+      for (const auto& st : snap["stage"].toArray())
+        if (st.toObject()["id"].toString() == id) return st.toObject();
+      return QJsonObject();
+    };
+    auto check_views = [&](const QString& how) {
+      const auto& table = *window_->monitor().table();
+      for (const QString id : {"src", "work", "batch", "out"}) {
+        const QJsonObject st = stage_in(last, id);
+        const double rate = st["elements_per_s"].toDouble();
+        QVERIFY2(node(id)->live(), qPrintable(how + ": " + id));
+        QCOMPARE(node(id)->live()->elements_per_s, rate);  // the canvas: the run's average, as the log's
+        int row = -1;
+        for (int r = 0; r < table.rowCount(); ++r)
+          if (table.item(r, 0)->text().section(' ', 0, 0) == id) row = r;
+        QVERIFY2(row >= 0, qPrintable(how + ": no row for " + id));
+        QCOMPARE(table.item(row, 3)->text(), short_number(rate));
+        QCOMPARE(table.item(row, 4)->text(), QString::number(st["bytes_per_s"].toDouble() / 1e6, 'f', 1));
+        QCOMPARE(table.item(row, 5)->text(), QString::number(st["busy_fraction"].toDouble() * 100, 'f', 0) + "%");
+      }
+      QVERIFY2(window_->verdict().summary().contains(QString("stage '%1'").arg(last["bottleneck"].toString())), qPrintable(how + ": " + window_->verdict().summary()));
+    };
+    // Attached: the stream's last snapshot is the log's last line.
+    QTRY_VERIFY_WITH_TIMEOUT(window_->last_snapshot().state() == "finished", 10000);
+    check_views("attached");
+    // The log, opened: the same, and the charts plot each snapshot but the last at its time.
+    QVERIFY(window_->open_metrics_log(log));
+    check_views("metrics log");
+    for (const QString id : {"work", "batch"}) {
+      QLineSeries* line = window_->monitor().throughput_series(id);
+      QVERIFY(line);
+      QCOMPARE(line->count(), int(logged.size()) - 1);
+      for (int k = 0; k + 1 < int(logged.size()); ++k) {
+        QCOMPARE(line->at(k).x(), logged[k]["elapsed_s"].toDouble());
+        QCOMPARE(line->at(k).y(), std::max(1.0, stage_in(logged[k], id)["recent_elements_per_s"].toDouble()));
+      }
+    }
+  }
+
   // A metrics log opens as the run it recorded: its own pipeline on the canvas (whatever was open),
   // its table, node numbers, charts and Verdict with the Autotune section; Apply edits only the
   // pipeline the log was made from, and a log whose pipeline cannot be shown is refused.
