@@ -1,5 +1,6 @@
 // The canvas from the keyboard: arrow keys move the selection from stage to stage along the
 // pipeline, Shift adds to it (canvas.hpp: PipelineScene::select_neighbour).
+#include <cmath>
 #include <limits>
 
 #include <QGraphicsView>
