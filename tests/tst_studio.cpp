@@ -172,6 +172,12 @@ class TestStudio : public QObject {
     QTest::keyClick(box, Qt::Key_Return);
   }
 
+  // A metrics log of one snapshot in the test's folder, as `sluice run --metrics-log` writes a line.
+  QString write_metrics_log(const sluice::metrics::MetricsSnapshot& snapshot, const QString& name) {
+    std::string line;
+    if (!google::protobuf::util::MessageToJsonString(snapshot, &line).ok()) return {};
+    return write_text(dir_.filePath(name), line + "\n");
+  }
   void open_text(const std::string& text, const QString& name) {
     QVERIFY(window_->open_file(write_text(dir_.filePath(name), text)));
   }
@@ -538,9 +544,7 @@ class TestStudio : public QObject {
       st->set_elements_per_s(10);
     }
     snap.mutable_pipeline()->set_text(sluice::test::stage("a", "range", "", {{"count", "10"}}) + sluice::test::stage("b", "null_sink", "a"));
-    std::string line;
-    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
-    const QString good_log = write_text(dir_.filePath("run.jsonl"), line + "\n"), bad_log = write_text(dir_.filePath("bad.jsonl"), "not json\n");
+    const QString good_log = write_metrics_log(snap, "run.jsonl"), bad_log = write_text(dir_.filePath("bad.jsonl"), "not json\n");
     for (const QString& log : {good_log, bad_log}) {
       QProcess opened;
       opened.setProcessEnvironment(env);
@@ -2330,9 +2334,7 @@ class TestStudio : public QObject {
       st->set_bytes_per_s(411.2e6);
       st->set_errors_skipped(i == 3 ? 12 : 0);
     }
-    std::string line;
-    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
-    QVERIFY(window_->open_metrics_log(write_text(dir_.filePath("twelve.jsonl"), line + "\n")));
+    QVERIFY(window_->open_metrics_log(write_metrics_log(snap, "twelve.jsonl")));
     for (QSize size : {QSize(1600, 1000), QSize(1024, 700)}) {
       window_->resize(size);
       QTest::qWait(50);
@@ -2375,9 +2377,7 @@ class TestStudio : public QObject {
     snap.set_bottleneck("b");
     snap.set_bottleneck_reason("busy 30% of the time on 1 worker; its input buffer is 20% full, it is the sink (no stage is clearly held up "
                                "by it: the pipeline is balanced or limited by its consumers)");
-    std::string line;
-    QVERIFY(google::protobuf::util::MessageToJsonString(snap, &line).ok());
-    const QString log = write_text(dir_.filePath("balanced.jsonl"), line + "\n");
+    const QString log = write_metrics_log(snap, "balanced.jsonl");
     QVERIFY(window_->open_metrics_log(log));
     QVERIFY(node("b")->live());
     QVERIFY(!node("b")->live()->bottleneck);

@@ -279,14 +279,19 @@ QString NodeItem::compact_rate_line(const QFontMetrics& metrics) const {
   return metrics.elidedText(texts.back(), Qt::ElideRight, int(kCompactRateLine.width()));
 }
 
+namespace {
+// The rate line's type at `zoom`, as paint_compact_text sets it from the scene's font.
+QFontMetrics compact_rate_metrics(const QGraphicsItem& item, double zoom) {
+  return QFontMetrics(compact_font(item.scene() ? item.scene()->font() : QFont(), zoom, kCompactRateLine.height(), false));
+}
+}  // namespace
+
 bool NodeItem::compact_rate_line_fits(double zoom) const {
-  const QFontMetrics metrics(compact_font(scene() ? scene()->font() : QFont(), zoom, kCompactRateLine.height(), false));
-  return metrics.horizontalAdvance(compact_rate_line(zoom)) <= kCompactRateLine.width();
+  const QFontMetrics metrics = compact_rate_metrics(*this, zoom);
+  return !live_ || metrics.horizontalAdvance(compact_rate_line(metrics)) <= kCompactRateLine.width();
 }
 
-QString NodeItem::compact_rate_line(double zoom) const {
-  return live_ ? compact_rate_line(QFontMetrics(compact_font(scene() ? scene()->font() : QFont(), zoom, kCompactRateLine.height(), false))) : QString();
-}
+QString NodeItem::compact_rate_line(double zoom) const { return live_ ? compact_rate_line(compact_rate_metrics(*this, zoom)) : QString(); }
 
 QStringList NodeItem::compact_rate_texts() const {
   if (!live_->failure.isEmpty()) return {rate_text()};

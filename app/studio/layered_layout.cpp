@@ -39,8 +39,9 @@ void fold_into_rows(std::map<std::string, NodePlace>& places, double height) {
   const std::size_t rows = (layers.size() + per_row - 1) / per_row;
   std::vector<double> top(rows, std::numeric_limits<double>::max()), bottom(rows, 0);
   for (const auto& [id, place] : places) {
-    top[row_of(place.x)] = std::min(top[row_of(place.x)], place.y);
-    bottom[row_of(place.x)] = std::max(bottom[row_of(place.x)], place.y + height);
+    const auto r = row_of(place.x);
+    top[r] = std::min(top[r], place.y);
+    bottom[r] = std::max(bottom[r], place.y + height);
   }
   std::vector<double> row_y(rows, 0);
   for (std::size_t r = 1; r < rows; ++r) row_y[r] = row_y[r - 1] + (bottom[r - 1] - top[r - 1]) + kRowGap;

@@ -818,7 +818,8 @@ void MainWindow::connect_selection() {
     show_status("To connect from the keyboard, select two stages (arrow keys, Shift+arrow to add one): the first selected feeds the second");
     return;
   }
-  const auto refusal = document_.output_refusal(order[0]) ? document_.output_refusal(order[0]) : document_.connection_refusal(order[0], order[1]);
+  auto refusal = document_.output_refusal(order[0]);
+  if (!refusal) refusal = document_.connection_refusal(order[0], order[1]);
   if (refusal) return show_status(QString("Not connected: %1").arg(*refusal), 8000);
   document_.connect_stages(order[0], order[1]);
   show_status(QString("Connected '%1' to '%2'; Ctrl+Z undoes it").arg(order[0], order[1]));
