@@ -458,12 +458,15 @@ class TestService : public QObject {
     doomed->kill();
     QVERIFY2(dispatcher->says("given back after"), qPrintable(dispatcher->errors()));  // (the next split goes to it if the current did not)
     dispatcher->kill();
+    const QString first_dispatcher = dispatcher->errors();
     QTest::qWait(300);
     dispatcher = std::make_unique<Service>(QStringList{"dispatcher", "--port", address.section(':', -1), "--work-dir", work_dir});
     QVERIFY2(dispatcher->says("continuing from its journal"), qPrintable(dispatcher->errors()));
     for (auto& c : consumers) {
-      QVERIFY(c.waitForFinished(90000));
-      QVERIFY2(c.exitCode() == 0, qPrintable(QString::fromUtf8(c.readAllStandardError())));
+      const bool finished = c.waitForFinished(90000);
+      QVERIFY2(finished && c.exitCode() == 0, qPrintable(QString::fromUtf8(c.readAllStandardError()) + "\n-- the dispatcher, killed:\n" + first_dispatcher +
+                                                          "\n-- restarted:\n" + dispatcher->errors() +
+                                                          "\n-- the surviving worker:\n" + survivor.errors()));
     }
     std::vector<std::vector<int>> epoch;  // the lane's batches in order: each split's 4, 4 and 2
     for (int split = 0; split < count / 10; ++split)

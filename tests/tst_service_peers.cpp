@@ -255,6 +255,49 @@ class TestServicePeers : public QObject {
     QCOMPARE(handed.consumer_next(1), 5u);
   }
 
+  // Coordinated reads: when a worker dies after one consumer's stream ended whole and before the
+  // other's did, the split is made again for the other alone; the whole one goes on to its next
+  // slot and never reports the new lease, yet the split is done when the other's part is, and the
+  // epoch ends (it once waited for that report for ever).
+  void a_coordinated_split_handed_again_needs_no_report_from_a_consumer_whose_part_was_whole() {
+    Dispatcher dispatcher(DispatcherOptions{});
+    const Caller caller(dispatcher.port(), sluice::service::detail::client_token("127.0.0.1:" + std::to_string(dispatcher.port()), {}));
+    std::uint64_t job = 0;
+    proto::SplitReply given;
+    QVERIFY(coordinated_split(caller, job, given));
+    proto::SplitReportReply ignored;
+    auto report = [&](const proto::SplitReply& lease, std::uint32_t consumer, proto::SplitReport::Outcome outcome, std::uint64_t next) {
+      return caller.stub->ReportSplit(caller.context().get(), coordinated_report(job, lease, consumer, outcome, next), &ignored);
+    };
+    auto ask = [&](std::uint32_t consumer, std::uint64_t slot, std::uint64_t after_lease, proto::SplitReply& reply) {
+      proto::SplitRequest request;
+      request.set_job_id(job);
+      request.set_consumer_index(consumer);
+      request.set_slot(slot);
+      request.set_after_lease(after_lease);
+      reply.Clear();
+      return caller.stub->GetSplit(caller.context().get(), request, &reply);
+    };
+    QVERIFY(report(given, 1, proto::SplitReport::DONE, 10).ok());
+    QVERIFY(report(given, 0, proto::SplitReport::GIVEN_BACK, 4).ok());
+    proto::SplitReply again;
+    QVERIFY(ask(0, 0, given.lease(), again).ok());
+    QCOMPARE(again.kind(), proto::SplitReply::SPLIT);
+    QCOMPARE(again.split(), given.split());
+    QCOMPARE(again.skip(), 4u);
+    QCOMPARE(again.consumer_next(1), 10u);
+    QVERIFY(report(again, 0, proto::SplitReport::DONE, 10).ok());
+    proto::SplitReply past_the_end;  // the source ends before the next split: both say so
+    QVERIFY(ask(1, 1, 0, past_the_end).ok());
+    QCOMPARE(past_the_end.kind(), proto::SplitReply::SPLIT);
+    for (std::uint32_t consumer = 0; consumer < 2; ++consumer) QVERIFY(report(past_the_end, consumer, proto::SplitReport::EMPTY, 0).ok());
+    for (std::uint32_t consumer = 0; consumer < 2; ++consumer) {
+      proto::SplitReply last;
+      QVERIFY(ask(consumer, 2, 0, last).ok());
+      QVERIFY2(last.kind() == proto::SplitReply::END, (std::to_string(consumer) + ": " + last.waiting_for()).c_str());
+    }
+  }
+
   // A reader that takes splits and is never heard from again (a process asking as a reader, or a
   // trainer killed) does not leave the job's trainers waiting for ever: its splits come back, and
   // a late report of one says it was taken back instead of counting it.

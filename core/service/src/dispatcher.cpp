@@ -528,7 +528,8 @@ class DispatcherService final : public proto::Dispatcher::Service {
 
   // Coordinated reads: slot `slot` of lane `lane` is one split for every consumer: the first to
   // ask takes it from the ledger, the others get the same. Asked again after its stream broke
-  // (after_lease), it is handed again, in place, once every consumer has said how far it got.
+  // (after_lease), it is handed again, in place, once every consumer has said how far it got;
+  // the consumers whose part was whole need not come back for it.
   grpc::Status coordinated_split(Job& job, const proto::SplitRequest& request, JobLedger& ledger, const std::vector<std::uint64_t>& able,
                                  proto::SplitReply& reply) {
     if (request.lane() >= job.request.lanes() || request.consumer_index() >= job.request.num_consumers())
@@ -578,7 +579,12 @@ class DispatcherService final : public proto::Dispatcher::Service {
     }
     ++job.handed_out;
     ++job.given_back;
-    slot = Job::Slot{again, {}, next};
+    // A consumer whose stream ended whole before the worker died has its part: it goes on to its
+    // next slot and never reports this lease, so its report stands for it here.
+    std::map<std::uint32_t, proto::CoordinatedSlot::Report> whole_parts;
+    for (const auto& [consumer, report] : slot.reports)
+      if (report.outcome() != proto::SplitReport::GIVEN_BACK) whole_parts[consumer] = report;
+    slot = Job::Slot{again, std::move(whole_parts), next};
     answer_split(again, ledger, reply, next);
     return save_journal();
   }
