@@ -42,6 +42,7 @@
 
 #include "main_window.hpp"
 #include "pipeline_runner.hpp"
+#include "sluice/core/metrics_log.hpp"
 #include "sluice/core/report.hpp"
 
 using namespace sluice::studio;
@@ -64,6 +65,21 @@ const sluice::spec::Stage* stage_of(const sluice::spec::PipelineSpec& spec, cons
 QString input_of(const sluice::spec::PipelineSpec& spec, const QString& id) {
   const auto* st = stage_of(spec, id);
   return st && st->input_size() ? QString::fromStdString(st->input(0)) : QString();
+}
+
+// Every line of a metrics log (`sluice run --metrics-log`), as JSON.
+std::vector<QJsonObject> logged_snapshots(const QString& path) {
+  std::vector<QJsonObject> out;
+  QFile in(path);
+  if (!in.open(QIODevice::ReadOnly)) return out;
+  for (const QByteArray& line : in.readAll().trimmed().split('\n'))
+    if (!line.isEmpty()) out.push_back(QJsonDocument::fromJson(line).object());
+  return out;
+}
+QJsonObject logged_stage(const QJsonObject& snapshot, const QString& id) {
+  for (const auto& st : snapshot["stage"].toArray())
+    if (st.toObject()["id"].toString() == id) return st.toObject();
+  return QJsonObject();
 }
 }  // namespace
 
@@ -1782,6 +1798,33 @@ class TestStudio : public QObject {
     }
   }
 
+  // The canvas, the Monitor's table and (once the run has ended) the Verdict show `snapshot`, a
+  // line of a metrics log: a running run's recent rates, an ended run's averages, its busy share
+  // and bottleneck.
+  void expect_views_to_show(const QJsonObject& snapshot, const QStringList& ids, const QString& how) {
+    const bool ended = snapshot["state"].toString() != "running";
+    const auto& table = *window_->monitor().table();
+    for (const QString& id : ids) {
+      const QJsonObject st = logged_stage(snapshot, id);
+      QVERIFY2(!st.isEmpty(), qPrintable(how + ": the log has no stage " + id));
+      const double rate = st[ended ? "elements_per_s" : "recent_elements_per_s"].toDouble();
+      const double bytes = st[ended ? "bytes_per_s" : "recent_bytes_per_s"].toDouble();
+      QVERIFY2(node(id) && node(id)->live(), qPrintable(how + ": " + id));
+      QVERIFY2(node(id)->live()->elements_per_s == rate,
+               qPrintable(how + QString(": the canvas shows %1/s for %2, the log %3/s").arg(node(id)->live()->elements_per_s).arg(id).arg(rate)));
+      int row = -1;
+      for (int r = 0; r < table.rowCount(); ++r)
+        if (table.item(r, 0)->text().section(' ', 0, 0) == id) row = r;
+      QVERIFY2(row >= 0, qPrintable(how + ": no row for " + id));
+      QCOMPARE(table.item(row, 3)->text(), short_number(rate));
+      QCOMPARE(table.item(row, 4)->text(), QString::number(bytes / 1e6, 'f', 1));
+      QCOMPARE(table.item(row, 5)->text(), QString::number(st["busy_fraction"].toDouble() * 100, 'f', 0) + "%");
+    }
+    if (ended)
+      QVERIFY2(window_->verdict().summary().contains(QString("stage '%1'").arg(snapshot["bottleneck"].toString())),
+               qPrintable(how + ": " + window_->verdict().summary()));
+  }
+
   // The studio's numbers are the run's own, in every view: a headless run attached to while it
   // runs and its metrics log opened afterwards show what the log's last line says (rates, busy,
   // bottleneck) on the canvas, in the table and in the Verdict, and the charts plot each logged
@@ -1796,51 +1839,135 @@ class TestStudio : public QObject {
     attach_to_headless_run(headless, file, {"--metrics-log", log});
     QVERIFY(headless.waitForFinished(60000));
     QCOMPARE(headless.exitCode(), 0);
-    std::vector<QJsonObject> logged;
-    {
-      QFile in(log);
-      QVERIFY(in.open(QIODevice::ReadOnly));
-      for (const QByteArray& line : in.readAll().trimmed().split('\n')) logged.push_back(QJsonDocument::fromJson(line).object());
-    }
+    const std::vector<QJsonObject> logged = logged_snapshots(log);
     QVERIFY(logged.size() >= 3);
     const QJsonObject& last = logged.back();
     QCOMPARE(last["state"].toString(), QString("finished"));
-    auto stage_in = [](const QJsonObject& snap, const QString& id) {
-      for (const auto& st : snap["stage"].toArray())
-        if (st.toObject()["id"].toString() == id) return st.toObject();
-      return QJsonObject();
-    };
-    auto check_views = [&](const QString& how) {
-      const auto& table = *window_->monitor().table();
-      for (const QString id : {"src", "work", "batch", "out"}) {
-        const QJsonObject st = stage_in(last, id);
-        const double rate = st["elements_per_s"].toDouble();
-        QVERIFY2(node(id)->live(), qPrintable(how + ": " + id));
-        QCOMPARE(node(id)->live()->elements_per_s, rate);  // the canvas: the run's average, as the log's
-        int row = -1;
-        for (int r = 0; r < table.rowCount(); ++r)
-          if (table.item(r, 0)->text().section(' ', 0, 0) == id) row = r;
-        QVERIFY2(row >= 0, qPrintable(how + ": no row for " + id));
-        QCOMPARE(table.item(row, 3)->text(), short_number(rate));
-        QCOMPARE(table.item(row, 4)->text(), QString::number(st["bytes_per_s"].toDouble() / 1e6, 'f', 1));
-        QCOMPARE(table.item(row, 5)->text(), QString::number(st["busy_fraction"].toDouble() * 100, 'f', 0) + "%");
-      }
-      QVERIFY2(window_->verdict().summary().contains(QString("stage '%1'").arg(last["bottleneck"].toString())), qPrintable(how + ": " + window_->verdict().summary()));
-    };
     // Attached: the stream's last snapshot is the log's last line.
     QTRY_VERIFY_WITH_TIMEOUT(window_->last_snapshot().state() == "finished", 10000);
-    check_views("attached");
+    expect_views_to_show(last, {"src", "work", "batch", "out"}, "attached");
+    if (QTest::currentTestFailed()) return;
     // The log, opened: the same, and the charts plot each snapshot but the last at its time.
     QVERIFY(window_->open_metrics_log(log));
-    check_views("metrics log");
+    expect_views_to_show(last, {"src", "work", "batch", "out"}, "metrics log");
+    if (QTest::currentTestFailed()) return;
     for (const QString id : {"work", "batch"}) {
       QLineSeries* line = window_->monitor().throughput_series(id);
       QVERIFY(line);
       QCOMPARE(line->count(), int(logged.size()) - 1);
       for (int k = 0; k + 1 < int(logged.size()); ++k) {
         QCOMPARE(line->at(k).x(), logged[k]["elapsed_s"].toDouble());
-        QCOMPARE(line->at(k).y(), std::max(1.0, stage_in(logged[k], id)["recent_elements_per_s"].toDouble()));
+        QCOMPARE(line->at(k).y(), std::max(1.0, logged_stage(logged[k], id)["recent_elements_per_s"].toDouble()));
       }
+    }
+  }
+
+  // A run in the studio: every view shows the engine's last snapshot as `sluice run --metrics-log`
+  // writes it (the same function makes the line), averages once it has finished.
+  void a_local_runs_views_show_its_last_snapshot() {
+    using sluice::test::stage;
+    open_text(stage("src", "range", "", {{"count", "3000"}}) + stage("work", "simulate_work", "src", {{"us", "300"}}) +
+                  stage("batch", "batch", "work", {{"batch_size", "10"}}) + stage("out", "null_sink", "batch"),
+              "local_agree.txtpb");
+    QVERIFY(window_->start_run());
+    QTRY_VERIFY_WITH_TIMEOUT(window_->last_snapshot().state() == "running" && window_->last_snapshot().elapsed_s() > 0.3, 10000);
+    const QJsonObject running = QJsonDocument::fromJson(QByteArray::fromStdString(sluice::snapshot_to_json(window_->last_snapshot()))).object();
+    expect_views_to_show(running, {"src", "work", "batch", "out"}, "local, running");
+    if (QTest::currentTestFailed()) return;
+    QTRY_VERIFY_WITH_TIMEOUT(window_->last_snapshot().state() == "finished", 20000);
+    QTest::qWait(50);
+    const QJsonObject finished = QJsonDocument::fromJson(QByteArray::fromStdString(sluice::snapshot_to_json(window_->last_snapshot()))).object();
+    expect_views_to_show(finished, {"src", "work", "batch", "out"}, "local, finished");
+  }
+
+  // Three workers of one job attached to, each writing its metrics log, worker 0 killed in
+  // mid-run: the Workers tab shows each finished worker's own last line (its run average and
+  // count), the killed one dead with the count of the last line it sent, which its log has; the
+  // canvas, which follows worker 0, shows that line's numbers.
+  void three_attached_workers_one_killed_show_their_logs_numbers() {
+    using sluice::test::stage;
+    const QString file = write_text(dir_.filePath("three.txtpb"), "options { seed: 4 }\n" + stage("numbers", "range", "", {{"count", "24000"}}) +
+                                                                      stage("work", "simulate_work", "numbers", {{"us", "250"}}) +
+                                                                      stage("drain", "null_sink", "work"));
+    QProcess workers[3];
+    QStringList addresses;
+    QString logs[3];
+    for (int i = 0; i < 3; ++i) {
+      logs[i] = dir_.filePath(QString("three%1.jsonl").arg(i));
+      QFile::remove(logs[i]);
+      addresses << start_headless(workers[i], file, {"--num-workers", "3", "--worker-index", QString::number(i), "--metrics-log", logs[i]});
+      QVERIFY(!addresses.last().isEmpty());
+    }
+    window_->attach_to(addresses.join(","));
+    auto& panel = window_->workers();
+    QTRY_COMPARE_WITH_TIMEOUT(panel.attached_count(), 3, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(window_->last_snapshot().state() == "running" && window_->last_snapshot().elapsed_s() > 0.5, 8000);
+    // Stopped first, so that what it sent last stays its last; then killed.
+    ::kill(static_cast<pid_t>(workers[0].processId()), SIGSTOP);
+    QTest::qWait(300);
+    const QJsonObject seen = QJsonDocument::fromJson(QByteArray::fromStdString(sluice::snapshot_to_json(window_->last_snapshot()))).object();
+    workers[0].kill();
+    workers[0].waitForFinished();
+    for (int i = 1; i < 3; ++i) {
+      QVERIFY(workers[i].waitForFinished(30000));
+      QCOMPARE(workers[i].exitCode(), 0);
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(panel.table()->item(0, 2)->text().startsWith("dead") && panel.table()->item(1, 2)->text() == "finished" &&
+                                 panel.table()->item(2, 2)->text() == "finished",
+                             8000);
+    for (int i = 1; i < 3; ++i) {
+      const auto logged = logged_snapshots(logs[i]);
+      QVERIFY2(!logged.empty(), qPrintable(logs[i]));
+      const QJsonObject drain = logged_stage(logged.back(), "drain");
+      QCOMPARE(panel.table()->item(i, 3)->text(), QString("%1 run avg").arg(drain["elements_per_s"].toDouble(), 0, 'f', 0));
+      QCOMPARE(panel.table()->item(i, 4)->text(), QString::number(drain["elements_in"].toVariant().toULongLong()));
+    }
+    // The killed worker's log is the partial file it left; the line the studio saw last is in it.
+    const QStringList partial = QDir(dir_.path()).entryList({"three0.jsonl.partial-*"});
+    QCOMPARE(partial.size(), 1);
+    QJsonObject line;
+    for (const auto& l : logged_snapshots(dir_.filePath(partial.front())))
+      if (l["sequence"].toVariant().toULongLong() == seen["sequence"].toVariant().toULongLong()) line = l;
+    QVERIFY2(!line.isEmpty(), qPrintable(QString("snapshot %1 of worker 0 is not in its log").arg(seen["sequence"].toVariant().toULongLong())));
+    QCOMPARE(panel.table()->item(0, 4)->text(), QString::number(logged_stage(line, "drain")["elements_in"].toVariant().toULongLong()));
+    expect_views_to_show(line, {"numbers", "work", "drain"}, "worker 0, killed");
+    window_->action("new")->trigger();
+  }
+
+  // A service with two workers, attached to from its dispatcher: once the trainer has finished,
+  // the elements the Workers tab shows sent add up to what the trainer's metrics log says it read.
+  void a_service_of_two_workers_shows_what_the_trainers_log_read() {
+    QProcess dispatcher, workers[2], trainer;
+    const auto d = start_service_process(dispatcher, {"dispatcher", "--port", "0", "--metrics-addr", "127.0.0.1:0"});
+    QVERIFY(!d.address.isEmpty() && !d.metrics.isEmpty());
+    for (auto& w : workers) QVERIFY(!start_service_process(w, {"worker", "--dispatcher", d.address, "--metrics-addr", "127.0.0.1:0"}).address.isEmpty());
+    window_->attach_to_service(d.metrics);
+    auto& panel = window_->workers();
+    QTRY_COMPARE_WITH_TIMEOUT(panel.table()->rowCount(), 2, 5000);
+    using sluice::test::stage;
+    std::string work = stage("work", "simulate_work", "numbers", {{"us", "100"}});
+    work.insert(work.rfind('}'), " distribute { service: \"grpc://" + d.address.toStdString() + "\" job_name: \"agree\" split_size: 50 } ");
+    const QString file = write_text(dir_.filePath("service_agree.txtpb"), stage("numbers", "range", "", {{"count", "3000"}}) + work +
+                                                                                stage("drain", "null_sink", "work"));
+    const QString log = dir_.filePath("service_agree.jsonl");
+    trainer.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, file});
+    QVERIFY(trainer.waitForFinished(60000));
+    QCOMPARE(trainer.exitCode(), 0);
+    const auto logged = logged_snapshots(log);
+    QVERIFY(!logged.empty());
+    const qulonglong read = logged_stage(logged.back(), "work")["elements_out"].toVariant().toULongLong();
+    QCOMPARE(read, qulonglong(3000));
+    auto sent = [&] {
+      qulonglong sum = 0;
+      for (int r = 0; r < panel.table()->rowCount(); ++r) sum += panel.table()->item(r, 4) ? panel.table()->item(r, 4)->text().toULongLong() : 0;
+      return sum;
+    };
+    QTRY_COMPARE_WITH_TIMEOUT(sent(), read, 8000);
+    for (int r = 0; r < 2; ++r) QVERIFY2(panel.table()->item(r, 4)->text().toULongLong() > 0, "both workers made splits");
+    window_->action("detach")->trigger();
+    for (auto* p : {&workers[0], &workers[1], &dispatcher}) {
+      p->kill();
+      p->waitForFinished();
     }
   }
 

@@ -1,15 +1,10 @@
 // The dispatcher: the workers that registered and whether each is still heard from, the jobs
 // trainers registered, and each job's splits per epoch (JobLedger); with a work folder, all of it
 // in a journal written before each answer that changes it.
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -581,9 +576,8 @@ class DispatcherService final : public proto::Dispatcher::Service {
     ++job.given_back;
     // A consumer whose stream ended whole before the worker died has its part: it goes on to its
     // next slot and never reports this lease, so its report stands for it here.
-    std::map<std::uint32_t, proto::CoordinatedSlot::Report> whole_parts;
-    for (const auto& [consumer, report] : slot.reports)
-      if (report.outcome() != proto::SplitReport::GIVEN_BACK) whole_parts[consumer] = report;
+    auto whole_parts = slot.reports;
+    std::erase_if(whole_parts, [](const auto& said) { return said.second.outcome() == proto::SplitReport::GIVEN_BACK; });
     slot = Job::Slot{again, std::move(whole_parts), next};
     answer_split(again, ledger, reply, next);
     return save_journal();
