@@ -77,4 +77,11 @@ if [ "${SLUICE_PEERS:-1}" != 0 ]; then
       -r "$requirements" || failed
     cat "$requirements" tests/conformance/uv-requirements.txt > "$peers/installed-from.txt"
   fi
+  # bench/peers' own additions (SLUICE_BENCH_DEPS=1), into the same environment.
+  if [ "${SLUICE_BENCH_DEPS:-0}" = 1 ] && ! cmp -s bench/peers/requirements.txt "$peers/bench-installed-from.txt" 2>/dev/null; then
+    echo "Adding bench/peers/requirements.txt to the peers environment"
+    "$peers/bin/uv" pip install -q --no-cache --compile-bytecode --python "$peers/bin/python" --require-hashes --no-deps \
+      -r bench/peers/requirements.txt || { echo "Installing bench/peers/requirements.txt failed (above)" >&2; exit 1; }
+    cp bench/peers/requirements.txt "$peers/bench-installed-from.txt"
+  fi
 fi

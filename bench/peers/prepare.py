@@ -1,0 +1,65 @@
+"""Makes the peers benchmark's data once, under OUT (default build/bench_peers), from the sample
+data (bash scripts/demo.sh) and generated records; runs in the peers environment:
+  image_ar/   the sample data's 8 JPEG tf.Example shards, the same records as ArrayRecord (Grain's format)
+  tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards; tiny_ar/ the same as ArrayRecord
+Usage: build/peers/bin/python bench/peers/prepare.py [OUT]"""
+import glob
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from example_proto import Example  # noqa: E402
+
+TINY_RECORDS = 1_000_000
+SHARDS = 8
+
+
+def write_array_record(path, records):
+    from array_record.python.array_record_module import ArrayRecordWriter
+    writer = ArrayRecordWriter(path + ".partial", "group_size:1")
+    for record in records:
+        writer.write(record)
+    writer.close()
+    os.replace(path + ".partial", path)
+
+
+def tfrecords(path):
+    import tensorflow as tf
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "build/bench_peers"
+    shards = sorted(glob.glob("build/sample_data/tfrecord/*.tfrecord"))
+    if not shards:
+        sys.exit("prepare.py: no sample data: run bash scripts/demo.sh once")
+    os.makedirs(f"{out}/image_ar", exist_ok=True)
+    for shard in shards:
+        target = f"{out}/image_ar/{os.path.basename(shard).replace('.tfrecord', '.array_record')}"
+        if not os.path.exists(target):
+            write_array_record(target, tfrecords(shard))
+    os.makedirs(f"{out}/tiny", exist_ok=True)
+    os.makedirs(f"{out}/tiny_ar", exist_ok=True)
+    if len(glob.glob(f"{out}/tiny_ar/*.array_record")) < SHARDS:
+        import tensorflow as tf
+        rng = random.Random(7)
+        per_shard = TINY_RECORDS // SHARDS
+        for s in range(SHARDS):
+            records = []
+            for i in range(per_shard):
+                e = Example()
+                e.features.feature["id"].int64_list.value.append(s * per_shard + i)
+                e.features.feature["label"].int64_list.value.append(rng.randrange(1000))
+                records.append(e.SerializeToString())
+            name = f"train-{s:05d}-of-{SHARDS:05d}"
+            with tf.io.TFRecordWriter(f"{out}/tiny/{name}.tfrecord.partial") as w:
+                for r in records:
+                    w.write(r)
+            os.replace(f"{out}/tiny/{name}.tfrecord.partial", f"{out}/tiny/{name}.tfrecord")
+            write_array_record(f"{out}/tiny_ar/{name}.array_record", records)
+    print(f"prepare.py: data in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Runs bench/peers: each workload done by each system, the systems alternating in rounds (a
+different order each round), and writes the table into bench/peers/README.md (between its
+`peers-table` markers) and every measurement into bench/peers/latest.json.
+
+Each figure is a median over the rounds with its range; a ratio is Sluice's over the peer's in the
+same round, then the median and range of those. "per CPU s" counts the items made per second of
+CPU time the system used (its worker processes included): what a core buys.
+
+Usage (from the repository root, after scripts/demo.sh and SLUICE_BENCH_DEPS=1 bash scripts/install-deps.sh):
+  python3 bench/peers/run.py [--rounds N] [--build BUILD] [--only WORKLOAD ...] [--no-write]"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WORKLOADS = {  # name: (what it is, epochs)
+    "image": ("JPEG tf.Example shards -> parse -> decode -> resize 224 (crop) -> normalize -> batch 64; 2,048 images x 3 epochs", 3),
+    "tiny": ("1,000,000 tf.Examples of two int64 features -> parse -> batch 1024; x 3 epochs (Grain: its first 20,000 x 3)", 3),
+}
+REFERENCE = "Sluice (Python)"
+# Pairs compared besides: the same code as the peer's (Sluice written as tf.data's guide writes it).
+ALSO_COMPARED = [("Sluice (Python, interleaved)", "tf.data")]
+
+
+def systems(build):
+    venv = os.path.join(build, "peers", "bin", "python")
+    sluice_env = {"PYTHONPATH": os.path.join(build, "python")}
+    quiet_tf = {"PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return {
+        "Sluice (CLI)": ("cli", None, None),
+        REFERENCE: (["/usr/bin/python3", f"{HERE}/peer_sluice.py"], sluice_env, None),
+        "Sluice (Python, interleaved)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--interleave"], sluice_env, {"tiny"}),
+        "tf.data": ([venv, f"{HERE}/peer_tfdata.py"], quiet_tf, None),
+        "Grain": ([venv, f"{HERE}/peer_grain.py"], quiet_tf, None),
+        "DataLoader": (["/usr/bin/python3", f"{HERE}/peer_torch.py"], {}, {"image"}),
+    }
+
+
+def run_cli(build, workload, data, epochs):
+    """`sluice run` of the workload's pipeline file: wall and CPU time of the process (os.wait4),
+    items from its metrics log (the batch stage's elements in)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "run.jsonl")
+        pattern = {"image": f"{ROOT}/{data}/../sample_data/tfrecord/*.tfrecord", "tiny": f"{ROOT}/{data}/tiny/*.tfrecord"}[workload]
+        command = [f"{build}/bin/sluice", "run", "--quiet", "--metrics-log", log, "--set", f"files.patterns={pattern}",
+                   "--set", f"epochs.count={epochs}", f"{HERE}/{workload}.txtpb"]
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            return {"error": process.stderr.read().decode(errors="replace").strip()[-400:]}
+        with open(log) as f:
+            last = json.loads(f.read().splitlines()[-1])
+        items = next(int(s.get("elements_in", 0)) for s in last["stage"] if s["id"] == "batch")
+        return {"items": items, "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def run_one(build, name, how, workload, data):
+    command, env, only = how
+    epochs = WORKLOADS[workload][1]
+    if only is not None and workload not in only:
+        return None
+    if command == "cli":
+        result = run_cli(build, workload, data, epochs)
+    else:
+        script, options = command[:2], command[2:]
+        done = subprocess.run(script + [workload, data, str(epochs)] + options, capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, **env}, timeout=1800)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        result = json.loads(lines[-1]) if lines else {"error": (done.stderr.strip() or "no output")[-400:]}
+    result.update(system=name, workload=workload)
+    if "items" in result:
+        result["per_s"] = result["items"] / result["seconds"]
+        result["per_cpu_s"] = result["items"] / result["cpu_seconds"] if result["cpu_seconds"] > 0 else 0.0
+    return result
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{platform.node()}: {os.cpu_count()} cores ({model}), {time.strftime('%Y-%m-%d')}"
+
+
+def spread(values, digits=0):
+    values = sorted(values)
+    fmt = f"{{:,.{digits}f}}"
+    median = fmt.format(statistics.median(values))
+    return median if len(values) == 1 else f"{median} ({fmt.format(values[0])}-{fmt.format(values[-1])})"
+
+
+def round_ratios(results, ours, theirs, rounds, key):
+    ratios = []
+    for k in range(rounds):
+        a = [r for r in results if r["system"] == ours and r["round"] == k and key in r]
+        b = [r for r in results if r["system"] == theirs and r["round"] == k and key in r]
+        if a and b and b[0][key] > 0:
+            ratios.append(a[0][key] / b[0][key])
+    return ratios
+
+
+def table(results, rounds):
+    lines = []
+    for workload, (what, _) in WORKLOADS.items():
+        mine = [r for r in results if r["workload"] == workload]
+        if not mine:
+            continue
+        lines += [f"**{workload}**: {what}", "",
+                  f"| system | items/s | items per CPU s | {REFERENCE} / it, items/s | per CPU s |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        names = list(dict.fromkeys(r["system"] for r in mine))
+        for name in names:
+            runs = [r for r in mine if r["system"] == name]
+            failed = [r for r in runs if "error" in r]
+            if failed:
+                lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | |")
+                continue
+            ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_s"), 2)
+            cpu_ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_cpu_s"), 2)
+            lines.append(f"| {name} | {spread([r['per_s'] for r in runs])} | {spread([r['per_cpu_s'] for r in runs])} | {ratio} | {cpu_ratio} |")
+        lines.append("")
+        for ours, theirs in ALSO_COMPARED:
+            per_s, per_cpu = round_ratios(mine, ours, theirs, rounds, "per_s"), round_ratios(mine, ours, theirs, rounds, "per_cpu_s")
+            if per_s:
+                lines += [f"{ours} / {theirs}: {spread(per_s, 2)} in items/s, {spread(per_cpu, 2)} per CPU s.", ""]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--data", default="build/bench_peers")
+    parser.add_argument("--only", action="append", choices=list(WORKLOADS))
+    parser.add_argument("--no-write", action="store_true", help="print the table, leave README.md and latest.json as they are")
+    parser.add_argument("--from-json", action="store_true", help="write the table again from latest.json, running nothing")
+    args = parser.parse_args()
+    if args.from_json:
+        with open(os.path.join(HERE, "latest.json")) as f:
+            kept = json.load(f)
+        write_table(f"{kept['machine']}, {kept['rounds']} rounds\n\n" + table(kept["results"], kept["rounds"]))
+        return
+    if not os.path.exists(os.path.join(ROOT, args.data, "tiny_ar")):
+        sys.exit(f"run.py: no data in {args.data}: {args.build}/peers/bin/python bench/peers/prepare.py first")
+    every = systems(args.build)
+    results = []
+    for k in range(args.rounds):
+        for workload in args.only or list(WORKLOADS):
+            names = list(every)
+            names = names[k % len(names):] + names[:k % len(names)]  # each round another order
+            for name in names:
+                result = run_one(args.build, name, every[name], workload, args.data)
+                if result is None:
+                    continue
+                result["round"] = k
+                results.append(result)
+                shown = f"{result['per_s']:,.0f} items/s, {result['per_cpu_s']:,.0f} per CPU s" if "per_s" in result else result["error"][-200:]
+                print(f"round {k + 1}/{args.rounds} {workload:6} {name:16} {shown}", flush=True)
+    text = f"{machine()}, {args.rounds} rounds\n\n" + table(results, args.rounds)
+    print("\n" + text)
+    if args.no_write:
+        return
+    with open(os.path.join(HERE, "latest.json"), "w") as f:
+        json.dump({"machine": machine(), "rounds": args.rounds, "results": results}, f, indent=1)
+    write_table(text)
+
+
+def write_table(text):
+    readme = os.path.join(HERE, "README.md")
+    with open(readme) as f:
+        page = f.read()
+    begin, end = "<!-- peers-table: made by bench/peers/run.py -->", "<!-- /peers-table -->"
+    if begin not in page or end not in page:
+        sys.exit(f"run.py: {readme} has no {begin} ... {end} markers")
+    head, rest = page.split(begin, 1)
+    with open(readme, "w") as f:
+        f.write(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
+
+
+if __name__ == "__main__":
+    main()
