@@ -113,6 +113,40 @@ class Channel {
 
   std::size_t available() const { return level_.load(std::memory_order_relaxed); }
 
+  // Puts items its consumer took out ahead of its need (those before a cut's barrier) back at the
+  // front, in their order: they wait here again and take room, instead of waiting in the consumer
+  // while the producer fills the buffer anew (a cut each training step let a source run ahead
+  // without bound). The buffer may hold more than its capacity for a while; the producer waits.
+  void give_back(std::vector<Item>& items) {
+    if (items.empty()) return;
+    {
+      std::lock_guard lock(mutex_);
+      account(now_ns());
+      const std::size_t size = std::max(ring_.size(), count_ + items.size());
+      std::vector<Item> ring;
+      std::vector<std::uint64_t> bytes;
+      ring.reserve(size);
+      bytes.reserve(size);
+      for (auto& item : items) {
+        bytes.push_back(item.sample.nbytes());
+        bytes_ += bytes.back();
+        ring.push_back(std::move(item));
+      }
+      for (std::size_t k = 0; k < count_; ++k) {
+        ring.push_back(std::move(ring_[slot(k)]));
+        bytes.push_back(ring_bytes_[slot(k)]);
+      }
+      count_ += items.size();
+      ring.resize(size);
+      bytes.resize(size);
+      ring_.swap(ring);
+      ring_bytes_.swap(bytes);
+      head_ = 0;
+      publish_level();
+    }
+    items.clear();
+  }
+
   // New bounds while the run goes on (the autotuner): a larger buffer lets waiting producers in
   // at once; a smaller one admits nothing until its consumer has taken it below the new bounds.
   void resize(std::size_t capacity, std::uint64_t byte_limit) {

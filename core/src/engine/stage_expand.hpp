@@ -114,6 +114,7 @@ class Engine::Impl::ExpandStage {
   // ---- checkpoints ----
   bool take_input_through_barrier();
   bool save_for_cut();
+  void give_back_inputs_not_needed_yet();
   void write_positions(StateWriter& w);
   std::vector<ExpandSlot*> read_positions();
   void reopen(ExpandSlot& slot);

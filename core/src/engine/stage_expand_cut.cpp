@@ -88,8 +88,26 @@ bool Engine::Impl::ExpandStage::save_for_cut() {
   for (const auto& slot : slots_) to_seek += slot.cursor && slot.emitted > 0;
   const std::string where = fmt::format("epoch {}, {} inputs opened, {} open", st_.first_input_epoch + epoch_, index_, to_seek);
   if (!engine_.save_stage(st_, [this](StateWriter& w) { write_positions(w); }, where, to_seek)) return false;
+  give_back_inputs_not_needed_yet();
   out_.push_back(Item::barrier());
   return engine_.flush(st_, out_) && engine_.wait_for_release(st_);
+}
+
+// The inputs the cut took ahead (saved now, in order) go back to the input buffer, where they
+// take room again: kept here, they would let the producer fill the buffer anew after every cut.
+// Those a cursor was opened ahead for stay.
+void Engine::Impl::ExpandStage::give_back_inputs_not_needed_yet() {
+  const std::size_t keep = opened_ahead_.empty() ? next_input_ : std::max(next_input_, opened_ahead_.back().position + 1);
+  if (keep >= inputs_.size()) return;
+  std::vector<Item> back(std::make_move_iterator(inputs_.begin() + static_cast<std::ptrdiff_t>(keep)), std::make_move_iterator(inputs_.end()));
+  inputs_.resize(keep);
+  if (back.front().is_element()) {  // counted in again when taken again
+    std::uint64_t elements = 0;
+    for (const auto& item : back) elements += item.is_element();
+    st_.counters.elements_in.fetch_sub(elements, std::memory_order_relaxed);
+    st_.counters.bytes_in.fetch_sub(bytes_of(back), std::memory_order_relaxed);
+  }
+  st_.input->give_back(back);
 }
 
 void Engine::Impl::ExpandStage::write_positions(StateWriter& w) {
