@@ -45,9 +45,10 @@ class ParseTiny(grain.MapTransform):
         return {"id": features["id"].int64_list.value[0], "label": features["label"].int64_list.value[0]}
 
 
-def loader(pattern, transform, batch, epochs, records=None):
+def loader(pattern, transform, batch, epochs, records=None, shuffle=False):
     source = grain.ArrayRecordDataSource(sorted(glob.glob(pattern)))
-    sampler = grain.IndexSampler(num_records=min(len(source), records or len(source)), shard_options=grain.NoSharding(), shuffle=False, num_epochs=epochs, seed=0)
+    sampler = grain.IndexSampler(num_records=min(len(source), records or len(source)), shard_options=grain.NoSharding(), shuffle=shuffle,
+                                 num_epochs=epochs, seed=7)
     return grain.DataLoader(data_source=source, sampler=sampler, operations=[transform, grain.Batch(batch, drop_remainder=True)],
                             worker_count=os.cpu_count())
 
@@ -59,7 +60,8 @@ def main():
         count = lambda batch: int(batch["image"].shape[0])  # noqa: E731
     else:
         # Its first TINY_RECORDS only: a Python call per record makes the whole million take minutes.
-        made = loader(f"{data}/tiny_ar/*.array_record", ParseTiny(), 1024, epochs, TINY_RECORDS)
+        # (shuffle: a permutation of those, Grain's global shuffle through its random access.)
+        made = loader(f"{data}/tiny_ar/*.array_record", ParseTiny(), 1024, epochs, TINY_RECORDS, shuffle=workload == "shuffle")
         count = lambda batch: int(batch["id"].shape[0])  # noqa: E731
     import importlib.metadata
     measure.report("Grain", workload, measure.consume(lambda: iter(made), count), version=importlib.metadata.version("grain"))

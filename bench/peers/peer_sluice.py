@@ -33,10 +33,19 @@ def tiny(data, epochs, interleave=False):
     return ds, lambda batch: int(batch["id"].shape[0])
 
 
+def shuffle(data, epochs):
+    # Every record once an epoch in a permutation of all of them, through the files' indexes.
+    ds = (sluice.data.random_access(patterns=f"{data}/tiny/*.tfrecord", shuffle=True).repeat(epochs)
+          .parse_example(features="id:int64, label:int64", parallelism=AUTOTUNE)
+          .batch(1024).prefetch(AUTOTUNE).options(seed=7))
+    return ds, lambda batch: int(batch["id"].shape[0])
+
+
 def main():
     workload, data, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     interleaved = "--interleave" in sys.argv[4:]
-    ds, count = image(data, epochs) if workload == "image" else tiny(data, epochs, interleaved)
+    ds, count = {"image": lambda: image(data, epochs), "tiny": lambda: tiny(data, epochs, interleaved),
+                 "shuffle": lambda: shuffle(data, epochs)}[workload]()
     name = "Sluice (Python, interleaved)" if interleaved else "Sluice (Python)"
     measure.report(name, workload, measure.consume(lambda: iter(ds), count))
 

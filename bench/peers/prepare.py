@@ -1,7 +1,8 @@
 """Makes the peers benchmark's data once, under OUT (default build/bench_peers), from the sample
 data (bash scripts/demo.sh) and generated records; runs in the peers environment:
   image_ar/   the sample data's 8 JPEG tf.Example shards, the same records as ArrayRecord (Grain's format)
-  tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards; tiny_ar/ the same as ArrayRecord
+  tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards (with `sluice index`'s
+              index files); tiny_ar/ the same as ArrayRecord
 Usage: build/peers/bin/python bench/peers/prepare.py [OUT]"""
 import glob
 import os
@@ -58,6 +59,14 @@ def main():
                     w.write(r)
             os.replace(f"{out}/tiny/{name}.tfrecord.partial", f"{out}/tiny/{name}.tfrecord")
             write_array_record(f"{out}/tiny_ar/{name}.array_record", records)
+    # The tiny shards' index files (random_access reads through them), made once here so that no
+    # timed run makes them.
+    sluice = os.environ.get("SLUICE", "build/bin/sluice")
+    if os.path.exists(sluice):
+        import subprocess
+        subprocess.run([sluice, "index", *sorted(glob.glob(f"{out}/tiny/*.tfrecord"))], check=True, stdout=subprocess.DEVNULL)
+    else:
+        print(f"prepare.py: no {sluice} (SLUICE=...): random_access will index the tiny shards on its first run")
     print(f"prepare.py: data in {out}")
 
 

@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKLOADS = {  # name: (what it is, epochs)
     "image": ("JPEG tf.Example shards -> parse -> decode -> resize 224 (crop) -> normalize -> batch 64; 2,048 images x 3 epochs", 3),
     "tiny": ("1,000,000 tf.Examples of two int64 features -> parse -> batch 1024; x 3 epochs (Grain: its first 20,000 x 3)", 3),
+    "shuffle": ("the tiny records in a permutation of all of them each epoch (Sluice: random_access through the files' indexes; "
+                "Grain: its ArrayRecord source shuffled, its first 20,000; tf.data: a shuffle buffer of the whole dataset) "
+                "-> parse -> batch 1024; x 2 epochs", 2),
 }
 REFERENCE = "Sluice (Python)"
 # Pairs compared besides: the same code as the peer's (Sluice written as tf.data's guide writes it).
@@ -49,7 +52,8 @@ def run_cli(build, workload, data, epochs):
     items from its metrics log (the batch stage's elements in)."""
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "run.jsonl")
-        pattern = {"image": f"{ROOT}/{data}/../sample_data/tfrecord/*.tfrecord", "tiny": f"{ROOT}/{data}/tiny/*.tfrecord"}[workload]
+        pattern = {"image": f"{ROOT}/{data}/../sample_data/tfrecord/*.tfrecord", "tiny": f"{ROOT}/{data}/tiny/*.tfrecord",
+                   "shuffle": f"{ROOT}/{data}/tiny/*.tfrecord"}[workload]
         command = [f"{build}/bin/sluice", "run", "--quiet", "--metrics-log", log, "--set", f"files.patterns={pattern}",
                    "--set", f"epochs.count={epochs}", f"{HERE}/{workload}.txtpb"]
         start = time.perf_counter()
@@ -118,18 +122,20 @@ def table(results, rounds):
         if not mine:
             continue
         lines += [f"**{workload}**: {what}", "",
-                  f"| system | items/s | items per CPU s | {REFERENCE} / it, items/s | per CPU s |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+                  f"| system | items/s | items per CPU s | {REFERENCE} / it, items/s | per CPU s | import to first batch, s |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
         names = list(dict.fromkeys(r["system"] for r in mine))
         for name in names:
             runs = [r for r in mine if r["system"] == name]
             failed = [r for r in runs if "error" in r]
             if failed:
-                lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | |")
+                lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | | |")
                 continue
             ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_s"), 2)
             cpu_ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_cpu_s"), 2)
-            lines.append(f"| {name} | {spread([r['per_s'] for r in runs])} | {spread([r['per_cpu_s'] for r in runs])} | {ratio} | {cpu_ratio} |")
+            starts = [r["import_to_first_s"] for r in runs if r.get("import_to_first_s") is not None]
+            start = spread(starts, 2) if starts else ""
+            lines.append(f"| {name} | {spread([r['per_s'] for r in runs])} | {spread([r['per_cpu_s'] for r in runs])} | {ratio} | {cpu_ratio} | {start} |")
         lines.append("")
         for ours, theirs in ALSO_COMPARED:
             per_s, per_cpu = round_ratios(mine, ours, theirs, rounds, "per_s"), round_ratios(mine, ours, theirs, rounds, "per_cpu_s")
