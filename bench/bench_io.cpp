@@ -94,13 +94,17 @@ void ideal_one(const std::string& path, float* row, std::uint64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    fmt::print(stderr, "usage: bench_io TFRECORD_GLOB JPEG_GLOB (scripts/demo.sh makes build/sample_data)\n");
+  // WORKERS: the pipeline's workers, the loop's threads, the ideal's multiple and the DataLoader's
+  // workers (default: every core); on a large machine, run under `taskset` with as many cores.
+  const int workers = argc > 3 ? std::atoi(argv[3]) : 0;
+  if (argc < 3 || argc > 4 || (argc == 4 && workers < 1)) {
+    fmt::print(stderr, "usage: bench_io TFRECORD_GLOB JPEG_GLOB [WORKERS] (scripts/demo.sh makes build/sample_data; WORKERS: 1 or more, "
+                       "default every core)\n");
     return 2;
   }
   sluice::tune_process_for_streaming();
   const std::string tfrecords = argv[1], jpegs = argv[2];
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = workers > 0 ? static_cast<unsigned>(workers) : std::max(1u, std::thread::hardware_concurrency());
   sluice::Registry registry;
   registry.load_search_path();
 
@@ -177,10 +181,12 @@ int main(int argc, char** argv) {
   }
   const double ideal_rate = images.size() / best_ideal * cores, ours = images.size() / best_ours;
   const double threads_rate = images.size() / best_threads;
-  fmt::print("Image pipeline: {} JPEGs, decode -> resize 224 -> flip -> normalize -> batch 64, {} cores (best of {})\n", images.size(), cores, kImageRuns);
-  fmt::print("  {:<34} {:>10.0f} images/s\n", "ideal (1-thread loop x cores)", ideal_rate);
-  fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal)\n", "the loop run on every core", threads_rate, 100 * threads_rate / ideal_rate);
-  fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal, {:.0f}% of the loop on every core)\n", "sluice pipeline", ours,
+  fmt::print("Image pipeline: {} JPEGs, decode -> resize 224 -> flip -> normalize -> batch 64, {} worker{} (best of {})\n", images.size(), cores,
+             cores == 1 ? "" : "s", kImageRuns);
+  fmt::print("  {:<34} {:>10.0f} images/s\n", fmt::format("ideal (1-thread loop x {})", cores), ideal_rate);
+  fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal)\n", fmt::format("the loop run on {} thread{}", cores, cores == 1 ? "" : "s"),
+             threads_rate, 100 * threads_rate / ideal_rate);
+  fmt::print("  {:<34} {:>10.0f} images/s  ({:.0f}% of ideal, {:.0f}% of the loop on as many threads)\n", "sluice pipeline", ours,
              100 * ours / ideal_rate, 100 * ours / threads_rate);
   // The engine's own overhead, without scaling over cores: one worker against the 1-thread loop.
   const double single_rate = images.size() / best_single, loop_rate = images.size() / best_ideal;
@@ -201,7 +207,7 @@ int main(int argc, char** argv) {
     if (const char* colon = std::strstr(line, "): ")) torch_rate = std::atof(colon + 3);
   if (pipe) ::pclose(pipe);
   if (torch_rate > 0)
-    fmt::print("  {:<34} {:>10.0f} images/s  (sluice is {:.1f}x)\n", fmt::format("PyTorch DataLoader, {} workers", cores), torch_rate,
+    fmt::print("  {:<34} {:>10.0f} images/s  (sluice is {:.1f}x)\n", fmt::format("PyTorch DataLoader, {} worker{}", cores, cores == 1 ? "" : "s"), torch_rate,
                ours / torch_rate);
   return 0;
 }
