@@ -14,12 +14,12 @@ from torchvision import transforms
 
 
 class Files(torch.utils.data.Dataset):
-    def __init__(self, paths):
+    def __init__(self, paths, flip=True):
         self.paths = paths
         self.transform = transforms.Compose([
             transforms.Resize(224),
             transforms.CenterCrop(224),
-            transforms.RandomHorizontalFlip(),
+            *([transforms.RandomHorizontalFlip()] if flip else []),
             transforms.ToTensor(),
             transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
         ])

@@ -133,6 +133,25 @@ proto::SplitReport coordinated_report(std::uint64_t job, const proto::SplitReply
   return report;
 }
 
+// Sends consumer `consumer`'s report of `given` (see coordinated_report).
+grpc::Status send_coordinated_report(const Caller& caller, std::uint64_t job, const proto::SplitReply& given, std::uint32_t consumer,
+                                     proto::SplitReport::Outcome outcome, std::uint64_t next) {
+  proto::SplitReportReply ignored;
+  return caller.stub->ReportSplit(caller.context().get(), coordinated_report(job, given, consumer, outcome, next), &ignored);
+}
+
+// Consumer `consumer` asks for slot `slot` of lane 0; `after_lease`: the lease its stream broke off in (0: none).
+grpc::Status ask_coordinated(const Caller& caller, std::uint64_t job, std::uint32_t consumer, std::uint64_t slot, std::uint64_t after_lease,
+                             proto::SplitReply& reply) {
+  proto::SplitRequest request;
+  request.set_job_id(job);
+  request.set_consumer_index(consumer);
+  request.set_slot(slot);
+  request.set_after_lease(after_lease);
+  reply.Clear();
+  return caller.stub->GetSplit(caller.context().get(), request, &reply);
+}
+
 std::string code_of(const grpc::Status& status) { return std::to_string(static_cast<int>(status.error_code())) + " " + status.error_message(); }
 
 }  // namespace
@@ -235,17 +254,10 @@ class TestServicePeers : public QObject {
     std::uint64_t job = 0;
     proto::SplitReply given;
     QVERIFY(coordinated_split(caller, job, given));
-    proto::SplitReportReply ignored;
     for (const auto& [consumer, next] : {std::pair{0u, 8u}, std::pair{1u, 5u}})
-      QVERIFY(caller.stub->ReportSplit(caller.context().get(), coordinated_report(job, given, consumer, proto::SplitReport::GIVEN_BACK, next),
-                                       &ignored)
-                  .ok());
-    proto::SplitRequest again;
-    again.set_job_id(job);
-    again.set_consumer_index(0);
-    again.set_after_lease(given.lease());
+      QVERIFY(send_coordinated_report(caller, job, given, consumer, proto::SplitReport::GIVEN_BACK, next).ok());
     proto::SplitReply handed;
-    QVERIFY(caller.stub->GetSplit(caller.context().get(), again, &handed).ok());
+    QVERIFY(ask_coordinated(caller, job, 0, 0, given.lease(), handed).ok());
     QCOMPARE(handed.kind(), proto::SplitReply::SPLIT);
     QCOMPARE(handed.split(), given.split());
     QVERIFY(handed.lease() != given.lease());
@@ -265,18 +277,11 @@ class TestServicePeers : public QObject {
     std::uint64_t job = 0;
     proto::SplitReply given;
     QVERIFY(coordinated_split(caller, job, given));
-    proto::SplitReportReply ignored;
     auto report = [&](const proto::SplitReply& lease, std::uint32_t consumer, proto::SplitReport::Outcome outcome, std::uint64_t next) {
-      return caller.stub->ReportSplit(caller.context().get(), coordinated_report(job, lease, consumer, outcome, next), &ignored);
+      return send_coordinated_report(caller, job, lease, consumer, outcome, next);
     };
     auto ask = [&](std::uint32_t consumer, std::uint64_t slot, std::uint64_t after_lease, proto::SplitReply& reply) {
-      proto::SplitRequest request;
-      request.set_job_id(job);
-      request.set_consumer_index(consumer);
-      request.set_slot(slot);
-      request.set_after_lease(after_lease);
-      reply.Clear();
-      return caller.stub->GetSplit(caller.context().get(), request, &reply);
+      return ask_coordinated(caller, job, consumer, slot, after_lease, reply);
     };
     QVERIFY(report(given, 1, proto::SplitReport::DONE, 10).ok());
     QVERIFY(report(given, 0, proto::SplitReport::GIVEN_BACK, 4).ok());

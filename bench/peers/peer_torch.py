@@ -12,24 +12,10 @@ import measure  # noqa: E402
 
 try:
     import torch
-    from PIL import Image
-    from torchvision import transforms
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from pytorch_loader import Files  # bench_io's DataLoader baseline: the same Dataset
 except Exception as e:  # noqa: BLE001
     measure.fail("DataLoader", sys.argv[1], f"{type(e).__name__}: {e} (SLUICE_BENCH_DEPS=1 bash scripts/install-deps.sh)")
-
-
-class Files(torch.utils.data.Dataset):
-    def __init__(self, paths):
-        self.paths = paths
-        self.transform = transforms.Compose([transforms.Resize(224), transforms.CenterCrop(224), transforms.ToTensor(),
-                                             transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        with Image.open(self.paths[i]) as img:
-            return self.transform(img.convert("RGB")), 0
 
 
 def main():
@@ -37,7 +23,7 @@ def main():
     if workload != "image":
         measure.fail("DataLoader", workload, "only the image workload is written for the DataLoader")
     torch.set_num_threads(1)
-    loader = torch.utils.data.DataLoader(Files(sorted(glob.glob(f"{data}/../sample_data/jpeg/*/*.jpg"))), batch_size=64,
+    loader = torch.utils.data.DataLoader(Files(sorted(glob.glob(f"{data}/../sample_data/jpeg/*/*.jpg")), flip=False), batch_size=64,
                                          num_workers=2, drop_last=True)
 
     def batches():

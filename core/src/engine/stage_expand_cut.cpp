@@ -101,12 +101,10 @@ void Engine::Impl::ExpandStage::give_back_inputs_not_needed_yet() {
   if (keep >= inputs_.size()) return;
   std::vector<Item> back(std::make_move_iterator(inputs_.begin() + static_cast<std::ptrdiff_t>(keep)), std::make_move_iterator(inputs_.end()));
   inputs_.resize(keep);
-  if (back.front().is_element()) {  // counted in again when taken again
-    std::uint64_t elements = 0;
-    for (const auto& item : back) elements += item.is_element();
-    st_.counters.elements_in.fetch_sub(elements, std::memory_order_relaxed);
-    st_.counters.bytes_in.fetch_sub(bytes_of(back), std::memory_order_relaxed);
-  }
+  std::uint64_t elements = 0;  // counted in again when taken again
+  for (const auto& item : back) elements += item.is_element();
+  st_.counters.elements_in.fetch_sub(elements, std::memory_order_relaxed);
+  st_.counters.bytes_in.fetch_sub(bytes_of(back), std::memory_order_relaxed);
   st_.input->give_back(back);
 }
 
