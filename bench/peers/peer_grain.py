@@ -6,6 +6,7 @@ Usage: peer_grain.py WORKLOAD DATA EPOCHS"""
 import glob
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure  # noqa: E402
@@ -53,8 +54,33 @@ def loader(pattern, transform, batch, epochs, records=None, shuffle=False):
                             worker_count=os.cpu_count())
 
 
+def checkpoint(data):
+    # Grain shuffles through random access (no buffer): its iterator state is the sampler's
+    # position and the workers'; the image pipeline, shuffled, its state saved after step 40.
+    made = loader(f"{data}/image_ar/*.array_record", PrepareImage(), 64, 2, shuffle=True)
+    first = {"iterator": iter(made)}
+
+    def save():
+        with open(path, "wb") as f:
+            f.write(first["iterator"].get_state())
+        return os.path.getsize(path)
+
+    def resumed():
+        again = iter(made)
+        with open(path, "rb") as f:
+            again.set_state(f.read())
+        return again
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "state")
+        return measure.checkpoint_figures(lambda step: next(first["iterator"]), save, first.clear, resumed)
+
+
 def main():
     workload, data, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if workload == "checkpoint":
+        import importlib.metadata
+        measure.report("Grain", workload, checkpoint(data), version=importlib.metadata.version("grain"))
+        return
     if workload == "image":
         made = loader(f"{data}/image_ar/*.array_record", PrepareImage(), 64, epochs)
         count = lambda batch: int(batch["image"].shape[0])  # noqa: E731

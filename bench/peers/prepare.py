@@ -3,6 +3,8 @@ data (bash scripts/demo.sh) and generated records; runs in the peers environment
   image_ar/   the sample data's 8 JPEG tf.Example shards, the same records as ArrayRecord (Grain's format)
   tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards (with `sluice index`'s
               index files); tiny_ar/ the same as ArrayRecord
+  text/       200,000 lines of token ids (whitespace-separated integers below 32,000, lengths
+              log-normal: median 33, 1% over 210) in 8 text files
 Usage: build/peers/bin/python bench/peers/prepare.py [OUT]"""
 import glob
 import os
@@ -13,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from example_proto import Example  # noqa: E402
 
 TINY_RECORDS = 1_000_000
+TEXT_LINES = 200_000
 SHARDS = 8
 
 
@@ -28,6 +31,24 @@ def write_array_record(path, records):
 def tfrecords(path):
     import tensorflow as tf
     return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+def write_text_lines(folder):
+    """Lines of token ids as a tokenized corpus is kept: sentence lengths log-normal, a long tail."""
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(11)
+    per_file = TEXT_LINES // SHARDS
+    for s in range(SHARDS):
+        path = f"{folder}/part-{s:05d}-of-{SHARDS:05d}.txt"
+        if os.path.exists(path):
+            continue
+        lines = []
+        for _ in range(per_file):
+            length = min(512, max(1, round(rng.lognormvariate(3.5, 0.8))))
+            lines.append(" ".join(str(rng.randrange(32000)) for _ in range(length)))
+        with open(path + ".partial", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(path + ".partial", path)
 
 
 def main():
@@ -59,6 +80,7 @@ def main():
                     w.write(r)
             os.replace(f"{out}/tiny/{name}.tfrecord.partial", f"{out}/tiny/{name}.tfrecord")
             write_array_record(f"{out}/tiny_ar/{name}.array_record", records)
+    write_text_lines(f"{out}/text")
     # The tiny shards' index files (random_access reads through them), made once here so that no
     # timed run makes them.
     sluice = os.environ.get("SLUICE", "build/bin/sluice")
