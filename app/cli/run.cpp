@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <set>
 #include <memory>
@@ -248,25 +249,39 @@ class HeadlessRun {
   // (or a checkpoint's signal: there is nothing to checkpoint yet) stops its remote requests at
   // once rather than after the listing. False when it did.
   bool start_engine() {
-    std::atomic<bool> returned{false}, stopped{false};
+    // The signal handlers only set flags, so the watcher looks every 50 ms; the start's end
+    // wakes it at once (a plain sleep made every run wait up to 50 ms for it: most of a short
+    // run's start).
+    std::mutex mutex;
+    std::condition_variable returned_cv;
+    bool returned = false;
+    std::atomic<bool> stopped{false};
     std::thread heed([&] {
-      while (!returned.load()) {
+      std::unique_lock lock(mutex);
+      while (!returned) {
         if (g_interrupted || g_checkpoint_and_stop) {
           stopped.store(true);
+          lock.unlock();
           engine_->stop();
           return;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        returned_cv.wait_for(lock, std::chrono::milliseconds(50));
       }
     });
     struct Join {
-      std::atomic<bool>& returned;
+      std::mutex& mutex;
+      std::condition_variable& returned_cv;
+      bool& returned;
       std::thread& heed;
       ~Join() {
-        returned.store(true);
+        {
+          std::lock_guard lock(mutex);
+          returned = true;
+        }
+        returned_cv.notify_one();
         heed.join();
       }
-    } join{returned, heed};
+    } join{mutex, returned_cv, returned, heed};
     engine_->start();
     return !stopped.load();
   }
