@@ -3,12 +3,14 @@ data (bash scripts/demo.sh) and generated records; runs in the peers environment
   image_ar/   the sample data's 8 JPEG tf.Example shards, the same records as ArrayRecord (Grain's format)
   tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards (with `sluice index`'s
               index files); tiny_ar/ the same as ArrayRecord
+  image_tfr/  the sample data's shards copied, with `sluice index`'s index files (random_access)
   text/       200,000 lines of token ids (whitespace-separated integers below 32,000, lengths
               log-normal: median 33, 1% over 210) in 8 text files
 Usage: build/peers/bin/python bench/peers/prepare.py [OUT]"""
 import glob
 import os
 import random
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -81,12 +83,20 @@ def main():
             os.replace(f"{out}/tiny/{name}.tfrecord.partial", f"{out}/tiny/{name}.tfrecord")
             write_array_record(f"{out}/tiny_ar/{name}.array_record", records)
     write_text_lines(f"{out}/text")
-    # The tiny shards' index files (random_access reads through them), made once here so that no
-    # timed run makes them.
+    # The sample shards again, for random_access (its index files beside them, not in the sample
+    # data's folder).
+    os.makedirs(f"{out}/image_tfr", exist_ok=True)
+    for shard in shards:
+        target = f"{out}/image_tfr/{os.path.basename(shard)}"
+        if not os.path.exists(target):
+            shutil.copyfile(shard, target + ".partial")
+            os.replace(target + ".partial", target)
+    # The index files random_access reads through, made once here so that no timed run makes them.
     sluice = os.environ.get("SLUICE", "build/bin/sluice")
     if os.path.exists(sluice):
         import subprocess
-        subprocess.run([sluice, "index", *sorted(glob.glob(f"{out}/tiny/*.tfrecord"))], check=True, stdout=subprocess.DEVNULL)
+        indexed = sorted(glob.glob(f"{out}/tiny/*.tfrecord")) + sorted(glob.glob(f"{out}/image_tfr/*.tfrecord"))
+        subprocess.run([sluice, "index", *indexed], check=True, stdout=subprocess.DEVNULL)
     else:
         print(f"prepare.py: no {sluice} (SLUICE=...): random_access will index the tiny shards on its first run")
     print(f"prepare.py: data in {out}")

@@ -29,8 +29,8 @@ WORKLOADS = {  # name: (what it is, epochs)
                 "-> parse -> batch 1024; x 2 epochs", 2),
     "text": ("200,000 lines of token ids -> split into int64 tokens -> bucket_by_sequence_length (6 buckets, about 4,096 "
              "tokens a batch, padded to each batch's longest); x 2 epochs", 2),
-    "checkpoint": ("the image pipeline with a shuffle buffer of 1,000 decoded images (Grain: its shuffle through random access, "
-                   "no buffer): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
+    "checkpoint": ("the image pipeline with a shuffle buffer of 1,000 decoded images (Grain, and Sluice's random_access row: "
+                   "a shuffle through random access, no buffer): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
                    "to its first batch", 1),
     "service": ("a dispatcher and workers on this machine, each system's own, read in dynamic sharding: the sample images "
                 "parsed, decoded and resized (uint8) on the workers, batched by 64 in the trainer, through one worker and "
@@ -53,6 +53,8 @@ def systems(build):
         "Sluice (CLI)": ("cli", None, {"image", "tiny", "shuffle", "text"}),  # (and bench/service.sh the CLI's service)
         REFERENCE: (["/usr/bin/python3", f"{HERE}/peer_sluice.py"], sluice_env, None),
         "Sluice (Python, interleaved)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--interleave"], sluice_env, {"tiny"}),
+        # Grain's way of shuffling (random access, no buffer), for its checkpoints.
+        "Sluice (Python, random_access)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--global-shuffle"], sluice_env, {"checkpoint"}),
         "tf.data": ([venv, f"{HERE}/peer_tfdata.py"], quiet_tf, None),
         # Grain has no text-line source and no batching by length (bench/peers/README.md).
         # Grain has no service of its own.
@@ -142,7 +144,12 @@ def state_table(mine, rounds):
         resume = "" if name == REFERENCE else spread([1 / r for r in round_ratios(mine, REFERENCE, name, rounds, "resume_s")], 2)
         lines.append(f"| {name} | {spread([r['checkpoint_bytes'] for r in runs])} | {spread([r['save_s'] for r in runs], 3)} | "
                      f"{spread([r['resume_s'] for r in runs], 2)} | {size} | {resume} |")
-    return lines + [""]
+    lines.append("")
+    ours, theirs = "Sluice (Python, random_access)", "Grain"
+    size, resume = round_ratios(mine, ours, theirs, rounds, "checkpoint_bytes"), round_ratios(mine, theirs, ours, rounds, "resume_s")
+    if size:
+        lines += [f"{ours} / {theirs}: its state {spread(size, 2)}x Grain's, resumed {spread(resume, 2)}x as fast.", ""]
+    return lines
 
 
 def after_the_kill(killed):
