@@ -10,7 +10,6 @@ in a process of its own), and a trainer reading from them in dynamic sharding (S
 run.py runs it through peer_sluice.py and peer_tfdata.py (workload "service"); alone:
   peer_service.py SYSTEM DATA (SYSTEM: sluice, with Debian's Python and PYTHONPATH=BUILD/python;
   tf.data, in the peers environment)"""
-import glob
 import os
 import queue
 import re
@@ -108,19 +107,11 @@ def sluice_datasets(data, target, job):
 
 def tfdata_datasets(data, target, job):
     import tensorflow as tf
-    AUTOTUNE = tf.data.AUTOTUNE
+    from peer_tfdata import AUTOTUNE, files, parse_and_resize
 
     def prepare(record):
-        f = tf.io.parse_single_example(record, {"image": tf.io.FixedLenFeature([], tf.string),
-                                                "label": tf.io.FixedLenFeature([], tf.int64)})
-        img = tf.io.decode_jpeg(f["image"], channels=3)
-        size = tf.cast(tf.shape(img)[:2], tf.float32)
-        scaled = tf.cast(tf.math.round(size * 224.0 / tf.reduce_min(size)), tf.int32)
-        img = tf.image.resize_with_crop_or_pad(tf.image.resize(img, scaled), 224, 224)
-        return {"image": tf.cast(tf.round(img), tf.uint8), "label": f["label"]}  # 8-bit on the wire, as Sluice's
-
-    def files(pattern):
-        return tf.data.Dataset.from_tensor_slices(sorted(glob.glob(pattern)))
+        img, label = parse_and_resize(record)
+        return {"image": tf.cast(tf.round(img), tf.uint8), "label": label}  # 8-bit on the wire, as Sluice's
     service = tf.data.experimental.service
     images = (files(f"{data}/../sample_data/tfrecord/*.tfrecord")
               .interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=AUTOTUNE).map(prepare, num_parallel_calls=AUTOTUNE)

@@ -18,11 +18,14 @@ BUCKET_BOUNDARIES = [16, 32, 64, 128, 256]
 BUCKET_BATCH_SIZES = [256, 128, 64, 32, 16, 8]
 
 
-def decoded_images(files):
-    return (files.tfrecord_reader(interleave=dict(cycle_length=4), num_parallel_calls=AUTOTUNE)
-            .parse_example(features="image:bytes, label:int64")
+def decoded(records):
+    return (records.parse_example(features="image:bytes, label:int64")
             .decode_image(parallelism=AUTOTUNE)
             .resize(height=224, width=224, mode="crop", parallelism=AUTOTUNE))
+
+
+def decoded_images(files):
+    return decoded(files.tfrecord_reader(interleave=dict(cycle_length=4), num_parallel_calls=AUTOTUNE))
 
 
 def image(data, epochs):
@@ -40,9 +43,7 @@ def checkpoint(data, map_after_shuffle=False, global_shuffle=False):
     files = sluice.data.list_files(f"{data}/../sample_data/tfrecord/*.tfrecord", shuffle=False).repeat()
     if global_shuffle:
         # As Grain shuffles: a permutation of all records through the files' indexes, no buffer.
-        ds = (sluice.data.random_access(patterns=f"{data}/image_tfr/*.tfrecord", shuffle=True).repeat()
-              .parse_example(features="image:bytes, label:int64").decode_image(parallelism=AUTOTUNE)
-              .resize(height=224, width=224, mode="crop", parallelism=AUTOTUNE).normalize(parallelism=AUTOTUNE))
+        ds = decoded(sluice.data.random_access(patterns=f"{data}/image_tfr/*.tfrecord", shuffle=True).repeat()).normalize(parallelism=AUTOTUNE)
     elif map_after_shuffle:
         ds = decoded_images(files).shuffle(1000).normalize(parallelism=AUTOTUNE)
     else:

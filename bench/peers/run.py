@@ -98,10 +98,30 @@ def run_one(build, name, how, workload, data):
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         result = json.loads(lines[-1]) if lines else {"error": (done.stderr.strip() or "no output")[-400:]}
     result.update(system=name, workload=workload)
+    return with_rates(result)
+
+
+def with_rates(result):
+    """The rates the tables show, from what a peer measured (also for results read from latest.json)."""
     if "items" in result:
         result["per_s"] = result["items"] / result["seconds"]
         result["per_cpu_s"] = result["items"] / result["cpu_seconds"] if result["cpu_seconds"] > 0 else 0.0
+    for workers in ("workers_1", "workers_2"):  # the service workload
+        if workers in result:
+            result[f"{workers}_per_s"] = result[workers]["items"] / result[workers]["seconds"]
     return result
+
+
+def by_system(mine, columns, lines):
+    """(system, its runs) for each system that ran; a system that failed gets its row of `columns`
+    cells, the error in the first, in `lines` instead."""
+    for name in dict.fromkeys(r["system"] for r in mine):
+        runs = [r for r in mine if r["system"] == name]
+        failed = [r for r in runs if "error" in r]
+        if failed:
+            lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} |" + " |" * (columns - 1))
+            continue
+        yield name, runs
 
 
 def machine():
@@ -134,12 +154,7 @@ def round_ratios(results, ours, theirs, rounds, key):
 def state_table(mine, rounds):
     lines = [f"| system | state, bytes | saved in, s | resumed to its first batch, s | {REFERENCE}'s state / its | its resume time / {REFERENCE}'s |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name in dict.fromkeys(r["system"] for r in mine):
-        runs = [r for r in mine if r["system"] == name]
-        failed = [r for r in runs if "error" in r]
-        if failed:
-            lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | | |")
-            continue
+    for name, runs in by_system(mine, 5, lines):
         size = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "checkpoint_bytes"), 5)
         resume = "" if name == REFERENCE else spread([1 / r for r in round_ratios(mine, REFERENCE, name, rounds, "resume_s")], 2)
         lines.append(f"| {name} | {spread([r['checkpoint_bytes'] for r in runs])} | {spread([r['save_s'] for r in runs], 3)} | "
@@ -163,16 +178,7 @@ def service_table(mine, rounds):
     lines = [f"| system | 1 worker, images/s | 2 workers, images/s | {REFERENCE} / it, 1 worker | 2 workers | "
              "one of 2 workers killed: records delivered | of them twice or more | missing | the trainer after the kill |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for run in mine:
-        for w in ("workers_1", "workers_2"):
-            if w in run:
-                run[f"{w}_per_s"] = run[w]["items"] / run[w]["seconds"]
-    for name in dict.fromkeys(r["system"] for r in mine):
-        runs = [r for r in mine if r["system"] == name]
-        failed = [r for r in runs if "error" in r]
-        if failed:
-            lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | | | | | |")
-            continue
+    for name, runs in by_system(mine, 8, lines):
         ratios = ["" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, f"{w}_per_s"), 2) for w in ("workers_1", "workers_2")]
         killed = [r["killed"] for r in runs]
         lines.append(f"| {name} | {spread([r['workers_1_per_s'] for r in runs])} | {spread([r['workers_2_per_s'] for r in runs])} | "
@@ -197,13 +203,7 @@ def table(results, rounds):
         lines += [f"**{workload}**: {what}", "",
                   f"| system | items/s | items per CPU s | {REFERENCE} / it, items/s | per CPU s | import to first batch, s |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        names = list(dict.fromkeys(r["system"] for r in mine))
-        for name in names:
-            runs = [r for r in mine if r["system"] == name]
-            failed = [r for r in runs if "error" in r]
-            if failed:
-                lines.append(f"| {name} | did not run: {failed[0]['error'].splitlines()[-1][:160]} | | | | |")
-                continue
+        for name, runs in by_system(mine, 5, lines):
             ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_s"), 2)
             cpu_ratio = "" if name == REFERENCE else spread(round_ratios(mine, REFERENCE, name, rounds, "per_cpu_s"), 2)
             starts = [r["import_to_first_s"] for r in runs if r.get("import_to_first_s") is not None]
@@ -231,6 +231,7 @@ def main():
     if args.from_json:
         with open(os.path.join(HERE, "latest.json")) as f:
             kept = json.load(f)
+        kept["results"] = [with_rates(r) for r in kept["results"]]
         write_tables(kept["machine"], kept["results"], kept["rounds"])
         return
     if not os.path.exists(os.path.join(ROOT, args.data, "tiny_ar")):
@@ -258,6 +259,7 @@ def main():
         # The other workloads' figures stay as the last whole run measured them.
         with open(os.path.join(HERE, "latest.json")) as f:
             kept = json.load(f)
+        kept["results"] = [with_rates(r) for r in kept["results"]]
         same_machine = kept["machine"].rsplit(", ", 1)[0] == machine().rsplit(", ", 1)[0]
         if kept["rounds"] == args.rounds and same_machine:
             results = [r for r in kept["results"] if r["workload"] not in args.only] + results
@@ -298,7 +300,6 @@ def summary(results, rounds, machine_line):
                 of_its = f"1/{1 / share:,.0f} of its state" if share < 1 else f"{share:,.0f}x its state"
                 cells.append(f"{of_its}, resumed {spread(resume, 2)}x as fast")
         elif workload == "service":
-            service_table(mine, rounds)  # (adds the rates per worker count)
             killed = [r["killed"] for r in ours]
             figure = (f"{spread([r['workers_2_per_s'] for r in ours])} images/s through 2 workers; one killed: "
                       f"{spread([k['missing'] for k in killed])} missing, {spread([k['twice_or_more'] for k in killed])} twice")
