@@ -227,6 +227,21 @@ class TestIo : public QObject {
     QCOMPARE(count_records(path), std::uint64_t(4));
   }
 
+  // Text whose first two bytes happen to make a zlib header is read as text: "80" does (the
+  // preset-dictionary bit is set), "x^" does and what follows is no deflate data.
+  void text_that_looks_like_a_zlib_header_is_plain() {
+    QTemporaryDir dir;
+    const std::string a = dir.path().toStdString() + "/a.txt", b = dir.path().toStdString() + "/b.txt";
+    write_file(a, "80 a\n80 b\n80 c\n");
+    write_file(b, "x^only a line\nand another\n");
+    auto read = run_ok(stage("files", "list_files", "", {{"patterns", a + "," + b}, {"shuffle", "false"}}) + stage("lines", "text_lines", "files") +
+                       sink_after("lines"));
+    QCOMPARE(read.lines.size(), std::size_t(5));
+    const auto line = [](const char* text) { return "{\"line\":\"" + QByteArray(text).toBase64().toStdString() + "\"}"; };
+    QCOMPARE(read.lines[0], line("80 a"));
+    QCOMPARE(read.lines[3], line("x^only a line"));
+  }
+
   void writer_round_trip_plain_and_gzip() {
     for (std::string compression : {"none", "gzip"}) {
       QTemporaryDir dir;

@@ -187,15 +187,40 @@ class InflateSource final : public ByteSource {
   std::uint64_t consumed_ = 0;
 };
 
-// gzip magic, else a valid TFRecord header (plain), else a zlib header, else plain.
+namespace {
+
+// Whether the first bytes of a stream inflate without an error as far as they go. A zlib header
+// is two bytes that one pair in 31 of a suitable first byte passes ("80 a" in a text file does):
+// the deflate data after it must hold up too.
+bool inflates_so_far(const std::byte* head, std::size_t have) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return false;
+  std::vector<Bytef> out(1 << 16);  // ten bytes of deflate data can stand for kilobytes
+  z.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(head));
+  z.avail_in = static_cast<uInt>(have);
+  int status = Z_OK;
+  while (status == Z_OK && z.avail_in > 0) {
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    status = inflate(&z, Z_NO_FLUSH);
+  }
+  inflateEnd(&z);
+  return status == Z_OK || status == Z_STREAM_END || status == Z_BUF_ERROR;
+}
+
+}  // namespace
+
+// gzip magic, else a valid TFRecord header (plain), else a zlib header whose stream inflates as
+// far as it goes (a window of at most 32 KB, no preset dictionary, valid deflate data), else plain.
 Compression detect(const std::byte* head, std::size_t have) {
   auto b = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
   if (have >= 2 && b(0) == 0x1f && b(1) == 0x8b) return Compression::Gzip;
   if (have == 12) {
     std::uint32_t stored;
     std::memcpy(&stored, head + 8, 4);
-    bool plain = mask_crc(crc32c(head, 8)) == stored;
-    if (!plain && (b(0) & 0x0f) == 8 && ((b(0) << 8) | b(1)) % 31 == 0) return Compression::Zlib;
+    const bool plain = mask_crc(crc32c(head, 8)) == stored;
+    const bool zlib_header = (b(0) & 0x0f) == 8 && ((b(0) << 8) | b(1)) % 31 == 0;
+    if (!plain && zlib_header && inflates_so_far(head, have)) return Compression::Zlib;
   }
   return Compression::None;
 }
