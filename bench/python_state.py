@@ -1,7 +1,8 @@
 """state_dict() bytes and milliseconds on the README's main pipeline (train_tfrecord.txtpb, 224 px,
 batches of 64 images as float32) over the built-in sample data: one call after each of the first
 12 batches, as a training loop saving its state every step would make them; then the size of the
-state over a long run, at steps 100, 1,000 and 10,000.
+state over a long run, at steps 100, 1,000 and 10,000; and of the README's pipeline repeated, at steps
+100 and 1,000.
 
     bash scripts/demo.sh    # builds and makes build/sample_data once
     PYTHONPATH=build/python python3 bench/python_state.py
@@ -54,4 +55,22 @@ with tempfile.TemporaryDirectory() as shards:
             at[step] = len(pickle.dumps(state))
     long_run.close()
 print("state_dict() every step: " + ", ".join(f"{size // 1024} KB at step {step:,}" for step, size in at.items()))
+
+# The README's pipeline (files listed, sharded and read interleaved, images shuffled and batched)
+# with its epochs repeated after the batches: a state every step, at steps 100 and 1,000.
+text = open(os.path.join(ROOT, "resources", "pipelines", "train_tfrecord.txtpb")).read()
+text = text.replace("../../build/sample_data", os.path.join(ROOT, "build", "sample_data"))
+text = text.replace('input: "batch"   params { key: "buffer_size"', 'input: "epochs"  params { key: "buffer_size"')
+if 'input: "epochs"' not in text:
+    sys.exit("bench/python_state.py: train_tfrecord.txtpb's prefetch stage changed: put the repeat before it again")
+repeated = sluice.Pipeline.from_spec(text + 'stage { id: "epochs" op: "repeat" input: "batch" }\n')
+steps = iter(repeated)
+at = {}
+for step in range(1, 1001):
+    next(steps)
+    state = repeated.state_dict()
+    if step in (100, 1000):
+        at[step] = len(pickle.dumps(state))
+repeated.close()
+print("the README's pipeline repeated, state_dict() every step: " + ", ".join(f"{size // 1024} KB at step {step:,}" for step, size in at.items()))
 sys.exit(0)

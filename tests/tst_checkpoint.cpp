@@ -623,6 +623,89 @@ class TestCheckpoint : public QObject {
     QCOMPARE(lines_of(out), whole.lines);
   }
 
+  // A file list that runs far ahead of a slow reader is cut where its buffer stands: after the
+  // first end of a pass waiting there (saved as before the next pass: what follows is listed
+  // again), or inside a long pass after what waits, with the names it had listed and not handed
+  // over kept. The checkpoint holds at most a pass or a buffer of names however far ahead the list
+  // ran, and the resumed run gives the rest of the uninterrupted one.
+  void a_source_far_ahead_is_cut_where_its_buffer_stands_data() {
+    QTest::addColumn<bool>("short_passes");
+    QTest::addColumn<int>("stop_after");
+    for (int k : {5, 3000, 20000}) QTest::addRow("12 passes of 6 files, k%d", k) << true << k;
+    for (int k : {5, 200, 700}) QTest::addRow("one pass of 240 files, k%d", k) << false << k;
+  }
+  void a_source_far_ahead_is_cut_where_its_buffer_stands() {
+    QFETCH(bool, short_passes);
+    QFETCH(int, stop_after);
+    QTemporaryDir dir;
+    const std::string many = dir.filePath("many").toStdString();
+    fs::create_directories(many);
+    for (int f = 0; f < 240; ++f) std::ofstream(many + "/f" + std::to_string(1000 + f) + ".txt") << f << " a\n" << f << " b\n" << f << " c\n" << f << " d\n";
+    const std::string text =
+        short_passes ? "options { seed: 21 deterministic: true }\n" +
+                           stage("files", "list_files", "", {{"patterns", token_files_ + "/*.txt"}, {"shuffle", "true"}}, "buffer_size: 40") +
+                           stage("lines", "text_lines", "files", {}, "interleave { cycle_length: 2 block_length: 3 }") +
+                           stage("epochs", "repeat", "lines", {{"count", "12"}}, "buffer_size: 2") + sink_after("epochs")
+                     : "options { seed: 21 deterministic: true }\n" + stage("files", "list_files", "", {{"patterns", many + "/*.txt"}}, "buffer_size: 4") +
+                           stage("lines", "text_lines", "files", {}, "interleave { cycle_length: 2 block_length: 3 } buffer_size: 2") +
+                           stage("slow", "simulate_work", "lines", {{"us", "200"}}, "buffer_size: 2") + sink_after("slow");
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    QVERIFY2(whole.result.state == sluice::RunState::Finished, whole.result.error.c_str());
+    QCOMPARE(whole.lines.size(), std::size_t(short_passes ? 12 * 2400 : 960));
+    const Run first = run(text, dir, "first.jsonl", stop_after);
+    QVERIFY(first.checkpoint.has_value());
+    const auto& files = state_of(*first.checkpoint, "files");
+    const auto& lines = state_of(*first.checkpoint, "lines");
+    if (short_passes) {
+      // Passes of 6 names, 40 waiting: the list is saved before a pass, the reader holds the rest
+      // of one pass (6 names at most) and its 2 open inputs. (A list that had ended, late in the
+      // run, left the reader all that waited: no barrier comes after an end.)
+      QVERIFY2(files.ended() || files.summary().rfind("before pass", 0) == 0, files.summary().c_str());
+      QCOMPARE(files.elements_size(), 0);
+      QVERIFY2(lines.elements_size() <= (files.ended() ? 40 + 2 : 8), std::to_string(lines.elements_size()).c_str());
+    } else if (stop_after <= 200) {
+      // Inside the pass the list, behind a slow consumer, waits for room with names it made: kept;
+      // the reader holds what waited (4), what it took in its last take (4) and its 2 open inputs.
+      QVERIFY2(files.summary().find("made and not yet handed over (kept)") != std::string::npos && files.elements_size() > 0, files.summary().c_str());
+      QVERIFY2(lines.elements_size() <= 4 + 4 + 2, std::to_string(lines.elements_size()).c_str());
+    }
+    const Run rest = run(text, dir, "rest.jsonl", -1, std::make_shared<const sluice::checkpoint::Checkpoint>(*first.checkpoint));
+    QCOMPARE(rest.result.state, sluice::RunState::Finished);
+    QCOMPARE(joined(first.lines, rest.lines), whole.lines);
+  }
+
+  // A file list's shard runs on the list's thread, before the reader (fuse_stages): the same
+  // files each pass as apart, counted from 0 in each pass, and a resumed run the rest of the
+  // uninterrupted one wherever the cut fell (5 of 6 files a pass, so a pass's count matters).
+  void a_file_list_and_its_shard_run_as_one_data() {
+    QTest::addColumn<int>("stop_after");
+    for (int k : {5, 700, 1500}) QTest::addRow("k%d", k) << k;
+  }
+  void a_file_list_and_its_shard_run_as_one() {
+    QFETCH(int, stop_after);
+    const auto text = [&](bool fuse) {
+      return std::string("options { seed: 21 deterministic: true fuse_stages: ") + (fuse ? "true" : "false") + " }\n" +
+             stage("files", "list_files", "", {{"patterns", token_files_ + "/tokens[0-4].txt"}, {"shuffle", "true"}}) +
+             stage("shard", "shard", "files", {{"num_shards", "2"}, {"index", "1"}}) +
+             stage("lines", "text_lines", "shard", {}, "interleave { cycle_length: 2 block_length: 3 } buffer_size: 2") +
+             stage("slow", "simulate_work", "lines", {{"us", "100"}}, "buffer_size: 2") + stage("epochs", "repeat", "slow", {{"count", "4"}}) +
+             sink_after("epochs");
+    };
+    QTemporaryDir dir;
+    const Run apart = run(text(false), dir, "apart.jsonl", -1);
+    const Run whole = run(text(true), dir, "whole.jsonl", -1);
+    QVERIFY2(whole.result.state == sluice::RunState::Finished, whole.result.error.c_str());
+    QCOMPARE(whole.snapshot.stage(1).fused_with(), std::string("files"));
+    QCOMPARE(apart.snapshot.stage(1).fused_with(), std::string());
+    QCOMPARE(whole.lines, apart.lines);
+    QVERIFY(whole.lines.size() > 4 * 2 * 300);  // 2 or 3 of the 5 files a pass: the passes differ
+    const Run first = run(text(true), dir, "first.jsonl", stop_after);
+    QVERIFY(first.checkpoint.has_value());
+    const Run rest = run(text(true), dir, "rest.jsonl", -1, std::make_shared<const sluice::checkpoint::Checkpoint>(*first.checkpoint));
+    QCOMPARE(rest.result.state, sluice::RunState::Finished);
+    QCOMPARE(joined(first.lines, rest.lines), whole.lines);
+  }
+
   // A random-access source saves its place in the epoch's order: the resumed run gives the rest
   // of that order and the next epoch's, the output the uninterrupted run's, nothing twice.
   void a_global_shuffle_resumes_at_its_place_in_the_order() {

@@ -68,6 +68,39 @@ template <bool Forgetful> class Pairs final : public sluice::Aggregate {
   std::int64_t held_ = -1;
 };
 
+// Three values a pass, shifted by the pass it begins. Flawed, it numbers its passes by its own
+// count of them (CountsPasses), or goes back to a pass's start only for a later pass than the one
+// it was in (ResetsOnlyForward): a state saved in a later pass then misleads it.
+enum class Flaw { None, CountsPasses, ResetsOnlyForward };
+template <Flaw F> class Shifted final : public sluice::Source {
+ public:
+  static sluice::OperatorInfo describe() { return {"shifted", sluice::OperatorKind::Source, "3 values a pass", {}, {.saves_state = true}, {}}; }
+  explicit Shifted(const sluice::Params&) {}
+  void begin_pass(std::uint64_t pass) override {
+    if (F != Flaw::ResetsOnlyForward || pass >= pass_) next_ = 0;
+    pass_ = F == Flaw::CountsPasses ? begun_ : pass;
+    ++begun_;
+  }
+  bool next(sluice::Sample& out, const sluice::ElementContext&) override {
+    if (next_ >= 3) return false;
+    out = t::sample("value", static_cast<std::int64_t>(pass_ * 10 + next_++));
+    return true;
+  }
+  void save_state(sluice::StateWriter& w) const override {
+    w.put(pass_);
+    w.put(next_);
+    w.put(begun_);
+  }
+  void restore_state(sluice::StateReader& r) override {
+    pass_ = r.get<std::uint64_t>();
+    next_ = r.get<std::uint64_t>();
+    begun_ = r.get<std::uint64_t>();
+  }
+
+ private:
+  std::uint64_t pass_ = 0, next_ = 0, begun_ = 0;
+};
+
 // Gives a record per byte of its input's 'text'; a '!' is damage it steps over.
 class Bytes final : public sluice::Expand {
  public:
@@ -231,6 +264,27 @@ class TestSdkHarness : public QObject {
       QFAIL("a restore that loses state passed check_resume");
     } catch (const t::Failure& e) {
       QVERIFY2(std::string(e.what()).find("pairs saved after input 1 and restored") != std::string::npos, e.what());
+    }
+  }
+
+  // The host resumes a source before a pass with the state it had when the cut came, maybe of a
+  // later pass: begin_pass() must begin the pass it names.
+  void check_resume_catches_a_source_that_misreads_a_later_state() {
+    t::Harness<Shifted<Flaw::None>> shifted;
+    shifted.check_resume();
+    t::Harness<Shifted<Flaw::CountsPasses>> counting;
+    try {
+      counting.check_resume();
+      QFAIL("a source that counts its own passes passed check_resume");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("shifted saved after output 0 of the next pass, restored, then begun at this pass") != std::string::npos, e.what());
+    }
+    t::Harness<Shifted<Flaw::ResetsOnlyForward>> forward;
+    try {
+      forward.check_resume();
+      QFAIL("a source that goes back to a pass's start only for a later pass passed check_resume");
+    } catch (const t::Failure& e) {
+      QVERIFY2(std::string(e.what()).find("shifted saved after output 1 of the next pass, restored, then begun at this pass") != std::string::npos, e.what());
     }
   }
 

@@ -51,18 +51,28 @@ class Channel {
 
   // Moves every item in, waiting for room as needed; clears `items`. False if the run stops.
   bool push(std::vector<Item>& items) {
+    return push(items, [] { return false; });
+  }
+  // The same, but while it waits for room it gives way when `give_way()` turns true (asked under
+  // the channel's lock, after any wake_all()): the items not moved in yet stay in `items`.
+  template <class GiveWay> bool push(std::vector<Item>& items, GiveWay give_way) {
     std::size_t next = 0;
     while (next < items.size()) {
       if (full_flag_.load(std::memory_order_relaxed)) spin_while([&] { return full_flag_.load(std::memory_order_relaxed); }, producer_spins_);
       bool wake = false;
       {
         std::unique_lock lock(mutex_);
-        while (!has_room() && !stopping_.load(std::memory_order_relaxed)) {
+        bool gave_way = false;
+        while (!has_room() && !stopping_.load(std::memory_order_relaxed) && !(gave_way = give_way())) {
           ++producers_waiting_;
           not_full_.wait(lock);
           --producers_waiting_;
         }
         if (stopping_.load(std::memory_order_relaxed)) return false;
+        if (gave_way) {
+          items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(next));
+          return true;
+        }
         account(now_ns());
         while (next < items.size() && has_room()) {
           if (count_ == ring_.size()) grow();
@@ -112,6 +122,54 @@ class Channel {
   }
 
   std::size_t available() const { return level_.load(std::memory_order_relaxed); }
+
+  // ---- a cut's barrier placed by a source (stage_source.cpp), taken in place by an expand ----
+
+  // Puts a cut's barrier right after the first end of iteration waiting here, when there is one:
+  // what follows it is of later passes, which the source can make again from their start.
+  // Returns whether it did, and that iteration.
+  bool put_barrier_after_first_end_of_iteration(std::uint64_t& iteration) {
+    {
+      std::lock_guard lock(mutex_);
+      std::size_t at = 0;
+      while (at < count_ && ring_[slot(at)].kind != Item::Kind::EndOfIteration) ++at;
+      if (at == count_) return false;
+      iteration = ring_[slot(at)].iteration;
+      insert(at + 1, Item::barrier());
+    }
+    not_empty_.notify_all();
+    return true;
+  }
+  // Puts a cut's barrier after everything here, room or not: what the source had not handed over
+  // yet stays with it.
+  void put_barrier() {
+    {
+      std::lock_guard lock(mutex_);
+      insert(count_, Item::barrier());
+    }
+    not_empty_.notify_all();
+  }
+  // Waits for a cut's barrier (or the end of the stream) to be here, copies what comes before it
+  // (through the end) into `before`, and takes the barrier out: the items stay where they are and
+  // take their room, so that the producer is not let in ahead by a cut. False if the run stops.
+  bool copy_through_barrier(std::vector<Item>& before) {
+    before.clear();
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (stopping_.load(std::memory_order_relaxed)) return false;
+      std::size_t at = 0;
+      while (at < count_ && ring_[slot(at)].kind != Item::Kind::Barrier && ring_[slot(at)].kind != Item::Kind::EndOfStream) ++at;
+      if (at < count_) {
+        const bool barrier = ring_[slot(at)].kind == Item::Kind::Barrier;
+        for (std::size_t k = 0; k < at + (barrier ? 0 : 1); ++k) before.push_back(ring_[slot(k)]);
+        if (barrier) erase(at);
+        return true;
+      }
+      ++consumers_waiting_;
+      not_empty_.wait(lock);
+      --consumers_waiting_;
+    }
+  }
 
   // Puts items its consumer took out ahead of its need (those before a cut's barrier) back at the
   // front, in their order: they wait here again and take room, instead of waiting in the consumer
@@ -236,8 +294,8 @@ class Channel {
   // The ring starts small and doubles up to the capacity as elements arrive: a buffer_size of
   // millions costs memory only when that many elements are really held.
   static constexpr std::size_t kInitialSlots = 64;
-  void grow() {
-    const std::size_t size = std::min(capacity(), ring_.size() * 2);
+  void grow() { reshape(std::min(capacity(), ring_.size() * 2)); }
+  void reshape(std::size_t size) {
     std::vector<Item> ring(size);
     std::vector<std::uint64_t> bytes(size);
     for (std::size_t k = 0; k < count_; ++k) {
@@ -247,6 +305,32 @@ class Channel {
     ring_.swap(ring);
     ring_bytes_.swap(bytes);
     head_ = 0;
+  }
+  // An item put at `offset` from the head (those after it move back one), room or not; and one
+  // taken out from there. Under mutex_.
+  void insert(std::size_t offset, Item item) {
+    account(now_ns());
+    if (count_ == ring_.size()) reshape(std::max<std::size_t>(2 * ring_.size(), count_ + 1));
+    for (std::size_t k = count_; k > offset; --k) {
+      ring_[slot(k)] = std::move(ring_[slot(k - 1)]);
+      ring_bytes_[slot(k)] = ring_bytes_[slot(k - 1)];
+    }
+    ring_bytes_[slot(offset)] = item.sample.nbytes();
+    bytes_ += ring_bytes_[slot(offset)];
+    ring_[slot(offset)] = std::move(item);
+    ++count_;
+    publish_level();
+  }
+  void erase(std::size_t offset) {
+    account(now_ns());
+    bytes_ -= ring_bytes_[slot(offset)];
+    for (std::size_t k = offset; k + 1 < count_; ++k) {
+      ring_[slot(k)] = std::move(ring_[slot(k + 1)]);
+      ring_bytes_[slot(k)] = ring_bytes_[slot(k + 1)];
+    }
+    --count_;
+    ring_[slot(count_)] = Item{};
+    publish_level();
   }
   bool has_room() const {
     const std::uint64_t limit = byte_limit();

@@ -531,7 +531,39 @@ void Engine::Impl::group_per_input_stages() {
   }
 }
 
+// A source's stateless maps and filters on one worker between it and the expand that reads what
+// they leave (a file list's shard before its reader) run on the source's thread: a cut then finds
+// the source's buffer right before the expand, which takes it where it stands (stage_source.cpp).
+// Apart, each cut let the filter push its pending outputs into the reader's buffer past its
+// bounds, and a pipeline cut every step (Python's state_dict()) grew its states without end. (A
+// source given a buffer_size of its own keeps that buffer, and its stages apart.)
+void Engine::Impl::fuse_into_sources() {
+  auto joins = [&](const StageRuntime& next) {
+    return (next.map || next.filter) && !next.spec->per_input && next.spec->op->info.traits.stateless && next.workers == 1 && !next.tuned_workers &&
+           !next.fused_head && next.fused.empty();
+  };
+  for (auto& st_ptr : stages) {
+    auto& source = *st_ptr;
+    if (!source.source || source.spec->buffer_size > 0 || source.tuned_buffer) continue;
+    std::vector<StageRuntime*> chain;
+    for (int next = source.spec->sole_consumer(); next >= 0 && joins(*stages[next]); next = stages[next]->spec->sole_consumer()) {
+      chain.push_back(stages[next].get());
+      if (chain.back()->spec->buffer_size > 0 || chain.back()->tuned_buffer || chain.back()->op->preferred_buffer() > 0) break;
+    }
+    while (!chain.empty()) {  // the chain ends where an expand reads it
+      const int reader = chain.back()->spec->sole_consumer();
+      if (reader >= 0 && stages[reader]->expand && !stages[reader]->spec->per_input) break;
+      chain.pop_back();
+    }
+    for (StageRuntime* member : chain) {
+      source.fused.push_back(member);
+      member->fused_head = &source;
+    }
+  }
+}
+
 void Engine::Impl::fuse_stages() {
+  if (graph.fuse) fuse_into_sources();
   // Fuse a stateless map with the stateless map or filter that reads it, when they run on as many
   // workers and the map asks for no buffer of its own (prefetch does, and an explicit buffer_size).
   if (graph.fuse) {

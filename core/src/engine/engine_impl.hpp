@@ -465,6 +465,31 @@ struct Engine::Impl {
 
   // Hands `out` to the stage's output channel (its group's, when fused); the wait counts as blocked.
   bool flush(StageRuntime& st, std::vector<Item>& out);
+  // The same for a source that gives way to cuts: what `give_way()` kept out stays in `out`.
+  template <class GiveWay> bool flush(StageRuntime& st, std::vector<Item>& out, GiveWay give_way) {
+    if (out.empty()) return !stopping.load(std::memory_order_relaxed);
+    StageRuntime& exit = st.exit();
+    exit.observe_output(out);
+    const std::uint64_t t0 = now_ns();
+    const bool ok = exit.output->reader(0).push(out, give_way);
+    add(exit.counters.blocked_ns, now_ns() - t0);
+    return ok;
+  }
+  StageRuntime& group_head_of(int stage) const {
+    StageRuntime& st = *stages[static_cast<std::size_t>(stage)];
+    return st.fused_head ? *st.fused_head : st;
+  }
+  // A source (with the stages fused into it) whose one reader is an expand (a file list and its
+  // reader) puts a cut's barrier into its buffer as it stands, rather than after what it has made,
+  // and the expand takes the cut from there without emptying the buffer (stage_source.cpp,
+  // stage_expand_cut.cpp). Other readers take a source's barrier after what it made, as does a
+  // job of another number of workers the place a random_access source saved.
+  bool source_gives_way_to_cuts(StageRuntime& st) const {
+    if (!st.source || !st.exit().output || st.exit().output->readers() != 1) return false;
+    if (dynamic_cast<ResumesOnOtherWorkers*>(st.op.get())) return false;
+    const int reader = st.exit().spec->sole_consumer();
+    return reader >= 0 && stages[static_cast<std::size_t>(reader)]->expand && !stages[static_cast<std::size_t>(reader)]->spec->per_input;
+  }
 
   // ---- checkpoints (engine_checkpoint.cpp) ----
   // A checkpoint is a cut: sources (and stages producing on their own: an interleave, a replaying
@@ -520,6 +545,7 @@ struct Engine::Impl {
   void group_per_input_stages();
   // Stateless maps fused with the stateless stage that reads them.
   void fuse_stages();
+  void fuse_into_sources();
   // Every stage's output buffer (one per reader) and each reader's inputs.
   void make_buffers(const std::vector<std::vector<std::int64_t>>& wanted_by_reader);
   // Which stages take and hand on chunks.

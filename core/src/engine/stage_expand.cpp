@@ -33,6 +33,7 @@ Engine::Impl::ExpandStage::ExpandStage(Impl& engine, StageRuntime& st)
       open_ahead_limit_(per_input_ ? 0 : cycle_),
       damage_(engine, st),
       slots_(cycle_),
+      input_from_source_giving_way_(!st.input_stages.empty() && engine.source_gives_way_to_cuts(engine.group_head_of(st.input_stages.front()))),
       mark_(now_ns()),
       waited_at_mark_(st.counters.starved_ns.load() + st.counters.blocked_ns.load()) {}
 

@@ -152,6 +152,10 @@ class Engine::Impl::ExpandStage {
   std::uint64_t epoch_ = 0, index_ = 0;
   bool iteration_closed_ = false, input_done_ = false;
   bool barrier_taken_ = false;  // fill() took the cut's barrier from the input
+  // The input's producer is a source that gives way to cuts: a cut's inputs before the barrier
+  // are copied where they wait (into waiting_in_input_, until saved).
+  const bool input_from_source_giving_way_;
+  std::vector<Item> waiting_in_input_;
   std::size_t turn_ = 0;
   std::uint64_t turn_for_cut_ = 0;  // the interleave's turn, saved and restored
   std::uint64_t emitted_in_epoch_ = 0;  // outputs handed on in this iteration

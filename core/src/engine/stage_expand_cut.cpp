@@ -61,11 +61,15 @@ std::uint64_t output_fingerprint(const Sample& sample, std::size_t row) {
 // The cut: take the input up to the barrier (what comes before it is this stage's to keep: inputs
 // not opened yet), then save the slots (each input, and how many outputs it gave), the inputs
 // waiting and the interleave's turn; the outputs read ahead are not saved (a resumed run reads
-// them again).
+// them again). From a source that gives way to cuts (stage_source.cpp) the inputs before the
+// barrier are copied where they wait, and only the barrier is taken out: taking them would let
+// the source refill its buffer past its bounds at every cut, and a pipeline cut each training
+// step (Python's state_dict()) would run its source ahead, and grow its states, without bound.
 bool Engine::Impl::ExpandStage::take_input_through_barrier() {
   for (std::size_t k = next_input_; k < inputs_.size(); ++k)
     if (inputs_[k].kind == Item::Kind::EndOfStream) return true;  // no barrier comes after the end
   if (input_done_) return true;
+  if (input_from_source_giving_way_) return st_.input->copy_through_barrier(waiting_in_input_);
   std::vector<Item> more;
   for (;;) {
     if (!st_.input->pop(more, kChunk)) return false;
@@ -88,6 +92,7 @@ bool Engine::Impl::ExpandStage::save_for_cut() {
   for (const auto& slot : slots_) to_seek += slot.cursor && slot.emitted > 0;
   const std::string where = fmt::format("epoch {}, {} inputs opened, {} open", st_.first_input_epoch + epoch_, index_, to_seek);
   if (!engine_.save_stage(st_, [this](StateWriter& w) { write_positions(w); }, where, to_seek)) return false;
+  waiting_in_input_.clear();
   give_back_inputs_not_needed_yet();
   out_.push_back(Item::barrier());
   return engine_.flush(st_, out_) && engine_.wait_for_release(st_);
@@ -97,6 +102,7 @@ bool Engine::Impl::ExpandStage::save_for_cut() {
 // take room again: kept here, they would let the producer fill the buffer anew after every cut.
 // Those a cursor was opened ahead for stay.
 void Engine::Impl::ExpandStage::give_back_inputs_not_needed_yet() {
+  if (input_from_source_giving_way_) return;  // none were taken
   const std::size_t keep = opened_ahead_.empty() ? next_input_ : std::max(next_input_, opened_ahead_.back().position + 1);
   if (keep >= inputs_.size()) return;
   std::vector<Item> back(std::make_move_iterator(inputs_.begin() + static_cast<std::ptrdiff_t>(keep)), std::make_move_iterator(inputs_.end()));
@@ -115,8 +121,9 @@ void Engine::Impl::ExpandStage::write_positions(StateWriter& w) {
   w.put<std::uint64_t>(turn_for_cut_);
   w.put<std::uint8_t>(iteration_closed_);
   w.put<std::uint8_t>(input_done_);
-  w.put<std::uint64_t>(inputs_.size() - next_input_);
+  w.put<std::uint64_t>(inputs_.size() - next_input_ + waiting_in_input_.size());
   for (std::size_t k = next_input_; k < inputs_.size(); ++k) Engine::Impl::put_item(w, inputs_[k]);
+  for (const auto& item : waiting_in_input_) Engine::Impl::put_item(w, item);
   for (auto& slot : slots_) {
     const std::uint8_t slot_state = slot.cursor ? 1 : slot.awaiting_fill ? 2 : 0;
     w.put(slot_state);

@@ -33,7 +33,10 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// 6.7: ResumesOnOtherWorkers, HoldsOnlyElements and StacksItsInputs (operator.hpp: new classes, found with
 /// dynamic_cast; without them a checkpoint resumes only on as many workers as took it);
 /// 6.8: OperatorTraits::role (OperatorRole, in the bytes after the four flags that were padding:
-/// OperatorInfo's layout is unchanged, and the host reads a role only from plugins built for 6.8).
-inline constexpr std::uint32_t kAbiMinor = 8;
+/// OperatorInfo's layout is unchanged, and the host reads a role only from plugins built for 6.8);
+/// 6.9: a source may be resumed before a pass with the state it saved later, inside another pass
+/// (Source::begin_pass() begins the pass it names, whatever state was restored): the host does so
+/// only with sources of plugins built for 6.9, and cuts older ones at their own place.
+inline constexpr std::uint32_t kAbiMinor = 9;
 
 }  // namespace sluice

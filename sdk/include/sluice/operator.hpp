@@ -210,7 +210,10 @@ class Operator {
 class Source : public Operator {
  public:
   /// A pass is one iteration over the data; repeats downstream ask for several. `pass` is the
-  /// pipeline epoch of the pass (see ElementContext), not a count from 0 within the run.
+  /// pipeline epoch of the pass (see ElementContext), not a count from 0 within the run. (6.9) It
+  /// begins that pass whatever state restore_state() put back, which may be of a later pass: a
+  /// cut finds a source ahead of what its buffer holds, and the host resumes it before the pass
+  /// that follows the first end of a pass waiting there. Never count passes yourself.
   virtual void begin_pass(std::uint64_t pass) = 0;
   /// Fills `out` and returns true, or returns false at the end of the pass.
   virtual bool next(Sample& out, const ElementContext& ctx) = 0;
