@@ -189,20 +189,23 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
 }
 
 bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary,
-                              std::uint64_t open_inputs_to_seek, const std::function<void(StateWriter&)>* operator_state) {
+                              std::uint64_t open_inputs_to_seek, const std::function<void(StateWriter&)>* operator_state,
+                              const std::function<void(StateWriter&, std::size_t)>* member_positions) {
   const std::uint64_t generation = cut_wanted.load();
   if (generation == 0) return true;
   std::vector<StageRuntime*> members{&st};
   members.insert(members.end(), st.fused.begin(), st.fused.end());
   std::vector<checkpoint::StageState> states;
-  for (StageRuntime* member : members) {
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    StageRuntime* member = members[k];
     checkpoint::StageState state;
     state.set_id(member->spec->id);
     state.set_op(member->spec->op->info.name);
     state.set_elements_in(member->counters.elements_in.load());
     std::string engine_bytes, engine_words, op_bytes, op_words;
     CheckpointStateWriter engine_writer(state, engine_bytes, engine_words);
-    engine(engine_writer);
+    if (k > 0 && member_positions) (*member_positions)(engine_writer, k);
+    else engine(engine_writer);
     // A per-input member keeps its state in each open input's cursor: a resumed run reads those
     // inputs again up to where they were (the interleave's positions), which makes it again.
     if (member->spec->op->info.traits.saves_state && !member->spec->per_input) {

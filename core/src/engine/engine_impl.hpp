@@ -525,9 +525,11 @@ struct Engine::Impl {
   // Saves `st` (and the members of its fused group) for the cut being taken: `engine` writes the
   // engine's positions, then the operator writes its own. False when the run must stop.
   // `operator_state`, when given, writes the operator's state in its place (a combine's, kept aside
-  // as its current output began).
+  // as its current output began). `member_positions`, when given, writes the positions of member
+  // k (from 1) of the fused group in place of `engine`'s.
   bool save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary, std::uint64_t open_inputs_to_seek = 0,
-                  const std::function<void(StateWriter&)>* operator_state = nullptr);
+                  const std::function<void(StateWriter&)>* operator_state = nullptr,
+                  const std::function<void(StateWriter&, std::size_t)>* member_positions = nullptr);
   // A stage that paused for the cut waits here until the run goes on; false when it stops.
   bool wait_for_release(const StageRuntime& st);
   // `st` handed on its end of stream: it has nothing to save in any later cut.

@@ -46,10 +46,37 @@ class Engine::Impl::SourceStage {
       const auto pending = positions->get_within<std::uint64_t>(0, 1u << 20, "the elements made and not handed over");
       for (std::uint64_t k = 0; k < pending; ++k) out_.push_back(Engine::Impl::get_item(*positions));
     }
-    if (!positions->at_end()) given_to_members_ = positions->get<std::uint64_t>();
+    restore_members(*positions);
     passes_begun_ = first_pass_;
     output_.set_iteration(first_pass_);
     st_.counters.epoch.store(first_pass_, std::memory_order_relaxed);
+  }
+
+  // Where the stages fused into the source stood: appended to its positions by a run that fused
+  // them too; by a run that ran them apart (fuse_stages: false, or an earlier Sluice), each in its
+  // own state, as a map's stage saves it (its pass, the elements of it it had taken). What a
+  // source made holds what its fused stages made of it: a run that fuses another number of stages
+  // cannot go on from it.
+  void restore_members(CheckpointStateReader& positions) {
+    given_.assign(st_.fused.size(), 0);
+    if (!positions.at_end()) {
+      const auto fused = positions.get<std::uint64_t>();
+      if (fused != st_.fused.size())
+        throw DataError(fmt::format("the checkpoint was taken with {} stage(s) running on the source's thread, this run has {} "
+                                    "(the option fuse_stages differs): resume with the fuse_stages of the run that took it",
+                                    fused, st_.fused.size()));
+      for (auto& given : given_) given = positions.get<std::uint64_t>();
+      if (!positions.at_end()) throw DataError("the checkpoint's positions of this stage run on past what it wrote: it is damaged");
+      return;
+    }
+    for (std::size_t k = 0; k < st_.fused.size(); ++k) {
+      StageRuntime& member = *st_.fused[k];
+      if (!member.restore || member.restore->ended() || !resume_inside_pass_) continue;
+      auto apart = engine_.engine_state_reader(member);
+      const auto pass = apart->get<std::uint64_t>();
+      const auto taken = apart->get<std::uint64_t>();
+      if (pass == first_pass_) given_[k] = taken;
+    }
   }
 
   // What a cut found made and not handed over, handed over first; false when the run stops or
@@ -72,7 +99,7 @@ class Engine::Impl::SourceStage {
     const std::uint64_t epoch = st_.first_output_epoch + pass;
     const bool resumed_inside = resume_inside_pass_ && pass == first_pass_;
     passes_begun_ = pass + 1;
-    if (!resumed_inside) given_to_members_ = 0;
+    if (!resumed_inside) std::fill(given_.begin(), given_.end(), 0);
     if (!resumed_inside && engine_.cut_requested(st_) && !pause_for_cut({pass, 0, false})) return false;
     try {
       if (!resumed_inside) st_.source->begin_pass(epoch);
@@ -136,13 +163,13 @@ class Engine::Impl::SourceStage {
   // from 0. False when the run must stop; `kept` false when a filter dropped it (or an element
   // error was skipped).
   bool run_members(Item& item, std::uint64_t epoch, bool& kept) {
-    const std::uint64_t index = given_to_members_++;
     OriginKeeper origin;
     std::uint64_t t = now_ns();
-    for (StageRuntime* member : st_.fused) {
+    for (std::size_t k = 0; k < st_.fused.size(); ++k) {
+      StageRuntime* member = st_.fused[k];
       add(member->counters.elements_in, 1);
       add(member->counters.bytes_in, item.sample.nbytes());
-      const bool ok = engine_.apply(*member, item, ElementContext{&member->info, epoch, index}, kept, nullptr, origin);
+      const bool ok = engine_.apply(*member, item, ElementContext{&member->info, epoch, given_[k]++}, kept, nullptr, origin);
       const std::uint64_t t2 = now_ns();
       add(member->counters.busy_ns, t2 - t);
       t = t2;
@@ -200,12 +227,12 @@ class Engine::Impl::SourceStage {
   // the barrier.
   bool pause_for_cut(Place place) {
     const std::vector<Item>* pending = nullptr;
-    std::uint64_t given_to_members = given_to_members_;
+    std::vector<std::uint64_t> given = given_;
     if (!gives_way_) {
       if (!handover(place)) return false;
     } else if (std::uint64_t ended = 0; cuts_between_passes_ && output_.reader(0).put_barrier_after_first_end_of_iteration(ended)) {
       place = {ended + 1, 0, false};
-      given_to_members = 0;
+      std::fill(given.begin(), given.end(), 0);
     } else {
       output_.reader(0).put_barrier();
       pending = &out_;
@@ -218,12 +245,20 @@ class Engine::Impl::SourceStage {
       w.put<std::uint64_t>(pending ? pending->size() : 0);
       if (pending)
         for (const auto& item : *pending) Engine::Impl::put_item(w, item);
-      if (!st_.fused.empty()) w.put(given_to_members);
+      if (st_.fused.empty()) return;
+      w.put<std::uint64_t>(given.size());
+      for (const auto count : given) w.put(count);
+    };
+    // Each fused stage's own state as its stage apart saves it, so that a run that does not fuse
+    // it finds its place there (and is then refused for the source's, above).
+    const std::function<void(StateWriter&, std::size_t)> member_positions = [&](StateWriter& w, std::size_t k) {
+      w.put(place.pass);
+      w.put(given[k - 1]);
     };
     std::string where = place.inside_pass ? fmt::format("pass {}, before element {}", st_.first_output_epoch + place.pass, place.index)
                                           : fmt::format("before pass {}", st_.first_output_epoch + place.pass);
     if (pending && !pending->empty()) where += fmt::format("; {} made and not yet handed over (kept)", pending->size());
-    if (!engine_.save_stage(st_, positions, where)) return false;
+    if (!engine_.save_stage(st_, positions, where, 0, nullptr, &member_positions)) return false;
     if (!gives_way_) {
       out_.push_back(Item::barrier());
       if (!handover(place)) return false;
@@ -239,7 +274,7 @@ class Engine::Impl::SourceStage {
   std::uint64_t first_pass_ = 0, resume_index_ = 0;  // where a resumed run starts
   bool resume_inside_pass_ = false;
   std::uint64_t passes_begun_ = 0;  // (the place of the end of the stream)
-  std::uint64_t given_to_members_ = 0;  // elements of the pass the fused stages were given
+  std::vector<std::uint64_t> given_ = std::vector<std::uint64_t>(st_.fused.size());  // elements of the pass each fused stage was given
   Outputs& output_ = *st_.exit().output;
   // The source's buffer has one reader, which takes cuts from it as it is (stage_expand_cut.cpp);
   // and passes from their start can stand for what follows the first end of a pass there: its
