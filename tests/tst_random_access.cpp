@@ -311,7 +311,9 @@ class TestRandomAccess : public QObject {
     make_dataset(3, 70);
     auto pipeline = [&](const std::string& out) {
       return "options { seed: 3 }\n" + source(data() + "/*.tfrecord", {}, "buffer_size: 2") +
-             stage("twice", "repeat", "src", {{"count", "2"}}, "buffer_size: 2") + stage("out", "jsonl_sink", "twice", {{"path", out}});
+             stage("twice", "repeat", "src", {{"count", "2"}}, "buffer_size: 2") +
+             // slow enough that the poll below sees the sink between 300 and 420 (a fast machine ran past it)
+             stage("slow", "simulate_work", "twice", {{"us", "300"}}, "buffer_size: 2") + stage("out", "jsonl_sink", "slow", {{"path", out}});
     };
     auto lines_of = [](const std::string& path) {
       std::vector<std::string> lines;
