@@ -624,6 +624,68 @@ class TestCli : public QObject {
     QCOMPARE(alone.code, 2);
     QVERIFY2(alone.err.contains("--checkpoint-every needs --checkpoint DIR"), qPrintable(alone.err));
   }
+
+  // `sluice` is built without the service (its gRPC costs 14 ms of every start); what needs the
+  // service continues in libexec/sluice-service, in the same process: a launcher's pid and signals
+  // reach the dispatcher. Without that command, or in a loop, the user is told what to do.
+  void the_service_runs_in_the_command_built_with_it() {
+    const QString with_service = QFileInfo(QString(SLUICE_CLI)).absolutePath() + "/../libexec/sluice-service";
+    auto needed = [](const QString& binary) {
+      QProcess readelf;
+      readelf.start("readelf", {"-d", binary});
+      readelf.waitForFinished(30000);
+      return QString::fromUtf8(readelf.readAllStandardOutput());
+    };
+    QVERIFY(needed(with_service).contains("libgrpc++"));
+    QVERIFY2(!needed(SLUICE_CLI).contains("grpc"), "the sluice command links no gRPC");
+    auto described = sluice_cli({"plugins", "service_source"});
+    QCOMPARE(described.code, 0);
+    QVERIFY2(described.out.contains("processing_mode") && described.out.contains("DYNAMIC"), qPrintable(described.out));
+
+    QProcess dispatcher;
+    dispatcher.start(SLUICE_CLI, {"dispatcher", "--port", "0"});
+    QVERIFY(dispatcher.waitForReadyRead(20000));
+    QVERIFY(QString::fromUtf8(dispatcher.readLine()).contains("listening on"));
+    QCOMPARE(QFileInfo(QString("/proc/%1/exe").arg(dispatcher.processId())).canonicalFilePath(), QFileInfo(with_service).canonicalFilePath());
+    ::kill(static_cast<pid_t>(dispatcher.processId()), SIGTERM);
+    QVERIFY(dispatcher.waitForFinished(20000));
+    QCOMPARE(dispatcher.exitCode(), 0);
+
+    QTemporaryDir dir;
+    auto again = QProcessEnvironment::systemEnvironment();
+    again.insert("SLUICE_HANDED_OVER", "1");
+    auto looping = sluice_cli({"dispatcher", "--port", "0"}, 20000, {}, again);
+    QCOMPARE(looping.code, 1);
+    QVERIFY2(looping.err.contains("`sluice dispatcher` needs the Sluice service") && looping.err.contains("was not built with it"),
+             qPrintable(looping.err));
+    // A copy of the command alone, without its libexec/.
+    QDir(dir.path()).mkpath("alone/bin");
+    const QString alone = dir.filePath("alone/bin/sluice");
+    QVERIFY(QFile::copy(SLUICE_CLI, alone));
+    auto run_alone = [&](const QStringList& args) {
+      QProcess p;
+      p.start(alone, args);
+      p.waitForFinished(20000);
+      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    };
+    const QString missing = dir.filePath("alone/libexec/sluice-service");
+    auto no_dispatcher = run_alone({"service", "workers", "--dispatcher", "localhost:1"});
+    QCOMPARE(no_dispatcher.code, 1);
+    QVERIFY2(no_dispatcher.err.contains("`sluice service workers` needs the Sluice service, which runs in " + missing) &&
+                 no_dispatcher.err.contains("No such file or directory") && no_dispatcher.err.contains("reinstall Sluice"),
+             qPrintable(no_dispatcher.err));
+    auto distributed = write(dir, "d.txtpb", stage("numbers", "range", "", {{"count", "3"}}) +
+                                                 "stage { id: \"work\" op: \"identity\" input: \"numbers\" distribute { service: \"grpc://localhost:1\" } }\n" +
+                                                 stage("out", "null_sink", "work"));
+    auto split = run_alone({"run", distributed});
+    QCOMPARE(split.code, 1);
+    QVERIFY2(split.err.contains(distributed + "'s stage 'work' needs the Sluice service"), qPrintable(split.err));
+    auto named = write(dir, "s.txtpb", stage("in", "service_source", "", {{"service", "grpc://localhost:1"}, {"job_name", "j"}, {"pipeline", ""}}) +
+                                           stage("out", "null_sink", "in"));
+    auto source = run_alone({"validate", named});
+    QCOMPARE(source.code, 1);
+    QVERIFY2(source.err.contains(named + "'s stage 'in' needs the Sluice service"), qPrintable(source.err));
+  }
 };
 
 QTEST_MAIN(TestCli)

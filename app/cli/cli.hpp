@@ -75,6 +75,22 @@ struct IndexRequest {
 };
 int cmd_index(const CommonOptions& common, const IndexRequest& request);
 
+// The service's part of the command. `sluice` is built without it: gRPC and the 45 libraries it
+// brings cost 14 ms of every start. Its service_handoff.cpp continues each command that needs the
+// service in libexec/sluice-service, the same command built with it (service.cpp), by exec: the
+// same process, arguments, descriptors and signals.
+//
+// The command line as main() received it (what a hand-over passes on). libexec/sluice-service
+// takes kHandedOver out of its environment, which a hand-over sets: a command that would hand over
+// again is not built with the service, and says so rather than start itself without end.
+void remember_command_line(int argc, char** argv);
+constexpr const char* kHandedOver = "SLUICE_HANDED_OVER";
+// `service_source`, the source that reads a job from the service's workers.
+void add_service_operators(sluice::Registry& registry);
+// PrepareOptions::split_distributed: a `distribute` stage and those before it become the job the
+// service runs (where the service is not linked: the command continues where it is).
+void split_at_service(sluice::PipelineDocument& doc);
+
 // The service's processes (service.cpp): each serves until SIGINT or SIGTERM, then exits 0.
 struct DispatcherRequest {
   sluice::service::DispatcherOptions options;

@@ -88,7 +88,7 @@ void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool 
   std::vector<std::filesystem::path> dirs(common.plugin_dirs.begin(), common.plugin_dirs.end());
   if (common.no_registry_cache) registry.set_cache_file({});
   registry.load_search_path(dirs);
-  sluice::service::add_service_operators(registry);  // what reads a `distribute` stage's output
+  add_service_operators(registry);  // what reads a `distribute` stage's output
   for (const auto& w : registry.warnings()) fmt::print(stderr, "warning: {}\n", sluice::printable(w));
   if (warn)
     for (const auto& r : registry.refused())
@@ -221,7 +221,7 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
     options.sets = sets;
     options.seed = seed;
     options.worker = {worker_args.index, worker_args.count, "--worker-index/--num-workers"};
-    options.split_distributed = sluice::service::split_at_service;  // a `distribute` stage and those before it run on the service
+    options.split_distributed = split_at_service;  // a `distribute` stage and those before it run on the service
     sluice::PreparedPipeline prepared;
     try {
       prepared = sluice::prepare_pipeline(sluice::read_pipeline_file(file), registry, options);
@@ -565,5 +565,6 @@ class CommandLine {
 
 int main(int argc, char** argv) {
   sluice::tune_process_for_streaming();
+  remember_command_line(argc, argv);
   return CommandLine().run(argc, argv);
 }

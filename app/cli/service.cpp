@@ -1,7 +1,10 @@
-// `sluice dispatcher`, `sluice worker` and `sluice service workers`: the service's processes
-// (core/service/), started by what the cluster runs; each serves until SIGINT or SIGTERM.
+// The service's part of libexec/sluice-service, the command built with the service (cli.hpp):
+// `sluice dispatcher`, `sluice worker` and `sluice service workers`, the service's processes
+// (core/service/), started by what the cluster runs, each serving until SIGINT or SIGTERM; and the
+// trainer's side, the service_source operator and the split at a `distribute` stage.
 #include <fmt/format.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <csignal>
@@ -40,6 +43,12 @@ int wait_for_stop_signal(const sigset_t& signals) {
 }
 
 }  // namespace
+
+void remember_command_line(int, char**) { ::unsetenv(kHandedOver); }  // (not passed on to its children)
+
+void add_service_operators(sluice::Registry& registry) { sluice::service::add_service_operators(registry); }
+
+void split_at_service(sluice::PipelineDocument& doc) { sluice::service::split_at_service(doc); }
 
 int cmd_dispatcher(const DispatcherRequest& request) {
   const sigset_t signals = block_stop_signals();

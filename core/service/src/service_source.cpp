@@ -176,7 +176,7 @@ std::exception_ptr as_stage_failure(std::exception_ptr error) {
 // work for this trainer; their elements are handed on as they come.
 class ServiceSource final : public Source {
  public:
-  static constexpr const char* kName = "service_source";
+  static constexpr const char* kName = kServiceSourceName;
   static OperatorInfo describe();  // below, with its parameters
   explicit ServiceSource(const Params& p) : in_flight_(static_cast<int>(p.get_int("splits_in_flight"))) {
     security_.token_file = p.get_string("token_file");
@@ -709,35 +709,10 @@ class ServiceSource final : public Source {
   bool leaving_ = false;
 };
 
-// service_source's description (a host operator: the service library registers it, the
-// Python face and the CLI through add_service_operators()).
+// service_source's description (service_source_info.cpp, which the `sluice` command links
+// without the service) and the source itself.
 OperatorInfo ServiceSource::describe() {
-  OperatorInfo info;
-  info.name = kName;
-  info.kind = OperatorKind::Source;
-  info.summary = "Reads a job's elements from the Sluice service's workers (put in place of the stages a `distribute` sends there)";
-  info.params = {ParamSpec::make("service", ParamType::String, "the dispatcher, grpc://host:port"),
-                 ParamSpec::make("job_name", ParamType::String, "the job trainers share"),
-                 ParamSpec::make("pipeline", ParamType::String, "the stages the workers run, as a pipeline file's text"),
-                 ParamSpec::make("processing_mode", ParamType::Choice, "how the workers share the job: DYNAMIC, OFF, FILE, DATA or FILE_OR_DATA")
-                     .def("DYNAMIC")
-                     .one_of({"DYNAMIC", "OFF", "FILE", "DATA", "FILE_OR_DATA"}),
-                 ParamSpec::make("pipeline_file", ParamType::String, "the file the stages came from: their relative paths are of its folder")
-                     .def(""),
-                 ParamSpec::make("split_size", ParamType::Int, "source elements per split").def("1").range(1, std::nullopt),
-                 ParamSpec::make("splits_in_flight", ParamType::Int, "splits read at once (each from the worker making it)").def("4").range(1, 256),
-                 ParamSpec::make("compression", ParamType::Choice, "of the elements the workers send: NONE, ZSTD or SNAPPY").def("NONE").one_of({"NONE", "ZSTD", "SNAPPY"}),
-                 ParamSpec::make("token_file", ParamType::String, "the service's token file").def(""),
-                 ParamSpec::make("tls_ca", ParamType::String, "the authority to trust for TLS").def(""),
-                 // Which of the job's trainers this is (from the launcher, as a shard's index and count).
-                 ParamSpec::make("trainer_index", ParamType::Int, "this trainer among those reading the job").def("-1").takes_hint("worker_index"),
-                 ParamSpec::make("num_trainers", ParamType::Int, "the trainers reading the job").def("-1").takes_hint("num_workers"),
-                 // Coordinated reads (tf.data's): every one of the job's num_consumers trainers gets one element of each round.
-                 ParamSpec::make("num_consumers", ParamType::Int, "the trainers reading the job in coordinated rounds (0: first come, first served)")
-                     .def("0")
-                     .range(0, 4096),
-                 ParamSpec::make("consumer_index", ParamType::Int, "this trainer among the job's consumers").def("-1")};
-  info.traits.role = OperatorRole::ReadsService;
+  OperatorInfo info = service_source_info();
   info.create = [](const Params& p) { return std::make_unique<ServiceSource>(p); };
   return info;
 }
