@@ -372,6 +372,37 @@ class TestIo : public QObject {
     QCOMPARE(chunked.lines, elements.lines);
   }
 
+  void a_repeat_hands_a_readers_chunks_on_whole() {
+    // tf.data users repeat after the reader (TFRecordDataset(files).repeat(3)): the repeat hands on
+    // the parser's chunks as they come to a batch that takes them, rows to a sink that does not,
+    // and a take after it stops it in mid-pass; the lines are the element-wise run's every time.
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::string parsed =
+        reader_chain(tf("tfx_mnist.tfrecord")) + stage("parse", "parse_example", "read", {{"features", "image_class:int64"}});
+    const std::string batched = parsed + stage("again", "repeat", "parse", {{"count", "3"}}) +
+                                stage("batch", "batch", "again", {{"batch_size", "7"}}) + sink_after("batch");
+    const auto chunked = run_text(batched), elements = run_text(batched, {}, element_wise);
+    QVERIFY2(chunked.result.state == sluice::RunState::Finished, chunked.result.error.c_str());
+    QCOMPARE(chunked.lines.size(), std::size_t(429));  // 3,000 rows in batches of 7
+    QCOMPARE(chunked.lines, elements.lines);
+    const auto& again = chunked.snapshot.stage(3);
+    QCOMPARE(again.elements_in(), std::uint64_t(3000));
+    QCOMPARE(again.elements_out(), std::uint64_t(3000));
+    QCOMPARE(again.chunked_elements_out(), std::uint64_t(3000));
+    QVERIFY(again.chunks_out() > 0 && again.chunks_out() < 3000 / 8);
+    QCOMPARE(elements.snapshot.stage(3).chunks_out(), std::uint64_t(0));
+    for (const std::string& after : {sink_after("again"), stage("some", "take", "again", {{"count", "1500"}}) + sink_after("some")}) {
+      const std::string text = parsed + stage("again", "repeat", "parse", {{"count", "3"}}) + after;
+      const auto rows = run_text(text), one_by_one = run_text(text, {}, element_wise);
+      QVERIFY2(rows.result.state == sluice::RunState::Finished, rows.result.error.c_str());
+      QCOMPARE(rows.lines.size(), std::size_t(after.find("take") == std::string::npos ? 3000 : 1500));
+      QCOMPARE(rows.lines, one_by_one.lines);
+      QCOMPARE(rows.snapshot.stage(3).chunks_out(), std::uint64_t(0));
+      QCOMPARE(rows.snapshot.stage(2).chunks_out() > 0, true);  // the parser's chunks reached the repeat
+    }
+  }
+
   void a_bad_record_inside_a_chunk_is_named_and_skipped_alone() {
     // 600 records, one chunk holds many of them: record 300 is not an Example, record 450 has a
     // broken data CRC. Under skip each is dropped alone and named by its record and byte offset;

@@ -6,7 +6,8 @@ namespace sluice::std_ops {
 namespace {
 
 // Iterations are the engine's: repeat(k) asks its input for k passes per iteration it gives, and
-// the engine merges them. Elements pass through unchanged.
+// the engine merges them. Elements pass through unchanged: its role says so, and the host hands
+// them on (a reader's chunks whole) without calling push(), which an older host calls.
 class Repeat final : public Aggregate {
  public:
   static OperatorInfo describe() {
@@ -14,7 +15,7 @@ class Repeat final : public Aggregate {
             OperatorKind::Aggregate,
             "Repeats its input count times (-1: forever); a shuffle before it reshuffles each epoch",
             {ParamSpec::make("count", ParamType::Int, "number of passes, -1 for forever").def("-1").range(-1, std::nullopt)},
-            {.keeps_shape = true, .saves_state = true},
+            {.keeps_shape = true, .saves_state = true, .role = OperatorRole::Repeats},
             {}};
   }
   explicit Repeat(const Params& p) : count_(p.get_int("count")) {}

@@ -372,6 +372,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     st->workers = stage_threads(info, *op, spec.parallelism);
     st->tuned_buffer = spec.autotune_buffer;
     if (st->sink) ++impl_->sink_count;
+    st->passes_through = st->aggregate && info.traits.role == OperatorRole::Repeats && st->registered->abi_minor >= 10;
     impl_->stages.push_back(std::move(st));
   }
   if (g.autotunes()) impl_->set_autotune_budgets();
@@ -647,13 +648,14 @@ void Engine::Impl::choose_chunks() {
       if (st->aggregate) st->chunked_aggregate = dynamic_cast<ChunkedAggregate*>(st->op.get());
     }
     for (auto& st : stages) {
-      if (!(st->expand || st->chunked_map) || st->spec->consumers.empty()) continue;
+      if (!(st->expand || st->chunked_map || st->passes_through) || st->spec->consumers.empty()) continue;
       // A plugin built for 6.2 may make no Ragged column and knows none: its chunks go to any
-      // reader that takes chunks, a newer producer's only to readers that know Ragged columns.
-      const bool may_make_ragged = st->registered->abi_minor >= 3;
+      // reader that takes chunks, a newer producer's only to readers that know Ragged columns (a
+      // stage passing chunks through hands on any producer's).
+      const bool may_make_ragged = st->passes_through || st->registered->abi_minor >= 3;
       st->emits_chunks = std::all_of(st->spec->consumers.begin(), st->spec->consumers.end(), [&](int reader) {
         const auto& r = *stages[static_cast<std::size_t>(reader)];
-        return (r.chunked_map || r.chunked_aggregate) && (!may_make_ragged || r.registered->abi_minor >= 3);
+        return (r.chunked_map || r.chunked_aggregate || r.passes_through) && (!may_make_ragged || r.registered->abi_minor >= 3);
       });
     }
   }

@@ -124,6 +124,9 @@ struct StageRuntime {
   ChunkedMap* chunked_map = nullptr;
   ChunkedAggregate* chunked_aggregate = nullptr;
   bool emits_chunks = false;
+  // An aggregate whose role is OperatorRole::Repeats (a plugin built for 6.10): its inputs are
+  // handed on as they come, chunks whole where its readers take them, its operator not called.
+  bool passes_through = false;
   // An aggregate whose outputs stack its inputs (batch), when outputs carry their rows
   // (EngineOptions::rows_of_outputs); and the rows it held when its state was restored.
   StacksItsInputs* stacks = nullptr;
@@ -639,6 +642,18 @@ struct Engine::Impl {
       if (st_.stacks) pending_rows_.insert(pending_rows_.begin(), restored.begin(), restored.end());
     }
     void iteration_ended() { pending_rows_.clear(); }  // a remainder dropped (drop_remainder)
+    // An input handed on as it is, `rows` elements (a chunk's rows) counted; dropped, as push()
+    // drops it, in an iteration downstream stopped wanting. False when the run stops.
+    bool pass_on(Sample sample, std::size_t rows) {
+      if (impl_.stopping.load(std::memory_order_relaxed)) return false;
+      if (rows == 0 || st_.exit().output->skipped(iteration)) return true;
+      if (chunk_in(sample)) {
+        add(st_.counters.chunks_out, 1);
+        add(st_.counters.chunked_elements_out, rows);
+      }
+      add(st_.counters.elements_out, rows - 1);  // and hand_on()'s one
+      return hand_on(std::move(sample));
+    }
 
    private:
     bool wanted() const { return !impl_.stopping.load(std::memory_order_relaxed) && !st_.exit().output->skipped(iteration); }

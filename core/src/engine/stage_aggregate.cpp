@@ -96,6 +96,7 @@ class Engine::Impl::AggregateStage {
   // ---- inputs ----
   bool end_of_input_iteration();
   bool push_items();
+  bool pass_items_through();
   bool push_element(Item& item);
   bool push_chunk(Sample& carrier, std::uint64_t first_index);
   bool push_rows_one_by_one(const Chunk& rest, const ElementContext& ctx);
@@ -242,8 +243,9 @@ bool Engine::Impl::AggregateStage::end_of_input_iteration() {
 
 // A chunk of input elements (or of chunks, for an operator that takes them) to the operator.
 bool Engine::Impl::AggregateStage::push_items() {
-  add(st_.counters.elements_in, st_.chunked_aggregate ? rows_of(in_) : in_.size());
+  add(st_.counters.elements_in, st_.chunked_aggregate || st_.passes_through ? rows_of(in_) : in_.size());
   add(st_.counters.bytes_in, bytes_of(in_));
+  if (st_.passes_through) return pass_items_through();
   for (auto& item : in_) {
     if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
       const std::uint64_t first_index = in_index_;
@@ -254,6 +256,24 @@ bool Engine::Impl::AggregateStage::push_items() {
       return false;
     }
     if (engine_.stopping.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
+}
+
+// A repeat (OperatorRole::Repeats): each input handed on as it came, a chunk whole when the readers
+// take chunks and row by row otherwise; what the operator's push() would do, without calling it.
+bool Engine::Impl::AggregateStage::pass_items_through() {
+  for (auto& item : in_) {
+    const std::size_t rows = rows_of(item.sample);
+    in_index_ += rows;
+    if (st_.input->skipped(in_iteration_) || !open_) continue;
+    if (chunk_in(item.sample) && !st_.emits_chunks) {
+      const Chunk chunk = detail::take_chunk(item.sample);
+      for (std::size_t r = 0; r < chunk.rows(); ++r)
+        if (!emitter_.pass_on(chunk.row(r), 1)) return false;
+    } else if (!emitter_.pass_on(std::move(item.sample), rows)) {
+      return false;
+    }
   }
   return true;
 }

@@ -36,7 +36,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// OperatorInfo's layout is unchanged, and the host reads a role only from plugins built for 6.8);
 /// 6.9: a source may be resumed before a pass with the state it saved later, inside another pass
 /// (Source::begin_pass() begins the pass it names, whatever state was restored): the host does so
-/// only with sources of plugins built for 6.9, and cuts older ones at their own place.
-inline constexpr std::uint32_t kAbiMinor = 9;
+/// only with sources of plugins built for 6.9, and cuts older ones at their own place; 6.10:
+/// OperatorRole::Repeats (a new role value: the host passes such an aggregate's inputs through,
+/// chunks whole, only for plugins built for 6.10).
+inline constexpr std::uint32_t kAbiMinor = 10;
 
 }  // namespace sluice

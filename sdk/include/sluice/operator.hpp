@@ -49,8 +49,12 @@ enum class OperatorRole : std::uint8_t {
   CallsPython,   ///< runs Python code, holding the GIL while it does
   FeedsPython,   ///< the sink Python's iterator reads
   ReadsService,  ///< reads the elements the Sluice service's workers make
+  /// (6.10) an aggregate that hands on each input unchanged as it comes, and only asks its input
+  /// for more passes (input_passes): the host passes its inputs through, a chunk whole, without
+  /// calling push()
+  Repeats,
 };
-inline constexpr std::uint8_t kLastOperatorRole = static_cast<std::uint8_t>(OperatorRole::ReadsService);
+inline constexpr std::uint8_t kLastOperatorRole = static_cast<std::uint8_t>(OperatorRole::Repeats);
 
 /// The role's name in reports, metrics and `sluice plugins` ("" for None).
 inline const char* role_name(OperatorRole role) {
@@ -66,6 +70,7 @@ inline const char* role_name(OperatorRole role) {
     case OperatorRole::CallsPython: return "calls Python";
     case OperatorRole::FeedsPython: return "feeds Python";
     case OperatorRole::ReadsService: return "reads the service";
+    case OperatorRole::Repeats: return "repeats";
   }
   return "";
 }
