@@ -11,6 +11,9 @@
 namespace sluice::io {
 
 namespace {
+// Buffers start at a multiple of it (Buffer's and the pool's alignment).
+constexpr std::size_t kReadAlignment = 64;
+
 std::uint64_t load_u64(const std::byte* p) {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
@@ -37,13 +40,19 @@ bool RecordReader::ensure(std::size_t n) {
       // A fresh buffer: records already handed out keep viewing the old one. It grows with the
       // bytes that really arrive (doubling), never straight to a length read from the file: a
       // 71-byte file claiming a 1 GB record costs a chunk, not a gigabyte.
+      // The bytes kept go where their stream offset's place within 64 bytes puts them, so that
+      // every read() lands at the same place within 64 bytes as the file offset it reads from:
+      // on an AMD EPYC (2026-11-30) the kernel copied page-cached bytes to a destination 1 to 31
+      // bytes past the source's place at 1.4-1.8 GB/s, 6.0-6.4 at the same place (4 MB reads).
       const std::size_t have = end_ - begin_;
-      const std::size_t size = std::max(options_.chunk_bytes, std::min(n, 2 * have));
+      const std::uint64_t kept_at = chunk_offset_ + begin_;
+      const std::size_t pad = static_cast<std::size_t>(kept_at % kReadAlignment);
+      const std::size_t size = std::max(options_.chunk_bytes, std::min(n, 2 * have)) + kReadAlignment;
       auto fresh = options_.allocator ? options_.allocator->allocate(size) : HostAllocator::instance().allocate(size);
-      if (have) std::memcpy(fresh->data(), chunk_->data() + begin_, have);
-      chunk_offset_ += begin_;
-      end_ = have;
-      begin_ = 0;
+      if (have) std::memcpy(fresh->data() + pad, chunk_->data() + begin_, have);
+      chunk_offset_ = kept_at - pad;
+      begin_ = pad;
+      end_ = pad + have;
       chunk_ = std::move(fresh);
     }
     std::size_t got = source_->read(chunk_->data() + end_, chunk_->size() - end_);
