@@ -23,7 +23,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export SLUICE_REGISTRY=$work/registry.bin
 sample=$work/sample_data
-python=$(command -v python3 || true)
+# TensorFlow from a build folder's peers environment, else the machine's python3.
+python=$bundle/peers/bin/python
+[ -x "$python" ] || python=$(command -v python3 || true)
 status=0
 {
   echo "$(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
@@ -53,7 +55,8 @@ status=0
       mkdir -p "$work/bench_peers"
       tf_out=$("${pin[@]}" "$python" bench/peers/peer_tfdata.py image "$work/bench_peers" 3 2>&1) || status=1
       echo "$tf_out" | tail -3
-      tfdata=$(tail -1 <<< "$tf_out")
+      # its last line: measure.report's JSON (items, seconds, ...): items per second
+      tfdata=$("$python" -c 'import json, sys; r = json.loads(sys.argv[1]); print(round(r["items"] / r["seconds"]))' "$(tail -1 <<< "$tf_out")" 2>/dev/null || echo "failed")
     fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$cores" "${ideal:--}" "${loop:--}" "${ours:--	-}" "${run_rate:--}" "$tfdata" >> "$out/scaling.tsv"
   done
