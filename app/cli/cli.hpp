@@ -88,8 +88,9 @@ constexpr const char* kHandedOver = "SLUICE_HANDED_OVER";
 // `service_source`, the source that reads a job from the service's workers.
 void add_service_operators(sluice::Registry& registry);
 // PrepareOptions::split_distributed: a `distribute` stage and those before it become the job the
-// service runs (where the service is not linked: the command continues where it is).
-void split_at_service(sluice::PipelineDocument& doc);
+// service runs (where the service is not linked: a pipeline with one, or with a stage whose
+// operator reads the service, continues in the command that has it).
+void split_at_service(const sluice::Registry& registry, sluice::PipelineDocument& doc);
 
 // The service's processes (service.cpp): each serves until SIGINT or SIGTERM, then exits 0.
 struct DispatcherRequest {

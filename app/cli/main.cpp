@@ -221,7 +221,8 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
     options.sets = sets;
     options.seed = seed;
     options.worker = {worker_args.index, worker_args.count, "--worker-index/--num-workers"};
-    options.split_distributed = split_at_service;  // a `distribute` stage and those before it run on the service
+    // a `distribute` stage and those before it run on the service
+    options.split_distributed = [&registry](sluice::PipelineDocument& doc) { split_at_service(registry, doc); };
     sluice::PreparedPipeline prepared;
     try {
       prepared = sluice::prepare_pipeline(sluice::read_pipeline_file(file), registry, options);

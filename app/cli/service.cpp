@@ -48,7 +48,7 @@ void remember_command_line(int, char**) { ::unsetenv(kHandedOver); }  // (not pa
 
 void add_service_operators(sluice::Registry& registry) { sluice::service::add_service_operators(registry); }
 
-void split_at_service(sluice::PipelineDocument& doc) { sluice::service::split_at_service(doc); }
+void split_at_service(const sluice::Registry&, sluice::PipelineDocument& doc) { sluice::service::split_at_service(doc); }
 
 int cmd_dispatcher(const DispatcherRequest& request) {
   const sigset_t signals = block_stop_signals();

@@ -60,19 +60,19 @@ std::filesystem::path service_command() {
 void remember_command_line(int argc, char** argv) { command_line().assign(argv, argv + argc); }
 
 void add_service_operators(sluice::Registry& registry) {
-  if (registry.find(sluice::service::kServiceSourceName)) return;
   auto info = sluice::service::service_source_info();
+  if (registry.find(info.name)) return;
   // Listed and checked as the service's own; a run that names it is handed over when its pipeline
   // is prepared (split_at_service). Only a command that prepares none (`sluice bench`) gets here.
-  info.create = [](const sluice::Params&) -> std::unique_ptr<sluice::Operator> {
-    continue_with_the_service(fmt::format("a {} stage", sluice::service::kServiceSourceName));
+  info.create = [name = info.name](const sluice::Params&) -> std::unique_ptr<sluice::Operator> {
+    continue_with_the_service(fmt::format("a {} stage", name));
   };
   registry.add_host_operator(std::move(info), "service");
 }
 
-void split_at_service(sluice::PipelineDocument& doc) {
+void split_at_service(const sluice::Registry& registry, sluice::PipelineDocument& doc) {
   for (const auto& stage : doc.spec.stage())
-    if (stage.has_distribute() || stage.op() == sluice::service::kServiceSourceName)
+    if (stage.has_distribute() || registry.has_role(stage.op(), sluice::OperatorRole::ReadsService))
       continue_with_the_service(fmt::format("{}'s stage '{}'", sluice::printable(doc.file), sluice::printable(stage.id())));
 }
 

@@ -176,7 +176,6 @@ std::exception_ptr as_stage_failure(std::exception_ptr error) {
 // work for this trainer; their elements are handed on as they come.
 class ServiceSource final : public Source {
  public:
-  static constexpr const char* kName = kServiceSourceName;
   static OperatorInfo describe();  // below, with its parameters
   explicit ServiceSource(const Params& p) : in_flight_(static_cast<int>(p.get_int("splits_in_flight"))) {
     security_.token_file = p.get_string("token_file");
@@ -720,8 +719,9 @@ OperatorInfo ServiceSource::describe() {
 }  // namespace
 
 void add_service_operators(Registry& registry) {
-  if (registry.find(ServiceSource::kName)) return;
-  registry.add_host_operator(ServiceSource::describe(), "service");
+  OperatorInfo info = ServiceSource::describe();
+  if (registry.find(info.name)) return;
+  registry.add_host_operator(std::move(info), "service");
 }
 
 void split_at_service(PipelineDocument& doc) {
@@ -795,7 +795,7 @@ void split_at_service(PipelineDocument& doc) {
       continue;
     }
     stage->set_id(distributed.id());
-    stage->set_op(ServiceSource::kName);
+    stage->set_op(service_source_info().name);
     auto& params = *stage->mutable_params();
     params["service"] = d.service();
     params["job_name"] = job_name;

@@ -8,7 +8,7 @@ namespace sluice::service {
 
 OperatorInfo service_source_info() {
   OperatorInfo info;
-  info.name = kServiceSourceName;
+  info.name = "service_source";
   info.kind = OperatorKind::Source;
   info.summary = "Reads a job's elements from the Sluice service's workers (put in place of the stages a `distribute` sends there)";
   info.params = {ParamSpec::make("service", ParamType::String, "the dispatcher, grpc://host:port"),

@@ -647,7 +647,9 @@ void Engine::Impl::choose_chunks() {
         if (auto* chunked = dynamic_cast<ChunkedMap*>(st->op.get()); chunked && chunked->maps_chunks()) st->chunked_map = chunked;
       if (st->aggregate) st->chunked_aggregate = dynamic_cast<ChunkedAggregate*>(st->op.get());
     }
-    for (auto& st : stages) {
+    // Readers before producers (a repeat takes chunks when its own readers do: it is transparent).
+    for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
+      auto& st = *it;
       if (!(st->expand || st->chunked_map || st->passes_through) || st->spec->consumers.empty()) continue;
       // A plugin built for 6.2 may make no Ragged column and knows none: its chunks go to any
       // reader that takes chunks, a newer producer's only to readers that know Ragged columns (a
@@ -655,7 +657,8 @@ void Engine::Impl::choose_chunks() {
       const bool may_make_ragged = st->passes_through || st->registered->abi_minor >= 3;
       st->emits_chunks = std::all_of(st->spec->consumers.begin(), st->spec->consumers.end(), [&](int reader) {
         const auto& r = *stages[static_cast<std::size_t>(reader)];
-        return (r.chunked_map || r.chunked_aggregate || r.passes_through) && (!may_make_ragged || r.registered->abi_minor >= 3);
+        const bool takes = r.passes_through ? r.emits_chunks : r.chunked_map || r.chunked_aggregate;
+        return takes && (!may_make_ragged || r.registered->abi_minor >= 3);
       });
     }
   }

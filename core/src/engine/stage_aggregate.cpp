@@ -260,20 +260,15 @@ bool Engine::Impl::AggregateStage::push_items() {
   return true;
 }
 
-// A repeat (OperatorRole::Repeats): each input handed on as it came, a chunk whole when the readers
-// take chunks and row by row otherwise; what the operator's push() would do, without calling it.
+// A repeat (OperatorRole::Repeats): each input handed on as it came, what the operator's push()
+// would do, without calling it. Its input is in chunks only where its readers take them
+// (choose_chunks): a chunk goes on whole.
 bool Engine::Impl::AggregateStage::pass_items_through() {
   for (auto& item : in_) {
     const std::size_t rows = rows_of(item.sample);
     in_index_ += rows;
     if (st_.input->skipped(in_iteration_) || !open_) continue;
-    if (chunk_in(item.sample) && !st_.emits_chunks) {
-      const Chunk chunk = detail::take_chunk(item.sample);
-      for (std::size_t r = 0; r < chunk.rows(); ++r)
-        if (!emitter_.pass_on(chunk.row(r), 1)) return false;
-    } else if (!emitter_.pass_on(std::move(item.sample), rows)) {
-      return false;
-    }
+    if (!emitter_.pass_on(std::move(item.sample), rows)) return false;
   }
   return true;
 }

@@ -132,10 +132,9 @@ std::vector<WorkerStatus> list_workers(const std::string& dispatcher, const Secu
 
 // The trainer's side. Adds `service_source`, the source that reads a job from the workers.
 void add_service_operators(Registry& registry);
-// service_source's name, kind, parameters and role, without its factory: what lists and checks
-// it where the service is not linked (`sluice`, whose service commands continue in
-// libexec/sluice-service: app/cli/service_handoff.cpp). Links without gRPC (sluice_service_info).
-inline constexpr const char* kServiceSourceName = "service_source";
+// service_source's name, kind, parameters and role (ReadsService), without its factory: what
+// lists and checks it where the service is not linked (`sluice`, whose service commands continue
+// in libexec/sluice-service: app/cli/service_handoff.cpp). Links without gRPC (sluice_service_info).
 OperatorInfo service_source_info();
 // A pipeline with a `distribute` stage: that stage and those before it become the job's pipeline,
 // sent to the service, and a service_source of that id takes their place here. Throws SpecError
