@@ -2,19 +2,33 @@
 # Builds the libFuzzer targets (TFRecord framing, Example parsing, CSV rows, pipeline files as
 # text and JSON, image headers through decode_image) with clang (ASan + UBSan) and runs each for a bounded time,
 # seeded from the real files in tests/data/real. A crash fails the run and leaves the
-# input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
+# input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [build|run] [SECONDS_PER_TARGET]
+# (default 60): `build` only builds the targets, `run` only runs them (.ci/run builds them beside
+# the main suite); without either, both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh
-SLUICE_PEERS=0 bash scripts/install-deps.sh
+steps=(build run)
+case ${1:-} in
+  build|run) steps=("$1"); shift ;;
+esac
 seconds=${1:-60}
+[[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz.sh: '$seconds' is not a number of seconds (usage: scripts/fuzz.sh [build|run] [SECONDS_PER_TARGET])" >&2; exit 2; }
 testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz
 build_targets() {
   CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON > /dev/null
   cmake --build "$out" -j "${JOBS:-2}"
 }
-stage "build build-fuzz" build_targets
+if [[ " ${steps[*]} " == *" build "* ]]; then
+  SLUICE_PEERS=0 bash scripts/install-deps.sh
+  stage "build build-fuzz" build_targets
+fi
+[[ " ${steps[*]} " == *" run "* ]] || exit 0
+targets=(fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored)
+for target in "${targets[@]}"; do
+  [ -x "$out/$target" ] || { echo "fuzz.sh: $out/$target is not built: run scripts/fuzz.sh build first" >&2; exit 1; }
+done
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
@@ -71,7 +85,7 @@ export -f run_target
 export out corpus seconds
 status=0
 run_all_targets() {
-  printf '%s\n' fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}'
+  printf '%s\n' "${targets[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c 'run_target {}'
 }
-stage "fuzzing (6 targets, ${seconds} s each)" run_all_targets || status=1
+stage "fuzzing (${#targets[@]} targets, ${seconds} s each)" run_all_targets || status=1
 exit $status

@@ -8,6 +8,9 @@
 #  - ThreadSanitizer: the suites labelled `threads`, whose code runs on several threads (the
 #    engine, its stages, AUTOTUNE, checkpoints, the metrics endpoint); the single-threaded ones
 #    (pipeline files, plugin loading, worker identity) cannot race.
+# Usage: scripts/sanitize.sh [STEP...]: without an argument, each build and its suites in turn;
+# STEP is build-asan, test-asan, build-tsan or test-tsan (.ci/run builds beside the main suite and
+# runs these suites after it), or build and test for both of a kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh
@@ -34,9 +37,13 @@ not_under_asan='^(sdk_plugin_authoring|sdk_external_plugin|studio_screenshots)$'
 # ThreadSanitizer stays with GCC for now: the macro hiding below is GCC's, and clang reveals the
 # sanitizer to protobuf's headers through __has_feature, which cannot be hidden (untried there).
 # (No peers environment: the suites that use it are Python ones, not built under sanitizers.)
-SLUICE_PEERS=0 BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_CXX_COMPILER=clang++-14 \
+build_asan() {
+  SLUICE_PEERS=0 BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF
-stage "tests in build-asan (ASan+UBSan)" ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}" --timeout 900 -E "$not_under_asan"
+}
+test_asan() {
+  stage "tests in build-asan (ASan+UBSan)" ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}" --timeout 900 -E "$not_under_asan"
+}
 
 # Only what the suites labelled `threads` run is built (their programs depend on the plugins and
 # the CLI): the studio, the Python module and the other suites would add minutes of compiling to
@@ -45,9 +52,32 @@ stage "tests in build-asan (ASan+UBSan)" ctest --test-dir build-asan --output-on
 # it compiled in 302 CPU-seconds, not 420, and its suites ran in 186 s, not 229 (the same machine,
 # one after the other). The suites' own code is not lowered further: at -O0 under ThreadSanitizer
 # they ran 17% longer (457 s of suites, not 391) and compiled no faster.
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+threaded_tests() {
+  mapfile -t threaded < <(ctest --test-dir build-tsan -N -L threads | sed -n 's/^ *Test *#[0-9]*: //p')
+  [ "${#threaded[@]}" -gt 0 ] || { echo "sanitize.sh: ctest lists no test labelled threads in build-tsan" >&2; exit 1; }
+}
+build_tsan() {
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DCMAKE_UNITY_BUILD=ON -DSLUICE_SANITIZE=thread -DSLUICE_BUILD_BENCH=OFF > /dev/null
-mapfile -t threaded_tests < <(ctest --test-dir build-tsan -N -L threads | sed -n 's/^ *Test *#[0-9]*: //p')
-[ "${#threaded_tests[@]}" -gt 0 ] || { echo "sanitize.sh: ctest lists no test labelled threads in build-tsan" >&2; exit 1; }
-stage "build build-tsan (${#threaded_tests[@]} suites)" cmake --build build-tsan -j "${JOBS:-2}" --target "${threaded_tests[@]}"
-stage "tests in build-tsan (TSan)" ctest --test-dir build-tsan --output-on-failure -j "${JOBS:-2}" --timeout 900 -L threads
+  threaded_tests
+  stage "build build-tsan (${#threaded[@]} suites)" cmake --build build-tsan -j "${JOBS:-2}" --target "${threaded[@]}"
+}
+test_tsan() {
+  threaded_tests
+  stage "tests in build-tsan (TSan)" ctest --test-dir build-tsan --output-on-failure -j "${JOBS:-2}" --timeout 900 -L threads
+}
+
+[ $# -gt 0 ] || set -- build-asan test-asan build-tsan test-tsan
+for step in "$@"; do
+  case $step in
+    build|test|build-asan|test-asan|build-tsan|test-tsan) ;;
+    *) echo "sanitize.sh: no step '$step': give build-asan, test-asan, build-tsan, test-tsan, build or test" >&2; exit 2 ;;
+  esac
+done
+for step in "$@"; do
+  case $step in
+    build) build_asan; build_tsan ;;
+    test) test_asan; test_tsan ;;
+    *) "${step/-/_}" ;;  # build-asan: build_asan
+  esac
+done
