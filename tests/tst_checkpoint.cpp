@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "pipeline_runner.hpp"
 #include "sluice/core/checkpoint.hpp"
@@ -147,6 +148,19 @@ std::string webdataset_pipeline(const std::string& shards, int parallelism) {
          stage("decode", "decode_image", "read", {{"field", "jpg"}}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
          stage("shuffle", "shuffle", "flip", {{"buffer_size", "200"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
          stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
+// The shards' records in a permutation of all of them each epoch (random_access), repeated, parsed,
+// decoded, randomly flipped, batched: the rows a cut finds in the batch are named by their records
+// (the source reads them again), and the flips drawn for their places again. (Its index files
+// apart: the other pipelines read every file of the folder.)
+std::string random_access_pipeline(const std::string& shards, int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 11 deterministic: true }\n" + stage("src", "random_access", "", {{"patterns", shards + "/*"}, {"index_dir", shards + "/../random-access-indexes"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "src", {{"count", "2"}}, "buffer_size: 2") +
+         stage("parse", "parse_example", "epochs", {{"features", "image:bytes, label:int64"}}, p + " buffer_size: 2") +
+         stage("decode", "decode_image", "parse", {}, p + " buffer_size: 2") + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 2") +
+         stage("batch", "batch", "flip", {{"batch_size", "50"}}, "buffer_size: 2") + sink_after("batch");
 }
 
 // A slice of a tfds split across shards, shuffled shards read as TFDS reads them (interleaved),
@@ -343,6 +357,8 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 40}) QTest::addRow("tfds p%d k%d", p, k) << "tfds" << p << k;
       // 480 images in tar shards, 30 batches per epoch.
       for (int k : {1, 40}) QTest::addRow("webdataset p%d k%d", p, k) << "webdataset" << p << k;
+      // 2400 images twice in batches of 50, 96 batches: cuts in the first epoch and the second.
+      for (int k : {5, 60}) QTest::addRow("random access p%d k%d", p, k) << "random access" << p << k;
     }
   }
   void resume_is_exact() {
@@ -356,6 +372,7 @@ class TestCheckpoint : public QObject {
                              : pipeline == "mixture" ? mixture_pipeline(parallelism)
                              : pipeline == "tfds"    ? tfds_pipeline(tfds_, parallelism)
                              : pipeline == "webdataset" ? webdataset_pipeline(webdataset_, parallelism)
+                             : pipeline == "random access" ? random_access_pipeline(shards_, parallelism)
                                                      : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
@@ -406,6 +423,12 @@ class TestCheckpoint : public QObject {
       // The rows of the batch being gathered, behind the shuffle, are named by their records too.
       QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size() + state_of(*saved, "batch").elements_size()));
       QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
+    } else if (pipeline == "random access") {
+      // The batch being gathered names its rows by their records, which the source read again (a
+      // cut between two batches, one time in 50, finds none).
+      QCOMPARE(whole.lines.size(), std::size_t(2 * 2400 / 50));
+      QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "batch").elements_size()));
+      QCOMPARE(reread(rest.snapshot), referenced(*saved));
     } else if (pipeline == "cached" && stop_after < 300) {
       // Inside the cache's first pass the cache is recording: what it recorded is in the checkpoint.
       QVERIFY2(first.lines.size() < 300, "the cut fell after the first epoch");
@@ -538,6 +561,47 @@ class TestCheckpoint : public QObject {
       QVERIFY2(got.at(name) == bytes, ("differs from the uninterrupted run's: " + name).c_str());
     }
     QCOMPARE(got.size(), expected.size());  // no .partial left beside them
+  }
+  // A map that skips a damaged element (here an image over decode_image's max_pixels) gives the
+  // stages after it other places than the reader gave: a random map there drew for its place, not
+  // the record's. A shuffle buffer named by references made its elements again with the reader's
+  // places (other flips: found so); what went past a skip is now kept by value, and resumes exact.
+  void a_skip_before_a_random_map_keeps_the_shifted_elements_by_value() {
+    QTemporaryDir dir;
+    const std::string mixed = dir.filePath("mixed").toStdString();
+    fs::create_directories(mixed);
+    for (const auto& [name, count, side] : {std::tuple{"small", "600", "8"}, std::tuple{"z-big", "60", "16"}}) {
+      const auto made = run_text("options { seed: 3 }\n" +
+                                 stage("img", "synthetic_images", "", {{"count", count}, {"height", side}, {"width", side}, {"classes", "10"}}) +
+                                 stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                                 stage("w", "tfrecord_writer", "enc", {{"prefix", mixed + "/" + name}, {"max_records", "200"}}));
+      QCOMPARE(made.result.state, sluice::RunState::Finished);
+    }
+    // Separate stages (fuse_stages: false): stages fused into one take the place of the chain's input.
+    const std::string text =
+        "options { seed: 5 deterministic: true fuse_stages: false }\n" +
+        stage("files", "list_files", "", {{"patterns", mixed + "/*"}, {"shuffle", "false"}}) +
+        stage("read", "tfrecord_reader", "files", {}, "buffer_size: 2 interleave { cycle_length: 4 block_length: 1 }") +
+        stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, "buffer_size: 2") +
+        stage("decode", "decode_image", "parse", {{"max_pixels", "100"}}, "buffer_size: 2 error_policy: skip") +
+        stage("flip", "random_flip", "decode", {}, "buffer_size: 2") + stage("shuffle", "shuffle", "flip", {{"buffer_size", "40"}}) +
+        stage("batch", "batch", "shuffle", {{"batch_size", "8"}}, "buffer_size: 2") + sink_after("batch");
+    const Run whole = run(text, dir, "whole.jsonl", -1);
+    QCOMPARE(whole.result.state, sluice::RunState::Finished);
+    QCOMPARE(whole.lines.size(), std::size_t(600 / 8));
+    for (int stop_after : {10, 30}) {
+      const Run first = run(text, dir, "first.jsonl", stop_after);
+      QVERIFY2(first.checkpoint && first.lines.size() < whole.lines.size(), "the run ended before the checkpoint");
+      QCOMPARE(first.snapshot.stage(3).id(), std::string("decode"));
+      QVERIFY2(first.snapshot.stage(3).errors_skipped() > 0, "no image was skipped before the cut");
+      int by_value = 0;
+      for (const auto& e : state_of(*first.checkpoint, "shuffle").elements()) by_value += e.has_value();
+      QVERIFY2(by_value > 0, "the shuffle buffer holds no element by value: none went past a skip?");
+      auto saved = std::make_shared<const sluice::checkpoint::Checkpoint>(*first.checkpoint);
+      const Run rest = run(text, dir, "rest.jsonl", -1, saved);
+      QCOMPARE(rest.result.state, sluice::RunState::Finished);
+      QCOMPARE(joined(first.lines, rest.lines), whole.lines);
+    }
   }
   void resume_with_the_same_outputs_cut_inside_shards() {
     QVERIFY2(cuts_inside_a_shard_ >= 2, "fewer than two cuts fell inside a shard: make the shards longer");

@@ -235,7 +235,7 @@ class ReadCrew {
   bool quit_ = false;
 };
 
-class RandomAccess final : public Source, public ResumesOnOtherWorkers {
+class RandomAccess final : public Source, public ResumesOnOtherWorkers, public ReadsRecordsAgain {
  public:
   static OperatorInfo describe() {
     return {"random_access",
@@ -385,22 +385,29 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     const GroupRecord& r = group_.records[group_.taken++];
     ++next_;
     if (!r.error.empty()) throw DataError(r.error);
-    if (tfds_dataset_) {
-      decode_example(r, out);
-      return true;
-    }
-    if (webdataset_[r.file]) {
-      read_sample(r, out);
-      return true;
-    }
-    out.reserve(4);
-    out.set("record", Tensor::bytes_view(group_.bytes, r.at + 12, static_cast<std::size_t>(r.framed - 16)));
-    out.set("path", path_tensors_[r.file]);
-    const std::size_t k = static_cast<std::size_t>(&r - group_.records.data());
-    out.set("index", Tensor::view(DType::I64, {}, group_.numbers, 16 * k));
-    out.set("offset", Tensor::view(DType::I64, {}, group_.numbers, 16 * k + 8));
-    out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
+    element_of(group_, r, out);
     return true;
+  }
+  // A checkpoint's reference to an element it gave: read alone, into a group of its own.
+  Sample read_again(const std::string& where, std::int64_t record, std::int64_t byte_offset) override {
+    const auto f = static_cast<std::size_t>(std::find_if(paths_.begin(), paths_.end(), [&](const auto& p) { return *p == where; }) - paths_.begin());
+    if (f == paths_.size()) throw DataError(where + " is not one of the files random_access reads now: its patterns (or the files) changed since the checkpoint");
+    const auto number = static_cast<std::uint64_t>(record);
+    if (record < 0 || number >= indexes_[f].offsets.size() || indexes_[f].offsets[number] != static_cast<std::uint64_t>(byte_offset))
+      throw DataError(files_[f] + " has no record " + std::to_string(record) + " at byte " + std::to_string(byte_offset) + " any more: it changed since the checkpoint");
+    Group again;
+    again.records.push_back({.file = f, .record = number, .offset = indexes_[f].offsets[number], .framed = indexes_[f].framed_size(number)});
+    GroupRecord& r = again.records.back();
+    again.bytes = pool_.allocate(static_cast<std::size_t>(r.framed));
+    again.numbers = pool_.allocate(16);
+    const std::int64_t numbers[2] = {record, byte_offset};
+    std::memcpy(again.numbers->data(), numbers, 16);
+    if (!objects_[f]) r.fd = files_open_.fd(f, read_paths_[f]);
+    read_into_group(again, r);
+    if (!r.error.empty()) throw DataError(r.error);
+    Sample out;
+    element_of(again, r, out);
+    return out;
   }
   // The files and their record counts (a resume over other files is refused), then the pass's
   // place: one number, whatever the dataset's size (and, in a pass resumed on another number of
@@ -676,10 +683,22 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
       }
     return out;
   }
+  // Record r of group g, read: as the format gives it.
+  void element_of(const Group& g, const GroupRecord& r, Sample& out) const {
+    if (tfds_dataset_) return decode_example(g, r, out);
+    if (webdataset_[r.file]) return read_sample(g, r, out);
+    out.reserve(4);
+    out.set("record", Tensor::bytes_view(g.bytes, r.at + 12, static_cast<std::size_t>(r.framed - 16)));
+    out.set("path", path_tensors_[r.file]);
+    const std::size_t k = static_cast<std::size_t>(&r - g.records.data());
+    out.set("index", Tensor::view(DType::I64, {}, g.numbers, 16 * k));
+    out.set("offset", Tensor::view(DType::I64, {}, g.numbers, 16 * k + 8));
+    out.set_origin(paths_[r.file], static_cast<std::int64_t>(r.record), static_cast<std::int64_t>(r.offset));
+  }
   // A tfds example: its features, as tfds_reader gives them.
-  void decode_example(const GroupRecord& r, Sample& out) const {
+  void decode_example(const Group& g, const GroupRecord& r, Sample& out) const {
     try {
-      tfds_parser_->parse(group_.bytes, static_cast<std::size_t>(r.at + 12), static_cast<std::size_t>(r.framed - 16), out);
+      tfds_parser_->parse(g.bytes, static_cast<std::size_t>(r.at + 12), static_cast<std::size_t>(r.framed - 16), out);
       for (const TfdsFeature& f : tfds_dataset_->features) out.set(f.name, tfds_feature_tensor(out.at(f.name), f));
     } catch (const DataError& e) {
       throw DataError(files_[r.file] + ", record " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + "): " + e.what());
@@ -689,14 +708,14 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
 
   // A WebDataset sample: its span of the tar (its members, from its first header to the next
   // sample's) read as a tar of its own, its fields as webdataset_reader gives them.
-  void read_sample(const GroupRecord& r, Sample& out) const {
+  void read_sample(const Group& g, const GroupRecord& r, Sample& out) const {
     const std::string where = files_[r.file] + ", sample " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + ")";
     struct Refuse final : DamageReport {
       bool skip_damaged(const std::string&) override { return false; }
     } refuse;
     WebDatasetSample sample;
     try {
-      WebDatasetShard span(files_[r.file], group_.bytes->data() + r.at, static_cast<std::size_t>(r.framed));
+      WebDatasetShard span(files_[r.file], g.bytes->data() + r.at, static_cast<std::size_t>(r.framed));
       if (!span.next(sample, refuse)) throw DataError("no sample starts there (the shard changed since it was indexed?)");
       out = webdataset_fields_.of(sample);
     } catch (const DataError& e) {
@@ -745,13 +764,13 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers {
     }
     const int readers = std::min<int>(crew_->size(), static_cast<int>(group_.records.size()));
     crew_->run(readers, [&](int part) {
-      for (std::size_t k = static_cast<std::size_t>(part); k < group_.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group_.records[k]);
+      for (std::size_t k = static_cast<std::size_t>(part); k < group_.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group_, group_.records[k]);
     });
     return true;
   }
-  void read_into_group(GroupRecord& r) {
+  void read_into_group(const Group& g, GroupRecord& r) {
     const std::string& path = files_[r.file];
-    std::byte* data = group_.bytes->data() + r.at;
+    std::byte* data = g.bytes->data() + r.at;
     if (!r.error.empty()) {  // (the file could not be opened)
       r.framed = 16;
       return;

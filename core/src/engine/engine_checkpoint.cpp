@@ -339,12 +339,15 @@ void Engine::Impl::find_read_paths() {
     if (!st->aggregate || st->spec->inputs.size() != 1 || st->spec->per_input) continue;
     std::vector<StageRuntime*> maps;
     int at = st->spec->inputs[0];
+    StageRuntime* after_maps = st.get();
     // Through stages right before it that hand on their inputs unchanged (a batch after a
     // shuffle): what it holds is still what was read and mapped. Not behind a map: a map after
     // such a stage sees other positions than the reader gave.
     while (dynamic_cast<HandsOnItsInputs*>(stages[at]->op.get()) && stages[at]->spec->inputs.size() == 1 &&
-           !stages[at]->spec->per_input)
+           !stages[at]->spec->per_input) {
+      after_maps = stages[at].get();
       at = stages[at]->spec->inputs[0];
+    }
     // Not through a per-input map: its elements are not an interleave's records mapped one by one
     // with the contexts a reference could give again.
     while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1 &&
@@ -352,9 +355,20 @@ void Engine::Impl::find_read_paths() {
       maps.insert(maps.begin(), stages[at].get());
       at = stages[at]->spec->inputs[0];
     }
-    const auto& reader = *stages[at];
-    if (!reader.expand || !reader.spec->interleave_keeps_order(graph.deterministic)) continue;
+    // Or through repeats to a source that reads its records again from their origins.
+    int source = at;
+    while (stages[source]->passes_through && stages[source]->spec->inputs.size() == 1 && !stages[source]->spec->per_input)
+      source = stages[source]->spec->inputs[0];
+    auto* rereads = stages[source]->source ? dynamic_cast<ReadsRecordsAgain*>(stages[source]->op.get()) : nullptr;
+    if (rereads) {
+      at = source;
+      (maps.empty() ? after_maps : maps.front())->stamps_read_positions = true;
+    } else if (!stages[at]->expand || !stages[at]->spec->interleave_keeps_order(graph.deterministic)) {
+      continue;
+    }
     st->reads_from = at;
+    st->rereads = rereads;
+    if (!maps.empty()) after_maps->checks_read_positions = true;
     st->maps_since_read = std::move(maps);
   }
 }
@@ -365,6 +379,14 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
   if (holder.reads_from < 0 || !origin.where || origin.record < 0 || origin.byte_offset < 0 || origin.read_index < 0) return false;
   StageRuntime& reader = *stages[holder.reads_from];
   auto known = inputs.find(origin.where.get());
+  if (known == inputs.end() && holder.rereads) {  // a source's records: their file, by name
+    auto* saved = state.add_read_inputs();
+    saved->set_stage(reader.spec->id);
+    Sample where;
+    where.set(std::string(kReadAgainFrom), Tensor::from_string(*origin.where));
+    saved->set_input(encode_sample(where));
+    known = inputs.emplace(origin.where.get(), static_cast<std::uint32_t>(state.read_inputs_size() - 1)).first;
+  }
   if (known == inputs.end()) {
     StageRuntime::ReadInput input;
     {
@@ -401,22 +423,65 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
   if (refs.empty()) return out;
   if (st.reads_from < 0)
     throw DataError("its saved state names elements by where they were read, but nothing before it reads them (the pipeline differs)");
-  StageRuntime& reader = *stages[st.reads_from];
   std::sort(refs.begin(), refs.end(), [&](int a, int b) {
     const auto &x = state.elements(a).ref(), &y = state.elements(b).ref();
     return std::make_pair(x.input(), x.record()) < std::make_pair(y.input(), y.record());
   });
+  if (st.rereads) {
+    read_again(st, refs, out, names);
+  } else {
+    read_from_inputs(st, refs, out, names);
+  }
+  return make_again(st, refs, out, names);
+}
+
+// The held elements a source gave (ReadsRecordsAgain): each read again from its file and record.
+void Engine::Impl::read_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names) {
+  const checkpoint::StageState& state = *st.restore;
+  StageRuntime& reader = *stages[st.reads_from];
+  std::vector<std::optional<std::string>> files(static_cast<std::size_t>(state.read_inputs_size()));
+  for (int number : refs) {
+    const auto& ref = state.elements(number).ref();
+    const auto& input = checked_read_input(st, number);
+    auto& where = files[ref.input()];
+    if (!where) {
+      const Sample named = decode_sample(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
+      const Tensor* file = named.find(kReadAgainFrom);
+      if (!file) throw DataError(fmt::format("element {} names no file of stage '{}': the checkpoint is damaged", number, reader.spec->id));
+      where = std::string(file->string_at(0));
+    }
+    Sample element = st.rereads->read_again(*where, ref.record(), ref.byte_offset());
+    add(reader.reread, 1);
+    element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
+    out[static_cast<std::size_t>(number)] = std::move(element);
+    names[static_cast<std::size_t>(number)] = *where;
+  }
+}
+
+// The read input element `number` of st's restored state names, checked to be the reader's.
+const checkpoint::ReadInput& Engine::Impl::checked_read_input(const StageRuntime& st, int number) const {
+  const checkpoint::StageState& state = *st.restore;
+  const StageRuntime& reader = *stages[st.reads_from];
+  const auto& ref = state.elements(number).ref();
+  if (ref.input() >= static_cast<std::uint32_t>(state.read_inputs_size()))
+    throw DataError(fmt::format("element {} names input {} of {}: the checkpoint is damaged", number, ref.input(), state.read_inputs_size()));
+  const auto& input = state.read_inputs(static_cast<int>(ref.input()));
+  if (input.stage() != reader.spec->id)
+    throw DataError(fmt::format("element {} was read by stage '{}', which is not the one before it now ('{}')", number, input.stage(), reader.spec->id));
+  return input;
+}
+
+// The held elements an interleave read: each input opened again and read to the record.
+void Engine::Impl::read_from_inputs(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names) {
+  const checkpoint::StageState& state = *st.restore;
+  StageRuntime& reader = *stages[st.reads_from];
   StageDamage damage(*this, reader);
   std::unique_ptr<ExpandCursor> cursor;
   std::int64_t open_input = -1, next_record = -1;
   std::string input_name;
   for (int number : refs) {
     const auto& ref = state.elements(number).ref();
-    if (ref.input() >= static_cast<std::uint32_t>(state.read_inputs_size()))
-      throw DataError(fmt::format("element {} names input {} of {}: the checkpoint is damaged", number, ref.input(), state.read_inputs_size()));
-    const auto& input = state.read_inputs(static_cast<int>(ref.input()));
-    if (input.stage() != reader.spec->id)
-      throw DataError(fmt::format("element {} was read by stage '{}', which is not the one before it now ('{}')", number, input.stage(), reader.spec->id));
+    const auto& input = checked_read_input(st, number);
     if (static_cast<std::int64_t>(ref.input()) != open_input) {
       Sample opened = decode_sample(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
       input_name = opened.has_origin() ? opened.origin() : fmt::format("input {}", ref.input());
@@ -448,10 +513,15 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
     out[static_cast<std::size_t>(number)] = std::move(element);
     names[static_cast<std::size_t>(number)] = input_name;
   }
-  // Then through the maps between, on as many threads as the widest of them runs (decoding a
-  // shuffle buffer of images again is most of a resume's time). They are stateless: any thread,
-  // any order, the same result.
-  if (st.maps_since_read.empty()) return out;
+}
+
+// The elements read again, through the maps between, on as many threads as the widest of them
+// runs (decoding a shuffle buffer of images again is most of a resume's time). They are
+// stateless: any thread, any order, the same result.
+std::vector<Sample> Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out,
+                                             const std::vector<std::string>& names) {
+  const checkpoint::StageState& state = *st.restore;
+  if (st.maps_since_read.empty()) return std::move(out);
   std::vector<StageInfo> infos;
   int threads = 1;
   for (StageRuntime* map : st.maps_since_read) {
@@ -487,7 +557,7 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
   work();
   for (auto& h : helpers) h.join();
   if (!failure.empty()) throw DataError(failure);
-  return out;
+  return std::move(out);
 }
 
 void Engine::Impl::restore_operator(StageRuntime& st) {

@@ -153,10 +153,20 @@ void Engine::Impl::gather_held_at_cut(const std::vector<std::shared_ptr<const ch
                                       std::vector<ResumesOnOtherWorkers::Held>& taken_after_cut) const {
   const std::size_t workers = job.size();
   std::map<std::pair<std::string, std::int64_t>, std::size_t> held_count;
-  auto hold = [&](const checkpoint::Element& element, const std::string& holder, std::size_t w) {
-    if (!element.has_value())
-      throw Error(fmt::format("{} of worker {} of {} names an element by reference, which cannot be given back: resume on {} workers", holder,
-                              w, workers, workers));
+  // (`state`: the holder's, whose read inputs its references name)
+  auto hold = [&](const checkpoint::Element& element, const std::string& holder, std::size_t w, const checkpoint::StageState* state) {
+    if (element.has_ref()) {
+      const auto& ref = element.ref();
+      const Sample named = state && ref.input() < static_cast<std::uint32_t>(state->read_inputs_size())
+                               ? decode_sample(state->read_inputs(static_cast<int>(ref.input())).input(), fmt::format("an element {} held", holder))
+                               : Sample();
+      const Tensor* file = named.find(kReadAgainFrom);
+      if (!file)  // (an interleave's input, not a source's file)
+        throw Error(fmt::format("{} of worker {} of {} names an element by where an interleave read it, which cannot be given back to the "
+                                "source: resume on {} workers", holder, w, workers, workers));
+      ++held_count[{std::string(file->string_at(0)), ref.record()}];
+      return;
+    }
     const Sample sample = decode_sample(element.value(), fmt::format("an element {} held", holder));
     const Origin& origin = sample.shared_origin();
     if (!origin.where || origin.record < 0)
@@ -170,9 +180,9 @@ void Engine::Impl::gather_held_at_cut(const std::vector<std::shared_ptr<const ch
     for (std::size_t i = 0; i < static_cast<std::size_t>(c.stages_size()); ++i) {  // (none in a state of a run's start)
       const StageRuntime& st = *stages[i];
       if (&st == resharded_source || st.sink) continue;
-      for (const auto& element : c.stages(static_cast<int>(i)).elements()) hold(element, stage_label(st), w);
+      for (const auto& element : c.stages(static_cast<int>(i)).elements()) hold(element, stage_label(st), w, &c.stages(static_cast<int>(i)));
     }
-    for (const auto& element : c.undelivered()) hold(element, "the elements made and not yet taken", w);
+    for (const auto& element : c.undelivered()) hold(element, "the elements made and not yet taken", w, nullptr);
   }
   for (std::size_t w = 0; w < workers; ++w) {
     const checkpoint::Checkpoint& c = *job[w];

@@ -31,6 +31,10 @@
 
 namespace sluice {
 
+// The field of a checkpoint's read input that names the file of a source's records (ReadInput of
+// a source that ReadsRecordsAgain: its elements' references name their file so).
+inline constexpr std::string_view kReadAgainFrom = "where";
+
 using detail::Channel;
 using detail::Outputs;
 using detail::Item;
@@ -327,9 +331,20 @@ struct StageRuntime {
     read_inputs_after_last_sweep = read_inputs.size();
   }
   // A stage that holds elements (an aggregate): the interleave its input comes from through
-  // stateless maps only (-1: none), and those maps in order. Its elements can be read again.
+  // stateless maps only, or the source that reads records again (ReadsRecordsAgain) through
+  // them and repeats (-1: none), and those maps in order. Its elements can be read again.
   int reads_from = -1;
+  ReadsRecordsAgain* rereads = nullptr;  // reads_from's, when it is such a source
   std::vector<StageRuntime*> maps_since_read;
+  // The stage right after such maps (the holder, or a shuffle before it): an element whose place
+  // in its input differs from where it was read went past a map that dropped an element before
+  // it, so those maps gave it another index than a reference would give again (a random map's
+  // draws): it forgets its read position, and is kept by value.
+  bool checks_read_positions = false;
+  // After a source that reads again, a source does not know the places the maps see (a repeat
+  // between): the first of the maps gives its outputs the place each had there (or, without
+  // maps, the stage after them, its inputs their places in its input).
+  bool stamps_read_positions = false;
 
   // For the recent rates of snapshots: the previous snapshot's counts (devices), and the counts of
   // the snapshots of the last kRecentRateWindowNs (elements and bytes, which a stage handing on
@@ -589,6 +604,10 @@ struct Engine::Impl {
                 std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out);
   // Reads again every element `st`'s saved state names by reference, in file order.
   std::vector<Sample> read_referenced(StageRuntime& st);
+  void read_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names);
+  void read_from_inputs(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names);
+  const checkpoint::ReadInput& checked_read_input(const StageRuntime& st, int number) const;
+  std::vector<Sample> make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, const std::vector<std::string>& names);
   // A stage the checkpoint's run had ended: it hands on its end of stream at once. True if so.
   bool end_if_ended_before(StageRuntime& st, std::vector<Item>& out);
   // Items a stage held (an interleave's inputs waiting, a combine's), saved and read back.

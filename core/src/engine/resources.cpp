@@ -69,7 +69,7 @@ double cgroup_cpu_quota(const CgroupPaths& paths, const std::string& mount_root)
     double period = 0;
     if (fields >> quota >> period && quota != "max" && period > 0) consider(std::stod(quota) / period);
   }
-  for (const std::string mount : {mount_root + "/cpu,cpuacct", mount_root + "/cpu"}) {
+  for (const std::string& mount : {mount_root + "/cpu,cpuacct", mount_root + "/cpu"}) {
     for (const auto& folder : cgroup_folders(mount, paths.cpu_v1)) {
       std::string quota, period;
       if (!read_first_line(folder + "/cpu.cfs_quota_us", quota) || !read_first_line(folder + "/cpu.cfs_period_us", period)) continue;

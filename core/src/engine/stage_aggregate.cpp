@@ -97,6 +97,7 @@ class Engine::Impl::AggregateStage {
   bool end_of_input_iteration();
   bool push_items();
   bool pass_items_through();
+  void check_read_positions();
   bool push_element(Item& item);
   bool push_chunk(Sample& carrier, std::uint64_t first_index);
   bool push_rows_one_by_one(const Chunk& rest, const ElementContext& ctx);
@@ -246,6 +247,7 @@ bool Engine::Impl::AggregateStage::push_items() {
   add(st_.counters.elements_in, st_.chunked_aggregate || st_.passes_through ? rows_of(in_) : in_.size());
   add(st_.counters.bytes_in, bytes_of(in_));
   if (st_.passes_through) return pass_items_through();
+  if (st_.checks_read_positions || st_.stamps_read_positions) check_read_positions();
   for (auto& item : in_) {
     if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
       const std::uint64_t first_index = in_index_;
@@ -258,6 +260,34 @@ bool Engine::Impl::AggregateStage::push_items() {
     if (engine_.stopping.load(std::memory_order_relaxed)) return false;
   }
   return true;
+}
+
+// (StageRuntime::checks_read_positions) Each input, element or chunk, at its place in the input's
+// iteration (in_index_ on), compared with where it was read; one that is not there forgets it.
+// (stamps_read_positions) Or, right after a source that reads again, given it.
+void Engine::Impl::AggregateStage::check_read_positions() {
+  const std::uint64_t epoch = st_.first_input_epoch + in_iteration_;
+  std::uint64_t index = in_index_;
+  auto shifted = [&](const Origin& o, std::uint64_t at) {
+    return o.read_index >= 0 && (o.read_epoch != epoch || static_cast<std::uint64_t>(o.read_index) != at);
+  };
+  for (auto& item : in_) {
+    if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
+      const std::size_t rows = chunk->rows();
+      for (std::size_t r = 0; r < rows; ++r)
+        if (st_.stamps_read_positions || shifted(chunk->origin(r), index + r)) {
+          Chunk forgetting = *chunk;  // (a copy: another reader of the stage before may be reading the same carrier)
+          forgetting.forget_read_positions();
+          item.sample = detail::carry(std::move(forgetting));
+          break;
+        }
+      index += rows;
+    } else {
+      if (st_.stamps_read_positions) item.sample.set_read_position(epoch, static_cast<std::int64_t>(index));
+      else if (shifted(item.sample.shared_origin(), index)) item.sample.set_read_position(epoch, -1);
+      ++index;
+    }
+  }
 }
 
 // A repeat (OperatorRole::Repeats): each input handed on as it came, what the operator's push()

@@ -229,6 +229,7 @@ bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx
   try {
     if (st.map) {
       item.sample = st.map->map(std::move(item.sample), ctx);
+      if (st.stamps_read_positions) item.sample.set_read_position(ctx.epoch, static_cast<std::int64_t>(ctx.index));
     } else if (st.filter) {
       kept = st.filter->keep(item.sample, ctx);
     } else if (st.sink) {
@@ -355,6 +356,8 @@ bool Engine::Impl::process_chunked_map(StageRuntime& st, std::vector<Item>& in, 
     try {
       Chunk result = st.chunked_map->map_chunk(*chunk, first, issues);
       item.sample = Sample();  // the input's memory goes back now, not with the chunk of items
+      if (st.stamps_read_positions && result.rows() == rows) result.set_read_position(epoch, static_cast<std::int64_t>(first.index));
+      else if (st.stamps_read_positions) result.forget_read_positions();  // (rows left out: kept by value)
       rows_out += result.rows();
       bytes_out += result.nbytes();
       if (st.emits_chunks && result.rows() > 0) {

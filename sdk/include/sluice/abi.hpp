@@ -38,7 +38,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// (Source::begin_pass() begins the pass it names, whatever state was restored): the host does so
 /// only with sources of plugins built for 6.9, and cuts older ones at their own place; 6.10:
 /// OperatorRole::Repeats (a new role value: the host passes such an aggregate's inputs through,
-/// chunks whole, only for plugins built for 6.10).
-inline constexpr std::uint32_t kAbiMinor = 10;
+/// chunks whole, only for plugins built for 6.10); 6.11: ReadsRecordsAgain (operator.hpp: a new
+/// class, found with dynamic_cast; without it a source's elements held at a cut are kept by value).
+inline constexpr std::uint32_t kAbiMinor = 11;
 
 }  // namespace sluice

@@ -188,6 +188,11 @@ class Chunk {
     read_epoch_ = epoch;
     read_index_ = index;
   }
+  /// No row has a read position any more (the host's: rows it cannot name by where they were read).
+  void forget_read_positions() {
+    read_index_ = -1;
+    read_indices_.clear();
+  }
   Origin origin(std::size_t r) const {
     Origin o{where_, r < records_.size() ? records_[r] : -1, r < byte_offsets_.size() ? byte_offsets_[r] : -1};
     if (read_index_ >= 0 || !read_indices_.empty()) {

@@ -342,6 +342,20 @@ class ResumesOnOtherWorkers {
                                         std::int64_t workers, std::int64_t worker) = 0;
 };
 
+/// (6.11) A source that can read any element it gave again from its origin alone (the file and
+/// the record and byte offset there: random_access, through the files' indexes). A checkpoint then
+/// names the elements later stages hold (a batch being gathered, through maps) by that origin
+/// instead of keeping their bytes, and a resumed run reads them again here. Found with
+/// dynamic_cast.
+class ReadsRecordsAgain {
+ public:
+  virtual ~ReadsRecordsAgain() = default;
+  /// The element given with origin (`where`, `record`, `byte_offset`), as next() gave it, after
+  /// start() and restore_state() (its state untouched). Throws DataError naming the file where
+  /// it cannot be read so any more (the file changed since, or is not one of this source's).
+  virtual Sample read_again(const std::string& where, std::int64_t record, std::int64_t byte_offset) = 0;
+};
+
 /// (6.7) An aggregate whose every output stacks, in order, the next inputs it took: one batch of
 /// inputs_per_output() of them, the last of an iteration the ones left (batch, padded_batch,
 /// ragged_batch). The host then knows which records each output holds, row by row (a Python
