@@ -3,8 +3,7 @@
 # text and JSON, image headers through decode_image) with clang (ASan + UBSan) and runs each for a bounded time,
 # seeded from the real files in tests/data/real. A crash fails the run and leaves the
 # input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [build|run] [SECONDS_PER_TARGET]
-# (default 60): `build` only builds the targets, `run` only runs them (.ci/run builds them beside
-# the main suite); without either, both.
+# (default 60): `build` only builds the targets, `run` only runs them; without either, both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh

@@ -9,8 +9,7 @@
 #    engine, its stages, AUTOTUNE, checkpoints, the metrics endpoint); the single-threaded ones
 #    (pipeline files, plugin loading, worker identity) cannot race.
 # Usage: scripts/sanitize.sh [STEP...]: without an argument, each build and its suites in turn;
-# STEP is build-asan, test-asan, build-tsan or test-tsan (.ci/run builds beside the main suite and
-# runs these suites after it), or build and test for both of a kind.
+# STEP is build-asan, test-asan, build-tsan or test-tsan, or build and test for both of a kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh

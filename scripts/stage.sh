@@ -1,9 +1,8 @@
 # Sourced by the build, test and CI scripts: `stage NAME COMMAND...` runs the command, says how
 # long it took and returns its exit status; with SLUICE_STAGE_LOG naming a file, the time is also
-# appended there, for the summary .ci/run prints at its end; SLUICE_STAGE_SUFFIX is added to the
-# name (.ci/run marks so the builds it runs beside the main suite).
+# appended there, for the summary .ci/run prints at its end.
 stage() {
-  local name=$1${SLUICE_STAGE_SUFFIX:-} start took status=0
+  local name=$1 start took status=0
   shift
   start=$(date +%s)
   "$@" || status=$?
