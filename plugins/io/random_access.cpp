@@ -402,6 +402,7 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers, public R
     again.numbers = pool_.allocate(16);
     const std::int64_t numbers[2] = {record, byte_offset};
     std::memcpy(again.numbers->data(), numbers, 16);
+    files_open_.make_room(1);  // (no read is in flight: a resume reads these before the source runs)
     if (!objects_[f]) r.fd = files_open_.fd(f, read_paths_[f]);
     read_into_group(again, r);
     if (!r.error.empty()) throw DataError(r.error);
