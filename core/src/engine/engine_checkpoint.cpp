@@ -384,7 +384,7 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
     saved->set_stage(reader.spec->id);
     Sample where;
     where.set(std::string(kReadAgainFrom), Tensor::from_string(*origin.where));
-    saved->set_input(encode_sample(where));
+    saved->set_input(encode_sample(where));  // (file_read_again() reads it)
     known = inputs.emplace(origin.where.get(), static_cast<std::uint32_t>(state.read_inputs_size() - 1)).first;
   }
   if (known == inputs.end()) {
@@ -432,7 +432,8 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
   } else {
     read_from_inputs(st, refs, out, names);
   }
-  return make_again(st, refs, out, names);
+  make_again(st, refs, out, names);
+  return out;
 }
 
 // The held elements a source gave (ReadsRecordsAgain): each read again from its file and record.
@@ -444,18 +445,23 @@ void Engine::Impl::read_again(StageRuntime& st, const std::vector<int>& refs, st
     const auto& ref = state.elements(number).ref();
     const auto& input = checked_read_input(st, number);
     auto& where = files[ref.input()];
-    if (!where) {
-      const Sample named = decode_sample(input.input(), fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
-      const Tensor* file = named.find(kReadAgainFrom);
-      if (!file) throw DataError(fmt::format("element {} names no file of stage '{}': the checkpoint is damaged", number, reader.spec->id));
-      where = std::string(file->string_at(0));
-    }
+    if (!where) where = file_read_again(input, fmt::format("input {} of stage '{}'", ref.input(), reader.spec->id));
+    if (!where) throw DataError(fmt::format("element {} names no file of stage '{}': the checkpoint is damaged", number, reader.spec->id));
     Sample element = st.rereads->read_again(*where, ref.record(), ref.byte_offset());
     add(reader.reread, 1);
     element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
     out[static_cast<std::size_t>(number)] = std::move(element);
     names[static_cast<std::size_t>(number)] = *where;
   }
+}
+
+// The file a read input of a source that reads again names (refer_to wrote it); none for an
+// interleave's input.
+std::optional<std::string> file_read_again(const checkpoint::ReadInput& input, const std::string& what) {
+  const Sample named = decode_sample(input.input(), what);
+  const Tensor* file = named.find(kReadAgainFrom);
+  if (!file) return std::nullopt;
+  return std::string(file->string_at(0));
 }
 
 // The read input element `number` of st's restored state names, checked to be the reader's.
@@ -518,10 +524,10 @@ void Engine::Impl::read_from_inputs(StageRuntime& st, const std::vector<int>& re
 // The elements read again, through the maps between, on as many threads as the widest of them
 // runs (decoding a shuffle buffer of images again is most of a resume's time). They are
 // stateless: any thread, any order, the same result.
-std::vector<Sample> Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out,
+void Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out,
                                              const std::vector<std::string>& names) {
   const checkpoint::StageState& state = *st.restore;
-  if (st.maps_since_read.empty()) return std::move(out);
+  if (st.maps_since_read.empty()) return;
   std::vector<StageInfo> infos;
   int threads = 1;
   for (StageRuntime* map : st.maps_since_read) {
@@ -557,7 +563,6 @@ std::vector<Sample> Engine::Impl::make_again(StageRuntime& st, const std::vector
   work();
   for (auto& h : helpers) h.join();
   if (!failure.empty()) throw DataError(failure);
-  return std::move(out);
 }
 
 void Engine::Impl::restore_operator(StageRuntime& st) {

@@ -154,17 +154,21 @@ void Engine::Impl::gather_held_at_cut(const std::vector<std::shared_ptr<const ch
   const std::size_t workers = job.size();
   std::map<std::pair<std::string, std::int64_t>, std::size_t> held_count;
   // (`state`: the holder's, whose read inputs its references name)
+  std::map<const checkpoint::ReadInput*, std::optional<std::string>> files;  // each read input decoded once
   auto hold = [&](const checkpoint::Element& element, const std::string& holder, std::size_t w, const checkpoint::StageState* state) {
     if (element.has_ref()) {
       const auto& ref = element.ref();
-      const Sample named = state && ref.input() < static_cast<std::uint32_t>(state->read_inputs_size())
-                               ? decode_sample(state->read_inputs(static_cast<int>(ref.input())).input(), fmt::format("an element {} held", holder))
-                               : Sample();
-      const Tensor* file = named.find(kReadAgainFrom);
+      std::optional<std::string> file;
+      if (state && ref.input() < static_cast<std::uint32_t>(state->read_inputs_size())) {
+        const auto& input = state->read_inputs(static_cast<int>(ref.input()));
+        auto known = files.find(&input);
+        if (known == files.end()) known = files.emplace(&input, file_read_again(input, fmt::format("an element {} held", holder))).first;
+        file = known->second;
+      }
       if (!file)  // (an interleave's input, not a source's file)
         throw Error(fmt::format("{} of worker {} of {} names an element by where an interleave read it, which cannot be given back to the "
                                 "source: resume on {} workers", holder, w, workers, workers));
-      ++held_count[{std::string(file->string_at(0)), ref.record()}];
+      ++held_count[{*file, ref.record()}];
       return;
     }
     const Sample sample = decode_sample(element.value(), fmt::format("an element {} held", holder));

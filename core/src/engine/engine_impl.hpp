@@ -34,6 +34,7 @@ namespace sluice {
 // The field of a checkpoint's read input that names the file of a source's records (ReadInput of
 // a source that ReadsRecordsAgain: its elements' references name their file so).
 inline constexpr std::string_view kReadAgainFrom = "where";
+std::optional<std::string> file_read_again(const checkpoint::ReadInput& input, const std::string& what);
 
 using detail::Channel;
 using detail::Outputs;
@@ -607,7 +608,7 @@ struct Engine::Impl {
   void read_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names);
   void read_from_inputs(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, std::vector<std::string>& names);
   const checkpoint::ReadInput& checked_read_input(const StageRuntime& st, int number) const;
-  std::vector<Sample> make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, const std::vector<std::string>& names);
+  void make_again(StageRuntime& st, const std::vector<int>& refs, std::vector<Sample>& out, const std::vector<std::string>& names);
   // A stage the checkpoint's run had ended: it hands on its end of stream at once. True if so.
   bool end_if_ended_before(StageRuntime& st, std::vector<Item>& out);
   // Items a stage held (an interleave's inputs waiting, a combine's), saved and read back.
