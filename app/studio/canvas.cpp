@@ -151,10 +151,18 @@ QString fit_line(const QString& text, const QFontMetrics& metrics, int width) {
   if (excess <= 0) return text;
   QStringList words = text.split(' ');
   const auto longest = std::max_element(words.begin(), words.end(), [](const QString& a, const QString& b) { return a.size() < b.size(); });
-  const int kept = metrics.horizontalAdvance(*longest) - excess;
-  if (kept < metrics.horizontalAdvance(QString::fromUtf8("\u2026/data"))) return metrics.elidedText(text, Qt::ElideRight, width);
-  *longest = metrics.elidedText(*longest, longest->contains('/') ? Qt::ElideLeft : Qt::ElideMiddle, kept);
-  return metrics.elidedText(words.join(' '), Qt::ElideRight, width);
+  const QString whole = *longest;
+  const int least = metrics.horizontalAdvance(QString::fromUtf8("\u2026/data"));
+  // Widths do not add up exactly (kerning, the ellipsis, fractional advances): a line still a
+  // little too wide shortens the word again by what it exceeds, rather than lose the line's end.
+  for (int kept = metrics.horizontalAdvance(whole) - excess, round = 0; kept >= least && round < 4; ++round) {
+    *longest = metrics.elidedText(whole, whole.contains('/') ? Qt::ElideLeft : Qt::ElideMiddle, kept);
+    const QString line = words.join(' ');
+    const int over = metrics.horizontalAdvance(line) - width;
+    if (over <= 0) return line;
+    kept -= over;
+  }
+  return metrics.elidedText(text, Qt::ElideRight, width);
 }
 
 // Words laid on at most `lines` lines of `width`: a line takes words while they fit (a word too
