@@ -115,6 +115,21 @@ std::string make_shards(const QTemporaryDir& dir) {
   return dir.filePath("shards").toStdString();
 }
 
+// 600 images of 8x8 and 60 of 16x16 (the z-big shard, which decode_image's max_pixels of 100
+// refuses) as TFRecord shards in DIR/mixed.
+std::string make_mixed_shards(const QTemporaryDir& dir) {
+  const std::string mixed = dir.filePath("mixed").toStdString();
+  fs::create_directories(mixed);
+  for (const auto& [name, count, side] : {std::tuple{"small", "600", "8"}, std::tuple{"z-big", "60", "16"}}) {
+    const auto made = run_text("options { seed: 3 }\n" +
+                               stage("img", "synthetic_images", "", {{"count", count}, {"height", side}, {"width", side}, {"classes", "10"}}) +
+                               stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                               stage("w", "tfrecord_writer", "enc", {{"prefix", mixed + "/" + name}, {"max_records", "200"}}));
+    if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing the mixed shards failed: " + made.result.error);
+  }
+  return mixed;
+}
+
 // 480 of the images as a tensorflow_datasets directory (DIR/tfds/pics/1.0.0), 8 shards of 60.
 std::string make_tfds(const QTemporaryDir& dir) {
   const std::string data_dir = dir.filePath("tfds").toStdString();
@@ -153,13 +168,16 @@ std::string webdataset_pipeline(const std::string& shards, int parallelism) {
 // The shards' records in a permutation of all of them each epoch (random_access), repeated, parsed,
 // decoded, randomly flipped, batched: the rows a cut finds in the batch are named by their records
 // (the source reads them again), and the flips drawn for their places again. (Its index files
-// apart: the other pipelines read every file of the folder.)
-std::string random_access_pipeline(const std::string& shards, int parallelism) {
+// apart: the other pipelines read every file of the folder.) `shuffled`: a shuffle of 200 parsed
+// records before the decode and the flips.
+std::string random_access_pipeline(const std::string& shards, int parallelism, bool shuffled = false) {
   const std::string p = "parallelism: " + std::to_string(parallelism);
+  const std::string decoded = shuffled ? "shuffle" : "parse";
   return "options { seed: 11 deterministic: true }\n" + stage("src", "random_access", "", {{"patterns", shards + "/*"}, {"index_dir", shards + "/../random-access-indexes"}}, "buffer_size: 2") +
          stage("epochs", "repeat", "src", {{"count", "2"}}, "buffer_size: 2") +
          stage("parse", "parse_example", "epochs", {{"features", "image:bytes, label:int64"}}, p + " buffer_size: 2") +
-         stage("decode", "decode_image", "parse", {}, p + " buffer_size: 2") + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 2") +
+         (shuffled ? stage("shuffle", "shuffle", "parse", {{"buffer_size", "200"}}, "buffer_size: 2") : std::string()) +
+         stage("decode", "decode_image", decoded, {}, p + " buffer_size: 2") + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 2") +
          stage("batch", "batch", "flip", {{"batch_size", "50"}}, "buffer_size: 2") + sink_after("batch");
 }
 
@@ -188,6 +206,21 @@ std::string tfrecord_pipeline(const std::string& shards, int parallelism) {
          stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, p) +
          stage("decode", "decode_image", "parse", {}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
          stage("shuffle", "shuffle", "flip", {{"buffer_size", "1000"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
+         stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
+}
+
+// tf.data's guide's order: the records shuffled, then parsed, decoded and randomly flipped, batched,
+// three epochs. The buffer holds records, and the rows of the batch being gathered, past maps
+// after the shuffle, are named by their records too, with the places the maps saw.
+std::string map_after_shuffle_pipeline(const std::string& shards, int parallelism) {
+  const std::string p = "parallelism: " + std::to_string(parallelism);
+  return "options { seed: 11 deterministic: true }\n" +
+         stage("files", "list_files", "", {{"patterns", shards + "/*"}, {"shuffle", "true"}}) +
+         stage("read", "tfrecord_reader", "files", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
+         stage("shuffle", "shuffle", "read", {{"buffer_size", "500"}}, "buffer_size: 8") +
+         stage("parse", "parse_example", "shuffle", {{"features", "image:bytes, label:int64"}}, p + " buffer_size: 8") +
+         stage("decode", "decode_image", "parse", {}, p + " buffer_size: 8") + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 8") +
+         stage("batch", "batch", "flip", {{"batch_size", "16"}}, "buffer_size: 2") +
          stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
 }
 
@@ -359,6 +392,9 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 40}) QTest::addRow("webdataset p%d k%d", p, k) << "webdataset" << p << k;
       // 2400 images twice in batches of 50, 96 batches: cuts in the first epoch and the second.
       for (int k : {5, 60}) QTest::addRow("random access p%d k%d", p, k) << "random access" << p << k;
+      // The shuffle before the maps: 450 batches (tfrecord's), 96 (random access's).
+      for (int k : {1, 60, 310}) QTest::addRow("map after shuffle p%d k%d", p, k) << "map after shuffle" << p << k;
+      for (int k : {5, 60}) QTest::addRow("random access shuffled p%d k%d", p, k) << "random access shuffled" << p << k;
     }
   }
   void resume_is_exact() {
@@ -373,6 +409,8 @@ class TestCheckpoint : public QObject {
                              : pipeline == "tfds"    ? tfds_pipeline(tfds_, parallelism)
                              : pipeline == "webdataset" ? webdataset_pipeline(webdataset_, parallelism)
                              : pipeline == "random access" ? random_access_pipeline(shards_, parallelism)
+                             : pipeline == "map after shuffle" ? map_after_shuffle_pipeline(shards_, parallelism)
+                             : pipeline == "random access shuffled" ? random_access_pipeline(shards_, parallelism, true)
                                                      : sequences_pipeline(token_files_, pipeline.toStdString(), parallelism);
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
@@ -409,7 +447,14 @@ class TestCheckpoint : public QObject {
     QCOMPARE(rest.result.state, sluice::RunState::Finished);
     QCOMPARE(joined(first.lines, rest.lines), whole.lines);
 
-    if (pipeline == "tfrecord") {
+    if (pipeline == "map after shuffle" || pipeline == "random access shuffled") {
+      // The shuffle buffer holds records, named by where they were read; the batch's rows, made
+      // by maps after the shuffle, too, with the places those maps saw.
+      QCOMPARE(whole.lines.size(), std::size_t(pipeline == "map after shuffle" ? 450 : 96));
+      QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size() + state_of(*saved, "batch").elements_size()));
+      for (const auto& e : state_of(*saved, "batch").elements()) QVERIFY(e.ref().has_made());
+      QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
+    } else if (pipeline == "tfrecord") {
       // The shuffle buffer is named, not held, and only it and the last record of each open
       // input are read again (one seek each), not the records before the cut.
       // A cut inside an epoch finds the shuffle holding the rest of it (nothing is in flight at a
@@ -566,43 +611,53 @@ class TestCheckpoint : public QObject {
   // stages after it other places than the reader gave: a random map there drew for its place, not
   // the record's. A shuffle buffer named by references made its elements again with the reader's
   // places (other flips: found so); what went past a skip is now kept by value, and resumes exact.
+  // After a shuffle, the maps' places are the batch's inputs' until one of them skips: from then
+  // to the epoch's end the batch keeps its rows by value.
+  void a_skip_before_a_random_map_keeps_the_shifted_elements_by_value_data() {
+    QTest::addColumn<bool>("after_the_shuffle");
+    QTest::newRow("maps before the shuffle") << false;
+    QTest::newRow("maps after the shuffle") << true;
+  }
   void a_skip_before_a_random_map_keeps_the_shifted_elements_by_value() {
+    QFETCH(bool, after_the_shuffle);
     QTemporaryDir dir;
-    const std::string mixed = dir.filePath("mixed").toStdString();
-    fs::create_directories(mixed);
-    for (const auto& [name, count, side] : {std::tuple{"small", "600", "8"}, std::tuple{"z-big", "60", "16"}}) {
-      const auto made = run_text("options { seed: 3 }\n" +
-                                 stage("img", "synthetic_images", "", {{"count", count}, {"height", side}, {"width", side}, {"classes", "10"}}) +
-                                 stage("enc", "encode_image", "img", {{"quality", "95"}}) +
-                                 stage("w", "tfrecord_writer", "enc", {{"prefix", mixed + "/" + name}, {"max_records", "200"}}));
-      QCOMPARE(made.result.state, sluice::RunState::Finished);
-    }
+    const std::string mixed = make_mixed_shards(dir);
+    const std::string batch_size = after_the_shuffle ? "7" : "8";
+    const std::string maps = stage("parse", "parse_example", after_the_shuffle ? "shuffle" : "read", {{"features", "image:bytes, label:int64"}}, "buffer_size: 2") +
+                             stage("decode", "decode_image", "parse", {{"max_pixels", "100"}}, "buffer_size: 2 error_policy: skip") +
+                             stage("flip", "random_flip", "decode", {}, "buffer_size: 2");
+    const std::string shuffle = stage("shuffle", "shuffle", after_the_shuffle ? "read" : "flip", {{"buffer_size", "40"}}, "buffer_size: 2");
     // Separate stages (fuse_stages: false): stages fused into one take the place of the chain's input.
     const std::string text =
         "options { seed: 5 deterministic: true fuse_stages: false }\n" +
         stage("files", "list_files", "", {{"patterns", mixed + "/*"}, {"shuffle", "false"}}) +
         stage("read", "tfrecord_reader", "files", {}, "buffer_size: 2 interleave { cycle_length: 4 block_length: 1 }") +
-        stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, "buffer_size: 2") +
-        stage("decode", "decode_image", "parse", {{"max_pixels", "100"}}, "buffer_size: 2 error_policy: skip") +
-        stage("flip", "random_flip", "decode", {}, "buffer_size: 2") + stage("shuffle", "shuffle", "flip", {{"buffer_size", "40"}}) +
-        stage("batch", "batch", "shuffle", {{"batch_size", "8"}}, "buffer_size: 2") + sink_after("batch");
+        (after_the_shuffle ? shuffle + maps : maps + shuffle) +
+        stage("batch", "batch", after_the_shuffle ? "flip" : "shuffle", {{"batch_size", batch_size}}, "buffer_size: 2") + sink_after("batch");
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
-    QCOMPARE(whole.lines.size(), std::size_t(600 / 8));
-    for (int stop_after : {10, 30}) {
+    QCOMPARE(whole.lines.size(), std::size_t((600 + std::stoi(batch_size) - 1) / std::stoi(batch_size)));
+    int cuts_with_rows = 0;
+    for (int stop_after : {10, 30, 50}) {
       const Run first = run(text, dir, "first.jsonl", stop_after);
       QVERIFY2(first.checkpoint && first.lines.size() < whole.lines.size(), "the run ended before the checkpoint");
-      QCOMPARE(first.snapshot.stage(3).id(), std::string("decode"));
-      QVERIFY2(first.snapshot.stage(3).errors_skipped() > 0, "no image was skipped before the cut");
+      const int decode = after_the_shuffle ? 4 : 3;
+      QCOMPARE(first.snapshot.stage(decode).id(), std::string("decode"));
+      QVERIFY2(first.snapshot.stage(decode).errors_skipped() > 0, "no image was skipped before the cut");
+      const auto& holder = state_of(*first.checkpoint, after_the_shuffle ? "batch" : "shuffle");
       int by_value = 0;
-      for (const auto& e : state_of(*first.checkpoint, "shuffle").elements()) by_value += e.has_value();
-      QVERIFY2(by_value > 0, "the shuffle buffer holds no element by value: none went past a skip?");
+      for (const auto& e : holder.elements()) by_value += e.has_value();
+      if (after_the_shuffle) QVERIFY2(by_value == holder.elements_size(), "a row after a skip was named by a place the maps did not see");
+      else QVERIFY2(by_value > 0, "the shuffle buffer holds no element by value: none went past a skip?");
+      cuts_with_rows += holder.elements_size() > 0;
       auto saved = std::make_shared<const sluice::checkpoint::Checkpoint>(*first.checkpoint);
       const Run rest = run(text, dir, "rest.jsonl", -1, saved);
       QCOMPARE(rest.result.state, sluice::RunState::Finished);
       QCOMPARE(joined(first.lines, rest.lines), whole.lines);
     }
+    QVERIFY2(cuts_with_rows > 0, "no cut found elements held");
   }
+
   void resume_with_the_same_outputs_cut_inside_shards() {
     QVERIFY2(cuts_inside_a_shard_ >= 2, "fewer than two cuts fell inside a shard: make the shards longer");
   }

@@ -334,27 +334,43 @@ std::unique_ptr<CheckpointStateReader> Engine::Impl::engine_state_reader(const S
   return std::make_unique<CheckpointStateReader>(*st.restore, st.restore->engine_state(), fmt::format("stage '{}' (engine positions)", st.spec->id));
 }
 
+// Stateless maps right before stage `at` (one input, not per input), nearest last; `at` becomes
+// the stage before them.
+std::vector<StageRuntime*> Engine::Impl::stateless_maps_before(int& at) const {
+  std::vector<StageRuntime*> maps;
+  // Not through a per-input map: its elements are not an interleave's records mapped one by one
+  // with the contexts a reference could give again.
+  while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1 &&
+         !stages[at]->spec->per_input) {
+    maps.insert(maps.begin(), stages[at].get());
+    at = stages[at]->spec->inputs[0];
+  }
+  return maps;
+}
+
+bool Engine::Impl::hands_on_its_inputs(int at) const {
+  return dynamic_cast<HandsOnItsInputs*>(stages[at]->op.get()) && stages[at]->spec->inputs.size() == 1 && !stages[at]->spec->per_input;
+}
+
 void Engine::Impl::find_read_paths() {
   for (auto& st : stages) {
     if (!st->aggregate || st->spec->inputs.size() != 1 || st->spec->per_input) continue;
-    std::vector<StageRuntime*> maps;
     int at = st->spec->inputs[0];
     StageRuntime* after_maps = st.get();
+    // Maps after a stage that hands on its inputs (`shuffle -> map -> batch`): they saw the
+    // places the elements had after it, which the holder remembers (InputPlaces).
+    std::vector<StageRuntime*> made_maps = stateless_maps_before(at);
+    if (made_maps.empty() || !hands_on_its_inputs(at)) {
+      made_maps.clear();
+      at = st->spec->inputs[0];
+    }
     // Through stages right before it that hand on their inputs unchanged (a batch after a
-    // shuffle): what it holds is still what was read and mapped. Not behind a map: a map after
-    // such a stage sees other positions than the reader gave.
-    while (dynamic_cast<HandsOnItsInputs*>(stages[at]->op.get()) && stages[at]->spec->inputs.size() == 1 &&
-           !stages[at]->spec->per_input) {
+    // shuffle): what it holds is still what was read and mapped.
+    while (hands_on_its_inputs(at)) {
       after_maps = stages[at].get();
       at = stages[at]->spec->inputs[0];
     }
-    // Not through a per-input map: its elements are not an interleave's records mapped one by one
-    // with the contexts a reference could give again.
-    while (stages[at]->map && stages[at]->spec->op->info.traits.stateless && stages[at]->spec->inputs.size() == 1 &&
-           !stages[at]->spec->per_input) {
-      maps.insert(maps.begin(), stages[at].get());
-      at = stages[at]->spec->inputs[0];
-    }
+    std::vector<StageRuntime*> maps = stateless_maps_before(at);
     // Or through repeats to a source that reads its records again from their origins.
     int source = at;
     while (stages[source]->passes_through && stages[source]->spec->inputs.size() == 1 && !stages[source]->spec->per_input)
@@ -369,14 +385,39 @@ void Engine::Impl::find_read_paths() {
     st->reads_from = at;
     st->rereads = rereads;
     if (!maps.empty()) after_maps->checks_read_positions = true;
+    st->maps_after_hand_on = made_maps.size();
+    if (!made_maps.empty()) st->input_places = std::make_unique<InputPlaces>();
+    maps.insert(maps.end(), made_maps.begin(), made_maps.end());
     st->maps_since_read = std::move(maps);
   }
+}
+
+// (made_places_hold_in) Whether the first map after the stage that hands on its inputs stood at the
+// cut where `holder` stands, (epoch, index) of its input: then no map between dropped an element
+// this epoch, and the places the holder remembers are those the maps saw.
+bool Engine::Impl::made_places_hold_at_cut(const StageRuntime& holder, std::uint64_t epoch, std::uint64_t index) {
+  if (holder.maps_after_hand_on == 0) return false;
+  const StageRuntime& first = *holder.maps_since_read[holder.maps_since_read.size() - holder.maps_after_hand_on];
+  const auto at = static_cast<std::size_t>(std::find_if(stages.begin(), stages.end(), [&](const auto& s) { return s.get() == &first; }) - stages.begin());
+  std::lock_guard lock(cut_mutex);
+  if (!cut || at >= cut->states.size() || !cut->states[at]) return false;
+  const std::string& positions = cut->states[at]->engine_state();  // (ParallelStage: its input iteration and index)
+  std::uint64_t iteration = 0, next = 0;
+  if (positions.size() != sizeof iteration + sizeof next) return false;
+  std::memcpy(&iteration, positions.data(), sizeof iteration);
+  std::memcpy(&next, positions.data() + sizeof iteration, sizeof next);
+  return first.first_input_epoch + iteration == epoch && next == index;
 }
 
 bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpoint::StageState& state,
                             std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out) {
   const Origin& origin = element.shared_origin();
   if (holder.reads_from < 0 || !origin.where || origin.record < 0 || origin.byte_offset < 0 || origin.read_index < 0) return false;
+  std::optional<InputPlaces::Place> made;
+  if (holder.input_places) {  // (held after maps after a shuffle: the place those maps saw)
+    made = holder.input_places->find(origin);
+    if (!made || made->epoch != holder.made_places_hold_in) return false;
+  }
   StageRuntime& reader = *stages[holder.reads_from];
   auto known = inputs.find(origin.where.get());
   if (known == inputs.end() && holder.rereads) {  // a source's records: their file, by name
@@ -405,6 +446,10 @@ bool Engine::Impl::refer_to(StageRuntime& holder, const Sample& element, checkpo
   }
   auto* ref = out.mutable_ref();
   ref->set_input(known->second);
+  if (made) {
+    ref->mutable_made()->set_epoch(made->epoch);
+    ref->mutable_made()->set_index(made->index);
+  }
   ref->set_record(origin.record);
   ref->set_byte_offset(origin.byte_offset);
   ref->set_epoch(origin.read_epoch);
@@ -423,6 +468,11 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
   if (refs.empty()) return out;
   if (st.reads_from < 0)
     throw DataError("its saved state names elements by where they were read, but nothing before it reads them (the pipeline differs)");
+  for (int number : refs)
+    if (state.elements(number).ref().has_made() != (st.maps_after_hand_on > 0))
+      throw DataError(fmt::format("its saved state names element {} {} the place it had after a shuffle, which the maps before it {} (the "
+                                  "pipeline differs)", number, st.maps_after_hand_on > 0 ? "without" : "with",
+                                  st.maps_after_hand_on > 0 ? "need" : "do not take"));
   std::sort(refs.begin(), refs.end(), [&](int a, int b) {
     const auto &x = state.elements(a).ref(), &y = state.elements(b).ref();
     return std::make_pair(x.input(), x.record()) < std::make_pair(y.input(), y.record());
@@ -433,6 +483,11 @@ std::vector<Sample> Engine::Impl::read_referenced(StageRuntime& st) {
     read_from_inputs(st, refs, out, names);
   }
   make_again(st, refs, out, names);
+  if (st.input_places)  // a later cut names them again by the same places
+    for (int number : refs) {
+      const auto& made = state.elements(number).ref().made();
+      st.input_places->remember(out[static_cast<std::size_t>(number)].shared_origin(), made.epoch(), made.index());
+    }
   return out;
 }
 
@@ -535,6 +590,7 @@ void Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, st
     infos.back().placement = nullptr;  // what is made again goes back to the holder, not into a batch's rows
     threads = std::max(threads, map->workers);
   }
+  const std::size_t first_made = st.maps_since_read.size() - st.maps_after_hand_on;
   std::atomic<std::size_t> next{0};
   std::mutex failure_mutex;
   std::string failure;
@@ -545,8 +601,10 @@ void Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, st
       Sample& element = out[static_cast<std::size_t>(number)];
       for (std::size_t m = 0; m < st.maps_since_read.size(); ++m) {
         StageRuntime* map = st.maps_since_read[m];
+        const bool after_hand_on = m >= first_made;  // (read_referenced checked that such a reference has its place there)
+        const ElementContext ctx{&infos[m], after_hand_on ? ref.made().epoch() : ref.epoch(), after_hand_on ? ref.made().index() : ref.index()};
         try {
-          element = map->map->map(std::move(element), ElementContext{&infos[m], ref.epoch(), ref.index()});
+          element = map->map->map(std::move(element), ctx);
         } catch (const std::exception& e) {
           std::lock_guard lock(failure_mutex);
           if (failure.empty())

@@ -26,6 +26,7 @@
 #include "chunk_carrier.hpp"
 #include "output_assembly.hpp"
 #include "files/remote_access.hpp"
+#include "input_places.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
 
@@ -337,6 +338,12 @@ struct StageRuntime {
   int reads_from = -1;
   ReadsRecordsAgain* rereads = nullptr;  // reads_from's, when it is such a source
   std::vector<StageRuntime*> maps_since_read;
+  // Of those, the maps after a stage that hands on its inputs (`shuffle -> map -> batch`), which
+  // saw the places the holder's inputs had, not where they were read: the holder remembers those
+  // places, and at a cut the epoch whose places were still the maps' (none dropped one).
+  std::size_t maps_after_hand_on = 0;
+  std::unique_ptr<InputPlaces> input_places;
+  std::optional<std::uint64_t> made_places_hold_in;
   // The stage right after such maps (the holder, or a shuffle before it): an element whose place
   // in its input differs from where it was read went past a map that dropped an element before
   // it, so those maps gave it another index than a reference would give again (a random map's
@@ -600,6 +607,9 @@ struct Engine::Impl {
   void publish_outputs_of_earlier_workers();
   // Which interleave each aggregate's elements can be read again from (StageRuntime::reads_from).
   void find_read_paths();
+  std::vector<StageRuntime*> stateless_maps_before(int& at) const;
+  bool hands_on_its_inputs(int at) const;
+  bool made_places_hold_at_cut(const StageRuntime& holder, std::uint64_t epoch, std::uint64_t index);
   // Describes an element `holder` holds as a reference when it can be read again.
   bool refer_to(StageRuntime& holder, const Sample& element, checkpoint::StageState& state,
                 std::unordered_map<const std::string*, std::uint32_t>& inputs, checkpoint::Element& out);

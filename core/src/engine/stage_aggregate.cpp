@@ -98,6 +98,7 @@ class Engine::Impl::AggregateStage {
   bool push_items();
   bool pass_items_through();
   void check_read_positions();
+  void remember_input_places();
   bool push_element(Item& item);
   bool push_chunk(Sample& carrier, std::uint64_t first_index);
   bool push_rows_one_by_one(const Chunk& rest, const ElementContext& ctx);
@@ -248,6 +249,7 @@ bool Engine::Impl::AggregateStage::push_items() {
   add(st_.counters.bytes_in, bytes_of(in_));
   if (st_.passes_through) return pass_items_through();
   if (st_.checks_read_positions || st_.stamps_read_positions) check_read_positions();
+  if (st_.input_places) remember_input_places();
   for (auto& item : in_) {
     if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
       const std::uint64_t first_index = in_index_;
@@ -286,6 +288,19 @@ void Engine::Impl::AggregateStage::check_read_positions() {
       if (st_.stamps_read_positions) item.sample.set_read_position(epoch, static_cast<std::int64_t>(index));
       else if (shifted(item.sample.shared_origin(), index)) item.sample.set_read_position(epoch, -1);
       ++index;
+    }
+  }
+}
+
+// (StageRuntime::input_places) Each input's place, by where it was read.
+void Engine::Impl::AggregateStage::remember_input_places() {
+  const std::uint64_t epoch = st_.first_input_epoch + in_iteration_;
+  std::uint64_t index = in_index_;
+  for (auto& item : in_) {
+    if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
+      for (std::size_t r = 0; r < chunk->rows(); ++r) st_.input_places->remember(chunk->origin(r), epoch, index++);
+    } else {
+      st_.input_places->remember(item.sample.shared_origin(), epoch, index++);
     }
   }
 }
@@ -409,6 +424,10 @@ bool Engine::Impl::AggregateStage::save_for_cut(std::uint64_t replay_given) {
   };
   const std::string where = replaying_ ? fmt::format("replaying epoch {}, {} elements given", st_.first_output_epoch + out_iteration_, replay_given)
                                        : fmt::format("epoch {}, {} inputs taken", st_.first_input_epoch + in_iteration_, in_index_);
+  if (st_.input_places) {
+    const std::uint64_t epoch = st_.first_input_epoch + in_iteration_;
+    st_.made_places_hold_in = engine_.made_places_hold_at_cut(st_, epoch, in_index_) ? std::optional(epoch) : std::nullopt;
+  }
   if (!engine_.save_stage(st_, positions, where)) return false;
   out_.push_back(Item::barrier());
   return engine_.flush(st_, out_);
