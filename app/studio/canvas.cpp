@@ -153,8 +153,10 @@ QString fit_line(const QString& text, const QFontMetrics& metrics, int width) {
   const auto longest = std::max_element(words.begin(), words.end(), [](const QString& a, const QString& b) { return a.size() < b.size(); });
   const QString whole = *longest;
   const int least = metrics.horizontalAdvance(QString::fromUtf8("\u2026/data"));
-  // Widths do not add up exactly (kerning, the ellipsis, fractional advances): a line still a
-  // little too wide shortens the word again by what it exceeds, rather than lose the line's end.
+  // A line that fits by its advance is kept as it is: elidedText() measures otherwise and shortened
+  // such lines at their end ("...does not ex..."), for some letters in a path and not others.
+  // Widths do not add up exactly either (kerning, the ellipsis): a line still too wide shortens the
+  // word again by what it exceeds.
   for (int kept = metrics.horizontalAdvance(whole) - excess, round = 0; kept >= least && round < 4; ++round) {
     *longest = metrics.elidedText(whole, whole.contains('/') ? Qt::ElideLeft : Qt::ElideMiddle, kept);
     const QString line = words.join(' ');
