@@ -4,6 +4,7 @@ data (bash scripts/demo.sh) and generated records; runs in the peers environment
   tiny/       1,000,000 tf.Examples of two int64 features in 8 TFRecord shards (with `sluice index`'s
               index files); tiny_ar/ the same as ArrayRecord
   image_tfr/  the sample data's shards copied, with `sluice index`'s index files (random_access)
+  dali_index/ DALI's index files (tfrecord2idx) of the sample shards (image/) and tiny's (tiny/), when DALI is installed
   text/       200,000 lines of token ids (whitespace-separated integers below 32,000, lengths
               log-normal: median 33, 1% over 210) in 8 text files
 Usage: build/peers/bin/python bench/peers/prepare.py [OUT]"""
@@ -28,6 +29,22 @@ def write_array_record(path, records):
         writer.write(record)
     writer.close()
     os.replace(path + ".partial", path)
+
+
+def dali_index_files(shards, folder):
+    """DALI's TFRecord reader's index of each sample shard, made by the tfrecord2idx script its wheel
+    installs (bench/peers/requirements.txt); none when DALI is not installed."""
+    tool = os.path.join(os.path.dirname(sys.executable), "tfrecord2idx")
+    if not os.path.exists(tool):
+        print("prepare.py: no DALI in this environment (SLUICE_BENCH_DEPS=1 bash scripts/install-deps.sh): its index files are not made")
+        return
+    import subprocess
+    os.makedirs(folder, exist_ok=True)
+    for shard in shards:
+        index = os.path.join(folder, os.path.basename(shard) + ".idx")
+        if not os.path.exists(index):
+            subprocess.run([sys.executable, tool, shard, index + ".partial"], check=True, stdout=subprocess.DEVNULL)
+            os.replace(index + ".partial", index)
 
 
 def tfrecords(path):
@@ -99,6 +116,8 @@ def main():
         subprocess.run([sluice, "index", *indexed], check=True, stdout=subprocess.DEVNULL)
     else:
         print(f"prepare.py: no {sluice} (SLUICE=...): random_access will index the tiny shards on its first run")
+    dali_index_files(shards, f"{out}/dali_index/image")
+    dali_index_files(sorted(glob.glob(f"{out}/tiny/*.tfrecord")), f"{out}/dali_index/tiny")
     print(f"prepare.py: data in {out}")
 
 

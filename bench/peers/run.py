@@ -60,6 +60,9 @@ def systems(build):
         # Grain has no service of its own.
         "Grain": ([venv, f"{HERE}/peer_grain.py"], quiet_tf, {"image", "tiny", "shuffle", "checkpoint"}),
         "DataLoader": (["/usr/bin/python3", f"{HERE}/peer_torch.py"], {}, {"image"}),
+        # DALI's CPU pipelines (no GPU here): its TFRecord reader has no global shuffle, no text
+        # lines, no batching by length.
+        "DALI": ([venv, f"{HERE}/peer_dali.py"], quiet_tf, {"image", "tiny"}),
     }
 
 
@@ -272,7 +275,7 @@ def main():
     write_tables(machine(), results, args.rounds)
 
 
-PEERS = ["tf.data", "Grain", "DataLoader"]
+PEERS = ["tf.data", "Grain", "DALI", "DataLoader"]
 
 
 def summary(results, rounds, machine_line):
