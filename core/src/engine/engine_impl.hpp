@@ -575,6 +575,7 @@ struct Engine::Impl {
   void fuse_stages();
   void fuse_into_sources();
   // Every stage's output buffer (one per reader) and each reader's inputs.
+  std::size_t inputs_an_interleave_wants_ahead(int i) const;
   void make_buffers(const std::vector<std::vector<std::int64_t>>& wanted_by_reader);
   // Which stages take and hand on chunks.
   void choose_chunks();
