@@ -3,7 +3,8 @@ reader (over index files made by DALI's own tfrecord2idx, which prepare.py runs)
 features, its image decoder, resize of the shorter side and crop_mirror_normalize, batches, one
 thread per core; `device_id=None`, DALI's mode without a GPU or the CUDA runtime. Peers
 environment, with bench/peers/requirements.txt.
-Usage: peer_dali.py image|tiny DATA EPOCHS"""
+Checkpoints with DALI's own (enable_checkpointing, Pipeline.checkpoint()).
+Usage: peer_dali.py image|tiny|checkpoint DATA EPOCHS"""
 import glob
 import os
 import sys
@@ -35,8 +36,10 @@ def index_files(shards, folder):
 
 
 @pipeline_def
-def images(shards, indexes):
-    record = fn.readers.tfrecord(path=shards, index_path=indexes, name="reader",
+def images(shards, indexes, shuffle_buffer=0):
+    # shuffle_buffer: DALI's way to shuffle, its reader's buffer of records (initial_fill), drawn from.
+    shuffled = {"random_shuffle": True, "initial_fill": shuffle_buffer, "seed": 7} if shuffle_buffer else {}
+    record = fn.readers.tfrecord(path=shards, index_path=indexes, name="reader", **shuffled,
                                  features={"image": tfrec.FixedLenFeature((), tfrec.string, ""),
                                            "label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
     image = fn.decoders.image(record["image"], device="cpu", output_type=types.RGB)
@@ -51,6 +54,32 @@ def image(data, epochs):
     shards = sorted(glob.glob(f"{data}/../sample_data/tfrecord/*.tfrecord"))
     return epochs_of(images(shards, index_files(shards, f"{data}/dali_index/image"), batch_size=BATCH,
                             num_threads=os.cpu_count(), device_id=None), epochs, BATCH)
+
+
+def checkpoint(data):
+    """The image pipeline shuffled through a buffer of 1,000 (of records: DALI shuffles in its
+    readers, before decoding), its state taken with DALI's own checkpointing (enable_checkpointing,
+    Pipeline.checkpoint()) after step 40 and given to a new pipeline."""
+    shards = sorted(glob.glob(f"{data}/../sample_data/tfrecord/*.tfrecord"))
+    indexes = index_files(shards, f"{data}/dali_index/image")
+
+    def make(state=None):
+        pipe = images(shards, indexes, 1000, batch_size=BATCH, num_threads=os.cpu_count(), device_id=None,
+                      enable_checkpointing=True, checkpoint=state)
+        pipe.build()
+        return pipe
+    first = {"pipe": make()}
+    saved = {}
+
+    def save():
+        saved["state"] = first["pipe"].checkpoint()
+        return len(saved["state"])  # (bytes)
+
+    def resumed():
+        pipe = make(saved["state"])
+        while True:
+            yield pipe.run()
+    return measure.checkpoint_figures(lambda step: first["pipe"].run(), save, first.clear, resumed)
 
 
 @pipeline_def
@@ -79,6 +108,10 @@ def epochs_of(pipe, epochs, batch):
 
 def main():
     workload, data, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if workload == "checkpoint":
+        import importlib.metadata
+        measure.report("DALI", workload, checkpoint(data), version=importlib.metadata.version("nvidia-dali-cuda120"))
+        return
     if workload not in ("image", "tiny"):
         measure.fail("DALI", workload, "not measured: no counterpart among DALI's CPU operators (a global shuffle, batches by length)")
     import importlib.metadata

@@ -30,7 +30,7 @@ WORKLOADS = {  # name: (what it is, epochs)
     "text": ("200,000 lines of token ids -> split into int64 tokens -> bucket_by_sequence_length (6 buckets, about 4,096 "
              "tokens a batch, padded to each batch's longest); x 2 epochs", 2),
     "checkpoint": ("the image pipeline with a shuffle buffer of 1,000 decoded images (Grain, and Sluice's random_access row: "
-                   "a shuffle through random access, no buffer): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
+                   "a shuffle through random access, no buffer; DALI: its reader's buffer of 1,000 records, before decoding): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
                    "to its first batch", 1),
     "service": ("a dispatcher and workers on this machine, each system's own, read in dynamic sharding: the sample images "
                 "parsed, decoded and resized (uint8) on the workers, batched by 64 in the trainer, through one worker and "
@@ -61,8 +61,8 @@ def systems(build):
         "Grain": ([venv, f"{HERE}/peer_grain.py"], quiet_tf, {"image", "tiny", "shuffle", "checkpoint"}),
         "DataLoader": (["/usr/bin/python3", f"{HERE}/peer_torch.py"], {}, {"image"}),
         # DALI's CPU pipelines (no GPU here): its TFRecord reader has no global shuffle, no text
-        # lines, no batching by length.
-        "DALI": ([venv, f"{HERE}/peer_dali.py"], quiet_tf, {"image", "tiny"}),
+        # lines, no batching by length, no service.
+        "DALI": ([venv, f"{HERE}/peer_dali.py"], quiet_tf, {"image", "tiny", "checkpoint"}),
     }
 
 
