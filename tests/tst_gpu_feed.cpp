@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -372,6 +373,12 @@ class TestGpuFeed : public QObject {
     std::uint64_t bytes = 0;
     for (const auto& d : feed.devices()) bytes += d.bytes();
     QCOMPARE(bytes, std::uint64_t(500 * (8 + kWidth)));
+    // Every copy timed on its device (the emulated stream's clock): all of its bytes, in less time
+    // than the run took.
+    for (const auto& d : feed.devices()) {
+      QVERIFY2(d.copy_seconds() > 0 && d.copy_seconds() < out.snapshot.elapsed_s(), qPrintable(QString::number(d.copy_seconds())));
+      QVERIFY(std::abs(d.copy_bytes_per_s() * d.copy_seconds() - double(d.bytes())) < 1e-6 * double(d.bytes()));
+    }
     auto report = sluice::format_report(out.snapshot);
     QVERIFY2(report.find("emulated:2") != std::string::npos, report.c_str());
   }
@@ -397,11 +404,18 @@ class TestGpuFeed : public QObject {
   }
 
   void simulated_steps_run_on_every_device() {
-    auto out = run_text(feed_pipeline(64 * 20, 64, 2, "drop", 2, "params { key: \"step_us\" value: \"500\" }", true, "simulate_step_us"));
+    auto out = run_text(feed_pipeline(64 * 20, 64, 2, "drop", 2, "params { key: \"step_us\" value: \"2000\" }", true, "simulate_step_us"));
     QCOMPARE(out.result.state, sluice::RunState::Finished);
     const auto& feed = stage_of(out.snapshot, "feed");
-    for (const auto& d : feed.devices()) QCOMPARE(d.slices(), std::uint64_t(20));
-    QVERIFY(out.snapshot.elapsed_s() >= 20 * 500e-6);  // the steps ran, in order, on each device
+    for (const auto& d : feed.devices()) {
+      QCOMPARE(d.slices(), std::uint64_t(20));
+      // The copies' time is their own: a slot's next copies wait for the step reading it (the
+      // ring is 2 deep, the steps 40 ms in all), and that wait is not counted.
+      QVERIFY2(d.copy_seconds() > 0 && d.copy_seconds() < 20 * 2000e-6 / 2, qPrintable(QString::number(d.copy_seconds())));
+    }
+    // The steps ran, in order, on each device: all but the ring's last 2, which the feed's finish
+    // waits for after the run's clock stopped.
+    QVERIFY2(out.snapshot.elapsed_s() >= (20 - 2) * 2000e-6, qPrintable(QString::number(out.snapshot.elapsed_s())));
   }
 
   void missing_gpu_is_a_clear_error() {

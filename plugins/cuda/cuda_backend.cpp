@@ -1,5 +1,5 @@
 // The CUDA runtime behind gpu_feed: a copy stream and a compute stream per lane, events without
-// timing, pinned memory portable to every device. Errors name the call, the device and CUDA's
+// timing except the copies' bounds, pinned memory portable to every device. Errors name the call, the device and CUDA's
 // reason; a missing driver or device is a clear error suggesting `emulate`, never a crash.
 #include <cuda_runtime.h>
 
@@ -68,6 +68,17 @@ class CudaLane final : public Lane {
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), where("cudaEventCreate"));
     return e;
+  }
+  Event create_timing_event() override {
+    DeviceScope scope(ordinal_);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), where("cudaEventCreate"));
+    return e;
+  }
+  double elapsed_seconds(Event from, Event to) override {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)), where("cudaEventElapsedTime"));
+    return ms / 1e3;
   }
   void destroy_event(Event event) override {
     DeviceScope scope(ordinal_);

@@ -23,7 +23,13 @@ class Lane {
   virtual void* allocate(std::size_t bytes) = 0;  // device memory
   virtual void deallocate(void* device) = 0;
   virtual Event create_event() = 0;
+  // An event that also keeps when its stream reached it, for elapsed_seconds() (CUDA's timing
+  // events: slower to wait on than create_event()'s, so only the copies' bounds use them).
+  virtual Event create_timing_event() = 0;
   virtual void destroy_event(Event event) = 0;
+  // Seconds between two completed timing events recorded on one stream: device time, free of
+  // the host's scheduling (the copies' own duration, not when the feed's thread saw them end).
+  virtual double elapsed_seconds(Event from, Event to) = 0;
 
   // Copy stream.
   virtual void copy_wait(Event event) = 0;  // later copies wait for the event's work

@@ -23,6 +23,7 @@ struct EmulatedEvent {
   std::condition_variable cv;
   std::uint64_t recorded = 0;   // records made so far
   std::uint64_t completed = 0;  // the last record whose work is done
+  std::chrono::steady_clock::time_point reached;  // when the stream reached the last completed record
 
   // A new record: its generation, which completes once the work before it is done.
   std::uint64_t record() {
@@ -35,7 +36,10 @@ struct EmulatedEvent {
   }
   void complete(std::uint64_t generation) {
     std::lock_guard lock(mutex);
-    if (generation > completed) completed = generation;
+    if (generation > completed) {
+      completed = generation;
+      reached = std::chrono::steady_clock::now();
+    }
     cv.notify_all();
   }
   void wait_for(std::uint64_t generation) {
@@ -101,7 +105,16 @@ class EmulatedLane final : public Lane {
   void* allocate(std::size_t bytes) override { return ::operator new(bytes ? bytes : 1, std::align_val_t{256}); }
   void deallocate(void* device) override { ::operator delete(device, std::align_val_t{256}); }
   Event create_event() override { return new EmulatedEvent; }
+  Event create_timing_event() override { return new EmulatedEvent; }  // every emulated event keeps its time
   void destroy_event(Event event) override { delete static_cast<EmulatedEvent*>(event); }
+  double elapsed_seconds(Event from, Event to) override {
+    auto reached = [](Event event) {
+      auto* e = static_cast<EmulatedEvent*>(event);
+      std::lock_guard lock(e->mutex);
+      return e->reached;
+    };
+    return std::chrono::duration<double>(reached(to) - reached(from)).count();
+  }
 
   void copy_wait(Event event) override { wait_on(copy_, event); }
   void copy_to_device(void* device, const void* host, std::size_t bytes) override {

@@ -60,7 +60,7 @@ struct FieldCopy {
   const std::byte* host = nullptr;
 };
 
-class GpuFeed final : public Sink, public Feed {
+class GpuFeed final : public Sink, public Feed, public TimesDeviceCopies {
  public:
   static OperatorInfo describe() {
     return {"gpu_feed",
@@ -116,6 +116,7 @@ class GpuFeed final : public Sink, public Feed {
       }
       for (auto& slot : dev.slots) {
         if (slot.device) dev.lane->deallocate(slot.device);
+        dev.lane->destroy_event(slot.copy_started);
         dev.lane->destroy_event(slot.copied);
         dev.lane->destroy_event(slot.released);
         if (slot.results) backend_->free_pinned(reinterpret_cast<std::byte*>(slot.results));
@@ -139,7 +140,8 @@ class GpuFeed final : public Sink, public Feed {
       dev.lane = backend_->open_lane(ordinals[d]);
       dev.slots.resize(static_cast<std::size_t>(depth_));
       for (auto& slot : dev.slots) {
-        slot.copied = dev.lane->create_event();
+        slot.copy_started = dev.lane->create_timing_event();
+        slot.copied = dev.lane->create_timing_event();
         slot.released = dev.lane->create_event();
       }
     }
@@ -184,6 +186,10 @@ class GpuFeed final : public Sink, public Feed {
     for (auto& dev : devices_) {
       dev.lane->synchronize_all();
       for (auto& slot : dev.slots) {
+        {
+          std::lock_guard lock(mutex_);
+          count_copy_time(dev, slot);
+        }
         std::string m = verify(dev, slot);
         if (mismatch.empty()) mismatch = m;
       }
@@ -195,6 +201,16 @@ class GpuFeed final : public Sink, public Feed {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
     cv_.notify_all();
+  }
+
+  std::vector<DeviceCopyTime> device_copy_times() const override {
+    std::lock_guard lock(mutex_);
+    std::vector<DeviceCopyTime> out;
+    for (auto& dev : devices_) {
+      for (auto& slot : dev.slots) count_copy_time(dev, slot);
+      out.push_back(dev.copy_time);
+    }
+    return out;
   }
 
   std::vector<DeviceCounters> device_counters() const override {
@@ -274,7 +290,10 @@ class GpuFeed final : public Sink, public Feed {
   struct Slot {
     std::byte* device = nullptr;
     std::size_t capacity = 0;
-    Event copied = nullptr;    // after the slice's copies
+    Event copy_started = nullptr;  // before the slice's copies (timing)
+    Event copied = nullptr;    // after the slice's copies (timing)
+    std::size_t copy_bytes = 0;  // of its slice
+    mutable bool copy_uncounted = false;  // its copies are not yet in the device's copy_time
     Event released = nullptr;  // after the work that read the slice
     bool held = false;           // being filled, or waiting for or with the training loop
     bool handed_out = false;     // given by next() and not yet released: only then may release() take it
@@ -294,7 +313,17 @@ class GpuFeed final : public Sink, public Feed {
     std::vector<Slot> slots;
     std::deque<int> ready;  // slots handed to the training loop next, in batch order
     std::uint64_t bytes = 0, slices = 0, checked = 0;
+    mutable DeviceCopyTime copy_time;  // the copies counted so far
   };
+
+  // Adds the slot's last copies to its device's copy time once they are done (with mutex_ held;
+  // from the metrics thread too, hence the mutable counts).
+  static void count_copy_time(const DeviceRing& dev, const Slot& slot) {
+    if (!slot.copy_uncounted || !dev.lane->query(slot.copied)) return;
+    dev.copy_time.bytes += slot.copy_bytes;
+    dev.copy_time.seconds += dev.lane->elapsed_seconds(slot.copy_started, slot.copied);
+    slot.copy_uncounted = false;
+  }
 
   std::int64_t select_fields(const Sample& batch, std::vector<FieldCopy>& out) const {
     std::int64_t rows = -1;
@@ -382,6 +411,10 @@ class GpuFeed final : public Sink, public Feed {
     if (in_use) {
       dev.lane->synchronize(slot.copied);
       if (wait_released) dev.lane->synchronize(slot.released);
+      {
+        std::lock_guard lock(mutex_);
+        count_copy_time(dev, slot);
+      }
       std::string mismatch = verify(dev, slot);
       slot.host = Sample();
       std::lock_guard lock(mutex_);
@@ -430,6 +463,7 @@ class GpuFeed final : public Sink, public Feed {
 
     Lane& lane = *dev.lane;
     lane.copy_wait(slot.released);  // the previous reader of this slot is done with it
+    lane.copy_record(slot.copy_started);  // after the wait: the copies' time alone
     FeedSlice& slice = slot.slice;
     slice.fields.clear();
     std::size_t offset = 0, copied = 0;
@@ -479,6 +513,8 @@ class GpuFeed final : public Sink, public Feed {
 
     std::lock_guard lock(mutex_);
     slot.in_use = true;
+    slot.copy_bytes = copied;
+    slot.copy_uncounted = true;
     slot.last_use = ++uses_;
     slice.ticket = (static_cast<std::uint64_t>(s) << 32) | (slot.last_use & 0xffffffffu);
     dev.bytes += copied;

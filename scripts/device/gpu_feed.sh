@@ -5,7 +5,8 @@
 #     must match the host's; a mismatch fails the run), split: pad with a batch that does not
 #     divide evenly, so that padding is checked too;
 #  2. bench_feed for 1 and 4 logical devices: H2D bytes/s against cudaMemcpyAsync from pinned
-#     memory, and step time with simulate_step_us against the kernels alone.
+#     memory (both timed on the device with CUDA events, then end to end), and step time with
+#     simulate_step_us against the kernels alone.
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"

@@ -86,9 +86,11 @@ void put_recent_rates(StageRuntime& st, metrics::StageMetrics* m, std::uint64_t 
 }
 
 // A feed sink's devices: bytes and slices sent, ring levels, rates over the run and since the
-// last snapshot.
+// last snapshot, and the copies' own rate where the feed times them on the device.
 void put_devices(StageRuntime& st, metrics::StageMetrics* m, std::uint64_t now, double elapsed_ns) {
   auto devices = st.sink->device_counters();
+  std::vector<DeviceCopyTime> copies;
+  if (auto* timed = dynamic_cast<const TimesDeviceCopies*>(st.sink)) copies = timed->device_copy_times();
   st.previous_device_bytes.resize(devices.size(), 0);
   for (std::size_t d = 0; d < devices.size(); ++d) {
     auto* dm = m->add_devices();
@@ -104,6 +106,10 @@ void put_devices(StageRuntime& st, metrics::StageMetrics* m, std::uint64_t now, 
     else
       dm->set_recent_bytes_per_s(dm->bytes_per_s());
     st.previous_device_bytes[d] = devices[d].bytes;
+    if (d < copies.size() && copies[d].seconds > 0) {
+      dm->set_copy_seconds(copies[d].seconds);
+      dm->set_copy_bytes_per_s(static_cast<double>(copies[d].bytes) / copies[d].seconds);
+    }
   }
 }
 

@@ -150,6 +150,9 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
     add_device_family(out, s, "sluice_device_slices_total", "counter", "Slices a feed sink has handed to a device.", [](const D& d) { return d.slices(); });
     add_device_family(out, s, "sluice_device_bytes_per_second", "gauge", "Bytes copied to a device per second since the previous snapshot.",
                       [](const D& d) { return d.recent_bytes_per_s(); });
+    add_device_family(out, s, "sluice_device_copy_seconds_total", "counter",
+                      "Device time a feed's finished copies to a device took (CUDA events; 0 where the feed does not time them).",
+                      [](const D& d) { return d.copy_seconds(); });
     add_device_family(out, s, "sluice_device_ring_level", "gauge", "Slots of a device's ring holding a slice not yet released.",
                       [](const D& d) { return d.ring_level(); });
     add_device_family(out, s, "sluice_device_ring_capacity", "gauge", "Slots of a device's ring.", [](const D& d) { return d.ring_capacity(); });

@@ -392,11 +392,13 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
   if (tuned) out += "* workers chosen by the autotuner (parallelism AUTOTUNE): see Autotune below\n";
   for (const auto& m : snapshot.stage()) {
     if (m.devices_size() == 0) continue;
-    out += fmt::format("Devices of stage '{}':\n{:<16} {:>10} {:>12} {:>10} {:>10} {:>10}\n", m.id(), "device", "slices",
-                       "MB copied", "MB/s", "ring", "checked");
+    // "copying MB/s": the copies' own rate, timed on the device, where the feed times them.
+    out += fmt::format("Devices of stage '{}':\n{:<16} {:>10} {:>12} {:>10} {:>14} {:>10} {:>10}\n", m.id(), "device", "slices",
+                       "MB copied", "MB/s", "copying MB/s", "ring", "checked");
     for (const auto& d : m.devices())
-      out += fmt::format("{:<16} {:>10} {:>12.1f} {:>10.1f} {:>10} {:>10}\n", d.name(), d.slices(), d.bytes() / 1e6,
-                         d.bytes_per_s() / 1e6, fmt::format("{}/{}", d.ring_level(), d.ring_capacity()),
+      out += fmt::format("{:<16} {:>10} {:>12.1f} {:>10.1f} {:>14} {:>10} {:>10}\n", d.name(), d.slices(), d.bytes() / 1e6,
+                         d.bytes_per_s() / 1e6, d.copy_seconds() > 0 ? fmt::format("{:.1f}", d.copy_bytes_per_s() / 1e6) : "-",
+                         fmt::format("{}/{}", d.ring_level(), d.ring_capacity()),
                          d.checked_slices() ? fmt::format("{}", d.checked_slices()) : "-");
   }
   // A stage read by several stages has a buffer per reader; the table's fill is the fullest's.

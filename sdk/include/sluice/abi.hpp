@@ -39,7 +39,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// only with sources of plugins built for 6.9, and cuts older ones at their own place; 6.10:
 /// OperatorRole::Repeats (a new role value: the host passes such an aggregate's inputs through,
 /// chunks whole, only for plugins built for 6.10); 6.11: ReadsRecordsAgain (operator.hpp: a new
-/// class, found with dynamic_cast; without it a source's elements held at a cut are kept by value).
-inline constexpr std::uint32_t kAbiMinor = 11;
+/// class, found with dynamic_cast; without it a source's elements held at a cut are kept by value);
+/// 6.12: TimesDeviceCopies (feed.hpp: a new class, found with dynamic_cast; without it a feed's
+/// devices report no copy time).
+inline constexpr std::uint32_t kAbiMinor = 12;
 
 }  // namespace sluice

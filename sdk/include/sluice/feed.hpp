@@ -52,6 +52,22 @@ struct FeedAllocations {
   std::uint64_t staged_batches = 0;  ///< batches that arrived outside pinned memory and were copied once more
 };
 
+/// The copies to one device whose work is done: their bytes and the device time they took.
+struct DeviceCopyTime {
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+/// (6.12) A feed sink that times its copies on each device (CUDA events recorded before and after
+/// each slice's copies, on the copy stream), in device_counters()' order. Bytes over seconds is
+/// the rate of the copies themselves, whatever the host's threads did meanwhile. Found with
+/// dynamic_cast; read from the metrics thread while the sink runs.
+class TimesDeviceCopies {
+ public:
+  virtual ~TimesDeviceCopies() = default;
+  virtual std::vector<DeviceCopyTime> device_copy_times() const = 0;
+};
+
 /// Thread-safe: one thread per device may call next() and release() concurrently.
 class Feed {
  public:
