@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <dlpack/dlpack.h>
+#include <google/protobuf/message.h>
 #include <fmt/format.h>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -67,6 +68,9 @@ bool is_text_array(const py::handle& value);
 Tensor text_from_numpy(const py::array& array, const std::string& field);
 py::object to_python(const Tensor& tensor);
 py::dict to_python(const Sample& sample);
+// A message as a dict with every field, zeros and empty lists included, and numbers as numbers
+// (protobuf's JSON leaves zeros out and writes 64-bit integers as strings): metrics snapshots.
+py::dict message_to_python(const google::protobuf::Message& message);
 Tensor from_python(const py::handle& value, const std::string& field);
 Sample sample_from_python(const py::handle& result, const std::string& what);
 [[noreturn]] void rethrow_python_error(py::error_already_set& e, const std::string& what);

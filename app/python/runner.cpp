@@ -224,9 +224,9 @@ class Runner {
     return state_;
   }
 
-  std::string snapshot_json() {
-    if (engine_) return snapshot_to_json(engine_->snapshot());
-    return snapshot_to_json(final_);
+  py::dict snapshot() {
+    if (engine_) return message_to_python(engine_->snapshot());
+    return message_to_python(final_);
   }
   std::string report() {
     if (engine_) return format_report(engine_->snapshot());
@@ -539,7 +539,7 @@ void bind_runner(py::module_& m) {
       .def_property_readonly("running", &Runner::running)
       .def("close", &Runner::close, py::arg("patience") = py::none())
       .def("run_to_end", &Runner::run_to_end)
-      .def("snapshot_json", &Runner::snapshot_json)
+      .def("snapshot", &Runner::snapshot)
       .def("report", &Runner::report)
       .def("spec_text", &Runner::spec_text)
       .def_property_readonly("metrics_url", &Runner::metrics_url);

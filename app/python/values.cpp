@@ -190,4 +190,58 @@ Sample sample_from_python(const py::handle& result, const std::string& what) {
   throw DataError(what + " raised:\n" + text);
 }
 
+namespace {
+
+py::object field_value(const google::protobuf::Message& message, const google::protobuf::FieldDescriptor* field, int index) {
+  using F = google::protobuf::FieldDescriptor;
+  const auto* reflection = message.GetReflection();
+  const bool repeated = index >= 0;
+  switch (field->cpp_type()) {
+    case F::CPPTYPE_INT32: return py::int_(repeated ? reflection->GetRepeatedInt32(message, field, index) : reflection->GetInt32(message, field));
+    case F::CPPTYPE_INT64: return py::int_(repeated ? reflection->GetRepeatedInt64(message, field, index) : reflection->GetInt64(message, field));
+    case F::CPPTYPE_UINT32: return py::int_(repeated ? reflection->GetRepeatedUInt32(message, field, index) : reflection->GetUInt32(message, field));
+    case F::CPPTYPE_UINT64: return py::int_(repeated ? reflection->GetRepeatedUInt64(message, field, index) : reflection->GetUInt64(message, field));
+    case F::CPPTYPE_DOUBLE: return py::float_(repeated ? reflection->GetRepeatedDouble(message, field, index) : reflection->GetDouble(message, field));
+    case F::CPPTYPE_FLOAT: return py::float_(repeated ? reflection->GetRepeatedFloat(message, field, index) : reflection->GetFloat(message, field));
+    case F::CPPTYPE_BOOL: return py::bool_(repeated ? reflection->GetRepeatedBool(message, field, index) : reflection->GetBool(message, field));
+    case F::CPPTYPE_ENUM: return py::str((repeated ? reflection->GetRepeatedEnum(message, field, index) : reflection->GetEnum(message, field))->name());
+    case F::CPPTYPE_STRING: {
+      const std::string text = repeated ? reflection->GetRepeatedString(message, field, index) : reflection->GetString(message, field);
+      if (field->type() == F::TYPE_BYTES) return py::bytes(text);
+      return py::str(text);
+    }
+    case F::CPPTYPE_MESSAGE:
+      return message_to_python(repeated ? reflection->GetRepeatedMessage(message, field, index) : reflection->GetMessage(message, field));
+  }
+  return py::none();
+}
+
+}  // namespace
+
+py::dict message_to_python(const google::protobuf::Message& message) {
+  py::dict out;
+  const auto* descriptor = message.GetDescriptor();
+  const auto* reflection = message.GetReflection();
+  for (int f = 0; f < descriptor->field_count(); ++f) {
+    const auto* field = descriptor->field(f);
+    if (field->is_map()) {  // as protobuf's JSON writes a map: a dict
+      py::dict entries;
+      const auto* key = field->message_type()->map_key();
+      const auto* value = field->message_type()->map_value();
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        const auto& entry = reflection->GetRepeatedMessage(message, field, i);
+        entries[field_value(entry, key, -1)] = field_value(entry, value, -1);
+      }
+      out[py::str(field->name())] = std::move(entries);
+    } else if (field->is_repeated()) {
+      py::list items;
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) items.append(field_value(message, field, i));
+      out[py::str(field->name())] = std::move(items);
+    } else {
+      out[py::str(field->name())] = field_value(message, field, -1);
+    }
+  }
+  return out;
+}
+
 }  // namespace sluice::python

@@ -241,10 +241,9 @@ def test_states_taken_every_step_stay_the_same_size(tmp_path):
         if step in (200, 600):
             sizes[step] = len(pickle.dumps(state))
         if step % 20 == 0:
-            # (A snapshot leaves a count at zero out, as protobuf's JSON does: the list's buffer,
-            # of 16 names before an interleave, is empty at times.)
+            # (The list's buffer, of 16 names before an interleave, is empty at times: its level 0.)
             files = pipeline.snapshot()["stage"][0]
-            buffered = max(buffered, files.get("buffer_level", 0) - files["buffer_capacity"])
+            buffered = max(buffered, files["buffer_level"] - files["buffer_capacity"])
     following = [next(it)["label"].tolist() for _ in range(5)]
     pipeline.close()
     print(f"states at steps 200 and 600: {sizes[200]} and {sizes[600]} bytes; the file list's buffer at most {buffered} over its bounds")

@@ -208,8 +208,10 @@ def test_an_exception_in_a_function_follows_the_error_policy():
     kept = [int(x) for x in skipping]
     assert kept == [i for i in range(50) if i % 7 != 3]
     stage_metrics = {s["id"]: s for s in skipping.snapshot()["stage"]}
-    assert int(stage_metrics["python_map"]["errors_skipped"]) == 7
+    assert stage_metrics["python_map"]["errors_skipped"] == 7  # counts are ints, not protobuf JSON's strings
     assert any("cannot take" in reason for reason in stage_metrics["python_map"]["skip_reasons"])
+    assert sum(stage_metrics["python_map"]["skip_reason_counts"].values()) == 7  # a map is a dict
+    assert stage_metrics["range"]["errors_skipped"] == 0  # zeros are there too
 
 
 def test_ctrl_c_stops_the_run_within_a_second_and_joins_its_threads():

@@ -10,7 +10,6 @@ The engine is the CLI's: the same validation and messages (sluice.SpecError), th
 the same metrics (snapshot(), report(), metrics_addr= for the studio to attach to).
 """
 import atexit
-import json
 import operator
 import os
 import weakref
@@ -293,10 +292,11 @@ class Pipeline:
         return self._runner.metrics_url if self._runner is not None else ""
 
     def snapshot(self):
-        """The current (or last) run's metrics: a dict like one line of a --metrics-log."""
+        """The current (or last) run's metrics, as a dict with the fields of a --metrics-log line
+        (core/proto/metrics.proto), every one present (zeros too) and counts as ints."""
         if self._runner is None:
             raise RuntimeError("the pipeline has not run yet")
-        return json.loads(self._runner.snapshot_json())
+        return self._runner.snapshot()
 
     def report(self):
         """The end-of-run report of the current (or last) run, as `sluice run` prints it."""
