@@ -526,6 +526,7 @@ struct Engine::Impl {
     std::uint64_t generation = 0;
     std::vector<std::optional<checkpoint::StageState>> states;
     bool complete = false;
+    bool then_stop = false;  // the run stops at this cut: nothing may go on past it
   };
   std::mutex cut_mutex;
   std::condition_variable cut_cv;
@@ -556,7 +557,7 @@ struct Engine::Impl {
   bool save_stage(StageRuntime& st, const std::function<void(StateWriter&)>& engine, std::string summary, std::uint64_t open_inputs_to_seek = 0,
                   const std::function<void(StateWriter&)>* operator_state = nullptr,
                   const std::function<void(StateWriter&, std::size_t)>* member_positions = nullptr);
-  // A stage that paused for the cut waits here until the run goes on; false when it stops.
+  // A stage that saved for a cut the run stops at waits here; false when the run stops.
   bool wait_for_release(const StageRuntime& st);
   // `st` handed on its end of stream: it has nothing to save in any later cut.
   void stage_ended(StageRuntime& st);

@@ -320,7 +320,7 @@ bool Engine::Impl::CombineStage::save_for_cut() {
   if (!engine_.save_stage(st_, [this](StateWriter& w) { write_positions(w); }, where, 0, saves_ ? &operator_state : nullptr))
     return false;
   out_.push_back(Item::barrier());
-  // What it holds of its inputs would make outputs after the cut: it waits until the run goes on.
+  // What it holds of its inputs makes outputs after the cut (a cut the run stops at holds it here).
   return engine_.flush(st_, out_) && engine_.wait_for_release(st_);
 }
 
