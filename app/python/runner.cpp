@@ -166,6 +166,10 @@ class Runner {
       if (got == ElementQueue::Pop::Closed) end_of_run();  // the watcher closes it when the workers are done
       if (got == ElementQueue::Pop::Item) {
         ++consumed_;
+        if (states_taken_) {
+          collect_finished_cut();
+          ask_for_cut();
+        }
         if (follows_rows_) keep_rows_of(sample);
         if (drop_left_ == 0) break;
         --drop_left_;  // taken before the state was saved: made again to continue exactly, not given twice
@@ -237,8 +241,10 @@ class Runner {
   // Where the iteration stands, as the bytes of a checkpoint: positions only, never elements. The
   // latest cut of the engine that the loop has gone past (or where this run began), plus how many
   // outputs the loop took after it: a resumed run makes those again and drops them, as every
-  // output is a function of the seed and the positions. Each call also asks the engine for a new
-  // cut, in the background, so that the next state is taken from close behind the loop.
+  // output is a function of the seed and the positions. From the first call on, the engine is
+  // asked for the next cut as soon as the last is complete (cuts hold nothing up: each stage goes
+  // on once it saved), so that a state is taken from close behind the loop: the outputs made
+  // again on resume are those the loop took while one cut crossed the buffers.
   py::bytes checkpoint() {
     if (engine_ && feed_) throw py::value_error("state_dict(): a pipeline ending in gpu_feed cannot be checkpointed from Python yet");
     checkpoint::Checkpoint state = base_;  // where this run began
@@ -260,6 +266,7 @@ class Runner {
           break;
         }
       ask_for_cut();
+      states_taken_ = true;
     }
     state.clear_undelivered();
     state.set_outputs_to_skip(after);
@@ -438,7 +445,9 @@ class Runner {
     for (const auto& stage : taken->stages())
       if (stage.id() == iterator_id_) before = stage.elements_in();
     cuts_.push_back({std::move(*taken), before});
-    if (cuts_.size() > 2) cuts_.erase(cuts_.begin());  // the two latest: the loop is past one of them
+    // The latest cut the loop has gone past and those after it, which it reaches soon (a cut is
+    // complete once its barrier reached the iterator's sink, at most its queue ahead of the loop).
+    while (cuts_.size() > 1 && cuts_[1].outputs_before <= consumed_) cuts_.erase(cuts_.begin());
   }
   void ask_for_cut() {
     if (cut_in_flight_.valid() || engine_->wait_for(std::chrono::milliseconds(0))) return;
@@ -516,6 +525,7 @@ class Runner {
   checkpoint::Checkpoint base_;
   std::vector<std::string> continued_job_;  // the states of another job this run continues
   bool follows_rows_ = false;  // its states name the records taken after the cut
+  bool states_taken_ = false;  // state_dict() was called: a cut is kept under way
   std::deque<std::vector<TakenRow>> taken_rows_;
   std::uint64_t taken_first_ = 0;
   std::size_t taken_row_count_ = 0;
