@@ -34,16 +34,19 @@ def image(data, epochs):
     return ds, lambda batch: int(batch["image"].shape[0])
 
 
-def checkpoint(data, map_after_shuffle=False, global_shuffle=False):
+def checkpoint(data, map_after_shuffle=False, global_shuffle=False, records_shuffle=False):
     # The image pipeline with a shuffle buffer of 1,000 prepared images before the batch (as
     # peer_tfdata.py); state_dict() every 10 steps, as a training loop that checkpoints does (a
     # state is taken from the engine's latest cut behind the loop), the one after step 40
     # measured. `--map-after-shuffle` normalizes after the shuffle instead; `--global-shuffle`
-    # shuffles through random access instead of a buffer.
+    # shuffles through random access instead of a buffer; `--records-shuffle` shuffles the records
+    # before parsing and decoding them, as tf.data's guide orders it and as DALI's reader buffers.
     files = sluice.data.list_files(f"{data}/../sample_data/tfrecord/*.tfrecord", shuffle=False).repeat()
     if global_shuffle:
         # As Grain shuffles: a permutation of all records through the files' indexes, no buffer.
         ds = decoded(sluice.data.random_access(patterns=f"{data}/image_tfr/*.tfrecord", shuffle=True).repeat()).normalize(parallelism=AUTOTUNE)
+    elif records_shuffle:
+        ds = decoded(files.tfrecord_reader(interleave=dict(cycle_length=4), num_parallel_calls=AUTOTUNE).shuffle(1000)).normalize(parallelism=AUTOTUNE)
     elif map_after_shuffle:
         ds = decoded_images(files).shuffle(1000).normalize(parallelism=AUTOTUNE)
     else:
@@ -108,9 +111,9 @@ def main():
         measure.report("Sluice (Python)", workload, peer_service.run("sluice", data))
         os._exit(0)  # (a trainer thread stalled on a lost worker would hold the interpreter's exit)
     if workload == "checkpoint":
-        global_shuffle = "--global-shuffle" in sys.argv[4:]
-        measure.report("Sluice (Python, random_access)" if global_shuffle else "Sluice (Python)", workload,
-                       checkpoint(data, "--map-after-shuffle" in sys.argv[4:], global_shuffle))
+        global_shuffle, records_shuffle = "--global-shuffle" in sys.argv[4:], "--records-shuffle" in sys.argv[4:]
+        name = "Sluice (Python, random_access)" if global_shuffle else "Sluice (Python, records shuffled)" if records_shuffle else "Sluice (Python)"
+        measure.report(name, workload, checkpoint(data, "--map-after-shuffle" in sys.argv[4:], global_shuffle, records_shuffle))
         return
     ds, count = {"image": lambda: image(data, epochs), "tiny": lambda: tiny(data, epochs, interleaved),
                  "shuffle": lambda: shuffle(data, epochs), "text": lambda: text(data, epochs)}[workload]()

@@ -30,7 +30,7 @@ WORKLOADS = {  # name: (what it is, epochs)
     "text": ("200,000 lines of token ids -> split into int64 tokens -> bucket_by_sequence_length (6 buckets, about 4,096 "
              "tokens a batch, padded to each batch's longest); x 2 epochs", 2),
     "checkpoint": ("the image pipeline with a shuffle buffer of 1,000 decoded images (Grain, and Sluice's random_access row: "
-                   "a shuffle through random access, no buffer; DALI: its reader's buffer of 1,000 records, before decoding): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
+                   "a shuffle through random access, no buffer; DALI, and Sluice's records shuffled row: a buffer of 1,000 records, before decoding): the iterator's state saved to a file after 40 batches of 64, then a fresh iterator restored from it "
                    "to its first batch", 1),
     "service": ("a dispatcher and workers on this machine, each system's own, read in dynamic sharding: the sample images "
                 "parsed, decoded and resized (uint8) on the workers, batched by 64 in the trainer, through one worker and "
@@ -42,6 +42,10 @@ STATE_WORKLOADS = {"checkpoint"}
 REFERENCE = "Sluice (Python)"
 # Pairs compared besides: the same code as the peer's (Sluice written as tf.data's guide writes it).
 ALSO_COMPARED = [("Sluice (Python, interleaved)", "tf.data")]
+# A checkpoint is compared with the Sluice pipeline that shuffles where the peer does: Grain through
+# random access (no buffer), DALI in its reader (a buffer of records, before decoding); tf.data and
+# the reference row both shuffle the decoded images.
+STATE_COUNTERPARTS = {"Grain": "Sluice (Python, random_access)", "DALI": "Sluice (Python, records shuffled)"}
 
 
 def systems(build):
@@ -55,6 +59,8 @@ def systems(build):
         "Sluice (Python, interleaved)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--interleave"], sluice_env, {"tiny"}),
         # Grain's way of shuffling (random access, no buffer), for its checkpoints.
         "Sluice (Python, random_access)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--global-shuffle"], sluice_env, {"checkpoint"}),
+        # DALI's way (a buffer of records, before decoding), as tf.data's guide orders a pipeline.
+        "Sluice (Python, records shuffled)": (["/usr/bin/python3", f"{HERE}/peer_sluice.py", "--records-shuffle"], sluice_env, {"checkpoint"}),
         "tf.data": ([venv, f"{HERE}/peer_tfdata.py"], quiet_tf, None),
         # Grain has no text-line source and no batching by length (bench/peers/README.md).
         # Grain has no service of its own.
@@ -163,10 +169,10 @@ def state_table(mine, rounds):
         lines.append(f"| {name} | {spread([r['checkpoint_bytes'] for r in runs])} | {spread([r['save_s'] for r in runs], 3)} | "
                      f"{spread([r['resume_s'] for r in runs], 2)} | {size} | {resume} |")
     lines.append("")
-    ours, theirs = "Sluice (Python, random_access)", "Grain"
-    size, resume = round_ratios(mine, ours, theirs, rounds, "checkpoint_bytes"), round_ratios(mine, theirs, ours, rounds, "resume_s")
-    if size:
-        lines += [f"{ours} / {theirs}: its state {spread(size, 2)}x Grain's, resumed {spread(resume, 2)}x as fast.", ""]
+    for theirs, ours in STATE_COUNTERPARTS.items():
+        size, resume = round_ratios(mine, ours, theirs, rounds, "checkpoint_bytes"), round_ratios(mine, theirs, ours, rounds, "resume_s")
+        if size:
+            lines += [f"{ours} / {theirs}: its state {spread(size, 2)}x {theirs}'s, resumed {spread(resume, 2)}x as fast.", ""]
     return lines
 
 
@@ -294,14 +300,16 @@ def summary(results, rounds, machine_line):
         if workload in STATE_WORKLOADS:
             figure = f"state {spread([r['checkpoint_bytes'] for r in ours])} B, resumed in {spread([r['resume_s'] for r in ours], 2)} s"
             for peer in PEERS:
-                size = round_ratios(mine, REFERENCE, peer, rounds, "checkpoint_bytes")
-                resume = round_ratios(mine, peer, REFERENCE, rounds, "resume_s")
+                ours = STATE_COUNTERPARTS.get(peer, REFERENCE)
+                size = round_ratios(mine, ours, peer, rounds, "checkpoint_bytes")
+                resume = round_ratios(mine, peer, ours, rounds, "resume_s")
                 if not size:
                     cells.append("")
                     continue
                 share = statistics.median(size)
                 of_its = f"1/{1 / share:,.0f} of its state" if share < 1 else f"{share:,.0f}x its state"
-                cells.append(f"{of_its}, resumed {spread(resume, 2)}x as fast")
+                against = "" if ours == REFERENCE else f" ({ours[len('Sluice (Python, '):-1]})"
+                cells.append(f"{of_its}, resumed {spread(resume, 2)}x as fast{against}")
         elif workload == "service":
             killed = [r["killed"] for r in ours]
             figure = (f"{spread([r['workers_2_per_s'] for r in ours])} images/s through 2 workers; one killed: "
