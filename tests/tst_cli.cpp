@@ -543,9 +543,19 @@ class TestCli : public QObject {
     first->waitForFinished(10000);
     QVERIFY2(QFile::exists(ck + "/checkpoint.sluice"), "no checkpoint before the kill");
     QVERIFY2(!QFile::exists(dir.filePath("cut/out.jsonl")), "a killed run published its output");
-    // 2. Resumed as the hint says, then preempted (SIGTERM: a checkpoint, exit 75).
+    // 2. Resumed as the hint says, then preempted (SIGTERM: a checkpoint, exit 75) once it runs:
+    // its lines file (under its temporary name) grows past what the killed run had left. (A fixed
+    // 500 ms wait once caught a resume still starting on a loaded machine, which then stops
+    // without a checkpoint, as it should.)
+    auto lines_written = [&] {
+      qint64 size = 0;
+      for (const QFileInfo& f : QDir(dir.filePath("cut")).entryInfoList({"out.jsonl*"}, QDir::Files)) size = std::max(size, f.size());
+      return size;
+    };
+    const qint64 left = lines_written();
     auto second = start({"--resume", ck});
-    QTest::qWait(500);
+    for (int waited = 0; waited < 30000 && lines_written() <= left; waited += 10) QTest::qWait(10);
+    QTest::qWait(100);
     ::kill(static_cast<pid_t>(second->processId()), SIGTERM);
     QVERIFY(second->waitForFinished(60000));
     const QString said = QString::fromUtf8(second->readAllStandardError());
