@@ -1,6 +1,7 @@
 // The CUDA runtime behind gpu_feed: a copy stream and a compute stream per lane, events without
-// timing except the copies' bounds, pinned memory portable to every device. Errors name the call, the device and CUDA's
-// reason; a missing driver or device is a clear error suggesting `emulate`, never a crash.
+// timing except the copies' bounds, pinned memory portable to every device. Errors name the call,
+// the device and CUDA's reason; a missing driver or device is a clear error suggesting `emulate`,
+// never a crash.
 #include <cuda_runtime.h>
 
 #include <string>
