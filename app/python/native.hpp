@@ -36,7 +36,7 @@
 #include "sluice/core/engine.hpp"
 #include "sluice/core/metrics_log.hpp"
 #include "sluice/core/metrics_server.hpp"
-#include "sluice/core/output_rows.hpp"
+#include "sluice/core/lineage.hpp"
 #include "sluice/core/param_parse.hpp"
 #include "sluice/core/prepare.hpp"
 #include "sluice/core/remote_files.hpp"

@@ -67,7 +67,7 @@ class Runner {
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
-         const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job) {
+         const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage) {
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
     std::vector<std::shared_ptr<const checkpoint::Checkpoint>> job;
     try {
@@ -122,6 +122,8 @@ class Runner {
       options.worker_count = worker.count;
       options.worker_index = worker.index;
       options.rows_of_outputs = true;
+      options.lineage = lineage;
+      follows_lineage_ = lineage;
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (!resume_from) base_ = engine_->start_state();
       if (continued_state) check_same_worker(*continued_state, base_, *r);
@@ -171,7 +173,10 @@ class Runner {
           ask_for_cut();
         }
         if (follows_rows_) keep_rows_of(sample);
-        if (drop_left_ == 0) break;
+        if (drop_left_ == 0) {
+          if (follows_lineage_) keep_lineage_of(sample);
+          break;
+        }
         --drop_left_;  // taken before the state was saved: made again to continue exactly, not given twice
         continue;
       }
@@ -277,6 +282,39 @@ class Runner {
     return py::bytes(bytes);
   }
   bool running() const { return engine_ != nullptr; }
+
+  // The records of output `step` of this iteration (0: the first the loop was given), one dict a
+  // row: its source, record, byte offset and the epoch it was read in; a zipped row names its
+  // parts. Only the last kLineageKept outputs are kept.
+  py::list lineage(std::uint64_t step) const {
+    if (!follows_lineage_) throw py::value_error("lineage(): this pipeline does not follow lineage; make it with lineage=True");
+    if (lineage_.empty() || step < lineage_first_ || step >= lineage_first_ + lineage_.size())
+      throw py::index_error(lineage_.empty() ? fmt::format("lineage(): no output was given yet, so there is no step {}", step)
+                                             : fmt::format("lineage(): step {} is not among the last {} kept (steps {} to {}); ask while they are recent",
+                                                           step, kLineageKept, lineage_first_, lineage_first_ + lineage_.size() - 1));
+    auto record = [](const RecordLineage& r) {
+      py::dict d;
+      d["source"] = r.where ? py::str(*r.where) : py::str("");
+      d["record"] = r.record;
+      d["byte_offset"] = r.byte_offset;
+      d["epoch"] = r.epoch ? py::cast(*r.epoch) : py::none();
+      return d;
+    };
+    py::list rows;
+    for (const RowLineage& row : lineage_of(lineage_[step - lineage_first_])) {
+      if (!row.zipped) {
+        rows.append(record(row.parts.front()));
+        continue;
+      }
+      py::list parts;
+      for (const auto& part : row.parts) parts.append(record(part));
+      py::dict zipped;
+      zipped["parts"] = parts;
+      rows.append(zipped);
+    }
+    return rows;
+  }
+  std::uint64_t steps_given() const { return lineage_first_ + lineage_.size(); }
 
  private:
   // The pipeline as this worker runs it (sluice/core/prepare.hpp): after the iterator took the
@@ -463,9 +501,9 @@ class Runner {
   void keep_rows_of(const Sample& output) {
     std::vector<TakenRow> rows;
     const Origin& origin = output.shared_origin();
-    if (const auto* stacked = rows_carried(origin)) {
-      rows.reserve(stacked->size());
-      for (const Origin& row : *stacked) rows.push_back({row.where, row.record});
+    if (const auto* stacked = records_carried(origin); stacked && !stacked->parts) {
+      rows.reserve(stacked->records.size());
+      for (const Origin& row : stacked->records) rows.push_back({row.where, row.record});
     } else {
       rows.push_back({origin.where, origin.record});
     }
@@ -522,6 +560,19 @@ class Runner {
     state.set_taken_known(true);
   }
 
+  // Lineage: the origins of the last outputs given to the loop, which carry their records.
+  static constexpr std::size_t kLineageKept = 4096;
+  void keep_lineage_of(const Sample& output) {
+    lineage_.push_back(output.shared_origin());
+    if (lineage_.size() > kLineageKept) {
+      lineage_.pop_front();
+      ++lineage_first_;
+    }
+  }
+  bool follows_lineage_ = false;
+  std::deque<Origin> lineage_;
+  std::uint64_t lineage_first_ = 0;
+
   checkpoint::Checkpoint base_;
   std::vector<std::string> continued_job_;  // the states of another job this run continues
   bool follows_rows_ = false;  // its states name the records taken after the cut
@@ -539,13 +590,15 @@ void bind_runner(py::module_& m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&, const std::string&, const std::vector<std::string>&>(),
+                    const std::string&, const std::string&, const std::vector<std::string>&, bool>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
            py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "",
-           py::arg("resume_job") = std::vector<std::string>{})
+           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false)
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
+      .def("lineage", &Runner::lineage, py::arg("step"))
+      .def_property_readonly("steps_given", &Runner::steps_given)
       .def_property_readonly("running", &Runner::running)
       .def("close", &Runner::close, py::arg("patience") = py::none())
       .def("run_to_end", &Runner::run_to_end)

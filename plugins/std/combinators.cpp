@@ -39,17 +39,25 @@ class Zip final : public Combine {
   }
   bool next(CombineInputs& inputs, Sample& merged) override {
     std::vector<std::size_t> first_field(inputs.size());  // where each input's fields start in the merged element
+    std::vector<Origin> parts(inputs.size());
     merged = Sample();
     for (std::size_t k = 0; k < inputs.size(); ++k) {
       Sample part;
       if (!inputs.next(k, part)) return false;  // the shortest input ended: so does the zip
       if (k == 0) merged.share_origin(part);
+      parts[k] = part.shared_origin();
       first_field[k] = merged.size();
       for (auto& field : part.fields()) {
         std::string name = prefixes_.empty() ? field.name : prefixes_[k] + "/" + field.name;
         if (merged.find(name)) throw clash(inputs, first_field, merged, name, k, part);
         merged.set(std::move(name), std::move(field.tensor));
       }
+    }
+    // The element names the record of each input it was made of (lineage), as the first's.
+    if (parts.front().where) {
+      const Origin both = origin_of_parts(parts);
+      merged.set_origin(both.where, both.record, both.byte_offset);
+      merged.set_read_position(both.read_epoch, both.read_index);
     }
     return true;
   }

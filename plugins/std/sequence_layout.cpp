@@ -401,6 +401,17 @@ void share_origin(Sample& out, const Chunk& chunk, std::size_t row) {
   if (o.read_index >= 0) out.set_read_position(o.read_epoch, o.read_index);
 }
 
+void name_rows(Sample& out, const std::vector<RowRef>& rows) {
+  if (rows.empty() || !out.shared_origin().where) return;
+  std::vector<Origin> origins;
+  origins.reserve(rows.size());
+  for (const auto& row : rows) origins.push_back(row.chunk->origin(row.row));
+  const Origin head = out.shared_origin();
+  const Origin named = origin_of_rows(head, origins);
+  out.set_origin(named.where, named.record, named.byte_offset);
+  out.set_read_position(head.read_epoch, head.read_index);
+}
+
 void HeldRefs::check(const Chunk& in, std::size_t r) const {
   if (empty()) return;
   const RowRef& first = rows().front();

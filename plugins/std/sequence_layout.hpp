@@ -129,6 +129,9 @@ class HeldRows : public HeldRowsOf<Sample> {
 
 // The origin of row `row` of `chunk`, as the element form's sample of it has it.
 void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
+// `out` (the stack of `rows`, its origin the first's) names every row's record (lineage), for an
+// aggregate whose outputs do not stack its inputs in order, where the host cannot name them.
+void name_rows(Sample& out, const std::vector<RowRef>& rows);
 
 // Calls take(chunk, row, index) for each row of `in` in order, as the element form is pushed
 // each element, with `in` shared for the rows it holds on to. A row's DataError is thrown as its

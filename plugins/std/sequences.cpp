@@ -281,7 +281,9 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
   // The bucket's rows leave with their assembly, which may run on another thread (parallelism).
   void emit(std::size_t bucket, Emitter& out) {
     push_assembled(out, [this, bucket, rows = buckets_[bucket].take_all()] {
-      return pad_and_stack(rows, rules_, *allocator_, counters_, pad_limit(bucket), dim0_fields_);
+      Sample batch = pad_and_stack(rows, rules_, *allocator_, counters_, pad_limit(bucket), dim0_fields_);
+      name_rows(batch, rows);
+      return batch;
     });
   }
   std::string length_field_;

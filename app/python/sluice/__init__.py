@@ -10,6 +10,7 @@ The engine is the CLI's: the same validation and messages (sluice.SpecError), th
 the same metrics (snapshot(), report(), metrics_addr= for the studio to attach to).
 """
 import atexit
+import collections
 import operator
 import os
 import weakref
@@ -120,10 +121,13 @@ class Pipeline:
     Run as one of several workers (under torchrun, srun, mpirun, or with `worker_index=` and
     `num_workers=`), each run reads this worker's shard as `sluice run` does: `worker` says which
     worker this is, as (index, count, who said so).
+
+    With `lineage=True`, `lineage(batch)` says which records made an output the loop was given
+    (each row's file, record and the epoch it was read in), for the last 4,096 outputs.
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
-                 num_workers=None, output=None, _text=None, _file=None, _keep=None, _structure=None):
+                 num_workers=None, output=None, lineage=False, _text=None, _file=None, _keep=None, _structure=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
             _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
@@ -147,6 +151,8 @@ class Pipeline:
         self._num_workers = num_workers
         # A pipeline that ends in several stages (a tee) says which one Python iterates.
         self._output = output or ""
+        self._lineage = bool(lineage)
+        self._given = collections.deque(maxlen=4096)  # (a weak reference to an output's first array, its step)
         self.worker = _sluice.worker_identity(worker_index, num_workers)
         # The same validation as `sluice validate`: every problem, before anything runs.
         self._checked = _sluice.validate(self._text, self._file, self._sets, self._seed, self._plugin_dirs, True, self._output)
@@ -171,7 +177,9 @@ class Pipeline:
         if (resume is not None or resume_job) and not iterate:
             raise RuntimeError("run() cannot continue a state from load_state_dict(): iterate the pipeline instead")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
-                                epoch, self._worker_index, self._num_workers, self._output, resume or b"", resume_job)
+                                epoch, self._worker_index, self._num_workers, self._output, resume or b"", resume_job,
+                                self._lineage)
+        self._given.clear()
         self.epoch = epoch + 1
         _live_runners.add(runner)
         self._runner = runner
@@ -188,7 +196,11 @@ class Pipeline:
                     return
                 if convert is not None:
                     item = convert(item)
-                yield item if structure is None else structure.unflatten(item)
+                if structure is not None:
+                    item = structure.unflatten(item)
+                if self._lineage:
+                    self._remember(item, runner.steps_given - 1)
+                yield item
         finally:
             runner.close()
 
@@ -213,6 +225,33 @@ class Pipeline:
             return value
 
         return self._iterate(False, convert)
+
+    def _remember(self, item, step):
+        leaf = _first_weak_leaf(item)
+        if leaf is not None:
+            self._given.append((weakref.ref(leaf), step))
+
+    def lineage(self, batch=None, *, step=None):
+        """Which records made an output of the current iteration: `batch` as the loop was given
+        it (the same object), or its `step` (0: the iteration's first output), or, with neither,
+        the last one given. A list with one dict per row (one for an unbatched element): its
+        "source" (the file or object read), "record" (its index there), "byte_offset" and
+        "epoch" (the epoch it was read in); a row of a zip has "parts", one such dict per
+        input. Needs `lineage=True`; the last 4,096 outputs are kept."""
+        runner = self._runner
+        if not self._lineage:
+            raise ValueError("lineage(): make the Pipeline with lineage=True to follow which records make each output")
+        if runner is None:
+            raise RuntimeError("lineage(): the pipeline has not run yet")
+        if step is None and batch is not None:
+            leaf = _first_weak_leaf(batch)
+            step = next((s for ref, s in reversed(self._given) if leaf is not None and ref() is leaf), None)
+            if step is None:
+                raise ValueError("lineage(): this batch is not one of the last outputs the current iteration gave (pass the object the loop "
+                                 "was given, or step=)")
+        if step is None:
+            step = runner.steps_given - 1
+        return runner.lineage(operator.index(step))
 
     def state_dict(self):
         """Where the pipeline stands, as a dict to save with the model: during an iteration,
@@ -315,6 +354,23 @@ class Pipeline:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _first_weak_leaf(item):
+    """The first value of an output that a weak reference can follow (an array, a tensor)."""
+    values = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else [item]
+    for value in values:
+        if isinstance(value, (dict, list, tuple)):
+            found = _first_weak_leaf(value)
+            if found is not None:
+                return found
+            continue
+        try:
+            weakref.ref(value)
+        except TypeError:
+            continue
+        return value
+    return None
 
 
 def _state_bytes(state, what):

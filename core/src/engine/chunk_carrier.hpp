@@ -70,4 +70,8 @@ inline void hand_on(Chunk&& chunk, bool as_chunk, std::vector<Item>& out) {
   for (std::size_t r = 0; r < chunk.rows(); ++r) out.push_back(Item::element(chunk.row(r)));
 }
 
+// (EngineOptions::lineage) The element's records (a chunk's rows) stamped as read in `epoch`
+// (sluice/core/lineage.hpp): by the source or interleave that read them.
+void stamp_read_epoch(Sample& element, std::uint64_t epoch);
+
 }  // namespace sluice::detail

@@ -376,8 +376,8 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     impl_->stages.push_back(std::move(st));
   }
   if (g.autotunes()) impl_->set_autotune_budgets();
-  // Rows are followed only where a job of another number of workers could use them.
-  if (options.rows_of_outputs && why_not_on_other_workers().empty())
+  // Rows are followed only where a job of another number of workers could use them, or for lineage.
+  if ((options.rows_of_outputs && why_not_on_other_workers().empty()) || options.lineage)
     for (auto& st : impl_->stages)
       if (st->aggregate) st->stacks = dynamic_cast<StacksItsInputs*>(st->op.get());
   if (options.resume_from) {

@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "engine_impl.hpp"
-#include "sluice/core/output_rows.hpp"
+#include "sluice/core/lineage.hpp"
 
 namespace sluice {
 
@@ -70,7 +70,7 @@ void Engine::Impl::CollectingEmitter::attach_rows(Sample& output) {
   const std::vector<Origin> stacked(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
   pending_rows_.erase(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
   const Origin& first = output.shared_origin();
-  const Origin with_rows = origin_with_rows(first, stacked);
+  const Origin with_rows = origin_of_rows(first, stacked);
   output.set_origin(with_rows.where, with_rows.record, with_rows.byte_offset);
   output.set_read_position(with_rows.read_epoch, with_rows.read_index);
 }

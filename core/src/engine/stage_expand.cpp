@@ -421,6 +421,7 @@ void Engine::Impl::ExpandStage::note_output(ExpandSlot& slot, Sample& sample, st
     slot.registered_where = origin.where.get();
     st_.register_read_input(origin.where, {origin.where, slot.input, st_.first_input_epoch + slot.epoch, slot.index});
   }
+  if (engine_.options.lineage) detail::stamp_read_epoch(sample, st_.first_input_epoch + slot.epoch);
   if (chunk) {
     chunk->set_read_position(st_.first_output_epoch + epoch_, static_cast<std::int64_t>(emitted_in_epoch_));
     emitted_in_epoch_ += rows;

@@ -137,6 +137,7 @@ class Engine::Impl::SourceStage {
       return true;
     }
     st_.pass_position.store(++ctx.index, std::memory_order_relaxed);
+    if (engine_.options.lineage) detail::stamp_read_epoch(sample, ctx.epoch);
     ++produced_;
     produced_bytes_ += sample.nbytes();
     Item item = Item::element(std::move(sample));

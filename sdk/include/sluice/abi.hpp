@@ -41,7 +41,9 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// chunks whole, only for plugins built for 6.10); 6.11: ReadsRecordsAgain (operator.hpp: a new
 /// class, found with dynamic_cast; without it a source's elements held at a cut are kept by value);
 /// 6.12: TimesDeviceCopies (feed.hpp: a new class, found with dynamic_cast; without it a feed's
-/// devices report no copy time).
-inline constexpr std::uint32_t kAbiMinor = 12;
+/// devices report no copy time); 6.13: origin_rows.hpp (OriginRecords: the records an element made
+/// of several names, carried in its origin's `where`; header-only, an older plugin's elements name
+/// their first record only).
+inline constexpr std::uint32_t kAbiMinor = 13;
 
 }  // namespace sluice

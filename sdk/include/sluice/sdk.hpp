@@ -7,6 +7,7 @@
 #include "sluice/feed.hpp"
 #include "sluice/machine.hpp"
 #include "sluice/operator.hpp"
+#include "sluice/origin_rows.hpp"
 #include "sluice/output_file.hpp"
 #include "sluice/params.hpp"
 #include "sluice/plugin.hpp"

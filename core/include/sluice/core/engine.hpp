@@ -67,9 +67,12 @@ struct EngineOptions {
   std::vector<std::shared_ptr<const checkpoint::Checkpoint>> resume_workers;
   std::int64_t worker_count = 1, worker_index = 0;
   // The outputs of stacking aggregates (batch, padded_batch) carry the origins of their rows
-  // (sluice/core/output_rows.hpp), in a pipeline a job of another number of workers could
-  // resume: Python's iterator keeps them for its states.
+  // (sluice/origin_rows.hpp), in a pipeline a job of another number of workers could resume:
+  // Python's iterator keeps them for its states.
   bool rows_of_outputs = false;
+  // Lineage (sluice/core/lineage.hpp): every output carries its rows' records, each stamped with
+  // the epoch it was read in. Off, nothing is stamped (it costs a look-up per element).
+  bool lineage = false;
   // Stages whose operators offer the chunked form (sluice/chunk.hpp) pass many elements per call
   // where every stage of an edge can. Off: every stage goes element by element (the outputs are
   // the same; tests and benchmarks compare the two).

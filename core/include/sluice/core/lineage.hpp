@@ -1,0 +1,39 @@
+#pragma once
+// Lineage: which records made an output, and the epoch each was read in. The records ride with
+// the output's origin (sluice/origin_rows.hpp: the rows of a batch, the parts of a zipped
+// element); the epoch rides with each record's `where` when the run follows lineage
+// (EngineOptions::lineage): sources and interleaves stamp what they give. A stamped `where` points
+// at the same text, so every comparison of origins by their `where` is unchanged.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/origin_rows.hpp"
+#include "sluice/sample.hpp"
+
+namespace sluice {
+
+// `where` stamped with the epoch its records were read in; an origin already stamped, or one
+// carrying the records of several (a batch unbatched again), keeps what it has. Thread-safe.
+std::shared_ptr<const std::string> stamped_with_epoch(const std::shared_ptr<const std::string>& where, std::uint64_t epoch);
+
+// The epoch a record was read in, where the run stamped it.
+std::optional<std::uint64_t> read_epoch_of(const Origin& record);
+
+// One record of an output.
+struct RecordLineage {
+  std::shared_ptr<const std::string> where;  // its file or object (empty: an element made by no reader)
+  std::int64_t record = -1, byte_offset = -1;
+  std::optional<std::uint64_t> epoch;
+};
+// One row of an output: its record, or one per input of a zip.
+struct RowLineage {
+  std::vector<RecordLineage> parts;
+  bool zipped = false;
+};
+// The rows of an output with origin `output`: each row of a batch, or the element itself.
+std::vector<RowLineage> lineage_of(const Origin& output);
+
+}  // namespace sluice
