@@ -17,6 +17,7 @@ packages=(
   libcpp-httplib-dev           # the metrics endpoint of headless runs (sluice run --metrics-addr)
   nlohmann-json3-dev           # dataset_info.json and features.json of tensorflow_datasets directories
   libarchive-dev               # WebDataset tar shards (plain, gzip, zstd)
+  libroaring-dev               # the delivery ledger's record sets (compressed bitmaps)
   libssl-dev                   # SHA-256 and HMAC for signing object-store requests (core/modules/remote/)
   libcurl4-openssl-dev         # HTTP(S) to object stores and web servers (core/modules/remote/)
   libtinyxml2-dev              # S3's XML answers: errors and multipart uploads (core/modules/remote/)

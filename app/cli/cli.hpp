@@ -57,6 +57,7 @@ struct RunOptions {
   std::string resume;            // --resume DIR or FILE
   bool timings = false;          // --timings: what the start cost, by phase
   std::string remote_cache;      // --remote-cache DIR: options.remote_cache.dir
+  std::string ledger;            // --ledger FILE: follow lineage, write the delivery ledger at the end
   bool report = true;            // the per-stage report at the end (commands built on a run say what they did instead)
 };
 

@@ -307,6 +307,27 @@ int cmd_checkpoint_info(const std::string& path) {
   }
 }
 
+// `sluice ledger`: exit 0 when every epoch delivered each record once, 1 when one delivered a
+// record twice or missed one (named), 2 when a path holds no ledger.
+int cmd_ledger(const std::vector<std::string>& paths) {
+  try {
+    sluice::DeliveryLedger merged;
+    bool ended = true;
+    for (const auto& path : paths) {
+      const sluice::DeliveryLedger one = sluice::read_ledgers(path);
+      ended = ended && one.run_ended();
+      merged.merge(one);
+    }
+    merged.set_run_ended(ended);
+    const auto verdicts = merged.verdicts();
+    fmt::print("{}", sluice::printable(sluice::format_verdicts(verdicts, ended), true));
+    return sluice::verdicts_clean(verdicts) ? 0 : kExitRunFailed;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
+}
+
 int cmd_report(const std::string& file) {
   try {
     auto snapshots = sluice::read_metrics_log(file);
@@ -353,6 +374,7 @@ class CommandLine {
     add_bench();
     add_report();
     add_checkpoint();
+    add_ledger();
     add_validate();
     add_plugins();
     add_index();
@@ -430,6 +452,9 @@ class CommandLine {
     run->add_option("--checkpoint-every", run_options_.checkpoint_every,
                     "also write one every N batches (elements reaching the sinks) or every time span (30s, 5m, 1h)");
     run->add_option("--resume", run_options_.resume, "continue from the checkpoint in this folder (or file) exactly where it was");
+    run->add_option("--ledger", run_options_.ledger,
+                    "keep the delivery ledger (which records each epoch delivered, carried by checkpoints) and write it to this file at "
+                    "the end; `sluice ledger FILE` reads it");
     run->add_flag("--timings", run_options_.timings,
                   "print what the start cost, by phase (plugins described, pipeline checked, engine started, ...), and which plugin "
                   "libraries the run loaded");
@@ -461,6 +486,15 @@ class CommandLine {
     auto* info = checkpoint->add_subcommand("info", "print where each stage stood, what the checkpoint holds and its size");
     info->add_option("checkpoint", checkpoint_path_, "checkpoint folder or file")->required();
     on(info, [this] { return cmd_checkpoint_info(checkpoint_path_); });
+  }
+
+  void add_ledger() {
+    auto* ledger = app_.add_subcommand("ledger", "say whether each epoch delivered every record once, from ledger files or checkpoints");
+    ledger->add_option("ledgers", ledger_paths_,
+                       "ledger files (`sluice run --ledger`), checkpoints or their folders, Python states' bytes: all merged (give every "
+                       "worker's)")
+        ->required();
+    on(ledger, [this] { return cmd_ledger(ledger_paths_); });
   }
 
   void add_validate() {
@@ -550,6 +584,7 @@ class CommandLine {
   CommonOptions common_;
   WorkerArgs worker_args_;
   std::string file_, op_name_, log_file_, checkpoint_path_, service_dispatcher_;
+  std::vector<std::string> ledger_paths_;
   std::vector<std::string> sets_;
   std::optional<std::uint64_t> seed_;
   bool json_ = false, verbose_ = false, ablate_ = false;

@@ -213,6 +213,7 @@ class HeadlessRun {
       worker_ = graph.worker;
       engine_options.worker_count = worker_.count;
       engine_options.worker_index = worker_.index;
+      engine_options.lineage = !options_.ledger.empty();
       try {
         engine_ = std::make_unique<sluice::Engine>(std::move(graph), engine_options);
       } catch (const std::exception& e) {
@@ -325,6 +326,7 @@ class HeadlessRun {
     }
     if (options_.report) fmt::print("{}", sluice::format_report(final_snapshot));
     std::fflush(stdout);
+    if (!options_.ledger.empty() && !write_ledger()) return kExitRunFailed;
     if (log_) {
       try {
         log_->close();
@@ -374,6 +376,23 @@ class HeadlessRun {
   }
 
   bool resuming() const { return checkpoints_.resume_from || !checkpoints_.resume_workers.empty(); }
+
+  // --ledger: what the sinks were delivered, this run's and the runs' it resumed (a worker of
+  // several writes FILE's name with worker-I-of-N before its extension).
+  bool write_ledger() {
+    std::filesystem::path file = options_.ledger;
+    if (worker_.count > 1)
+      file.replace_filename(fmt::format("{}.worker-{}-of-{}{}", file.stem().string(), worker_.index, worker_.count, file.extension().string()));
+    try {
+      const sluice::DeliveryLedger ledger = engine_->delivery_ledger();
+      sluice::write_ledger_file(file.string(), ledger);
+      fmt::print(stderr, "delivery ledger written to {} (`sluice ledger {}` says what each epoch delivered)\n", file.string(), file.string());
+      return true;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "error: {}\n", sluice::printable(e.what(), true));
+      return false;
+    }
+  }
 
   void report_resume(Clock::time_point starting) {
     std::uint64_t reread = 0;

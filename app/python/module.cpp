@@ -127,6 +127,37 @@ void bind_pipeline_files(py::module_& m) {
   }, py::arg("worker_index") = std::nullopt, py::arg("num_workers") = std::nullopt,
      "(index, count, source) of this process among the job's workers, from the arguments or the launcher's variables.");
 
+  m.def("ledger_of_states", [](const std::vector<std::string>& states, const std::vector<std::string>& ledgers) {
+    DeliveryLedger merged;
+    bool ended = true;
+    const std::size_t count = states.size() + ledgers.size();
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::string what = fmt::format("state {} of {}", k, count);
+      checkpoint::Ledger message;
+      try {
+        if (k < states.size()) {
+          const checkpoint::Checkpoint state = parse_state(states[k], what);
+          if (!state.has_ledger()) throw Error(what + " has no ledger: it was taken by a Pipeline made without lineage=True");
+          message = state.ledger();
+        } else if (!message.ParseFromString(ledgers[k - states.size()])) {
+          throw Error(what + "'s ledger is damaged: it does not decode");
+        }
+        DeliveryLedger one = DeliveryLedger::load(message, what);
+        ended = ended && one.run_ended();
+        merged.merge(one);
+      } catch (const Error& e) {
+        throw py::value_error(e.what());
+      }
+    }
+    merged.set_run_ended(ended && count > 0);
+    const auto verdicts = merged.verdicts();
+    py::dict out;
+    out["epochs"] = verdicts_to_python(verdicts);
+    out["text"] = format_verdicts(verdicts, merged.run_ended());
+    out["clean"] = verdicts_clean(verdicts);
+    return out;
+  }, py::arg("states"), py::arg("ledgers"), "The delivery ledgers of several states merged (a job's workers): each epoch's verdict.");
+
   m.def("spec_from_json", [](const std::string& json) {
     try {
       return pipeline_to_text(parse_pipeline(json, "built in Python").spec);

@@ -71,6 +71,8 @@ py::dict to_python(const Sample& sample);
 // A message as a dict with every field, zeros and empty lists included, and numbers as numbers
 // (protobuf's JSON leaves zeros out and writes 64-bit integers as strings): metrics snapshots.
 py::dict message_to_python(const google::protobuf::Message& message);
+// A delivery ledger's verdicts: a dict per epoch (runner.cpp).
+py::list verdicts_to_python(const std::vector<EpochVerdict>& verdicts);
 Tensor from_python(const py::handle& value, const std::string& field);
 Sample sample_from_python(const py::handle& result, const std::string& what);
 [[noreturn]] void rethrow_python_error(py::error_already_set& e, const std::string& what);

@@ -61,13 +61,41 @@ spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::stri
   return sink;
 }
 
+// A ledger's verdicts as Python takes them: a dict per epoch.
+py::list verdicts_to_python(const std::vector<EpochVerdict>& verdicts) {
+  auto named = [](const std::vector<EpochVerdict::Record>& records) {
+    py::list out;
+    for (const auto& r : records) out.append(py::make_tuple(r.where, r.record));
+    return out;
+  };
+  py::list out;
+  for (const auto& v : verdicts) {
+    py::dict d;
+    d["epoch"] = v.epoch;
+    d["records"] = v.records;
+    d["deliveries"] = v.deliveries;
+    d["expected"] = v.expected ? py::cast(*v.expected) : py::none();
+    d["twice"] = v.twice;
+    d["missing"] = v.missing;
+    d["twice_named"] = named(v.twice_named);
+    d["missing_named"] = named(v.missing_named);
+    d["unnamed"] = v.unnamed;
+    d["under_way"] = v.under_way;
+    d["digest"] = v.digest;
+    out.append(d);
+  }
+  return out;
+}
+
 // One run of a pipeline: its engine, its metrics server, and the queue its iterator reads.
 class Runner {
  public:
   Runner(const std::string& text, const std::string& file, const std::map<std::string, std::string>& sets,
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
-         const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage) {
+         const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage,
+         const std::string& ledger) {
+    if (lineage && !ledger.empty()) ledger_ = ledger_of_bytes(ledger);
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
     std::vector<std::shared_ptr<const checkpoint::Checkpoint>> job;
     try {
@@ -95,6 +123,8 @@ class Runner {
       drop_left_ = base_.outputs_to_skip();
       if (base_.run_ended()) {
         state_ = "finished";
+        follows_lineage_ = lineage;
+        if (lineage) start_ledger(&base_, {}, 0);
         return;
       }
     }
@@ -124,6 +154,7 @@ class Runner {
       options.rows_of_outputs = true;
       options.lineage = lineage;
       follows_lineage_ = lineage;
+      if (lineage) start_ledger(resume_from ? resume_from.get() : continued_state.get(), job, worker.index);
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (!resume_from) base_ = engine_->start_state();
       if (continued_state) check_same_worker(*continued_state, base_, *r);
@@ -277,6 +308,7 @@ class Runner {
     state.set_outputs_to_skip(after);
     state.set_python_state(true);
     name_taken_records(state, base_output);
+    if (follows_lineage_) ledger_now().save(*state.mutable_ledger());
     std::string bytes;
     state.SerializeToString(&bytes);
     return py::bytes(bytes);
@@ -315,6 +347,34 @@ class Runner {
     return rows;
   }
   std::uint64_t steps_given() const { return lineage_first_ + lineage_.size(); }
+
+  // What the loop was given, with the record counts of the files read to their end.
+  DeliveryLedger ledger_now() const {
+    DeliveryLedger now = ledger_;
+    if (engine_) now.merge(engine_->delivery_ledger(false));
+    else now.merge(files_read_at_end_);
+    now.set_run_ended(!engine_ && state_ == "finished");
+    return now;
+  }
+  // The ledger as bytes, for the next run of the pipeline (its next epoch) to go on with.
+  py::bytes ledger_bytes() const {
+    checkpoint::Ledger message;
+    ledger_now().save(message);
+    return py::bytes(message.SerializeAsString());
+  }
+  static DeliveryLedger ledger_of_bytes(const std::string& bytes) {
+    checkpoint::Ledger message;
+    if (!message.ParseFromString(bytes)) throw py::value_error("the ledger given is damaged: it does not decode");
+    try {
+      return DeliveryLedger::load(message, "the ledger given");
+    } catch (const Error& e) {
+      throw py::value_error(e.what());
+    }
+  }
+  py::list ledger() const {
+    if (!follows_lineage_) throw py::value_error("ledger(): this pipeline does not follow lineage; make it with lineage=True");
+    return verdicts_to_python(ledger_now().verdicts());
+  }
 
  private:
   // The pipeline as this worker runs it (sluice/core/prepare.hpp): after the iterator took the
@@ -384,6 +444,7 @@ class Runner {
     if (cut_in_flight_.valid()) cut_in_flight_.wait();  // a stopped engine ends it
     result_ = engine_->wait();
     final_ = engine_->snapshot();
+    if (follows_lineage_) files_read_at_end_ = engine_->delivery_ledger(false);
   }
   // The engine's threads did not end after the stop: it and everything that waits on it (the
   // watcher, a cut in flight) are kept, never destroyed, so that nothing here blocks on them.
@@ -563,13 +624,27 @@ class Runner {
   // Lineage: the origins of the last outputs given to the loop, which carry their records.
   static constexpr std::size_t kLineageKept = 4096;
   void keep_lineage_of(const Sample& output) {
+    ledger_.deliver(output.shared_origin());
     lineage_.push_back(output.shared_origin());
     if (lineage_.size() > kLineageKept) {
       lineage_.pop_front();
       ++lineage_first_;
     }
   }
+  // What the loop was given, epoch by epoch: a resumed run's starts as its state's (whose loop had
+  // taken the outputs this one drops); the first worker of a job continuing another job's states
+  // starts with all of theirs.
+  void start_ledger(const checkpoint::Checkpoint* resumed, const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job,
+                    std::int64_t worker_index) {
+    if (resumed && job.empty() && resumed->has_ledger()) ledger_ = DeliveryLedger::load(resumed->ledger(), "the state given to load_state_dict()");
+    if (resumed && !job.empty() && resumed->has_ledger()) ledger_ = DeliveryLedger::load(resumed->ledger(), "this worker's state");
+    if (resumed && !job.empty() && resumed->has_ledger()) return;  // (a run that continued the job: its state has them all)
+    if (worker_index != 0) return;
+    for (std::size_t w = 0; w < job.size(); ++w)
+      if (job[w]->has_ledger()) ledger_.merge(DeliveryLedger::load(job[w]->ledger(), fmt::format("the state of worker {} of {}", w, job.size())));
+  }
   bool follows_lineage_ = false;
+  DeliveryLedger ledger_, files_read_at_end_;
   std::deque<Origin> lineage_;
   std::uint64_t lineage_first_ = 0;
 
@@ -590,14 +665,16 @@ void bind_runner(py::module_& m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&, const std::string&, const std::vector<std::string>&, bool>(),
+                    const std::string&, const std::string&, const std::vector<std::string>&, bool, const std::string&>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
            py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "",
-           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false)
+           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false, py::arg("ledger") = "")
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
       .def("lineage", &Runner::lineage, py::arg("step"))
+      .def("ledger", &Runner::ledger)
+      .def("ledger_bytes", &Runner::ledger_bytes)
       .def_property_readonly("steps_given", &Runner::steps_given)
       .def_property_readonly("running", &Runner::running)
       .def("close", &Runner::close, py::arg("patience") = py::none())

@@ -2,6 +2,7 @@
 that carry their own identity (line J of file fK holds "K J ...", J % 5 more tokens after it)."""
 import collections
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -99,10 +100,11 @@ def test_a_zipped_row_names_one_record_per_input_and_a_mixture_each_records_own(
         assert [named(r) for r in pipeline.lineage(batch)] == ids(batch["line"])
 
 
-def test_records_read_again_in_another_epoch_are_named_with_that_epoch():
+def test_records_read_again_in_another_epoch_are_named_with_that_epoch(tmp_path):
     # random_access names every record by one path object for the whole run: each epoch's
     # records must still say their own epoch (its records carry "path" and "index" fields).
-    data = os.path.join(os.path.dirname(__file__), "..", "data", "real", "tfrecord", "tfx_mnist.tfrecord")
+    data = str(tmp_path / "tfx_mnist.tfrecord")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "data", "real", "tfrecord", "tfx_mnist.tfrecord"), data)
     pipeline = sluice.data.random_access(patterns=data, seed=4).repeat(3).batch(40).pipeline(lineage=True)
     epochs = collections.Counter()
     for batch in pipeline:

@@ -18,7 +18,7 @@ import weakref
 from . import _sluice
 from ._sluice import PipelineError, SpecError, Tensor
 
-__all__ = ["AUTOTUNE", "Pipeline", "SpecError", "PipelineError", "Tensor", "data", "nested", "ragged_rows", "validate"]
+__all__ = ["AUTOTUNE", "Pipeline", "SpecError", "PipelineError", "Tensor", "data", "delivery_ledger", "nested", "ragged_rows", "validate"]
 
 # tf.data's name for "let the engine choose": parallelism=sluice.AUTOTUNE, buffer_size=sluice.AUTOTUNE.
 AUTOTUNE = -1
@@ -123,7 +123,9 @@ class Pipeline:
     worker this is, as (index, count, who said so).
 
     With `lineage=True`, `lineage(batch)` says which records made an output the loop was given
-    (each row's file, record and the epoch it was read in), for the last 4,096 outputs.
+    (each row's file, record and the epoch it was read in), for the last 4,096 outputs, and
+    `ledger()` whether each epoch gave every record once: the delivery ledger, kept across
+    iterations and carried by `state_dict()` (`sluice.delivery_ledger(states)` merges a job's).
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
@@ -152,6 +154,7 @@ class Pipeline:
         # A pipeline that ends in several stages (a tee) says which one Python iterates.
         self._output = output or ""
         self._lineage = bool(lineage)
+        self._ledger = b""  # what earlier runs delivered (lineage=True), which the next run goes on with
         self._given = collections.deque(maxlen=4096)  # (a weak reference to an output's first array, its step)
         self.worker = _sluice.worker_identity(worker_index, num_workers)
         # The same validation as `sluice validate`: every problem, before anything runs.
@@ -178,7 +181,7 @@ class Pipeline:
             raise RuntimeError("run() cannot continue a state from load_state_dict(): iterate the pipeline instead")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
                                 epoch, self._worker_index, self._num_workers, self._output, resume or b"", resume_job,
-                                self._lineage)
+                                self._lineage, self._ledger)
         self._given.clear()
         self.epoch = epoch + 1
         _live_runners.add(runner)
@@ -203,6 +206,8 @@ class Pipeline:
                 yield item
         finally:
             runner.close()
+            if self._lineage:
+                self._ledger = runner.ledger_bytes()
 
     def __iter__(self):
         return self._iterate(True)
@@ -264,7 +269,22 @@ class Pipeline:
         runner = self._runner
         if runner is not None and runner.running:
             return {"epoch": self.epoch - 1, "checkpoint": runner.checkpoint()}
+        if self._lineage:
+            return {"epoch": self.epoch, "ledger": runner.ledger_bytes() if runner is not None else self._ledger}
         return {"epoch": self.epoch}
+
+    def ledger(self):
+        """The delivery ledger of this pipeline's iterations (lineage=True): a dict per epoch with
+        "records" (distinct records given), "deliveries", "expected" (the records of the files
+        read, once every one was read to its end; else None), "twice" and "missing" (counts) with
+        "twice_named" and "missing_named" (the first of them, as (source, record)), and
+        "under_way" (the last epoch of a run not ended: what is missing may still come). Carried
+        through state_dict() and load_state_dict(); merge a job's with sluice.delivery_ledger()."""
+        if not self._lineage:
+            raise ValueError("ledger(): make the Pipeline with lineage=True to keep a ledger of what each epoch delivered")
+        if self._runner is None:
+            return _ledger_verdicts(self._ledger) if self._ledger else []
+        return self._runner.ledger()
 
     def load_state_dict(self, state):
         """Makes the next iteration continue from `state` (from state_dict(), maybe of another
@@ -286,6 +306,8 @@ class Pipeline:
         self.epoch = operator.index(state["epoch"])
         self._resume = _state_bytes(state, "load_state_dict()")
         self._resume_job = []
+        if self._lineage and state.get("ledger") is not None:
+            self._ledger = bytes(state["ledger"])
 
     def _load_job_states(self, states):
         if not states or not all(isinstance(s, dict) and "epoch" in s for s in states):
@@ -354,6 +376,26 @@ class Pipeline:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def delivery_ledger(states):
+    """The delivery ledgers of several states (state_dict() dicts of a job's workers, taken by
+    Pipelines made with lineage=True) merged: {"epochs": a verdict dict per epoch (see
+    Pipeline.ledger()), "text": the verdicts as `sluice ledger` prints them, "clean": no record
+    twice and none missing}."""
+    checkpoints, ledgers = [], []
+    for k, state in enumerate(states):
+        if isinstance(state, dict) and state.get("checkpoint") is not None:
+            checkpoints.append(bytes(state["checkpoint"]))
+        elif isinstance(state, dict) and state.get("ledger") is not None:
+            ledgers.append(bytes(state["ledger"]))
+        else:
+            raise ValueError(f"delivery_ledger(): state {k} is not a state_dict() of a Pipeline made with lineage=True")
+    return _sluice.ledger_of_states(checkpoints, ledgers)
+
+
+def _ledger_verdicts(ledger):
+    return _sluice.ledger_of_states([], [ledger])["epochs"]
 
 
 def _first_weak_leaf(item):

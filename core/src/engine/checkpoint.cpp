@@ -11,7 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "chunk_carrier.hpp"
 #include "files/remote_access.hpp"
+#include "sluice/core/lineage.hpp"
 #include "sluice/core/atomic_file.hpp"
 #include "sluice/rng.hpp"
 #include "sluice/sample_codec.hpp"
@@ -189,7 +191,10 @@ void CheckpointStateWriter::put_bytes(const void* data, std::size_t size) { appe
 void CheckpointStateWriter::put_element(const Sample& element) {
   append_u64(bytes_, static_cast<std::uint64_t>(stage_.elements_size()));
   auto* saved = stage_.add_elements();
-  if (!reference_ || !reference_(element, *saved)) saved->set_value(encode_sample(element));
+  if (!reference_ || !reference_(element, *saved)) {
+    saved->set_value(encode_sample(element));
+    if (const auto epoch = read_epoch_of(element.shared_origin())) saved->set_read_epoch(*epoch);
+  }
 }
 
 void CheckpointStateReader::get_bytes(void* data, std::size_t size) {
@@ -208,6 +213,7 @@ Sample CheckpointStateReader::get_element() {
     throw DataError(fmt::format("checkpoint state of {} names element {} by reference, which cannot be read here", what_, number));
   Sample out = element.has_ref() ? referenced_(static_cast<std::size_t>(number))
                                  : decode_sample(element.value(), fmt::format("element {} of {}", number, what_));
+  if (element.has_read_epoch()) detail::stamp_read_epoch(out, element.read_epoch());
   origins_given_.push_back(out.shared_origin());
   return out;
 }

@@ -376,6 +376,9 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     impl_->stages.push_back(std::move(st));
   }
   if (g.autotunes()) impl_->set_autotune_budgets();
+  if (options.lineage)
+    for (auto& st : impl_->stages)
+      if (st->sink) st->ledger = std::make_unique<DeliveryLedger>();
   // Rows are followed only where a job of another number of workers could use them, or for lineage.
   if ((options.rows_of_outputs && why_not_on_other_workers().empty()) || options.lineage)
     for (auto& st : impl_->stages)
@@ -797,6 +800,16 @@ Feed* Engine::feed(const std::string& stage_id) const {
       return f;
     }
   throw Error(fmt::format("the pipeline has no stage '{}'", stage_id));
+}
+
+DeliveryLedger Engine::delivery_ledger(bool deliveries) const {
+  DeliveryLedger ledger;
+  if (deliveries)
+    for (auto& st : impl_->stages)
+      if (st->ledger) ledger.merge(*st->ledger);
+  ledger.merge(impl_->files_read);
+  ledger.set_run_ended(state() == RunState::Finished);
+  return ledger;
 }
 
 }  // namespace sluice

@@ -170,6 +170,7 @@ std::optional<checkpoint::Checkpoint> Engine::checkpoint(bool then_stop) {
         state.set_operator_state(std::move(bytes));
         state.set_operator_summary(std::move(words));
       }
+      I.save_ledger(st, state);
     }
     if (st.sink) c.set_sink_elements(c.sink_elements() + state.elements_in());  // in this run
     *c.add_stages() = std::move(state);
@@ -226,6 +227,7 @@ bool Engine::Impl::save_stage(StageRuntime& st, const std::function<void(StateWr
     state.set_operator_state(std::move(op_bytes));
     state.set_summary(summary);
     if (member == &st) state.set_open_inputs_to_seek(open_inputs_to_seek);
+    save_ledger(*member, state);
     state.set_operator_summary(std::move(op_words));
     states.push_back(std::move(state));
   }
@@ -511,6 +513,7 @@ void Engine::Impl::read_again(StageRuntime& st, const std::vector<int>& refs, st
     if (!where) throw DataError(fmt::format("element {} names no file of stage '{}': the checkpoint is damaged", number, reader.spec->id));
     Sample element = st.rereads->read_again(*where, ref.record(), ref.byte_offset());
     add(reader.reread, 1);
+    if (options.lineage) detail::stamp_read_epoch(element, ref.epoch());  // (a source's pass, as its first map saw it)
     element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
     out[static_cast<std::size_t>(number)] = std::move(element);
     names[static_cast<std::size_t>(number)] = *where;
@@ -577,6 +580,7 @@ void Engine::Impl::read_from_inputs(StageRuntime& st, const std::vector<int>& re
     if (element.shared_origin().record != ref.record())
       throw DataError(fmt::format("{} has record {} where record {} was (byte {}): it changed since the checkpoint", input_name,
                                   element.shared_origin().record, ref.record(), ref.byte_offset()));
+    if (options.lineage) detail::stamp_read_epoch(element, input.epoch());  // (the epoch its input was read in)
     element.set_read_position(ref.epoch(), static_cast<std::int64_t>(ref.index()));
     out[static_cast<std::size_t>(number)] = std::move(element);
     names[static_cast<std::size_t>(number)] = input_name;
@@ -631,6 +635,8 @@ void Engine::Impl::make_again(StageRuntime& st, const std::vector<int>& refs, st
 }
 
 void Engine::Impl::restore_operator(StageRuntime& st) {
+  if (st.ledger && st.restore && st.restore->has_ledger())
+    *st.ledger = DeliveryLedger::load(st.restore->ledger(), fmt::format("the checkpoint of stage '{}'", st.spec->id));
   if (!st.restore || !st.spec->op->info.traits.saves_state || st.spec->per_input) return;
   if (st.restore->ended() && st.restore->operator_state().empty()) return;
   // A sink saves where its output stands; a checkpoint with nothing for it (taken before its

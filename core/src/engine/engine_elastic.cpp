@@ -289,6 +289,9 @@ void Engine::Impl::publish_outputs_of_earlier_workers() {
       const StageRuntime& st = *stages[i];
       if (i >= static_cast<std::size_t>(c.stages_size())) break;  // a state of its run's start: nothing written yet
       const checkpoint::StageState& state = c.stages(static_cast<int>(i));
+      // What it had delivered joins this worker's ledger (each earlier worker's, one later worker's).
+      if (st.ledger && state.has_ledger())
+        st.ledger->merge(DeliveryLedger::load(state.ledger(), fmt::format("the checkpoint of worker {} of {}", w, workers)));
       if (!st.sink || state.operator_state().empty()) continue;
       const std::string what = fmt::format("the output of {} of worker {} of {}", stage_label(st), w, workers);
       try {

@@ -363,11 +363,24 @@ struct StageRuntime {
   };
   std::deque<RateSample> rate_samples;
   std::vector<std::uint64_t> previous_device_bytes;  // feed sinks: per device
+  // A sink's delivery ledger (EngineOptions::lineage): the records of each element it consumed.
+  std::unique_ptr<DeliveryLedger> ledger;
 };
 
 struct Engine::Impl {
   Graph graph;
   EngineOptions options;
+  // (EngineOptions::lineage) The record counts of the files readers reached the end of, for the
+  // sinks' ledgers (a ledger of no deliveries: it locks itself).
+  DeliveryLedger files_read;
+  void file_read_to_end(const std::string& where, std::int64_t records) { files_read.know_size(where, records); }
+  // A sink's ledger as a checkpoint keeps it: with the files' record counts.
+  void save_ledger(const StageRuntime& sink, checkpoint::StageState& state) const {
+    if (!sink.ledger) return;
+    DeliveryLedger saved = *sink.ledger;
+    saved.merge(files_read);
+    saved.save(*state.mutable_ledger());
+  }
   std::vector<std::unique_ptr<StageRuntime>> stages;
   std::atomic<bool> stopping{false};
   std::atomic<int> state{static_cast<int>(RunState::Created)};

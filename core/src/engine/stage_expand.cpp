@@ -242,6 +242,7 @@ bool Engine::Impl::ExpandStage::input_failure(ExpandSlot& slot, const char* what
                                  ? fmt::format("{} (the whole input was dropped; it gave no output)", what)
                                  : fmt::format("{} (the rest of this input was dropped after its first {} outputs)", what,
                                                slot.outputs_read);
+  slot.read_failed = true;
   return engine_.element_error(st_, reason.c_str(), st_.first_input_epoch + slot.epoch, slot.index, slot.origin);
 }
 
@@ -391,6 +392,8 @@ bool Engine::Impl::ExpandStage::take_block(ExpandSlot& slot) {
     if (got < 0) return false;
     // Exhausted, or downstream wants no more of this epoch.
     if (got == 0 || st_.exit().output->skipped(slot.epoch)) {
+      // A file read to its end tells the delivery ledger how many records it holds.
+      if (got == 0 && slot.read_where && !slot.read_failed && !per_input_) engine_.file_read_to_end(*slot.read_where, slot.last_record + 1);
       close(slot);
       return fill(slot);
     }
@@ -421,7 +424,10 @@ void Engine::Impl::ExpandStage::note_output(ExpandSlot& slot, Sample& sample, st
     slot.registered_where = origin.where.get();
     st_.register_read_input(origin.where, {origin.where, slot.input, st_.first_input_epoch + slot.epoch, slot.index});
   }
-  if (engine_.options.lineage) detail::stamp_read_epoch(sample, st_.first_input_epoch + slot.epoch);
+  if (engine_.options.lineage) {
+    detail::stamp_read_epoch(sample, st_.first_input_epoch + slot.epoch);
+    if (origin.where && (!slot.read_where || slot.read_where.get() != origin.where.get())) slot.read_where = origin.where;
+  }
   if (chunk) {
     chunk->set_read_position(st_.first_output_epoch + epoch_, static_cast<std::int64_t>(emitted_in_epoch_));
     emitted_in_epoch_ += rows;
@@ -472,6 +478,8 @@ void Engine::Impl::ExpandStage::close(ExpandSlot& slot) {
   slot.ready_bytes = 0;
   slot.taken.clear();
   slot.exhausted = false;
+  slot.read_where.reset();
+  slot.read_failed = false;
 }
 
 // ---- fetchers ----

@@ -40,6 +40,10 @@ struct ExpandSlot {
   std::uint64_t last_fingerprint = 0;  // of the last output handed on (0: a chunk, or not known)
   bool awaiting_fill = false;
   const std::string* registered_where = nullptr;  // in StageRuntime::read_inputs
+  // (EngineOptions::lineage) The file it reads, once it gave a record; whether reading it failed
+  // (its end was then not reached, whatever its last record).
+  std::shared_ptr<const std::string> read_where;
+  bool read_failed = false;
 };
 
 // Remote inputs are opened ahead of their turn, up to a cycle of them (tf.data's

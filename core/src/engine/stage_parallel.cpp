@@ -233,7 +233,13 @@ bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx
     } else if (st.filter) {
       kept = st.filter->keep(item.sample, ctx);
     } else if (st.sink) {
-      st.sink->consume(std::move(item.sample), ctx);
+      if (st.ledger) {
+        const Origin delivered = item.sample.shared_origin();
+        st.sink->consume(std::move(item.sample), ctx);
+        st.ledger->deliver(delivered);
+      } else {
+        st.sink->consume(std::move(item.sample), ctx);
+      }
     }
     return true;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include "checkpoint.pb.h"
 #include "metrics.pb.h"
+#include "sluice/core/delivery_ledger.hpp"
 #include "sluice/core/spec.hpp"
 
 namespace sluice {
@@ -141,6 +142,11 @@ class Engine {
   // The consumer side of a feed sink (gpu_feed) for the training loop; valid until the engine is
   // destroyed. Throws Error when the stage does not exist or is not a feed sink.
   Feed* feed(const std::string& stage_id) const;
+  // (EngineOptions::lineage) What the sinks were delivered, all together, and the record counts of
+  // the files read to their end; with `deliveries` false, those counts only (for a ledger kept
+  // elsewhere: Python's, of what its loop took). Carried through checkpoints, a resumed run's
+  // includes the run before it. Empty without lineage.
+  DeliveryLedger delivery_ledger(bool deliveries = true) const;
 
  private:
   struct Impl;

@@ -1,0 +1,258 @@
+#include "sluice/core/delivery_ledger.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <roaring/roaring.hh>
+
+#include "checkpoint.pb.h"
+#include "sluice/core/lineage.hpp"
+#include "sluice/error.hpp"
+#include "sluice/rng.hpp"
+
+namespace sluice {
+namespace {
+
+struct FileDeliveries {
+  Roaring delivered, twice;
+  std::uint64_t deliveries = 0;
+};
+
+struct EpochDeliveries {
+  std::map<std::string, FileDeliveries> files;
+  std::uint64_t deliveries = 0, digest = 0, unnamed = 0;
+};
+
+// A delivery's share of the digest: the same record hashes alike in every process.
+std::uint64_t record_hash(const std::string& where, std::int64_t record) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the name, then mixed with the record
+  for (unsigned char c : where) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(h ^ mix64(static_cast<std::uint64_t>(record)));
+}
+
+std::string bitmap_bytes(Roaring bitmap) {
+  bitmap.runOptimize();
+  std::string out(bitmap.getSizeInBytes(true), '\0');
+  bitmap.write(out.data(), true);
+  return out;
+}
+
+Roaring bitmap_of(const std::string& bytes, const std::string& what) {
+  if (bytes.empty()) return Roaring();
+  try {
+    Roaring bitmap = Roaring::readSafe(bytes.data(), bytes.size());
+    if (bitmap.getSizeInBytes(true) != bytes.size()) throw std::runtime_error("size");
+    return bitmap;
+  } catch (const std::exception&) {
+    throw DataError(what + " is damaged: a bitmap of " + std::to_string(bytes.size()) + " bytes does not read back");
+  }
+}
+
+}  // namespace
+
+struct DeliveryLedger::Impl {
+  mutable std::mutex mutex;
+  std::map<std::uint64_t, EpochDeliveries> epochs;
+  std::map<std::string, std::int64_t> sizes;
+  bool run_ended = false;
+
+  void deliver_record(const RecordLineage& r) {
+    EpochDeliveries& epoch = epochs[r.epoch.value_or(0)];
+    ++epoch.deliveries;
+    if (!r.where || r.where->empty() || r.record < 0 || r.record > std::numeric_limits<std::uint32_t>::max() || !r.epoch) {
+      ++epoch.unnamed;
+      return;
+    }
+    epoch.digest += record_hash(*r.where, r.record);
+    FileDeliveries& file = epoch.files[*r.where];
+    ++file.deliveries;
+    const auto index = static_cast<std::uint32_t>(r.record);
+    if (!file.delivered.addChecked(index)) file.twice.add(index);
+  }
+};
+
+DeliveryLedger::DeliveryLedger() : impl_(std::make_unique<Impl>()) {}
+DeliveryLedger::~DeliveryLedger() = default;
+DeliveryLedger::DeliveryLedger(const DeliveryLedger& other) : impl_(std::make_unique<Impl>()) { merge(other); impl_->run_ended = other.run_ended(); }
+DeliveryLedger& DeliveryLedger::operator=(const DeliveryLedger& other) {
+  if (this != &other) {
+    DeliveryLedger copy(other);
+    std::swap(impl_, copy.impl_);
+  }
+  return *this;
+}
+
+void DeliveryLedger::deliver(const Origin& output) {
+  const std::vector<RowLineage> rows = lineage_of(output);
+  std::lock_guard lock(impl_->mutex);
+  for (const RowLineage& row : rows)
+    for (const RecordLineage& part : row.parts) impl_->deliver_record(part);
+}
+
+void DeliveryLedger::know_size(const std::string& where, std::int64_t records) {
+  std::lock_guard lock(impl_->mutex);
+  auto& known = impl_->sizes[where];
+  known = std::max(known, records);
+}
+
+void DeliveryLedger::merge(const DeliveryLedger& other) {
+  if (&other == this) return;
+  std::scoped_lock lock(impl_->mutex, other.impl_->mutex);
+  for (const auto& [number, theirs] : other.impl_->epochs) {
+    EpochDeliveries& mine = impl_->epochs[number];
+    mine.deliveries += theirs.deliveries;
+    mine.digest += theirs.digest;
+    mine.unnamed += theirs.unnamed;
+    for (const auto& [where, file] : theirs.files) {
+      FileDeliveries& into = mine.files[where];
+      into.twice |= file.twice;
+      into.twice |= (into.delivered & file.delivered);  // given by both
+      into.delivered |= file.delivered;
+      into.deliveries += file.deliveries;
+    }
+  }
+  for (const auto& [where, records] : other.impl_->sizes) {
+    auto& known = impl_->sizes[where];
+    known = std::max(known, records);
+  }
+}
+
+void DeliveryLedger::set_run_ended(bool ended) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->run_ended = ended;
+}
+bool DeliveryLedger::run_ended() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->run_ended;
+}
+bool DeliveryLedger::empty() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->epochs.empty();
+}
+std::uint64_t DeliveryLedger::deliveries() const {
+  std::lock_guard lock(impl_->mutex);
+  std::uint64_t n = 0;
+  for (const auto& [_, epoch] : impl_->epochs) n += epoch.deliveries;
+  return n;
+}
+
+void DeliveryLedger::save(checkpoint::Ledger& out) const {
+  std::lock_guard lock(impl_->mutex);
+  out.Clear();
+  out.set_run_ended(impl_->run_ended);
+  for (const auto& [number, epoch] : impl_->epochs) {
+    auto* e = out.add_epochs();
+    e->set_epoch(number);
+    e->set_deliveries(epoch.deliveries);
+    e->set_digest(epoch.digest);
+    e->set_unnamed(epoch.unnamed);
+    for (const auto& [where, file] : epoch.files) {
+      auto* f = e->add_files();
+      f->set_where(where);
+      f->set_deliveries(file.deliveries);
+      f->set_delivered(bitmap_bytes(file.delivered));
+      if (!file.twice.isEmpty()) f->set_twice(bitmap_bytes(file.twice));
+    }
+  }
+  for (const auto& [where, records] : impl_->sizes) (*out.mutable_file_records())[where] = records;
+}
+
+DeliveryLedger DeliveryLedger::load(const checkpoint::Ledger& in, const std::string& what) {
+  DeliveryLedger ledger;
+  Impl& impl = *ledger.impl_;
+  impl.run_ended = in.run_ended();
+  for (const auto& e : in.epochs()) {
+    EpochDeliveries& epoch = impl.epochs[e.epoch()];
+    epoch.deliveries = e.deliveries();
+    epoch.digest = e.digest();
+    epoch.unnamed = e.unnamed();
+    for (const auto& f : e.files()) {
+      const std::string of = fmt::format("{}'s ledger of epoch {}, file {}", what, e.epoch(), f.where());
+      FileDeliveries& file = epoch.files[f.where()];
+      file.delivered = bitmap_of(f.delivered(), of);
+      file.twice = bitmap_of(f.twice(), of);
+      file.deliveries = f.deliveries();
+    }
+  }
+  for (const auto& [where, records] : in.file_records()) impl.sizes[where] = records;
+  return ledger;
+}
+
+std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<EpochVerdict> out;
+  const std::uint64_t last = impl_->epochs.empty() ? 0 : impl_->epochs.rbegin()->first;
+  for (const auto& [number, epoch] : impl_->epochs) {
+    EpochVerdict v;
+    v.epoch = number;
+    v.deliveries = epoch.deliveries;
+    v.digest = epoch.digest;
+    v.unnamed = epoch.unnamed;
+    v.under_way = !impl_->run_ended && number == last;
+    // Every file any epoch delivered from, or a reader measured, belongs to every epoch.
+    std::map<std::string, std::int64_t> files = impl_->sizes;
+    for (const auto& [_, other] : impl_->epochs)
+      for (const auto& [where, __] : other.files) files.emplace(where, -1);
+    std::uint64_t expected = 0;
+    for (const auto& [where, size] : files) {
+      auto it = epoch.files.find(where);
+      const FileDeliveries* file = it == epoch.files.end() ? nullptr : &it->second;
+      if (file) {
+        v.records += file->delivered.cardinality();
+        v.twice += file->twice.cardinality();
+        for (auto r = file->twice.begin(); r != file->twice.end() && v.twice_named.size() < most_named; ++r)
+          v.twice_named.push_back({where, static_cast<std::int64_t>(*r)});
+      }
+      if (size < 0) {
+        v.files_of_unknown_size.push_back(where);
+        continue;
+      }
+      expected += static_cast<std::uint64_t>(size);
+      Roaring all;
+      all.addRange(0, static_cast<std::uint64_t>(size));
+      if (file) all -= file->delivered;
+      v.missing += all.cardinality();
+      for (auto r = all.begin(); r != all.end() && v.missing_named.size() < most_named; ++r)
+        v.missing_named.push_back({where, static_cast<std::int64_t>(*r)});
+    }
+    if (v.files_of_unknown_size.empty()) v.expected = expected;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+bool verdicts_clean(const std::vector<EpochVerdict>& verdicts) {
+  return std::all_of(verdicts.begin(), verdicts.end(), [](const EpochVerdict& v) { return v.twice == 0 && (v.missing == 0 || v.under_way); });
+}
+
+std::string format_verdicts(const std::vector<EpochVerdict>& verdicts, bool run_ended) {
+  if (verdicts.empty()) return "no deliveries recorded\n";
+  std::string out;
+  auto named = [](const std::vector<EpochVerdict::Record>& records, std::uint64_t count) {
+    std::string text;
+    for (const auto& r : records) text += fmt::format("\n    {} record {}", r.where, r.record);
+    if (count > records.size()) text += fmt::format("\n    and {} more", count - records.size());
+    return text;
+  };
+  for (const auto& v : verdicts) {
+    out += fmt::format("epoch {}: {} records delivered", v.epoch, v.records);
+    if (v.expected) out += fmt::format(" of {} expected", *v.expected);
+    out += v.twice == 0 ? ", none twice" : fmt::format(", {} more than once", v.twice);
+    if (v.expected || v.missing > 0)
+      out += v.missing == 0 ? ", none missing" : fmt::format(", {} {}", v.missing, v.under_way ? "not yet (the epoch is under way)" : "missing");
+    if (v.unnamed > 0) out += fmt::format("; {} deliveries of elements no reader named", v.unnamed);
+    out += fmt::format(" (digest {:016x})\n", v.digest);
+    if (v.twice > 0) out += "  more than once:" + named(v.twice_named, v.twice) + "\n";
+    if (v.missing > 0 && !v.under_way) out += "  missing:" + named(v.missing_named, v.missing) + "\n";
+    if (!v.files_of_unknown_size.empty())
+      out += fmt::format("  {} file(s) of unknown size (no reader reached their end): missing records cannot be counted there\n",
+                         v.files_of_unknown_size.size());
+  }
+  if (!run_ended) out += "the run had not ended: its last epoch may still be under way\n";
+  return out;
+}
+
+}  // namespace sluice
