@@ -158,6 +158,22 @@ void bind_pipeline_files(py::module_& m) {
     return out;
   }, py::arg("states"), py::arg("ledgers"), "The delivery ledgers of several states merged (a job's workers): each epoch's verdict.");
 
+  m.def("merged_ledgers", [](const std::vector<std::string>& ledgers) {
+    DeliveryLedger merged;
+    for (const auto& bytes : ledgers) {
+      checkpoint::Ledger message;
+      if (!message.ParseFromString(bytes)) throw py::value_error("a ledger given is damaged: it does not decode");
+      try {
+        merged.merge(DeliveryLedger::load(message, "a ledger given"));
+      } catch (const Error& e) {
+        throw py::value_error(e.what());
+      }
+    }
+    checkpoint::Ledger out;
+    merged.save(out);
+    return py::bytes(out.SerializeAsString());
+  }, py::arg("ledgers"), "Several ledgers' bytes as one.");
+
   m.def("spec_from_json", [](const std::string& json) {
     try {
       return pipeline_to_text(parse_pipeline(json, "built in Python").spec);

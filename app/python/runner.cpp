@@ -94,8 +94,9 @@ class Runner {
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
          const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage,
-         const std::string& ledger) {
-    if (lineage && !ledger.empty()) ledger_ = ledger_of_bytes(ledger);
+         const std::vector<std::string>& ledgers) {
+    if (lineage)
+      for (const auto& ledger : ledgers) ledger_.merge(ledger_of_bytes(ledger));
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
     std::vector<std::shared_ptr<const checkpoint::Checkpoint>> job;
     try {
@@ -154,7 +155,10 @@ class Runner {
       options.rows_of_outputs = true;
       options.lineage = lineage;
       follows_lineage_ = lineage;
-      if (lineage) start_ledger(resume_from ? resume_from.get() : continued_state.get(), job, worker.index);
+      if (lineage) {
+        start_ledger(resume_from ? resume_from.get() : continued_state.get(), job, worker.index);
+        ledger_.set_worker(static_cast<std::uint32_t>(worker.index), static_cast<std::uint32_t>(worker.count));
+      }
       engine_ = std::make_shared<Engine>(std::move(*graph), options);
       if (!resume_from) base_ = engine_->start_state();
       if (continued_state) check_same_worker(*continued_state, base_, *r);
@@ -665,11 +669,11 @@ void bind_runner(py::module_& m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&, const std::string&, const std::vector<std::string>&, bool, const std::string&>(),
+                    const std::string&, const std::string&, const std::vector<std::string>&, bool, const std::vector<std::string>&>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
            py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "",
-           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false, py::arg("ledger") = "")
+           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false, py::arg("ledgers") = std::vector<std::string>{})
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
       .def("lineage", &Runner::lineage, py::arg("step"))

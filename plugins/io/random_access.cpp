@@ -235,7 +235,7 @@ class ReadCrew {
   bool quit_ = false;
 };
 
-class RandomAccess final : public Source, public ResumesOnOtherWorkers, public ReadsRecordsAgain {
+class RandomAccess final : public Source, public ResumesOnOtherWorkers, public ReadsRecordsAgain, public KnowsItsRecords {
  public:
   static OperatorInfo describe() {
     return {"random_access",
@@ -366,6 +366,13 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers, public R
     const bool any_remote = std::any_of(objects_.begin(), objects_.end(), [](const auto& o) { return o.has_value(); });
     const int readers = parallel_reads_ > 0 ? parallel_reads_ : any_remote ? 16 : 1;
     if (!crew_ || crew_->size() != readers) crew_ = std::make_unique<ReadCrew>(readers - 1);
+  }
+  // Every file's records an epoch gives (all shards' together: the job's ledgers add up).
+  std::vector<FileRecords> records_per_file() const override {
+    std::vector<FileRecords> out;
+    for (std::size_t f = 0; f < paths_.size(); ++f)
+      out.push_back({*paths_[f], static_cast<std::int64_t>(skips_[f]), static_cast<std::int64_t>(skips_[f] + first_record_[f + 1] - first_record_[f])});
+    return out;
   }
   void begin_pass(std::uint64_t pass) override {
     pass_ = pass;

@@ -54,14 +54,14 @@ def test_a_state_taken_mid_epoch_continues_exactly(files):
     assert first + [keys(b) for b in restored] == whole
 
 
-def run_workers(spec, workers, steps, states=None, early_state=True):
+def run_workers(spec, workers, steps, states=None, early_state=True, lineage=False):
     """A job of `workers` workers, each a Pipeline as a process of torchrun would make it: worker w
     takes steps[w] batches (None: all of its share), then its state, and goes on a little (the
     batches after a state are not delivered: a job killed then repeats them). Returns the records
     each delivered and their states."""
     delivered, saved = [], []
     for w in range(workers):
-        pipeline = sluice.Pipeline.from_spec(spec, worker_index=w, num_workers=workers)
+        pipeline = sluice.Pipeline.from_spec(spec, worker_index=w, num_workers=workers, lineage=lineage)
         if states is not None:
             pipeline.load_state_dict(states)
         it = iter(pipeline)
@@ -100,6 +100,26 @@ def test_states_of_two_workers_continue_on_three_and_those_on_two(files, buffers
     # The next epoch is split two ways afresh, each worker reading half.
     epoch = [sum(1 for b in sluice.Pipeline.from_spec(spec, worker_index=w, num_workers=2) for _ in b["index"]) for w in range(2)]
     assert epoch == [507, 507]
+
+
+def test_the_ledgers_of_a_job_resized_twice_say_each_record_was_delivered_once(files):
+    # 2 workers -> 3 -> 2, as above, each keeping the delivery ledger: merged, the last job's
+    # ledgers hold every earlier worker's deliveries once, and say the epoch whole.
+    spec = (sluice.data.random_access(patterns=files, seed=4, output_buffer=2).shuffle(40, output_buffer=2)
+            .batch(8, output_buffer=2).spec())
+    before, states = run_workers(spec, 2, [23, 11], lineage=True)
+    early = sluice.delivery_ledger(states)  # mid-epoch: what is not given yet is still to come
+    assert early["clean"] and early["epochs"][0]["under_way"] and early["epochs"][0]["records"] == 8 * (23 + 11)
+    middle, states = run_workers(spec, 3, [9, 14, 5], states, lineage=True)
+    after, states = run_workers(spec, 2, [None, None], states, lineage=True)
+    assert_one_epoch(before, middle, after)
+    verdict = sluice.delivery_ledger(states)
+    [epoch] = verdict["epochs"]
+    assert verdict["clean"], verdict["text"]
+    assert (epoch["records"], epoch["expected"], epoch["deliveries"], epoch["under_way"]) == (1014, 1014, 1014, False)
+    # The first worker's ledger alone: the other's records missing, and said to be its share.
+    alone = sluice.delivery_ledger(states[:1])
+    assert 0 < alone["epochs"][0]["missing"] < 1014 and "give every worker's" in alone["text"]
 
 
 def test_states_from_the_start_of_resumed_runs_continue_on_other_workers(files):

@@ -154,7 +154,7 @@ class Pipeline:
         # A pipeline that ends in several stages (a tee) says which one Python iterates.
         self._output = output or ""
         self._lineage = bool(lineage)
-        self._ledger = b""  # what earlier runs delivered (lineage=True), which the next run goes on with
+        self._ledgers = []  # what earlier runs delivered (lineage=True), which the next run goes on with
         self._given = collections.deque(maxlen=4096)  # (a weak reference to an output's first array, its step)
         self.worker = _sluice.worker_identity(worker_index, num_workers)
         # The same validation as `sluice validate`: every problem, before anything runs.
@@ -181,7 +181,7 @@ class Pipeline:
             raise RuntimeError("run() cannot continue a state from load_state_dict(): iterate the pipeline instead")
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, self._metrics_addr, iterate,
                                 epoch, self._worker_index, self._num_workers, self._output, resume or b"", resume_job,
-                                self._lineage, self._ledger)
+                                self._lineage, self._ledgers)
         self._given.clear()
         self.epoch = epoch + 1
         _live_runners.add(runner)
@@ -207,7 +207,7 @@ class Pipeline:
         finally:
             runner.close()
             if self._lineage:
-                self._ledger = runner.ledger_bytes()
+                self._ledgers = [runner.ledger_bytes()]
 
     def __iter__(self):
         return self._iterate(True)
@@ -270,7 +270,7 @@ class Pipeline:
         if runner is not None and runner.running:
             return {"epoch": self.epoch - 1, "checkpoint": runner.checkpoint()}
         if self._lineage:
-            return {"epoch": self.epoch, "ledger": runner.ledger_bytes() if runner is not None else self._ledger}
+            return {"epoch": self.epoch, "ledger": runner.ledger_bytes() if runner is not None else _sluice.merged_ledgers(self._ledgers)}
         return {"epoch": self.epoch}
 
     def ledger(self):
@@ -283,7 +283,7 @@ class Pipeline:
         if not self._lineage:
             raise ValueError("ledger(): make the Pipeline with lineage=True to keep a ledger of what each epoch delivered")
         if self._runner is None:
-            return _ledger_verdicts(self._ledger) if self._ledger else []
+            return _sluice.ledger_of_states([], self._ledgers)["epochs"]
         return self._runner.ledger()
 
     def load_state_dict(self, state):
@@ -306,8 +306,8 @@ class Pipeline:
         self.epoch = operator.index(state["epoch"])
         self._resume = _state_bytes(state, "load_state_dict()")
         self._resume_job = []
-        if self._lineage and state.get("ledger") is not None:
-            self._ledger = bytes(state["ledger"])
+        if self._lineage:
+            self._ledgers = [bytes(state["ledger"])] if state.get("ledger") is not None else []
 
     def _load_job_states(self, states):
         if not states or not all(isinstance(s, dict) and "epoch" in s for s in states):
@@ -317,6 +317,10 @@ class Pipeline:
         if len(states) == count:
             self.load_state_dict(states[index])
             return
+        # What the workers between iterations had delivered joins the first new worker's ledger
+        # (the others' ledgers travel in their states).
+        finished = [bytes(s["ledger"]) for s in states if s.get("checkpoint") is None and s.get("ledger") is not None]
+        ledgers = finished if self._lineage and index == 0 else []
         checkpoints = [_state_bytes(s, f"load_state_dict(): the state of worker {w} of {len(states)}") for w, s in enumerate(states)]
         epochs = [operator.index(s["epoch"]) for s in states]
         inside = {e for e, c in zip(epochs, checkpoints) if c is not None}
@@ -324,7 +328,7 @@ class Pipeline:
             if len(set(epochs)) != 1:
                 raise ValueError(f"load_state_dict(): the workers' states are at different epochs ({sorted(set(epochs))}): give states taken at one moment")
             self.close()
-            self.epoch, self._resume, self._resume_job = epochs[0], None, []
+            self.epoch, self._resume, self._resume_job, self._ledgers = epochs[0], None, [], ledgers
             return
         if len(inside) != 1:
             raise ValueError(f"load_state_dict(): the workers' states are in different epochs ({sorted(inside)}): give states taken at one moment")
@@ -334,6 +338,7 @@ class Pipeline:
                 raise ValueError(f"load_state_dict(): worker {w}'s state is at epoch {e}, the others inside epoch {epoch}: give states taken at one moment")
         self.close()
         self.epoch = epoch
+        self._ledgers = ledgers
         self._resume = None
         # A worker between iterations had given its whole share of the epoch.
         self._resume_job = [c if c is not None else b"" for c in checkpoints]
@@ -392,10 +397,6 @@ def delivery_ledger(states):
         else:
             raise ValueError(f"delivery_ledger(): state {k} is not a state_dict() of a Pipeline made with lineage=True")
     return _sluice.ledger_of_states(checkpoints, ledgers)
-
-
-def _ledger_verdicts(ledger):
-    return _sluice.ledger_of_states([], [ledger])["epochs"]
 
 
 def _first_weak_leaf(item):

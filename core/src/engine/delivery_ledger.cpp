@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 #include <roaring/roaring.hh>
@@ -56,8 +57,14 @@ Roaring bitmap_of(const std::string& bytes, const std::string& what) {
 struct DeliveryLedger::Impl {
   mutable std::mutex mutex;
   std::map<std::uint64_t, EpochDeliveries> epochs;
-  std::map<std::string, std::int64_t> sizes;
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> sizes;  // [first, end)
   bool run_ended = false;
+  std::uint32_t worker_count = 1;
+  std::set<std::uint32_t> workers;  // whose deliveries it holds (none named: a ledger of no job)
+  void know(const std::string& where, std::int64_t first, std::int64_t end) {
+    auto [it, added] = sizes.emplace(where, std::make_pair(first, end));
+    if (!added) it->second = {std::min(it->second.first, first), std::max(it->second.second, end)};
+  }
 
   void deliver_record(const RecordLineage& r) {
     EpochDeliveries& epoch = epochs[r.epoch.value_or(0)];
@@ -92,10 +99,15 @@ void DeliveryLedger::deliver(const Origin& output) {
     for (const RecordLineage& part : row.parts) impl_->deliver_record(part);
 }
 
-void DeliveryLedger::know_size(const std::string& where, std::int64_t records) {
+void DeliveryLedger::know_records(const std::string& where, std::int64_t first, std::int64_t end) {
   std::lock_guard lock(impl_->mutex);
-  auto& known = impl_->sizes[where];
-  known = std::max(known, records);
+  impl_->know(where, first, end);
+}
+
+void DeliveryLedger::set_worker(std::uint32_t index, std::uint32_t count) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->worker_count = std::max<std::uint32_t>(count, 1);
+  impl_->workers = {index};
 }
 
 void DeliveryLedger::merge(const DeliveryLedger& other) {
@@ -114,10 +126,9 @@ void DeliveryLedger::merge(const DeliveryLedger& other) {
       into.deliveries += file.deliveries;
     }
   }
-  for (const auto& [where, records] : other.impl_->sizes) {
-    auto& known = impl_->sizes[where];
-    known = std::max(known, records);
-  }
+  for (const auto& [where, range] : other.impl_->sizes) impl_->know(where, range.first, range.second);
+  impl_->worker_count = std::max(impl_->worker_count, other.impl_->worker_count);
+  impl_->workers.insert(other.impl_->workers.begin(), other.impl_->workers.end());
 }
 
 void DeliveryLedger::set_run_ended(bool ended) {
@@ -157,7 +168,14 @@ void DeliveryLedger::save(checkpoint::Ledger& out) const {
       if (!file.twice.isEmpty()) f->set_twice(bitmap_bytes(file.twice));
     }
   }
-  for (const auto& [where, records] : impl_->sizes) (*out.mutable_file_records())[where] = records;
+  for (const auto& [where, range] : impl_->sizes) {
+    auto* r = out.add_file_records();
+    r->set_where(where);
+    r->set_first(range.first);
+    r->set_end(range.second);
+  }
+  out.set_worker_count(impl_->worker_count);
+  for (auto w : impl_->workers) out.add_workers(w);
 }
 
 DeliveryLedger DeliveryLedger::load(const checkpoint::Ledger& in, const std::string& what) {
@@ -177,7 +195,13 @@ DeliveryLedger DeliveryLedger::load(const checkpoint::Ledger& in, const std::str
       file.deliveries = f.deliveries();
     }
   }
-  for (const auto& [where, records] : in.file_records()) impl.sizes[where] = records;
+  for (const auto& r : in.file_records()) {
+    if (r.first() < 0 || r.end() < r.first() || r.end() > std::numeric_limits<std::uint32_t>::max())
+      throw DataError(fmt::format("{}'s ledger is damaged: file {} reads records {} to {}", what, r.where(), r.first(), r.end()));
+    impl.know(r.where(), r.first(), r.end());
+  }
+  impl.worker_count = std::max<std::uint32_t>(in.worker_count(), 1);
+  impl.workers = std::set<std::uint32_t>(in.workers().begin(), in.workers().end());
   return ledger;
 }
 
@@ -193,11 +217,13 @@ std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const
     v.unnamed = epoch.unnamed;
     v.under_way = !impl_->run_ended && number == last;
     // Every file any epoch delivered from, or a reader measured, belongs to every epoch.
-    std::map<std::string, std::int64_t> files = impl_->sizes;
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> files = impl_->sizes;
     for (const auto& [_, other] : impl_->epochs)
-      for (const auto& [where, __] : other.files) files.emplace(where, -1);
+      for (const auto& [where, __] : other.files) files.emplace(where, std::make_pair(std::int64_t{-1}, std::int64_t{-1}));
+    v.worker_count = impl_->worker_count;
+    v.workers_held = impl_->workers.empty() ? v.worker_count : static_cast<std::uint32_t>(impl_->workers.size());
     std::uint64_t expected = 0;
-    for (const auto& [where, size] : files) {
+    for (const auto& [where, range] : files) {
       auto it = epoch.files.find(where);
       const FileDeliveries* file = it == epoch.files.end() ? nullptr : &it->second;
       if (file) {
@@ -206,13 +232,13 @@ std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const
         for (auto r = file->twice.begin(); r != file->twice.end() && v.twice_named.size() < most_named; ++r)
           v.twice_named.push_back({where, static_cast<std::int64_t>(*r)});
       }
-      if (size < 0) {
+      if (range.first < 0) {
         v.files_of_unknown_size.push_back(where);
         continue;
       }
-      expected += static_cast<std::uint64_t>(size);
+      expected += static_cast<std::uint64_t>(range.second - range.first);
       Roaring all;
-      all.addRange(0, static_cast<std::uint64_t>(size));
+      all.addRange(static_cast<std::uint64_t>(range.first), static_cast<std::uint64_t>(range.second));
       if (file) all -= file->delivered;
       v.missing += all.cardinality();
       for (auto r = all.begin(); r != all.end() && v.missing_named.size() < most_named; ++r)
@@ -252,6 +278,9 @@ std::string format_verdicts(const std::vector<EpochVerdict>& verdicts, bool run_
                          v.files_of_unknown_size.size());
   }
   if (!run_ended) out += "the run had not ended: its last epoch may still be under way\n";
+  if (verdicts.front().workers_held < verdicts.front().worker_count)
+    out += fmt::format("these are the ledgers of {} of the job's {} workers: the records of the others' shares count as missing; give "
+                       "every worker's\n", verdicts.front().workers_held, verdicts.front().worker_count);
   return out;
 }
 

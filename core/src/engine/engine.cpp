@@ -378,7 +378,10 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
   if (g.autotunes()) impl_->set_autotune_budgets();
   if (options.lineage)
     for (auto& st : impl_->stages)
-      if (st->sink) st->ledger = std::make_unique<DeliveryLedger>();
+      if (st->sink) {
+        st->ledger = std::make_unique<DeliveryLedger>();
+        st->ledger->set_worker(static_cast<std::uint32_t>(options.worker_index), static_cast<std::uint32_t>(options.worker_count));
+      }
   // Rows are followed only where a job of another number of workers could use them, or for lineage.
   if ((options.rows_of_outputs && why_not_on_other_workers().empty()) || options.lineage)
     for (auto& st : impl_->stages)
@@ -412,6 +415,7 @@ void Engine::start() {
   if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
   I.start_operators();
   I.restore_states();
+  if (I.options.lineage) I.learn_records_of_sources();
   const auto wanted_by_reader = I.plan_iterations();
   I.group_per_input_stages();
   I.fuse_stages();
@@ -419,6 +423,14 @@ void Engine::start() {
   I.choose_chunks();
   I.restore_ordered_positions();
   I.launch_workers();
+}
+
+// (EngineOptions::lineage) The records sources that know their files give an epoch, for the
+// delivery ledger's verdicts.
+void Engine::Impl::learn_records_of_sources() {
+  for (auto& st : stages)
+    if (const auto* knows = st->source ? dynamic_cast<const KnowsItsRecords*>(st->op.get()) : nullptr)
+      for (const auto& file : knows->records_per_file()) files_read.know_records(file.where, file.first, file.end);
 }
 
 void Engine::Impl::start_operators() {

@@ -373,7 +373,8 @@ struct Engine::Impl {
   // (EngineOptions::lineage) The record counts of the files readers reached the end of, for the
   // sinks' ledgers (a ledger of no deliveries: it locks itself).
   DeliveryLedger files_read;
-  void file_read_to_end(const std::string& where, std::int64_t records) { files_read.know_size(where, records); }
+  void file_read_to_end(const std::string& where, std::int64_t first, std::int64_t end) { files_read.know_records(where, first, end); }
+  void learn_records_of_sources();
   // A sink's ledger as a checkpoint keeps it: with the files' record counts.
   void save_ledger(const StageRuntime& sink, checkpoint::StageState& state) const {
     if (!sink.ledger) return;

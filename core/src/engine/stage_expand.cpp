@@ -392,8 +392,11 @@ bool Engine::Impl::ExpandStage::take_block(ExpandSlot& slot) {
     if (got < 0) return false;
     // Exhausted, or downstream wants no more of this epoch.
     if (got == 0 || st_.exit().output->skipped(slot.epoch)) {
-      // A file read to its end tells the delivery ledger how many records it holds.
-      if (got == 0 && slot.read_where && !slot.read_failed && !per_input_) engine_.file_read_to_end(*slot.read_where, slot.last_record + 1);
+      // A file read to its end tells the delivery ledger which records it holds: as many as its
+      // outputs, numbered on to the last (a tfds split may begin inside a shard).
+      if (got == 0 && slot.read_where && !slot.read_failed && !per_input_)
+        engine_.file_read_to_end(*slot.read_where, std::max<std::int64_t>(0, slot.last_record + 1 - static_cast<std::int64_t>(slot.emitted)),
+                                 slot.last_record + 1);
       close(slot);
       return fill(slot);
     }

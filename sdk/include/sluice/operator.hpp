@@ -356,6 +356,19 @@ class ReadsRecordsAgain {
   virtual Sample read_again(const std::string& where, std::int64_t record, std::int64_t byte_offset) = 0;
 };
 
+/// (6.13) A source that knows the records each of its files gives an epoch (random_access, from
+/// their indexes): the delivery ledger counts what an epoch should deliver from them, files no
+/// worker reached included. Asked after start(); found with dynamic_cast.
+class KnowsItsRecords {
+ public:
+  struct FileRecords {
+    std::string where;  ///< as the origins of its records name it
+    std::int64_t first = 0, end = 0;  ///< records [first, end) of it
+  };
+  virtual ~KnowsItsRecords() = default;
+  virtual std::vector<FileRecords> records_per_file() const = 0;
+};
+
 /// (6.7) An aggregate whose every output stacks, in order, the next inputs it took: one batch of
 /// inputs_per_output() of them, the last of an iteration the ones left (batch, padded_batch,
 /// ragged_batch). The host then knows which records each output holds, row by row (a Python

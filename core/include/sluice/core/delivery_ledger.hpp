@@ -32,6 +32,7 @@ struct EpochVerdict {
   std::uint64_t digest = 0;
   bool under_way = false;             // the run's last epoch, the run not ended: what is missing may come
   std::vector<std::string> files_of_unknown_size;
+  std::uint32_t worker_count = 1, workers_held = 1;  // of the job, and whose deliveries the ledger holds
   struct Record {
     std::string where;
     std::int64_t record = 0;
@@ -49,8 +50,12 @@ class DeliveryLedger {
   // Each record `output` holds (every row of a batch, every part of a zipped row) given once
   // more. Thread-safe, as every call.
   void deliver(const Origin& output);
-  // `where` holds `records` records: a reader reached its end.
-  void know_size(const std::string& where, std::int64_t records);
+  // An epoch reads records [first, end) of `where`: a reader reached its end, or a source knows
+  // its files (random_access, a tfds split reading part of a shard).
+  void know_records(const std::string& where, std::int64_t first, std::int64_t end);
+  // Worker `index` of a job of `count` keeps this ledger (a merge holds several workers'); a
+  // verdict on fewer than all of a job's workers says so (the others' records are not in it).
+  void set_worker(std::uint32_t index, std::uint32_t count);
   // Adds another ledger's deliveries (another worker's, or the run before a resume).
   void merge(const DeliveryLedger& other);
   // The run delivered everything it was to: an epoch with records missing is missing them, not
