@@ -104,6 +104,33 @@ def test_a_job_s_ledgers_add_up_and_name_the_records_given_twice_or_never(spec):
     assert "more than once:" in twice["text"] and "missing:" in twice["text"]
 
 
+def test_the_digest_tells_apart_as_many_records_of_the_same_file(tmp_path):
+    (tmp_path / "a.txt").write_text("".join(f"{j}\n" for j in range(40)))
+    digests = []
+    for seed in (1, 2):  # the first 20 records of two shuffles: the same file, the same count
+        pipeline = sluice.data.TextLineDataset(str(tmp_path / "a.txt")).shuffle(40).batch(4).options(seed=seed).pipeline(lineage=True)
+        it = iter(pipeline)
+        for _ in range(5):
+            next(it)
+        [epoch] = sluice.delivery_ledger([pipeline.state_dict()])["epochs"]
+        pipeline.close()
+        assert epoch["records"] == 20
+        digests.append(epoch["digest"])
+    assert digests[0] != digests[1]
+
+
+def test_a_pipeline_that_reads_its_data_twice_is_told_so(tmp_path):
+    # A mistake a ledger exists to catch: the dataset concatenated with itself.
+    (tmp_path / "a.txt").write_text("".join(f"{j}\n" for j in range(30)))
+    lines = sluice.data.TextLineDataset(str(tmp_path / "a.txt"))
+    pipeline = lines.concatenate(lines).batch(8).pipeline(lineage=True)
+    for _ in pipeline:
+        pass
+    [epoch] = pipeline.ledger()
+    assert (epoch["records"], epoch["deliveries"], epoch["twice"], epoch["missing"]) == (30, 60, 30, 0)
+    assert epoch["twice_named"][0] == (str(tmp_path / "a.txt"), 0)
+
+
 def test_ledgers_that_are_not_are_refused_by_name(spec):
     plain = sluice.Pipeline.from_spec(spec)
     it = iter(plain)
@@ -125,8 +152,9 @@ def test_sluice_run_keeps_the_ledger_through_a_kill_and_a_preemption(tmp_path):
         "options { seed: 5 }\n" + stage("files", "list_files", params={"patterns": "g*.txt", "shuffle": "false"}) +
         stage("lines", "text_lines", "files", extra="interleave { cycle_length: 2 } buffer_size: 2") +
         stage("work", "simulate_work", "lines", {"us": "2000"}, "buffer_size: 2 parallelism: 1") +
-        stage("shuffle", "shuffle", "work", {"buffer_size": "25"}, "buffer_size: 2") + stage("repeat", "repeat", "shuffle", {"count": "3"}) +
-        stage("batch", "batch", "repeat", {"batch_size": "4"}) + stage("out", "jsonl_sink", "batch", {"path": "out.jsonl"}))
+        stage("repeat", "repeat", "work", {"count": "3"}) + stage("shuffle", "shuffle", "repeat", {"buffer_size": "25"}, "buffer_size: 2") +
+        stage("batch", "batch", "shuffle", {"batch_size": "4"}) + stage("out", "jsonl_sink", "batch", {"path": "out.jsonl"}))
+    # (A shuffle after the repeat mixes the epochs and holds its elements by value at each cut.)
     ck, run = tmp_path / "ck", [CLI, "run", "--quiet", str(pipeline), "--checkpoint", str(tmp_path / "ck")]
 
     def start(*extra):
