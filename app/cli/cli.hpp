@@ -2,6 +2,7 @@
 // What the `sluice` command's subcommands share: exit codes, the interrupt flags, loading the
 // plugins, and reading a pipeline as this worker's.
 #include <csignal>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,7 +45,8 @@ void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool 
 // pipeline as it will run: overrides, seed and the worker's shard applied.
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
-                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr);
+                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr,
+                                        std::function<void(sluice::PipelineDocument&)> adapt = {});
 
 struct RunOptions {
   bool quiet = false;
@@ -64,6 +66,14 @@ struct RunOptions {
 // `sluice run` (run.cpp).
 int cmd_run(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
             std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const RunOptions& options);
+
+// `sluice replay` (replay.cpp): one step of a run made again, written to a JSON-lines file.
+struct ReplayRequest {
+  std::uint64_t step = 0, epoch = 0;
+  std::string out;
+};
+int cmd_replay(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
+               std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const ReplayRequest& request);
 
 // `sluice index` (index.cpp): index files of TFRecord files, for random_access.
 struct IndexRequest {

@@ -215,7 +215,8 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
 
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
-                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run) {
+                                        const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run,
+                                        std::function<void(sluice::PipelineDocument&)> adapt) {
   try {
     sluice::PrepareOptions options;
     options.sets = sets;
@@ -223,6 +224,7 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
     options.worker = {worker_args.index, worker_args.count, "--worker-index/--num-workers"};
     // a `distribute` stage and those before it run on the service
     options.split_distributed = [&registry](sluice::PipelineDocument& doc) { split_at_service(registry, doc); };
+    options.adapt = std::move(adapt);
     sluice::PreparedPipeline prepared;
     try {
       prepared = sluice::prepare_pipeline(sluice::read_pipeline_file(file), registry, options);
@@ -375,6 +377,7 @@ class CommandLine {
     add_report();
     add_checkpoint();
     add_ledger();
+    add_replay();
     add_validate();
     add_plugins();
     add_index();
@@ -497,6 +500,19 @@ class CommandLine {
     on(ledger, [this] { return cmd_ledger(ledger_paths_); });
   }
 
+  void add_replay() {
+    auto* replay = app_.add_subcommand("replay", "make one step of a run again, exactly as the run made it, and write it to a file");
+    replay->add_option("pipeline", file_, "pipeline file")->required();
+    replay->add_option("--step", replay_.step, "the step: the sink's input's output number in its epoch, from 0")->required();
+    replay->add_option("--epoch", replay_.epoch, "the epoch (default 0)");
+    replay->add_option("--out", replay_.out, "JSON-lines file the step is written to (as jsonl_sink writes it), in place of the sink")->required();
+    add_sets(replay);
+    replay->add_option("--seed", seed_, "override the pipeline's seed, as the run did");
+    add_plugin_dir(replay);
+    add_worker_options(replay);
+    on(replay, [this] { return cmd_replay(common_, file_, sets_, seed_, worker_args_, replay_); });
+  }
+
   void add_validate() {
     auto* validate = app_.add_subcommand("validate", "check a pipeline without running it");
     validate->add_option("pipeline", file_, "pipeline file")->required();
@@ -585,6 +601,7 @@ class CommandLine {
   WorkerArgs worker_args_;
   std::string file_, op_name_, log_file_, checkpoint_path_, service_dispatcher_;
   std::vector<std::string> ledger_paths_;
+  ReplayRequest replay_;
   std::vector<std::string> sets_;
   std::optional<std::uint64_t> seed_;
   bool json_ = false, verbose_ = false, ablate_ = false;

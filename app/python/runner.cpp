@@ -94,7 +94,7 @@ class Runner {
          std::optional<std::uint64_t> seed, const std::vector<std::string>& plugin_dirs, const std::string& metrics_addr, bool iterate,
          std::uint64_t first_epoch, std::optional<int> worker_index, std::optional<int> num_workers,
          const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage,
-         const std::vector<std::string>& ledgers) {
+         const std::vector<std::string>& ledgers, std::optional<std::uint64_t> replay_step) {
     if (lineage)
       for (const auto& ledger : ledgers) ledger_.merge(ledger_of_bytes(ledger));
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
@@ -138,6 +138,11 @@ class Runner {
     PrepareOptions options = prepare_options(sets, seed);
     options.worker = {worker_index, num_workers, "worker_index/num_workers"};
     PreparedPipeline prepared = prepare(text, file, options, *r, iterate, output);
+    // A step replayed where the pipeline cannot make it directly: by running its epoch to it.
+    if (replay_step && !(replay_why_ = why_not_replayed_directly(prepared.graph, first_epoch)).empty()) {
+      forget_queue();
+      prepared = prepare(text, file, options, *r, iterate, output, replay_step);
+    }
     const WorkerIdentity worker = prepared.worker;
     std::optional<Graph> graph = std::move(prepared.graph);
     py::gil_scoped_release release;
@@ -171,7 +176,8 @@ class Runner {
       follows_rows_ = queue_ && engine_->why_not_on_other_workers().empty();
       if (server_) engine_->subscribe([this](const metrics::MetricsSnapshot& snapshot) { server_->publish(snapshot); });
       if (!feed_stage_.empty()) feed_ = engine_->feed(feed_stage_);
-      engine_->start();
+      if (replay_step && replay_why_.empty()) engine_->replay({first_epoch, *replay_step});
+      else engine_->start();
       if (queue_) {
         // The sink is finished only in Engine::wait(); this tells the iterator the moment the
         // workers are done, so the end of a run costs no polling delay.
@@ -318,6 +324,8 @@ class Runner {
     return py::bytes(bytes);
   }
   bool running() const { return engine_ != nullptr; }
+  // A replay's: why it ran the epoch to its step (empty: it made the step directly).
+  const std::string& replay_why() const { return replay_why_; }
 
   // The records of output `step` of this iteration (0: the first the loop was given), one dict a
   // row: its source, record, byte offset and the epoch it was read in; a zipped row names its
@@ -384,8 +392,9 @@ class Runner {
   // The pipeline as this worker runs it (sluice/core/prepare.hpp): after the iterator took the
   // sink's place, whose output path then is not written, this worker's shard (or seed) of a job of
   // several, as `sluice run` makes it. Raises SpecError or ValueError, its queue forgotten.
+  // With `select`, the sink is handed only that step of the first epoch (select_step).
   PreparedPipeline prepare(const std::string& text, const std::string& file, PrepareOptions options, Registry& registry,
-                           bool iterate, const std::string& output) {
+                           bool iterate, const std::string& output, std::optional<std::uint64_t> select = std::nullopt) {
     PipelineDocument written;
     try {
       written = parse_pipeline(text, file);
@@ -398,6 +407,7 @@ class Runner {
           queue_stage(*sink);
           iterator_id_ = sink->id();
         }
+        if (select) select_step(doc, registry, *select);
       };
     try {
       PreparedPipeline prepared = prepare_pipeline(std::move(written), registry, options);
@@ -410,6 +420,21 @@ class Runner {
     } catch (const WorkerIdentityError& e) {
       forget_queue();
       throw py::value_error(e.what());
+    } catch (const Error& e) {  // (select_step)
+      forget_queue();
+      throw py::value_error(e.what());
+    }
+  }
+
+  // Why `graph` cannot make a step directly (Engine::why_not_replayed_directly), asked of an
+  // engine that is never started.
+  static std::string why_not_replayed_directly(const Graph& graph, std::uint64_t first_epoch) {
+    EngineOptions options;
+    options.first_epoch = first_epoch;
+    try {
+      return Engine(Graph(graph), options).why_not_replayed_directly();
+    } catch (const std::exception& e) {
+      return e.what();
     }
   }
 
@@ -648,6 +673,7 @@ class Runner {
       if (job[w]->has_ledger()) ledger_.merge(DeliveryLedger::load(job[w]->ledger(), fmt::format("the state of worker {} of {}", w, job.size())));
   }
   bool follows_lineage_ = false;
+  std::string replay_why_;
   DeliveryLedger ledger_, files_read_at_end_;
   std::deque<Origin> lineage_;
   std::uint64_t lineage_first_ = 0;
@@ -669,16 +695,19 @@ void bind_runner(py::module_& m) {
   py::class_<Runner>(m, "Runner")
       .def(py::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, std::optional<std::uint64_t>,
                     const std::vector<std::string>&, const std::string&, bool, std::uint64_t, std::optional<int>, std::optional<int>,
-                    const std::string&, const std::string&, const std::vector<std::string>&, bool, const std::vector<std::string>&>(),
+                    const std::string&, const std::string&, const std::vector<std::string>&, bool, const std::vector<std::string>&,
+                    std::optional<std::uint64_t>>(),
            py::arg("text"), py::arg("file"), py::arg("sets"), py::arg("seed"), py::arg("plugin_dirs"), py::arg("metrics_addr"),
            py::arg("iterate"), py::arg("first_epoch") = 0, py::arg("worker_index") = std::nullopt,
            py::arg("num_workers") = std::nullopt, py::arg("output") = "", py::arg("resume") = "",
-           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false, py::arg("ledgers") = std::vector<std::string>{})
+           py::arg("resume_job") = std::vector<std::string>{}, py::arg("lineage") = false, py::arg("ledgers") = std::vector<std::string>{},
+           py::arg("replay_step") = std::nullopt)
       .def("next", &Runner::next, py::arg("arrays") = true)
       .def("checkpoint", &Runner::checkpoint)
       .def("lineage", &Runner::lineage, py::arg("step"))
       .def("ledger", &Runner::ledger)
       .def("ledger_bytes", &Runner::ledger_bytes)
+      .def_property_readonly("replay_why", &Runner::replay_why)
       .def_property_readonly("steps_given", &Runner::steps_given)
       .def_property_readonly("running", &Runner::running)
       .def("close", &Runner::close, py::arg("patience") = py::none())

@@ -235,7 +235,11 @@ class ReadCrew {
   bool quit_ = false;
 };
 
-class RandomAccess final : public Source, public ResumesOnOtherWorkers, public ReadsRecordsAgain, public KnowsItsRecords {
+class RandomAccess final : public Source,
+                           public ResumesOnOtherWorkers,
+                           public ReadsRecordsAgain,
+                           public KnowsItsRecords,
+                           public StartsAnywhere {
  public:
   static OperatorInfo describe() {
     return {"random_access",
@@ -380,6 +384,13 @@ class RandomAccess final : public Source, public ResumesOnOtherWorkers, public R
     group_.clear();
     order_.emplace(first_record_.back(), key_of(pass));
     reshardings_.clear();  // a resumed pass's split ends with it: later passes are plain
+  }
+  // A plain pass's positions are arithmetic: its index-th element is at shard + index * shards.
+  void begin_pass_at(std::uint64_t pass, std::uint64_t index) override {
+    begin_pass(pass);
+    std::uint64_t position = 0;
+    if (index == 0 || !next_position(position)) return;  // (sets the pass's first place, for equal_steps: pad)
+    planned_ = next_ = std::min<std::uint64_t>(index, static_cast<std::uint64_t>(std::max<std::int64_t>(expected_elements(), 0)));
   }
   // This shard's count: positions shard, shard + shards, ... below the records' total (of what
   // was left to the job's workers, in a pass resumed on another number of them).

@@ -13,6 +13,7 @@ import atexit
 import collections
 import operator
 import os
+import sys
 import weakref
 
 from . import _sluice
@@ -257,6 +258,31 @@ class Pipeline:
         if step is None:
             step = runner.steps_given - 1
         return runner.lineage(operator.index(step))
+
+    def replay(self, step, *, epoch=None):
+        """Output `step` of an epoch (0: its first; default: the current or last iteration's) made
+        again, exactly as the iteration gave it: the same records, the same random draws. A
+        pipeline whose source starts anywhere (random_access) through maps and a batch makes it
+        directly, in a time that does not grow with the step; any other (a shuffle buffer, a
+        reader that reads in order) runs the epoch to it, and says so on stderr."""
+        step = operator.index(step)
+        if step < 0:
+            raise ValueError(f"replay(): step must be 0 or more, not {step}")
+        if epoch is None:
+            epoch = self.epoch - 1 if self._runner is not None else self.epoch
+        epoch = operator.index(epoch)
+        runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, "", True, epoch, self._worker_index,
+                                self._num_workers, self._output, b"", [], self._lineage, [], step)
+        try:
+            if runner.replay_why:
+                print(f"sluice: replay(step={step}): {runner.replay_why}; made by running epoch {epoch} to it", file=sys.stderr)
+            try:
+                item = runner.next(True)
+            except StopIteration:
+                raise IndexError(f"replay(): epoch {epoch} has no step {step}: its outputs end before") from None
+        finally:
+            runner.close()
+        return item if self._structure is None else self._structure.unflatten(item)
 
     def state_dict(self):
         """Where the pipeline stands, as a dict to save with the model: during an iteration,

@@ -814,6 +814,22 @@ Feed* Engine::feed(const std::string& stage_id) const {
   throw Error(fmt::format("the pipeline has no stage '{}'", stage_id));
 }
 
+std::string Engine::why_not_replayed_directly() const {
+  Impl::ReplayChain chain;
+  return impl_->replay_chain(chain);
+}
+
+void Engine::replay(ReplayAt at) {
+  auto& I = *impl_;
+  if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
+  Impl::ReplayChain chain;
+  if (const std::string why = I.replay_chain(chain); !why.empty()) throw Error("this pipeline cannot replay a step directly: " + why);
+  I.replay_at = at;
+  I.start_operators();
+  if (I.options.lineage) I.learn_records_of_sources();
+  I.launch_replay();
+}
+
 DeliveryLedger Engine::delivery_ledger(bool deliveries) const {
   DeliveryLedger ledger;
   if (deliveries)

@@ -375,6 +375,15 @@ struct Engine::Impl {
   DeliveryLedger files_read;
   void file_read_to_end(const std::string& where, std::int64_t first, std::int64_t end) { files_read.know_records(where, first, end); }
   void learn_records_of_sources();
+  // Replay (replay.cpp): the stages one output goes through, from the source to the sink.
+  struct ReplayChain {
+    StageRuntime *source = nullptr, *batch = nullptr, *sink = nullptr;
+    std::vector<StageRuntime*> maps_before, maps_after;  // the batch's
+  };
+  std::string replay_chain(ReplayChain& chain) const;  // why not; empty: it can
+  std::optional<ReplayAt> replay_at;
+  void replay_step();
+  void launch_replay();
   // A sink's ledger as a checkpoint keeps it: with the files' record counts.
   void save_ledger(const StageRuntime& sink, checkpoint::StageState& state) const {
     if (!sink.ledger) return;

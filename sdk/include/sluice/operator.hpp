@@ -356,6 +356,17 @@ class ReadsRecordsAgain {
   virtual Sample read_again(const std::string& where, std::int64_t record, std::int64_t byte_offset) = 0;
 };
 
+/// (6.13) A source that can begin a pass at any of its elements without reading those before
+/// (random_access: an element's place is arithmetic). Replay then makes one step of a run again
+/// in a time that does not grow with the step. Found with dynamic_cast.
+class StartsAnywhere {
+ public:
+  virtual ~StartsAnywhere() = default;
+  /// As begin_pass(pass) followed by `index` calls to next() whose elements are dropped: the
+  /// next next() gives the pass's element `index` (counted in this source's share of it).
+  virtual void begin_pass_at(std::uint64_t pass, std::uint64_t index) = 0;
+};
+
 /// (6.13) A source that knows the records each of its files gives an epoch (random_access, from
 /// their indexes): the delivery ledger counts what an epoch should deliver from them, files no
 /// worker reached included. Asked after start(); found with dynamic_cast.

@@ -80,6 +80,12 @@ struct EngineOptions {
   bool chunks = true;
 };
 
+// Replay: one output of a run, its step of an epoch (counted from 0 in the epoch, at the input of
+// the sink), made again (Engine::replay).
+struct ReplayAt {
+  std::uint64_t epoch = 0, step = 0;
+};
+
 enum class RunState { Created, Running, Finished, Stopped, Failed };
 const char* run_state_name(RunState state);
 
@@ -142,6 +148,14 @@ class Engine {
   // The consumer side of a feed sink (gpu_feed) for the training loop; valid until the engine is
   // destroyed. Throws Error when the stage does not exist or is not a feed sink.
   Feed* feed(const std::string& stage_id) const;
+  // Why this pipeline cannot make one step again directly (the stage that holds, drops or reorders
+  // elements, or a source that reads in order); empty when it can: a source that starts anywhere
+  // (random_access), maps, one batch, maps, one sink.
+  std::string why_not_replayed_directly() const;
+  // Instead of start(): makes step `at` directly, as the run gave it (the same records, the same
+  // random draws), and hands it to the sink; the run then finishes as any (wait()). The time does
+  // not grow with the step. Throws Error when it cannot (why_not_replayed_directly()).
+  void replay(ReplayAt at);
   // (EngineOptions::lineage) What the sinks were delivered, all together, and the record counts of
   // the files read to their end; with `deliveries` false, those counts only (for a ledger kept
   // elsewhere: Python's, of what its loop took). Carried through checkpoints, a resumed run's

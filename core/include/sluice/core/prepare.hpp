@@ -41,4 +41,9 @@ void prepare_document(PipelineDocument& doc, const PrepareOptions& options);
 // stage and parameter named) or WorkerIdentityError.
 PreparedPipeline prepare_pipeline(PipelineDocument doc, const Registry& registry, const PrepareOptions& options);
 
+// Replay by running (where Engine::replay cannot): the pipeline made to hand its sink only output
+// `step` of its first epoch, with a skip and a take before the sink; the epoch is made again up to
+// there. Throws Error when the pipeline has no one sink.
+void select_step(PipelineDocument& doc, const Registry& registry, std::uint64_t step);
+
 }  // namespace sluice
