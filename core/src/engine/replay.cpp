@@ -24,6 +24,33 @@ struct Collecting final : Emitter {
 // Whether a stage passes its inputs on unchanged (prefetch), which replay may step over.
 bool only_buffers(const StageRuntime& st) { return st.aggregate && st.spec->op->info.traits.role == OperatorRole::Prefetches; }
 
+// Each element through `maps` in order, elements shared among threads.
+template <class Context>
+void map_in_parallel(const std::vector<StageRuntime*>& maps, std::vector<Sample>& elements, Context&& context) {
+  int threads = 1;
+  for (const StageRuntime* map : maps) threads = std::max(threads, map->workers);
+  threads = std::min<int>(threads, static_cast<int>(elements.size()));
+  std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < elements.size();) {
+      try {
+        for (StageRuntime* map : maps) elements[i] = map->map->map(std::move(elements[i]), context(*map, i));
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        next.store(elements.size());
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 std::string Engine::Impl::replay_chain(ReplayChain& chain) const {
@@ -74,24 +101,28 @@ void Engine::Impl::replay_step() {
   const std::uint64_t first = at.step * rows;
   dynamic_cast<StartsAnywhere*>(chain.source->op.get())->begin_pass_at(at.epoch, first);
   // What the maps build goes back to replay, not into a batch's rows (Placement).
-  auto context = [&](StageRuntime& st, std::uint64_t index) {
-    st.info.placement = nullptr;
-    return ElementContext{&st.info, at.epoch, index};
-  };
-  Collecting made;
-  std::vector<Origin> stacked;
-  if (chain.batch) chain.batch->aggregate->begin_iteration(at.epoch);
-  for (std::uint64_t i = 0; i < rows && made.outputs.empty(); ++i) {
+  for (StageRuntime* map : chain.maps_before) map->info.placement = nullptr;
+  auto context = [&](StageRuntime& st, std::uint64_t index) { return ElementContext{&st.info, at.epoch, index}; };
+  // The step's elements, read in order, then through the maps on as many threads as the widest
+  // of them runs (each element is independent of the others: any thread, the same result).
+  std::vector<Sample> elements;
+  for (std::uint64_t i = 0; i < rows; ++i) {
     Sample element;
     if (!chain.source->source->next(element, context(*chain.source, first + i))) break;
     if (options.lineage) detail::stamp_read_epoch(element, at.epoch);
-    for (StageRuntime* map : chain.maps_before) element = map->map->map(std::move(element), context(*map, first + i));
+    elements.push_back(std::move(element));
+  }
+  map_in_parallel(chain.maps_before, elements, [&](StageRuntime& map, std::size_t i) { return context(map, first + i); });
+  Collecting made;
+  std::vector<Origin> stacked;
+  if (chain.batch) chain.batch->aggregate->begin_iteration(at.epoch);
+  for (std::size_t i = 0; i < elements.size() && made.outputs.empty(); ++i) {
     if (!chain.batch) {
-      made.outputs.push_back(std::move(element));
+      made.outputs.push_back(std::move(elements[i]));
       break;
     }
-    stacked.push_back(element.shared_origin());
-    chain.batch->aggregate->push(std::move(element), context(*chain.batch, first + i), made);
+    stacked.push_back(elements[i].shared_origin());
+    chain.batch->aggregate->push(std::move(elements[i]), context(*chain.batch, first + i), made);
   }
   if (chain.batch && made.outputs.empty()) chain.batch->aggregate->end_iteration(at.epoch, made);  // the epoch's last, short batch
   if (made.outputs.empty())
