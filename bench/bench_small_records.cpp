@@ -281,9 +281,10 @@ struct Run {
   double seconds = 0, cpu = 0;
 };
 
-Run run_pipeline(const sluice::Registry& registry, const std::string& text, bool chunks, std::uint64_t records) {
+Run run_pipeline(const sluice::Registry& registry, const std::string& text, bool chunks, std::uint64_t records, bool lineage = false) {
   sluice::EngineOptions options;
   options.chunks = chunks;
+  options.lineage = lineage;  // every record stamped, every batch naming its rows, the sink's ledger
   sluice::Engine engine(sluice::build_graph(sluice::parse_pipeline(text, "bench_small_records"), registry), options);
   const double c0 = cpu_seconds();
   const auto t0 = Clock::now();
@@ -321,7 +322,7 @@ Run run_loop(const std::string& path, Schema schema, const std::vector<std::uint
 int main(int argc, char** argv) {
   const std::uint64_t records = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1'000'000;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 3;
-  const std::string only = argc > 3 ? argv[3] : "loop1,loopn,ours1,oursn,element1";
+  const std::string only = argc > 3 ? argv[3] : "loop1,loopn,ours1,oursn,element1,lineage1";
   auto wanted = [&](const char* what) { return ("," + only + ",").find(std::string(",") + what + ",") != std::string::npos; };
   sluice::tune_process_for_streaming();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -339,7 +340,7 @@ int main(int argc, char** argv) {
     const auto starts = write_file(path, schema, records, std::max(cores, 1u) * 4, example_bytes);
     // Read once so that every contender finds the file in the page cache.
     run_loop(path, schema, starts, 1, records);
-    Run loop1{1e9, 0}, loopn{1e9, 0}, ours1{1e9, 0}, oursn{1e9, 0}, element1{1e9, 0};
+    Run loop1{1e9, 0}, loopn{1e9, 0}, ours1{1e9, 0}, oursn{1e9, 0}, element1{1e9, 0}, lineage1{1e9, 0};
     auto best = [](Run& b, Run r) {
       if (r.seconds < b.seconds) b = r;
     };
@@ -349,6 +350,7 @@ int main(int argc, char** argv) {
       if (wanted("ours1")) best(ours1, run_pipeline(registry, pipeline(path, schema, 1), true, records));
       if (wanted("oursn")) best(oursn, run_pipeline(registry, pipeline(path, schema, cores), true, records));
       if (wanted("element1")) best(element1, run_pipeline(registry, pipeline(path, schema, 1), false, records));
+      if (wanted("lineage1")) best(lineage1, run_pipeline(registry, pipeline(path, schema, 1), true, records, true));
     }
     auto row = [&](const std::string& what, const Run& r, const Run* base) {
       if (r.seconds >= 1e9) return;  // not run (ONLY)
@@ -363,6 +365,9 @@ int main(int argc, char** argv) {
     row("pipeline, 1 worker", ours1, &loop1);
     row(fmt::format("pipeline, {} workers", cores), oursn, &loopn);
     row("pipeline element-wise, 1 w.", element1, &loop1);
+    row("pipeline + lineage, 1 w.", lineage1, &loop1);
+    if (ours1.seconds < 1e9 && lineage1.seconds < 1e9)
+      fmt::print("{:<6} lineage and ledger on: {:.1f}% of the pipeline's rate without\n", name(schema), 100.0 * ours1.seconds / lineage1.seconds);
     fs::remove(path);
   }
   fs::remove_all(dir);

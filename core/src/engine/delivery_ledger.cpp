@@ -27,12 +27,14 @@ struct EpochDeliveries {
   std::uint64_t deliveries = 0, digest = 0, unnamed = 0;
 };
 
-// A delivery's share of the digest: the same record hashes alike in every process.
-std::uint64_t record_hash(const std::string& where, std::int64_t record) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the name, then mixed with the record
+// A delivery's share of the digest: the same record hashes alike in every process (FNV-1a over
+// the file's name, then mixed with the record's index).
+std::uint64_t name_hash(const std::string& where) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : where) h = (h ^ c) * 0x100000001b3ull;
-  return mix64(h ^ mix64(static_cast<std::uint64_t>(record)));
+  return h;
 }
+std::uint64_t record_hash(std::uint64_t name, std::int64_t record) { return mix64(name ^ mix64(static_cast<std::uint64_t>(record))); }
 
 std::string bitmap_bytes(Roaring bitmap) {
   bitmap.runOptimize();
@@ -66,18 +68,46 @@ struct DeliveryLedger::Impl {
     if (!added) it->second = {std::min(it->second.first, first), std::max(it->second.second, end)};
   }
 
-  void deliver_record(const RecordLineage& r) {
-    EpochDeliveries& epoch = epochs[r.epoch.value_or(0)];
-    ++epoch.deliveries;
-    if (!r.where || r.where->empty() || r.record < 0 || r.record > std::numeric_limits<std::uint32_t>::max() || !r.epoch) {
+  // The file and epoch of the last record delivered: consecutive records mostly share them, and a
+  // look-up by name and a hash of the name per record cost more than the rest.
+  std::shared_ptr<const std::string> last_where;
+  std::uint64_t last_epoch = 0, last_name_hash = 0;
+  EpochDeliveries* last_epoch_deliveries = nullptr;
+  FileDeliveries* last_file = nullptr;
+
+  void deliver_origin(const Origin& o) {
+    const std::optional<std::uint64_t> read_in = read_epoch_of(o);
+    if (!o.where || o.where->empty() || o.record < 0 || o.record > std::numeric_limits<std::uint32_t>::max() || !read_in) {
+      EpochDeliveries& epoch = epochs[read_in.value_or(0)];
+      ++epoch.deliveries;
       ++epoch.unnamed;
       return;
     }
-    epoch.digest += record_hash(*r.where, r.record);
-    FileDeliveries& file = epoch.files[*r.where];
-    ++file.deliveries;
-    const auto index = static_cast<std::uint32_t>(r.record);
-    if (!file.delivered.addChecked(index)) file.twice.add(index);
+    if (!last_file || o.where.get() != last_where.get() || *read_in != last_epoch) {
+      last_where = o.where;
+      last_epoch = *read_in;
+      last_epoch_deliveries = &epochs[*read_in];
+      last_file = &last_epoch_deliveries->files[*o.where];
+      last_name_hash = name_hash(*o.where);
+    }
+    ++last_epoch_deliveries->deliveries;
+    last_epoch_deliveries->digest += record_hash(last_name_hash, o.record);
+    ++last_file->deliveries;
+    const auto index = static_cast<std::uint32_t>(o.record);
+    if (!last_file->delivered.addChecked(index)) last_file->twice.add(index);
+  }
+  void deliver_row(const Origin& row) {
+    const OriginRecords* parts = records_carried(row);
+    if (parts && parts->parts) {
+      for (const Origin& part : parts->records) deliver_origin(part);
+    } else {
+      deliver_origin(row);
+    }
+  }
+  void forget_last() {
+    last_where.reset();
+    last_file = nullptr;
+    last_epoch_deliveries = nullptr;
   }
 };
 
@@ -93,10 +123,13 @@ DeliveryLedger& DeliveryLedger::operator=(const DeliveryLedger& other) {
 }
 
 void DeliveryLedger::deliver(const Origin& output) {
-  const std::vector<RowLineage> rows = lineage_of(output);
   std::lock_guard lock(impl_->mutex);
-  for (const RowLineage& row : rows)
-    for (const RecordLineage& part : row.parts) impl_->deliver_record(part);
+  const OriginRecords* carried = records_carried(output);
+  if (carried && !carried->parts) {
+    for (const Origin& row : carried->records) impl_->deliver_row(row);
+  } else {
+    impl_->deliver_row(output);
+  }
 }
 
 void DeliveryLedger::know_records(const std::string& where, std::int64_t first, std::int64_t end) {

@@ -67,10 +67,11 @@ void Engine::Impl::CollectingEmitter::attach_rows(Sample& output) {
   if (!st_.stacks) return;
   const std::size_t rows = std::min<std::size_t>(static_cast<std::size_t>(st_.stacks->inputs_per_output()), pending_rows_.size());
   if (rows == 0) return;
-  const std::vector<Origin> stacked(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
+  std::vector<Origin> stacked(std::make_move_iterator(pending_rows_.begin()),
+                              std::make_move_iterator(pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows)));
   pending_rows_.erase(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
   const Origin& first = output.shared_origin();
-  const Origin with_rows = origin_of_rows(first, stacked);
+  const Origin with_rows = origin_of_rows(first, std::move(stacked));
   output.set_origin(with_rows.where, with_rows.record, with_rows.byte_offset);
   output.set_read_position(with_rows.read_epoch, with_rows.read_index);
 }

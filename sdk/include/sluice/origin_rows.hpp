@@ -9,6 +9,7 @@
 /// The origin's `where` and record stay the first row's (messages name it as before); the records
 /// ride in the control block of the `where` pointer, found again with std::get_deleter, so that
 /// every stage that passes an origin on passes them on too, with no field of their own.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,13 +43,20 @@ inline Origin origin_carrying(const Origin& first, OriginRecords carrier) {
 /// An element stacking `rows` (a batch): `head` (its own origin, as messages name it: usually
 /// the first row's) carrying each row's. A row that is itself a batch gives its rows (a batch of
 /// batches names every record once); a zipped row stays one row.
-inline Origin origin_of_rows(const Origin& head, const std::vector<Origin>& rows) {
+inline Origin origin_of_rows(const Origin& head, std::vector<Origin> rows) {
   OriginRecords carrier;
-  carrier.records.reserve(rows.size());
-  for (const Origin& row : rows) {
+  const bool nested = std::any_of(rows.begin(), rows.end(), [](const Origin& row) {
     const OriginRecords* inner = records_carried(row);
-    if (inner && !inner->parts) carrier.records.insert(carrier.records.end(), inner->records.begin(), inner->records.end());
-    else carrier.records.push_back(row);
+    return inner && !inner->parts;
+  });
+  if (!nested) {
+    carrier.records = std::move(rows);  // (one record a row: the rows are the records)
+  } else {
+    for (const Origin& row : rows) {
+      const OriginRecords* inner = records_carried(row);
+      if (inner && !inner->parts) carrier.records.insert(carrier.records.end(), inner->records.begin(), inner->records.end());
+      else carrier.records.push_back(row);
+    }
   }
   carrier.where = head.where;
   return detail::origin_carrying(head, std::move(carrier));
