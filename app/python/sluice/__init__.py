@@ -14,6 +14,7 @@ import collections
 import operator
 import os
 import sys
+import time
 import weakref
 
 from . import _sluice
@@ -273,13 +274,19 @@ class Pipeline:
         epoch = operator.index(epoch)
         runner = _sluice.Runner(self._text, self._file, self._sets, self._seed, self._plugin_dirs, "", True, epoch, self._worker_index,
                                 self._num_workers, self._output, b"", [], self._lineage, [], step)
+        started = time.perf_counter()
         try:
-            if runner.replay_why:
-                print(f"sluice: replay(step={step}): {runner.replay_why}; made by running epoch {epoch} to it", file=sys.stderr)
             try:
                 item = runner.next(True)
+                if runner.replay_why:
+                    print(f"sluice: replay(step={step}): {runner.replay_why}; made by running epoch {epoch} to it (the {step} outputs "
+                          f"before it made again in {time.perf_counter() - started:.2f} s)", file=sys.stderr)
             except StopIteration:
                 raise IndexError(f"replay(): epoch {epoch} has no step {step}: its outputs end before") from None
+            except PipelineError as e:
+                if f"epoch {epoch} has no step {step}" in str(e):  # (said by a direct replay)
+                    raise IndexError(f"replay(): epoch {epoch} has no step {step}: its outputs end before") from None
+                raise
         finally:
             runner.close()
         return item if self._structure is None else self._structure.unflatten(item)
