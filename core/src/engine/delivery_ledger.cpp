@@ -15,7 +15,8 @@
 #include "sluice/rng.hpp"
 
 namespace sluice {
-namespace {
+// (Named, not anonymous: DeliveryLedger::Impl holds them.)
+namespace ledger_parts {
 
 struct FileDeliveries {
   Roaring delivered, twice;
@@ -26,6 +27,13 @@ struct EpochDeliveries {
   std::map<std::string, FileDeliveries> files;
   std::uint64_t deliveries = 0, digest = 0, unnamed = 0;
 };
+
+}  // namespace ledger_parts
+
+using ledger_parts::EpochDeliveries;
+using ledger_parts::FileDeliveries;
+
+namespace {
 
 // A delivery's share of the digest: the same record hashes alike in every process (FNV-1a over
 // the file's name, then mixed with the record's index).

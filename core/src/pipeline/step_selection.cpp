@@ -23,6 +23,12 @@ void select_step(PipelineDocument& doc, const Registry& registry, std::uint64_t 
     return id;
   };
   const std::string input = doc.spec.stage(sink).input(0), skip_id = fresh_id("replay_skip"), take_id = fresh_id("replay_take");
+  // The operators of the loaded plugins that skip and take (their roles say `count`).
+  auto op_of = [&](OperatorRole role, const char* what) {
+    const auto op = registry.with_role(role);
+    if (!op) throw Error(fmt::format("no loaded plugin {} elements (the std plugin does): replaying a step by running needs one", what));
+    return op->info.name;
+  };
   auto add = [&](const std::string& id, const std::string& op, const std::string& from, std::uint64_t count) {
     auto* st = doc.spec.add_stage();
     st->set_id(id);
@@ -30,8 +36,8 @@ void select_step(PipelineDocument& doc, const Registry& registry, std::uint64_t 
     st->add_input(from);
     (*st->mutable_params())["count"] = std::to_string(count);
   };
-  add(skip_id, "skip", input, step);
-  add(take_id, "take", skip_id, 1);
+  add(skip_id, op_of(OperatorRole::Skips, "skips"), input, step);
+  add(take_id, op_of(OperatorRole::Takes, "takes"), skip_id, 1);
   doc.spec.mutable_stage(sink)->set_input(0, take_id);
 }
 
