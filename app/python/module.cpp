@@ -160,15 +160,7 @@ void bind_pipeline_files(py::module_& m) {
 
   m.def("merged_ledgers", [](const std::vector<std::string>& ledgers) {
     DeliveryLedger merged;
-    for (const auto& bytes : ledgers) {
-      checkpoint::Ledger message;
-      if (!message.ParseFromString(bytes)) throw py::value_error("a ledger given is damaged: it does not decode");
-      try {
-        merged.merge(DeliveryLedger::load(message, "a ledger given"));
-      } catch (const Error& e) {
-        throw py::value_error(e.what());
-      }
-    }
+    for (const auto& bytes : ledgers) merged.merge(ledger_from_bytes(bytes, "a ledger given"));
     checkpoint::Ledger out;
     merged.save(out);
     return py::bytes(out.SerializeAsString());

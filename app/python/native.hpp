@@ -73,6 +73,8 @@ py::dict to_python(const Sample& sample);
 py::dict message_to_python(const google::protobuf::Message& message);
 // A delivery ledger's verdicts: a dict per epoch (runner.cpp).
 py::list verdicts_to_python(const std::vector<EpochVerdict>& verdicts);
+// A ledger's bytes (Runner.ledger_bytes()), checked; ValueError naming it by `what`.
+DeliveryLedger ledger_from_bytes(const std::string& bytes, const std::string& what);
 Tensor from_python(const py::handle& value, const std::string& field);
 Sample sample_from_python(const py::handle& result, const std::string& what);
 [[noreturn]] void rethrow_python_error(py::error_already_set& e, const std::string& what);

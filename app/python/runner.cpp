@@ -61,6 +61,16 @@ spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::stri
   return sink;
 }
 
+DeliveryLedger ledger_from_bytes(const std::string& bytes, const std::string& what) {
+  checkpoint::Ledger message;
+  if (!message.ParseFromString(bytes)) throw py::value_error(what + " is damaged: it does not decode");
+  try {
+    return DeliveryLedger::load(message, what);
+  } catch (const Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 // A ledger's verdicts as Python takes them: a dict per epoch.
 py::list verdicts_to_python(const std::vector<EpochVerdict>& verdicts) {
   auto named = [](const std::vector<EpochVerdict::Record>& records) {
@@ -96,7 +106,7 @@ class Runner {
          const std::string& output, const std::string& resume, const std::vector<std::string>& resume_job, bool lineage,
          const std::vector<std::string>& ledgers, std::optional<std::uint64_t> replay_step) {
     if (lineage)
-      for (const auto& ledger : ledgers) ledger_.merge(ledger_of_bytes(ledger));
+      for (const auto& ledger : ledgers) ledger_.merge(ledger_from_bytes(ledger, "the ledger given"));
     std::shared_ptr<checkpoint::Checkpoint> resume_from;
     std::vector<std::shared_ptr<const checkpoint::Checkpoint>> job;
     try {
@@ -373,15 +383,6 @@ class Runner {
     checkpoint::Ledger message;
     ledger_now().save(message);
     return py::bytes(message.SerializeAsString());
-  }
-  static DeliveryLedger ledger_of_bytes(const std::string& bytes) {
-    checkpoint::Ledger message;
-    if (!message.ParseFromString(bytes)) throw py::value_error("the ledger given is damaged: it does not decode");
-    try {
-      return DeliveryLedger::load(message, "the ledger given");
-    } catch (const Error& e) {
-      throw py::value_error(e.what());
-    }
   }
   py::list ledger() const {
     if (!follows_lineage_) throw py::value_error("ledger(): this pipeline does not follow lineage; make it with lineage=True");
@@ -665,9 +666,11 @@ class Runner {
   // starts with all of theirs.
   void start_ledger(const checkpoint::Checkpoint* resumed, const std::vector<std::shared_ptr<const checkpoint::Checkpoint>>& job,
                     std::int64_t worker_index) {
-    if (resumed && job.empty() && resumed->has_ledger()) ledger_ = DeliveryLedger::load(resumed->ledger(), "the state given to load_state_dict()");
-    if (resumed && !job.empty() && resumed->has_ledger()) ledger_ = DeliveryLedger::load(resumed->ledger(), "this worker's state");
-    if (resumed && !job.empty() && resumed->has_ledger()) return;  // (a run that continued the job: its state has them all)
+    // (A state of a run that continued a job already holds what its job's states held.)
+    if (resumed && resumed->has_ledger()) {
+      ledger_ = DeliveryLedger::load(resumed->ledger(), job.empty() ? "the state given to load_state_dict()" : "this worker's state");
+      return;
+    }
     if (worker_index != 0) return;
     for (std::size_t w = 0; w < job.size(); ++w)
       if (job[w]->has_ledger()) ledger_.merge(DeliveryLedger::load(job[w]->ledger(), fmt::format("the state of worker {} of {}", w, job.size())));

@@ -250,6 +250,10 @@ std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const
   std::lock_guard lock(impl_->mutex);
   std::vector<EpochVerdict> out;
   const std::uint64_t last = impl_->epochs.empty() ? 0 : impl_->epochs.rbegin()->first;
+  // Every file any epoch delivered from, or a reader measured, belongs to every epoch.
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> files = impl_->sizes;
+  for (const auto& [_, other] : impl_->epochs)
+    for (const auto& [where, __] : other.files) files.emplace(where, std::make_pair(std::int64_t{-1}, std::int64_t{-1}));
   for (const auto& [number, epoch] : impl_->epochs) {
     EpochVerdict v;
     v.epoch = number;
@@ -257,10 +261,6 @@ std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const
     v.digest = epoch.digest;
     v.unnamed = epoch.unnamed;
     v.under_way = !impl_->run_ended && number == last;
-    // Every file any epoch delivered from, or a reader measured, belongs to every epoch.
-    std::map<std::string, std::pair<std::int64_t, std::int64_t>> files = impl_->sizes;
-    for (const auto& [_, other] : impl_->epochs)
-      for (const auto& [where, __] : other.files) files.emplace(where, std::make_pair(std::int64_t{-1}, std::int64_t{-1}));
     v.worker_count = impl_->worker_count;
     v.workers_held = impl_->workers.empty() ? v.worker_count : static_cast<std::uint32_t>(impl_->workers.size());
     std::uint64_t expected = 0;

@@ -822,8 +822,7 @@ std::string Engine::why_not_replayed_directly() const {
 void Engine::replay(ReplayAt at) {
   auto& I = *impl_;
   if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
-  Impl::ReplayChain chain;
-  if (const std::string why = I.replay_chain(chain); !why.empty()) throw Error("this pipeline cannot replay a step directly: " + why);
+  if (const std::string why = I.replay_chain(I.replaying); !why.empty()) throw Error("this pipeline cannot replay a step directly: " + why);
   I.replay_at = at;
   I.start_operators();
   if (I.options.lineage) I.learn_records_of_sources();

@@ -382,6 +382,7 @@ struct Engine::Impl {
   };
   std::string replay_chain(ReplayChain& chain) const;  // why not; empty: it can
   std::optional<ReplayAt> replay_at;
+  ReplayChain replaying;  // (Engine::replay found it)
   void replay_step();
   void launch_replay();
   // A sink's ledger as a checkpoint keeps it: with the files' record counts.

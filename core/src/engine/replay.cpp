@@ -93,8 +93,7 @@ std::string Engine::Impl::replay_chain(ReplayChain& chain) const {
 }
 
 void Engine::Impl::replay_step() {
-  ReplayChain chain;
-  if (const std::string why = replay_chain(chain); !why.empty()) throw Error("this pipeline cannot replay a step directly: " + why);
+  ReplayChain& chain = replaying;
   const ReplayAt at = *replay_at;
   if (at.epoch < options.first_epoch) throw Error(fmt::format("epoch {} is before this run's first, {}", at.epoch, options.first_epoch));
   const std::uint64_t rows = chain.batch ? dynamic_cast<StacksItsInputs*>(chain.batch->op.get())->inputs_per_output() : 1;
