@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "sluice/memory_ops.hpp"
+#include "sluice/origin_rows.hpp"
 #include "std_plugin.hpp"
 
 namespace sluice::std_ops {
@@ -373,11 +374,26 @@ class Unbatch final : public Expand {
       out = Sample();
       for (const auto& f : batch_.fields()) out.set(f.name, f.tensor.row(next_));
       out.share_origin(batch_);
+      name_row(out);
       ++next_;
       return true;
     }
 
    private:
+    // A batch that names its rows (sluice/origin_rows.hpp) gives each row its own record, so that
+    // lineage and the delivery ledger see each once, rebatched or not. The origin messages and
+    // checkpoints name stays the batch's.
+    void name_row(Sample& out) const {
+      const Origin& origin = batch_.shared_origin();
+      const OriginRecords* rows = records_carried(origin);
+      if (!rows || rows->parts || rows->records.size() != static_cast<std::size_t>(rows_)) return;
+      Origin head = origin;
+      head.where = rows->where;  // (the same text: messages and checkpoints see no difference)
+      const Origin named = origin_of_rows(head, {rows->records[static_cast<std::size_t>(next_)]});
+      out.set_origin(named.where, named.record, named.byte_offset);
+      out.set_read_position(origin.read_epoch, origin.read_index);
+    }
+
     Sample batch_;
     std::int64_t rows_ = -1, next_ = 0;
   };

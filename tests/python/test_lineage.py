@@ -64,6 +64,18 @@ def test_the_lineage_of_a_batch_is_found_by_the_batch_or_its_step(numbered):
     pipeline.close()
 
 
+def test_rows_unbatched_and_batched_again_are_named_once_each(numbered):
+    pipeline = lines_of(numbered).padded_batch(3).unbatch().padded_batch(5).pipeline(lineage=True)
+    seen = []
+    for batch in pipeline:
+        rows = [named(r) for r in pipeline.lineage(batch)]
+        assert rows == ids(batch["line"])
+        seen += rows
+    assert sorted(seen) == [(k, j) for k in range(FILES) for j in range(LINES)]
+    [epoch] = pipeline.ledger()
+    assert (epoch["records"], epoch["deliveries"], epoch["twice"], epoch["missing"]) == (FILES * LINES, FILES * LINES, 0, 0)
+
+
 def test_lineage_must_be_asked_for(numbered):
     pipeline = lines_of(numbered).padded_batch(4).pipeline()
     next(iter(pipeline))

@@ -36,18 +36,34 @@ class Process:
                 self.process.wait()
 
 
+class Service:
+    """A dispatcher with two workers, both registered."""
+
+    def __init__(self):
+        self.dispatcher = Process("dispatcher", "--port", "0")
+        self.address = self.dispatcher.address
+        self.workers = [Process("worker", "--dispatcher", self.address) for _ in range(2)]
+        deadline = time.monotonic() + 15
+        while cli("service", "workers", "--dispatcher", self.address).stdout.count(" alive") < 2:
+            assert time.monotonic() < deadline, "the workers did not register"
+            time.sleep(0.1)
+
+    def stop(self):
+        for process in self.workers + [self.dispatcher]:
+            process.stop()
+
+
 @pytest.fixture
-def service():
-    """A dispatcher with two workers, both registered: its address."""
-    dispatcher = Process("dispatcher", "--port", "0")
-    workers = [Process("worker", "--dispatcher", dispatcher.address) for _ in range(2)]
-    deadline = time.monotonic() + 15
-    while cli("service", "workers", "--dispatcher", dispatcher.address).stdout.count(" alive") < 2:
-        assert time.monotonic() < deadline, "the workers did not register"
-        time.sleep(0.1)
-    yield dispatcher.address
-    for process in workers + [dispatcher]:
-        process.stop()
+def running_service():
+    started = Service()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def service(running_service):
+    """The service's address."""
+    return running_service.address
 
 
 def values(dataset):
@@ -178,6 +194,48 @@ def test_the_kubernetes_manifests_start_a_dispatcher_and_workers(tmp_path):
             process.terminate()
             process.wait(10)
     assert "t0ken" not in "".join(p.stderr.read() for p in workers + [dispatcher])
+
+
+def numbered_files(folder, files, lines):
+    """Line J of file fK holds "K J": each record says where it is."""
+    for k in range(files):
+        (folder / f"f{k}.txt").write_text("".join(f"{k} {j}\n" for j in range(lines)))
+    return (sluice.data.list_files(patterns=str(folder / "f*.txt"), shuffle=False)
+            .text_lines(interleave=dict(cycle_length=2)).split_text(to="int64"))
+
+
+def test_lineage_names_the_records_the_workers_read(service, tmp_path):
+    # Batches made on the workers and rebatched here: each row named with its file, line and epoch.
+    ds = (numbered_files(tmp_path, 4, 30).batch(3)
+          .distribute(f"grpc://{service}", job_name="lineage", split_size=1).unbatch().batch(5))
+    pipeline = ds.pipeline(lineage=True)
+    for epoch in range(2):
+        seen = []
+        for batch in pipeline:
+            rows = pipeline.lineage(batch)
+            assert [(int(r[0]), int(r[1])) for r in batch["line"]] == \
+                [(int(row["source"].rsplit("/f", 1)[1][:-4]), row["record"]) for row in rows]
+            assert {row["epoch"] for row in rows} == {epoch}
+            seen += [(row["source"], row["record"]) for row in rows]
+        assert len(seen) == len(set(seen)) == 120
+
+
+def test_a_service_worker_killed_mid_epoch_loses_and_repeats_no_record(running_service, tmp_path):
+    # One of the two workers is killed (SIGKILL) while the first epoch streams: the splits it was
+    # making are made again by the other from where the trainer stopped. The trainer's ledger
+    # says each record of both epochs arrived once, of the records the files hold.
+    ds = (numbered_files(tmp_path, 8, 40).simulate_work(us=3000)
+          .distribute(f"grpc://{running_service.address}", job_name="killed", split_size=1).batch(4))
+    pipeline = ds.pipeline(lineage=True)
+    for step, _ in enumerate(pipeline):
+        if step == 10:
+            running_service.workers[0].process.kill()
+    for _ in pipeline:
+        pass
+    epochs = pipeline.ledger()
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    for e in epochs:
+        assert (e["records"], e["deliveries"], e["expected"], e["twice"], e["missing"]) == (320, 320, 320, 0, 0), e
 
 
 def free_port():

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -22,7 +23,9 @@
 #include "security.hpp"
 #include "service.grpc.pb.h"
 #include "sluice/core/checkpoint.hpp"
+#include "sluice/core/delivery_ledger.hpp"
 #include "sluice/core/engine.hpp"
+#include "sluice/core/lineage.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
 
@@ -36,6 +39,7 @@ struct ReceivedElement {
   std::vector<grpc::Slice> slices;
   std::uint64_t position = 0, raw_size = 0;
   std::size_t slice = 0, offset = 0, length = 0;  // the payload: from byte `offset` of slice `slice`, `length` bytes
+  std::string lineage;                             // (when asked) its records, a core Lineage message
 };
 
 // Reads bytes across a message's slices.
@@ -116,11 +120,12 @@ class SliceBytes final : public SampleBytesIn {
 };
 
 // Protobuf's wire format of `message Element { uint64 position = 1; bytes element = 2; uint64
-// raw_size = 3; }`, fields in any order, unknown ones skipped.
+// raw_size = 3; bytes lineage = 4; }`, fields in any order, unknown ones skipped.
 void parse_received(grpc::ByteBuffer& buffer, ReceivedElement& out, const std::string& what) {
   out.slices.clear();  // (its room is kept for the next message)
   out.position = out.raw_size = 0;
   out.slice = out.offset = out.length = 0;
+  out.lineage.clear();
   if (!buffer.Dump(&out.slices).ok()) throw Error(fmt::format("{}: the message could not be read", what));
   std::size_t total = 0;
   for (const auto& slice : out.slices) total += slice.size();
@@ -145,6 +150,10 @@ void parse_received(grpc::ByteBuffer& buffer, ReceivedElement& out, const std::s
           out.offset = in.offset();
           out.length = static_cast<std::size_t>(length);
           payload = true;
+        } else if (field == 4) {
+          std::string scratch;
+          out.lineage.assign(in.view(static_cast<std::size_t>(length), scratch));
+          break;
         }
         in.skip(static_cast<std::size_t>(length));
         break;
@@ -174,7 +183,7 @@ std::exception_ptr as_stage_failure(std::exception_ptr error) {
 // starts where this trainer stopped (and any element it already has is dropped). Several splits
 // are read at once (`splits_in_flight`, each by a thread of its own), so that several workers
 // work for this trainer; their elements are handed on as they come.
-class ServiceSource final : public Source {
+class ServiceSource final : public Source, public KnowsItsRecords {
  public:
   static OperatorInfo describe();  // below, with its parameters
   explicit ServiceSource(const Params& p) : in_flight_(static_cast<int>(p.get_int("splits_in_flight"))) {
@@ -211,6 +220,7 @@ class ServiceSource final : public Source {
     // downstream offered its own (pinned memory for a GPU feed).
     allocator_ = std::string(info.allocator->name()) == "host" ? static_cast<Allocator*>(&pool_) : info.allocator;
     counters_ = dynamic_cast<HostStageCounters*>(info.counters);
+    follows_lineage_ = counters_ && counters_->follows_lineage();
     target_ = grpc_target(service_);
     token_ = detail::client_token(target_, security_);
     dispatcher_ = proto::Dispatcher::NewStub(detail::client_channel(target_, security_));
@@ -482,10 +492,40 @@ class ServiceSource final : public Source {
     const ReceivedElement& e = stream.element;
     const std::string what = fmt::format("element {} of split {} of job '{}'", e.position, stream.split, job_.job_name());
     SliceBytes payload(e.slices, e.slice, e.offset, e.length, what);
-    if (job_.compression() == proto::JobRequest::NONE) return decode_sample(payload, what, *allocator_);
-    std::string gathered;
-    std::string compressed(payload.view(e.length, gathered));
-    return decode_sample(detail::decompress(job_.compression(), std::move(compressed), static_cast<std::size_t>(e.raw_size), what), what, *allocator_);
+    Sample sample;
+    if (job_.compression() == proto::JobRequest::NONE) {
+      sample = decode_sample(payload, what, *allocator_);
+    } else {
+      std::string gathered;
+      std::string compressed(payload.view(e.length, gathered));
+      sample = decode_sample(detail::decompress(job_.compression(), std::move(compressed), static_cast<std::size_t>(e.raw_size), what), what, *allocator_);
+    }
+    if (follows_lineage_ && !e.lineage.empty()) {
+      // The records the worker read, with their epochs: for lineage and the delivery ledger here.
+      const Origin origin = origin_of_lineage_bytes(e.lineage, what);
+      sample.set_origin(origin.where, origin.record, origin.byte_offset);
+    }
+    return sample;
+  }
+
+  // (lineage) The records of the files the workers read to their end, for the delivery ledger.
+  std::vector<FileRecords> records_per_file() const override {
+    std::vector<FileRecords> files;
+    for (auto& known : records_read_.records_known()) files.push_back({std::move(known.where), known.first, known.end});
+    return files;
+  }
+  // A split's trailer: "FIRST END WHERE" per line (a line that does not read is a worker of
+  // another version's, and names nothing).
+  void learn_records_read(const std::string& lines) {
+    for (std::size_t at = 0; at < lines.size();) {
+      const std::size_t end = std::min(lines.find('\n', at), lines.size());
+      const std::string line = lines.substr(at, end - at);
+      at = end + 1;
+      long long first = 0, last = 0;
+      int name_at = 0;
+      if (std::sscanf(line.c_str(), "%lld %lld %n", &first, &last, &name_at) == 2 && name_at > 0 && first <= last)
+        records_read_.know_records(line.substr(static_cast<std::size_t>(name_at)), first, last);
+    }
   }
 
   template <class Call>
@@ -614,6 +654,7 @@ class ServiceSource final : public Source {
     produce.set_skip(reply.skip());
     produce.set_splits(reply.splits());
     produce.set_job_fingerprint(detail::job_fingerprint(job_));
+    produce.set_lineage(follows_lineage_);
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
     streaming_.insert(stream.context.get());
@@ -645,6 +686,7 @@ class ServiceSource final : public Source {
       };
       report.set_outcome(said("sluice-source-elements") == "0" ? proto::SplitReport::EMPTY : proto::SplitReport::DONE);
       count_skipped(said("sluice-skipped"), said("sluice-skip-reasons-bin"), stream);
+      if (follows_lineage_) learn_records_read(said("sluice-records-read-bin"));
       if (elements) {
         try {
           *elements = std::stoull(said("sluice-split-elements"));
@@ -699,6 +741,8 @@ class ServiceSource final : public Source {
   PooledHostAllocator pool_;
   Allocator* allocator_ = &pool_;
   HostStageCounters* counters_ = nullptr;  // the engine's: skips on the workers are counted here
+  bool follows_lineage_ = false;           // the run follows lineage: the workers send each element's records
+  DeliveryLedger records_read_;            // (lineage) the records of the files the workers read to their end
   std::vector<Lane> lanes_;                // coordinated reads: what each lane brought
   std::uint64_t round_ = 0;                // coordinated reads: the round and lane handed on next
   std::size_t lane_at_ = 0;

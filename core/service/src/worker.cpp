@@ -22,8 +22,10 @@
 #include "service.grpc.pb.h"
 #include "sluice/abi.hpp"
 #include "sluice/core/checkpoint.hpp"
+#include "sluice/core/delivery_ledger.hpp"
 #include "sluice/core/element_queue.hpp"
 #include "sluice/core/engine.hpp"
+#include "sluice/core/lineage.hpp"
 #include "sluice/core/registry.hpp"
 #include "sluice/core/spec.hpp"
 #include "sluice/core/workers.hpp"
@@ -174,6 +176,7 @@ class WorkerService final : public proto::Worker::Service {
     std::uint64_t positions = 0, source_elements = 0;
     std::uint64_t skipped = 0;         // elements the job's skip policy dropped here
     std::vector<std::string> reasons;  // the first few, each naming its stage
+    std::string records_read;          // (lineage) "FIRST END WHERE" per line: the files read to their end
   };
 
   // Runs split `request.split()` of the job, handing `deliver` each element with its position
@@ -193,6 +196,7 @@ class WorkerService final : public proto::Worker::Service {
       PipelineDocument doc = split_pipeline(job, request, handle, *registry_);
       EngineOptions options;
       options.first_epoch = request.epoch();
+      options.lineage = request.lineage();
       engine = std::make_unique<Engine>(build_graph(doc, *registry_), options);
       engine->start();
     } catch (const SpecError& e) {
@@ -247,12 +251,17 @@ class WorkerService final : public proto::Worker::Service {
       for (const auto& reason : stage.skip_reasons())
         if (end.reasons.size() < kReasonsSent) end.reasons.push_back(fmt::format("stage '{}' on worker {}: {}", stage_id, id.load(), reason));
     }
+    if (request.lineage())
+      for (const auto& file : engine->delivery_ledger(false).records_known())
+        if (file.where.find('\n') == std::string::npos) end.records_read += fmt::format("{} {} {}\n", file.first, file.end, file.where);
     return end;
   }
 
   // The element on the wire: its compact form, compressed as the job asks.
-  void wire_element(const proto::JobRequest& job, std::uint64_t position, const Sample& sample, proto::Element& element) {
+  void wire_element(const proto::JobRequest& job, const proto::ProduceRequest& request, std::uint64_t position, const Sample& sample,
+                    proto::Element& element) {
     element.set_position(position);
+    if (request.lineage()) element.set_lineage(lineage_bytes(sample.shared_origin()));
     std::string raw = encode_sample(sample);
     element.set_raw_size(raw.size());
     element.set_element(detail::compress(job.compression(), std::move(raw)));
@@ -271,6 +280,7 @@ class WorkerService final : public proto::Worker::Service {
       context->AddTrailingMetadata("sluice-skip-reasons-bin", fmt::format("{}", fmt::join(end.reasons, "\n")));
     }
     if (job.mode() == proto::JobRequest::DYNAMIC) context->AddTrailingMetadata("sluice-source-elements", std::to_string(end.source_elements));
+    if (!end.records_read.empty()) context->AddTrailingMetadata("sluice-records-read-bin", end.records_read);
   }
 
   grpc::Status make_split(grpc::ServerContext* context, const proto::ProduceRequest* request, grpc::ServerWriter<proto::Element>* out) {
@@ -284,7 +294,7 @@ class WorkerService final : public proto::Worker::Service {
         *job, *request,
         [&](std::uint64_t position, Sample& sample) {
           if (position < request->skip()) return true;
-          wire_element(*job, position, sample, element);
+          wire_element(*job, *request, position, sample, element);
           ++elements_sent;
           return out->Write(element);  // false: the trainer went away
         },
@@ -334,7 +344,7 @@ class WorkerService final : public proto::Worker::Service {
             const std::uint64_t needed = consumer < static_cast<std::uint32_t>(request.consumer_next_size()) ? request.consumer_next(static_cast<int>(consumer)) : 0;
             if (position < std::max(request.skip(), needed)) return true;  // it has this one
             proto::Element element;
-            wire_element(job, position, sample, element);
+            wire_element(job, request, position, sample, element);
             std::unique_lock lock(dealt->mutex);
             dealt->cv.wait(lock, [&] { return dealt->queues[consumer].size() < kDealtQueue || dealt->aborted || stopping.load(); });
             if (dealt->aborted || stopping.load()) return false;

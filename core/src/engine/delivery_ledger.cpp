@@ -145,6 +145,14 @@ void DeliveryLedger::know_records(const std::string& where, std::int64_t first, 
   impl_->know(where, first, end);
 }
 
+std::vector<DeliveryLedger::KnownRecords> DeliveryLedger::records_known() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<KnownRecords> known;
+  known.reserve(impl_->sizes.size());
+  for (const auto& [where, range] : impl_->sizes) known.push_back({where, range.first, range.second});
+  return known;
+}
+
 void DeliveryLedger::set_worker(std::uint32_t index, std::uint32_t count) {
   std::lock_guard lock(impl_->mutex);
   impl_->worker_count = std::max<std::uint32_t>(count, 1);

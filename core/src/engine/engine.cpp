@@ -358,6 +358,7 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
     for (int input : spec.inputs) input_fingerprint = mix64(input_fingerprint ^ output_fingerprints[static_cast<std::size_t>(input)]);
     st->info.input_fingerprint = input_fingerprint;
     st->info.counters = &st->operator_counters;
+    st->operator_counters.lineage = options.lineage;
     st->operator_counters.skipped = [impl = impl_.get(), stage = st.get()](std::uint64_t count, const std::vector<std::string>& reasons) {
       add(stage->counters.errors_skipped, count);
       for (const auto& reason : reasons) impl->keep_skip_reason(*stage, reason);
@@ -415,7 +416,6 @@ void Engine::start() {
   if (I.state.load() != static_cast<int>(RunState::Created)) throw Error("the engine was already started");
   I.start_operators();
   I.restore_states();
-  if (I.options.lineage) I.learn_records_of_sources();
   const auto wanted_by_reader = I.plan_iterations();
   I.group_per_input_stages();
   I.fuse_stages();
@@ -425,12 +425,12 @@ void Engine::start() {
   I.launch_workers();
 }
 
-// (EngineOptions::lineage) The records sources that know their files give an epoch, for the
-// delivery ledger's verdicts.
-void Engine::Impl::learn_records_of_sources() {
+// (EngineOptions::lineage) The records the epochs read, for the delivery ledger's verdicts.
+void Engine::Impl::add_records_known(DeliveryLedger& into) const {
+  into.merge(files_read);
   for (auto& st : stages)
     if (const auto* knows = st->source ? dynamic_cast<const KnowsItsRecords*>(st->op.get()) : nullptr)
-      for (const auto& file : knows->records_per_file()) files_read.know_records(file.where, file.first, file.end);
+      for (const auto& file : knows->records_per_file()) into.know_records(file.where, file.first, file.end);
 }
 
 void Engine::Impl::start_operators() {
@@ -825,7 +825,6 @@ void Engine::replay(ReplayAt at) {
   if (const std::string why = I.replay_chain(I.replaying); !why.empty()) throw Error("this pipeline cannot replay a step directly: " + why);
   I.replay_at = at;
   I.start_operators();
-  if (I.options.lineage) I.learn_records_of_sources();
   I.launch_replay();
 }
 
@@ -834,7 +833,7 @@ DeliveryLedger Engine::delivery_ledger(bool deliveries) const {
   if (deliveries)
     for (auto& st : impl_->stages)
       if (st->ledger) ledger.merge(*st->ledger);
-  ledger.merge(impl_->files_read);
+  if (impl_->state.load() != static_cast<int>(RunState::Created)) impl_->add_records_known(ledger);
   ledger.set_run_ended(state() == RunState::Finished);
   return ledger;
 }

@@ -309,6 +309,8 @@ struct StageRuntime {
     void add_skipped(std::uint64_t count, const std::vector<std::string>& reasons) override {
       if (skipped) skipped(count, reasons);
     }
+    bool lineage = false;  // set by the engine
+    bool follows_lineage() const override { return lineage; }
   } operator_counters;
   StageRemoteStorage remote_storage;  // StageInfo::storage: counts this stage's remote requests
   // An interleave's inputs, by the origin their outputs share: a checkpoint names an element a
@@ -374,7 +376,9 @@ struct Engine::Impl {
   // sinks' ledgers (a ledger of no deliveries: it locks itself).
   DeliveryLedger files_read;
   void file_read_to_end(const std::string& where, std::int64_t first, std::int64_t end) { files_read.know_records(where, first, end); }
-  void learn_records_of_sources();
+  // files_read and what the sources that know their records say now (a service's source learns
+  // them split by split), added to `into`.
+  void add_records_known(DeliveryLedger& into) const;
   // Replay (replay.cpp): the stages one output goes through, from the source to the sink.
   struct ReplayChain {
     StageRuntime *source = nullptr, *batch = nullptr, *sink = nullptr;
@@ -389,7 +393,7 @@ struct Engine::Impl {
   void save_ledger(const StageRuntime& sink, checkpoint::StageState& state) const {
     if (!sink.ledger) return;
     DeliveryLedger saved = *sink.ledger;
-    saved.merge(files_read);
+    add_records_known(saved);
     saved.save(*state.mutable_ledger());
   }
   std::vector<std::unique_ptr<StageRuntime>> stages;

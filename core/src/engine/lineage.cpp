@@ -1,8 +1,13 @@
 #include "sluice/core/lineage.hpp"
 
 #include <array>
+#include <map>
 
+#include <fmt/format.h>
+
+#include "checkpoint.pb.h"
 #include "chunk_carrier.hpp"
+#include "sluice/error.hpp"
 
 namespace sluice {
 namespace {
@@ -66,6 +71,73 @@ std::vector<RowLineage> lineage_of(const Origin& output) {
     rows.push_back(row_of(output));
   }
   return rows;
+}
+
+namespace {
+
+void add_lineage(const Origin& origin, checkpoint::Lineage& lineage, std::map<const std::string*, std::uint32_t>& files,
+                 checkpoint::LineageNode& node) {
+  if (origin.where && !origin.where->empty()) {
+    const auto [it, added] = files.emplace(origin.where.get(), static_cast<std::uint32_t>(files.size() + 1));
+    if (added) lineage.add_files(*origin.where);
+    node.set_file(it->second);
+  }
+  node.set_record(origin.record);
+  node.set_byte_offset(origin.byte_offset);
+  if (const auto epoch = read_epoch_of(origin)) node.set_read_epoch(*epoch);
+  if (const OriginRecords* carried = records_carried(origin)) {
+    node.set_parts(carried->parts);
+    for (const Origin& record : carried->records) add_lineage(record, lineage, files, *node.add_records());
+  }
+}
+
+// A file's name as the records of it already decoded on this thread share it: one `where` per
+// file (and one stamp per file and epoch), as a reader makes them, not one per message.
+std::shared_ptr<const std::string> shared_name(const std::string& name) {
+  thread_local std::array<std::shared_ptr<const std::string>, 16> recent;
+  thread_local std::size_t next = 0;
+  for (const auto& r : recent)
+    if (r && *r == name) return r;
+  auto made = std::make_shared<const std::string>(name);
+  recent[next++ % recent.size()] = made;
+  return made;
+}
+
+Origin origin_of_node(const checkpoint::LineageNode& node, const std::vector<std::shared_ptr<const std::string>>& files,
+                      const std::string& what) {
+  Origin origin;
+  if (node.file() > files.size())
+    throw DataError(fmt::format("{} is damaged: its lineage names file {} of {}", what, node.file(), files.size()));
+  if (node.file() > 0) origin.where = files[node.file() - 1];
+  if (origin.where && node.has_read_epoch()) origin.where = stamped_with_epoch(origin.where, node.read_epoch());
+  origin.record = node.record();
+  origin.byte_offset = node.byte_offset();
+  if (node.records_size() == 0) return origin;
+  std::vector<Origin> records;
+  records.reserve(static_cast<std::size_t>(node.records_size()));
+  for (const auto& record : node.records()) records.push_back(origin_of_node(record, files, what));
+  if (node.parts()) return origin_of_parts(records);
+  const Origin head = records.front();  // (the rows are moved into the call)
+  return origin_of_rows(head, std::move(records));
+}
+
+}  // namespace
+
+std::string lineage_bytes(const Origin& output) {
+  checkpoint::Lineage lineage;
+  std::map<const std::string*, std::uint32_t> files;
+  add_lineage(output, lineage, files, *lineage.mutable_output());
+  return lineage.SerializeAsString();
+}
+
+Origin origin_of_lineage_bytes(std::string_view bytes, const std::string& what) {
+  checkpoint::Lineage lineage;
+  if (!lineage.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw DataError(fmt::format("{} is damaged: its lineage ({} bytes) does not read", what, bytes.size()));
+  std::vector<std::shared_ptr<const std::string>> files;
+  files.reserve(static_cast<std::size_t>(lineage.files_size()));
+  for (const auto& name : lineage.files()) files.push_back(shared_name(name));
+  return origin_of_node(lineage.output(), files, what);
 }
 
 }  // namespace sluice

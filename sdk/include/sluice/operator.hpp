@@ -369,7 +369,9 @@ class StartsAnywhere {
 
 /// (6.13) A source that knows the records each of its files gives an epoch (random_access, from
 /// their indexes): the delivery ledger counts what an epoch should deliver from them, files no
-/// worker reached included. Asked after start(); found with dynamic_cast.
+/// worker reached included. Asked after start(), each time the ledger is taken (a cut, the run's
+/// end): a source may learn more as it goes (the service's source: the files its workers read to
+/// their end). Found with dynamic_cast.
 class KnowsItsRecords {
  public:
   struct FileRecords {

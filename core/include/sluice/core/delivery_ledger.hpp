@@ -53,6 +53,12 @@ class DeliveryLedger {
   // An epoch reads records [first, end) of `where`: a reader reached its end, or a source knows
   // its files (random_access, a tfds split reading part of a shard).
   void know_records(const std::string& where, std::int64_t first, std::int64_t end);
+  struct KnownRecords {
+    std::string where;
+    std::int64_t first = 0, end = 0;
+  };
+  // What know_records() was told, file by file (a service worker sends it with a split).
+  std::vector<KnownRecords> records_known() const;
   // Worker `index` of a job of `count` keeps this ledger (a merge holds several workers'); a
   // verdict on fewer than all of a job's workers says so (the others' records are not in it).
   void set_worker(std::uint32_t index, std::uint32_t count);

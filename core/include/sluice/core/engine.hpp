@@ -36,10 +36,12 @@ class StageFailure : public Error {
 // What a host operator (core's own, not a plugin's) finds behind StageInfo::counters beyond
 // StageCounters: elements skipped elsewhere on its behalf (on the service's workers, under the
 // job's skip policy), counted and their reasons kept as the stage's own, so that the run's report
-// shows them.
+// shows them; and whether the run follows lineage (EngineOptions::lineage), so that a source
+// whose elements are made elsewhere (the service's) has their records sent with them.
 class HostStageCounters : public StageCounters {
  public:
   virtual void add_skipped(std::uint64_t count, const std::vector<std::string>& reasons) = 0;
+  virtual bool follows_lineage() const = 0;
 };
 
 struct EngineOptions {

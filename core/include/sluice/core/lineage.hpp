@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sluice/origin_rows.hpp"
@@ -35,5 +36,12 @@ struct RowLineage {
 };
 // The rows of an output with origin `output`: each row of a batch, or the element itself.
 std::vector<RowLineage> lineage_of(const Origin& output);
+
+// An output's lineage as bytes, for where its origin cannot go (the service's element messages:
+// a worker's elements reach the trainer with their records and epochs), and the origin made
+// again from them: the same rows, parts and epoch stamps. Throws DataError naming `what` when the
+// bytes are damaged.
+std::string lineage_bytes(const Origin& output);
+Origin origin_of_lineage_bytes(std::string_view bytes, const std::string& what);
 
 }  // namespace sluice
