@@ -46,7 +46,7 @@ void load_plugins(sluice::Registry& registry, const CommonOptions& common, bool 
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
                                         const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run = nullptr,
-                                        std::function<void(sluice::PipelineDocument&)> adapt = {});
+                                        std::function<void(sluice::PipelineDocument&)> adapt = {}, const std::string& skip_records = {});
 
 struct RunOptions {
   bool quiet = false;
@@ -60,6 +60,7 @@ struct RunOptions {
   bool timings = false;          // --timings: what the start cost, by phase
   std::string remote_cache;      // --remote-cache DIR: options.remote_cache.dir
   std::string ledger;            // --ledger FILE: follow lineage, write the delivery ledger at the end
+  std::string skip_records;      // --skip-records FILE: "RECORD SOURCE" lines (sluice lineage's), dropped before the first batch
   bool report = true;            // the per-stage report at the end (commands built on a run say what they did instead)
 };
 
@@ -74,6 +75,12 @@ struct ReplayRequest {
 };
 int cmd_replay(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
                std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const ReplayRequest& request);
+// A JSON string of `s` (main.cpp).
+std::string json_string(std::string_view s);
+// `sluice lineage` (replay.cpp): the records step N is made of, "RECORD SOURCE" per line (what
+// --skip-records reads), or JSON lines; of a pipeline file, or of a checkpoint's run.
+int cmd_lineage(const CommonOptions& common, std::string file, const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
+                const WorkerArgs& worker_args, const ReplayRequest& request, bool json);
 
 // `sluice index` (index.cpp): index files of TFRecord files, for random_access.
 struct IndexRequest {

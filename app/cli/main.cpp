@@ -216,7 +216,7 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
 std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const std::string& file,
                                         const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
                                         const WorkerArgs& worker_args, sluice::spec::PipelineSpec* as_run,
-                                        std::function<void(sluice::PipelineDocument&)> adapt) {
+                                        std::function<void(sluice::PipelineDocument&)> adapt, const std::string& skip_records) {
   try {
     sluice::PrepareOptions options;
     options.sets = sets;
@@ -225,6 +225,7 @@ std::optional<sluice::Graph> load_graph(const sluice::Registry& registry, const 
     // a `distribute` stage and those before it run on the service
     options.split_distributed = [&registry](sluice::PipelineDocument& doc) { split_at_service(registry, doc); };
     options.adapt = std::move(adapt);
+    options.skip_records = skip_records;
     sluice::PreparedPipeline prepared;
     try {
       prepared = sluice::prepare_pipeline(sluice::read_pipeline_file(file), registry, options);
@@ -378,6 +379,7 @@ class CommandLine {
     add_checkpoint();
     add_ledger();
     add_replay();
+    add_lineage();
     add_validate();
     add_plugins();
     add_index();
@@ -458,6 +460,10 @@ class CommandLine {
     run->add_option("--ledger", run_options_.ledger,
                     "keep the delivery ledger (which records each epoch delivered, carried by checkpoints) and write it to this file at "
                     "the end; `sluice ledger FILE` reads it");
+    run->add_option("--skip-records", run_options_.skip_records,
+                    "skip the records this file names (\"RECORD SOURCE\" per line, as `sluice lineage` prints them) wherever they "
+                    "come; every other element keeps its place and random draws")
+        ->check(CLI::ExistingFile);
     run->add_flag("--timings", run_options_.timings,
                   "print what the start cost, by phase (plugins described, pipeline checked, engine started, ...), and which plugin "
                   "libraries the run loaded");
@@ -511,6 +517,19 @@ class CommandLine {
     add_plugin_dir(replay);
     add_worker_options(replay);
     on(replay, [this] { return cmd_replay(common_, file_, sets_, seed_, worker_args_, replay_); });
+  }
+
+  void add_lineage() {
+    auto* lineage = app_.add_subcommand("lineage", "print the records one step of a run is made of (the step made again, as replay makes it)");
+    lineage->add_option("pipeline", file_, "pipeline file, or a checkpoint (file or folder) of the run: its pipeline file and seed")->required();
+    lineage->add_option("--step", replay_.step, "the step: the sink's input's output number in its epoch, from 0")->required();
+    lineage->add_option("--epoch", replay_.epoch, "the epoch (default 0)");
+    lineage->add_flag("--json", lineage_json_, "JSON lines (row, source, record, byte_offset, epoch) rather than \"RECORD SOURCE\" lines");
+    add_sets(lineage);
+    lineage->add_option("--seed", seed_, "override the pipeline's seed, as the run did");
+    add_plugin_dir(lineage);
+    add_worker_options(lineage);
+    on(lineage, [this] { return cmd_lineage(common_, file_, sets_, seed_, worker_args_, replay_, lineage_json_); });
   }
 
   void add_validate() {
@@ -601,6 +620,7 @@ class CommandLine {
   WorkerArgs worker_args_;
   std::string file_, op_name_, log_file_, checkpoint_path_, service_dispatcher_;
   std::vector<std::string> ledger_paths_;
+  bool lineage_json_ = false;
   ReplayRequest replay_;
   std::vector<std::string> sets_;
   std::optional<std::uint64_t> seed_;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <set>
 #include <memory>
 #include <mutex>
@@ -563,7 +565,24 @@ int cmd_run(const CommonOptions& common, const std::string& file, const std::vec
   load_plugins(registry, common, true);
   clock.mark("plugins described");
   sluice::spec::PipelineSpec as_run;
-  auto graph = load_graph(registry, file, sets, seed, worker_args, &as_run);
+  std::string skip_records;
+  if (!options.skip_records.empty()) {
+    std::ifstream in(options.skip_records, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      fmt::print(stderr, "error: --skip-records {}: it cannot be read\n", sluice::printable(options.skip_records));
+      return kExitBadInput;
+    }
+    skip_records = text.str();
+  }
+  std::optional<sluice::Graph> graph;
+  try {
+    graph = load_graph(registry, file, sets, seed, worker_args, &as_run, {}, skip_records);
+  } catch (const sluice::Error& e) {  // (the records to skip: a line that does not read, named)
+    fmt::print(stderr, "error: --skip-records {}: {}\n", sluice::printable(options.skip_records), sluice::printable(e.what(), true));
+    return kExitBadInput;
+  }
   clock.mark("pipeline read and checked");
   if (g_interrupted) {
     fmt::print(stderr, "interrupted before the pipeline started; nothing ran\n");

@@ -121,6 +121,25 @@ void bind_pipeline_files(py::module_& m) {
   }, py::arg("text"), py::arg("file"), py::arg("sets") = std::map<std::string, std::string>{}, py::arg("seed") = std::nullopt,
      py::arg("plugin_dirs") = std::vector<std::string>{}, py::arg("iterate") = true, py::arg("output") = "");
 
+  // Pipeline(skip_records=): the pipeline's text with the named records dropped before its
+  // first batch (skip_named_records), so that states, replays and the service see one pipeline.
+  m.def("skip_named_records", [](const std::string& text, const std::string& file, const std::string& records,
+                                 const std::vector<std::string>& plugin_dirs) {
+    Registry& r = loaded_registry(plugin_dirs);
+    PipelineDocument doc;
+    try {
+      doc = parse_pipeline(text, file);
+    } catch (const SpecError& e) {
+      raise_spec_error(e);
+    }
+    try {
+      skip_named_records(doc, r, records);
+    } catch (const Error& e) {
+      throw py::value_error(std::string("skip_records: ") + e.what());
+    }
+    return pipeline_to_text(doc.spec);
+  });
+
   m.def("worker_identity", [](std::optional<int> index, std::optional<int> count) {
     const WorkerIdentity id = worker_of(index, count);
     return py::make_tuple(id.index, id.count, id.origin());

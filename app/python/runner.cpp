@@ -90,6 +90,7 @@ py::list verdicts_to_python(const std::vector<EpochVerdict>& verdicts) {
     d["twice_named"] = named(v.twice_named);
     d["missing_named"] = named(v.missing_named);
     d["unnamed"] = v.unnamed;
+    d["skipped_as_asked"] = v.skipped_as_asked;
     d["under_way"] = v.under_way;
     d["digest"] = v.digest;
     out.append(d);

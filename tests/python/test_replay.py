@@ -1,13 +1,17 @@
 """Replay: one step of a run made again, bit for bit, without the run: directly for a random-access
 pipeline (time independent of the step), by running the epoch to it for the README's pipeline."""
+import json
 import os
 import random
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
 
 import sluice
-from conftest import SOURCE_DIR, cli
+from conftest import CLI, SOURCE_DIR, cli
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +71,70 @@ def test_the_command_line_writes_the_step_the_run_wrote(shards, tmp_path):
     assert (tmp_path / "step.jsonl").read_text().splitlines() == [lines[123]]
     beyond = cli("replay", str(pipeline), "--step", "200", "--out", str(tmp_path / "none.jsonl"), check=False)
     assert beyond.returncode == 1 and "epoch 0 has no step 200" in beyond.stderr and not (tmp_path / "none.jsonl").exists()
+
+
+def rows_and_images(pipeline):
+    """Each row the epoch gave: its (source, record) and its image's bytes, in order."""
+    out = []
+    for batch in pipeline:
+        for row, image in zip(pipeline.lineage(batch), batch["image"]):
+            out.append(((row["source"], row["record"]), image.tobytes()))
+    return out
+
+
+def test_records_named_are_skipped_on_the_next_run_and_the_others_keep_their_order_and_draws(shards):
+    first = augmented(shards).pipeline(lineage=True)
+    run = rows_and_images(first)
+    named = [record for record, _ in run[56:64]] + [run[400][0]]  # step 7's rows and one of step 50
+    again = augmented(shards).pipeline(lineage=True, skip_records=named)
+    rerun = rows_and_images(again)
+    # The same records in the same order, less the named, each with the crop, flip and brightness
+    # it had: the skip sits after every random draw, before the batch.
+    assert rerun == [(record, image) for record, image in run if record not in set(named)]
+    [epoch] = again.ledger()
+    assert (epoch["records"], epoch["expected"], epoch["missing"], epoch["skipped_as_asked"]) == (1591, 1600, 0, 9), epoch
+    # Rows as lineage() gives them are taken as they are; a name that does not read is refused.
+    rows = first.lineage()
+    kept = rows_and_images(augmented(shards).pipeline(lineage=True, skip_records=rows))
+    assert len(kept) == 1600 - len(rows) and not {(r["source"], r["record"]) for r in rows} & {record for record, _ in kept}
+    with pytest.raises(ValueError, match="line 1"):
+        augmented(shards).pipeline(skip_records=[("x", -1)])
+
+
+def test_the_command_line_names_a_steps_records_and_skips_them_on_the_next_run(shards, tmp_path):
+    spec = augmented(shards).spec()
+    pipeline = tmp_path / "p.txtpb"
+    pipeline.write_text(spec + f'stage {{ id: "out" op: "jsonl_sink" input: "batch" params {{ key: "path" value: "{tmp_path}/all.jsonl" }} }}\n')
+    run = augmented(shards).pipeline(lineage=True)
+    in_python = [rows for _, rows in zip(range(13), ((run.lineage(batch)) for batch in run))][12]
+    # The records of step 12, as the run's lineage names them; of a checkpoint's run the same.
+    named = cli("lineage", str(pipeline), "--step", "12")
+    assert named.stdout.splitlines() == [f"{r['record']} {r['source']}" for r in in_python]
+    as_json = [json.loads(line) for line in cli("lineage", str(pipeline), "--step", "12", "--json").stdout.splitlines()]
+    assert [(r["row"], r["source"], r["record"], r["epoch"]) for r in as_json] == [(i, r["source"], r["record"], 0) for i, r in enumerate(in_python)]
+    # A run preempted (SIGTERM) after a checkpoint: its checkpoint names the pipeline and seed.
+    slow = tmp_path / "slow.txtpb"
+    slow.write_text(spec.replace('input: "random_access"', 'input: "slow"') + 'stage { id: "out" op: "null_sink" input: "batch" }\n'
+                    'stage { id: "slow" op: "simulate_work" input: "random_access" params { key: "us" value: "2000" } }\n')
+    running = subprocess.Popen([CLI, "run", "--quiet", str(slow), "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "5"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ck" / "checkpoint.sluice").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running.send_signal(signal.SIGTERM)
+    assert running.wait(timeout=60) == 75
+    assert cli("lineage", str(tmp_path / "ck"), "--step", "12").stdout == named.stdout  # (the slow stage passes records on)
+    nothing = cli("lineage", str(tmp_path), "--step", "12", check=False)
+    assert nothing.returncode == 2 and "no checkpoint at" in nothing.stderr
+    # The next run skips them: 8 records fewer, the ledger says so rather than missing.
+    (tmp_path / "bad.txt").write_text(named.stdout)
+    cli("run", "--quiet", str(pipeline), "--skip-records", str(tmp_path / "bad.txt"), "--ledger", str(tmp_path / "run.ledger"))
+    assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 199
+    verdict = cli("ledger", str(tmp_path / "run.ledger")).stdout
+    assert "1592 records delivered of 1600 expected, none twice, none missing, 8 skipped as asked" in verdict
+    for damage in ["not a record", "12"]:  # (a record with no source names nothing)
+        (tmp_path / "damaged.txt").write_text("12 " + in_python[0]["source"] + f"\n{damage}\n")
+        refused = cli("run", "--quiet", str(pipeline), "--skip-records", str(tmp_path / "damaged.txt"), check=False)
+        assert refused.returncode == 2 and f"line 2: '{damage}' is not \"RECORD SOURCE\"" in refused.stderr
+    beyond = cli("lineage", str(pipeline), "--step", "200", check=False)
+    assert beyond.returncode == 1 and "epoch 0 has no step 200" in beyond.stderr

@@ -98,6 +98,21 @@ def validate(path, *, set=None, seed=None, plugin_dirs=None):
     return _sluice.validate(_read_pipeline_file(path), path, _string_map(set), seed, [os.fspath(d) for d in (plugin_dirs or [])], False)
 
 
+def _named_records(records):
+    """Pipeline(skip_records=): "RECORD SOURCE" lines from lineage() rows (a zipped row's parts
+    each) or (source, record) pairs."""
+    lines = []
+    for item in records:
+        if isinstance(item, dict) and "parts" in item:
+            lines += [f"{int(part['record'])} {part['source']}" for part in item["parts"]]
+        elif isinstance(item, dict):
+            lines.append(f"{int(item['record'])} {item['source']}")
+        else:
+            source, record = item
+            lines.append(f"{int(record)} {os.fspath(source)}")
+    return "\n".join(lines) + "\n"
+
+
 class Pipeline:
     """A pipeline to run: from a file (`Pipeline(path)`), from a file's text
     (`Pipeline.from_spec(text)`) or from `sluice.data`.
@@ -124,6 +139,9 @@ class Pipeline:
     `num_workers=`), each run reads this worker's shard as `sluice run` does: `worker` says which
     worker this is, as (index, count, who said so).
 
+    `skip_records=` (rows `lineage()` gave, or (source, record) pairs) drops those records
+    wherever they come, before the first batch: the other elements keep their order and draws.
+
     With `lineage=True`, `lineage(batch)` says which records made an output the loop was given
     (each row's file, record and the epoch it was read in), for the last 4,096 outputs, and
     `ledger()` whether each epoch gave every record once: the delivery ledger, kept across
@@ -131,7 +149,8 @@ class Pipeline:
     """
 
     def __init__(self, path=None, *, set=None, seed=None, plugin_dirs=None, metrics_addr=None, worker_index=None,
-                 num_workers=None, output=None, lineage=False, _text=None, _file=None, _keep=None, _structure=None):
+                 num_workers=None, output=None, lineage=False, skip_records=None, _text=None, _file=None, _keep=None,
+                 _structure=None):
         if path is not None:
             _file = os.path.abspath(os.fspath(path))
             _text = _read_pipeline_file(os.fspath(path))  # named as given in the message
@@ -142,6 +161,9 @@ class Pipeline:
         self._sets = _string_map(set)
         self._seed = seed
         self._plugin_dirs = [os.fspath(d) for d in (plugin_dirs or [])]
+        if skip_records:
+            # Dropped before the first batch: every other element keeps its place and random draws.
+            self._text = _sluice.skip_named_records(self._text, self._file, _named_records(skip_records), self._plugin_dirs)
         self._metrics_addr = metrics_addr or ""
         self._keep = _keep  # Python functions and arrays the stages use
         self._structure = _structure  # sluice.data's: how the fields make the elements (tuples, scalars)

@@ -71,6 +71,7 @@ struct DeliveryLedger::Impl {
   bool run_ended = false;
   std::uint32_t worker_count = 1;
   std::set<std::uint32_t> workers;  // whose deliveries it holds (none named: a ledger of no job)
+  std::map<std::string, Roaring> skipped;  // by file: records the run was told to skip
   void know(const std::string& where, std::int64_t first, std::int64_t end) {
     auto [it, added] = sizes.emplace(where, std::make_pair(first, end));
     if (!added) it->second = {std::min(it->second.first, first), std::max(it->second.second, end)};
@@ -145,6 +146,12 @@ void DeliveryLedger::know_records(const std::string& where, std::int64_t first, 
   impl_->know(where, first, end);
 }
 
+void DeliveryLedger::skip_as_asked(const std::string& where, std::int64_t record) {
+  if (record < 0 || record > std::numeric_limits<std::uint32_t>::max()) return;
+  std::lock_guard lock(impl_->mutex);
+  impl_->skipped[where].add(static_cast<std::uint32_t>(record));
+}
+
 std::vector<DeliveryLedger::KnownRecords> DeliveryLedger::records_known() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<KnownRecords> known;
@@ -176,6 +183,7 @@ void DeliveryLedger::merge(const DeliveryLedger& other) {
     }
   }
   for (const auto& [where, range] : other.impl_->sizes) impl_->know(where, range.first, range.second);
+  for (const auto& [where, records] : other.impl_->skipped) impl_->skipped[where] |= records;
   impl_->worker_count = std::max(impl_->worker_count, other.impl_->worker_count);
   impl_->workers.insert(other.impl_->workers.begin(), other.impl_->workers.end());
 }
@@ -225,6 +233,11 @@ void DeliveryLedger::save(checkpoint::Ledger& out) const {
   }
   out.set_worker_count(impl_->worker_count);
   for (auto w : impl_->workers) out.add_workers(w);
+  for (const auto& [where, records] : impl_->skipped) {
+    auto* f = out.add_skipped_as_asked();
+    f->set_where(where);
+    f->set_delivered(bitmap_bytes(records));
+  }
 }
 
 DeliveryLedger DeliveryLedger::load(const checkpoint::Ledger& in, const std::string& what) {
@@ -251,6 +264,8 @@ DeliveryLedger DeliveryLedger::load(const checkpoint::Ledger& in, const std::str
   }
   impl.worker_count = std::max<std::uint32_t>(in.worker_count(), 1);
   impl.workers = std::set<std::uint32_t>(in.workers().begin(), in.workers().end());
+  for (const auto& f : in.skipped_as_asked())
+    impl.skipped[f.where()] |= bitmap_of(f.delivered(), fmt::format("{}'s ledger, the records of {} to skip", what, f.where()));
   return ledger;
 }
 
@@ -289,6 +304,11 @@ std::vector<EpochVerdict> DeliveryLedger::verdicts(std::size_t most_named) const
       Roaring all;
       all.addRange(static_cast<std::uint64_t>(range.first), static_cast<std::uint64_t>(range.second));
       if (file) all -= file->delivered;
+      if (auto skipped = impl_->skipped.find(where); skipped != impl_->skipped.end()) {
+        const std::uint64_t before = all.cardinality();
+        all -= skipped->second;
+        v.skipped_as_asked += before - all.cardinality();
+      }
       v.missing += all.cardinality();
       for (auto r = all.begin(); r != all.end() && v.missing_named.size() < most_named; ++r)
         v.missing_named.push_back({where, static_cast<std::int64_t>(*r)});
@@ -318,6 +338,7 @@ std::string format_verdicts(const std::vector<EpochVerdict>& verdicts, bool run_
     out += v.twice == 0 ? ", none twice" : fmt::format(", {} more than once", v.twice);
     if (v.expected || v.missing > 0)
       out += v.missing == 0 ? ", none missing" : fmt::format(", {} {}", v.missing, v.under_way ? "not yet (the epoch is under way)" : "missing");
+    if (v.skipped_as_asked > 0) out += fmt::format(", {} skipped as asked", v.skipped_as_asked);
     if (v.unnamed > 0) out += fmt::format("; {} deliveries of elements no reader named", v.unnamed);
     out += fmt::format(" (digest {:016x})\n", v.digest);
     if (v.twice > 0) out += "  more than once:" + named(v.twice_named, v.twice) + "\n";

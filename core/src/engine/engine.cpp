@@ -425,12 +425,16 @@ void Engine::start() {
   I.launch_workers();
 }
 
-// (EngineOptions::lineage) The records the epochs read, for the delivery ledger's verdicts.
+// (EngineOptions::lineage) The records the epochs read, and those the run was told to skip, for
+// the delivery ledger's verdicts.
 void Engine::Impl::add_records_known(DeliveryLedger& into) const {
   into.merge(files_read);
-  for (auto& st : stages)
+  for (auto& st : stages) {
     if (const auto* knows = st->source ? dynamic_cast<const KnowsItsRecords*>(st->op.get()) : nullptr)
       for (const auto& file : knows->records_per_file()) into.know_records(file.where, file.first, file.end);
+    if (const auto* skips = dynamic_cast<const NamesSkippedRecords*>(st->op.get()))
+      for (const auto& record : skips->skipped_records()) into.skip_as_asked(record.where, record.record);
+  }
 }
 
 void Engine::Impl::start_operators() {

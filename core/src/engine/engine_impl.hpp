@@ -376,8 +376,8 @@ struct Engine::Impl {
   // sinks' ledgers (a ledger of no deliveries: it locks itself).
   DeliveryLedger files_read;
   void file_read_to_end(const std::string& where, std::int64_t first, std::int64_t end) { files_read.know_records(where, first, end); }
-  // files_read and what the sources that know their records say now (a service's source learns
-  // them split by split), added to `into`.
+  // files_read, what the sources that know their records say now (a service's source learns
+  // them split by split) and the records the run was told to skip, added to `into`.
   void add_records_known(DeliveryLedger& into) const;
   // Replay (replay.cpp): the stages one output goes through, from the source to the sink.
   struct ReplayChain {

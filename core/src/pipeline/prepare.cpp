@@ -30,6 +30,7 @@ WorkerRequest worker_request(const PipelineDocument& doc, const WorkerRequest& a
 }  // namespace
 
 PreparedPipeline prepare_pipeline(PipelineDocument doc, const Registry& registry, const PrepareOptions& options) {
+  if (!options.skip_records.empty()) skip_named_records(doc, registry, options.skip_records);
   prepare_document(doc, options);
   if (options.adapt) options.adapt(doc);
   PreparedPipeline out;

@@ -102,7 +102,7 @@ class PluginLibrary {
   const std::string identity_;
 };
 
-Registry::Registry() = default;
+Registry::Registry() { add_core_operators(*this); }
 
 Registry::~Registry() {
   // Operators (whose factories live in the libraries) go before the libraries they came from;

@@ -29,6 +29,7 @@ struct EpochVerdict {
   std::optional<std::uint64_t> expected;  // the records the epoch's files hold, where every file's count is known
   std::uint64_t twice = 0, missing = 0;   // records given more than once; never (of files whose count is known)
   std::uint64_t unnamed = 0;          // deliveries of elements no reader named (made, not read)
+  std::uint64_t skipped_as_asked = 0; // records the run was told to skip (drop_records), not delivered and not missing
   std::uint64_t digest = 0;
   bool under_way = false;             // the run's last epoch, the run not ended: what is missing may come
   std::vector<std::string> files_of_unknown_size;
@@ -38,6 +39,18 @@ struct EpochVerdict {
     std::int64_t record = 0;
   };
   std::vector<Record> twice_named, missing_named;  // the first of them, by file and record
+};
+
+// A stage that drops records it was given by name (the host's drop_records, which
+// skip_named_records places): the ledger counts them as skipped as asked, not as missing.
+struct SkippedRecord {
+  std::string where;
+  std::int64_t record = 0;
+};
+class NamesSkippedRecords {
+ public:
+  virtual ~NamesSkippedRecords() = default;
+  virtual std::vector<SkippedRecord> skipped_records() const = 0;
 };
 
 class DeliveryLedger {
@@ -53,6 +66,8 @@ class DeliveryLedger {
   // An epoch reads records [first, end) of `where`: a reader reached its end, or a source knows
   // its files (random_access, a tfds split reading part of a shard).
   void know_records(const std::string& where, std::int64_t first, std::int64_t end);
+  // The run was told to skip this record (every epoch): not delivered, it is not missing.
+  void skip_as_asked(const std::string& where, std::int64_t record);
   struct KnownRecords {
     std::string where;
     std::int64_t first = 0, end = 0;

@@ -5,7 +5,9 @@
 // graph. A face differs only in what it passes here.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,8 @@ struct PrepareOptions {
   std::function<void(PipelineDocument&)> split_distributed;
   // What the face changes before the worker's plan is made (Python's iterator in place of the sink).
   std::function<void(PipelineDocument&)> adapt;
+  // Records to skip (skip_named_records), "RECORD SOURCE" per line; empty: none.
+  std::string skip_records;
 };
 
 struct PreparedPipeline {
@@ -45,5 +49,14 @@ PreparedPipeline prepare_pipeline(PipelineDocument doc, const Registry& registry
 // `step` of its first epoch, with a skip and a take before the sink; the epoch is made again up to
 // there. Throws Error when the pipeline has no one sink.
 void select_step(PipelineDocument& doc, const Registry& registry, std::uint64_t step);
+
+// Skipping a named set of records on the next run (the records lineage named): the host's
+// drop_records filter (core/src/pipeline/record_skipping.cpp) placed before the first stage that
+// batches, else before the sink, so that every other element comes in the order, and with the
+// random draws, it would have had. `records`: "RECORD SOURCE" per line (a record's index in its
+// file or object, and the file or object as lineage names it). Throws Error naming the line
+// that does not read, or a pipeline with nowhere to place it.
+void skip_named_records(PipelineDocument& doc, const Registry& registry, const std::string& records);
+std::map<std::string, std::set<std::int64_t>> parse_named_records(const std::string& lines, const std::string& what);
 
 }  // namespace sluice

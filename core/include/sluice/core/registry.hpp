@@ -110,4 +110,7 @@ class Registry {
   std::unique_ptr<RegistryCache> cache_;
 };
 
+// The host's own operators every registry has (drop_records: core/src/pipeline/record_skipping.cpp).
+void add_core_operators(Registry& registry);
+
 }  // namespace sluice
