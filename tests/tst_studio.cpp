@@ -1995,7 +1995,7 @@ class TestStudio : public QObject {
                                           stage("out", "null_sink", "work"));
     const QString log = dir_.filePath("logged.jsonl");
     QProcess headless;
-    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, logged});
+    headless.start(SLUICE_CLI, {"run", "--quiet", "--metrics-log", log, "--ledger", dir_.filePath("logged.ledger"), logged});
     QVERIFY(headless.waitForFinished(60000));
     QCOMPARE(headless.exitCode(), 0);
     // Another pipeline is open, with another bottleneck.
@@ -2017,6 +2017,9 @@ class TestStudio : public QObject {
     QVERIFY2(window_->findChild<QLabel*>("verdict_autotune")->text().contains("work:"),
              qPrintable(window_->findChild<QLabel*>("verdict_autotune")->text()));
     QVERIFY2(window_->log().toPlainText().contains("autotune: 'work' workers"), qPrintable(window_->log().toPlainText()));
+    // The run kept a delivery ledger: its verdict on the finished epoch is shown.
+    QVERIFY2(window_->verdict().summary().contains("Delivery ledger:") && window_->verdict().summary().contains("none twice"),
+             qPrintable(window_->verdict().summary()));
     // Its file edited since the run (us 300 -> 50), open or not: the log's own copy, read-only,
     // saying what changed; the run's rates are never shown on parameters it did not run with.
     QFile original_file(logged);

@@ -71,6 +71,9 @@ void VerdictPanel::show_verdict(const metrics::MetricsSnapshot& snap, const QStr
     text += QString(bottleneck_holds_up(snap) ? "<br><b>Bottleneck:</b> stage '%1': %2" : "<br><b>Busiest stage</b> (nothing held up): '%1': %2")
                 .arg(QString::fromStdString(snap.bottleneck()).toHtmlEscaped(), QString::fromStdString(snap.bottleneck_reason()).toHtmlEscaped());
   text += skipped_text(snap);
+  // (lineage) Each epoch's delivery verdict: every record once, or the records given twice or never.
+  if (const std::string ledger = format_ledger_summary(snap); !ledger.empty())
+    text += "<br><b>Delivery ledger:</b><br>" + QString::fromStdString(ledger).trimmed().toHtmlEscaped().replace("\n", "<br>");
   // A failed run's figures are of a run cut short: nothing to tune from them, but the failure may
   // be one to skip past.
   if (snap.error().empty()) suggestions_ = suggestions_for(snap);

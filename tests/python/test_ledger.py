@@ -6,6 +6,7 @@ import pickle
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -196,3 +197,25 @@ def test_sluice_run_keeps_the_ledger_through_a_kill_and_a_preemption(tmp_path):
     assert damaged.returncode == 2 and "cut.ledger is not a ledger file" in damaged.stderr
     missing = cli("ledger", str(tmp_path / "nothing.ledger"), check=False)
     assert missing.returncode == 2 and "nothing.ledger does not exist" in missing.stderr
+
+
+def test_the_report_metrics_and_metrics_log_show_each_epochs_verdict(spec, tmp_path):
+    # The run's report, its /metrics while it runs and its metrics log (which the studio opens)
+    # carry the ledger's verdict on each epoch.
+    pipeline = tmp_path / "p.txtpb"
+    pipeline.write_text(spec.replace("options {", 'stage { id: "out" op: "null_sink" input: "batch" }\noptions {', 1))
+    done = cli("run", str(pipeline), "--ledger", str(tmp_path / "run.ledger"), "--metrics-log", str(tmp_path / "log.jsonl"))
+    assert f"Delivery ledger:\n  epoch 0: {RECORDS} records delivered of {RECORDS} expected, none twice, none missing" in done.stdout, done.stdout
+    last = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
+    assert [(int(e.get("epoch", 0)), int(e["records"]), int(e["expected"])) for e in last["ledger"]] == [(0, RECORDS, RECORDS)], last.get("ledger")
+    live = sluice.Pipeline.from_spec(spec, lineage=True, metrics_addr="127.0.0.1:0")
+    it = iter(live)
+    for _ in range(3):
+        next(it)
+    deadline = time.monotonic() + 10
+    text = ""
+    while "sluice_ledger_records{" not in text and time.monotonic() < deadline:
+        time.sleep(0.25)
+        text = urllib.request.urlopen(live.metrics_url + "/metrics", timeout=5).read().decode()
+    assert 'sluice_ledger_records{epoch="0",under_way=' in text and 'sluice_ledger_twice{epoch="0",under_way=' in text, text[-2000:]
+    it.close()

@@ -825,6 +825,7 @@ struct Engine::Impl {
   void put_run(metrics::MetricsSnapshot& snap, double elapsed_ns) const;
   void put_stage(StageRuntime& st, metrics::StageMetrics* m, std::uint64_t now, double elapsed_ns) const;
   void put_autotune(metrics::MetricsSnapshot& snap) const;
+  void put_ledger(metrics::MetricsSnapshot& snap) const;
 
   void publish(const metrics::MetricsSnapshot& snap);
 

@@ -183,6 +183,7 @@ metrics::MetricsSnapshot Engine::Impl::make_snapshot() const {
   put_run(snap, elapsed_ns);
   for (const auto& st_ptr : stages) put_stage(*st_ptr, snap.add_stage(), now, elapsed_ns);
   if (autotune) put_autotune(snap);
+  if (options.lineage) put_ledger(snap);
   Bottleneck b = find_bottleneck(snap);
   if (b.stage >= 0) {
     snap.set_bottleneck(snap.stage(b.stage).id());
@@ -224,6 +225,30 @@ void Engine::Impl::put_stage(StageRuntime& st, metrics::StageMetrics* m, std::ui
   if (st.sink) put_devices(st, m, now, elapsed_ns);
   st.previous_ns = now;
   st.rate_samples.push_back({now, el_out, by_out});
+}
+
+// (EngineOptions::lineage) What the sinks were given, judged epoch by epoch: the report, /metrics
+// and the studio show it as the run goes.
+void Engine::Impl::put_ledger(metrics::MetricsSnapshot& snap) const {
+  DeliveryLedger ledger;
+  for (const auto& st : stages)
+    if (st->ledger) ledger.merge(*st->ledger);
+  if (ledger.empty()) return;
+  add_records_known(ledger);
+  ledger.set_run_ended(static_cast<RunState>(state.load()) == RunState::Finished);
+  for (const EpochVerdict& v : ledger.verdicts(0)) {
+    auto* out = snap.add_ledger();
+    out->set_epoch(v.epoch);
+    out->set_records(v.records);
+    out->set_deliveries(v.deliveries);
+    if (v.expected) out->set_expected(*v.expected);
+    out->set_twice(v.twice);
+    out->set_missing(v.missing);
+    out->set_skipped_as_asked(v.skipped_as_asked);
+    out->set_under_way(v.under_way);
+    out->set_digest(v.digest);
+    out->set_unnamed(v.unnamed);
+  }
 }
 
 void Engine::Impl::put_autotune(metrics::MetricsSnapshot& snap) const {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -90,6 +91,27 @@ void add_edge_family(std::string& out, const metrics::MetricsSnapshot& snapshot,
                     [](const metrics::ReaderBuffer& r) -> const std::string& { return r.reader(); }, get);
 }
 
+// (lineage) The delivery ledger's verdict on each epoch: records delivered, expected, twice,
+// missing, skipped as asked (a gauge per epoch; an alert on twice or missing > 0).
+void add_ledger_families(std::string& out, const metrics::MetricsSnapshot& s) {
+  if (s.ledger_size() == 0) return;
+  using L = metrics::LedgerVerdict;
+  const std::pair<const char*, std::function<std::uint64_t(const L&)>> families[] = {
+      {"records", [](const L& l) { return l.records(); }},
+      {"expected", [](const L& l) { return l.expected(); }},
+      {"twice", [](const L& l) { return l.twice(); }},
+      {"missing", [](const L& l) { return l.missing(); }},
+      {"skipped_as_asked", [](const L& l) { return l.skipped_as_asked(); }}};
+  for (const auto& [name, value] : families) {
+    out += fmt::format("# HELP sluice_ledger_{0} The delivery ledger, per epoch: records {1}.\n# TYPE sluice_ledger_{0} gauge\n", name,
+                       std::string(name) == "records" ? "delivered" : std::string(name) == "skipped_as_asked" ? "skipped as asked" : name);
+    for (const auto& l : s.ledger()) {
+      if (std::string(name) == "expected" && !l.has_expected()) continue;
+      out += fmt::format("sluice_ledger_{}{{epoch=\"{}\",under_way=\"{}\"}} {}\n", name, l.epoch(), l.under_way() ? "true" : "false", value(l));
+    }
+  }
+}
+
 }  // namespace
 
 std::string prometheus_text(const metrics::MetricsSnapshot& s) {
@@ -157,6 +179,7 @@ std::string prometheus_text(const metrics::MetricsSnapshot& s) {
                       [](const D& d) { return d.ring_level(); });
     add_device_family(out, s, "sluice_device_ring_capacity", "gauge", "Slots of a device's ring.", [](const D& d) { return d.ring_capacity(); });
   }
+  add_ledger_families(out, s);
   out += fmt::format("# HELP sluice_run_elapsed_seconds Time since the run started.\n# TYPE sluice_run_elapsed_seconds gauge\n"
                      "sluice_run_elapsed_seconds {}\n",
                      s.elapsed_s());

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "sluice/core/delivery_ledger.hpp"
 #include "sluice/operator.hpp"
 
 namespace sluice {
@@ -122,6 +123,16 @@ bool bottleneck_holds_up(const metrics::MetricsSnapshot& snapshot) {
 }
 
 namespace {
+
+std::string indented(const std::string& lines) {
+  std::string out;
+  for (std::size_t at = 0; at < lines.size();) {
+    const std::size_t end = std::min(lines.find('\n', at), lines.size());
+    out += "  " + lines.substr(at, end - at) + "\n";
+    at = end + 1;
+  }
+  return out;
+}
 
 std::string quoted_list(const std::vector<std::string>& ids) {
   std::string s;
@@ -436,6 +447,7 @@ std::string format_report(const metrics::MetricsSnapshot& snapshot) {
                        m.data_values());
   }
   out += format_autotune_summary(snapshot);
+  if (const std::string ledger = format_ledger_summary(snapshot); !ledger.empty()) out += "Delivery ledger:\n" + indented(ledger);
   if (!snapshot.bottleneck().empty())
     out += fmt::format("Bottleneck: stage '{}': {}\n", snapshot.bottleneck(), snapshot.bottleneck_reason());
   const auto suggestions = suggest_changes(snapshot);
@@ -480,6 +492,26 @@ std::string format_autotune_change(const metrics::AutotuneChange& c) {
                                  c.from(), c.to());
   if (c.what() == "buffer" && c.byte_limit() > 0) text += " (at most " + byte_size_text(c.byte_limit()) + ")";
   return text + ": " + c.reason();
+}
+
+std::string format_ledger_summary(const metrics::MetricsSnapshot& snapshot) {
+  if (snapshot.ledger_size() == 0) return {};
+  std::vector<EpochVerdict> verdicts;
+  for (const auto& l : snapshot.ledger()) {
+    EpochVerdict v;
+    v.epoch = l.epoch();
+    v.records = l.records();
+    v.deliveries = l.deliveries();
+    if (l.has_expected()) v.expected = l.expected();
+    v.twice = l.twice();
+    v.missing = l.missing();
+    v.skipped_as_asked = l.skipped_as_asked();
+    v.under_way = l.under_way();
+    v.digest = l.digest();
+    v.unnamed = l.unnamed();
+    verdicts.push_back(std::move(v));
+  }
+  return format_verdicts(verdicts, snapshot.state() == "finished");
 }
 
 std::string format_autotune_summary(const metrics::MetricsSnapshot& snapshot) {

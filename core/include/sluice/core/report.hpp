@@ -59,6 +59,9 @@ std::string format_autotune_change(const metrics::AutotuneChange& change);
 // setting what the tuner did (first and final value, when, and the last reason). Empty when the
 // pipeline does not autotune.
 std::string format_autotune_summary(const metrics::MetricsSnapshot& snapshot);
+// (lineage) The delivery ledger's verdicts in the snapshot, as `sluice ledger` prints them (one
+// line an epoch, without the records named); empty where the run keeps no ledger.
+std::string format_ledger_summary(const metrics::MetricsSnapshot& snapshot);
 
 // One line of progress: time, elements (and batches), recent elements/s, epoch, how far the
 // sources are and the ETA when they know their size, the bottleneck.
