@@ -73,8 +73,10 @@ struct ReplayRequest {
   std::uint64_t step = 0, epoch = 0;
   std::string out;
 };
-int cmd_replay(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
-               std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const ReplayRequest& request);
+// `sluice replay` (replay.cpp): step N made again and written to a file; of a pipeline file, or of
+// a checkpoint's run (its pipeline file and seed).
+int cmd_replay(const CommonOptions& common, std::string file, const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
+               const WorkerArgs& worker_args, const ReplayRequest& request);
 // A JSON string of `s` (main.cpp).
 std::string json_string(std::string_view s);
 // `sluice lineage` (replay.cpp): the records step N is made of, "RECORD SOURCE" per line (what

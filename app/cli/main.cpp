@@ -508,7 +508,7 @@ class CommandLine {
 
   void add_replay() {
     auto* replay = app_.add_subcommand("replay", "make one step of a run again, exactly as the run made it, and write it to a file");
-    replay->add_option("pipeline", file_, "pipeline file")->required();
+    replay->add_option("pipeline", file_, "pipeline file, or a checkpoint (file or folder) of the run: its pipeline file and seed")->required();
     replay->add_option("--step", replay_.step, "the step: the sink's input's output number in its epoch, from 0")->required();
     replay->add_option("--epoch", replay_.epoch, "the epoch (default 0)");
     replay->add_option("--out", replay_.out, "JSON-lines file the step is written to (as jsonl_sink writes it), in place of the sink")->required();

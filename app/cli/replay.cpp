@@ -116,11 +116,12 @@ void print_record(const sluice::RecordLineage& record, std::size_t row, bool jso
 
 }  // namespace
 
-int cmd_replay(const CommonOptions& common, const std::string& file, const std::vector<std::string>& sets,
-               std::optional<std::uint64_t> seed, const WorkerArgs& worker_args, const ReplayRequest& request) {
+int cmd_replay(const CommonOptions& common, std::string file, const std::vector<std::string>& sets, std::optional<std::uint64_t> seed,
+               const WorkerArgs& worker_args, const ReplayRequest& request) {
   sluice::Registry registry;
   load_plugins(registry, common, true);
   try {
+    from_checkpoint(file, seed);
     const auto t0 = std::chrono::steady_clock::now();
     std::string why;
     auto engine = start_step(registry, file, sets, seed, worker_args, [&](sluice::PipelineDocument& doc) {

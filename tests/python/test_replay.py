@@ -124,6 +124,9 @@ def test_the_command_line_names_a_steps_records_and_skips_them_on_the_next_run(s
     running.send_signal(signal.SIGTERM)
     assert running.wait(timeout=60) == 75
     assert cli("lineage", str(tmp_path / "ck"), "--step", "12").stdout == named.stdout  # (the slow stage passes records on)
+    cli("replay", str(tmp_path / "ck"), "--step", "12", "--out", str(tmp_path / "from_ck.jsonl"))
+    cli("replay", str(pipeline), "--step", "12", "--out", str(tmp_path / "from_file.jsonl"))
+    assert (tmp_path / "from_ck.jsonl").read_text() == (tmp_path / "from_file.jsonl").read_text() != ""
     nothing = cli("lineage", str(tmp_path), "--step", "12", check=False)
     assert nothing.returncode == 2 and "no checkpoint at" in nothing.stderr
     # The next run skips them: 8 records fewer, the ledger says so rather than missing.
