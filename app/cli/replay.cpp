@@ -110,8 +110,11 @@ void print_record(const sluice::RecordLineage& record, std::size_t row, bool jso
     if (record.record >= 0 && !source.empty()) fmt::print("{} {}\n", record.record, source);
     return;
   }
-  fmt::print("{{\"row\": {}, \"source\": {}, \"record\": {}, \"byte_offset\": {}, \"epoch\": {}{}}}\n", row, json_string(source),
-             record.record, record.byte_offset, record.epoch ? std::to_string(*record.epoch) : "null", part ? ", \"part\": true" : "");
+  std::string keys;
+  for (const auto& key : record.keys) keys += fmt::format("{}{}: [{}, {}]", keys.empty() ? "" : ", ", json_string(*key.stage), key.epoch, key.index);
+  fmt::print("{{\"row\": {}, \"source\": {}, \"record\": {}, \"byte_offset\": {}, \"epoch\": {}, \"keys\": {{{}}}{}}}\n", row,
+             json_string(source), record.record, record.byte_offset, record.epoch ? std::to_string(*record.epoch) : "null", keys,
+             part ? ", \"part\": true" : "");
 }
 
 }  // namespace

@@ -353,6 +353,9 @@ class Runner {
       d["record"] = r.record;
       d["byte_offset"] = r.byte_offset;
       d["epoch"] = r.epoch ? py::cast(*r.epoch) : py::none();
+      py::dict keys;  // each random map's: (epoch, index), its numbers' key
+      for (const DrawKey& key : r.keys) keys[py::str(*key.stage)] = py::make_tuple(key.epoch, key.index);
+      d["keys"] = keys;
       return d;
     };
     py::list rows;

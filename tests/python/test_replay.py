@@ -112,6 +112,7 @@ def test_the_command_line_names_a_steps_records_and_skips_them_on_the_next_run(s
     assert named.stdout.splitlines() == [f"{r['record']} {r['source']}" for r in in_python]
     as_json = [json.loads(line) for line in cli("lineage", str(pipeline), "--step", "12", "--json").stdout.splitlines()]
     assert [(r["row"], r["source"], r["record"], r["epoch"]) for r in as_json] == [(i, r["source"], r["record"], 0) for i, r in enumerate(in_python)]
+    assert [{stage: tuple(key) for stage, key in r["keys"].items()} for r in as_json] == [r["keys"] for r in in_python]
     # A run preempted (SIGTERM) after a checkpoint: its checkpoint names the pipeline and seed.
     slow = tmp_path / "slow.txtpb"
     slow.write_text(spec.replace('input: "random_access"', 'input: "slow"') + 'stage { id: "out" op: "null_sink" input: "batch" }\n'
@@ -141,3 +142,18 @@ def test_the_command_line_names_a_steps_records_and_skips_them_on_the_next_run(s
         assert refused.returncode == 2 and f"line 2: '{damage}' is not \"RECORD SOURCE\"" in refused.stderr
     beyond = cli("lineage", str(pipeline), "--step", "200", check=False)
     assert beyond.returncode == 1 and "epoch 0 has no step 200" in beyond.stderr
+
+
+def test_lineage_names_the_key_each_random_map_drew_with(shards):
+    # Each row's numbers were drawn with the key (epoch, index at the map's input): the row's place
+    # in the epoch here (random_access, then maps); the command line names the same.
+    pipeline = augmented(shards).pipeline(lineage=True)
+    for step, batch in enumerate(pipeline):
+        for row, r in enumerate(pipeline.lineage(batch)):
+            at = (0, step * 8 + row)
+            assert r["keys"] == {"random_resized_crop": at, "random_flip": at, "random_brightness": at}, (step, row, r)
+    pipeline.epoch = 1
+    it = iter(pipeline)
+    next(it)
+    assert pipeline.lineage(step=0)[3]["keys"]["random_flip"] == (1, 3)
+    it.close()

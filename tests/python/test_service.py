@@ -206,7 +206,7 @@ def numbered_files(folder, files, lines):
 
 def test_lineage_names_the_records_the_workers_read(service, tmp_path):
     # Batches made on the workers and rebatched here: each row named with its file, line and epoch.
-    ds = (numbered_files(tmp_path, 4, 30).batch(3)
+    ds = (numbered_files(tmp_path, 4, 30).simulate_work(us=1).batch(3)
           .distribute(f"grpc://{service}", job_name="lineage", split_size=1).unbatch().batch(5))
     pipeline = ds.pipeline(lineage=True)
     for epoch in range(2):
@@ -216,6 +216,8 @@ def test_lineage_names_the_records_the_workers_read(service, tmp_path):
             assert [(int(r[0]), int(r[1])) for r in batch["line"]] == \
                 [(int(row["source"].rsplit("/f", 1)[1][:-4]), row["record"]) for row in rows]
             assert {row["epoch"] for row in rows} == {epoch}
+            # Drawn on a worker, by the stage as its split named it (its draws' seed is the split's).
+            assert all([(k.split("@")[0], e) for k, (e, _) in row["keys"].items()] == [("simulate_work", epoch)] for row in rows), rows
             seen += [(row["source"], row["record"]) for row in rows]
         assert len(seen) == len(set(seen)) == 120
 

@@ -73,5 +73,7 @@ inline void hand_on(Chunk&& chunk, bool as_chunk, std::vector<Item>& out) {
 // (EngineOptions::lineage) The element's records (a chunk's rows) stamped as read in `epoch`
 // (sluice/core/lineage.hpp): by the source or interleave that read them.
 void stamp_read_epoch(Sample& element, std::uint64_t epoch);
+// (EngineOptions::lineage) The key random map `stage` drew the element's numbers with.
+void stamp_draw_key(Sample& element, const std::string& stage, std::uint64_t epoch, std::uint64_t index);
 
 }  // namespace sluice::detail

@@ -387,6 +387,8 @@ Engine::Engine(Graph graph, EngineOptions options) : impl_(std::make_unique<Impl
   if ((options.rows_of_outputs && why_not_on_other_workers().empty()) || options.lineage)
     for (auto& st : impl_->stages)
       if (st->aggregate) st->stacks = dynamic_cast<StacksItsInputs*>(st->op.get());
+  if (options.lineage)
+    for (auto& st : impl_->stages) st->draws_keys = st->map && st->registered->info.traits.random;
   if (options.resume_from) {
     if (auto refusals = checkpoint_refusals(); !refusals.empty())
       throw Error("this pipeline cannot resume from a checkpoint: " + refusals.front());

@@ -136,6 +136,7 @@ struct StageRuntime {
   // An aggregate whose outputs stack its inputs (batch), when outputs carry their rows
   // (EngineOptions::rows_of_outputs); and the rows it held when its state was restored.
   StacksItsInputs* stacks = nullptr;
+  bool draws_keys = false;  // (EngineOptions::lineage) a random map: its key joins each output's lineage
   std::vector<Origin> restored_rows;
 
   StageInfo info;

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -19,14 +21,22 @@ struct ReadEpoch {
   void operator()(const std::string*) const noexcept {}
 };
 
+// The "deleter" of a `where` with random stages' keys: it keeps the `where` it wraps alive
+// (stamped with its epoch) and holds the keys, every earlier one included.
+struct DrawKeys {
+  std::shared_ptr<const std::string> where;
+  std::vector<DrawKey> keys;
+  void operator()(const std::string*) const noexcept {}
+};
+
 RecordLineage record_lineage(const Origin& o) {
-  return {o.where, o.record, o.byte_offset, read_epoch_of(o)};
+  return {o.where, o.record, o.byte_offset, read_epoch_of(o), draw_keys_of(o)};
 }
 
 }  // namespace
 
 std::shared_ptr<const std::string> stamped_with_epoch(const std::shared_ptr<const std::string>& where, std::uint64_t epoch) {
-  if (!where || std::get_deleter<ReadEpoch>(where) || std::get_deleter<OriginRecords>(where)) return where;
+  if (!where || std::get_deleter<ReadEpoch>(where) || std::get_deleter<OriginRecords>(where) || std::get_deleter<DrawKeys>(where)) return where;
   // Consecutive records mostly share their file: the last few stamps are reused, so that a
   // stamp costs an allocation per file and epoch, not per record. (A cached stamp keeps its
   // `where` alive: its address cannot be another file's meanwhile.)
@@ -45,9 +55,36 @@ std::shared_ptr<const std::string> stamped_with_epoch(const std::shared_ptr<cons
 }
 
 std::optional<std::uint64_t> read_epoch_of(const Origin& record) {
-  const auto* stamp = std::get_deleter<ReadEpoch>(record.where);
+  const std::shared_ptr<const std::string>* where = &record.where;
+  if (const auto* keyed = std::get_deleter<DrawKeys>(*where)) where = &keyed->where;
+  const auto* stamp = std::get_deleter<ReadEpoch>(*where);
   if (!stamp) return std::nullopt;
   return stamp->epoch;
+}
+
+const std::string* interned_stage_id(const std::string& id) {
+  static std::mutex mutex;
+  static std::set<std::string> ids;  // (never shrinks: a process names few stages)
+  std::lock_guard lock(mutex);
+  return &*ids.insert(id).first;
+}
+
+std::shared_ptr<const std::string> with_draw_key(const std::shared_ptr<const std::string>& where, const std::string& stage,
+                                                 std::uint64_t epoch, std::uint64_t index) {
+  if (!where || std::get_deleter<OriginRecords>(where)) return where;
+  DrawKeys keyed;
+  if (const auto* earlier = std::get_deleter<DrawKeys>(where)) {
+    keyed = *earlier;
+  } else {
+    keyed.where = where;
+  }
+  keyed.keys.push_back({interned_stage_id(stage), epoch, index});
+  return std::shared_ptr<const std::string>(where.get(), std::move(keyed));
+}
+
+std::vector<DrawKey> draw_keys_of(const Origin& record) {
+  const auto* keyed = std::get_deleter<DrawKeys>(record.where);
+  return keyed ? keyed->keys : std::vector<DrawKey>{};
 }
 
 std::vector<RowLineage> lineage_of(const Origin& output) {
@@ -85,6 +122,12 @@ void add_lineage(const Origin& origin, checkpoint::Lineage& lineage, std::map<co
   node.set_record(origin.record);
   node.set_byte_offset(origin.byte_offset);
   if (const auto epoch = read_epoch_of(origin)) node.set_read_epoch(*epoch);
+  for (const DrawKey& key : draw_keys_of(origin)) {
+    auto* k = node.add_keys();
+    k->set_stage(*key.stage);
+    k->set_epoch(key.epoch);
+    k->set_index(key.index);
+  }
   if (const OriginRecords* carried = records_carried(origin)) {
     node.set_parts(carried->parts);
     for (const Origin& record : carried->records) add_lineage(record, lineage, files, *node.add_records());
@@ -110,6 +153,7 @@ Origin origin_of_node(const checkpoint::LineageNode& node, const std::vector<std
     throw DataError(fmt::format("{} is damaged: its lineage names file {} of {}", what, node.file(), files.size()));
   if (node.file() > 0) origin.where = files[node.file() - 1];
   if (origin.where && node.has_read_epoch()) origin.where = stamped_with_epoch(origin.where, node.read_epoch());
+  for (const auto& key : node.keys()) origin.where = with_draw_key(origin.where, key.stage(), key.epoch(), key.index());
   origin.record = node.record();
   origin.byte_offset = node.byte_offset();
   if (node.records_size() == 0) return origin;
@@ -143,6 +187,14 @@ Origin origin_of_lineage_bytes(std::string_view bytes, const std::string& what) 
 }  // namespace sluice
 
 namespace sluice::detail {
+
+void stamp_draw_key(Sample& element, const std::string& stage, std::uint64_t epoch, std::uint64_t index) {
+  if (chunk_in(element)) return;  // (a chunk's rows share one `where`: their keys are not kept)
+  const Origin origin = element.shared_origin();
+  if (!origin.where) return;
+  element.set_origin(with_draw_key(origin.where, stage, epoch, index), origin.record, origin.byte_offset);
+  element.set_read_position(origin.read_epoch, origin.read_index);  // (set_origin forgot them)
+}
 
 void stamp_read_epoch(Sample& element, std::uint64_t epoch) {
   if (Chunk* chunk = chunk_in(element)) chunk->set_where(stamped_with_epoch(chunk->where(), epoch));

@@ -36,7 +36,11 @@ void map_in_parallel(const std::vector<StageRuntime*>& maps, std::vector<Sample>
   auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < elements.size();) {
       try {
-        for (StageRuntime* map : maps) elements[i] = map->map->map(std::move(elements[i]), context(*map, i));
+        for (StageRuntime* map : maps) {
+          const ElementContext ctx = context(*map, i);
+          elements[i] = map->map->map(std::move(elements[i]), ctx);
+          if (map->draws_keys) detail::stamp_draw_key(elements[i], map->spec->id, ctx.epoch, ctx.index);
+        }
       } catch (...) {
         std::lock_guard lock(failure_mutex);
         if (!failure) failure = std::current_exception();

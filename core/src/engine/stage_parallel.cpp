@@ -230,6 +230,7 @@ bool Engine::Impl::apply(StageRuntime& st, Item& item, const ElementContext& ctx
     if (st.map) {
       item.sample = st.map->map(std::move(item.sample), ctx);
       if (st.stamps_read_positions) item.sample.set_read_position(ctx.epoch, static_cast<std::int64_t>(ctx.index));
+      if (st.draws_keys) detail::stamp_draw_key(item.sample, st.spec->id, ctx.epoch, ctx.index);
     } else if (st.filter) {
       kept = st.filter->keep(item.sample, ctx);
     } else if (st.sink) {

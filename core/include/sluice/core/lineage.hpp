@@ -16,6 +16,13 @@
 
 namespace sluice {
 
+// The key a random stage drew a record's numbers with (ElementContext: the stage's seed, the
+// epoch and the element's index at the stage's input): replay draws with the same.
+struct DrawKey {
+  const std::string* stage = nullptr;  // its id (interned: lives as long as the process)
+  std::uint64_t epoch = 0, index = 0;
+};
+
 // `where` stamped with the epoch its records were read in; an origin already stamped, or one
 // carrying the records of several (a batch unbatched again), keeps what it has. Thread-safe.
 std::shared_ptr<const std::string> stamped_with_epoch(const std::shared_ptr<const std::string>& where, std::uint64_t epoch);
@@ -23,11 +30,20 @@ std::shared_ptr<const std::string> stamped_with_epoch(const std::shared_ptr<cons
 // The epoch a record was read in, where the run stamped it.
 std::optional<std::uint64_t> read_epoch_of(const Origin& record);
 
+// `where` with one more random stage's key (a map of a run that follows lineage); a `where`
+// carrying several records (a batch) is left as it is. The text it points at stays the same.
+std::shared_ptr<const std::string> with_draw_key(const std::shared_ptr<const std::string>& where, const std::string& stage,
+                                                 std::uint64_t epoch, std::uint64_t index);
+std::vector<DrawKey> draw_keys_of(const Origin& record);
+// The same id for the same text, for the life of the process.
+const std::string* interned_stage_id(const std::string& id);
+
 // One record of an output.
 struct RecordLineage {
   std::shared_ptr<const std::string> where;  // its file or object (empty: an element made by no reader)
   std::int64_t record = -1, byte_offset = -1;
   std::optional<std::uint64_t> epoch;
+  std::vector<DrawKey> keys;  // of each random map it went through, in order
 };
 // One row of an output: its record, or one per input of a zip.
 struct RowLineage {
