@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (TFRecord framing, Example parsing, CSV rows, pipeline files as
+# Builds the libFuzzer targets (TFRecord framing, ArrayRecord files, Example parsing, CSV rows, pipeline files as
 # text and JSON, image headers through decode_image) with clang (ASan + UBSan) and runs each for a bounded time,
 # seeded from the real files in tests/data/real. A crash fails the run and leaves the
 # input under build-fuzz/crashes/. Usage: scripts/fuzz.sh [build|run] [SECONDS_PER_TARGET]
@@ -24,14 +24,14 @@ if [[ " ${steps[*]} " == *" build "* ]]; then
   stage "build build-fuzz" build_targets
 fi
 [[ " ${steps[*]} " == *" run "* ]] || exit 0
-targets=(fuzz_tfrecord fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored)
+targets=(fuzz_tfrecord fuzz_array_record fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored)
 for target in "${targets[@]}"; do
   [ -x "$out/$target" ] || { echo "fuzz.sh: $out/$target is not built: run scripts/fuzz.sh build first" >&2; exit 1; }
 done
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
-rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$corpus/stored" "$out/crashes"
+rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/array_record" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$corpus/stored" "$out/crashes"
 for f in "$testdata"/tfrecord/*.tfrecord "$testdata"/tfrecord/*.gz "$testdata"/tfrecord/corrupt/*; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 1000000 ] && cp "$f" "$corpus/tfrecord/"
 done
@@ -62,6 +62,14 @@ stage { id: "take" op: "take" input: "read" params { key: "count" value: "8" } }
 stage { id: "out" op: "write_files" input: "take" params { key: "folder" value: "$(absolute "$corpus")/example/${f%%.*}" } params { key: "field" value: "record" } params { key: "class_field" value: "" } params { key: "extension" value: ".pb" } }
 PIPE
     "$sluice" run "$out/extract.txtpb" > /dev/null
+  done
+  # ArrayRecord files of each compression, 40 small Examples in chunks of 1 and of 7.
+  for options in uncompressed,group_size:1 zstd,group_size:7 brotli:1,group_size:7 snappy,group_size:7; do
+    cat > "$out/array_record.txtpb" <<PIPE
+stage { id: "img" op: "synthetic_images" params { key: "count" value: "40" } params { key: "height" value: "2" } params { key: "width" value: "2" } }
+stage { id: "out" op: "array_record_writer" input: "img" params { key: "prefix" value: "$(absolute "$corpus")/array_record/${options//[:,]/-}" } params { key: "field" value: "" } params { key: "options" value: "$options" } }
+PIPE
+    "$sluice" run "$out/array_record.txtpb" > /dev/null
   done
   # The fuzz target reads a spec selector byte, then the record.
   find "$corpus/example" -name '*.pb' | while read -r f; do

@@ -23,7 +23,8 @@ packages=(
   libtinyxml2-dev              # S3's XML answers: errors and multipart uploads (core/modules/remote/)
   libexpat1-dev                # S3's listings, parsed as they arrive (core/modules/remote/)
   libgrpc++-dev protobuf-compiler-grpc  # the Sluice service: dispatcher, workers and trainers (core/service/)
-  libzstd-dev libsnappy-dev    # the service's compression of elements on the wire
+  libzstd-dev libsnappy-dev    # the service's compression of elements on the wire; ArrayRecord's chunks
+  libbrotli-dev libhighwayhash-dev  # ArrayRecord's brotli chunks and Riegeli's hashes (plugins/io/array_record.cpp)
   nginx-light python3-boto3    # the remote-storage tests: an HTTP(S) server and an independent S3 client
   python3-venv                 # the peers environment below
   openssl                      # the certificates of the TLS tests (remote storage, the service)

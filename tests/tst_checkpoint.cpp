@@ -115,6 +115,18 @@ std::string make_shards(const QTemporaryDir& dir) {
   return dir.filePath("shards").toStdString();
 }
 
+// The same 2400 images as 8 ArrayRecord shards of 300 (tf.Examples in chunks of 7, zstd).
+std::string make_array_record_shards(const QTemporaryDir& dir) {
+  const std::string prefix = dir.filePath("array_records/train").toStdString();
+  fs::create_directories(dir.filePath("array_records").toStdString());
+  auto made = run_text("options { seed: 3 }\n" +
+                       stage("img", "synthetic_images", "", {{"count", "2400"}, {"height", "8"}, {"width", "8"}, {"classes", "10"}}) +
+                       stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                       stage("w", "array_record_writer", "enc", {{"prefix", prefix}, {"max_records", "300"}, {"field", ""}, {"options", "group_size:7"}}));
+  if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing ArrayRecord shards failed: " + made.result.error);
+  return dir.filePath("array_records").toStdString();
+}
+
 // 600 images of 8x8 and 60 of 16x16 (the z-big shard, which decode_image's max_pixels of 100
 // refuses) as TFRecord shards in DIR/mixed.
 std::string make_mixed_shards(const QTemporaryDir& dir) {
@@ -198,11 +210,11 @@ std::string tfds_pipeline(const std::string& data_dir, int parallelism) {
 // the test asks for it (the barrier follows every batch already made) and the reader close behind
 // the sink: a cut needs a reader still reading (in a run's tail, once every reader has ended,
 // nothing is left to cut and the run finishes instead).
-std::string tfrecord_pipeline(const std::string& shards, int parallelism) {
+std::string tfrecord_pipeline(const std::string& shards, int parallelism, const std::string& reader = "tfrecord_reader") {
   const std::string p = "parallelism: " + std::to_string(parallelism);
   return "options { seed: 11 deterministic: true }\n" +
          stage("files", "list_files", "", {{"patterns", shards + "/*"}, {"shuffle", "true"}}) +
-         stage("read", "tfrecord_reader", "files", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
+         stage("read", reader, "files", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
          stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, p) +
          stage("decode", "decode_image", "parse", {}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
          stage("shuffle", "shuffle", "flip", {{"buffer_size", "1000"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
@@ -341,6 +353,7 @@ class TestCheckpoint : public QObject {
   Q_OBJECT
   QTemporaryDir data_;
   std::string shards_;
+  std::string array_record_shards_;
   std::string tfds_;
   std::string webdataset_;
   std::string token_files_;
@@ -349,6 +362,7 @@ class TestCheckpoint : public QObject {
  private slots:
   void initTestCase() {
     shards_ = make_shards(data_);
+    array_record_shards_ = make_array_record_shards(data_);
     tfds_ = make_tfds(data_);
     webdataset_ = make_webdataset(data_);
     token_files_ = make_token_files(data_);
@@ -369,6 +383,8 @@ class TestCheckpoint : public QObject {
     for (int p : worker_counts) {
       // 450 batches in all, 150 per epoch: the first, mid-epoch, the end of the first epoch, the third.
       for (int k : {1, 60, 150, 310}) QTest::addRow("tfrecord p%d k%d", p, k) << "tfrecord" << p << k;
+      // The same pipeline over ArrayRecord shards: cuts inside a chunk of 7 records.
+      for (int k : {60, 310}) QTest::addRow("array record p%d k%d", p, k) << "array record" << p << k;
       // 900 batches, 300 per epoch; the cache's first pass is the first epoch.
       for (int k : {1, 100, 400}) QTest::addRow("cached p%d k%d", p, k) << "cached" << p << k;
       for (int k : {1, 40, 120}) QTest::addRow("chunked p%d k%d", p, k) << "chunked" << p << k;
@@ -409,6 +425,7 @@ class TestCheckpoint : public QObject {
     QFETCH(int, parallelism);
     QFETCH(int, stop_after);
     const std::string text = pipeline == "tfrecord"  ? tfrecord_pipeline(shards_, parallelism)
+                             : pipeline == "array record" ? tfrecord_pipeline(array_record_shards_, parallelism, "array_record_reader")
                              : pipeline == "cached"  ? cached_pipeline(parallelism)
                              : pipeline == "chunked" ? chunked_pipeline(shards_, parallelism)
                              : pipeline == "zip"     ? zip_pipeline(parallelism)
@@ -422,7 +439,8 @@ class TestCheckpoint : public QObject {
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
-    if (pipeline == "tfrecord" || pipeline == "cached") QCOMPARE(whole.lines.size(), std::size_t(pipeline == "tfrecord" ? 450 : 900));
+    if (pipeline == "tfrecord" || pipeline == "array record" || pipeline == "cached")
+      QCOMPARE(whole.lines.size(), std::size_t(pipeline == "cached" ? 900 : 450));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
     if (pipeline == "tfds") QCOMPARE(whole.lines.size(), std::size_t(3 * 26));  // 480 - 48 - round(28.8) = 403 images
     if (pipeline == "webdataset") QCOMPARE(whole.lines.size(), std::size_t(3 * 30));
@@ -461,7 +479,7 @@ class TestCheckpoint : public QObject {
       QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size() + state_of(*saved, "batch").elements_size()));
       for (const auto& e : state_of(*saved, "batch").elements()) QVERIFY(e.ref().has_made());
       QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
-    } else if (pipeline == "tfrecord") {
+    } else if (pipeline == "tfrecord" || pipeline == "array record") {
       // The shuffle buffer is named, not held, and only it and the last record of each open
       // input are read again (one seek each), not the records before the cut.
       // A cut inside an epoch finds the shuffle holding the rest of it (nothing is in flight at a

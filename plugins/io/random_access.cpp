@@ -21,7 +21,9 @@
 #include <utility>
 
 #include "crc32c.hpp"
+#include "array_record.hpp"
 #include "index_shuffle.hpp"
+#include "random_reads.hpp"
 #include "io_plugin.hpp"
 #include "byte_source.hpp"
 #include "tfds_info.hpp"
@@ -66,6 +68,23 @@ struct IndexOutcome {
 bool is_webdataset_file(const std::string& file, const std::string& format) {
   if (format != "auto") return format == "webdataset";
   return file.size() > 4 && file.compare(file.size() - 4, 4, ".tar") == 0;
+}
+// Whether a file is ArrayRecord (its own footer indexes it): NAME.array_record, or a tfds shard
+// NAME.array_record-00000-of-00001.
+bool is_array_record_file(const std::string& file, const std::string& format) {
+  if (format != "auto") return format == "array_record";
+  const std::string name = file.substr(file.find_last_of('/') + 1);
+  const std::size_t at = name.rfind(".array_record");
+  return at != std::string::npos && (at + 13 == name.size() || name.compare(at + 13, 1, "-") == 0);
+}
+// An ArrayRecord file's records as an index gives them: each record's offset is its chunk's first
+// byte (many records share one); the records' extents are its chunks', in `layout`.
+TfrecordIndex array_record_index(const ArrayRecordLayout& layout) {
+  TfrecordIndex index;
+  index.file_size = layout.footer_offset;
+  index.offsets.reserve(static_cast<std::size_t>(layout.records));
+  for (const ArrayRecordChunk& chunk : layout.chunks) index.offsets.insert(index.offsets.end(), static_cast<std::size_t>(chunk.records), chunk.offset);
+  return index;
 }
 
 IndexOutcome index_of(const std::string& file, const StoredObject* object, Storage* storage, const std::string& index_dir, bool build, bool rebuild,
@@ -136,105 +155,6 @@ class TfrecordIndexOp final : public Map {
   bool rebuild_;
 };
 
-// Open files of the source, by file number. Reads go to any file at random, so every file stays
-// open (a file opened and closed per record costs more than reading it) up to a quarter of the
-// process's descriptor limit (at least 128, at most 4,096); past that, the longest open are closed.
-class OpenFiles {
- public:
-  OpenFiles() {
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
-      kept_ = std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur / 4), 128, 4096);
-  }
-  ~OpenFiles() { close_all(); }
-  void close_all() {
-    for (int& fd : fds_)
-      if (fd >= 0) ::close(std::exchange(fd, -1));
-    opened_.clear();
-  }
-  int fd(std::size_t file, const std::string& path) {
-    if (file >= fds_.size()) fds_.resize(file + 1, -1);
-    if (fds_[file] >= 0) return fds_[file];
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError("cannot read " + path + ": " + std::strerror(errno));
-    opened_.push_back(file);
-    return fds_[file] = fd;
-  }
-  // Closes the longest open files until `more` can be opened within the limit (between groups of
-  // reads: never one a read in flight uses).
-  void make_room(std::size_t more) {
-    while (!opened_.empty() && opened_.size() + more > kept_) {
-      ::close(std::exchange(fds_[opened_.front()], -1));
-      opened_.pop_front();
-    }
-  }
-
- private:
-  std::size_t kept_ = 256;
-  std::vector<int> fds_;         // per file; -1: closed
-  std::deque<std::size_t> opened_;  // the open ones, oldest first
-};
-
-// Threads that share out the reads of a group of records with the thread that asks: run(parts,
-// work) calls work(0..parts-1), part 0 on the caller, and returns when every part is done.
-class ReadCrew {
- public:
-  explicit ReadCrew(int helpers) {
-    for (int h = 0; h < helpers; ++h) threads_.emplace_back([this, h] { serve(h + 1); });
-  }
-  ~ReadCrew() {
-    {
-      std::lock_guard lock(mutex_);
-      quit_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  int size() const { return static_cast<int>(threads_.size()) + 1; }
-  void run(int parts, const std::function<void(int)>& work) {
-    if (parts <= 1) {
-      if (parts == 1) work(0);
-      return;
-    }
-    {
-      std::lock_guard lock(mutex_);
-      work_ = &work;
-      parts_ = parts;
-      left_ = parts - 1;
-      ++generation_;
-    }
-    wake_.notify_all();
-    work(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return left_ == 0; });
-    work_ = nullptr;
-  }
-
- private:
-  void serve(int part) {
-    std::uint64_t seen = 0;
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
-      if (quit_) return;
-      seen = generation_;
-      if (part >= parts_) continue;
-      const auto* work = work_;
-      lock.unlock();
-      (*work)(part);  // (read_into_group keeps its errors: nothing is thrown here)
-      lock.lock();
-      if (--left_ == 0) done_.notify_one();
-    }
-  }
-  std::vector<std::thread> threads_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int)>* work_ = nullptr;
-  int parts_ = 0, left_ = 0;
-  std::uint64_t generation_ = 0;
-  bool quit_ = false;
-};
-
 class RandomAccess final : public Source,
                            public ResumesOnOtherWorkers,
                            public ReadsRecordsAgain,
@@ -244,9 +164,10 @@ class RandomAccess final : public Source,
   static OperatorInfo describe() {
     return {"random_access",
             OperatorKind::Source,
-            "Every record of the TFRecord files the patterns name, through their index files, in a different permutation of all "
-            "records each epoch (a global shuffle) or in file order; 'record', 'path', 'index', 'offset' as tfrecord_reader gives "
-            "them; sharded by position, so every worker gets an equal share",
+            "Every record of the TFRecord files the patterns name, through their index files (of ArrayRecord files, through their "
+            "own footers), in a different permutation of all records each epoch (a global shuffle) or in file order; 'record', "
+            "'path', 'index', 'offset' as tfrecord_reader (array_record_reader) gives them; sharded by position, so every worker "
+            "gets an equal share",
             {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009}); or tfds").def(""),
              ParamSpec::make("gzip", ParamType::Choice,
                              "a gzip-compressed TFRecord file: refuse it (its records cannot be read at random), or decompress it once "
@@ -255,9 +176,10 @@ class RandomAccess final : public Source,
                  .one_of({"refuse", "decompress"}),
              ParamSpec::make("format", ParamType::Choice,
                              "tfrecord (records: 'record', 'path', 'index', 'offset'), webdataset (plain tar shards: a sample per key, "
-                             "fields as webdataset_reader gives them), or auto: webdataset for .tar files")
+                             "fields as webdataset_reader gives them), array_record (records, each reading its whole chunk: write "
+                             "group_size:1 for random access), or auto: webdataset for .tar files, array_record for .array_record files")
                  .def("auto")
-                 .one_of({"auto", "tfrecord", "webdataset"}),
+                 .one_of({"auto", "tfrecord", "webdataset", "array_record"}),
              ParamSpec::make("tfds", ParamType::String,
                              "instead of patterns: a prepared tensorflow_datasets dataset, as tfds.load names it (mnist, mnist:3.0.1, "
                              "NAME/CONFIG); its examples come out as the fields its features.json describes")
@@ -272,7 +194,7 @@ class RandomAccess final : public Source,
              ParamSpec::make("index_dir", ParamType::Path, "folder of the index files; empty: FILE.idx beside each file").def(""),
              ParamSpec::make("build_index", ParamType::Bool, "build missing index files (a stale one is refused)").def("true"),
              ParamSpec::make("index_format", ParamType::Choice, "the form of the index files it builds").def("sluice").one_of({"sluice", "dali"}),
-             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record (of ArrayRecord files: every chunk's hash)").def("true"),
              ParamSpec::make("num_parallel_reads", ParamType::Int,
                              "positioned reads in flight at once (threads), the records still handed on in order; -1: 1 for local "
                              "files, 16 when objects in remote storage are read; more for network file systems and cold disks")
@@ -337,6 +259,7 @@ class RandomAccess final : public Source,
     paths_.clear();
     skips_.clear();
     webdataset_.clear();
+    layouts_.clear();
     read_paths_.clear();
     std::vector<std::pair<MatchedFile, ShardRead>> files;
     if (tfds_.empty()) {
@@ -349,13 +272,31 @@ class RandomAccess final : public Source,
       objects_.push_back(file.object ? std::optional<StoredObject>(object_as_it_is(file, storage_)) : std::nullopt);
       webdataset_.push_back(tfds_.empty() && is_webdataset_file(file.path, file_format_));
       read_paths_.push_back(file.path);
+      if (tfds_.empty() ? is_array_record_file(file.path, file_format_) : tfds_dataset_->file_format == "array_record") {
+        layouts_.push_back(std::make_shared<const ArrayRecordLayout>(read_array_record_layout(PositionedFile(file.path, storage_))));
+        indexes_.push_back(array_record_index(*layouts_.back()));
+        add_file(file, read);
+        continue;
+      }
+      layouts_.push_back(nullptr);
       if (decompress_gzip_ && !webdataset_.back() && is_gzip(file.path, objects_.back() ? &*objects_.back() : nullptr)) {
         read_paths_.back() = decompressed_copy(file.path, objects_.back() ? &*objects_.back() : nullptr);
         objects_.back().reset();  // (read from the local copy)
       }
       const StoredObject* object = objects_.back() ? &*objects_.back() : nullptr;
       indexes_.push_back(index_of(read_paths_.back(), object, storage_, index_dir_, build_, false, format_, webdataset_.back()).index);
-      // A tfds split may read part of a shard: records skip .. skip + take of it.
+      add_file(file, read);
+    }
+    // Readers: as asked; by default one for local files (a page-cached pread takes microseconds)
+    // and 16 when an object is read (a ranged request takes milliseconds).
+    const bool any_remote = std::any_of(objects_.begin(), objects_.end(), [](const auto& o) { return o.has_value(); });
+    const int readers = parallel_reads_ > 0 ? parallel_reads_ : any_remote ? 16 : 1;
+    if (!crew_ || crew_->size() != readers) crew_ = std::make_unique<ReadCrew>(readers - 1);
+  }
+  // The records of the file just indexed that the source reads (a tfds split may read part of a
+  // shard: records skip .. skip + take of it).
+  void add_file(const MatchedFile& file, const ShardRead& read) {
+    {
       const std::uint64_t records = indexes_.back().records(), take = tfds_.empty() ? records : read.take;
       if (read.skip + take > records)
         throw DataError(file.path + " holds " + std::to_string(records) + " records, where dataset_info.json says split '" + split_ + "' reads up to record " +
@@ -365,11 +306,6 @@ class RandomAccess final : public Source,
       path_tensors_.push_back(Tensor::from_string(file.path));
       paths_.push_back(std::make_shared<const std::string>(file.path));
     }
-    // Readers: as asked; by default one for local files (a page-cached pread takes microseconds)
-    // and 16 when an object is read (a ranged request takes milliseconds).
-    const bool any_remote = std::any_of(objects_.begin(), objects_.end(), [](const auto& o) { return o.has_value(); });
-    const int readers = parallel_reads_ > 0 ? parallel_reads_ : any_remote ? 16 : 1;
-    if (!crew_ || crew_->size() != readers) crew_ = std::make_unique<ReadCrew>(readers - 1);
   }
   // Every file's records an epoch gives (all shards' together: the job's ledgers add up).
   std::vector<FileRecords> records_per_file() const override {
@@ -414,7 +350,7 @@ class RandomAccess final : public Source,
     if (record < 0 || number >= indexes_[f].offsets.size() || indexes_[f].offsets[number] != static_cast<std::uint64_t>(byte_offset))
       throw DataError(files_[f] + " has no record " + std::to_string(record) + " at byte " + std::to_string(byte_offset) + " any more: it changed since the checkpoint");
     Group again;
-    again.records.push_back({.file = f, .record = number, .offset = indexes_[f].offsets[number], .framed = indexes_[f].framed_size(number)});
+    again.records.push_back({.file = f, .record = number, .offset = indexes_[f].offsets[number], .framed = extent_of(f, number)});
     GroupRecord& r = again.records.back();
     again.bytes = pool_.allocate(static_cast<std::size_t>(r.framed));
     again.numbers = pool_.allocate(16);
@@ -507,6 +443,8 @@ class RandomAccess final : public Source,
     std::uint64_t at = 0;  // in the group's buffer
     int fd = -1;
     std::string error;
+    std::shared_ptr<Buffer> value;  // an ArrayRecord's record, decoded out of its chunk (else null)
+    std::size_t value_at = 0, value_size = 0;
   };
   struct Group {
     std::vector<GroupRecord> records;
@@ -702,12 +640,30 @@ class RandomAccess final : public Source,
       }
     return out;
   }
+  // The bytes a record's read takes: a TFRecord's framed record, or an ArrayRecord's whole chunk.
+  std::uint64_t extent_of(std::size_t f, std::uint64_t record) const {
+    if (const auto& layout = layouts_[f]) {
+      const ArrayRecordChunk& chunk = layout->chunks[layout->chunk_of(record)];
+      return chunk.end - chunk.offset;
+    }
+    return indexes_[f].framed_size(static_cast<std::size_t>(record));
+  }
+  // A record's own bytes once read: its framing left out, or decoded out of its chunk.
+  struct RecordBytes {
+    std::shared_ptr<Buffer> buffer;
+    std::size_t at = 0, size = 0;
+  };
+  static RecordBytes record_bytes(const Group& g, const GroupRecord& r) {
+    if (r.value) return {r.value, r.value_at, r.value_size};
+    return {g.bytes, static_cast<std::size_t>(r.at + 12), static_cast<std::size_t>(r.framed - 16)};
+  }
   // Record r of group g, read: as the format gives it.
   void element_of(const Group& g, const GroupRecord& r, Sample& out) const {
     if (tfds_dataset_) return decode_example(g, r, out);
     if (webdataset_[r.file]) return read_sample(g, r, out);
     out.reserve(4);
-    out.set("record", Tensor::bytes_view(g.bytes, r.at + 12, static_cast<std::size_t>(r.framed - 16)));
+    const RecordBytes bytes = record_bytes(g, r);
+    out.set("record", Tensor::bytes_view(bytes.buffer, bytes.at, bytes.size));
     out.set("path", path_tensors_[r.file]);
     const std::size_t k = static_cast<std::size_t>(&r - g.records.data());
     out.set("index", Tensor::view(DType::I64, {}, g.numbers, 16 * k));
@@ -717,7 +673,8 @@ class RandomAccess final : public Source,
   // A tfds example: its features, as tfds_reader gives them.
   void decode_example(const Group& g, const GroupRecord& r, Sample& out) const {
     try {
-      tfds_parser_->parse(g.bytes, static_cast<std::size_t>(r.at + 12), static_cast<std::size_t>(r.framed - 16), out);
+      const RecordBytes bytes = record_bytes(g, r);
+      tfds_parser_->parse(bytes.buffer, bytes.at, bytes.size, out);
       for (const TfdsFeature& f : tfds_dataset_->features) out.set(f.name, tfds_feature_tensor(out.at(f.name), f));
     } catch (const DataError& e) {
       throw DataError(files_[r.file] + ", record " + std::to_string(r.record) + " (byte " + std::to_string(r.offset) + "): " + e.what());
@@ -761,7 +718,7 @@ class RandomAccess final : public Source,
       r.file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
       r.record = global - first_record_[r.file] + skips_[r.file];
       r.offset = indexes_[r.file].offsets[static_cast<std::size_t>(r.record)];
-      r.framed = indexes_[r.file].framed_size(static_cast<std::size_t>(r.record));
+      r.framed = extent_of(r.file, r.record);
       r.at = bytes;
       bytes += r.framed;
       group_.records.push_back(r);
@@ -811,6 +768,18 @@ class RandomAccess final : public Source,
         }
       }
       if (webdataset_[r.file]) return;  // (a tar's members are checked as the sample is read)
+      if (const auto& layout = layouts_[r.file]) {  // its chunk, decoded (its hashes checked)
+        const ArrayRecordChunk& chunk = layout->chunks[layout->chunk_of(r.record)];
+        const DecodedChunk decoded = decode_array_record_chunk(g.bytes, static_cast<std::size_t>(r.at), static_cast<std::size_t>(r.framed), r.offset,
+                                                               path, verify_crc_);
+        if (decoded.records() != chunk.records) throw DataError("its chunk holds " + std::to_string(decoded.records()) + " records where the footer says " +
+                                                                std::to_string(chunk.records) + " (damaged)");
+        const auto k = static_cast<std::size_t>(r.record - chunk.first_record);
+        r.value = decoded.values;
+        r.value_at = decoded.begin_of(k);
+        r.value_size = decoded.size_of(k);
+        return;
+      }
       std::uint64_t length = 0;
       std::memcpy(&length, data, 8);
       if (length + 16 != r.framed)
@@ -838,6 +807,7 @@ class RandomAccess final : public Source,
   bool decompress_gzip_;
   std::vector<std::string> read_paths_;  // per file: where its records are read (a gzip file's decompressed copy)
   std::vector<bool> webdataset_;  // per file: a WebDataset shard (its samples), else TFRecord
+  std::vector<std::shared_ptr<const ArrayRecordLayout>> layouts_;  // per file: an ArrayRecord file's footer (else null)
   WebDatasetFields webdataset_fields_;
   bool shuffle_;
   std::int64_t seed_;

@@ -378,9 +378,9 @@ TfdsDataset dataset_from_json(const Json& info, const std::function<Json()>& fea
   ds.version = json_string(info, "version");
   if (ds.name.empty()) refuse_in(info_file, "has no \"name\"");
   ds.file_format = json_string(info, "fileFormat", "tfrecord");
-  if (ds.file_format != "tfrecord")
-    refuse_in(info_file, "says fileFormat \"" + ds.file_format + "\"; Sluice reads TFDS datasets written as tfrecord: prepare it with "
-                         "tfds.builder(name, file_format='tfrecord').download_and_prepare()");
+  if (ds.file_format != "tfrecord" && ds.file_format != "array_record")
+    refuse_in(info_file, "says fileFormat \"" + ds.file_format + "\"; Sluice reads TFDS datasets written as tfrecord or array_record: "
+                         "prepare it with tfds.builder(name, file_format='array_record').download_and_prepare()");
   ds.splits = read_splits(info, info_file);
   ds.supervised_keys = read_supervised_keys(info, info_file);
 

@@ -38,7 +38,7 @@ struct TfdsDataset {
   std::string dir;      // the version folder
   std::string name;     // "mnist"
   std::string version;  // "3.0.1"
-  std::string file_format;  // "tfrecord"
+  std::string file_format;  // "tfrecord" or "array_record"
   std::vector<TfdsSplit> splits;
   std::vector<TfdsFeature> features;  // flattened, in features.json's order
   std::optional<std::pair<std::string, std::string>> supervised_keys;  // (input, target)

@@ -19,6 +19,7 @@
 #include "io_plugin.hpp"
 #include "text_scan.hpp"
 #include "tfds_info.hpp"
+#include "array_record.hpp"
 #include "tfrecord.hpp"
 #include "tfrecord_writer.hpp"
 
@@ -217,6 +218,13 @@ Tensor read_class_names(const std::string& dir, const TfdsFeature& f, Storage* s
   return Tensor::from_strings(views, {static_cast<std::int64_t>(views.size())});
 }
 
+// A shard's records, in the dataset's file format.
+std::unique_ptr<RecordStream> open_shard_records(const std::string& path, const std::string& file_format, const RecordReaderOptions& options,
+                                                 Storage* storage) {
+  if (file_format == "array_record") return std::make_unique<ArrayRecordStream>(path, storage, options.verify_crc, options.chunk_bytes, options.allocator);
+  return std::make_unique<RecordReader>(open_file(path, Compression::None, storage), path, options);
+}
+
 class TfdsReader final : public Expand {
  public:
   static OperatorInfo describe() {
@@ -225,7 +233,7 @@ class TfdsReader final : public Expand {
             "Reads the examples of one tfds shard ('path', 'skip', 'take' from the tfds source) into the fields its features.json "
             "describes (nested names as a/b; images stay encoded for decode_image)",
             {ParamSpec::make("class_names", ParamType::Bool, "add FEATURE_name (bytes) beside each ClassLabel whose names TFDS wrote (FEATURE.labels.txt)").def("false"),
-             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record").def("true"),
+             ParamSpec::make("verify_crc", ParamType::Bool, "check the masked CRC-32C of every length and record (of ArrayRecord files: every chunk's hash)").def("true"),
              ParamSpec::make("buffer_bytes", ParamType::Int, "size of each sequential read").def("4194304").range(4096, 1 << 30)},
             {.stateless = true},
             {}};
@@ -242,7 +250,7 @@ class TfdsReader final : public Expand {
            RecordReaderOptions options, bool class_names, DamageReport& damage, Storage* storage)
         : path_(std::make_shared<const std::string>(std::move(path))),
           dataset_(std::move(dataset)),
-          reader_(open_file(*path_, Compression::None, storage), *path_, options),
+          reader_(open_shard_records(*path_, dataset_->info.file_format, options, storage)),
           skip_(skip),
           end_(skip + take),
           shard_examples_(shard_examples),
@@ -250,10 +258,10 @@ class TfdsReader final : public Expand {
           damage_(damage) {}
     bool next(Sample& out) override {
       Record r;
-      while (reader_.records_read() < skip_)
-        if (!reader_.next(r, &damage_)) return shard_ended();
-      if (reader_.records_read() >= end_) return past_the_last();
-      if (!reader_.next(r, &damage_)) return shard_ended();
+      while (reader_->records_read() < skip_)
+        if (!reader_->next(r, &damage_)) return shard_ended();
+      if (reader_->records_read() >= end_) return past_the_last();
+      if (!reader_->next(r, &damage_)) return shard_ended();
       out = Sample();
       try {
         dataset_->parser->parse(r.buffer, r.offset, r.length, out);
@@ -268,7 +276,7 @@ class TfdsReader final : public Expand {
     }
     bool seek(std::int64_t record, std::int64_t byte_offset) override {
       return record >= static_cast<std::int64_t>(skip_) && record < static_cast<std::int64_t>(end_) && byte_offset >= 0 &&
-             reader_.seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
+             reader_->seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
     }
 
    private:
@@ -278,7 +286,7 @@ class TfdsReader final : public Expand {
       if (end_checked_ || shard_examples_ < 0 || end_ != static_cast<std::uint64_t>(shard_examples_)) return false;
       end_checked_ = true;
       Record r;
-      if (!reader_.next(r, &damage_)) return false;
+      if (!reader_->next(r, &damage_)) return false;
       const std::string reason = *path_ + " holds more than the " + std::to_string(shard_examples_) + " records dataset_info.json in " +
                                  dataset_->info.dir + " gives it (shardLengths): the metadata is of another preparation and would " +
                                  "leave examples out; prepare the dataset again";
@@ -287,7 +295,7 @@ class TfdsReader final : public Expand {
     }
     // dataset_info.json promised `end_` records here: fewer means the shard lost some.
     bool shard_ended() {
-      const std::string reason = *path_ + " ends after " + std::to_string(reader_.records_read()) + " records, where dataset_info.json in " +
+      const std::string reason = *path_ + " ends after " + std::to_string(reader_->records_read()) + " records, where dataset_info.json in " +
                                  dataset_->info.dir + " says the split reads up to record " + std::to_string(end_) +
                                  " (a shard cut short, or metadata of another preparation)";
       if (!damage_.skip_damaged(reason)) throw DataError(reason);
@@ -307,7 +315,7 @@ class TfdsReader final : public Expand {
 
     std::shared_ptr<const std::string> path_;
     std::shared_ptr<const LoadedDataset> dataset_;
-    RecordReader reader_;
+    std::unique_ptr<RecordStream> reader_;
     std::uint64_t skip_, end_;
     std::int64_t shard_examples_;  // -1: not given (the read is not checked against its shard's end)
     bool end_checked_ = false;

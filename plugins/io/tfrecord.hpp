@@ -26,7 +26,20 @@ struct RecordReaderOptions {
   Allocator* allocator = nullptr;  // for read buffers; null: plain host memory
 };
 
-class RecordReader {
+// A file's records one after another: TFRecord's (RecordReader) or ArrayRecord's
+// (ArrayRecordStream, array_record.hpp), as the readers and tfds_reader take them.
+class RecordStream {
+ public:
+  virtual ~RecordStream() = default;
+  // The next record, or false at the end; damage goes to `damage` (null: thrown as DataError).
+  virtual bool next(Record& out, DamageReport* damage) = 0;
+  virtual std::uint64_t records_read() const = 0;
+  // Goes to the record numbered `index` at `file_offset` (as a Record read earlier said); false
+  // when it cannot, and nothing moved.
+  virtual bool seek(std::uint64_t index, std::uint64_t file_offset) = 0;
+};
+
+class RecordReader final : public RecordStream {
  public:
   RecordReader(std::unique_ptr<ByteSource> source, std::string name, RecordReaderOptions options = {});
 
@@ -34,13 +47,13 @@ class RecordReader {
   // described to `damage` with the file, record index and byte offset: under the skip policy
   // reading goes on where it safely can (after a bad data CRC, at the next record; after a bad
   // length, at the next offset where a valid header starts); otherwise a DataError is thrown.
-  bool next(Record& out, DamageReport* damage);
+  bool next(Record& out, DamageReport* damage) override;
 
-  std::uint64_t records_read() const { return index_; }
+  std::uint64_t records_read() const override { return index_; }
   // Goes to the record numbered `index` whose header starts at byte `file_offset` (as a Record
   // read earlier said): within the bytes buffered, without reading; else by seeking the source.
   // False when the source cannot seek (compressed).
-  bool seek(std::uint64_t index, std::uint64_t file_offset);
+  bool seek(std::uint64_t index, std::uint64_t file_offset) override;
 
   // The whole file as one memory mapping, when it was mapped; null otherwise.
 

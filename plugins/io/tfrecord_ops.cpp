@@ -1,4 +1,5 @@
-// tfrecord_reader, parse_example, tfrecord_writer.
+// tfrecord_reader, parse_example, tfrecord_writer, and ArrayRecord's array_record_reader and
+// array_record_writer (the same cursor and writer over the other format, array_record.hpp).
 #include <unistd.h>
 #include <zlib.h>
 
@@ -10,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "array_record.hpp"
 #include "example_codec.hpp"
 #include "io_plugin.hpp"
 #include "tfrecord.hpp"
@@ -19,6 +21,107 @@ namespace fs = std::filesystem;
 
 namespace sluice::io {
 namespace {
+
+// The records of one file, TFRecord or ArrayRecord. Hands out one sample per record with nothing
+// allocated for it but its field list: the record is a view of the read buffer (or of a decoded
+// chunk), the path tensor and origin are shared per file, and the index and offset scalars are
+// views of a block holding those of many records. (Records are freed on the consumer's thread:
+// every allocation made here per record would cost a contended malloc on both sides.)
+// Its chunked form hands out up to max_rows records of one buffer at once: the records as spans
+// of that buffer, the path once, index and offset as two columns.
+class RecordCursor final : public ExpandCursor, public ChunkedExpandCursor {
+ public:
+  RecordCursor(std::string path, std::unique_ptr<RecordStream> reader, Allocator& scalars, DamageReport& damage)
+      : path_(std::make_shared<const std::string>(std::move(path))),
+        path_tensor_(Tensor::from_string(*path_)),
+        reader_(std::move(reader)),
+        scalars_(scalars),
+        damage_(damage) {}
+  bool next(Sample& out) override {
+    Record r;
+    if (!read(r)) return false;
+    if (!block_ || used_ == kScalarsPerBlock) {
+      block_ = scalars_.allocate(kScalarsPerBlock * 2 * sizeof(std::int64_t));
+      used_ = 0;
+    }
+    const std::size_t at = used_++ * 2 * sizeof(std::int64_t);
+    const std::int64_t numbers[2] = {static_cast<std::int64_t>(r.index), static_cast<std::int64_t>(r.file_offset)};
+    std::memcpy(block_->data() + at, numbers, sizeof numbers);
+    out = Sample();
+    out.reserve(4);
+    out.set("record", Tensor::bytes_view(std::move(r.buffer), r.offset, r.length));
+    out.set("path", path_tensor_);
+    out.set("index", Tensor::view(DType::I64, {}, block_, at));
+    out.set("offset", Tensor::view(DType::I64, {}, block_, at + sizeof(std::int64_t)));
+    out.set_origin(path_, numbers[0], numbers[1]);
+    return true;
+  }
+  bool next_chunk(Chunk& out, std::size_t max_rows) override {
+    Record r;
+    if (!read(r)) return false;
+    const std::shared_ptr<Buffer> buffer = r.buffer;
+    Tensor numbers = Tensor::empty(DType::I64, {2, static_cast<std::int64_t>(max_rows)});
+    auto* index = numbers.data<std::int64_t>();
+    auto* offset = index + max_rows;
+    out = Chunk();
+    Column& records = out.add("record", Column::Layout::Spans);
+    records.buffer = buffer;
+    records.spans.reserve(max_rows);
+    out.records().reserve(max_rows);
+    out.byte_offsets().reserve(max_rows);
+    std::size_t rows = 0;
+    for (;;) {
+      records.spans.push_back({r.offset, r.length});
+      index[rows] = static_cast<std::int64_t>(r.index);
+      offset[rows] = static_cast<std::int64_t>(r.file_offset);
+      out.records().push_back(index[rows]);
+      out.byte_offsets().push_back(offset[rows]);
+      if (++rows == max_rows || !read(r)) break;
+      if (r.buffer != buffer) {  // a new read buffer: that record starts the next chunk
+        pending_ = std::move(r);
+        break;
+      }
+    }
+    out.set_rows(rows);
+    out.add("path", Column::Layout::Constant).tensor = path_tensor_;
+    out.add("index", Column::Layout::Rows).tensor = Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), 0);
+    out.add("offset", Column::Layout::Rows).tensor =
+        Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), max_rows * sizeof(std::int64_t));
+    out.set_where(path_);
+    return true;
+  }
+  bool seek(std::int64_t record, std::int64_t byte_offset) override {
+    pending_.reset();
+    ended_ = false;
+    return record >= 0 && byte_offset >= 0 && reader_->seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
+  }
+
+ private:
+  // The record a chunk left for the next call, else the reader's next. Once the reader said
+  // the end, it is not asked again (a chunk that ended there is handed out first, and the
+  // reader would report trailing damage a second time).
+  bool read(Record& r) {
+    if (pending_) {
+      r = std::move(*pending_);
+      pending_.reset();
+      return true;
+    }
+    if (ended_) return false;
+    ended_ = !reader_->next(r, &damage_);
+    return !ended_;
+  }
+
+  static constexpr std::size_t kScalarsPerBlock = 512;
+  std::shared_ptr<const std::string> path_;
+  Tensor path_tensor_;
+  std::unique_ptr<RecordStream> reader_;
+  Allocator& scalars_;
+  std::shared_ptr<Buffer> block_;
+  std::size_t used_ = 0;
+  DamageReport& damage_;
+  std::optional<Record> pending_;
+  bool ended_ = false;
+};
 
 class TFRecordReader final : public Expand {
  public:
@@ -42,111 +145,10 @@ class TFRecordReader final : public Expand {
     options_.allocator = &pool_;  // read buffers are reused once their records are gone
   }
 
-  // Hands out one sample per record with nothing allocated for it but its field list: the record
-  // is a view of the read buffer (or the mapped file), the path tensor and origin are shared per
-  // file, and the index and offset scalars are views of a block holding those of many records.
-  // (Records are freed on the consumer's thread: every allocation made here per record would
-  // cost a contended malloc on both sides.)
-  // Its chunked form hands out up to max_rows records of one read buffer at once: the records as
-  // spans of that buffer, the path once, index and offset as two columns.
-  class Cursor final : public ExpandCursor, public ChunkedExpandCursor {
-   public:
-    Cursor(std::string path, std::unique_ptr<ByteSource> source, RecordReaderOptions options, Allocator& scalars,
-           DamageReport& damage)
-        : path_(std::make_shared<const std::string>(std::move(path))),
-          path_tensor_(Tensor::from_string(*path_)),
-          reader_(std::move(source), *path_, options),
-          scalars_(scalars),
-          damage_(damage) {}
-    bool next(Sample& out) override {
-      Record r;
-      if (!read(r)) return false;
-      if (!block_ || used_ == kScalarsPerBlock) {
-        block_ = scalars_.allocate(kScalarsPerBlock * 2 * sizeof(std::int64_t));
-        used_ = 0;
-      }
-      const std::size_t at = used_++ * 2 * sizeof(std::int64_t);
-      const std::int64_t numbers[2] = {static_cast<std::int64_t>(r.index), static_cast<std::int64_t>(r.file_offset)};
-      std::memcpy(block_->data() + at, numbers, sizeof numbers);
-      out = Sample();
-      out.reserve(4);
-      out.set("record", Tensor::bytes_view(std::move(r.buffer), r.offset, r.length));
-      out.set("path", path_tensor_);
-      out.set("index", Tensor::view(DType::I64, {}, block_, at));
-      out.set("offset", Tensor::view(DType::I64, {}, block_, at + sizeof(std::int64_t)));
-      out.set_origin(path_, numbers[0], numbers[1]);
-      return true;
-    }
-    bool next_chunk(Chunk& out, std::size_t max_rows) override {
-      Record r;
-      if (!read(r)) return false;
-      const std::shared_ptr<Buffer> buffer = r.buffer;
-      Tensor numbers = Tensor::empty(DType::I64, {2, static_cast<std::int64_t>(max_rows)});
-      auto* index = numbers.data<std::int64_t>();
-      auto* offset = index + max_rows;
-      out = Chunk();
-      Column& records = out.add("record", Column::Layout::Spans);
-      records.buffer = buffer;
-      records.spans.reserve(max_rows);
-      out.records().reserve(max_rows);
-      out.byte_offsets().reserve(max_rows);
-      std::size_t rows = 0;
-      for (;;) {
-        records.spans.push_back({r.offset, r.length});
-        index[rows] = static_cast<std::int64_t>(r.index);
-        offset[rows] = static_cast<std::int64_t>(r.file_offset);
-        out.records().push_back(index[rows]);
-        out.byte_offsets().push_back(offset[rows]);
-        if (++rows == max_rows || !read(r)) break;
-        if (r.buffer != buffer) {  // a new read buffer: that record starts the next chunk
-          pending_ = std::move(r);
-          break;
-        }
-      }
-      out.set_rows(rows);
-      out.add("path", Column::Layout::Constant).tensor = path_tensor_;
-      out.add("index", Column::Layout::Rows).tensor = Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), 0);
-      out.add("offset", Column::Layout::Rows).tensor =
-          Tensor::view(DType::I64, {static_cast<std::int64_t>(rows)}, numbers.buffer(), max_rows * sizeof(std::int64_t));
-      out.set_where(path_);
-      return true;
-    }
-    bool seek(std::int64_t record, std::int64_t byte_offset) override {
-      pending_.reset();
-      ended_ = false;
-      return record >= 0 && byte_offset >= 0 && reader_.seek(static_cast<std::uint64_t>(record), static_cast<std::uint64_t>(byte_offset));
-    }
-
-   private:
-    // The record a chunk left for the next call, else the reader's next. Once the reader said
-    // the end, it is not asked again (a chunk that ended there is handed out first, and the
-    // reader would report trailing damage a second time).
-    bool read(Record& r) {
-      if (pending_) {
-        r = std::move(*pending_);
-        pending_.reset();
-        return true;
-      }
-      if (ended_) return false;
-      ended_ = !reader_.next(r, &damage_);
-      return !ended_;
-    }
-
-    static constexpr std::size_t kScalarsPerBlock = 512;
-    std::shared_ptr<const std::string> path_;
-    Tensor path_tensor_;
-    RecordReader reader_;
-    Allocator& scalars_;
-    std::shared_ptr<Buffer> block_;
-    std::size_t used_ = 0;
-    DamageReport& damage_;
-    std::optional<Record> pending_;
-    bool ended_ = false;
-  };
-
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));
-    return std::make_unique<Cursor>(path, open_file(path, compression_, ctx.stage ? ctx.stage->storage : nullptr), options_, pool_, damage);
+    auto reader = std::make_unique<RecordReader>(open_file(path, compression_, ctx.stage ? ctx.stage->storage : nullptr), path, options_);
+    return std::make_unique<RecordCursor>(path, std::move(reader), pool_, damage);
   }
 
  private:
@@ -224,12 +226,79 @@ class ParseExample final : public Map, public ChunkedMap {
   std::vector<std::string> keep_;
 };
 
+class ArrayRecordReader final : public Expand {
+ public:
+  static OperatorInfo describe() {
+    return {"array_record_reader",
+            OperatorKind::Expand,
+            "Reads the ArrayRecord file named by 'path' (Grain's and TFDS's format) into records ('record' bytes, 'path', 'index', "
+            "'offset': the byte of the record's chunk), every chunk's hashes checked; uncompressed, zstd, brotli and snappy chunks",
+            {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
+             ParamSpec::make("verify_hashes", ParamType::Bool, "check the HighwayHash of every chunk's data (its header's always is)").def("true"),
+             ParamSpec::make("buffer_bytes", ParamType::Int, "consecutive chunks read at once, up to this many bytes (a larger chunk alone)")
+                 .def("4194304")
+                 .range(4096, 1 << 30)},
+            {.stateless = true},
+            {}};
+  }
+  explicit ArrayRecordReader(const Params& p)
+      : field_(p.get_string("field")), verify_(p.get_bool("verify_hashes")), span_bytes_(static_cast<std::size_t>(p.get_int("buffer_bytes"))) {}
+
+  std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
+    std::string path(in.at(field_).string_at(0));
+    auto reader = std::make_unique<ArrayRecordStream>(path, ctx.stage ? ctx.stage->storage : nullptr, verify_, span_bytes_, &pool_);
+    return std::make_unique<RecordCursor>(std::move(path), std::move(reader), pool_, damage);
+  }
+
+ private:
+  std::string field_;
+  bool verify_;
+  std::size_t span_bytes_;
+  PooledHostAllocator pool_;
+};
+
+// tfrecord_writer's shards, rotation, naming and resumption, laid out as ArrayRecord.
+class ArrayRecordWriterOp final : public TFRecordWriter {
+ public:
+  static OperatorInfo describe() {
+    return {"array_record_writer",
+            OperatorKind::Sink,
+            "Writes elements as ArrayRecord shards PREFIX-00000-of-000NN.array_record (readable by the array-record package, Grain "
+            "and TFDS): each record the bytes of 'field', or with field \"\" the element as a tf.train.Example",
+            {ParamSpec::make("prefix", ParamType::OutputPath, "path prefix of the shards (folder/name)"),
+             ParamSpec::make("field", ParamType::String, "field holding each record's bytes; \"\": the whole element as a tf.train.Example").def("record"),
+             ParamSpec::make("options", ParamType::String,
+                             "as the array-record package takes them: group_size:N (records per chunk), uncompressed, zstd[:LEVEL], "
+                             "brotli[:LEVEL] or snappy; empty: its defaults, group_size:1,zstd:3")
+                 .def(""),
+             ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes of records").def("100000000").range(1, std::nullopt),
+             ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
+             ParamSpec::make("naming", ParamType::Choice,
+                             "of_total: PREFIX-00000-of-000NN; worker: PREFIX-worker-W-00000, for several processes writing beside each other")
+                 .def("of_total")
+                 .one_of({"of_total", "worker"}),
+             ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's")
+                 .def("-1")
+                 .range(-1, std::nullopt)
+                 .takes_hint("worker_index"),
+             ParamSpec::make("workers", ParamType::Int, "processes writing beside each other; -1: the job's workers")
+                 .def("-1")
+                 .range(-1, std::nullopt)
+                 .takes_hint("num_workers")},
+            {.saves_state = true},
+            {}};
+  }
+  explicit ArrayRecordWriterOp(const Params& p) : TFRecordWriter(p, Compression::None, parse_array_record_options(p.get_string("options"))) {}
+};
+
 }  // namespace
 
 void register_tfrecord(Registrar& registrar) {
   registrar.add<TFRecordReader>();
   registrar.add<ParseExample>();
   registrar.add<TFRecordWriter>();
+  registrar.add<ArrayRecordReader>();
+  registrar.add<ArrayRecordWriterOp>();
 }
 
 }  // namespace sluice::io

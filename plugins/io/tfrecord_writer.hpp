@@ -1,6 +1,7 @@
 #pragma once
 // tfrecord_writer: tf.Examples into shards written under temporary names and published whole
-// once the run completes. tfds_writer (tfds_ops.cpp) writes its shards through it.
+// once the run completes. tfds_writer (tfds_ops.cpp) writes its shards through it, and
+// array_record_writer (array_record_ops.cpp) is the same writer laying its shards out as ArrayRecord.
 #include <zlib.h>
 
 #include <algorithm>
@@ -8,10 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "array_record.hpp"
 #include "byte_source.hpp"
 #include "example_codec.hpp"
 #include "sluice/sdk.hpp"
@@ -19,11 +22,14 @@
 
 namespace sluice::io {
 
-// One shard being written under an exclusive temporary name: plain, or through a deflate stream
-// for gzip and zlib. Its final name is given once the number of shards is known.
+// One shard being written under an exclusive temporary name: TFRecord, plain or through a deflate
+// stream for gzip and zlib, or ArrayRecord (`array`: its chunks, footer and postscript). Its final
+// name is given once the number of shards is known.
 class ShardFile {
  public:
-  ShardFile(const std::string& placeholder, Compression compression, Storage* storage) : file_(placeholder, storage), compression_(compression) {
+  ShardFile(const std::string& placeholder, Compression compression, Storage* storage, const ArrayRecordWriterOptions* array = nullptr)
+      : file_(placeholder, storage), compression_(compression) {
+    if (array) array_ = std::make_unique<ArrayRecordEncoder>(*array);
     if (compression_ != Compression::None) {
       int bits = compression_ == Compression::Gzip ? 15 + 16 : 15;
       if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -33,6 +39,18 @@ class ShardFile {
   }
   ~ShardFile() {
     if (deflating_) deflateEnd(&z_);
+  }
+  // One record, framed as the shard's format frames it; returns the bytes it added to the shard.
+  std::uint64_t write_record(const std::string& record) {
+    if (array_) {
+      array_->add(record.data(), record.size());
+      write_array_bytes();
+      return record.size();
+    }
+    framed_.clear();
+    append_record(framed_, record.data(), record.size());
+    write(framed_);
+    return framed_.size();
   }
   void write(const std::string& bytes) {
     if (!deflating_) {
@@ -44,6 +62,11 @@ class ShardFile {
     drain(Z_NO_FLUSH);
   }
   void close() {
+    if (array_ && !array_finished_) {
+      array_->finish();
+      write_array_bytes();
+      array_finished_ = true;
+    }
     if (deflating_) {
       drain(Z_FINISH);
       deflateEnd(&z_);
@@ -54,12 +77,30 @@ class ShardFile {
   void publish_as(const std::string& path) { file_.publish_as(path); }
   void discard() { file_.abandon(/*keep=*/true); }  // an interrupted shard stays visibly .partial
   bool compressed() const { return deflating_; }
-  // For checkpoints (a compressed shard is never open at one, see TFRecordWriter::save_state).
-  SavedOutput checkpoint_state() { return file_.checkpoint_state(); }
-  void continue_from(const SavedOutput& saved) { file_.continue_from(saved); }
-  void adopt_finished(const SavedOutput& saved) { file_.adopt_finished(saved); }
+  // For checkpoints (a compressed shard is never open at one, see TFRecordWriter::save_state). An
+  // ArrayRecord shard ends its group of records there, and its chunks so far are saved.
+  SavedOutput checkpoint_state() {
+    if (array_ && !array_finished_) {
+      array_->flush();
+      write_array_bytes();
+    }
+    return file_.checkpoint_state();
+  }
+  std::string array_state() const { return array_ ? array_->saved() : std::string(); }
+  void continue_from(const SavedOutput& saved, const std::string& array_state = {}) {
+    file_.continue_from(saved);
+    if (array_) array_->restore(array_state);
+  }
+  void adopt_finished(const SavedOutput& saved) {
+    file_.adopt_finished(saved);
+    array_finished_ = true;
+  }
 
  private:
+  void write_array_bytes() {
+    file_.write(array_->ready());
+    array_->ready().clear();
+  }
   void drain(int flush) {
     char out[1 << 16];
     do {
@@ -75,6 +116,9 @@ class ShardFile {
   Compression compression_;
   z_stream z_{};
   bool deflating_ = false;
+  std::unique_ptr<ArrayRecordEncoder> array_;
+  bool array_finished_ = false;
+  std::string framed_;
 };
 
 // Writes tf.Examples into shards PREFIX-00000-of-000NN.tfrecord, rotated by size or count. Each
@@ -113,14 +157,19 @@ class TFRecordWriter : public Sink {
   TFRecordWriter(std::string prefix, std::uint64_t max_bytes, std::uint64_t max_records)
       : prefix_(std::move(prefix)), max_bytes_(max_bytes), max_records_(max_records), compression_(Compression::None),
         naming_(Naming::Tfds), by_worker_(false), worker_(0) {}
-  explicit TFRecordWriter(const Params& p)
+  explicit TFRecordWriter(const Params& p) : TFRecordWriter(p, parse_compression(p.get_string("compression")), std::nullopt) {}
+  // array_record_writer: the same shards laid out as ArrayRecord, each record the bytes of the
+  // field `field` names (or, where it names none, the element as a tf.Example).
+  TFRecordWriter(const Params& p, Compression compression, std::optional<ArrayRecordWriterOptions> array)
       : prefix_(p.get_string("prefix")),
         max_bytes_(static_cast<std::uint64_t>(p.get_int("max_bytes"))),
         max_records_(static_cast<std::uint64_t>(p.get_int("max_records"))),
-        compression_(parse_compression(p.get_string("compression"))),
+        compression_(compression),
         naming_(p.get_string("naming") == "worker" ? Naming::Worker : Naming::OfTotal),
         by_worker_(naming_ == Naming::Worker),
-        worker_(p.get_int("worker")) {
+        worker_(p.get_int("worker")),
+        array_(std::move(array)),
+        field_(array_ ? p.get_string("field") : std::string()) {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
     // Several workers numbering "-of-N" shards each would replace each other's, and a run's
     // clean-up removes the shards it did not write: the other workers'.
@@ -139,11 +188,7 @@ class TFRecordWriter : public Sink {
   }
   void consume(Sample in, const ElementContext&) override {
     if (!shard_ || shard_closed_) open_shard();
-    framed_.clear();
-    std::string example = encode_example(in);
-    append_record(framed_, example.data(), example.size());
-    shard_->write(framed_);
-    shard_bytes_ += framed_.size();
+    shard_bytes_ += shard_->write_record(record_of(in));
     ++shard_records_;
     shard_lengths_.back() = shard_records_;
     if (shard_bytes_ >= max_bytes_ || (max_records_ && shard_records_ >= max_records_)) {
@@ -184,6 +229,7 @@ class TFRecordWriter : public Sink {
     for (std::uint64_t i = 0; i < shard_count; ++i) saved.push_back(SavedOutput::load(r));
     const bool open = r.get<std::uint8_t>() != 0;
     const auto bytes = r.get<std::uint64_t>(), records = r.get<std::uint64_t>();
+    const std::string array_state = array_ ? r.get_string() : std::string();
     if (prefix != absolute_path(prefix_)) return;  // another prefix (--set): this run writes its own shards there
     // A run that stopped at the checkpoint published its shards: they are taken back by identity.
     const bool remote = is_remote_uri(prefix_);
@@ -200,7 +246,7 @@ class TFRecordWriter : public Sink {
       }
       open_shard();
       if (open && i + 1 == saved.size()) {
-        shard_->continue_from(saved[i]);
+        shard_->continue_from(saved[i], array_state);
         shard_bytes_ = bytes;
         shard_records_ = records;
       } else {
@@ -216,11 +262,12 @@ class TFRecordWriter : public Sink {
   // The name shard `index` of `total` is published under (the prefix, then this).
   std::string shard_name(std::size_t index, std::size_t total) const {
     char name[64];
-    if (naming_ == Naming::Tfds) std::snprintf(name, sizeof name, ".tfrecord-%05zu-of-%05zu", index, total);
-    else if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu.tfrecord", static_cast<long long>(worker_), index);
-    else std::snprintf(name, sizeof name, "-%05zu-of-%05zu.tfrecord", index, total);
+    if (naming_ == Naming::Tfds) std::snprintf(name, sizeof name, "%s-%05zu-of-%05zu", extension(), index, total);
+    else if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu%s", static_cast<long long>(worker_), index, extension());
+    else std::snprintf(name, sizeof name, "-%05zu-of-%05zu%s", index, total, extension());
     return name + suffix();
   }
+  const char* extension() const { return array_ ? ".array_record" : ".tfrecord"; }
 
  private:
   void save_shards(StateWriter& w) {
@@ -240,6 +287,7 @@ class TFRecordWriter : public Sink {
     w.put<std::uint8_t>(still_open ? 1 : 0);
     w.put<std::uint64_t>(still_open ? shard_bytes_ : 0);
     w.put<std::uint64_t>(still_open ? shard_records_ : 0);
+    if (array_) w.put_string(still_open ? shard_->array_state() : std::string());
     w.describe(std::to_string(shards_.size()) + " shard(s) of " + prefix_ + " written up to the checkpoint");
   }
   std::filesystem::path prefix_folder() const {
@@ -266,11 +314,11 @@ class TFRecordWriter : public Sink {
     }
     for (const auto& path : doomed) std::filesystem::remove(path, ec);
   }
-  // The files of this folder named PREFIX...tfrecord[.gz|.zz]: where published shards may be.
+  // The files of this folder named PREFIX...tfrecord[.gz|.zz] (.array_record): where published shards may be.
   std::vector<std::string> shards_of_this_prefix() const {
     const std::filesystem::path prefix(prefix_);
     const std::filesystem::path folder = prefix_folder();
-    const std::string stem = prefix.filename().string(), tail = ".tfrecord" + suffix();
+    const std::string stem = prefix.filename().string(), tail = extension() + suffix();
     std::vector<std::string> out;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
@@ -298,13 +346,17 @@ class TFRecordWriter : public Sink {
       if (kept.count(name) || name.compare(0, stem.size(), stem) != 0 || !it->is_regular_file()) continue;
       std::string rest = name.substr(stem.size());
       if (naming_ == Naming::Tfds) {  // .tfrecord-NNNNN-of-NNNNN
-        const bool tfds_shard = rest.size() == 25 && rest.compare(0, 10, ".tfrecord-") == 0 && rest.compare(15, 4, "-of-") == 0 &&
-                                std::all_of(rest.begin() + 10, rest.begin() + 15, ::isdigit) && std::all_of(rest.begin() + 19, rest.end(), ::isdigit);
+        const std::string head = extension() + std::string("-");
+        const std::size_t at = head.size();
+        const bool tfds_shard = rest.size() == at + 15 && rest.compare(0, at, head) == 0 && rest.compare(at + 5, 4, "-of-") == 0 &&
+                                std::all_of(rest.begin() + at, rest.begin() + at + 5, ::isdigit) &&
+                                std::all_of(rest.begin() + at + 9, rest.end(), ::isdigit);
         if (tfds_shard) std::filesystem::remove(it->path(), ec);
         continue;
       }
       bool has_a_shard_tail = false;
-      for (const std::string tail : {".tfrecord", ".tfrecord.gz", ".tfrecord.zz"})
+      const std::string extension = this->extension();
+      for (const std::string tail : {extension, extension + ".gz", extension + ".zz"})
         if (rest.size() > tail.size() && rest.compare(rest.size() - tail.size(), tail.size(), tail) == 0) {
           rest.resize(rest.size() - tail.size());
           has_a_shard_tail = true;
@@ -332,7 +384,7 @@ class TFRecordWriter : public Sink {
     char name[64];
     if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu", static_cast<long long>(worker_), shards_.size());
     else std::snprintf(name, sizeof name, "-%05zu", shards_.size());
-    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_, storage_));
+    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_, storage_, array_ ? &*array_ : nullptr));
     shard_lengths_.push_back(0);
     shard_ = shards_.back().get();
     shard_closed_ = false;
@@ -351,7 +403,18 @@ class TFRecordWriter : public Sink {
   bool shard_closed_ = false;
   std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
   std::vector<std::uint64_t> shard_lengths_;
-  std::string framed_;
+  std::optional<ArrayRecordWriterOptions> array_;
+  std::string field_;
+
+  // A record: the bytes of field_ (one string), else the element as a tf.Example.
+  std::string record_of(const Sample& in) const {
+    if (field_.empty()) return encode_example(in);
+    const Tensor& value = in.at(field_);
+    if (value.dtype() != DType::Bytes || value.num_elements() != 1)
+      throw DataError("array_record_writer: field '" + field_ + "' is not one string of bytes (its records are written as they are); "
+                      "set field to \"\" to write each element as a tf.Example");
+    return std::string(value.string_at(0));
+  }
 };
 
 }  // namespace sluice::io

@@ -120,9 +120,17 @@ def read(directory, splits):
                                           for split in splits}}
 
 
+def build_array_record(data_dir):
+    """The same dataset prepared by TFDS as ArrayRecord (its shards written by the array-record
+    package): what it wrote, file by file."""
+    builder = ConformanceSet(data_dir=data_dir, file_format="array_record")
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=4))
+    return {"version_dir": builder.data_dir, "files": sorted(os.listdir(builder.data_dir))}
+
+
 if __name__ == "__main__":
     mode, where, out, splits = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    results = build(where, splits) if mode == "build" else read(where, splits)
+    results = build(where, splits) if mode == "build" else build_array_record(where) if mode == "build-array-record" else read(where, splits)
     with open(out + ".partial", "w") as f:
         json.dump(results, f)
     os.replace(out + ".partial", out)

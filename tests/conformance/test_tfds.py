@@ -43,6 +43,36 @@ def test_a_split_reads_as_tfds_load_reads_it(prepared, split):
     assert got == expected["examples"]
 
 
+@pytest.fixture(scope="module")
+def prepared_as_array_record(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("tfds_array_record")
+    out = data_dir / "oracle.json"
+    run_oracle("oracle_tfds.py", "build-array-record", data_dir / "data", out)
+    return data_dir / "data", json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_split_prepared_as_array_record_reads_as_the_tfrecord_copy(prepared, prepared_as_array_record, split):
+    """TFDS's fileFormat array_record: the shards the array-record package wrote for TFDS, read
+    by tfds (through tfds_reader) and by random_access, equal to what tfds.load gives of the
+    tfrecord copy."""
+    data_dir, oracle = prepared_as_array_record
+    assert [f for f in oracle["files"] if ".array_record-" in f] and not [f for f in oracle["files"] if ".tfrecord-" in f]
+    supervised = split.startswith("as_supervised:")
+    name = split[len("as_supervised:"):] if supervised else split
+    dataset = sluice.data.tfds("conformance_set", split=name, data_dir=str(data_dir), shuffle_files=False, as_supervised=supervised)
+    if "error" in prepared[1]["splits"][split]:
+        with pytest.raises(sluice.PipelineError, match="takes no example"):
+            list(dataset)
+        return
+    expected = prepared[1]["splits"][split]["examples"]
+    assert [encode(e) for e in dataset] == expected
+    if not supervised:  # read at random: the tfrecord copy's examples (as features.json describes them) in the same permutation
+        def shuffled(directory):
+            return [encode(e) for e in sluice.data.random_access(tfds="conformance_set", split=name, data_dir=str(directory), seed=1)]
+        assert shuffled(data_dir) == shuffled(prepared[0])
+
+
 def test_split_none_is_refused_where_tfds_gives_every_split(prepared):
     data_dir, oracle = prepared
     assert oracle["split_none"] == {"type": "dict", "keys": ["test", "train"]}

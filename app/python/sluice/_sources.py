@@ -128,7 +128,7 @@ def _file_reader(method, op, filenames, compression_type, buffer_size, num_paral
     params = dict(extra)
     if _COMPRESSION_TYPES[compression_type] is not None:
         params["compression"] = _COMPRESSION_TYPES[compression_type]
-    if buffer_size is not None and op == "tfrecord_reader":
+    if buffer_size is not None and op in ("tfrecord_reader", "array_record_reader"):
         params["buffer_bytes"] = max(4096, int(buffer_size))
     if num_parallel_reads is not None and num_parallel_reads != 1:
         cycle = (os.cpu_count() or 1) if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
@@ -242,6 +242,15 @@ def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_para
     tf.data.TFRecordDataset: filenames is a path, a list of paths or a dataset of paths
     (list_files); compression_type None detects gzip and zlib."""
     return _picking(_file_reader("TFRecordDataset", "tfrecord_reader", filenames, compression_type, buffer_size, num_parallel_reads,
+                                 {"name": name}), "record")
+
+
+def ArrayRecordDataset(filenames, buffer_size=None, num_parallel_reads=None, *, name=None):
+    """The records of ArrayRecord files (Grain's and TFDS's format; field 'record', with 'path',
+    'index', 'offset'), as TFRecordDataset gives TFRecord's: filenames is a path, a list of paths
+    or a dataset of paths, read in their order (num_parallel_reads at once). For reads at random,
+    sluice.data.random_access(patterns=...) over the same files."""
+    return _picking(_file_reader("ArrayRecordDataset", "array_record_reader", filenames, None, buffer_size, num_parallel_reads,
                                  {"name": name}), "record")
 
 

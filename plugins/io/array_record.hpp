@@ -1,0 +1,153 @@
+#pragma once
+// ArrayRecord files (Grain's and TFDS's), read and written from the published specifications:
+// Riegeli's records format (a file of chunks, interrupted every 64 KiB by a 24-byte block header;
+// a chunk's 40-byte header and its data each carry a HighwayHash) and ArrayRecord's layout on it
+// (one simple chunk per group of records, then a footer chunk naming each group's chunk, then a
+// postscript chunk in the file's last 64 KiB naming the footer). Transposed chunks (Riegeli's
+// columnar encoding of protos, `transpose:true`) are refused by name: their encoding is not
+// published.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/buffer.hpp"
+#include "sluice/storage.hpp"
+#include "tfrecord.hpp"
+
+namespace sluice::io {
+
+// A file read at any byte, from any thread: a local file (positioned reads) or an object in
+// remote storage (ranged requests). Throws DataError naming it when it cannot be opened.
+class PositionedFile {
+ public:
+  PositionedFile(std::string path, Storage* storage);
+  // Bytes in memory, named `name` (tests and fuzzing); they must outlive it.
+  PositionedFile(std::string name, const void* data, std::size_t size);
+  ~PositionedFile();
+  PositionedFile(const PositionedFile&) = delete;
+  PositionedFile& operator=(const PositionedFile&) = delete;
+  const std::string& name() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  // Exactly n bytes at `offset`, or a DataError naming the file (it ends before them).
+  void read(std::uint64_t offset, std::size_t n, std::byte* dst) const;
+
+ private:
+  std::string path_;
+  Storage* storage_ = nullptr;
+  std::optional<StoredObject> object_;
+  int fd_ = -1;
+  const std::byte* memory_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+enum class RiegeliCompression : std::uint8_t { None = 0, Brotli = 'b', Zstd = 'z', Snappy = 's' };
+
+// One group of records: its chunk's first byte and the first byte past its stored extent.
+struct ArrayRecordChunk {
+  std::uint64_t offset = 0, end = 0;
+  std::uint64_t records = 0, first_record = 0;
+};
+
+// What the footer says of a file.
+struct ArrayRecordLayout {
+  std::uint64_t file_size = 0, footer_offset = 0, records = 0;
+  std::vector<ArrayRecordChunk> chunks;
+  std::string writer_options;  // as the writer recorded them ("group_size:1,...,zstd:3")
+  // The chunk holding record `record` (< records).
+  std::size_t chunk_of(std::uint64_t record) const;
+};
+
+// Reads the postscript and the footer. Damage (a hash that does not match, a postscript without
+// ArrayRecord's magic, a footer that disagrees with itself or with the file's size) is a DataError
+// naming the file and the byte.
+ArrayRecordLayout read_array_record_layout(const PositionedFile& file);
+
+// A chunk's records after decoding: their values one after another in `values` from `at`, record
+// i between ends[i-1] (0 for the first) and ends[i].
+struct DecodedChunk {
+  std::shared_ptr<Buffer> values;
+  std::size_t at = 0;
+  std::vector<std::uint64_t> ends;
+  std::size_t records() const { return ends.size(); }
+  std::size_t begin_of(std::size_t i) const { return at + (i == 0 ? 0 : static_cast<std::size_t>(ends[i - 1])); }
+  std::size_t size_of(std::size_t i) const { return static_cast<std::size_t>(ends[i] - (i == 0 ? 0 : ends[i - 1])); }
+};
+
+// Decodes the chunk whose stored bytes (block headers included) are `stored` from `at`, `size` of
+// them, the chunk beginning at byte `begin` of the file. Uncompressed values stay views of
+// `stored`. Damage is a DataError saying what, naming `name`, the chunk and the byte; `verify`
+// checks the data's hash too (the header's always is).
+DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
+                                       const std::string& name, bool verify);
+
+// A file's records in order (array_record_reader, tfds_reader): the footer read first, then runs
+// of consecutive chunks read with one read each (up to span_bytes, at least one chunk), each chunk
+// decoded as its turn comes. A Record's file_offset is its chunk's first byte. A damaged chunk is
+// reported by file, chunk and byte: skipped with its records, or thrown.
+class ArrayRecordStream final : public RecordStream {
+ public:
+  ArrayRecordStream(const std::string& path, Storage* storage, bool verify, std::size_t span_bytes, Allocator* allocator);
+  ArrayRecordStream(std::unique_ptr<PositionedFile> file, bool verify, std::size_t span_bytes, Allocator* allocator);
+  bool next(Record& out, DamageReport* damage) override;
+  std::uint64_t records_read() const override { return read_; }
+  bool seek(std::uint64_t index, std::uint64_t file_offset) override;
+  const ArrayRecordLayout& layout() const { return layout_; }
+
+ private:
+  bool load_chunk(DamageReport* damage);
+  void read_span(std::size_t first);
+  std::unique_ptr<PositionedFile> file_;
+  ArrayRecordLayout layout_;
+  bool verify_;
+  std::size_t span_bytes_;
+  Allocator* allocator_;
+  std::shared_ptr<Buffer> span_;
+  std::uint64_t span_offset_ = 0;
+  std::size_t next_chunk_ = 0;
+  std::optional<DecodedChunk> decoded_;
+  std::size_t row_ = 0;
+  std::uint64_t first_record_ = 0, chunk_offset_ = 0, read_ = 0;
+};
+
+// How a writer encodes its chunks: the options string the array-record package takes
+// ("group_size:N", "uncompressed", "zstd[:LEVEL]", "brotli[:LEVEL]", "snappy"); throws
+// ParamError for anything else (transpose:true among it).
+struct ArrayRecordWriterOptions {
+  std::uint64_t group_size = 65536;
+  RiegeliCompression compression = RiegeliCompression::Brotli;
+  int level = 6;
+  std::string text;  // recorded in the footer, as the package records its own
+};
+ArrayRecordWriterOptions parse_array_record_options(const std::string& options);
+
+// Builds an ArrayRecord file as a stream of bytes: add() records, take() what is ready to write,
+// finish() the footer and postscript. A writer can be saved between groups and continued from its
+// state (checkpoints): flush() ends the group being built.
+class ArrayRecordEncoder {
+ public:
+  explicit ArrayRecordEncoder(ArrayRecordWriterOptions options);
+  void add(const void* data, std::size_t size);
+  void flush();                  // the records added so far into a chunk of their own
+  void finish();                 // flush(), then the footer, padding and postscript
+  std::string& ready() { return out_; }  // bytes to append to the file (clear them once written)
+  std::uint64_t position() const { return position_; }  // the file's size once ready() is written
+  std::uint64_t records() const { return records_; }
+  // The state between groups: position and chunks written. (No group may be pending: flush() first.)
+  std::string saved() const;
+  void restore(const std::string& saved);
+
+ private:
+  void append_chunk(char type, std::uint64_t records, std::uint64_t decoded_size, const std::string& data);
+  ArrayRecordWriterOptions options_;
+  std::string out_;
+  std::uint64_t position_ = 0, records_ = 0;
+  std::string sizes_, values_;
+  std::uint64_t pending_ = 0;
+  std::vector<ArrayRecordChunk> chunks_;
+  std::vector<std::uint64_t> decoded_sizes_;
+};
+
+}  // namespace sluice::io
