@@ -572,6 +572,8 @@ class TestCheckpoint : public QObject {
              stage("work", "simulate_work", "enc", {{"us", "1500"}}, "buffer_size: 2") +
              stage("lines", "jsonl_sink", "work", {{"path", out + "/out.jsonl"}}) +
              stage("shards", "tfrecord_writer", "work", {{"prefix", out + "/shards/train"}, {"max_records", "37"}}) +
+             // ArrayRecord in chunks of one record (the package's default): a cut ends no chunk early.
+             stage("arrays", "array_record_writer", "work", {{"prefix", out + "/arrays/train"}, {"max_records", "37"}, {"field", ""}}) +
              stage("files", "write_files", "work", {{"folder", out + "/files"}}) +
              stage("tfds", "tfds_writer", "work", {{"data_dir", out + "/tfds"}, {"name", "pics"}, {"max_records", "37"}, {"class_labels", "label"}});
     };
@@ -587,8 +589,8 @@ class TestCheckpoint : public QObject {
     {
       sluice::Engine engine(graph_of(text(cut)));
       engine.start();
-      // Four sinks read every element.
-      while (sink_elements(engine.snapshot()) < 4u * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
+      // Five sinks read every element.
+      while (sink_elements(engine.snapshot()) < 5u * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       saved = engine.checkpoint(/*then_stop=*/!past_the_checkpoint);
       QVERIFY2(saved.has_value(), "the run ended before the checkpoint");
@@ -610,7 +612,7 @@ class TestCheckpoint : public QObject {
                                                           std::string(sluice::run_state_name(ended.state)) + " " + ended.error).c_str());
     }
     // The cut falls behind what was in flight when it was asked for.
-    const std::uint64_t cut_at = saved->sink_elements() / 4;
+    const std::uint64_t cut_at = saved->sink_elements() / 5;
     // (400 elements, 0.6 s of simulated work: on a loaded machine a checkpoint asked for after 130
     // once fell at 200, the end of a run of 240.)
     QVERIFY2(cut_at >= std::uint64_t(stop_after) && cut_at < 360, std::to_string(cut_at).c_str());
@@ -625,7 +627,7 @@ class TestCheckpoint : public QObject {
       QVERIFY2(result.state == sluice::RunState::Finished, result.error.c_str());
     }
     const auto expected = files_under(whole), got = files_under(cut);
-    QCOMPARE(expected.size(), std::size_t(1 + 11 + 400 + 11 + 2));  // the lines, 11 shards, 400 files, 11 tfds shards and their metadata
+    QCOMPARE(expected.size(), std::size_t(1 + 11 + 11 + 400 + 11 + 2));  // the lines, 11 and 11 shards, 400 files, 11 tfds shards and their metadata
     for (const auto& [name, bytes] : expected) {
       QVERIFY2(got.count(name), ("missing after the resume: " + name).c_str());
       QVERIFY2(got.at(name) == bytes, ("differs from the uninterrupted run's: " + name).c_str());

@@ -49,6 +49,15 @@ def test_files_of_array_record_writer_read_by_the_package(tmp_path, case):
             assert option.split(":")[0] in read["options"]
 
 
+def test_uncompressed_files_are_byte_for_byte_the_packages(package_files, tmp_path):
+    """Riegeli's framing as the package writes it: block headers, hashes, padding, footer,
+    postscript; the chunks' data too when nothing is compressed."""
+    (sluice.data.from_tensor_slices({"record": records()})
+     .array_record_writer(prefix=str(tmp_path / "ours"), options=OPTIONS["uncompressed-1"]).pipeline().run())
+    ours = (tmp_path / "ours-00000-of-00001.array_record").read_bytes()
+    assert len(ours) > 1 << 20 and ours == (package_files / "uncompressed-1.array_record").read_bytes()
+
+
 def damaged_copy(source, folder, cut=None, flip=None):
     data = bytearray(open(source, "rb").read())
     if flip is not None:
