@@ -125,3 +125,31 @@ def test_a_job_checkpointed_into_a_bucket_resumes_on_another_number_of_workers(s
     lines = [line for f in sorted(tmp_path.glob("out-*.jsonl")) for line in f.read_text().splitlines()]
     assert len(list(tmp_path.glob("out-*.jsonl"))) == 5
     assert len(lines) == len(set(lines)) == 1008  # 1,000 + 4 + 4: the three files' records, each once
+
+
+def test_array_record_objects_read_in_order_and_at_random_as_the_local_files(store, tmp_path):
+    """ArrayRecord files in a bucket: the footer and chunks read by ranged requests, in order
+    (array_record_reader) and at random (random_access) as their local copies read; an
+    ArrayRecord output published to the bucket reads back the same."""
+    local = tmp_path / "local"
+    (sluice.data.TFRecordDataset(os.path.join(DATA, "tfrecord", "tfx_mnist.tfrecord"))
+     .map(lambda r: {"record": r})
+     .array_record_writer(prefix=str(local / "mnist"), max_records=400, options="zstd,group_size:3").pipeline().run())
+    names = sorted(os.listdir(local))
+    assert len(names) == 3
+    for n in names:
+        store.client.upload_file(str(local / n), BUCKET, f"arrays/{n}")
+
+    def in_order(pattern):
+        return [bytes(r) for r in sluice.data.ArrayRecordDataset(sluice.data.list_files(pattern, shuffle=False))]
+
+    def at_random(pattern):
+        return [(bytes(e["record"]), int(e["index"])) for e in sluice.data.random_access(patterns=[pattern], seed=3).as_numpy_iterator()]
+
+    expected = in_order(str(local / "*.array_record"))
+    assert len(expected) == 1000 and in_order(f"s3://{BUCKET}/arrays/*.array_record") == expected
+    assert at_random(f"s3://{BUCKET}/arrays/*.array_record") == at_random(str(local / "*.array_record"))
+    assert keys(store, "arrays/") == [f"arrays/{n}" for n in names]  # no index written: the footer is the index
+    (sluice.data.ArrayRecordDataset(str(local / names[0])).map(lambda r: {"record": r})
+     .array_record_writer(prefix=f"s3://{BUCKET}/written/copy").pipeline().run())
+    assert in_order(f"s3://{BUCKET}/written/copy-00000-of-00001.array_record") == expected[:400]
