@@ -170,21 +170,29 @@ class TestStoredDatasets : public QObject {
   }
 
   // TFDS's own description of MNIST: the splits and shards it lists, its supervised keys, and the
-  // array_record format it says refused by name; a copy saying tfrecord, with its shards written
-  // to match, read by slices.
+  // array_record format its shards are in (their names); a format Sluice does not read refused by
+  // name; a copy saying tfrecord, with its shards written to match, read by slices.
   void mnist_metadata_is_read_as_tfds_wrote_it() {
-    const std::string real = testdata_dir() + "/tfds/metadata/mnist/3.0.1";
-    try {
-      sluice::io::read_tfds_dataset(real);
-      QFAIL("array_record was accepted");
-    } catch (const sluice::DataError& e) {
-      const std::string what = e.what();
-      QVERIFY2(what.find(real + "/dataset_info.json") == 0, what.c_str());
-      QVERIFY2(what.find("fileFormat \"array_record\"") != std::string::npos, what.c_str());
-      QVERIFY2(what.find("file_format='tfrecord'") != std::string::npos, what.c_str());
+    QTemporaryDir data;
+    {
+      const std::string dir = data.path().toStdString() + "/as_written/mnist/3.0.1";
+      write_file(dir + "/dataset_info.json", mnist_info());
+      write_file(dir + "/features.json", kMnistFeatures);
+      const auto ds = sluice::io::read_tfds_dataset(dir);
+      QCOMPARE(ds.file_format, std::string("array_record"));
+      QCOMPARE(ds.shard_path("test", 0), dir + "/mnist-test.array_record-00000-of-00001");
+      write_file(dir + "/dataset_info.json", replaced(mnist_info(), "\"array_record\"", "\"riegeli\""));
+      try {
+        sluice::io::read_tfds_dataset(dir);
+        QFAIL("riegeli was accepted");
+      } catch (const sluice::DataError& e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find(dir + "/dataset_info.json") == 0, what.c_str());
+        QVERIFY2(what.find("fileFormat \"riegeli\"") != std::string::npos, what.c_str());
+        QVERIFY2(what.find("file_format='array_record'") != std::string::npos, what.c_str());
+      }
     }
 
-    QTemporaryDir data;
     const std::string dir = data.path().toStdString() + "/mnist/3.0.1";
     write_file(dir + "/dataset_info.json", replaced(mnist_info(), "\"array_record\"", "\"tfrecord\""));
     write_file(dir + "/features.json", kMnistFeatures);

@@ -129,14 +129,20 @@ def test_shuffle_files_reorders_shards_with_the_seed(data_dir):
     assert order(3) == order(3)
 
 
-def test_refusals_name_what_to_do(data_dir):
+def test_refusals_name_what_to_do(data_dir, tmp_path):
     with pytest.raises(TypeError, match="give split="):
         sluice.data.tfds("mnist", data_dir=data_dir)
     with pytest.raises(sluice.PipelineError, match="no dataset 'cifar10'.*download_and_prepare"):
         list(sluice.data.tfds("cifar10", split="train", data_dir=data_dir))
+    # TFDS's real MNIST metadata (array_record) beside no features.json; then saying a format Sluice does not read.
     real = os.path.dirname(os.path.dirname(os.path.dirname(MNIST_INFO)))
-    with pytest.raises(sluice.PipelineError, match="array_record"):
+    with pytest.raises(sluice.PipelineError, match="features.json: cannot be read"):
         list(sluice.data.tfds("mnist", split="train", data_dir=real))
+    version = tmp_path / "mnist" / "3.0.1"
+    version.mkdir(parents=True)
+    (version / "dataset_info.json").write_text(open(MNIST_INFO).read().replace('"array_record"', '"riegeli"'))
+    with pytest.raises(sluice.PipelineError, match="fileFormat \"riegeli\".*tfrecord or array_record"):
+        list(sluice.data.tfds("mnist", split="train", data_dir=str(tmp_path)))
 
 
 def test_tfds_writer_directory_reads_back_as_written(tmp_path):
