@@ -261,7 +261,7 @@ class ArrayRecordReader final : public Expand {
 class ArrayRecordWriterOp final : public TFRecordWriter {
  public:
   static OperatorInfo describe() {
-    return {"array_record_writer",
+    OperatorInfo info{"array_record_writer",
             OperatorKind::Sink,
             "Writes elements as ArrayRecord shards PREFIX-00000-of-000NN.array_record (readable by the array-record package, Grain "
             "and TFDS): each record the bytes of 'field', or with field \"\" the element as a tf.train.Example",
@@ -272,21 +272,10 @@ class ArrayRecordWriterOp final : public TFRecordWriter {
                              "brotli[:LEVEL] or snappy; empty: its defaults, group_size:1,zstd:3")
                  .def(""),
              ParamSpec::make("max_bytes", ParamType::Int, "start a new shard past this many bytes of records").def("100000000").range(1, std::nullopt),
-             ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
-             ParamSpec::make("naming", ParamType::Choice,
-                             "of_total: PREFIX-00000-of-000NN; worker: PREFIX-worker-W-00000, for several processes writing beside each other")
-                 .def("of_total")
-                 .one_of({"of_total", "worker"}),
-             ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("worker_index"),
-             ParamSpec::make("workers", ParamType::Int, "processes writing beside each other; -1: the job's workers")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("num_workers")},
+             ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt)},
             {.saves_state = true},
             {}};
+    return with_shard_naming(std::move(info));
   }
   explicit ArrayRecordWriterOp(const Params& p) : TFRecordWriter(p, Compression::None, parse_array_record_options(p.get_string("options"))) {}
 };

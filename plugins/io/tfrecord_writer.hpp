@@ -127,7 +127,7 @@ class ShardFile {
 class TFRecordWriter : public Sink {
  public:
   static OperatorInfo describe() {
-    return {"tfrecord_writer",
+    OperatorInfo info{"tfrecord_writer",
             OperatorKind::Sink,
             "Writes elements as tf.train.Example records into shards PREFIX-00000-of-000NN.tfrecord",
             {ParamSpec::make("prefix", ParamType::OutputPath, "path prefix of the shards (folder/name)"),
@@ -135,22 +135,28 @@ class TFRecordWriter : public Sink {
                  .def("100000000")
                  .range(1, std::nullopt),
              ParamSpec::make("max_records", ParamType::Int, "start a new shard past this many records; 0: no limit").def("0").range(0, std::nullopt),
-             ParamSpec::make("compression", ParamType::Choice, "shard compression").def("none").one_of({"none", "gzip", "zlib"}),
-             ParamSpec::make("naming", ParamType::Choice,
-                             "of_total: PREFIX-00000-of-000NN; worker: PREFIX-worker-W-00000, for several processes writing "
-                             "beside each other")
-                 .def("of_total")
-                 .one_of({"of_total", "worker"}),
-             ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's (--worker-index, Slurm, MPI, torchrun, ...)")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("worker_index"),
-             ParamSpec::make("workers", ParamType::Int, "processes writing beside each other; -1: the job's workers")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("num_workers")},
+             ParamSpec::make("compression", ParamType::Choice, "shard compression").def("none").one_of({"none", "gzip", "zlib"})},
             {.saves_state = true},
             {}};
+    return with_shard_naming(std::move(info));
+  }
+  // How several processes' shards are named: the parameters tfrecord_writer and array_record_writer
+  // share, after their own.
+  static OperatorInfo with_shard_naming(OperatorInfo info) {
+    info.params.insert(info.params.end(), {ParamSpec::make("naming", ParamType::Choice,
+                            "of_total: PREFIX-00000-of-000NN; worker: PREFIX-worker-W-00000, for several processes writing "
+                            "beside each other")
+                .def("of_total")
+                .one_of({"of_total", "worker"}),
+            ParamSpec::make("worker", ParamType::Int, "worker index for naming=worker; -1: this process's (--worker-index, Slurm, MPI, torchrun, ...)")
+                .def("-1")
+                .range(-1, std::nullopt)
+                .takes_hint("worker_index"),
+            ParamSpec::make("workers", ParamType::Int, "processes writing beside each other; -1: the job's workers")
+                .def("-1")
+                .range(-1, std::nullopt)
+                .takes_hint("num_workers")});
+    return info;
   }
   enum class Naming { OfTotal, Worker, Tfds };
   // Shards named as tensorflow_datasets names them, uncompressed: PREFIX.tfrecord-00000-of-000NN.
