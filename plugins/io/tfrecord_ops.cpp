@@ -277,7 +277,23 @@ class ArrayRecordWriterOp final : public TFRecordWriter {
             {}};
     return with_shard_naming(std::move(info));
   }
-  explicit ArrayRecordWriterOp(const Params& p) : TFRecordWriter(p, Compression::None, parse_array_record_options(p.get_string("options"))) {}
+  explicit ArrayRecordWriterOp(const Params& p)
+      : TFRecordWriter(p, Compression::None, encoder_factory(parse_array_record_options(p.get_string("options")), p.get_string("field")),
+                       ".array_record") {}
+
+ private:
+  // Each record the bytes of `field` (one string), or where it names none the element as a tf.Example.
+  static ShardEncoderFactory encoder_factory(ArrayRecordWriterOptions options, std::string field) {
+    auto record_of = [field](const Sample& in) {
+      if (field.empty()) return encode_example(in);
+      const Tensor& value = in.at(field);
+      if (value.dtype() != DType::Bytes || value.num_elements() != 1)
+        throw DataError("array_record_writer: field '" + field + "' is not one string of bytes (its records are written as they are); "
+                        "set field to \"\" to write each element as a tf.Example");
+      return std::string(value.string_at(0));
+    };
+    return [options, record_of] { return std::make_unique<ArrayRecordShardEncoder>(options, record_of); };
+  }
 };
 
 }  // namespace

@@ -1,13 +1,15 @@
 #pragma once
 // tfrecord_writer: tf.Examples into shards written under temporary names and published whole
 // once the run completes. tfds_writer (tfds_ops.cpp) writes its shards through it, and
-// array_record_writer (array_record_ops.cpp) is the same writer laying its shards out as ArrayRecord.
+// array_record_writer (tfrecord_ops.cpp) and parquet_writer (plugins/parquet) are the same writer
+// laying its shards out through an encoder (ShardEncoder).
 #include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,14 +24,55 @@
 
 namespace sluice::io {
 
+// A shard's bytes in a layout other than TFRecord's framing (ArrayRecord's chunks, Parquet's row
+// groups): elements in, the file's bytes out as they become ready.
+class ShardEncoder {
+ public:
+  virtual ~ShardEncoder() = default;
+  // Adds one element; returns about how many bytes it adds to the shard.
+  virtual std::uint64_t add(const Sample& element) = 0;
+  // The bytes ready to be written; the shard writes them and clears the string.
+  virtual std::string& ready() = 0;
+  // Everything held, then the file's closing bytes (footer), into ready().
+  virtual void finish() = 0;
+  // Whether a checkpoint can leave the shard open (what is held goes to ready() by flush(), and
+  // saved() is the encoder's state to restore); if not, a checkpoint ends the shard.
+  virtual bool continues_after_checkpoint() const = 0;
+  virtual void flush() {}
+  virtual std::string saved() const { return {}; }
+  virtual void restore(const std::string& /*saved*/) {}
+};
+using ShardEncoderFactory = std::function<std::unique_ptr<ShardEncoder>()>;
+
+// ArrayRecord's chunks, footer and postscript; each record the bytes `record_of` gives an element.
+class ArrayRecordShardEncoder final : public ShardEncoder {
+ public:
+  ArrayRecordShardEncoder(const ArrayRecordWriterOptions& options, std::function<std::string(const Sample&)> record_of)
+      : encoder_(options), record_of_(std::move(record_of)) {}
+  std::uint64_t add(const Sample& element) override {
+    const std::string record = record_of_(element);
+    encoder_.add(record.data(), record.size());
+    return record.size();
+  }
+  std::string& ready() override { return encoder_.ready(); }
+  void finish() override { encoder_.finish(); }
+  bool continues_after_checkpoint() const override { return true; }
+  void flush() override { encoder_.flush(); }
+  std::string saved() const override { return encoder_.saved(); }
+  void restore(const std::string& saved) override { encoder_.restore(saved); }
+
+ private:
+  ArrayRecordEncoder encoder_;
+  std::function<std::string(const Sample&)> record_of_;
+};
+
 // One shard being written under an exclusive temporary name: TFRecord, plain or through a deflate
-// stream for gzip and zlib, or ArrayRecord (`array`: its chunks, footer and postscript). Its final
-// name is given once the number of shards is known.
+// stream for gzip and zlib, or another layout through its encoder. Its final name is given once
+// the number of shards is known.
 class ShardFile {
  public:
-  ShardFile(const std::string& placeholder, Compression compression, Storage* storage, const ArrayRecordWriterOptions* array = nullptr)
-      : file_(placeholder, storage), compression_(compression) {
-    if (array) array_ = std::make_unique<ArrayRecordEncoder>(*array);
+  ShardFile(const std::string& placeholder, Compression compression, Storage* storage, std::unique_ptr<ShardEncoder> encoder = nullptr)
+      : file_(placeholder, storage), compression_(compression), encoder_(std::move(encoder)) {
     if (compression_ != Compression::None) {
       int bits = compression_ == Compression::Gzip ? 15 + 16 : 15;
       if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -40,13 +83,14 @@ class ShardFile {
   ~ShardFile() {
     if (deflating_) deflateEnd(&z_);
   }
-  // One record, framed as the shard's format frames it; returns the bytes it added to the shard.
+  // One element through the shard's encoder; returns about how many bytes it added.
+  std::uint64_t write_element(const Sample& element) {
+    const std::uint64_t added = encoder_->add(element);
+    write_encoded_bytes();
+    return added;
+  }
+  // One record, framed as TFRecord frames it; returns the bytes it added to the shard.
   std::uint64_t write_record(const std::string& record) {
-    if (array_) {
-      array_->add(record.data(), record.size());
-      write_array_bytes();
-      return record.size();
-    }
     framed_.clear();
     append_record(framed_, record.data(), record.size());
     write(framed_);
@@ -62,10 +106,10 @@ class ShardFile {
     drain(Z_NO_FLUSH);
   }
   void close() {
-    if (array_ && !array_finished_) {
-      array_->finish();
-      write_array_bytes();
-      array_finished_ = true;
+    if (encoder_ && !encoder_finished_) {
+      encoder_->finish();
+      write_encoded_bytes();
+      encoder_finished_ = true;
     }
     if (deflating_) {
       drain(Z_FINISH);
@@ -76,30 +120,31 @@ class ShardFile {
   }
   void publish_as(const std::string& path) { file_.publish_as(path); }
   void discard() { file_.abandon(/*keep=*/true); }  // an interrupted shard stays visibly .partial
-  bool compressed() const { return deflating_; }
-  // For checkpoints (a compressed shard is never open at one, see TFRecordWriter::save_state). An
-  // ArrayRecord shard ends its group of records there, and its chunks so far are saved.
+  // A compressed TFRecord shard, or one whose encoder cannot continue after a checkpoint, is
+  // never open at one (see TFRecordWriter::save_state).
+  bool ends_at_checkpoint() const { return deflating_ || (encoder_ && !encoder_->continues_after_checkpoint()); }
+  // For checkpoints. An ArrayRecord shard ends its group of records there, and its chunks so far are saved.
   SavedOutput checkpoint_state() {
-    if (array_ && !array_finished_) {
-      array_->flush();
-      write_array_bytes();
+    if (encoder_ && !encoder_finished_) {
+      encoder_->flush();
+      write_encoded_bytes();
     }
     return file_.checkpoint_state();
   }
-  std::string array_state() const { return array_ ? array_->saved() : std::string(); }
-  void continue_from(const SavedOutput& saved, const std::string& array_state = {}) {
+  std::string encoder_state() const { return encoder_ ? encoder_->saved() : std::string(); }
+  void continue_from(const SavedOutput& saved, const std::string& encoder_state = {}) {
     file_.continue_from(saved);
-    if (array_) array_->restore(array_state);
+    if (encoder_) encoder_->restore(encoder_state);
   }
   void adopt_finished(const SavedOutput& saved) {
     file_.adopt_finished(saved);
-    array_finished_ = true;
+    encoder_finished_ = true;
   }
 
  private:
-  void write_array_bytes() {
-    file_.write(array_->ready());
-    array_->ready().clear();
+  void write_encoded_bytes() {
+    file_.write(encoder_->ready());
+    encoder_->ready().clear();
   }
   void drain(int flush) {
     char out[1 << 16];
@@ -116,8 +161,8 @@ class ShardFile {
   Compression compression_;
   z_stream z_{};
   bool deflating_ = false;
-  std::unique_ptr<ArrayRecordEncoder> array_;
-  bool array_finished_ = false;
+  std::unique_ptr<ShardEncoder> encoder_;
+  bool encoder_finished_ = false;
   std::string framed_;
 };
 
@@ -163,10 +208,10 @@ class TFRecordWriter : public Sink {
   TFRecordWriter(std::string prefix, std::uint64_t max_bytes, std::uint64_t max_records)
       : prefix_(std::move(prefix)), max_bytes_(max_bytes), max_records_(max_records), compression_(Compression::None),
         naming_(Naming::Tfds), by_worker_(false), worker_(0) {}
-  explicit TFRecordWriter(const Params& p) : TFRecordWriter(p, parse_compression(p.get_string("compression")), std::nullopt) {}
-  // array_record_writer: the same shards laid out as ArrayRecord, each record the bytes of the
-  // field `field` names (or, where it names none, the element as a tf.Example).
-  TFRecordWriter(const Params& p, Compression compression, std::optional<ArrayRecordWriterOptions> array)
+  explicit TFRecordWriter(const Params& p) : TFRecordWriter(p, parse_compression(p.get_string("compression")), nullptr, ".tfrecord") {}
+  // The same shards in another layout (array_record_writer, parquet_writer): each shard's bytes
+  // made by an encoder from `encoder`, its files named with `extension`.
+  TFRecordWriter(const Params& p, Compression compression, ShardEncoderFactory encoder, std::string extension)
       : prefix_(p.get_string("prefix")),
         max_bytes_(static_cast<std::uint64_t>(p.get_int("max_bytes"))),
         max_records_(static_cast<std::uint64_t>(p.get_int("max_records"))),
@@ -174,8 +219,8 @@ class TFRecordWriter : public Sink {
         naming_(p.get_string("naming") == "worker" ? Naming::Worker : Naming::OfTotal),
         by_worker_(naming_ == Naming::Worker),
         worker_(p.get_int("worker")),
-        array_(std::move(array)),
-        field_(array_ ? p.get_string("field") : std::string()) {
+        encoder_(std::move(encoder)),
+        extension_(std::move(extension)) {
     if (prefix_.empty()) throw ParamError("prefix must not be empty");
     // Several workers numbering "-of-N" shards each would replace each other's, and a run's
     // clean-up removes the shards it did not write: the other workers'.
@@ -194,7 +239,7 @@ class TFRecordWriter : public Sink {
   }
   void consume(Sample in, const ElementContext&) override {
     if (!shard_ || shard_closed_) open_shard();
-    shard_bytes_ += shard_->write_record(record_of(in));
+    shard_bytes_ += encoder_ ? shard_->write_element(in) : shard_->write_record(encode_example(in));
     ++shard_records_;
     shard_lengths_.back() = shard_records_;
     if (shard_bytes_ >= max_bytes_ || (max_records_ && shard_records_ >= max_records_)) {
@@ -235,7 +280,7 @@ class TFRecordWriter : public Sink {
     for (std::uint64_t i = 0; i < shard_count; ++i) saved.push_back(SavedOutput::load(r));
     const bool open = r.get<std::uint8_t>() != 0;
     const auto bytes = r.get<std::uint64_t>(), records = r.get<std::uint64_t>();
-    const std::string array_state = array_ ? r.get_string() : std::string();
+    const std::string encoder_state = encoder_ ? r.get_string() : std::string();
     if (prefix != absolute_path(prefix_)) return;  // another prefix (--set): this run writes its own shards there
     // A run that stopped at the checkpoint published its shards: they are taken back by identity.
     const bool remote = is_remote_uri(prefix_);
@@ -252,7 +297,7 @@ class TFRecordWriter : public Sink {
       }
       open_shard();
       if (open && i + 1 == saved.size()) {
-        shard_->continue_from(saved[i], array_state);
+        shard_->continue_from(saved[i], encoder_state);
         shard_bytes_ = bytes;
         shard_records_ = records;
       } else {
@@ -273,12 +318,12 @@ class TFRecordWriter : public Sink {
     else std::snprintf(name, sizeof name, "-%05zu-of-%05zu%s", index, total, extension());
     return name + suffix();
   }
-  const char* extension() const { return array_ ? ".array_record" : ".tfrecord"; }
+  const char* extension() const { return extension_.c_str(); }
 
  private:
   void save_shards(StateWriter& w) {
     const bool open = shard_ && !shard_closed_;
-    if (open && shard_->compressed()) {
+    if (open && shard_->ends_at_checkpoint()) {
       shard_->close();
       shard_closed_ = true;
     }
@@ -293,7 +338,7 @@ class TFRecordWriter : public Sink {
     w.put<std::uint8_t>(still_open ? 1 : 0);
     w.put<std::uint64_t>(still_open ? shard_bytes_ : 0);
     w.put<std::uint64_t>(still_open ? shard_records_ : 0);
-    if (array_) w.put_string(still_open ? shard_->array_state() : std::string());
+    if (encoder_) w.put_string(still_open ? shard_->encoder_state() : std::string());
     w.describe(std::to_string(shards_.size()) + " shard(s) of " + prefix_ + " written up to the checkpoint");
   }
   std::filesystem::path prefix_folder() const {
@@ -362,7 +407,7 @@ class TFRecordWriter : public Sink {
       }
       bool has_a_shard_tail = false;
       const std::string extension = this->extension();
-      for (const std::string tail : {extension, extension + ".gz", extension + ".zz"})
+      for (const std::string& tail : {extension, extension + ".gz", extension + ".zz"})
         if (rest.size() > tail.size() && rest.compare(rest.size() - tail.size(), tail.size(), tail) == 0) {
           rest.resize(rest.size() - tail.size());
           has_a_shard_tail = true;
@@ -390,7 +435,7 @@ class TFRecordWriter : public Sink {
     char name[64];
     if (by_worker_) std::snprintf(name, sizeof name, "-worker-%lld-%05zu", static_cast<long long>(worker_), shards_.size());
     else std::snprintf(name, sizeof name, "-%05zu", shards_.size());
-    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_, storage_, array_ ? &*array_ : nullptr));
+    shards_.push_back(std::make_unique<ShardFile>(prefix_ + name, compression_, storage_, encoder_ ? encoder_() : nullptr));
     shard_lengths_.push_back(0);
     shard_ = shards_.back().get();
     shard_closed_ = false;
@@ -409,18 +454,8 @@ class TFRecordWriter : public Sink {
   bool shard_closed_ = false;
   std::uint64_t shard_bytes_ = 0, shard_records_ = 0;
   std::vector<std::uint64_t> shard_lengths_;
-  std::optional<ArrayRecordWriterOptions> array_;
-  std::string field_;
-
-  // A record: the bytes of field_ (one string), else the element as a tf.Example.
-  std::string record_of(const Sample& in) const {
-    if (field_.empty()) return encode_example(in);
-    const Tensor& value = in.at(field_);
-    if (value.dtype() != DType::Bytes || value.num_elements() != 1)
-      throw DataError("array_record_writer: field '" + field_ + "' is not one string of bytes (its records are written as they are); "
-                      "set field to \"\" to write each element as a tf.Example");
-    return std::string(value.string_at(0));
-  }
+  ShardEncoderFactory encoder_;
+  std::string extension_ = ".tfrecord";
 };
 
 }  // namespace sluice::io

@@ -254,6 +254,24 @@ def ArrayRecordDataset(filenames, buffer_size=None, num_parallel_reads=None, *, 
                                  {"name": name}), "record")
 
 
+def ParquetDataset(filenames, columns=None, num_parallel_reads=None, *, nulls=None, null_defaults=None, name=None):
+    """The rows of Parquet files, one element per row: a dict with a field per column (a struct's
+    members as 'a/b'; lists of fixed size as arrays, of varying length as 1-D arrays of their own
+    length), as Hugging Face's load_dataset("parquet", data_files=...) gives its rows. filenames is
+    a path, a list of paths or a dataset of paths, read in their order (num_parallel_reads at
+    once); columns reads only those. A null is refused, naming file, column and row, unless
+    nulls="default": then it becomes null_defaults' value for its field ({"label": -1}), else 0,
+    b"" or an empty array."""
+    extra = {"name": name}
+    if columns is not None:
+        extra["columns"] = [columns] if isinstance(columns, str) else list(columns)
+    if nulls is not None:
+        extra["nulls"] = nulls
+    if null_defaults is not None:
+        extra["null_defaults"] = [f"{k}={v}" for k, v in dict(null_defaults).items()]
+    return _file_reader("ParquetDataset", "parquet_reader", filenames, None, None, num_parallel_reads, extra)
+
+
 def TextLineDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, *, name=None):
     """The lines of text files (field 'line', without its line end), as tf.data.TextLineDataset."""
     return _picking(_file_reader("TextLineDataset", "text_lines", filenames, compression_type, buffer_size, num_parallel_reads,

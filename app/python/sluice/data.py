@@ -32,7 +32,7 @@ from ._tf_options import Options  # noqa: F401
 from ._ops import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, _docstring, _schemas, _split_arguments, _tf_data_call, _unknown_operator, load_plugins  # noqa: F401
 from ._dataset import Dataset  # noqa: F401
 from ._combinations import choose_from_datasets, concatenate, sample_from_datasets, zip  # noqa: F401
-from ._sources import ArrayRecordDataset, TFRecordDataset, TextLineDataset, from_generator, from_tensor_slices, from_tensors, list_files, range  # noqa: F401
+from ._sources import ArrayRecordDataset, ParquetDataset, TFRecordDataset, TextLineDataset, from_generator, from_tensor_slices, from_tensors, list_files, range  # noqa: F401
 from ._faces import experimental, tfds  # noqa: F401
 
 

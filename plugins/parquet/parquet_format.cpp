@@ -1,0 +1,230 @@
+// A Parquet file read through Arrow's Parquet reader, row group by row group, from Sluice's
+// storage; and elements written as Arrow record batches (parquet_ops.cpp's writer).
+#include "parquet_format.hpp"
+
+#include <arrow/api.h>
+#include <arrow/io/memory.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "array_record.hpp"  // PositionedFile: local positioned reads, ranged requests for objects
+#include "sluice/error.hpp"
+
+namespace sluice::parquet_files {
+namespace {
+
+// Sluice's positioned reads as Arrow's random-access file: Arrow reads a file's footer and column
+// chunks with ReadAt, from any thread. Errors come back as Arrow's statuses (an exception must
+// not cross Arrow's frames), and are DataErrors again once Arrow returns them.
+class StoredArrowFile final : public arrow::io::RandomAccessFile {
+ public:
+  explicit StoredArrowFile(std::unique_ptr<io::PositionedFile> file) : file_(std::move(file)) {}
+  arrow::Status Close() override {
+    closed_ = true;
+    return arrow::Status::OK();
+  }
+  bool closed() const override { return closed_; }
+  arrow::Result<int64_t> Tell() const override { return position_; }
+  arrow::Status Seek(int64_t position) override {
+    if (position < 0) return arrow::Status::Invalid("seek to a negative position in ", file_->name());
+    position_ = position;
+    return arrow::Status::OK();
+  }
+  arrow::Result<int64_t> GetSize() override { return static_cast<int64_t>(file_->size()); }
+  arrow::Result<int64_t> Read(int64_t n, void* out) override {
+    ARROW_ASSIGN_OR_RAISE(auto got, ReadAt(position_, n, out));
+    position_ += got;
+    return got;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Read(int64_t n) override {
+    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position_, n));
+    position_ += buffer->size();
+    return buffer;
+  }
+  arrow::Result<int64_t> ReadAt(int64_t position, int64_t n, void* out) override {
+    const auto size = static_cast<int64_t>(file_->size());
+    if (position < 0 || n < 0) return arrow::Status::Invalid("a read before the start of ", file_->name());
+    const int64_t take = std::max<int64_t>(0, std::min(n, size - position));
+    try {
+      if (take > 0) file_->read(static_cast<std::uint64_t>(position), static_cast<std::size_t>(take), static_cast<std::byte*>(out));
+    } catch (const std::exception& e) {
+      return arrow::Status::IOError(e.what());
+    }
+    return take;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t n) override {
+    const int64_t take = std::max<int64_t>(0, std::min(n, static_cast<int64_t>(file_->size()) - position));
+    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateResizableBuffer(take));
+    ARROW_ASSIGN_OR_RAISE(auto got, ReadAt(position, take, buffer->mutable_data()));
+    ARROW_RETURN_NOT_OK(buffer->Resize(got));
+    return std::shared_ptr<arrow::Buffer>(std::move(buffer));
+  }
+
+ private:
+  std::unique_ptr<io::PositionedFile> file_;
+  int64_t position_ = 0;
+  bool closed_ = false;
+};
+
+template <class T> T checked(arrow::Result<T> result, const std::string& what) {
+  if (!result.ok()) throw DataError(what + ": " + result.status().message());
+  return std::move(result).ValueUnsafe();
+}
+void checked(const arrow::Status& status, const std::string& what) {
+  if (!status.ok()) throw DataError(what + ": " + status.message());
+}
+
+// The leaf column indices under `field` (all of them, or only under the member path `rest`).
+void collect_leaves(const parquet::arrow::SchemaField& field, std::vector<int>& out) {
+  if (field.is_leaf()) out.push_back(field.column_index);
+  for (const auto& child : field.children) collect_leaves(child, out);
+}
+
+}  // namespace
+
+std::shared_ptr<arrow::io::RandomAccessFile> open_arrow_file(const std::string& path, Storage* storage) {
+  return std::make_shared<StoredArrowFile>(std::make_unique<io::PositionedFile>(path, storage));
+}
+std::shared_ptr<arrow::io::RandomAccessFile> arrow_file_in_memory(const std::string& name, const void* data, std::size_t size) {
+  return std::make_shared<StoredArrowFile>(std::make_unique<io::PositionedFile>(name, data, size));
+}
+
+ParquetFileReader::ParquetFileReader(std::string name, std::shared_ptr<arrow::io::RandomAccessFile> file, const ReadOptions& options)
+    : name_(std::move(name)), where_(std::make_shared<const std::string>(name_)), options_(options) {
+  parquet::ArrowReaderProperties properties;
+  properties.set_use_threads(options_.use_threads);
+  properties.set_batch_size(options_.batch_rows);
+  try {
+    parquet::arrow::FileReaderBuilder builder;
+    checked(builder.Open(std::move(file)), name_ + " is not a Parquet file Arrow can read");
+    builder.properties(properties);
+    reader_ = checked(builder.Build(), "cannot read " + name_);
+  } catch (const ::parquet::ParquetException& e) {
+    throw DataError(name_ + " is not a Parquet file Arrow can read: " + e.what());
+  }
+  const auto metadata = reader_->parquet_reader()->metadata();
+  for (int g = 0; g < metadata->num_row_groups(); ++g) {
+    const auto group = metadata->RowGroup(g);
+    group_first_row_.push_back(rows_);
+    // Where the group's first column chunk starts: its dictionary page, else its first data page.
+    const auto first_column = group->num_columns() > 0 ? group->ColumnChunk(0) : nullptr;
+    group_byte_offset_.push_back(!first_column                          ? 0
+                                 : first_column->has_dictionary_page() ? first_column->dictionary_page_offset()
+                                                                        : first_column->data_page_offset());
+    if (group->num_rows() < 0) throw DataError(name_ + ": row group " + std::to_string(g) + " says it holds a negative number of rows");
+    rows_ += group->num_rows();
+  }
+  leaves_ = leaf_columns();
+}
+
+ParquetFileReader::~ParquetFileReader() = default;
+
+std::vector<int> ParquetFileReader::leaf_columns() const {
+  const auto& manifest = reader_->manifest();
+  std::vector<int> leaves;
+  if (options_.columns.empty()) {
+    for (const auto& field : manifest.schema_fields) collect_leaves(field, leaves);
+    return leaves;
+  }
+  for (const auto& wanted : options_.columns) {
+    // "a/b/c": column a, its member b, b's member c.
+    const std::vector<parquet::arrow::SchemaField>* level = &manifest.schema_fields;
+    const parquet::arrow::SchemaField* found = nullptr;
+    std::string have;
+    for (std::size_t begin = 0;;) {
+      const std::size_t slash = wanted.find('/', begin);
+      const std::string part = wanted.substr(begin, slash == std::string::npos ? std::string::npos : slash - begin);
+      found = nullptr;
+      have.clear();
+      for (const auto& field : *level) {
+        have += (have.empty() ? "" : ", ") + field.field->name();
+        if (field.field->name() == part) found = &field;
+      }
+      if (!found || slash == std::string::npos) break;
+      if (found->field->type()->id() != arrow::Type::STRUCT)
+        throw ParamError("columns: '" + wanted + "': '" + part + "' of " + name_ + " is not a struct (" + found->field->type()->ToString() + ")");
+      level = &found->children;
+      begin = slash + 1;
+    }
+    if (!found) throw ParamError("columns: " + name_ + " has no column '" + wanted + "' (it has: " + have + ")");
+    collect_leaves(*found, leaves);
+  }
+  return leaves;
+}
+
+int ParquetFileReader::group_of_row(std::int64_t row) const {
+  const auto it = std::upper_bound(group_first_row_.begin(), group_first_row_.end(), row);
+  return static_cast<int>(it - group_first_row_.begin()) - 1;
+}
+
+void ParquetFileReader::start_at(std::int64_t row) {
+  batches_.reset();
+  batch_.reset();
+  if (row >= rows_) {
+    group_ = row_groups();
+    next_row_ = rows_;
+    return;
+  }
+  group_ = group_of_row(row);
+  next_row_ = row;
+}
+
+void ParquetFileReader::open_group(int group) {
+  try {
+    batches_ = checked(reader_->GetRecordBatchReader({group}, leaves_), name_ + ": row group " + std::to_string(group));
+  } catch (const ::parquet::ParquetException& e) {
+    throw DataError(name_ + ": row group " + std::to_string(group) + ": " + e.what());
+  }
+  batch_first_row_ = group_first_row_[static_cast<std::size_t>(group)];
+  batch_pos_ = 0;
+  batch_.reset();
+}
+
+bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
+  for (;;) {
+    if (group_ >= row_groups()) return false;
+    if (!batches_) open_group(group_);
+    if (!batch_ || batch_pos_ == batch_->num_rows()) {
+      if (batch_) batch_first_row_ += batch_->num_rows();
+      try {
+        batch_ = checked(batches_->Next(), name_ + ": row group " + std::to_string(group_) + " (rows from " + std::to_string(batch_first_row_) + ")");
+      } catch (const ::parquet::ParquetException& e) {
+        throw DataError(name_ + ": row group " + std::to_string(group_) + ": " + e.what());
+      }
+      batch_pos_ = 0;
+      if (!batch_) {  // the group is read: the next one
+        batches_.reset();
+        ++group_;
+        continue;
+      }
+    }
+    // A seek into the group: the rows before the one asked for are passed over.
+    if (batch_first_row_ + batch_pos_ < next_row_)
+      batch_pos_ = std::min(batch_->num_rows(), next_row_ - batch_first_row_);
+    if (batch_pos_ == batch_->num_rows()) continue;
+    const std::int64_t take = std::min<std::int64_t>(static_cast<std::int64_t>(max_rows), batch_->num_rows() - batch_pos_);
+    const std::int64_t first = batch_first_row_ + batch_pos_;
+    out = Chunk();
+    convert_batch(name_, *batch_->Slice(batch_pos_, take), first, options_.nulls, out);
+    out.set_where(where_);
+    out.records().resize(static_cast<std::size_t>(take));
+    out.byte_offsets().assign(static_cast<std::size_t>(take), group_byte_offset_[static_cast<std::size_t>(group_)]);
+    for (std::int64_t r = 0; r < take; ++r) out.records()[static_cast<std::size_t>(r)] = first + r;
+    batch_pos_ += take;
+    next_row_ = first + take;
+    return true;
+  }
+}
+
+void ParquetFileReader::skip_group() {
+  if (group_ >= row_groups()) return;
+  ++group_;
+  start_at(group_ < row_groups() ? group_first_row_[static_cast<std::size_t>(group_)] : rows_);
+}
+
+}  // namespace sluice::parquet_files

@@ -1,0 +1,106 @@
+#pragma once
+// Parquet files through Arrow C++'s own Parquet reader and writer (never a hand-written one):
+// a file opened through Sluice's storage (local, s3://, gs://, http(s)://, or bytes in memory),
+// read row group by row group into chunks whose columns are Sluice tensors (parquet_columns.cpp
+// converts them, viewing Arrow's memory where the types agree), and chunks' rows written back as
+// Arrow record batches.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/chunk.hpp"
+#include "sluice/sample.hpp"
+#include "sluice/storage.hpp"
+
+namespace arrow {
+class Array;
+class RecordBatch;
+class RecordBatchReader;
+class Schema;
+namespace io {
+class RandomAccessFile;
+}
+}  // namespace arrow
+namespace parquet::arrow {
+class FileReader;
+}
+
+namespace sluice::parquet_files {
+
+// What a null becomes: by default a null is refused, naming the file, column and row; with
+// `fill`, it becomes the field's default (`defaults`, "field=value"), else zero, "" or an empty list.
+struct NullPolicy {
+  bool fill = false;
+  std::map<std::string, std::string> defaults;
+  // "label=-1, text=unknown" (commas inside a value are not supported); a ParamError names a bad entry.
+  static std::map<std::string, std::string> parse_defaults(const std::vector<std::string>& entries);
+};
+
+struct ReadOptions {
+  std::vector<std::string> columns;  // top-level columns or struct members ("image/bytes"); empty: all
+  NullPolicy nulls;
+  bool use_threads = true;           // Arrow decodes a row group's columns in parallel (pyarrow's default)
+  std::int64_t batch_rows = 65536;   // rows Arrow decodes at once
+};
+
+// `path` through `storage` when it is a remote URI, else the local file; a DataError names it
+// when it cannot be opened.
+std::shared_ptr<arrow::io::RandomAccessFile> open_arrow_file(const std::string& path, Storage* storage);
+// Bytes in memory named `name` (tests and fuzzing); they must outlive the file.
+std::shared_ptr<arrow::io::RandomAccessFile> arrow_file_in_memory(const std::string& name, const void* data, std::size_t size);
+
+// Converts the columns of `batch` (rows [0, rows) of it) into `out`'s columns: one per leaf field,
+// structs flattened as "a/b". `first_row` is the file's row number of the batch's row 0 (errors
+// name it). Throws DataError for a null the policy refuses or a type Sluice has no tensor for.
+void convert_batch(const std::string& file, const arrow::RecordBatch& batch, std::int64_t first_row, const NullPolicy& nulls, Chunk& out);
+
+// One Parquet file read in order from any row: its row groups are the unit it reads and seeks
+// by. Damage Arrow finds (a bad page, a truncated file) is a DataError naming the file and row group.
+class ParquetFileReader {
+ public:
+  ParquetFileReader(std::string name, std::shared_ptr<arrow::io::RandomAccessFile> file, const ReadOptions& options);
+  ~ParquetFileReader();
+  const std::string& name() const { return name_; }
+  std::int64_t rows() const { return rows_; }
+  int row_groups() const { return static_cast<int>(group_first_row_.size()); }
+  // The row group holding row `row` (< rows()), and the byte its first column chunk starts at.
+  int group_of_row(std::int64_t row) const;
+  std::int64_t group_byte_offset(int group) const { return group_byte_offset_[static_cast<std::size_t>(group)]; }
+  // The next read starts at row `row` (rows(): nothing left).
+  void start_at(std::int64_t row);
+  // Up to `max_rows` next rows (not past the end of their row group), true; false at the end.
+  // Each row's record is its row number in the file and its byte offset its row group's.
+  bool next_chunk(Chunk& out, std::size_t max_rows);
+  // The row group being read was damaged: go on at the next one.
+  void skip_group();
+  // The row group the next row comes from (row_groups() at the end).
+  int current_group() const { return group_; }
+
+ private:
+  void open_group(int group);
+  std::vector<int> leaf_columns() const;
+
+  std::string name_;
+  std::shared_ptr<const std::string> where_;
+  ReadOptions options_;
+  std::unique_ptr<parquet::arrow::FileReader> reader_;
+  std::vector<int> leaves_;
+  std::vector<std::int64_t> group_first_row_, group_byte_offset_;
+  std::int64_t rows_ = 0;
+  int group_ = 0;
+  std::int64_t next_row_ = 0;  // the file's row number of the next row handed out
+  std::unique_ptr<arrow::RecordBatchReader> batches_;
+  std::shared_ptr<arrow::RecordBatch> batch_;
+  std::int64_t batch_first_row_ = 0, batch_pos_ = 0;
+};
+
+// The Arrow schema of elements like `first` (its fields in order; a bytes scalar is binary, other
+// scalars their type, 1-D and deeper tensors lists of fixed size when `fixed_shapes`, else lists).
+std::shared_ptr<arrow::Schema> schema_of(const Sample& first, bool fixed_shapes);
+// Rows as one record batch of `schema`; a row whose fields do not fit it is a DataError naming
+// the field, the element (first_index is rows[0]'s number in the shard) and what differs.
+std::shared_ptr<arrow::RecordBatch> batch_of(const std::vector<Sample>& rows, const std::shared_ptr<arrow::Schema>& schema, std::size_t first_index);
+
+}  // namespace sluice::parquet_files
