@@ -154,6 +154,7 @@ class ParquetShardEncoder final : public io::ShardEncoder {
     if (held_.empty()) return;
     if (!writer_) open_writer();
     auto batch = batch_of(held_, schema_, written_);
+    check(batch->Validate());  // arrays that disagree with the schema would be written wrongly, not refused
     auto table = check(arrow::Table::FromRecordBatches({batch}));
     check(writer_->WriteTable(*table, batch->num_rows()));
     written_ += held_.size();

@@ -112,12 +112,9 @@ std::shared_ptr<arrow::Array> column_of(const std::vector<Sample>& rows, const s
 std::shared_ptr<arrow::Array> array_of(const std::vector<Sample>& rows, const arrow::Field& field, const std::string& path, std::size_t index) {
   if (field.type()->id() != arrow::Type::STRUCT || rows.front().find(path)) return column_of(rows, path, field.type(), index);
   arrow::ArrayVector members;
-  std::vector<std::string> names;
-  for (const auto& member : field.type()->fields()) {
-    members.push_back(array_of(rows, *member, path + "/" + member->name(), index));
-    names.push_back(member->name());
-  }
-  auto made = arrow::StructArray::Make(members, names);
+  for (const auto& member : field.type()->fields()) members.push_back(array_of(rows, *member, path + "/" + member->name(), index));
+  // With the schema's own member fields (not null): Arrow's writer takes the array's type as the schema's.
+  auto made = arrow::StructArray::Make(members, field.type()->fields());
   if (!made.ok()) throw Error("parquet_writer: " + made.status().ToString());
   return *made;
 }
