@@ -127,6 +127,36 @@ std::string make_array_record_shards(const QTemporaryDir& dir) {
   return dir.filePath("array_records").toStdString();
 }
 
+#ifdef SLUICE_HAVE_PARQUET
+// The same 2400 images as 8 Parquet shards of 300 rows (image bytes and label columns), in row
+// groups of 64 rows.
+std::string make_parquet_shards(const QTemporaryDir& dir) {
+  const std::string prefix = dir.filePath("parquet/train").toStdString();
+  fs::create_directories(dir.filePath("parquet").toStdString());
+  auto made = run_text("options { seed: 3 }\n" +
+                       stage("img", "synthetic_images", "", {{"count", "2400"}, {"height", "8"}, {"width", "8"}, {"classes", "10"}}) +
+                       stage("enc", "encode_image", "img", {{"quality", "95"}}) +
+                       stage("w", "parquet_writer", "enc", {{"prefix", prefix}, {"max_records", "300"}, {"row_group_rows", "64"}}));
+  if (made.result.state != sluice::RunState::Finished) throw std::runtime_error("writing Parquet shards failed: " + made.result.error);
+  return dir.filePath("parquet").toStdString();
+}
+#endif
+
+#ifdef SLUICE_HAVE_PARQUET
+// The rows of the Parquet shards under OUT/parquet, in shard order, as lines of JSON; and no
+// .partial file left there.
+std::vector<std::string> parquet_rows(const std::string& out) {
+  for (const auto& entry : fs::directory_iterator(out + "/parquet"))
+    if (entry.path().filename().string().find(".partial") != std::string::npos) throw std::runtime_error("left behind: " + entry.path().string());
+  QTemporaryDir dir;
+  const Run read = run("options { seed: 1 }\n" + stage("files", "list_files", "", {{"patterns", out + "/parquet/train-*.parquet"}, {"shuffle", "false"}}) +
+                           stage("read", "parquet_reader", "files") + sink_after("read"),
+                       dir, "rows.jsonl", -1);
+  if (read.result.state != sluice::RunState::Finished) throw std::runtime_error("reading " + out + "/parquet: " + read.result.error);
+  return read.lines;
+}
+#endif
+
 // 600 images of 8x8 and 60 of 16x16 (the z-big shard, which decode_image's max_pixels of 100
 // refuses) as TFRecord shards in DIR/mixed.
 std::string make_mixed_shards(const QTemporaryDir& dir) {
@@ -212,10 +242,12 @@ std::string tfds_pipeline(const std::string& data_dir, int parallelism) {
 // nothing is left to cut and the run finishes instead).
 std::string tfrecord_pipeline(const std::string& shards, int parallelism, const std::string& reader = "tfrecord_reader") {
   const std::string p = "parallelism: " + std::to_string(parallelism);
+  // Parquet's rows are the image and label fields already.
+  const std::string parse = reader == "parquet_reader" ? stage("parse", "select_fields", "read", {{"keep", "image, label"}}, p)
+                                                       : stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, p);
   return "options { seed: 11 deterministic: true }\n" +
          stage("files", "list_files", "", {{"patterns", shards + "/*"}, {"shuffle", "true"}}) +
-         stage("read", reader, "files", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") +
-         stage("parse", "parse_example", "read", {{"features", "image:bytes, label:int64"}}, p) +
+         stage("read", reader, "files", {}, p + " buffer_size: 32 interleave { cycle_length: 4 block_length: 2 }") + parse +
          stage("decode", "decode_image", "parse", {}, p) + stage("flip", "random_flip", "decode", {}, p + " buffer_size: 32") +
          stage("shuffle", "shuffle", "flip", {{"buffer_size", "1000"}}) + stage("batch", "batch", "shuffle", {{"batch_size", "16"}}, "buffer_size: 2") +
          stage("epochs", "repeat", "batch", {{"count", "3"}}, "buffer_size: 2") + sink_after("epochs");
@@ -354,6 +386,7 @@ class TestCheckpoint : public QObject {
   QTemporaryDir data_;
   std::string shards_;
   std::string array_record_shards_;
+  std::string parquet_shards_;
   std::string tfds_;
   std::string webdataset_;
   std::string token_files_;
@@ -363,6 +396,9 @@ class TestCheckpoint : public QObject {
   void initTestCase() {
     shards_ = make_shards(data_);
     array_record_shards_ = make_array_record_shards(data_);
+#ifdef SLUICE_HAVE_PARQUET
+    parquet_shards_ = make_parquet_shards(data_);
+#endif
     tfds_ = make_tfds(data_);
     webdataset_ = make_webdataset(data_);
     token_files_ = make_token_files(data_);
@@ -385,6 +421,10 @@ class TestCheckpoint : public QObject {
       for (int k : {1, 60, 150, 310}) QTest::addRow("tfrecord p%d k%d", p, k) << "tfrecord" << p << k;
       // The same pipeline over ArrayRecord shards: cuts inside a chunk of 7 records.
       for (int k : {60, 310}) QTest::addRow("array record p%d k%d", p, k) << "array record" << p << k;
+#ifdef SLUICE_HAVE_PARQUET
+      // And over Parquet shards: cuts inside a row group of 64 rows.
+      for (int k : {60, 310}) QTest::addRow("parquet p%d k%d", p, k) << "parquet" << p << k;
+#endif
       // 900 batches, 300 per epoch; the cache's first pass is the first epoch.
       for (int k : {1, 100, 400}) QTest::addRow("cached p%d k%d", p, k) << "cached" << p << k;
       for (int k : {1, 40, 120}) QTest::addRow("chunked p%d k%d", p, k) << "chunked" << p << k;
@@ -426,6 +466,7 @@ class TestCheckpoint : public QObject {
     QFETCH(int, stop_after);
     const std::string text = pipeline == "tfrecord"  ? tfrecord_pipeline(shards_, parallelism)
                              : pipeline == "array record" ? tfrecord_pipeline(array_record_shards_, parallelism, "array_record_reader")
+                             : pipeline == "parquet" ? tfrecord_pipeline(parquet_shards_, parallelism, "parquet_reader")
                              : pipeline == "cached"  ? cached_pipeline(parallelism)
                              : pipeline == "chunked" ? chunked_pipeline(shards_, parallelism)
                              : pipeline == "zip"     ? zip_pipeline(parallelism)
@@ -439,7 +480,8 @@ class TestCheckpoint : public QObject {
     QTemporaryDir dir;
     const Run whole = run(text, dir, "whole.jsonl", -1);
     QCOMPARE(whole.result.state, sluice::RunState::Finished);
-    if (pipeline == "tfrecord" || pipeline == "array record" || pipeline == "cached")
+    const bool records = pipeline == "tfrecord" || pipeline == "array record" || pipeline == "parquet";
+    if (records || pipeline == "cached")
       QCOMPARE(whole.lines.size(), std::size_t(pipeline == "cached" ? 900 : 450));
     if (pipeline == "zip") QCOMPARE(whole.lines.size(), std::size_t(600));
     if (pipeline == "tfds") QCOMPARE(whole.lines.size(), std::size_t(3 * 26));  // 480 - 48 - round(28.8) = 403 images
@@ -479,7 +521,7 @@ class TestCheckpoint : public QObject {
       QCOMPARE(referenced(*saved), std::uint64_t(state_of(*saved, "shuffle").elements_size() + state_of(*saved, "batch").elements_size()));
       for (const auto& e : state_of(*saved, "batch").elements()) QVERIFY(e.ref().has_made());
       QCOMPARE(reread(rest.snapshot), referenced(*saved) + open_inputs(*saved));
-    } else if (pipeline == "tfrecord" || pipeline == "array record") {
+    } else if (records) {
       // The shuffle buffer is named, not held, and only it and the last record of each open
       // input are read again (one seek each), not the records before the cut.
       // A cut inside an epoch finds the shuffle holding the rest of it (nothing is in flight at a
@@ -575,8 +617,19 @@ class TestCheckpoint : public QObject {
              // ArrayRecord in chunks of one record (the package's default): a cut ends no chunk early.
              stage("arrays", "array_record_writer", "work", {{"prefix", out + "/arrays/train"}, {"max_records", "37"}, {"field", ""}}) +
              stage("files", "write_files", "work", {{"folder", out + "/files"}}) +
-             stage("tfds", "tfds_writer", "work", {{"data_dir", out + "/tfds"}, {"name", "pics"}, {"max_records", "37"}, {"class_labels", "label"}});
+             stage("tfds", "tfds_writer", "work", {{"data_dir", out + "/tfds"}, {"name", "pics"}, {"max_records", "37"}, {"class_labels", "label"}})
+#ifdef SLUICE_HAVE_PARQUET
+             // A Parquet shard cannot be continued (its footer is last): a checkpoint ends it, so
+             // its rows, not its bytes, are the uninterrupted run's (compared below).
+             + stage("parquet", "parquet_writer", "work", {{"prefix", out + "/parquet/train"}, {"max_records", "37"}, {"row_group_rows", "10"}})
+#endif
+        ;
     };
+#ifdef SLUICE_HAVE_PARQUET
+    const std::uint64_t sinks = 6;
+#else
+    const std::uint64_t sinks = 5;
+#endif
     const std::string whole = dir.filePath("whole").toStdString(), cut = dir.filePath("cut").toStdString();
     fs::create_directories(whole);
     fs::create_directories(cut);
@@ -589,8 +642,8 @@ class TestCheckpoint : public QObject {
     {
       sluice::Engine engine(graph_of(text(cut)));
       engine.start();
-      // Five sinks read every element.
-      while (sink_elements(engine.snapshot()) < 5u * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
+      // Every sink reads every element.
+      while (sink_elements(engine.snapshot()) < sinks * static_cast<std::uint64_t>(stop_after) && !engine.wait_for(std::chrono::milliseconds(0)))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       saved = engine.checkpoint(/*then_stop=*/!past_the_checkpoint);
       QVERIFY2(saved.has_value(), "the run ended before the checkpoint");
@@ -612,7 +665,7 @@ class TestCheckpoint : public QObject {
                                                           std::string(sluice::run_state_name(ended.state)) + " " + ended.error).c_str());
     }
     // The cut falls behind what was in flight when it was asked for.
-    const std::uint64_t cut_at = saved->sink_elements() / 5;
+    const std::uint64_t cut_at = saved->sink_elements() / sinks;
     // (400 elements, 0.6 s of simulated work: on a loaded machine a checkpoint asked for after 130
     // once fell at 200, the end of a run of 240.)
     QVERIFY2(cut_at >= std::uint64_t(stop_after) && cut_at < 360, std::to_string(cut_at).c_str());
@@ -626,6 +679,11 @@ class TestCheckpoint : public QObject {
       const auto result = engine.wait();
       QVERIFY2(result.state == sluice::RunState::Finished, result.error.c_str());
     }
+#ifdef SLUICE_HAVE_PARQUET
+    QCOMPARE(parquet_rows(cut), parquet_rows(whole));
+    fs::remove_all(whole + "/parquet");
+    fs::remove_all(cut + "/parquet");
+#endif
     const auto expected = files_under(whole), got = files_under(cut);
     QCOMPARE(expected.size(), std::size_t(1 + 11 + 11 + 400 + 11 + 2));  // the lines, 11 and 11 shards, 400 files, 11 tfds shards and their metadata
     for (const auto& [name, bytes] : expected) {
