@@ -430,6 +430,35 @@ class TestCli : public QObject {
     QVERIFY(found);
   }
 
+  // A plugin the build left out (as the Parquet plugin is without Arrow C++) leaves a note in its
+  // folder: `sluice plugins` prints it, and a pipeline or a look-up naming its operators gets it
+  // instead of "unknown operator". (A made-up plugin: this build has the Parquet plugin.)
+  void plugins_left_out_of_the_build_say_how_to_get_them() {
+    QTemporaryDir dir;
+    const QString folder = dir.filePath("plugins");
+    QDir().mkpath(folder);
+    write(dir, "plugins/feather.left-out",
+          "feather_reader, feather_writer: left out of this build, which found no Feather library. Run scripts/install-deps.sh, then build again.\n");
+    auto list = sluice_cli({"plugins", "--plugin-dir", folder});
+    QCOMPARE(list.code, 0);
+    QVERIFY2(list.out.contains("Left out of this build (" + folder + "/feather.left-out):\n  feather_reader, feather_writer: left out"),
+             qPrintable(list.out));
+    auto one = sluice_cli({"plugins", "feather_writer", "--plugin-dir", folder});
+    QCOMPARE(one.code, 2);
+    QVERIFY2(one.err.contains("operator 'feather_writer' is not in this build: feather_reader, feather_writer: left out of this build, "
+                              "which found no Feather library. Run scripts/install-deps.sh"),
+             qPrintable(one.err));
+    QVERIFY(sluice_cli({"plugins", "feather", "--plugin-dir", folder}).err.contains("no operator 'feather'"));  // a name the note does not list
+    auto file = write(dir, "p.txtpb", stage("files", "list_files", "", {{"patterns", "x.feather"}}) + stage("read", "feather_reader", "files") +
+                                         stage("o", "null_sink", "read"));
+    auto refused = sluice_cli({"validate", file, "--plugin-dir", folder});
+    QCOMPARE(refused.code, 2);
+    QVERIFY2(refused.err.contains("stage 'read': operator 'feather_reader' is not in this build: feather_reader, feather_writer: left out"),
+             qPrintable(refused.err));
+    auto json = QJsonDocument::fromJson(sluice_cli({"plugins", "--json", "--plugin-dir", folder}).out.toUtf8());
+    QCOMPARE(json.object()["left_out"].toArray()[0].toObject()["path"].toString(), folder + "/feather.left-out");
+  }
+
   void ctrl_c_stops_within_a_second_with_a_partial_report() {
     QTemporaryDir dir;
     auto file = write(dir, "endless.txtpb",

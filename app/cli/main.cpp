@@ -149,6 +149,10 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
   std::vector<std::shared_ptr<const sluice::RegisteredOperator>> ops;
   if (!name.empty()) {
     auto op = registry.find(name);
+    if (!op && registry.left_out_with(name)) {
+      fmt::print(stderr, "error: operator '{}' is not in this build: {}\n", name, registry.left_out_with(name)->note);
+      return kExitBadInput;
+    }
     if (!op) {
       fmt::print(stderr, "error: no operator '{}'{}\n", name, sluice::did_you_mean(registry.closest(name)));
       return kExitBadInput;
@@ -163,6 +167,10 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
       if (i) out += ",";
       print_operator_json(out, *ops[i]);
     }
+    out += "],\"left_out\":[";
+    for (std::size_t i = 0; i < registry.left_out().size(); ++i)
+      out += fmt::format("{}{{\"path\":{},\"note\":{}}}", i ? "," : "", json_string(registry.left_out()[i].path),
+                         json_string(registry.left_out()[i].note));
     out += "],\"refused\":[";
     for (std::size_t i = 0; i < registry.refused().size(); ++i)
       out += fmt::format("{}{{\"path\":{},\"reason\":{}}}", i ? "," : "", json_string(registry.refused()[i].path),
@@ -179,6 +187,7 @@ int cmd_plugins(const CommonOptions& common, const std::string& name, bool json,
         fmt::print("      {:<26} {}: {}\n", p.name, sluice::describe_param_constraints(p), p.doc);
     }
     fmt::print("\n`sluice plugins NAME` describes one operator.\n");
+    for (const auto& plugin : registry.left_out()) fmt::print("\nLeft out of this build ({}):\n  {}\n", plugin.path, plugin.note);
   } else {
     const auto& op = *ops.front();
     const auto& info = op.info;

@@ -695,6 +695,10 @@ struct Validation {
       return false;
     }
     out.op = registry.find(st.op());
+    if (!out.op && registry.left_out_with(st.op())) {
+      problem(i, "", fmt::format("operator '{}' is not in this build: {}", st.op(), registry.left_out_with(st.op())->note));
+      return false;
+    }
     if (!out.op) {
       problem(i, "", fmt::format("unknown operator '{}'{}; `sluice plugins` lists the operators loaded; one of a plugin "
                                  "library elsewhere loads with --plugin-dir DIR, SLUICE_PLUGIN_PATH=DIR or, in Python, "

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -153,10 +154,31 @@ void Registry::load_directory(const fs::path& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code kind_error;
     if (it->path().extension() == ".so" && !it->is_directory(kind_error)) files.push_back(it->path());
+    if (it->path().extension() == ".left-out" && it->is_regular_file(kind_error)) {
+      std::ifstream in(it->path());
+      std::string note(4096, '\0');
+      in.read(note.data(), static_cast<std::streamsize>(note.size()));
+      note.resize(static_cast<std::size_t>(in.gcount()));
+      while (!note.empty() && (note.back() == '\n' || note.back() == ' ')) note.pop_back();
+      left_out_.push_back({it->path().string(), note});
+    }
   }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) add_library(f);
   save_cache();
+}
+
+const LeftOutPlugin* Registry::left_out_with(std::string_view name) const {
+  for (const auto& plugin : left_out_) {
+    // The note begins with the operators it would register: "parquet_reader, parquet_writer: ...".
+    const std::string_view head = std::string_view(plugin.note).substr(0, plugin.note.find(':'));
+    for (std::size_t at = head.find(name); at != std::string_view::npos; at = head.find(name, at + 1)) {
+      const bool starts = at == 0 || head[at - 1] == ' ' || head[at - 1] == ',';
+      const std::size_t end = at + name.size();
+      if (starts && (end == head.size() || head[end] == ',')) return &plugin;
+    }
+  }
+  return nullptr;
 }
 
 RegistryCache& Registry::cache() {

@@ -43,6 +43,13 @@ struct RefusedLibrary {
   std::string reason;
 };
 
+// A plugin the build left out, as a NAME.left-out note in a plugin folder says (what it would
+// register, why it is missing, how to get it): the Parquet plugin of a build without Arrow C++.
+struct LeftOutPlugin {
+  std::string path;
+  std::string note;
+};
+
 // Finds and checks plugin libraries, and knows every operator they register. A library is
 // described by a probe in a child process (plugin_probe.hpp) or by the registry cache
 // (registry_cache.hpp), and its code is loaded into this process only when one of its operators
@@ -69,7 +76,8 @@ class Registry {
   std::filesystem::path cache_file();
 
   void load_search_path(const std::vector<std::filesystem::path>& extra_dirs = {});
-  // Loads every *.so in the folder (sorted by name). A missing folder is not an error.
+  // Loads every *.so in the folder (sorted by name), and keeps its *.left-out notes. A missing
+  // folder is not an error.
   void load_directory(const std::filesystem::path& dir);
   // Returns false (and records why) if the library is refused.
   bool load_library(const std::filesystem::path& file);
@@ -90,6 +98,9 @@ class Registry {
   std::vector<std::shared_ptr<const RegisteredOperator>> operators() const;
   const std::vector<PluginRecord>& plugins() const { return plugins_; }
   const std::vector<RefusedLibrary>& refused() const { return refused_; }
+  const std::vector<LeftOutPlugin>& left_out() const { return left_out_; }
+  // The note of a left-out plugin that names operator `name`, or null.
+  const LeftOutPlugin* left_out_with(std::string_view name) const;
   // What went wrong with the registry cache (a damaged file, rebuilt), for the host to show.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Whether a described library's code is in this process (one of its operators was built).
@@ -104,6 +115,7 @@ class Registry {
   std::vector<std::shared_ptr<RegisteredOperator>> operators_;
   std::vector<PluginRecord> plugins_;
   std::vector<RefusedLibrary> refused_;
+  std::vector<LeftOutPlugin> left_out_;
   std::vector<std::string> warnings_;
   std::map<std::string, std::shared_ptr<PluginLibrary>> libraries_;  // by path
   std::optional<std::filesystem::path> cache_file_;
