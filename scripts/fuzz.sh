@@ -16,7 +16,9 @@ seconds=${1:-60}
 testdata=${SLUICE_TESTDATA:-tests/data/real}
 out=build-fuzz
 build_targets() {
-  CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON > /dev/null
+  # fuzz_parquet takes Arrow C++ from the build's peers environment (left out without one).
+  CXX=clang++-14 cmake -S tests/fuzz -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON \
+    "-DSLUICE_PEERS_DIR=$(realpath -m "${BUILD_DIR:-build}")/peers" > /dev/null
   cmake --build "$out" -j "${JOBS:-2}"
 }
 if [[ " ${steps[*]} " == *" build "* ]]; then
@@ -25,13 +27,14 @@ if [[ " ${steps[*]} " == *" build "* ]]; then
 fi
 [[ " ${steps[*]} " == *" run "* ]] || exit 0
 targets=(fuzz_tfrecord fuzz_array_record fuzz_example fuzz_csv fuzz_pipeline fuzz_image fuzz_stored)
+if [ -x "$out/fuzz_parquet" ]; then targets+=(fuzz_parquet); else echo "fuzz.sh: fuzz_parquet was left out of the build (no pyarrow in the peers environment)"; fi
 for target in "${targets[@]}"; do
   [ -x "$out/$target" ] || { echo "fuzz.sh: $out/$target is not built: run scripts/fuzz.sh build first" >&2; exit 1; }
 done
 
 # Seeds: TFRecord files as they are; single serialized Examples extracted by sluice itself.
 corpus="$out/corpus"
-rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/array_record" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$corpus/stored" "$out/crashes"
+rm -rf "$corpus" && mkdir -p "$corpus/tfrecord" "$corpus/array_record" "$corpus/parquet" "$corpus/example" "$corpus/csv" "$corpus/pipeline" "$corpus/image" "$corpus/stored" "$out/crashes"
 for f in "$testdata"/tfrecord/*.tfrecord "$testdata"/tfrecord/*.gz "$testdata"/tfrecord/corrupt/*; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 1000000 ] && cp "$f" "$corpus/tfrecord/"
 done
@@ -70,6 +73,22 @@ stage { id: "img" op: "synthetic_images" params { key: "count" value: "40" } par
 stage { id: "out" op: "array_record_writer" input: "img" params { key: "prefix" value: "$(absolute "$corpus")/array_record/${options//[:,]/-}" } params { key: "field" value: "" } params { key: "options" value: "$options" } }
 PIPE
     "$sluice" run "$out/array_record.txtpb" > /dev/null
+  done
+  # Parquet files of each compression, 40 small images (bytes, labels, pixels as lists of fixed
+  # size and of varying length) in row groups of 7; the target reads an options byte first.
+  for compression in snappy zstd gzip none; do
+    for lists in fixed varying; do
+      cat > "$out/parquet.txtpb" <<PIPE
+stage { id: "img" op: "synthetic_images" params { key: "count" value: "40" } params { key: "height" value: "2" } params { key: "width" value: "2" } }
+stage { id: "out" op: "parquet_writer" input: "img" params { key: "prefix" value: "$(absolute "$corpus")/parquet/$compression-$lists" } params { key: "compression" value: "$compression" } params { key: "lists" value: "$lists" } params { key: "row_group_rows" value: "7" } }
+PIPE
+      "$sluice" run "$out/parquet.txtpb" > /dev/null 2>&1 || echo "fuzz.sh: no Parquet seeds of $compression (is the Parquet plugin built?)"
+    done
+  done
+  for f in "$corpus"/parquet/*.parquet; do
+    [ -f "$f" ] || continue
+    for b in 00 03; do { printf "\\x$b"; cat "$f"; } > "$f.$b"; done
+    rm "$f"
   done
   # The fuzz target reads a spec selector byte, then the record.
   find "$corpus/example" -name '*.pb' | while read -r f; do

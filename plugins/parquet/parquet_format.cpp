@@ -79,6 +79,18 @@ void checked(const arrow::Status& status, const std::string& what) {
   if (!status.ok()) throw DataError(what + ": " + status.message());
 }
 
+// Runs `step` of Arrow's reading: what Arrow throws (a ParquetException for a file whose metadata
+// it cannot make sense of) is a DataError naming the file and `what`.
+template <class Step> auto arrow_step(const std::string& what, Step step) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DataError(what + ": " + e.what());
+  }
+}
+
 // The leaf column indices under `field` (all of them, or only under the member path `rest`).
 void collect_leaves(const parquet::arrow::SchemaField& field, std::vector<int>& out) {
   if (field.is_leaf()) out.push_back(field.column_index);
@@ -96,17 +108,18 @@ std::shared_ptr<arrow::io::RandomAccessFile> arrow_file_in_memory(const std::str
 
 ParquetFileReader::ParquetFileReader(std::string name, std::shared_ptr<arrow::io::RandomAccessFile> file, const ReadOptions& options)
     : name_(std::move(name)), where_(std::make_shared<const std::string>(name_)), options_(options) {
+  arrow_step(name_ + " is not a Parquet file Arrow can read", [&] { open(std::move(file)); });
+  leaves_ = leaf_columns();
+}
+
+void ParquetFileReader::open(std::shared_ptr<arrow::io::RandomAccessFile> file) {
   parquet::ArrowReaderProperties properties;
   properties.set_use_threads(options_.use_threads);
   properties.set_batch_size(options_.batch_rows);
-  try {
-    parquet::arrow::FileReaderBuilder builder;
-    checked(builder.Open(std::move(file)), name_ + " is not a Parquet file Arrow can read");
-    builder.properties(properties);
-    reader_ = checked(builder.Build(), "cannot read " + name_);
-  } catch (const ::parquet::ParquetException& e) {
-    throw DataError(name_ + " is not a Parquet file Arrow can read: " + e.what());
-  }
+  parquet::arrow::FileReaderBuilder builder;
+  checked(builder.Open(std::move(file)), name_ + " is not a Parquet file Arrow can read");
+  builder.properties(properties);
+  reader_ = checked(builder.Build(), "cannot read " + name_);
   const auto metadata = reader_->parquet_reader()->metadata();
   for (int g = 0; g < metadata->num_row_groups(); ++g) {
     const auto group = metadata->RowGroup(g);
@@ -119,7 +132,6 @@ ParquetFileReader::ParquetFileReader(std::string name, std::shared_ptr<arrow::io
     if (group->num_rows() < 0) throw DataError(name_ + ": row group " + std::to_string(g) + " says it holds a negative number of rows");
     rows_ += group->num_rows();
   }
-  leaves_ = leaf_columns();
 }
 
 ParquetFileReader::~ParquetFileReader() = default;
@@ -175,11 +187,8 @@ void ParquetFileReader::start_at(std::int64_t row) {
 }
 
 void ParquetFileReader::open_group(int group) {
-  try {
-    batches_ = checked(reader_->GetRecordBatchReader({group}, leaves_), name_ + ": row group " + std::to_string(group));
-  } catch (const ::parquet::ParquetException& e) {
-    throw DataError(name_ + ": row group " + std::to_string(group) + ": " + e.what());
-  }
+  const std::string what = name_ + ": row group " + std::to_string(group);
+  batches_ = arrow_step(what, [&] { return checked(reader_->GetRecordBatchReader({group}, leaves_), what); });
   batch_first_row_ = group_first_row_[static_cast<std::size_t>(group)];
   batch_pos_ = 0;
   batch_.reset();
@@ -191,11 +200,8 @@ bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
     if (!batches_) open_group(group_);
     if (!batch_ || batch_pos_ == batch_->num_rows()) {
       if (batch_) batch_first_row_ += batch_->num_rows();
-      try {
-        batch_ = checked(batches_->Next(), name_ + ": row group " + std::to_string(group_) + " (rows from " + std::to_string(batch_first_row_) + ")");
-      } catch (const ::parquet::ParquetException& e) {
-        throw DataError(name_ + ": row group " + std::to_string(group_) + ": " + e.what());
-      }
+      const std::string what = name_ + ": row group " + std::to_string(group_) + " (rows from " + std::to_string(batch_first_row_) + ")";
+      batch_ = arrow_step(what, [&] { return checked(batches_->Next(), what); });
       batch_pos_ = 0;
       if (!batch_) {  // the group is read: the next one
         batches_.reset();

@@ -79,6 +79,7 @@ class ParquetFileReader {
   int current_group() const { return group_; }
 
  private:
+  void open(std::shared_ptr<arrow::io::RandomAccessFile> file);
   void open_group(int group);
   std::vector<int> leaf_columns() const;
 
