@@ -270,24 +270,48 @@ void binary_column(const arrow::Array& a, std::int64_t rows, const ColumnContext
   }
 }
 
-// Dictionary-encoded strings (pandas' categoricals): spans into the dictionary's value buffer.
+// Dictionary-encoded strings (pandas' categoricals, and every text column Arrow is asked to keep
+// as the dictionary it was stored as): spans into the dictionary's value buffer, nothing copied.
 void dictionary_column(const arrow::Array& a, std::int64_t rows, const ColumnContext& ctx, Chunk& out) {
   auto& dict = static_cast<const arrow::DictionaryArray&>(a);
   const auto& words = dict.dictionary();
-  if (words->type_id() != arrow::Type::STRING && words->type_id() != arrow::Type::BINARY)
+  const auto id = words->type_id();
+  if (id != arrow::Type::STRING && id != arrow::Type::BINARY && id != arrow::Type::LARGE_STRING && id != arrow::Type::LARGE_BINARY)
     throw DataError(ctx.file + ": column '" + ctx.column + "' is dictionary-encoded " + words->type()->ToString() +
                     " values; Sluice reads dictionaries of strings only: leave it out with columns:");
-  auto& b = static_cast<const arrow::BinaryArray&>(*words);
-  std::vector<std::string_view> views(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (dict.IsNull(r)) {
-      const std::string* fill = ctx.null_at(ctx.row_text(r));
-      views[static_cast<std::size_t>(r)] = fill ? std::string_view(*fill) : std::string_view();
+  const bool large = id == arrow::Type::LARGE_STRING || id == arrow::Type::LARGE_BINARY;
+  auto word = [&](std::int64_t index, std::int64_t& begin, std::int64_t& length) {
+    if (large) {
+      auto& b = static_cast<const arrow::LargeBinaryArray&>(*words);
+      begin = b.value_offset(index), length = b.value_length(index);
     } else {
-      views[static_cast<std::size_t>(r)] = b.GetView(dict.GetValueIndex(r));
+      auto& b = static_cast<const arrow::BinaryArray&>(*words);
+      begin = b.value_offset(index), length = b.value_length(index);
     }
+  };
+  bool filled = false;
+  for (std::int64_t r = 0; dict.null_count() > 0 && r < rows; ++r)
+    if (dict.IsNull(r)) filled = ctx.null_at(ctx.row_text(r)) != nullptr || filled;
+  if (filled) {  // a default to hold: a copy
+    std::vector<std::string_view> views(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::int64_t begin = 0, length = 0;
+      if (!dict.IsNull(r)) word(dict.GetValueIndex(r), begin, length);
+      views[static_cast<std::size_t>(r)] = dict.IsNull(r) ? std::string_view(*ctx.null_at(ctx.row_text(r)))
+                                                          : std::string_view(reinterpret_cast<const char*>(words->data()->buffers[2]->data()) + begin,
+                                                                             static_cast<std::size_t>(length));
+    }
+    out.add(ctx.column, Column::Layout::Rows).tensor = Tensor::from_strings(views, {rows});
+    return;
   }
-  out.add(ctx.column, Column::Layout::Rows).tensor = Tensor::from_strings(views, {rows});
+  Column& column = out.add(ctx.column, Column::Layout::Spans);
+  column.buffer = shared_buffer(words->data()->buffers[2]);
+  column.spans.resize(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t begin = 0, length = 0;
+    if (!dict.IsNull(r)) word(dict.GetValueIndex(r), begin, length);
+    column.spans[static_cast<std::size_t>(r)] = {static_cast<std::uint64_t>(begin), static_cast<std::uint64_t>(length)};
+  }
 }
 
 void convert_array(const std::shared_ptr<arrow::Array>& a, std::int64_t rows, const ColumnContext& ctx, Chunk& out) {

@@ -118,6 +118,12 @@ void ParquetFileReader::open(std::shared_ptr<arrow::io::RandomAccessFile> file) 
   properties.set_batch_size(options_.batch_rows);
   parquet::arrow::FileReaderBuilder builder;
   checked(builder.Open(std::move(file)), name_ + " is not a Parquet file Arrow can read");
+  // Text outside lists is read as the dictionary it was stored as (pyarrow stores text so by
+  // default): its rows become spans of the dictionary's bytes, not strings Arrow copies out first.
+  const auto* schema = builder.raw_reader()->metadata()->schema();
+  for (int c = 0; c < schema->num_columns(); ++c)
+    if (schema->Column(c)->physical_type() == ::parquet::Type::BYTE_ARRAY && schema->Column(c)->max_repetition_level() == 0)
+      properties.set_read_dictionary(c, true);
   builder.properties(properties);
   reader_ = checked(builder.Build(), "cannot read " + name_);
   const auto metadata = reader_->parquet_reader()->metadata();
@@ -177,6 +183,8 @@ int ParquetFileReader::group_of_row(std::int64_t row) const {
 void ParquetFileReader::start_at(std::int64_t row) {
   batches_.reset();
   batch_.reset();
+  converted_ = Chunk();
+  converted_pos_ = 0;
   if (row >= rows_) {
     group_ = row_groups();
     next_row_ = rows_;
@@ -196,6 +204,13 @@ void ParquetFileReader::open_group(int group) {
 
 bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
   for (;;) {
+    if (converted_pos_ < converted_.rows()) {
+      const std::size_t take = std::min(max_rows, converted_.rows() - converted_pos_);
+      out = converted_.slice(converted_pos_, converted_pos_ + take);
+      converted_pos_ += take;
+      next_row_ += static_cast<std::int64_t>(take);
+      return true;
+    }
     if (group_ >= row_groups()) return false;
     if (!batches_) open_group(group_);
     if (!batch_ || batch_pos_ == batch_->num_rows()) {
@@ -210,21 +225,24 @@ bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
       }
     }
     // A seek into the group: the rows before the one asked for are passed over.
-    if (batch_first_row_ + batch_pos_ < next_row_)
-      batch_pos_ = std::min(batch_->num_rows(), next_row_ - batch_first_row_);
+    if (batch_first_row_ + batch_pos_ < next_row_) batch_pos_ = std::min(batch_->num_rows(), next_row_ - batch_first_row_);
     if (batch_pos_ == batch_->num_rows()) continue;
-    const std::int64_t take = std::min<std::int64_t>(static_cast<std::int64_t>(max_rows), batch_->num_rows() - batch_pos_);
-    const std::int64_t first = batch_first_row_ + batch_pos_;
-    out = Chunk();
-    convert_batch(name_, *batch_->Slice(batch_pos_, take), first, options_.nulls, out);
-    out.set_where(where_);
-    out.records().resize(static_cast<std::size_t>(take));
-    out.byte_offsets().assign(static_cast<std::size_t>(take), group_byte_offset_[static_cast<std::size_t>(group_)]);
-    for (std::int64_t r = 0; r < take; ++r) out.records()[static_cast<std::size_t>(r)] = first + r;
-    batch_pos_ += take;
-    next_row_ = first + take;
-    return true;
+    convert_rows(std::min<std::int64_t>(kConvertedRows, batch_->num_rows() - batch_pos_));
   }
+}
+
+// Rows [batch_pos_, + rows) of the batch as one chunk, handed out in slices: a chunk's columns,
+// buffers and origins are made once for many of the engine's chunks (of 256 rows).
+void ParquetFileReader::convert_rows(std::int64_t rows) {
+  const std::int64_t first = batch_first_row_ + batch_pos_;
+  converted_ = Chunk();
+  converted_pos_ = 0;
+  convert_batch(name_, *batch_->Slice(batch_pos_, rows), first, options_.nulls, converted_);
+  converted_.set_where(where_);
+  converted_.records().resize(static_cast<std::size_t>(rows));
+  converted_.byte_offsets().assign(static_cast<std::size_t>(rows), group_byte_offset_[static_cast<std::size_t>(group_)]);
+  for (std::int64_t r = 0; r < rows; ++r) converted_.records()[static_cast<std::size_t>(r)] = first + r;
+  batch_pos_ += rows;
 }
 
 void ParquetFileReader::skip_group() {

@@ -81,7 +81,10 @@ class ParquetFileReader {
  private:
   void open(std::shared_ptr<arrow::io::RandomAccessFile> file);
   void open_group(int group);
+  void convert_rows(std::int64_t rows);
   std::vector<int> leaf_columns() const;
+
+  static constexpr std::int64_t kConvertedRows = 8192;
 
   std::string name_;
   std::shared_ptr<const std::string> where_;
@@ -95,6 +98,8 @@ class ParquetFileReader {
   std::unique_ptr<arrow::RecordBatchReader> batches_;
   std::shared_ptr<arrow::RecordBatch> batch_;
   std::int64_t batch_first_row_ = 0, batch_pos_ = 0;
+  Chunk converted_;  // rows of the batch converted, handed out from converted_pos_
+  std::size_t converted_pos_ = 0;
 };
 
 // The Arrow schema of elements like `first` (its fields in order; a bytes scalar is binary, other
