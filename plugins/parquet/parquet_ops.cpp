@@ -185,8 +185,9 @@ class ParquetShardEncoder final : public io::ShardEncoder {
   std::uint64_t held_bytes_ = 0;
   std::size_t written_ = 0;
   std::shared_ptr<arrow::Schema> schema_;
-  std::unique_ptr<::parquet::arrow::FileWriter> writer_;
+  // Before the writer: an unfinished writer (a run cut off) writes its footer into it as it goes.
   std::string ready_;
+  std::unique_ptr<::parquet::arrow::FileWriter> writer_;
 };
 
 ::parquet::Compression::type compression_named(const std::string& name) {
