@@ -2,6 +2,7 @@
 
   oracle_parquet.py write FOLDER JPEG...   the cases of parquet_cases.py as pyarrow writes them:
       types-COMPRESSION.parquet (row groups of 7 rows), types-one-group.parquet, nulls.parquet,
+      long-group.parquet (LONG_ROWS rows of lists in one row group),
       and a dataset as Hugging Face exports one (hf/data/train-0000K-of-00003.parquet).
   oracle_parquet.py write-huge FOLDER   huge.parquet: a uint64 column past int64's range.
   oracle_parquet.py read OUT.json FILE...  each file as pyarrow reads it: its Arrow schema, its
@@ -16,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LABELS, NULL_TYPES, NULLS, TYPES, VALUES,  # noqa: E402
-                           hf_rows)
+from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LABELS, LONG_ROWS, NULL_TYPES, NULLS, TYPES, VALUES,  # noqa: E402
+                           hf_rows, long_tokens)
 
 
 def column(name, values, type_text):
@@ -33,6 +34,9 @@ def write(folder, jpeg_paths):
     for compression in COMPRESSIONS:
         pq.write_table(table, os.path.join(folder, f"types-{compression}.parquet"), compression=compression, row_group_size=7)
     pq.write_table(table, os.path.join(folder, "types-one-group.parquet"))
+    long = pa.table({"id": pa.array(range(LONG_ROWS), pa.int64()), "tokens": pa.array([long_tokens(i) for i in range(LONG_ROWS)], pa.list_(pa.int64())),
+                     "words": pa.array([[str(t) for t in long_tokens(i)] for i in range(LONG_ROWS)], pa.list_(pa.string()))})
+    pq.write_table(long, os.path.join(folder, "long-group.parquet"), row_group_size=LONG_ROWS)
     nulls = pa.table({name: pa.array(values, eval(NULL_TYPES[name])) for name, values in NULLS.items()})
     pq.write_table(nulls, os.path.join(folder, "nulls.parquet"), row_group_size=2)
     jpegs = {os.path.basename(p): open(p, "rb").read() for p in jpeg_paths}

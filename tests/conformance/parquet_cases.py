@@ -108,6 +108,15 @@ def as_python(element):
     return out
 
 
+# A row group longer than the reader converts at once (8,192 rows): its later slices' lists start
+# past the group's first value.
+LONG_ROWS = 20000
+
+
+def long_tokens(i):
+    return [i * 7 + k for k in range(i % 5)]
+
+
 # Nulls: a column of each kind with some rows null.
 NULLS = {
     "count": [1, None, 3, None, 5],

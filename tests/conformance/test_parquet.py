@@ -10,7 +10,8 @@ import pytest
 
 import sluice
 import sluice.data
-from parquet_cases import COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, NULLS, ROWS, VALUES, as_python, expected_rows, hf_rows
+from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LONG_ROWS, NULLS, ROWS, VALUES, as_python, expected_rows, hf_rows,
+                           long_tokens)
 from peers import SOURCE_DIR, run_oracle
 
 JPEGS = [os.path.join(SOURCE_DIR, "tests", "data", "real", "jpeg", name)
@@ -55,6 +56,13 @@ def test_rows_batched_in_chunks_are_the_rows_read_one_by_one(pyarrow_files):
     for name in columns:
         got = [v for b in batches for v in (b[name].tolist() if b[name].dtype != object else [bytes(x) for x in b[name]])]
         assert got == [r[name] for r in rows], name
+
+
+def test_lists_of_a_row_group_longer_than_one_conversion(pyarrow_files):
+    """20,000 rows in one row group, converted 8,192 at a time: every slice's lists are its own rows'."""
+    got = rows_of(sluice.data.ParquetDataset(str(pyarrow_files / "long-group.parquet")))
+    assert len(got) == LONG_ROWS
+    assert got == [{"id": i, "tokens": long_tokens(i), "words": [str(t).encode() for t in long_tokens(i)]} for i in range(LONG_ROWS)]
 
 
 def test_nulls_are_refused_by_file_column_and_row_or_given_their_defaults(pyarrow_files):
