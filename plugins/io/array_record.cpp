@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <tuple>
 #include <cerrno>
 #include <cstring>
 
@@ -74,27 +75,36 @@ struct Logical {
   std::size_t at = 0, size = 0;
   const std::byte* data() const { return buffer->data() + at; }
 };
-Logical strip_block_headers(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin) {
-  std::vector<std::pair<std::size_t, std::size_t>> pieces;  // (offset in stored, length)
+// Calls piece(offset in stored, length) for each run of the chunk's bytes between block headers;
+// returns how many there were.
+template <class Piece> std::size_t for_each_piece(std::size_t at, std::size_t size, std::uint64_t begin, Piece piece) {
+  std::size_t pieces = 0;
   for (std::uint64_t pos = begin, end = begin + size; pos < end;) {
     if (pos % kBlock == 0) {
       pos += std::min<std::uint64_t>(kBlockHeader, end - pos);
       continue;
     }
     const std::uint64_t take = std::min<std::uint64_t>(end - pos, kBlock - pos % kBlock);
-    pieces.push_back({at + static_cast<std::size_t>(pos - begin), static_cast<std::size_t>(take)});
+    piece(at + static_cast<std::size_t>(pos - begin), static_cast<std::size_t>(take));
+    ++pieces;
     pos += take;
   }
-  if (pieces.empty()) return {stored, at, 0};
-  if (pieces.size() == 1) return {stored, pieces[0].first, pieces[0].second};
-  std::size_t total = 0;
-  for (const auto& [offset, length] : pieces) total += length;
+  return pieces;
+}
+Logical strip_block_headers(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin) {
+  // Most chunks lie within one block: counted first, they are views, with nothing allocated.
+  std::size_t first_at = at, first_length = 0, total = 0;
+  const std::size_t pieces = for_each_piece(at, size, begin, [&](std::size_t offset, std::size_t length) {
+    if (total == 0) first_at = offset, first_length = length;
+    total += length;
+  });
+  if (pieces <= 1) return {stored, first_at, first_length};
   Logical out{std::make_shared<Buffer>(total), 0, total};
   std::size_t to = 0;
-  for (const auto& [offset, length] : pieces) {
+  for_each_piece(at, size, begin, [&](std::size_t offset, std::size_t length) {
     std::memcpy(out.buffer->data() + to, stored->data() + offset, length);
     to += length;
-  }
+  });
   return out;
 }
 
@@ -265,8 +275,19 @@ std::size_t ArrayRecordLayout::chunk_of(std::uint64_t record) const {
   return static_cast<std::size_t>(it - chunks.begin()) - 1;
 }
 
-DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
-                                       const std::string& name, bool verify) {
+std::pair<std::shared_ptr<Buffer>, std::size_t> ValueArena::take(std::size_t n) {
+  if (n > kBlockBytes / 4) return {std::make_shared<Buffer>(n), 0};  // a large chunk: its own buffer
+  if (!block_ || used_ + n > block_->size()) {
+    block_ = std::make_shared<Buffer>(kBlockBytes);
+    used_ = 0;
+  }
+  const std::size_t at = used_;
+  used_ += n;
+  return {block_, at};
+}
+
+void decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
+                               const std::string& name, bool verify, DecodedChunk& out, ValueArena* arena) {
   const std::string where = at_byte(name, begin);
   const Logical logical = strip_block_headers(stored, at, size, begin);
   if (logical.size < kChunkHeader) throw DataError(where + ": truncated (its header needs 40 bytes, " + std::to_string(logical.size) + " are there)");
@@ -299,7 +320,7 @@ DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, st
     const std::byte* sizes = p;
     std::size_t sizes_length = static_cast<std::size_t>(*sizes_size);
     p += sizes_length;
-    std::string sizes_raw;
+    thread_local std::string sizes_raw;  // (its memory kept from one chunk to the next)
     if (compression != RiegeliCompression::None) {
       const std::byte* q = sizes;
       const auto raw = get_varint(q, sizes + sizes_length);
@@ -310,7 +331,7 @@ DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, st
       sizes_length = sizes_raw.size();
     }
     if (records > sizes_length) throw DataError("it says it holds " + std::to_string(records) + " records, more than its sizes can name");
-    DecodedChunk out;
+    out.ends.clear();
     out.ends.reserve(static_cast<std::size_t>(records));
     std::uint64_t total = 0;
     for (const std::byte *q = sizes, *sizes_end = sizes + sizes_length; out.ends.size() < records;) {
@@ -327,10 +348,10 @@ DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, st
       out.values = logical.buffer;
       out.at = logical.at + static_cast<std::size_t>(p - logical.data());
     } else {
-      out.values = std::make_shared<Buffer>(static_cast<std::size_t>(decoded_size));
-      decompress_block(compression, p, values_stored, out.values->data(), decoded_size, "values");
+      std::tie(out.values, out.at) = arena ? arena->take(static_cast<std::size_t>(decoded_size))
+                                           : std::pair{std::make_shared<Buffer>(static_cast<std::size_t>(decoded_size)), std::size_t{0}};
+      decompress_block(compression, p, values_stored, out.values->data() + out.at, decoded_size, "values");
     }
-    return out;
   } catch (const DataError& e) {
     throw DataError(where + ": " + e.what());
   }
@@ -407,11 +428,11 @@ ArrayRecordStream::ArrayRecordStream(std::unique_ptr<PositionedFile> file, bool 
     : file_(std::move(file)), layout_(read_array_record_layout(*file_)), verify_(verify), span_bytes_(span_bytes), allocator_(allocator) {}
 
 bool ArrayRecordStream::next(Record& out, DamageReport* damage) {
-  while (!decoded_ || row_ == decoded_->records())
+  while (!has_decoded_ || row_ == decoded_.records())
     if (!load_chunk(damage)) return false;
-  out.buffer = decoded_->values;
-  out.offset = decoded_->begin_of(row_);
-  out.length = decoded_->size_of(row_);
+  out.buffer = decoded_.values;
+  out.offset = decoded_.begin_of(row_);
+  out.length = decoded_.size_of(row_);
   out.index = first_record_ + row_;
   out.file_offset = chunk_offset_;
   ++row_;
@@ -424,7 +445,7 @@ bool ArrayRecordStream::seek(std::uint64_t index, std::uint64_t file_offset) {
   const std::size_t k = layout_.chunk_of(index);
   if (layout_.chunks[k].offset != file_offset) return false;
   next_chunk_ = k;
-  decoded_.reset();
+  has_decoded_ = false;
   if (!load_chunk(nullptr)) return false;
   row_ = static_cast<std::size_t>(index - first_record_);
   read_ = index;
@@ -436,13 +457,15 @@ bool ArrayRecordStream::load_chunk(DamageReport* damage) {
     const ArrayRecordChunk& chunk = layout_.chunks[next_chunk_++];
     try {
       if (!span_ || chunk.offset < span_offset_ || chunk.end > span_offset_ + span_->size()) read_span(next_chunk_ - 1);
-      decoded_ = decode_array_record_chunk(span_, static_cast<std::size_t>(chunk.offset - span_offset_), static_cast<std::size_t>(chunk.end - chunk.offset),
-                                           chunk.offset, file_->name(), verify_);
-      if (decoded_->records() != chunk.records)
-        throw DataError(at_byte(file_->name(), chunk.offset) + ": holds " + std::to_string(decoded_->records()) + " records where the footer says " +
+      has_decoded_ = false;
+      decode_array_record_chunk(span_, static_cast<std::size_t>(chunk.offset - span_offset_), static_cast<std::size_t>(chunk.end - chunk.offset),
+                                chunk.offset, file_->name(), verify_, decoded_, &arena_);
+      if (decoded_.records() != chunk.records)
+        throw DataError(at_byte(file_->name(), chunk.offset) + ": holds " + std::to_string(decoded_.records()) + " records where the footer says " +
                         std::to_string(chunk.records) + " (damaged)");
+      has_decoded_ = true;
     } catch (const DataError& e) {
-      decoded_.reset();
+      has_decoded_ = false;
       if (!damage || !damage->skip_damaged(std::string(e.what()) + "; its " + std::to_string(chunk.records) + " records skipped")) throw;
       continue;
     }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/buffer.hpp"
@@ -76,12 +77,33 @@ struct DecodedChunk {
   std::size_t size_of(std::size_t i) const { return static_cast<std::size_t>(ends[i] - (i == 0 ? 0 : ends[i - 1])); }
 };
 
+// Where a reader decodes small chunks' values: one after another in blocks of 256 KiB, so that a
+// file of one record per chunk (the package's default) costs an allocation per block, not per
+// record. A block lives as long as a record viewing it.
+class ValueArena {
+ public:
+  // Room for `n` bytes: the buffer and where in it.
+  std::pair<std::shared_ptr<Buffer>, std::size_t> take(std::size_t n);
+
+ private:
+  static constexpr std::size_t kBlockBytes = 1 << 18;
+  std::shared_ptr<Buffer> block_;
+  std::size_t used_ = 0;
+};
+
 // Decodes the chunk whose stored bytes (block headers included) are `stored` from `at`, `size` of
-// them, the chunk beginning at byte `begin` of the file. Uncompressed values stay views of
-// `stored`. Damage is a DataError saying what, naming `name`, the chunk and the byte; `verify`
-// checks the data's hash too (the header's always is).
-DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
-                                       const std::string& name, bool verify);
+// them, the chunk beginning at byte `begin` of the file, into `out` (its `ends` keep their
+// memory from one chunk to the next). Uncompressed values stay views of `stored`; compressed
+// ones go to `arena` when given. Damage is a DataError saying what, naming `name`, the chunk and
+// the byte; `verify` checks the data's hash too (the header's always is).
+void decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
+                               const std::string& name, bool verify, DecodedChunk& out, ValueArena* arena = nullptr);
+inline DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
+                                              const std::string& name, bool verify) {
+  DecodedChunk out;
+  decode_array_record_chunk(stored, at, size, begin, name, verify, out);
+  return out;
+}
 
 // A file's records in order (array_record_reader, tfds_reader): the footer read first, then runs
 // of consecutive chunks read with one read each (up to span_bytes, at least one chunk), each chunk
@@ -107,7 +129,9 @@ class ArrayRecordStream final : public RecordStream {
   std::shared_ptr<Buffer> span_;
   std::uint64_t span_offset_ = 0;
   std::size_t next_chunk_ = 0;
-  std::optional<DecodedChunk> decoded_;
+  DecodedChunk decoded_;  // the chunk being read, when has_decoded_
+  bool has_decoded_ = false;
+  ValueArena arena_;
   std::size_t row_ = 0;
   std::uint64_t first_record_ = 0, chunk_offset_ = 0, read_ = 0;
 };
