@@ -293,13 +293,15 @@ void dictionary_column(const arrow::Array& a, std::int64_t rows, const ColumnCon
   for (std::int64_t r = 0; dict.null_count() > 0 && r < rows; ++r)
     if (dict.IsNull(r)) filled = ctx.null_at(ctx.row_text(r)) != nullptr || filled;
   if (filled) {  // a default to hold: a copy
+    // (A dictionary of empty strings may have no value buffer at all.)
+    const auto& bytes = words->data()->buffers[2];
+    const char* base = bytes ? reinterpret_cast<const char*>(bytes->data()) : "";
     std::vector<std::string_view> views(static_cast<std::size_t>(rows));
     for (std::int64_t r = 0; r < rows; ++r) {
       std::int64_t begin = 0, length = 0;
       if (!dict.IsNull(r)) word(dict.GetValueIndex(r), begin, length);
       views[static_cast<std::size_t>(r)] = dict.IsNull(r) ? std::string_view(*ctx.null_at(ctx.row_text(r)))
-                                                          : std::string_view(reinterpret_cast<const char*>(words->data()->buffers[2]->data()) + begin,
-                                                                             static_cast<std::size_t>(length));
+                                                          : std::string_view(base + begin, static_cast<std::size_t>(length));
     }
     out.add(ctx.column, Column::Layout::Rows).tensor = Tensor::from_strings(views, {rows});
     return;
