@@ -455,8 +455,11 @@ class TestCli : public QObject {
     QCOMPARE(refused.code, 2);
     QVERIFY2(refused.err.contains("stage 'read': operator 'feather_reader' is not in this build: feather_reader, feather_writer: left out"),
              qPrintable(refused.err));
+    // (A build without Arrow C++, as the sanitizer builds are, has its own note beside this one.)
     auto json = QJsonDocument::fromJson(sluice_cli({"plugins", "--json", "--plugin-dir", folder}).out.toUtf8());
-    QCOMPARE(json.object()["left_out"].toArray()[0].toObject()["path"].toString(), folder + "/feather.left-out");
+    QStringList notes;
+    for (const auto& note : json.object()["left_out"].toArray()) notes << note.toObject()["path"].toString();
+    QVERIFY2(notes.contains(folder + "/feather.left-out"), qPrintable(notes.join(", ")));
   }
 
   void ctrl_c_stops_within_a_second_with_a_partial_report() {
