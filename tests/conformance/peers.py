@@ -38,3 +38,16 @@ def oracle_writes(folder, script):
     out = folder / "oracle.json"
     run_oracle(script, "write", folder, out)
     return folder, json.loads(out.read_text())
+
+
+def damaged_copy(source, folder, cut=None, flip=None):
+    """A copy of `source` in `folder` (a pathlib folder) with byte `flip` changed and/or cut to its
+    first `cut` bytes, for the tests of damage named by file."""
+    data = bytearray(open(source, "rb").read())
+    if flip is not None:
+        data[flip] ^= 0x40
+    if cut is not None:
+        data = data[:cut]
+    path = folder / ("damaged-" + os.path.basename(source))
+    path.write_bytes(bytes(data))
+    return str(path)

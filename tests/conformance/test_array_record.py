@@ -10,7 +10,7 @@ import pytest
 import sluice
 import sluice.data
 from array_record_cases import OPTIONS, digests, records
-from peers import run_oracle
+from peers import damaged_copy, run_oracle
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +56,6 @@ def test_uncompressed_files_are_byte_for_byte_the_packages(package_files, tmp_pa
      .array_record_writer(prefix=str(tmp_path / "ours"), options=OPTIONS["uncompressed-1"]).pipeline().run())
     ours = (tmp_path / "ours-00000-of-00001.array_record").read_bytes()
     assert len(ours) > 1 << 20 and ours == (package_files / "uncompressed-1.array_record").read_bytes()
-
-
-def damaged_copy(source, folder, cut=None, flip=None):
-    data = bytearray(open(source, "rb").read())
-    if flip is not None:
-        data[flip] ^= 0x40
-    if cut is not None:
-        data = data[:cut]
-    path = folder / ("damaged-" + os.path.basename(source))
-    path.write_bytes(bytes(data))
-    return str(path)
 
 
 def chunk_offsets(path):

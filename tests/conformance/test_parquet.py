@@ -12,7 +12,7 @@ import sluice
 import sluice.data
 from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LONG_ROWS, NULLS, ROWS, VALUES, as_python, expected_rows, hf_rows,
                            long_tokens)
-from peers import SOURCE_DIR, run_oracle
+from peers import damaged_copy, SOURCE_DIR, run_oracle
 
 JPEGS = [os.path.join(SOURCE_DIR, "tests", "data", "real", "jpeg", name)
          for name in ("libjpeg-turbo/testorig.jpg", "libjpeg-turbo/testimgint.jpg", "pillow/hopper.jpg", "pillow/flower.jpg")]
@@ -148,17 +148,6 @@ def test_fixed_lists_and_shards_of_parquet_writer(pyarrow_files, tmp_path):
     with pytest.raises(sluice.PipelineError, match=r"field 'tokens' of element \d+ is i64 \[\d+\], and the shard's first element's was"):
         (sluice.data.ParquetDataset(str(pyarrow_files / "types-snappy.parquet"), columns=["tokens"])
          .parquet_writer(prefix=str(tmp_path / "ragged"), lists="fixed").pipeline().run())
-
-
-def damaged_copy(source, folder, cut=None, flip=None):
-    data = bytearray(open(source, "rb").read())
-    if flip is not None:
-        data[flip] ^= 0x40
-    if cut is not None:
-        data = data[:cut]
-    path = folder / ("damaged-" + os.path.basename(source))
-    path.write_bytes(bytes(data))
-    return str(path)
 
 
 def test_truncated_and_damaged_files_are_named(pyarrow_files, tmp_path):
