@@ -224,4 +224,5 @@ PYBIND11_MODULE(_sluice, m) {
   bind_objects(m);
   bind_tensor(m);
   bind_runner(m);
+  bind_positioned(m);
 }

@@ -110,6 +110,7 @@ spec::Stage* attach_iterator(PipelineDocument& doc, const Registry& r, std::stri
 // ---- the bindings, one function per part (module.cpp calls them) ----
 void bind_tensor(py::module_& m);
 void bind_runner(py::module_& m);
+void bind_positioned(py::module_& m);
 
 // A NumPy array over `data`; `owner` (freed with the array) keeps the memory alive.
 template <class Owner>

@@ -159,7 +159,8 @@ class RandomAccess final : public Source,
                            public ResumesOnOtherWorkers,
                            public ReadsRecordsAgain,
                            public KnowsItsRecords,
-                           public StartsAnywhere {
+                           public StartsAnywhere,
+                           public ReadsByPosition {
  public:
   static OperatorInfo describe() {
     return {"random_access",
@@ -341,6 +342,36 @@ class RandomAccess final : public Source,
     if (!r.error.empty()) throw DataError(r.error);
     element_of(group_, r, out);
     return true;
+  }
+  // Places in file order (a caller's choice: the Python module's data sources), read in groups as
+  // a pass reads them, each group's records by the readers together.
+  std::uint64_t records() const override { return first_record_.back(); }
+  std::vector<Sample> read_positions(const std::vector<std::uint64_t>& positions) override {
+    std::vector<Sample> out(positions.size());
+    for (std::size_t begin = 0; begin < positions.size();) {
+      Group group;
+      std::uint64_t bytes = 0;
+      for (; begin < positions.size() && group.records.size() < kGroupRecords && bytes < kGroupBytes; ++begin) {
+        if (positions[begin] >= records())
+          throw DataError("record " + std::to_string(positions[begin]) + " is past the " + std::to_string(records()) + " records of " + describe_files());
+        group.records.push_back(record_at(positions[begin], bytes));
+        bytes += group.records.back().framed;
+      }
+      read_records(group, bytes);
+      const std::size_t first = begin - group.records.size();
+      for (std::size_t k = 0; k < group.records.size(); ++k) {
+        if (!group.records[k].error.empty()) throw DataError(group.records[k].error);
+        element_of(group, group.records[k], out[first + k]);
+      }
+    }
+    return out;
+  }
+  std::vector<StoredField> stored_fields() const override {
+    if (tfds_dataset_ || std::find(webdataset_.begin(), webdataset_.end(), true) != webdataset_.end()) return {};
+    return {{"record", "bytes"}};
+  }
+  std::string describe_files() const {
+    return files_.size() == 1 ? files_[0] : std::to_string(files_.size()) + " files" + (files_.empty() ? "" : " (" + files_.front() + " ...)");
   }
   // A checkpoint's reference to an element it gave: read alone, into a group of its own.
   Sample read_again(const std::string& where, std::int64_t record, std::int64_t byte_offset) override {
@@ -713,36 +744,44 @@ class RandomAccess final : public Source,
     group_.clear();
     std::uint64_t bytes = 0, position = 0;
     while (group_.records.size() < kGroupRecords && bytes < kGroupBytes && next_position(position)) {
-      const std::uint64_t global = shuffle_ ? (*order_)(position) : position;
-      GroupRecord r;
-      r.file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
-      r.record = global - first_record_[r.file] + skips_[r.file];
-      r.offset = indexes_[r.file].offsets[static_cast<std::size_t>(r.record)];
-      r.framed = extent_of(r.file, r.record);
-      r.at = bytes;
-      bytes += r.framed;
-      group_.records.push_back(r);
+      group_.records.push_back(record_at(shuffle_ ? (*order_)(position) : position, bytes));
+      bytes += group_.records.back().framed;
     }
     if (group_.records.empty()) return false;
-    files_open_.make_room(group_.records.size());
-    group_.bytes = pool_.allocate(static_cast<std::size_t>(bytes));
-    group_.numbers = pool_.allocate(16 * group_.records.size());
-    auto* numbers = reinterpret_cast<std::int64_t*>(group_.numbers->data());
-    for (std::size_t k = 0; k < group_.records.size(); ++k) {
-      numbers[2 * k] = static_cast<std::int64_t>(group_.records[k].record);
-      numbers[2 * k + 1] = static_cast<std::int64_t>(group_.records[k].offset);
-      if (objects_[group_.records[k].file]) continue;  // read by ranged requests
+    read_records(group_, bytes);
+    return true;
+  }
+  // The record at a place in file order, to be read at byte `at` of its group's buffer.
+  GroupRecord record_at(std::uint64_t global, std::uint64_t at) const {
+    GroupRecord r;
+    r.file = static_cast<std::size_t>(std::upper_bound(first_record_.begin(), first_record_.end(), global) - first_record_.begin() - 1);
+    r.record = global - first_record_[r.file] + skips_[r.file];
+    r.offset = indexes_[r.file].offsets[static_cast<std::size_t>(r.record)];
+    r.framed = extent_of(r.file, r.record);
+    r.at = at;
+    return r;
+  }
+  // Reads a group's planned records (`bytes` in all) into one buffer, their index and offset
+  // scalars into another.
+  void read_records(Group& group, std::uint64_t bytes) {
+    files_open_.make_room(group.records.size());
+    group.bytes = pool_.allocate(static_cast<std::size_t>(bytes));
+    group.numbers = pool_.allocate(16 * group.records.size());
+    auto* numbers = reinterpret_cast<std::int64_t*>(group.numbers->data());
+    for (std::size_t k = 0; k < group.records.size(); ++k) {
+      numbers[2 * k] = static_cast<std::int64_t>(group.records[k].record);
+      numbers[2 * k + 1] = static_cast<std::int64_t>(group.records[k].offset);
+      if (objects_[group.records[k].file]) continue;  // read by ranged requests
       try {
-        group_.records[k].fd = files_open_.fd(group_.records[k].file, read_paths_[group_.records[k].file]);  // opened here, on one thread
+        group.records[k].fd = files_open_.fd(group.records[k].file, read_paths_[group.records[k].file]);  // opened here, on one thread
       } catch (const std::exception& e) {
-        group_.records[k].error = e.what();
+        group.records[k].error = e.what();
       }
     }
-    const int readers = std::min<int>(crew_->size(), static_cast<int>(group_.records.size()));
+    const int readers = std::min<int>(crew_->size(), static_cast<int>(group.records.size()));
     crew_->run(readers, [&](int part) {
-      for (std::size_t k = static_cast<std::size_t>(part); k < group_.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group_, group_.records[k]);
+      for (std::size_t k = static_cast<std::size_t>(part); k < group.records.size(); k += static_cast<std::size_t>(readers)) read_into_group(group, group.records[k]);
     });
-    return true;
   }
   void read_into_group(const Group& g, GroupRecord& r) {
     const std::string& path = files_[r.file];

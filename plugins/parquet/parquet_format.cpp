@@ -10,6 +10,7 @@
 #include <parquet/file_reader.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include "array_record.hpp"  // PositionedFile: local positioned reads, ranged requests for objects
@@ -173,6 +174,28 @@ std::vector<int> ParquetFileReader::leaf_columns() const {
     collect_leaves(*found, leaves);
   }
   return leaves;
+}
+
+std::vector<std::pair<std::string, std::string>> ParquetFileReader::stored_fields() const {
+  std::shared_ptr<arrow::Schema> schema;
+  checked(reader_->GetSchema(&schema), "cannot read the schema of " + name_);
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto wanted = [&](const std::string& name) {
+    if (options_.columns.empty()) return true;
+    for (const auto& c : options_.columns)
+      if (name == c || name.rfind(c + "/", 0) == 0) return true;
+    return false;
+  };
+  const std::function<void(const std::string&, const arrow::DataType&)> add = [&](const std::string& name, const arrow::DataType& type) {
+    if (type.id() == arrow::Type::STRUCT) {
+      for (const auto& member : type.fields()) add(name + "/" + member->name(), *member->type());
+    } else if (wanted(name)) {
+      const auto* dictionary = dynamic_cast<const arrow::DictionaryType*>(&type);
+      out.emplace_back(name, dictionary ? dictionary->value_type()->ToString() : type.ToString());
+    }
+  };
+  for (const auto& field : schema->fields()) add(field->name(), *field->type());
+  return out;
 }
 
 int ParquetFileReader::group_of_row(std::int64_t row) const {

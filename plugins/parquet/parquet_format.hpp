@@ -67,6 +67,10 @@ class ParquetFileReader {
   int row_groups() const { return static_cast<int>(group_first_row_.size()); }
   // The row group holding row `row` (< rows()), and the byte its first column chunk starts at.
   int group_of_row(std::int64_t row) const;
+  std::int64_t group_first_row(int group) const { return group_first_row_[static_cast<std::size_t>(group)]; }
+  // The fields read (a column's name, a struct's member as "a/b") and their Arrow types as Arrow
+  // names them ("string", "list<element: int32>"; text read as a dictionary named as its values).
+  std::vector<std::pair<std::string, std::string>> stored_fields() const;
   std::int64_t group_byte_offset(int group) const { return group_byte_offset_[static_cast<std::size_t>(group)]; }
   // The next read starts at row `row` (rows(): nothing left).
   void start_at(std::int64_t row);

@@ -34,6 +34,7 @@ from ._dataset import Dataset  # noqa: F401
 from ._combinations import choose_from_datasets, concatenate, sample_from_datasets, zip  # noqa: F401
 from ._sources import ArrayRecordDataset, ParquetDataset, TFRecordDataset, TextLineDataset, from_generator, from_tensor_slices, from_tensors, list_files, range  # noqa: F401
 from ._faces import experimental, tfds  # noqa: F401
+from ._data_sources import ArrayRecordDataSource, DatasetDict, ParquetDataSource, load_dataset  # noqa: F401
 
 
 def __getattr__(name):

@@ -43,7 +43,8 @@ inline constexpr std::uint32_t kAbiMajor = 6;
 /// 6.12: TimesDeviceCopies (feed.hpp: a new class, found with dynamic_cast; without it a feed's
 /// devices report no copy time); 6.13: origin_rows.hpp (OriginRecords: the records an element made
 /// of several names, carried in its origin's `where`; header-only, an older plugin's elements name
-/// their first record only).
-inline constexpr std::uint32_t kAbiMinor = 13;
+/// their first record only); 6.14: ReadsByPosition (operator.hpp: a new class, found with
+/// dynamic_cast; without it a source cannot back the Python module's data sources).
+inline constexpr std::uint32_t kAbiMinor = 14;
 
 }  // namespace sluice

@@ -382,6 +382,29 @@ class KnowsItsRecords {
   virtual std::vector<FileRecords> records_per_file() const = 0;
 };
 
+/// (6.14) A source whose records a caller can read by their place in its files' order, choosing
+/// which and when (the Python module's data sources, shaped as Grain's ArrayRecordDataSource and
+/// Hugging Face's datasets: random_access, parquet_rows). Used after start(), from one thread at a
+/// time, outside passes: a reader's state is untouched. Found with dynamic_cast.
+class ReadsByPosition {
+ public:
+  /// A field of the records as the files store it: its name, and its type as the format names it
+  /// (Arrow's "string", "binary", "list<element: int32>"; "bytes" for a record's raw bytes).
+  struct StoredField {
+    std::string name;
+    std::string type;
+  };
+  virtual ~ReadsByPosition() = default;
+  /// Every file's records together: places 0 .. records() - 1, file after file.
+  virtual std::uint64_t records() const = 0;
+  /// The records at these places, in the order asked, each as next() gives it. Throws DataError
+  /// naming the place (past records()) or the file and record that cannot be read.
+  virtual std::vector<Sample> read_positions(const std::vector<std::uint64_t>& positions) = 0;
+  /// The records' fields as stored, where the format says more than the tensors do (text apart
+  /// from bytes); empty when it does not.
+  virtual std::vector<StoredField> stored_fields() const { return {}; }
+};
+
 /// (6.7) An aggregate whose every output stacks, in order, the next inputs it took: one batch of
 /// inputs_per_output() of them, the last of an iteration the ones left (batch, padded_batch,
 /// ragged_batch). The host then knows which records each output holds, row by row (a Python
