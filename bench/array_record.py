@@ -7,6 +7,10 @@
   random      one shuffled epoch over ArrayRecord files of group_size:1, every record handed to a
               Python loop: Grain's MapDataset.source(ArrayRecordDataSource(files)).shuffle() (the
               baseline, in the peers environment), and sluice.data.random_access over the same files.
+  source      the same epoch read through the data source itself, as a Grain user's sampler reads
+              it: source[k] for each key of one permutation, and source.__getitems__(keys) 64 keys
+              at a time (batched); Grain's ArrayRecordDataSource (the baseline) against
+              sluice.data.ArrayRecordDataSource.
 
 Usage (after the build; the peers environment in BUILD_DIR/peers):
   PYTHONPATH=build/python python3 bench/array_record.py [N] [ROUNDS]
@@ -72,6 +76,37 @@ print(count, time.perf_counter() - start)
 """
 
 
+SOURCE = """
+import sys, time, glob
+import numpy
+files = sorted(glob.glob(sys.argv[1] + "/*"))
+if sys.argv[2] == "grain":
+    from array_record.python.array_record_data_source import ArrayRecordDataSource
+else:
+    from sluice.data import ArrayRecordDataSource
+source = ArrayRecordDataSource(files)
+keys = numpy.random.default_rng(1).permutation(len(source)).tolist()
+start = time.perf_counter()
+if sys.argv[3] == "batched":
+    count = sum(len(source.__getitems__(keys[i:i + 64])) for i in range(0, len(keys), 64))
+else:
+    count = sum(1 for k in keys if source[k] is not None)
+print(count, time.perf_counter() - start)
+"""
+
+
+def source_rate(work, form, batched):
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    if form == "grain":
+        env.pop("PYTHONPATH", None)
+    python = PEERS_PYTHON if form == "grain" else sys.executable
+    done = subprocess.run([python, "-c", SOURCE, f"{work}/default", form, "batched" if batched else "single"], capture_output=True, text=True,
+                          check=True, env=env)
+    count, seconds = done.stdout.split()
+    assert int(count) == N, done.stdout
+    return N / float(seconds)
+
+
 def grain_rate(work):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
@@ -96,13 +131,17 @@ def main():
     try:
         layouts = write_data(work)
         rates = {}
-        cases = [("sequential", f) for f in ["tfrecord"] + layouts] + [("random", "grain"), ("random", "sluice")]
+        cases = ([("sequential", f) for f in ["tfrecord"] + layouts] + [("random", "grain"), ("random", "sluice")] +
+                 [(kind, form) for kind in ("source", "batched") for form in ("grain", "sluice")])
         for _ in range(ROUNDS):
             for kind, form in cases:
-                rate = (sequential_rate(work, form) if kind == "sequential" else grain_rate(work) if form == "grain" else sluice_random_rate(work))
+                if kind in ("source", "batched"):
+                    rate = source_rate(work, form, kind == "batched")
+                else:
+                    rate = (sequential_rate(work, form) if kind == "sequential" else grain_rate(work) if form == "grain" else sluice_random_rate(work))
                 rates.setdefault((kind, form), []).append(rate)
         print(f"{N:,} records, {ROUNDS} rounds alternated; best (range) records/s")
-        for kind, baseline in (("sequential", "tfrecord"), ("random", "grain")):
+        for kind, baseline in (("sequential", "tfrecord"), ("random", "grain"), ("source", "grain"), ("batched", "grain")):
             base = max(rates[(kind, baseline)])
             for (k, form), values in rates.items():
                 if k == kind:
