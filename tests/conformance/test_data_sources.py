@@ -109,3 +109,24 @@ def test_rows_read_at_random_equal_rows_read_in_order(parquet_files):
     keys = [19999, 0, 8191, 8192, 12345, 1, 19998]
     in_order = {k: row for k, row in enumerate(ds) if k in keys}
     assert [ds[k] for k in keys] == [in_order[k] for k in keys]
+
+
+def test_the_sources_beneath_refuse_a_place_past_their_records(array_record_files, parquet_files):
+    """What the data sources stand on (sluice._sluice.PositionedRecords over random_access and
+    parquet_rows) names a place past the end instead of reading past it."""
+    from sluice import _sluice
+    records = _sluice.PositionedRecords("random_access", {"patterns": array_record_files[0], "shuffle": "false"})
+    with pytest.raises(OSError, match=r"record 311 is past the 311 records of .*uncompressed-1.array_record"):
+        records.read([310, 311])
+    rows = _sluice.PositionedRecords("parquet_rows", {"patterns": str(parquet_files / "types-*.parquet")})
+    assert len(rows) == 5 * 50
+    with pytest.raises(OSError, match=r"row 250 is past the 250 rows of 5 files"):
+        rows.read([250])
+
+
+def test_parquet_rows_in_a_pipeline_gives_each_shard_a_run_of_rows(parquet_files):
+    path = str(parquet_files / "types-snappy.parquet")
+    ids = [int(e["i64"]) for e in sluice.data.ParquetDataset(path, columns=["i64"])]
+    assert [int(e["i64"]) for e in sluice.data.parquet_rows(patterns=[path], columns=["i64"])] == ids
+    shards = [[int(e["i64"]) for e in sluice.data.parquet_rows(patterns=[path], columns=["i64"], num_shards=3, index=k)] for k in range(3)]
+    assert [len(s) for s in shards] == [17, 17, 16] and shards[0] + shards[1] + shards[2] == ids
