@@ -40,3 +40,27 @@ def test_parquet_objects_read_as_the_local_files_and_an_output_published_whole(s
     listed = [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix="written/")["Contents"]]
     assert listed == ["written/copy-00000-of-00001.parquet"]
     assert read(f"s3://{BUCKET}/written/copy-00000-of-00001.parquet") == expected[:400]
+
+
+def test_data_sources_read_objects_at_random_as_the_local_files(s3, tmp_path):
+    """load_dataset("parquet") and ArrayRecordDataSource over objects in the bucket: rows and
+    records read at the places asked, by ranged requests, as from the local copies."""
+    os.environ.update(s3.env())
+    s3.client.create_bucket(Bucket=BUCKET + "-sources")
+    local = tmp_path / "local"
+    records = sluice.data.TFRecordDataset(os.path.join(DATA, "tfrecord", "tfx_mnist.tfrecord"))
+    records.map(lambda r: {"record": r, "size": np.int64(len(r))}).parquet_writer(
+        prefix=str(local / "rows"), max_records=600, row_group_rows=64).pipeline().run()
+    records.map(lambda r: {"record": r}).array_record_writer(prefix=str(local / "records"), max_records=600,
+                                                             options="group_size:1").pipeline().run()
+    names = sorted(os.listdir(local))
+    for n in names:
+        s3.client.upload_file(str(local / n), BUCKET + "-sources", n)
+    keys = [999, 0, 600, 599, 64, 63, 512]
+    rows_here = sluice.data.load_dataset("parquet", data_files=str(local / "rows-*.parquet"), split="train")
+    rows_there = sluice.data.load_dataset("parquet", data_files=f"s3://{BUCKET}-sources/rows-*.parquet", split="train")
+    assert len(rows_there) == len(rows_here) == 1000 and [rows_there[k] for k in keys] == [rows_here[k] for k in keys]
+    shards = [n for n in names if n.endswith(".array_record")]
+    here = sluice.data.ArrayRecordDataSource([str(local / n) for n in shards])
+    there = sluice.data.ArrayRecordDataSource([f"s3://{BUCKET}-sources/{n}" for n in shards])
+    assert len(there) == 1000 and there.__getitems__(keys) == here.__getitems__(keys)
