@@ -382,14 +382,8 @@ class RandomAccess final : public Source,
       throw DataError(files_[f] + " has no record " + std::to_string(record) + " at byte " + std::to_string(byte_offset) + " any more: it changed since the checkpoint");
     Group again;
     again.records.push_back({.file = f, .record = number, .offset = indexes_[f].offsets[number], .framed = extent_of(f, number)});
-    GroupRecord& r = again.records.back();
-    again.bytes = pool_.allocate(static_cast<std::size_t>(r.framed));
-    again.numbers = pool_.allocate(16);
-    const std::int64_t numbers[2] = {record, byte_offset};
-    std::memcpy(again.numbers->data(), numbers, 16);
-    files_open_.make_room(1);  // (no read is in flight: a resume reads these before the source runs)
-    if (!objects_[f]) r.fd = files_open_.fd(f, read_paths_[f]);
-    read_into_group(again, r);
+    read_records(again, again.records.back().framed);  // (no read is in flight: a resume reads these before the source runs)
+    const GroupRecord& r = again.records.back();
     if (!r.error.empty()) throw DataError(r.error);
     Sample out;
     element_of(again, r, out);

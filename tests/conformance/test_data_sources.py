@@ -130,3 +130,10 @@ def test_parquet_rows_in_a_pipeline_gives_each_shard_a_run_of_rows(parquet_files
     assert [int(e["i64"]) for e in sluice.data.parquet_rows(patterns=[path], columns=["i64"])] == ids
     shards = [[int(e["i64"]) for e in sluice.data.parquet_rows(patterns=[path], columns=["i64"], num_shards=3, index=k)] for k in range(3)]
     assert [len(s) for s in shards] == [17, 17, 16] and shards[0] + shards[1] + shards[2] == ids
+
+
+def test_a_parquet_split_pickles_and_reads_the_same_rows(parquet_files):
+    """As a DataLoader's worker processes receive it: the files opened again where it is unpickled."""
+    ds = sluice.data.load_dataset("parquet", data_files=str(parquet_files / "types-zstd.parquet"), split="train[10:20]")
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(again) == 10 and again[[0, 9]] == ds[[0, 9]] and again.column_names == ds.column_names

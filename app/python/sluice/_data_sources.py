@@ -260,6 +260,13 @@ class ParquetDataSource:
         out._rows = [self._rows[self._index(int(k))] for k in indices]
         return out
 
+    def __getstate__(self):  # (a DataLoader's worker processes receive it pickled)
+        return {"split": self.split, "records": self._records, "rows": self._rows}
+
+    def __setstate__(self, state):
+        self.__init__(None, split=state["split"], _records=state["records"])
+        self._rows = state["rows"]
+
     def __repr__(self):
         return f"Dataset({{\n    features: {self.column_names},\n    num_rows: {self.num_rows}\n}})"
 
