@@ -159,6 +159,10 @@ class ArrayRecordDataSource:
         return f"ArrayRecordDataSource(hash_of_paths={h.hexdigest()})"
 
 
+def _tolist(value):
+    return value.tolist() if type(value) is numpy.ndarray else value
+
+
 def _from_stored(kind):
     """How a field's value becomes the Python value Hugging Face's datasets gives for its Arrow
     type (its default, "python" format)."""
@@ -181,7 +185,7 @@ def _from_stored(kind):
         def texts(v):
             return [texts(x) if isinstance(x, (list, numpy.ndarray)) and not isinstance(x, (bytes, str)) else x.decode("utf-8") for x in v]
         return texts
-    return lambda v: v.tolist() if isinstance(v, numpy.ndarray) else v
+    return _tolist
 
 
 class ParquetDataSource:
@@ -203,7 +207,9 @@ class ParquetDataSource:
                 params["cache_bytes"] = str(int(cache_bytes))
             self._records = _Records("parquet_rows", params, None)
         self._stored = self._records.stored_fields()
-        self._convert = {name: _from_stored(kind) for name, kind in self._stored}
+        # Per field, once: where its value goes in a row (a struct's members nested) and how it
+        # becomes a Python value.
+        self._plan = [(name, name.split("/")[:-1], name.split("/")[-1], _from_stored(kind)) for name, kind in self._stored]
         self.column_names = list(dict.fromkeys(name.split("/")[0] for name, _ in self._stored))
         self._rows = range(len(self._records))
 
@@ -216,12 +222,11 @@ class ParquetDataSource:
 
     def _row(self, fields):
         row = {}
-        for name, _ in self._stored:
-            *outer, last = name.split("/")
+        for name, outer, last, convert in self._plan:
             place = row
             for part in outer:
                 place = place.setdefault(part, {})
-            place[last] = self._convert[name](fields[name])
+            place[last] = convert(fields[name])
         return row
 
     def _read(self, keys):
