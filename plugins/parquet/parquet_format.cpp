@@ -100,6 +100,28 @@ void collect_leaves(const parquet::arrow::SchemaField& field, std::vector<int>& 
 
 }  // namespace
 
+std::vector<ParamSpec> with_column_params(std::vector<ParamSpec> before, const std::vector<ParamSpec>& after) {
+  before.push_back(ParamSpec::make("columns", ParamType::StringList, "columns to read (a struct's member as a/b); empty: all").def(""));
+  before.push_back(ParamSpec::make("nulls", ParamType::Choice,
+                                   "error: a null is refused, naming file, column and row; default: it becomes "
+                                   "the field's null_defaults value, else 0, \"\" or an empty list")
+                       .def("error")
+                       .one_of({"error", "default"}));
+  before.push_back(ParamSpec::make("null_defaults", ParamType::StringList, "FIELD=VALUE, for nulls: default").def(""));
+  before.insert(before.end(), after.begin(), after.end());
+  return before;
+}
+
+ReadOptions read_options_of(const Params& p) {
+  ReadOptions options;
+  options.columns = p.get_string_list("columns");
+  options.nulls.fill = p.get_string("nulls") == "default";
+  options.nulls.defaults = NullPolicy::parse_defaults(p.get_string_list("null_defaults"));
+  if (!options.nulls.fill && !options.nulls.defaults.empty())
+    throw ParamError("null_defaults is used only with nulls: default (nulls: error refuses every null)");
+  return options;
+}
+
 std::shared_ptr<arrow::io::RandomAccessFile> open_arrow_file(const std::string& path, Storage* storage) {
   return std::make_shared<StoredArrowFile>(std::make_unique<io::PositionedFile>(path, storage));
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sluice/chunk.hpp"
+#include "sluice/params.hpp"
 #include "sluice/sample.hpp"
 #include "sluice/storage.hpp"
 
@@ -44,6 +45,12 @@ struct ReadOptions {
   bool use_threads = true;           // Arrow decodes a row group's columns in parallel (pyarrow's default)
   std::int64_t batch_rows = 65536;   // rows Arrow decodes at once
 };
+
+// The parameters every Parquet reading operator takes (columns, nulls, null_defaults), between
+// its own `before` and `after`; and the options they give (a ParamError for defaults without
+// nulls: default).
+std::vector<ParamSpec> with_column_params(std::vector<ParamSpec> before, const std::vector<ParamSpec>& after);
+ReadOptions read_options_of(const Params& p);
 
 // `path` through `storage` when it is a remote URI, else the local file; a DataError names it
 // when it cannot be opened.

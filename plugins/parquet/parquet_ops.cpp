@@ -70,24 +70,14 @@ class ParquetReader final : public Expand {
             OperatorKind::Expand,
             "Reads the Parquet file named by 'path' through Arrow C++ into one element per row, a field per column (structs as "
             "'a/b', lists of fixed size as tensors, of varying length as 1-D tensors of their own length)",
-            {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
-             ParamSpec::make("columns", ParamType::StringList, "columns to read (a struct's member as a/b); empty: all").def(""),
-             ParamSpec::make("nulls", ParamType::Choice, "error: a null is refused, naming file, column and row; default: it becomes "
-                                                         "the field's null_defaults value, else 0, \"\" or an empty list")
-                 .def("error")
-                 .one_of({"error", "default"}),
-             ParamSpec::make("null_defaults", ParamType::StringList, "FIELD=VALUE, for nulls: default").def(""),
-             ParamSpec::make("use_threads", ParamType::Bool, "Arrow decodes a row group's columns in parallel (pyarrow's default)").def("true"),
-             ParamSpec::make("batch_rows", ParamType::Int, "rows Arrow decodes at once").def("65536").range(1, 1 << 24)},
+            with_column_params({ParamSpec::make("field", ParamType::String, "field holding the path").def("path")},
+                               {ParamSpec::make("use_threads", ParamType::Bool, "Arrow decodes a row group's columns in parallel (pyarrow's default)")
+                                    .def("true"),
+                                ParamSpec::make("batch_rows", ParamType::Int, "rows Arrow decodes at once").def("65536").range(1, 1 << 24)}),
             {.stateless = true},
             {}};
   }
-  explicit ParquetReader(const Params& p) : field_(p.get_string("field")) {
-    options_.columns = p.get_string_list("columns");
-    options_.nulls.fill = p.get_string("nulls") == "default";
-    options_.nulls.defaults = NullPolicy::parse_defaults(p.get_string_list("null_defaults"));
-    if (!options_.nulls.fill && !options_.nulls.defaults.empty())
-      throw ParamError("null_defaults is used only with nulls: default (nulls: error refuses every null)");
+  explicit ParquetReader(const Params& p) : field_(p.get_string("field")), options_(read_options_of(p)) {
     options_.use_threads = p.get_bool("use_threads");
     options_.batch_rows = p.get_int("batch_rows");
   }

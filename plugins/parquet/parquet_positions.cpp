@@ -24,33 +24,24 @@ class ParquetRows final : public Source, public ReadsByPosition, public KnowsIts
             "Every row of the Parquet files the patterns name, in their order, as parquet_reader gives them; each row can be read "
             "by its place alone (what sluice.data.load_dataset(\"parquet\", ...) reads with): row groups read once are kept for the "
             "next reads. Sharded by position: each worker reads its own run of rows",
-            {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009})").def(""),
-             ParamSpec::make("columns", ParamType::StringList, "columns to read (a struct's member as a/b); empty: all").def(""),
-             ParamSpec::make("nulls", ParamType::Choice, "error: a null is refused, naming file, column and row; default: it becomes "
-                                                         "the field's null_defaults value, else 0, \"\" or an empty list")
-                 .def("error")
-                 .one_of({"error", "default"}),
-             ParamSpec::make("null_defaults", ParamType::StringList, "FIELD=VALUE, for nulls: default").def(""),
-             ParamSpec::make("cache_bytes", ParamType::Int, "row groups kept once read, up to this many bytes (at least the last one)")
-                 .def("268435456")
-                 .range(0, std::nullopt),
-             ParamSpec::make("num_shards", ParamType::Int, "number of shards; -1: the number of workers of the job")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("num_workers"),
-             ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards; -1: this worker's index")
-                 .def("-1")
-                 .range(-1, std::nullopt)
-                 .takes_hint("worker_index")},
+            with_column_params(
+                {ParamSpec::make("patterns", ParamType::PathList, "files, as list_files takes them (globs, {a,b} and {000..009})").def("")},
+                {ParamSpec::make("cache_bytes", ParamType::Int, "row groups kept once read, up to this many bytes (at least the last one)")
+                     .def("268435456")
+                     .range(0, std::nullopt),
+                 ParamSpec::make("num_shards", ParamType::Int, "number of shards; -1: the number of workers of the job")
+                     .def("-1")
+                     .range(-1, std::nullopt)
+                     .takes_hint("num_workers"),
+                 ParamSpec::make("index", ParamType::Int, "this worker's shard, 0 <= index < num_shards; -1: this worker's index")
+                     .def("-1")
+                     .range(-1, std::nullopt)
+                     .takes_hint("worker_index")}),
             {.stateless = false, .saves_state = true},
             {}};
   }
-  explicit ParquetRows(const Params& p) : patterns_(p.get_string_list("patterns")), cache_bytes_(static_cast<std::uint64_t>(p.get_int("cache_bytes"))) {
-    options_.columns = p.get_string_list("columns");
-    options_.nulls.fill = p.get_string("nulls") == "default";
-    options_.nulls.defaults = NullPolicy::parse_defaults(p.get_string_list("null_defaults"));
-    if (!options_.nulls.fill && !options_.nulls.defaults.empty())
-      throw ParamError("null_defaults is used only with nulls: default (nulls: error refuses every null)");
+  explicit ParquetRows(const Params& p)
+      : patterns_(p.get_string_list("patterns")), options_(read_options_of(p)), cache_bytes_(static_cast<std::uint64_t>(p.get_int("cache_bytes"))) {
     shards_ = p.get_int("num_shards");
     if (shards_ == 0) throw ParamError("num_shards is 0; use 1 or more, or -1 for the number of workers");
     if (shards_ < 0) shards_ = 1;
