@@ -1,12 +1,14 @@
 // The io plugin on files written by other projects (TensorFlow, TFX, PyTorch data), and round trips.
 #include <QtTest>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "array_record.hpp"
 #include "byte_source.hpp"
 #include "crc32c.hpp"
 #include "example_codec.hpp"
@@ -749,6 +751,53 @@ class TestIo : public QObject {
     for (const auto& r : sluice::io::shard_reads({"train", 12, 14}, sharded)) got << QString("%1+%2:%3").arg(r.shard).arg(r.skip).arg(r.take);
     QCOMPARE(got.join(" "), QString("1+2:2"));
     QVERIFY(sluice::io::shard_reads({"train", 30, 30}, sharded).empty());
+  }
+  // A file cut while it is read (its footer read at the open, its chunks later, ahead of the
+  // caller): the chunks before the cut are still read, each chunk after it named and skipped.
+  void an_array_record_file_cut_while_read_keeps_the_chunks_before_the_cut() {
+    const std::string path = (fs::temp_directory_path() / ("sluice-cut-" + std::to_string(::getpid()) + ".array_record")).string();
+    sluice::io::ArrayRecordEncoder encoder(sluice::io::parse_array_record_options("group_size:1,uncompressed"));
+    std::string bytes;
+    for (int i = 0; i < 300; ++i) {
+      const std::string record = "record " + std::to_string(i);
+      encoder.add(record.data(), record.size());
+      bytes += encoder.ready();
+      encoder.ready().clear();
+    }
+    encoder.finish();
+    write_file(path, bytes + encoder.ready());
+    struct Skips final : sluice::DamageReport {
+      std::vector<std::string> reasons;
+      bool skip_damaged(const std::string& reason) override { return reasons.push_back(reason), true; }
+    };
+    for (const bool skip : {true, false}) {
+      sluice::io::ArrayRecordStream stream(path, nullptr, true, 2048, nullptr);  // runs of a few dozen chunks
+      const auto& chunks = stream.layout().chunks;
+      QCOMPARE(chunks.size(), std::size_t(300));
+      QVERIFY(chunks[100].offset - chunks[0].offset > 2048);  // the cut falls in a later run than the first
+      fs::resize_file(path, chunks[100].offset + 10);
+      Skips skips;
+      sluice::io::Record record;
+      int read = 0;
+      try {
+        while (stream.next(record, skip ? &skips : nullptr)) {
+          QCOMPARE(std::string(reinterpret_cast<const char*>(record.data()), record.length), "record " + std::to_string(read));
+          ++read;
+        }
+        QVERIFY(skip);
+      } catch (const sluice::DataError& e) {
+        QVERIFY(!skip);
+        QVERIFY2(std::string(e.what()).find(path + " ends at byte " + std::to_string(chunks[100].offset + 10)) == 0, e.what());
+      }
+      QCOMPARE(read, 100);
+      if (skip) {
+        QCOMPARE(skips.reasons.size(), std::size_t(200));
+        QVERIFY2(skips.reasons[0].find(path + " ends at byte") == 0 && skips.reasons[0].find("; its 1 records skipped") != std::string::npos,
+                 skips.reasons[0].c_str());
+      }
+      write_file(path, bytes + encoder.ready());
+    }
+    fs::remove(path);
   }
 };
 

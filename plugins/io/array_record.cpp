@@ -66,7 +66,6 @@ std::uint64_t chunk_end(std::uint64_t begin, std::uint64_t data_size, std::uint6
   return std::max(add_with_overhead(begin, kChunkHeader + data_size), round_up_to_possible_chunk_boundary(begin + records));
 }
 
-std::string at_byte(const std::string& name, std::uint64_t chunk) { return name + ", chunk at byte " + std::to_string(chunk); }
 
 // The bytes of a chunk without the block headers among them: a view when none interrupts them,
 // else a copy.
@@ -286,76 +285,86 @@ std::pair<std::shared_ptr<Buffer>, std::size_t> ValueArena::take(std::size_t n) 
   return {block_, at};
 }
 
-void decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
-                               const std::string& name, bool verify, DecodedChunk& out, ValueArena* arena) {
-  const std::string where = at_byte(name, begin);
+namespace {
+// decode_array_record_chunk's work; its DataErrors say what is wrong, and the caller names where.
+void decode_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin, bool verify, DecodedChunk& out,
+                  ValueArena* arena) {
   const Logical logical = strip_block_headers(stored, at, size, begin);
-  if (logical.size < kChunkHeader) throw DataError(where + ": truncated (its header needs 40 bytes, " + std::to_string(logical.size) + " are there)");
+  if (logical.size < kChunkHeader) throw DataError("truncated (its header needs 40 bytes, " + std::to_string(logical.size) + " are there)");
   const std::byte* header = logical.data();
-  if (riegeli_hash(header + 8, kChunkHeader - 8) != load_le64(header)) throw DataError(where + ": its header's hash does not match (damaged)");
+  if (riegeli_hash(header + 8, kChunkHeader - 8) != load_le64(header)) throw DataError("its header's hash does not match (damaged)");
   const std::uint64_t data_size = load_le64(header + 8), type_and_records = load_le64(header + 24), decoded_size = load_le64(header + 32);
   const auto type = static_cast<char>(type_and_records & 0xff);
   const std::uint64_t records = type_and_records >> 8;
   if (type == 't')
-    throw DataError(where + ": a transposed chunk (written with transpose:true), whose encoding is not published; write the file with "
-                        "transpose:false");
-  if (type != 'r') throw DataError(where + ": a chunk of type '" + std::string(1, type) + "' where records were expected (not a records chunk)");
+    throw DataError("a transposed chunk (written with transpose:true), whose encoding is not published; write the file with transpose:false");
+  if (type != 'r') throw DataError("a chunk of type '" + std::string(1, type) + "' where records were expected (not a records chunk)");
   if (data_size > logical.size - kChunkHeader)
-    throw DataError(where + ": truncated (its data has " + std::to_string(data_size) + " bytes, " + std::to_string(logical.size - kChunkHeader) + " are there)");
+    throw DataError("truncated (its data has " + std::to_string(data_size) + " bytes, " + std::to_string(logical.size - kChunkHeader) + " are there)");
   const std::byte* data = header + kChunkHeader;
   if (verify && riegeli_hash(data, static_cast<std::size_t>(data_size)) != load_le64(header + 16))
-    throw DataError(where + ": its data's hash does not match (damaged)");
+    throw DataError("its data's hash does not match (damaged)");
   if (decoded_size > kMaxDecodedChunk)
-    throw DataError(where + ": its records say they take " + std::to_string(decoded_size) + " bytes (over 1 GiB: damaged, or not an ArrayRecord file)");
-  try {
-    const std::byte* p = data;
-    const std::byte* end = data + data_size;
-    if (p == end) throw DataError("its data is empty");
-    const auto compression = static_cast<RiegeliCompression>(*p++);
-    if (compression != RiegeliCompression::None && compression != RiegeliCompression::Zstd && compression != RiegeliCompression::Brotli &&
-        compression != RiegeliCompression::Snappy)
-      throw DataError("an unknown compression (byte " + std::to_string(static_cast<int>(compression)) + ")");
-    const auto sizes_size = get_varint(p, end);
-    if (!sizes_size || *sizes_size > static_cast<std::uint64_t>(end - p)) throw DataError("its record sizes run past its data");
-    const std::byte* sizes = p;
-    std::size_t sizes_length = static_cast<std::size_t>(*sizes_size);
-    p += sizes_length;
-    thread_local std::string sizes_raw;  // (its memory kept from one chunk to the next)
-    if (compression != RiegeliCompression::None) {
-      const std::byte* q = sizes;
-      const auto raw = get_varint(q, sizes + sizes_length);
-      if (!raw || *raw > 10 * records + 10 || *raw > kMaxDecodedChunk) throw DataError("its record sizes say they decompress to a size they cannot have");
-      sizes_raw.resize(static_cast<std::size_t>(*raw));
-      decompress_block(compression, sizes, sizes_length, reinterpret_cast<std::byte*>(sizes_raw.data()), *raw, "record sizes");
-      sizes = reinterpret_cast<const std::byte*>(sizes_raw.data());
-      sizes_length = sizes_raw.size();
-    }
-    if (records > sizes_length) throw DataError("it says it holds " + std::to_string(records) + " records, more than its sizes can name");
-    out.ends.clear();
-    out.ends.reserve(static_cast<std::size_t>(records));
-    std::uint64_t total = 0;
-    for (const std::byte *q = sizes, *sizes_end = sizes + sizes_length; out.ends.size() < records;) {
-      const auto n = get_varint(q, sizes_end);
-      if (!n || *n > decoded_size - total) throw DataError("its record sizes do not add up to the " + std::to_string(decoded_size) + " bytes it says they take");
-      total += *n;
-      out.ends.push_back(total);
-    }
-    if (total != decoded_size) throw DataError("its record sizes add up to " + std::to_string(total) + " bytes where it says " + std::to_string(decoded_size));
-    const std::size_t values_stored = static_cast<std::size_t>(end - p);
-    if (compression == RiegeliCompression::None) {
-      if (values_stored != decoded_size)
-        throw DataError("its values take " + std::to_string(values_stored) + " bytes where its sizes say " + std::to_string(decoded_size));
-      out.values = logical.buffer;
-      out.at = logical.at + static_cast<std::size_t>(p - logical.data());
-    } else {
-      std::tie(out.values, out.at) = arena ? arena->take(static_cast<std::size_t>(decoded_size))
-                                           : std::pair{std::make_shared<Buffer>(static_cast<std::size_t>(decoded_size)), std::size_t{0}};
-      decompress_block(compression, p, values_stored, out.values->data() + out.at, decoded_size, "values");
-    }
-  } catch (const DataError& e) {
-    throw DataError(where + ": " + e.what());
+    throw DataError("its records say they take " + std::to_string(decoded_size) + " bytes (over 1 GiB: damaged, or not an ArrayRecord file)");
+  const std::byte* p = data;
+  const std::byte* end = data + data_size;
+  if (p == end) throw DataError("its data is empty");
+  const auto compression = static_cast<RiegeliCompression>(*p++);
+  if (compression != RiegeliCompression::None && compression != RiegeliCompression::Zstd && compression != RiegeliCompression::Brotli &&
+      compression != RiegeliCompression::Snappy)
+    throw DataError("an unknown compression (byte " + std::to_string(static_cast<int>(compression)) + ")");
+  const auto sizes_size = get_varint(p, end);
+  if (!sizes_size || *sizes_size > static_cast<std::uint64_t>(end - p)) throw DataError("its record sizes run past its data");
+  const std::byte* sizes = p;
+  std::size_t sizes_length = static_cast<std::size_t>(*sizes_size);
+  p += sizes_length;
+  thread_local std::string sizes_raw;  // (its memory kept from one chunk to the next)
+  if (compression != RiegeliCompression::None) {
+    const std::byte* q = sizes;
+    const auto raw = get_varint(q, sizes + sizes_length);
+    if (!raw || *raw > 10 * records + 10 || *raw > kMaxDecodedChunk) throw DataError("its record sizes say they decompress to a size they cannot have");
+    sizes_raw.resize(static_cast<std::size_t>(*raw));
+    decompress_block(compression, sizes, sizes_length, reinterpret_cast<std::byte*>(sizes_raw.data()), *raw, "record sizes");
+    sizes = reinterpret_cast<const std::byte*>(sizes_raw.data());
+    sizes_length = sizes_raw.size();
+  }
+  if (records > sizes_length) throw DataError("it says it holds " + std::to_string(records) + " records, more than its sizes can name");
+  out.ends.clear();
+  out.ends.reserve(static_cast<std::size_t>(records));
+  std::uint64_t total = 0;
+  for (const std::byte *q = sizes, *sizes_end = sizes + sizes_length; out.ends.size() < records;) {
+    const auto n = get_varint(q, sizes_end);
+    if (!n || *n > decoded_size - total) throw DataError("its record sizes do not add up to the " + std::to_string(decoded_size) + " bytes it says they take");
+    total += *n;
+    out.ends.push_back(total);
+  }
+  if (total != decoded_size) throw DataError("its record sizes add up to " + std::to_string(total) + " bytes where it says " + std::to_string(decoded_size));
+  const std::size_t values_stored = static_cast<std::size_t>(end - p);
+  if (compression == RiegeliCompression::None) {
+    if (values_stored != decoded_size)
+      throw DataError("its values take " + std::to_string(values_stored) + " bytes where its sizes say " + std::to_string(decoded_size));
+    out.values = logical.buffer;
+    out.at = logical.at + static_cast<std::size_t>(p - logical.data());
+  } else {
+    std::tie(out.values, out.at) = arena ? arena->take(static_cast<std::size_t>(decoded_size))
+                                         : std::pair{std::make_shared<Buffer>(static_cast<std::size_t>(decoded_size)), std::size_t{0}};
+    decompress_block(compression, p, values_stored, out.values->data() + out.at, decoded_size, "values");
   }
 }
+}  // namespace
+
+void decode_array_record_chunk(const std::shared_ptr<Buffer>& stored, std::size_t at, std::size_t size, std::uint64_t begin,
+                               const std::string& name, bool verify, DecodedChunk& out, ValueArena* arena) {
+  // The file and chunk are named only when something is wrong: a string made per chunk cost as
+  // much as decoding a chunk of one small record.
+  try {
+    decode_chunk(stored, at, size, begin, verify, out, arena);
+  } catch (const DataError& e) {
+    throw DataError(array_record_chunk_at(name, begin) + ": " + e.what());
+  }
+}
+
+std::string array_record_chunk_at(const std::string& name, std::uint64_t offset) { return name + ", chunk at byte " + std::to_string(offset); }
 
 ArrayRecordLayout read_array_record_layout(const PositionedFile& file) {
   ArrayRecordLayout layout;
@@ -389,9 +398,9 @@ ArrayRecordLayout read_array_record_layout(const PositionedFile& file) {
     if (field_or(fields, 2, 0) == kPostscriptMagic) layout.footer_offset = field_or(fields, 1, 0);
   }
   if (layout.footer_offset < 64 || layout.footer_offset >= postscript_at)
-    throw DataError(at_byte(name, postscript_at) + ": no postscript of ArrayRecord's names a footer before it (not an ArrayRecord file, or damaged)");
+    throw DataError(array_record_chunk_at(name, postscript_at) + ": no postscript of ArrayRecord's names a footer before it (not an ArrayRecord file, or damaged)");
   const DecodedChunk footer = read_chunk(file, layout.footer_offset, postscript_at);
-  const std::string where = at_byte(name, layout.footer_offset) + " (its footer)";
+  const std::string where = array_record_chunk_at(name, layout.footer_offset) + " (its footer)";
   std::vector<ProtoField> metadata, inner;
   if (footer.records() == 0 || !parse_proto(footer.values->data() + footer.begin_of(0), footer.size_of(0), metadata))
     throw DataError(where + ": no metadata record");
@@ -404,8 +413,9 @@ ArrayRecordLayout read_array_record_layout(const PositionedFile& file) {
   if (chunks != footer.records() - 1)
     throw DataError(where + ": it names " + std::to_string(footer.records() - 1) + " chunks where its metadata says " + std::to_string(chunks));
   layout.chunks.reserve(static_cast<std::size_t>(chunks));
+  std::vector<ProtoField> fields;  // (one vector for every entry: a file of a million chunks has a million)
   for (std::size_t i = 1; i < footer.records(); ++i) {
-    std::vector<ProtoField> fields;
+    fields.clear();
     if (!parse_proto(footer.values->data() + footer.begin_of(i), footer.size_of(i), fields)) throw DataError(where + ": entry " + std::to_string(i - 1) + " is damaged");
     ArrayRecordChunk c{field_or(fields, 1, 0), 0, field_or(fields, 3, 0), layout.records};
     const std::uint64_t previous = layout.chunks.empty() ? 63 : layout.chunks.back().offset;
@@ -420,73 +430,6 @@ ArrayRecordLayout read_array_record_layout(const PositionedFile& file) {
   if (records != layout.records)
     throw DataError(where + ": its chunks hold " + std::to_string(layout.records) + " records where its metadata says " + std::to_string(records));
   return layout;
-}
-
-ArrayRecordStream::ArrayRecordStream(const std::string& path, Storage* storage, bool verify, std::size_t span_bytes, Allocator* allocator)
-    : ArrayRecordStream(std::make_unique<PositionedFile>(path, storage), verify, span_bytes, allocator) {}
-ArrayRecordStream::ArrayRecordStream(std::unique_ptr<PositionedFile> file, bool verify, std::size_t span_bytes, Allocator* allocator)
-    : file_(std::move(file)), layout_(read_array_record_layout(*file_)), verify_(verify), span_bytes_(span_bytes), allocator_(allocator) {}
-
-bool ArrayRecordStream::next(Record& out, DamageReport* damage) {
-  while (!has_decoded_ || row_ == decoded_.records())
-    if (!load_chunk(damage)) return false;
-  out.buffer = decoded_.values;
-  out.offset = decoded_.begin_of(row_);
-  out.length = decoded_.size_of(row_);
-  out.index = first_record_ + row_;
-  out.file_offset = chunk_offset_;
-  ++row_;
-  read_ = out.index + 1;
-  return true;
-}
-
-bool ArrayRecordStream::seek(std::uint64_t index, std::uint64_t file_offset) {
-  if (index >= layout_.records) return false;
-  const std::size_t k = layout_.chunk_of(index);
-  if (layout_.chunks[k].offset != file_offset) return false;
-  next_chunk_ = k;
-  has_decoded_ = false;
-  if (!load_chunk(nullptr)) return false;
-  row_ = static_cast<std::size_t>(index - first_record_);
-  read_ = index;
-  return true;
-}
-
-bool ArrayRecordStream::load_chunk(DamageReport* damage) {
-  while (next_chunk_ < layout_.chunks.size()) {
-    const ArrayRecordChunk& chunk = layout_.chunks[next_chunk_++];
-    try {
-      if (!span_ || chunk.offset < span_offset_ || chunk.end > span_offset_ + span_->size()) read_span(next_chunk_ - 1);
-      has_decoded_ = false;
-      decode_array_record_chunk(span_, static_cast<std::size_t>(chunk.offset - span_offset_), static_cast<std::size_t>(chunk.end - chunk.offset),
-                                chunk.offset, file_->name(), verify_, decoded_, &arena_);
-      if (decoded_.records() != chunk.records)
-        throw DataError(at_byte(file_->name(), chunk.offset) + ": holds " + std::to_string(decoded_.records()) + " records where the footer says " +
-                        std::to_string(chunk.records) + " (damaged)");
-      has_decoded_ = true;
-    } catch (const DataError& e) {
-      has_decoded_ = false;
-      if (!damage || !damage->skip_damaged(std::string(e.what()) + "; its " + std::to_string(chunk.records) + " records skipped")) throw;
-      continue;
-    }
-    row_ = 0;
-    first_record_ = chunk.first_record;
-    chunk_offset_ = chunk.offset;
-    return true;
-  }
-  return false;
-}
-
-void ArrayRecordStream::read_span(std::size_t first) {
-  std::size_t last = first + 1;
-  const std::uint64_t begin = layout_.chunks[first].offset;
-  while (last < layout_.chunks.size() && layout_.chunks[last].end - begin <= span_bytes_) ++last;
-  const std::uint64_t end = layout_.chunks[last - 1].end;
-  span_.reset();  // (its memory back to the pool before the next is taken)
-  const auto size = static_cast<std::size_t>(end - begin);
-  span_ = allocator_ ? allocator_->allocate(size) : std::make_shared<Buffer>(size);
-  span_offset_ = begin;
-  file_->read(begin, size, span_->data());
 }
 
 ArrayRecordWriterOptions parse_array_record_options(const std::string& options) {

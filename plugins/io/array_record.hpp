@@ -6,8 +6,10 @@
 // postscript chunk in the file's last 64 KiB naming the footer). Transposed chunks (Riegeli's
 // columnar encoding of protos, `transpose:true`) are refused by name: their encoding is not
 // published.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,35 +107,68 @@ inline DecodedChunk decode_array_record_chunk(const std::shared_ptr<Buffer>& sto
   return out;
 }
 
+// How damage is placed in messages: "FILE, chunk at byte N".
+std::string array_record_chunk_at(const std::string& name, std::uint64_t offset);
+
+// Consecutive chunks of a file, decoded: their records, one after another.
+struct DecodedBatch {
+  struct Ref {
+    std::size_t buffer = 0, at = 0, size = 0;  // in buffers[buffer], from byte at
+  };
+  struct ChunkRecords {
+    std::size_t first_ref = 0, records = 0;
+    std::string damage;  // what is wrong with the chunk ("FILE, chunk at byte N: ..."); empty when whole
+  };
+  std::size_t first_chunk = 0;        // of the layout
+  std::vector<ChunkRecords> chunks;   // chunks first_chunk... in order
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<Ref> refs;
+  std::exception_ptr failure;  // a failure that is not a chunk's damage (a remote read refused): thrown where it is reached
+  std::size_t end_chunk() const { return first_chunk + chunks.size(); }
+};
+
 // A file's records in order (array_record_reader, tfds_reader): the footer read first, then runs
-// of consecutive chunks read with one read each (up to span_bytes, at least one chunk), each chunk
-// decoded as its turn comes. A Record's file_offset is its chunk's first byte. A damaged chunk is
-// reported by file, chunk and byte: skipped with its records, or thrown.
+// of consecutive chunks read with one read each (up to span_bytes, at least one chunk), decoded a
+// batch of chunks at a time. While the caller takes one batch's records, a thread of the stream
+// reads and decodes the next, as the array-record package's own reader decodes ahead: a file of
+// one record per chunk (its default) costs more to decode than to hand on. A Record's file_offset is its chunk's first byte. A damaged
+// chunk is reported by file, chunk and byte when its turn comes: skipped with its records, or thrown.
 class ArrayRecordStream final : public RecordStream {
  public:
   ArrayRecordStream(const std::string& path, Storage* storage, bool verify, std::size_t span_bytes, Allocator* allocator);
   ArrayRecordStream(std::unique_ptr<PositionedFile> file, bool verify, std::size_t span_bytes, Allocator* allocator);
+  ~ArrayRecordStream() override;
   bool next(Record& out, DamageReport* damage) override;
   std::uint64_t records_read() const override { return read_; }
   bool seek(std::uint64_t index, std::uint64_t file_offset) override;
   const ArrayRecordLayout& layout() const { return layout_; }
 
  private:
-  bool load_chunk(DamageReport* damage);
-  void read_span(std::size_t first);
+  class DecodeAhead;
+  bool next_chunk(DamageReport* damage);
+  DecodedBatch take_batch(std::size_t first);
+  DecodedBatch decode_batch(std::size_t first, const std::atomic<bool>& cancel);
+  void read_alone(DecodedBatch& batch, std::size_t last, const std::atomic<bool>& cancel);
+  void add_chunk(DecodedBatch& batch, const std::shared_ptr<Buffer>& stored, std::size_t at, const ArrayRecordChunk& chunk);
   std::unique_ptr<PositionedFile> file_;
   ArrayRecordLayout layout_;
   bool verify_;
   std::size_t span_bytes_;
   Allocator* allocator_;
-  std::shared_ptr<Buffer> span_;
-  std::uint64_t span_offset_ = 0;
-  std::size_t next_chunk_ = 0;
-  DecodedChunk decoded_;  // the chunk being read, when has_decoded_
-  bool has_decoded_ = false;
+  // The decoding thread's: the run of chunks last read, and where it decodes.
+  static constexpr std::size_t kBatchChunks = 1024, kBatchBytes = 1 << 18;
+  std::shared_ptr<Buffer> stored_;
+  std::uint64_t stored_offset_ = 0;
+  std::size_t stored_first_ = 0, stored_end_ = 0;  // its chunks
   ValueArena arena_;
-  std::size_t row_ = 0;
+  DecodedChunk scratch_;
+  DecodedBatch batch_;     // the batch being read
+  std::size_t chunk_ = 0;  // the next of batch_.chunks to take
+  std::size_t row_ = 0, rows_ = 0, first_ref_ = 0;
   std::uint64_t first_record_ = 0, chunk_offset_ = 0, read_ = 0;
+  static constexpr std::size_t kNothingRequested = ~std::size_t{0};
+  std::size_t requested_ = kNothingRequested;  // the run the thread decodes, not taken yet
+  std::unique_ptr<DecodeAhead> ahead_;  // last: its thread uses the members above
 };
 
 // How a writer encodes its chunks: the options string the array-record package takes

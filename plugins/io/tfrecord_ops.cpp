@@ -235,7 +235,9 @@ class ArrayRecordReader final : public Expand {
             "'offset': the byte of the record's chunk), every chunk's hashes checked; uncompressed, zstd, brotli and snappy chunks",
             {ParamSpec::make("field", ParamType::String, "field holding the path").def("path"),
              ParamSpec::make("verify_hashes", ParamType::Bool, "check the HighwayHash of every chunk's data (its header's always is)").def("true"),
-             ParamSpec::make("buffer_bytes", ParamType::Int, "consecutive chunks read at once, up to this many bytes (a larger chunk alone)")
+             ParamSpec::make("buffer_bytes", ParamType::Int,
+                             "consecutive chunks read at once, up to this many bytes (a larger chunk alone); the next run is read and decoded "
+                             "ahead, on a thread of the file's own")
                  .def("4194304")
                  .range(4096, 1 << 30)},
             {.stateless = true},
