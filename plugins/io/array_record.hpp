@@ -131,8 +131,9 @@ struct DecodedBatch {
 // of consecutive chunks read with one read each (up to span_bytes, at least one chunk), decoded a
 // batch of chunks at a time. While the caller takes one batch's records, a thread of the stream
 // reads and decodes the next, as the array-record package's own reader decodes ahead: a file of
-// one record per chunk (its default) costs more to decode than to hand on. A Record's file_offset is its chunk's first byte. A damaged
-// chunk is reported by file, chunk and byte when its turn comes: skipped with its records, or thrown.
+// one record per chunk (its default) costs more to decode than to hand on. A Record's file_offset
+// is its chunk's first byte. A damaged chunk is reported by file, chunk and byte when its turn
+// comes: skipped with its records, or thrown.
 class ArrayRecordStream final : public RecordStream {
  public:
   ArrayRecordStream(const std::string& path, Storage* storage, bool verify, std::size_t span_bytes, Allocator* allocator);
@@ -167,7 +168,7 @@ class ArrayRecordStream final : public RecordStream {
   std::size_t row_ = 0, rows_ = 0, first_ref_ = 0;
   std::uint64_t first_record_ = 0, chunk_offset_ = 0, read_ = 0;
   static constexpr std::size_t kNothingRequested = ~std::size_t{0};
-  std::size_t requested_ = kNothingRequested;  // the run the thread decodes, not taken yet
+  std::size_t requested_ = kNothingRequested;  // the batch asked of the thread, not taken yet
   std::unique_ptr<DecodeAhead> ahead_;  // last: its thread uses the members above
 };
 
