@@ -150,6 +150,7 @@ class ArrayRecordStream final : public RecordStream {
   DecodedBatch take_batch(std::size_t first);
   DecodedBatch decode_batch(std::size_t first, const std::atomic<bool>& cancel);
   void read_alone(DecodedBatch& batch, std::size_t last, const std::atomic<bool>& cancel);
+  std::shared_ptr<Buffer> room_for(std::size_t size) const;
   void add_chunk(DecodedBatch& batch, const std::shared_ptr<Buffer>& stored, std::size_t at, const ArrayRecordChunk& chunk);
   std::unique_ptr<PositionedFile> file_;
   ArrayRecordLayout layout_;

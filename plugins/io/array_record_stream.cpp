@@ -174,7 +174,7 @@ DecodedBatch ArrayRecordStream::decode_batch(std::size_t first, const std::atomi
     const auto size = static_cast<std::size_t>(layout_.chunks[last - 1].end - begin);
     stored_.reset();  // (its memory back to the pool before the next is taken)
     stored_first_ = stored_end_ = 0;
-    auto stored = allocator_ ? allocator_->allocate(size) : std::make_shared<Buffer>(size);
+    auto stored = room_for(size);
     try {
       file_->read(begin, size, stored->data());
     } catch (const DataError&) {
@@ -198,7 +198,7 @@ void ArrayRecordStream::read_alone(DecodedBatch& batch, std::size_t last, const 
   for (std::size_t k = batch.first_chunk; k < last && !cancel; ++k) {
     const ArrayRecordChunk& chunk = layout_.chunks[k];
     const auto size = static_cast<std::size_t>(chunk.end - chunk.offset);
-    auto alone = allocator_ ? allocator_->allocate(size) : std::make_shared<Buffer>(size);
+    auto alone = room_for(size);
     try {
       file_->read(chunk.offset, size, alone->data());
     } catch (const DataError& e) {
@@ -207,6 +207,11 @@ void ArrayRecordStream::read_alone(DecodedBatch& batch, std::size_t last, const 
     }
     add_chunk(batch, alone, 0, chunk);
   }
+}
+
+// Memory for `size` stored bytes: the reader's pool when it has one.
+std::shared_ptr<Buffer> ArrayRecordStream::room_for(std::size_t size) const {
+  return allocator_ ? allocator_->allocate(size) : std::make_shared<Buffer>(size);
 }
 
 // On the decoding thread: `chunk`, stored in `stored` from `at`, decoded and its records added.
