@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "sluice/row_origins.hpp"
 #include "sluice/sample_codec.hpp"
 #include "sluice/testing.hpp"
 
@@ -355,6 +356,71 @@ class TestSdkHarness : public QObject {
     const std::uint64_t dimension = std::uint64_t{1} << 40;
     huge.insert(rank_at + 8, reinterpret_cast<const char*>(&dimension), 8);
     QCOMPARE(refusal(huge), std::string("element 3 is damaged: dimension 1099511627776"));
+  }
+  void row_origins_give_each_row_its_own_origin() {
+    // The runs a batch keeps of its rows' origins give back, row for row, what each row's Origin
+    // was: rows counting up from a Parquet-like chunk (one run), rows with their own byte offsets
+    // (TFRecord-like), a chunk whose rows were filtered (read positions listed), single elements.
+    auto file = [](const std::string& name) { return std::make_shared<const std::string>(name); };
+    sluice::Chunk counted;
+    counted.set_rows(300);
+    counted.set_where(file("a.parquet"));
+    for (std::int64_t r = 0; r < 300; ++r) {
+      counted.records().push_back(1000 + r);
+      counted.byte_offsets().push_back(4);
+    }
+    counted.set_read_position(2, 50);
+    sluice::Chunk listed;
+    listed.set_rows(40);
+    listed.set_where(file("b.tfrecord"));
+    for (std::int64_t r = 0; r < 40; ++r) {
+      listed.records().push_back(r);
+      listed.byte_offsets().push_back(16 * r);
+    }
+    sluice::Chunk filtered;
+    filtered.gather_origins(counted, {0, 2, 3, 9});
+    filtered.set_rows(4);
+    std::vector<sluice::Origin> expected;
+    sluice::RowOrigins kept;
+    auto append = [&](const sluice::Chunk& chunk, std::size_t begin, std::size_t end) {
+      kept.append(chunk, begin, end);
+      for (std::size_t r = begin; r < end; ++r) expected.push_back(chunk.origin(r));
+    };
+    auto push = [&](const sluice::Origin& o) {
+      kept.push_back(o);
+      expected.push_back(o);
+    };
+    append(counted, 0, 256);
+    append(counted, 256, 300);  // continues the run
+    append(listed, 0, 40);
+    push(sluice::Origin{file("c.jsonl"), 7, 100, 1, 9});
+    push(sluice::Origin{});
+    append(filtered, 0, 4);
+    append(counted, 10, 20);  // the same file again, not where the run ended
+    auto same = [](const sluice::Origin& a, const sluice::Origin& b) {
+      return (a.where ? *a.where : "") == (b.where ? *b.where : "") && a.record == b.record && a.byte_offset == b.byte_offset &&
+             a.read_epoch == b.read_epoch && a.read_index == b.read_index;
+    };
+    auto check = [&](const char* when) {
+      QVERIFY2(kept.size() == expected.size(), when);
+      for (std::size_t k = 0; k < expected.size(); ++k) QVERIFY2(same(kept[k], expected[k]), (std::string(when) + ", row " + std::to_string(k)).c_str());
+    };
+    check("appended");
+    const auto first = kept.take_front(270);  // inside the first run
+    for (std::size_t k = 0; k < first.size(); ++k) QVERIFY(same(first[k], expected[k]));
+    expected.erase(expected.begin(), expected.begin() + 270);
+    check("after 270 rows were taken");
+    kept.drop_back(12);  // the last run and two of the filtered rows
+    expected.resize(expected.size() - 12);
+    check("after 12 rows were taken back");
+    const std::vector<sluice::Origin> restored{sluice::Origin{file("d"), 3, -1, 4, 8}, sluice::Origin{file("d"), 4, -1, 4, 9}};
+    kept.push_front(restored);
+    expected.insert(expected.begin(), restored.begin(), restored.end());
+    check("after two rows were restored before them");
+    const auto rest = kept.take_front(1000);
+    QCOMPARE(rest.size(), expected.size());
+    QVERIFY(kept.empty());
+    QVERIFY(kept.take_front(5).empty());
   }
 };
 

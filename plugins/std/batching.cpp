@@ -5,6 +5,7 @@
 
 #include "sluice/memory_ops.hpp"
 #include "sluice/origin_rows.hpp"
+#include "sluice/row_origins.hpp"
 #include "std_plugin.hpp"
 
 namespace sluice::std_ops {
@@ -184,7 +185,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate,
             std::memcpy(field.rows.raw_data() + (count_ + k) * field.row_bytes, column.tensor.raw_data(), field.row_bytes);
         }
       }
-      for (std::size_t k = 0; k < take; ++k) row_origins_.push_back(in.origin(r + k));
+      row_origins_.append(in, r, r + take);
       count_ += take;
       r += take;
       if (count_ == batch_size_) emit_batch(out);
@@ -225,7 +226,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate,
                                 ? strings[f].row(static_cast<std::int64_t>(k))
                                 : Tensor::view(field.dtype, field.shape, field.rows.buffer(), field.rows.byte_offset() + k * field.row_bytes));
       }
-      const Origin& origin = row_origins_[k];
+      const Origin origin = row_origins_[k];
       row.set_origin(origin.where, origin.record, origin.byte_offset);
       row.set_read_position(origin.read_epoch, origin.read_index);
       w.put_element(row);
@@ -342,7 +343,7 @@ class Batch final : public Aggregate, public Placement, public ChunkedAggregate,
   std::size_t count_ = 0;
   std::uint64_t first_index_ = 0;
   Sample first_;  // holds the batch's origin: its first element's
-  std::vector<Origin> row_origins_;  // each row's, for checkpoints
+  RowOrigins row_origins_;  // each row's, for checkpoints
   std::uint64_t epoch_ = 0, number_ = 0;  // the batch being assembled
 
   std::mutex placed_mutex_;  // the workers' place() against the batch's own thread

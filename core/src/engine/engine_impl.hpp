@@ -29,6 +29,7 @@
 #include "input_places.hpp"
 #include "sluice/core/checkpoint.hpp"
 #include "sluice/core/engine.hpp"
+#include "sluice/row_origins.hpp"
 
 namespace sluice {
 
@@ -696,11 +697,14 @@ struct Engine::Impl {
     void took(const Origin& origin) {
       if (st_.stacks) pending_rows_.push_back(origin);
     }
+    void took(const Chunk& rows) {
+      if (st_.stacks) pending_rows_.append(rows, 0, rows.rows());
+    }
     void took_back(std::size_t inputs) {
-      if (st_.stacks) pending_rows_.resize(pending_rows_.size() - std::min(inputs, pending_rows_.size()));
+      if (st_.stacks) pending_rows_.drop_back(inputs);
     }
     void held_when_restored(const std::vector<Origin>& restored) {
-      if (st_.stacks) pending_rows_.insert(pending_rows_.begin(), restored.begin(), restored.end());
+      if (st_.stacks) pending_rows_.push_front(restored);
     }
     void iteration_ended() { pending_rows_.clear(); }  // a remainder dropped (drop_remainder)
     // An input handed on as it is, `rows` elements (a chunk's rows) counted; dropped, as push()
@@ -731,7 +735,7 @@ struct Engine::Impl {
     std::vector<Item>& out_;
     detail::OutputAssembly* assembly_;
     std::vector<Sample> made_;
-    std::deque<Origin> pending_rows_;
+    RowOrigins pending_rows_;  // (as numbers: a batch of 65,536 rows keeps no 65,536 copies of a file's name)
   };
 
   // Source stages: passes over the data on one thread (stage_source.cpp).

@@ -67,9 +67,7 @@ void Engine::Impl::CollectingEmitter::attach_rows(Sample& output) {
   if (!st_.stacks) return;
   const std::size_t rows = std::min<std::size_t>(static_cast<std::size_t>(st_.stacks->inputs_per_output()), pending_rows_.size());
   if (rows == 0) return;
-  std::vector<Origin> stacked(std::make_move_iterator(pending_rows_.begin()),
-                              std::make_move_iterator(pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows)));
-  pending_rows_.erase(pending_rows_.begin(), pending_rows_.begin() + static_cast<std::ptrdiff_t>(rows));
+  std::vector<Origin> stacked = pending_rows_.take_front(rows);
   const Origin& first = output.shared_origin();
   const Origin with_rows = origin_of_rows(first, std::move(stacked));
   output.set_origin(with_rows.where, with_rows.record, with_rows.byte_offset);
@@ -271,14 +269,14 @@ bool Engine::Impl::AggregateStage::push_items() {
 void Engine::Impl::AggregateStage::check_read_positions() {
   const std::uint64_t epoch = st_.first_input_epoch + in_iteration_;
   std::uint64_t index = in_index_;
-  auto shifted = [&](const Origin& o, std::uint64_t at) {
-    return o.read_index >= 0 && (o.read_epoch != epoch || static_cast<std::uint64_t>(o.read_index) != at);
+  auto shifted = [&](std::uint64_t read_epoch, std::int64_t read_index, std::uint64_t at) {
+    return read_index >= 0 && (read_epoch != epoch || static_cast<std::uint64_t>(read_index) != at);
   };
   for (auto& item : in_) {
     if (Chunk* chunk = st_.chunked_aggregate ? chunk_in(item.sample) : nullptr) {
       const std::size_t rows = chunk->rows();
       for (std::size_t r = 0; r < rows; ++r)
-        if (st_.stamps_read_positions || shifted(chunk->origin(r), index + r)) {
+        if (st_.stamps_read_positions || shifted(chunk->read_epoch(), chunk->read_index_of(r), index + r)) {
           Chunk forgetting = *chunk;  // (a copy: another reader of the stage before may be reading the same carrier)
           forgetting.forget_read_positions();
           item.sample = detail::carry(std::move(forgetting));
@@ -287,7 +285,7 @@ void Engine::Impl::AggregateStage::check_read_positions() {
       index += rows;
     } else {
       if (st_.stamps_read_positions) item.sample.set_read_position(epoch, static_cast<std::int64_t>(index));
-      else if (shifted(item.sample.shared_origin(), index)) item.sample.set_read_position(epoch, -1);
+      else if (const Origin& o = item.sample.shared_origin(); shifted(o.read_epoch, o.read_index, index)) item.sample.set_read_position(epoch, -1);
       ++index;
     }
   }
@@ -341,8 +339,7 @@ bool Engine::Impl::AggregateStage::push_chunk(Sample& carrier, std::uint64_t fir
   std::size_t done = 0;
   while (rest.rows() > 0) {
     const ElementContext ctx{&st_.info, st_.first_input_epoch + in_iteration_, first_index + done};
-    if (st_.stacks)
-      for (std::size_t r = 0; r < rest.rows(); ++r) emitter_.took(rest.origin(r));
+    emitter_.took(rest);
     try {
       if (st_.chunked_aggregate->push_chunk(rest, ctx, emitter_) == Aggregate::Flow::SkipRestOfIteration)
         engine_.skip_input(st_, static_cast<std::int64_t>(in_iteration_));

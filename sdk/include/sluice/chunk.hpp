@@ -195,12 +195,16 @@ class Chunk {
   }
   Origin origin(std::size_t r) const {
     Origin o{where_, r < records_.size() ? records_[r] : -1, r < byte_offsets_.size() ? byte_offsets_[r] : -1};
-    if (read_index_ >= 0 || !read_indices_.empty()) {
-      o.read_epoch = read_epoch_;
-      o.read_index = read_indices_.empty() ? read_index_ + static_cast<std::int64_t>(r) : read_indices_[r];
-    }
+    o.read_epoch = read_epoch();
+    o.read_index = read_index_of(r);
     return o;
   }
+  /// Row `r`'s read position, as origin(r) gives it (-1, and epoch 0, when the rows have none).
+  std::int64_t read_index_of(std::size_t r) const {
+    if (!read_indices_.empty()) return read_indices_[r];
+    return read_index_ < 0 ? -1 : read_index_ + static_cast<std::int64_t>(r);
+  }
+  std::uint64_t read_epoch() const { return read_index_ >= 0 || !read_indices_.empty() ? read_epoch_ : 0; }
   /// Copies the origins of rows [begin, end) of `from` (row k here is row begin + k there).
   void share_origins(const Chunk& from, std::size_t begin, std::size_t end) {
     where_ = from.where_;
