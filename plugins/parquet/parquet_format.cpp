@@ -226,25 +226,66 @@ int ParquetFileReader::group_of_row(std::int64_t row) const {
 }
 
 void ParquetFileReader::start_at(std::int64_t row) {
-  batches_.reset();
+  drop_fetch();
   batch_.reset();
   converted_ = Chunk();
   converted_pos_ = 0;
-  if (row >= rows_) {
-    group_ = row_groups();
-    next_row_ = rows_;
-    return;
-  }
-  group_ = group_of_row(row);
-  next_row_ = row;
+  group_ = row >= rows_ ? row_groups() : group_of_row(row);
+  next_row_ = std::min(row, rows_);
+  cursor_ = BatchCursor{group_, nullptr, group_ < row_groups() ? group_first_row(group_) : rows_};
 }
 
-void ParquetFileReader::open_group(int group) {
-  const std::string what = name_ + ": row group " + std::to_string(group);
-  batches_ = arrow_step(what, [&] { return checked(reader_->GetRecordBatchReader({group}, leaves_), what); });
-  batch_first_row_ = group_first_row_[static_cast<std::size_t>(group)];
+// A batch being decoded ahead is waited for and thrown away (a seek, a skipped group).
+void ParquetFileReader::drop_fetch() {
+  if (ahead_.valid()) ahead_.get();
+}
+
+// The next record batch from `cursor` on: the groups after it opened as the one before ends.
+// Runs on the decoding thread (decode_ahead), which alone uses the Arrow reader meanwhile.
+ParquetFileReader::FetchedBatch ParquetFileReader::fetch(BatchCursor cursor) const {
+  FetchedBatch out;
+  try {
+    while (cursor.group < row_groups()) {
+      const std::string group = name_ + ": row group " + std::to_string(cursor.group);
+      if (!cursor.batches) {
+        cursor.batches = arrow_step(group, [&] { return checked(reader_->GetRecordBatchReader({cursor.group}, leaves_), group); });
+        cursor.first_row = group_first_row(cursor.group);
+      }
+      const std::string what = group + " (rows from " + std::to_string(cursor.first_row) + ")";
+      out.group = cursor.group;
+      out.batch = arrow_step(what, [&] { return checked(cursor.batches->Next(), what); });
+      if (out.batch) {
+        out.first_row = cursor.first_row;
+        cursor.first_row += out.batch->num_rows();
+        break;
+      }
+      cursor.batches.reset();  // the group is read: the next one
+      ++cursor.group;
+    }
+    if (!out.batch) out.group = row_groups();
+  } catch (...) {
+    out.batch.reset();
+    out.group = cursor.group;
+    out.failure = std::current_exception();
+    cursor.batches.reset();
+  }
+  out.after = std::move(cursor);
+  return out;
+}
+
+// The next record batch as batch_ (false at the end of the file), and the one after it asked for.
+bool ParquetFileReader::next_batch() {
+  FetchedBatch fetched = ahead_.valid() ? ahead_.get() : fetch(std::move(cursor_));
+  cursor_ = std::move(fetched.after);
+  group_ = fetched.group;
+  batch_ = std::move(fetched.batch);
   batch_pos_ = 0;
-  batch_.reset();
+  if (fetched.failure) std::rethrow_exception(fetched.failure);
+  if (!batch_) return false;
+  batch_first_row_ = fetched.first_row;
+  if (options_.decode_ahead)
+    ahead_ = std::async(std::launch::async, [this, cursor = std::move(cursor_)]() mutable { return fetch(std::move(cursor)); });
+  return true;
 }
 
 bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
@@ -256,23 +297,15 @@ bool ParquetFileReader::next_chunk(Chunk& out, std::size_t max_rows) {
       next_row_ += static_cast<std::int64_t>(take);
       return true;
     }
-    if (group_ >= row_groups()) return false;
-    if (!batches_) open_group(group_);
-    if (!batch_ || batch_pos_ == batch_->num_rows()) {
-      if (batch_) batch_first_row_ += batch_->num_rows();
-      const std::string what = name_ + ": row group " + std::to_string(group_) + " (rows from " + std::to_string(batch_first_row_) + ")";
-      batch_ = arrow_step(what, [&] { return checked(batches_->Next(), what); });
-      batch_pos_ = 0;
-      if (!batch_) {  // the group is read: the next one
-        batches_.reset();
-        ++group_;
+    if (batch_) {
+      // A seek into the group: the rows before the one asked for are passed over.
+      if (batch_first_row_ + batch_pos_ < next_row_) batch_pos_ = std::min(batch_->num_rows(), next_row_ - batch_first_row_);
+      if (batch_pos_ < batch_->num_rows()) {
+        convert_rows(std::min<std::int64_t>(kConvertedRows, batch_->num_rows() - batch_pos_));
         continue;
       }
     }
-    // A seek into the group: the rows before the one asked for are passed over.
-    if (batch_first_row_ + batch_pos_ < next_row_) batch_pos_ = std::min(batch_->num_rows(), next_row_ - batch_first_row_);
-    if (batch_pos_ == batch_->num_rows()) continue;
-    convert_rows(std::min<std::int64_t>(kConvertedRows, batch_->num_rows() - batch_pos_));
+    if (group_ >= row_groups() || !next_batch()) return false;
   }
 }
 
@@ -292,8 +325,7 @@ void ParquetFileReader::convert_rows(std::int64_t rows) {
 
 void ParquetFileReader::skip_group() {
   if (group_ >= row_groups()) return;
-  ++group_;
-  start_at(group_ < row_groups() ? group_first_row_[static_cast<std::size_t>(group_)] : rows_);
+  start_at(group_ + 1 < row_groups() ? group_first_row(group_ + 1) : rows_);
 }
 
 }  // namespace sluice::parquet_files

@@ -5,6 +5,8 @@
 // converts them, viewing Arrow's memory where the types agree), and chunks' rows written back as
 // Arrow record batches.
 #include <cstdint>
+#include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +46,9 @@ struct ReadOptions {
   NullPolicy nulls;
   bool use_threads = true;           // Arrow decodes a row group's columns in parallel (pyarrow's default)
   std::int64_t batch_rows = 65536;   // rows Arrow decodes at once
+  // The next record batch decoded on a thread of the file while the rows of the one before are
+  // handed out (a file read in order; not one read a row group at a time, by place).
+  bool decode_ahead = false;
 };
 
 // The parameters every Parquet reading operator takes (columns, nulls, null_defaults), between
@@ -90,8 +95,26 @@ class ParquetFileReader {
   int current_group() const { return group_; }
 
  private:
+  // Where the next record batch comes from: its row group, that group's Arrow reader (none before
+  // the group is opened), and the file's row number of the batch's first row.
+  struct BatchCursor {
+    int group = 0;
+    std::unique_ptr<arrow::RecordBatchReader> batches;
+    std::int64_t first_row = 0;
+  };
+  // A record batch read from `group` (none: the file is read to its end), or the damage Arrow
+  // found there, thrown where its rows are needed; and where the next one comes from.
+  struct FetchedBatch {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    int group = 0;
+    std::int64_t first_row = 0;
+    std::exception_ptr failure;
+    BatchCursor after;
+  };
   void open(std::shared_ptr<arrow::io::RandomAccessFile> file);
-  void open_group(int group);
+  FetchedBatch fetch(BatchCursor cursor) const;
+  bool next_batch();
+  void drop_fetch();
   void convert_rows(std::int64_t rows);
   std::vector<int> leaf_columns() const;
 
@@ -104,13 +127,14 @@ class ParquetFileReader {
   std::vector<int> leaves_;
   std::vector<std::int64_t> group_first_row_, group_byte_offset_;
   std::int64_t rows_ = 0;
-  int group_ = 0;
+  int group_ = 0;               // the row group of batch_ (row_groups() at the end)
   std::int64_t next_row_ = 0;  // the file's row number of the next row handed out
-  std::unique_ptr<arrow::RecordBatchReader> batches_;
+  BatchCursor cursor_;         // where the next batch comes from, while no fetch is in flight
   std::shared_ptr<arrow::RecordBatch> batch_;
   std::int64_t batch_first_row_ = 0, batch_pos_ = 0;
   Chunk converted_;  // rows of the batch converted, handed out from converted_pos_
   std::size_t converted_pos_ = 0;
+  std::future<FetchedBatch> ahead_;  // (options_.decode_ahead) the next batch; last: it uses the members above
 };
 
 // The Arrow schema of elements like `first` (its fields in order; a bytes scalar is binary, other

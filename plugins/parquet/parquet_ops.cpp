@@ -80,6 +80,7 @@ class ParquetReader final : public Expand {
   explicit ParquetReader(const Params& p) : field_(p.get_string("field")), options_(read_options_of(p)) {
     options_.use_threads = p.get_bool("use_threads");
     options_.batch_rows = p.get_int("batch_rows");
+    options_.decode_ahead = true;  // read in order: the next record batch decoded while this one's rows go on
   }
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));

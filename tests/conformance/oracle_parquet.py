@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LABELS, LONG_ROWS, NULL_TYPES, NULLS, TYPES, VALUES,  # noqa: E402
-                           hf_rows, long_tokens)
+from parquet_cases import (COMPRESSIONS, DAMAGED_GROUP, GROUP_ROWS, GROUPS, HF_FILES, HF_ROWS_PER_FILE, LABELS, LONG_ROWS,  # noqa: E402
+                           NULL_TYPES, NULLS, TYPES, VALUES, hf_rows, long_tokens)
 
 
 def column(name, values, type_text):
@@ -64,6 +64,20 @@ def jsonable(value):
     return value
 
 
+def write_groups(folder):
+    """groups.parquet: GROUPS row groups of GROUP_ROWS int64 ids, and damaged-groups.parquet, the
+    same with the header of row group DAMAGED_GROUP's first data page overwritten (Arrow cannot
+    read that group, and reads the others)."""
+    path = os.path.join(folder, "groups.parquet")
+    pq.write_table(pa.table({"id": pa.array(range(GROUPS * GROUP_ROWS), pa.int64())}), path, row_group_size=GROUP_ROWS,
+                   use_dictionary=False)
+    data = bytearray(open(path, "rb").read())
+    page = pq.ParquetFile(path).metadata.row_group(DAMAGED_GROUP).column(0).data_page_offset
+    data[page:page + 16] = b"\xff" * 16
+    with open(os.path.join(folder, "damaged-groups.parquet"), "wb") as f:
+        f.write(bytes(data))
+
+
 def read(out, files):
     result = {}
     for path in files:
@@ -82,6 +96,8 @@ if __name__ == "__main__":
         write(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "write-huge":
         pq.write_table(pa.table({"big": pa.array([1, 2**64 - 1], pa.uint64())}), os.path.join(sys.argv[2], "huge.parquet"))
+    elif sys.argv[1] == "write-groups":
+        write_groups(sys.argv[2])
     elif sys.argv[1] == "read":
         read(sys.argv[2], sys.argv[3:])
     else:

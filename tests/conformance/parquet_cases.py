@@ -6,6 +6,8 @@ import random
 
 ROWS = 50
 COMPRESSIONS = ["snappy", "zstd", "gzip", "none"]
+# groups.parquet: row groups read in order, one of them damaged in its copy.
+GROUPS, GROUP_ROWS, DAMAGED_GROUP = 6, 1000, 3
 
 
 def _values():

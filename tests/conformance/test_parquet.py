@@ -10,8 +10,8 @@ import pytest
 
 import sluice
 import sluice.data
-from parquet_cases import (COMPRESSIONS, HF_FILES, HF_ROWS_PER_FILE, LONG_ROWS, NULLS, ROWS, VALUES, as_python, expected_rows, hf_rows,
-                           long_tokens)
+from parquet_cases import (COMPRESSIONS, DAMAGED_GROUP, GROUP_ROWS, GROUPS, HF_FILES, HF_ROWS_PER_FILE, LONG_ROWS, NULLS, ROWS, VALUES, as_python,
+                           expected_rows, hf_rows, long_tokens)
 from peers import damaged_copy, SOURCE_DIR, run_oracle
 
 JPEGS = [os.path.join(SOURCE_DIR, "tests", "data", "real", "jpeg", name)
@@ -165,6 +165,20 @@ def test_truncated_and_damaged_files_are_named(pyarrow_files, tmp_path):
         assert broken in str(e)
     else:  # a flip Arrow cannot see reads other values, never a crash
         assert len(rows) <= ROWS
+
+
+def test_a_damaged_row_group_is_named_and_skipped_under_skip_the_others_read_in_order(tmp_path):
+    # The next row group is decoded ahead while the rows of the one before are handed on: the
+    # damage found ahead is reported after every row before it, and reading goes on after it.
+    run_oracle("oracle_parquet.py", "write-groups", tmp_path)
+    whole, broken = str(tmp_path / "groups.parquet"), str(tmp_path / "damaged-groups.parquet")
+    ids = [int(e["id"]) for e in sluice.data.ParquetDataset(whole)]
+    assert ids == list(range(GROUPS * GROUP_ROWS))
+    with pytest.raises(sluice.PipelineError, match=rf"{broken}: row group {DAMAGED_GROUP}"):
+        rows_of(sluice.data.ParquetDataset(broken))
+    kept = [int(e["id"]) for e in sluice.data.list_files([broken], shuffle=False).parquet_reader(error_policy="skip")]
+    damaged = range(DAMAGED_GROUP * GROUP_ROWS, (DAMAGED_GROUP + 1) * GROUP_ROWS)
+    assert kept == [i for i in range(GROUPS * GROUP_ROWS) if i not in damaged]
 
 
 def test_a_value_past_int64_is_named(tmp_path):
