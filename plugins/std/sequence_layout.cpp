@@ -294,11 +294,15 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
     const std::int64_t row_elements = shape_elements(padded);
     refuse_beyond_memory(first.name, dtype, shape, rule != rules.shapes.end());
     written += static_cast<std::uint64_t>(batch * row_elements);
-    for (std::size_t k = 0; k < rows.size(); ++k) data += static_cast<std::uint64_t>(cells[k]->row_elements(rows[k].row));
+    std::vector<std::int64_t> counts(rows.size());  // each row's values
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      counts[k] = k > 0 && cells[k] == cells[k - 1] && cells[k]->layout == Column::Layout::Rows ? counts[k - 1] : cells[k]->row_elements(rows[k].row);
+      data += static_cast<std::uint64_t>(counts[k]);
+    }
     // Calls copy(src, dst, count) for each run of row k's values inside its padded row.
     auto runs_of = [&](std::size_t k, auto&& copy) {
       if (rank <= 1) {
-        copy(0, 0, cells[k]->row_elements(rows[k].row));
+        copy(0, 0, counts[k]);
       } else {
         for_each_run(cells[k]->row_shape(rows[k].row), padded, copy);
       }
@@ -331,11 +335,16 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
       if (rank <= 1) {
         // Each row's values, then its padding: every byte is written once (the batch is the
         // stage's largest write, and it runs on one thread).
-        for (std::size_t k = 0; k < rows.size(); ++k) {
-          const auto count = static_cast<std::size_t>(cells[k]->row_elements(rows[k].row));
+        for (std::size_t k = 0; k < rows.size();) {
+          const auto count = static_cast<std::size_t>(counts[k]);
           std::byte* row_base = dst_base + k * static_cast<std::size_t>(row_elements) * elem;
-          if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), count * elem);
-          fill(row_base + count * elem, static_cast<std::size_t>(row_elements) - count);
+          // Rows that follow one another in one chunk's rows, none padded: copied at once.
+          std::size_t run = 1;
+          if (cells[k]->layout == Column::Layout::Rows && count == static_cast<std::size_t>(row_elements))
+            while (k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k].row + run) ++run;
+          if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), run * count * elem);
+          if (run == 1) fill(row_base + count * elem, static_cast<std::size_t>(row_elements) - count);
+          k += run;
         }
       } else {
         fill(dst_base, total);

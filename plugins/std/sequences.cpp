@@ -95,7 +95,9 @@ class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
  private:
   // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
   void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
-    rows().check(*chunk, r);
+    // A chunk's rows share their columns' types and ranks, what check() compares: its first row
+    // stands for the rest (after it, the rows held are of this chunk or were compared with it).
+    if (r == 0) rows().check(*chunk, r);
     check_fits(*chunk, r, rules_, std::nullopt, {});
     hold({chunk, r}, index, out);
   }
