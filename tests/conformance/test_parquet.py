@@ -167,6 +167,35 @@ def test_truncated_and_damaged_files_are_named(pyarrow_files, tmp_path):
         assert len(rows) <= ROWS
 
 
+def test_padded_batch_of_the_readers_rows_pads_fixed_lists_and_ragged_ones(pyarrow_files):
+    """padded_batch takes the reader's chunks (a fixed list's rows one block, the tokens ragged):
+    the values pyarrow wrote, each padded with -1 to its padded shape or its batch's longest."""
+    path = str(pyarrow_files / "types-snappy.parquet")
+    columns = ["vector", "tokens"]
+    batches = list(sluice.data.ParquetDataset(path, columns=columns).padded_batch(8, padded_shapes=["vector:5"], padding_values=-1))
+    rows = expected_rows(columns)
+    assert [len(b["vector"]) for b in batches] == [8] * 6 + [2]
+    for k, b in enumerate(batches):
+        part = rows[8 * k:8 * k + 8]
+        assert b["vector"].tolist() == [r["vector"] + [-1] * 2 for r in part]
+        longest = max(len(r["tokens"]) for r in part)
+        assert b["tokens"].tolist() == [r["tokens"] + [-1] * (longest - len(r["tokens"])) for r in part]
+
+
+def test_padded_batch_refuses_each_row_of_a_file_whose_column_has_another_type(pyarrow_files, tmp_path):
+    # The second file's i32 is a float64: each of its rows is refused (the first of its chunk too),
+    # and under skip the batches hold the first file's rows only.
+    path = str(pyarrow_files / "types-snappy.parquet")
+    (sluice.data.ParquetDataset(path, columns=["f64"]).map(lambda e: {"i32": e["f64"]})
+     .parquet_writer(prefix=str(tmp_path / "floats")).pipeline().run())
+    files = [path, str(tmp_path / "floats-00000-of-00001.parquet")]
+    read = sluice.data.list_files(files, shuffle=False).parquet_reader(columns=["i32"])
+    with pytest.raises(sluice.PipelineError, match=r"field 'i32' is f64"):
+        list(read.padded_batch(8))
+    batches = list(read.padded_batch(8, error_policy="skip"))
+    assert [v for b in batches for v in b["i32"].tolist()] == [r["i32"] for r in expected_rows(["i32"])]
+
+
 def test_a_damaged_row_group_is_named_and_skipped_under_skip_the_others_read_in_order(tmp_path):
     # The next row group is decoded ahead while the rows of the one before are handed on: the
     # damage found ahead is reported after every row before it, and reading goes on after it.
