@@ -16,8 +16,8 @@ same files in order:
 
 Both read the files REPEATS times over (the files stay in the page cache). B is 1,024, a training
 batch; with B = 65,536 (iter_batches' default) pyarrow's Python loop costs 64 times less per row
-while Sluice's hand-over of rows in chunks of 256 to `batch` costs the same: below 0.9x (see
-bench/README.md). A third argument sets B.
+while Sluice's hand-over of rows in chunks of 256 to `batch` costs the same: below 0.9x for most
+columns (see bench/README.md, "Why the 65,536 figure resists"). A third argument sets B.
 
 Usage (after the build; the peers environment in BUILD_DIR/peers):
   python3 bench/parquet.py [N] [ROUNDS] [B]
