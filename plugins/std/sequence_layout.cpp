@@ -255,6 +255,24 @@ void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
   for (const auto& field : rules.mask_fields) check(field, "masks");
 }
 
+// Rows of rank 0 or 1 into `dst`, `row_elements` values a row: each row's values, then its
+// padding (`fill(at, values)`), every byte written once (the batch is the stage's largest write,
+// on one thread). Rows that follow one another in one chunk's rows, none padded: copied at once.
+template <class Fill>
+void copy_short_rows(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, const std::vector<std::int64_t>& counts,
+                     std::size_t row_elements, std::size_t elem, std::byte* dst, Fill&& fill) {
+  for (std::size_t k = 0; k < rows.size();) {
+    const auto count = static_cast<std::size_t>(counts[k]);
+    std::byte* row_base = dst + k * row_elements * elem;
+    std::size_t run = 1;
+    if (cells[k]->layout == Column::Layout::Rows && count == row_elements)
+      while (k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k].row + run) ++run;
+    if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), run * count * elem);
+    if (run == 1) fill(row_base + count * elem, row_elements - count);
+    k += run;
+  }
+}
+
 }  // namespace
 
 Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
@@ -333,19 +351,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
         }
       };
       if (rank <= 1) {
-        // Each row's values, then its padding: every byte is written once (the batch is the
-        // stage's largest write, and it runs on one thread).
-        for (std::size_t k = 0; k < rows.size();) {
-          const auto count = static_cast<std::size_t>(counts[k]);
-          std::byte* row_base = dst_base + k * static_cast<std::size_t>(row_elements) * elem;
-          // Rows that follow one another in one chunk's rows, none padded: copied at once.
-          std::size_t run = 1;
-          if (cells[k]->layout == Column::Layout::Rows && count == static_cast<std::size_t>(row_elements))
-            while (k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k].row + run) ++run;
-          if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), run * count * elem);
-          if (run == 1) fill(row_base + count * elem, static_cast<std::size_t>(row_elements) - count);
-          k += run;
-        }
+        copy_short_rows(rows, cells, counts, static_cast<std::size_t>(row_elements), elem, dst_base, fill);
       } else {
         fill(dst_base, total);
         for (std::int64_t r = 0; r < batch; ++r) {
