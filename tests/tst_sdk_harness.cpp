@@ -395,6 +395,18 @@ class TestSdkHarness : public QObject {
     append(listed, 0, 40);
     push(sluice::Origin{file("c.jsonl"), 7, 100, 1, 9});
     push(sluice::Origin{});
+    const auto elements = file("f.tfrecord");  // elements of one file, each at its own byte: one listed run
+    for (std::int64_t r = 0; r < 5; ++r) push(sluice::Origin{elements, r, 40 * r + r * r});
+    push(sluice::Origin{elements, 9, 700});
+    push(sluice::Origin{file("g.tfrecord"), 1, 5});  // another file's: not that run's
+    // The same text under another owner (an origin carrying what only its element has, as batches'
+    // rows and draw keys ride in their where's control block): rows of their own, owners kept.
+    const auto text = file("h.tfrecord");
+    const std::shared_ptr<const std::string> carrier(text.get(), [keep = text](const std::string*) {});
+    push(sluice::Origin{text, 0, 0});
+    push(sluice::Origin{carrier, 1, 0});
+    push(sluice::Origin{text, 2, 50});
+    push(sluice::Origin{carrier, 3, 90});
     append(filtered, 0, 4);
     append(counted, 10, 20);  // the same file again, not where the run ended
     sluice::Chunk unplaced;   // rows without read positions: only their records tell runs apart
@@ -407,7 +419,8 @@ class TestSdkHarness : public QObject {
     append(unplaced, 0, 50);
     append(unplaced, 60, 80);
     auto same = [](const sluice::Origin& a, const sluice::Origin& b) {
-      return (a.where ? *a.where : "") == (b.where ? *b.where : "") && a.record == b.record && a.byte_offset == b.byte_offset &&
+      return (a.where ? *a.where : "") == (b.where ? *b.where : "") && !a.where.owner_before(b.where) && !b.where.owner_before(a.where) &&
+             a.record == b.record && a.byte_offset == b.byte_offset &&
              a.read_epoch == b.read_epoch && a.read_index == b.read_index;
     };
     auto check = [&](const char* when) {

@@ -23,7 +23,24 @@ class RowOrigins {
   std::size_t size() const { return static_cast<std::size_t>(end_ - first_); }
   bool empty() const { return end_ == first_; }
 
-  void push_back(const Origin& o) { add_counted(o.where, o.read_epoch, o.record, o.byte_offset, o.read_index, 1); }
+  /// One row (an element): it joins the last run when it is from the same place, listed there when
+  /// it does not follow (elements of a TFRecord file, each at its own byte offset).
+  void push_back(const Origin& o) {
+    if (!runs_.empty()) {
+      Run& last = runs_.back();
+      const bool same_place = same_where(last.where, o.where) && last.read_epoch == o.read_epoch;
+      if (same_place && !last.listed && last.rows == 1 && !last.follows(o.record, o.byte_offset, o.read_index)) last.list();
+      if (same_place && last.listed) {
+        last.records.push_back(o.record);
+        last.byte_offsets.push_back(o.byte_offset);
+        last.read_indices.push_back(o.read_index);
+        ++last.rows;
+        ++end_;
+        return;
+      }
+    }
+    add_counted(o.where, o.read_epoch, o.record, o.byte_offset, o.read_index, 1);
+  }
   /// Rows [begin, end) of `chunk`, in order.
   void append(const Chunk& chunk, std::size_t begin, std::size_t end) {
     if (begin >= end) return;
@@ -106,6 +123,19 @@ class RowOrigins {
     std::int64_t record, byte_offset, read_index;
     bool listed;
     std::vector<std::int64_t> records, byte_offsets, read_indices;
+    // Whether a row with these numbers would be the next of this counted run.
+    bool follows(std::int64_t next_record, std::int64_t next_byte_offset, std::int64_t next_read_index) const {
+      return byte_offset == next_byte_offset && next_record == next_of(record, rows) && next_read_index == next_of(read_index, rows);
+    }
+    // The counted run's rows written out one by one (rows that do not follow are to join it).
+    void list() {
+      for (std::size_t k = 0; k < rows; ++k) {
+        records.push_back(next_of(record, k));
+        byte_offsets.push_back(byte_offset);
+        read_indices.push_back(next_of(read_index, k));
+      }
+      listed = true;
+    }
     Origin row(std::size_t k) const {
       Origin o{where, listed ? records[k] : next_of(record, k), listed ? byte_offsets[k] : byte_offset};
       o.read_epoch = read_epoch;
@@ -113,13 +143,17 @@ class RowOrigins {
       return o;
     }
   };
+  // One `where` and the same owner: an origin's `where` can carry what only its element has (the
+  // records of a batch, draw keys, a read epoch) in its control block, around the same text.
+  static bool same_where(const std::shared_ptr<const std::string>& a, const std::shared_ptr<const std::string>& b) {
+    return a == b && !a.owner_before(b) && !b.owner_before(a);
+  }
   static std::int64_t next_of(std::int64_t first, std::size_t k) { return first < 0 ? -1 : first + static_cast<std::int64_t>(k); }
   void add_counted(const std::shared_ptr<const std::string>& where, std::uint64_t read_epoch, std::int64_t record, std::int64_t byte_offset,
                    std::int64_t read_index, std::size_t n) {
     if (!runs_.empty()) {
       Run& last = runs_.back();
-      if (!last.listed && last.where == where && last.read_epoch == read_epoch && last.byte_offset == byte_offset &&
-          record == next_of(last.record, last.rows) && read_index == next_of(last.read_index, last.rows)) {
+      if (!last.listed && same_where(last.where, where) && last.read_epoch == read_epoch && last.follows(record, byte_offset, read_index)) {
         last.rows += n;
         end_ += n;
         return;
