@@ -232,7 +232,7 @@ void ParquetFileReader::start_at(std::int64_t row) {
   converted_pos_ = 0;
   group_ = row >= rows_ ? row_groups() : group_of_row(row);
   next_row_ = std::min(row, rows_);
-  cursor_ = BatchCursor{group_, nullptr, group_ < row_groups() ? group_first_row(group_) : rows_};
+  cursor_ = BatchCursor{group_};  // (its first row is set where the group is opened)
 }
 
 // A batch being decoded ahead is waited for and thrown away (a seek, a skipped group).

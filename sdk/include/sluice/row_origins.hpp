@@ -56,6 +56,9 @@ class RowOrigins {
     }
     if (counted) return add_counted(chunk.where(), chunk.read_epoch(), record, byte_offset, read_index, n);
     Run run{end_, n, chunk.where(), chunk.read_epoch(), -1, -1, -1, true, {}, {}, {}};
+    run.records.reserve(n);
+    run.byte_offsets.reserve(n);
+    run.read_indices.reserve(n);
     for (std::size_t r = begin; r < end; ++r) {
       run.records.push_back(chunk.records().empty() ? -1 : chunk.records()[r]);
       run.byte_offsets.push_back(chunk.byte_offsets().empty() ? -1 : chunk.byte_offsets()[r]);
