@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <mutex>
 
 #include "array_record.hpp"  // PositionedFile: local positioned reads, ranged requests for objects
@@ -133,12 +134,36 @@ ParquetFileReader::ParquetFileReader(std::string name, std::shared_ptr<arrow::io
     : name_(std::move(name)), where_(std::make_shared<const std::string>(name_)), options_(options) {
   arrow_step(name_ + " is not a Parquet file Arrow can read", [&] { open(std::move(file)); });
   leaves_ = leaf_columns();
+  arrow_step(name_ + ": its row groups' column chunks", [&] { measure_groups(); });
+}
+
+// Each row group's bytes of the columns read, as the metadata gives them (pages uncompressed; a
+// size that makes no sense counts as too large to decode whole); whole row groups are decoded
+// ahead when every group fits options_.ahead_bytes.
+void ParquetFileReader::measure_groups() {
+  const auto metadata = reader_->parquet_reader()->metadata();
+  constexpr auto kTooLarge = std::numeric_limits<std::int64_t>::max();
+  for (int g = 0; g < row_groups(); ++g) {
+    const auto group = metadata->RowGroup(g);
+    std::int64_t bytes = 0;
+    for (const int column : leaves_) {
+      const std::int64_t size = group->ColumnChunk(column)->total_uncompressed_size();
+      bytes = size < 0 || bytes > kTooLarge - size ? kTooLarge : bytes + size;
+    }
+    group_bytes_.push_back(bytes);
+  }
+  whole_groups_ = options_.decode_ahead &&
+                  std::all_of(group_bytes_.begin(), group_bytes_.end(), [&](std::int64_t bytes) { return bytes <= options_.ahead_bytes; });
 }
 
 void ParquetFileReader::open(std::shared_ptr<arrow::io::RandomAccessFile> file) {
   parquet::ArrowReaderProperties properties;
   properties.set_use_threads(options_.use_threads);
   properties.set_batch_size(options_.batch_rows);
+  // Read in order, row groups are decoded on several threads at once: Arrow's pre-buffering, one
+  // cache of the file's ranges replaced at each group, is for one group at a time (and off in
+  // pyarrow's ParquetFile too). A column chunk is then one positioned read, as it is without it.
+  if (options_.decode_ahead) properties.set_pre_buffer(false);
   parquet::arrow::FileReaderBuilder builder;
   checked(builder.Open(std::move(file)), name_ + " is not a Parquet file Arrow can read");
   // Text outside lists is read as the dictionary it was stored as (pyarrow stores text so by
@@ -235,9 +260,75 @@ void ParquetFileReader::start_at(std::int64_t row) {
   cursor_ = BatchCursor{group_};  // (its first row is set where the group is opened)
 }
 
-// A batch being decoded ahead is waited for and thrown away (a seek, a skipped group).
+// What is being decoded ahead is waited for and thrown away (a seek, a skipped group).
 void ParquetFileReader::drop_fetch() {
   if (ahead_.valid()) ahead_.get();
+  drop_decoded();
+}
+void ParquetFileReader::drop_decoded() {
+  for (auto& group : decoding_) group.wait();
+  decoding_.clear();
+  group_batches_.reset();
+}
+
+// Row group `group`, its columns decoded whole (by Arrow's threads, a column each) on a thread of
+// the file, which shares the Arrow reader with the threads decoding the groups before and after.
+ParquetFileReader::DecodedGroup ParquetFileReader::decode_group(int group) const {
+  DecodedGroup out;
+  try {
+    const std::string what = name_ + ": row group " + std::to_string(group) + " (rows from " + std::to_string(group_first_row(group)) + ")";
+    out.table = arrow_step(what, [&] { return checked(reader_->ReadRowGroup(group, leaves_), what); });
+  } catch (...) {
+    out.failure = std::current_exception();
+  }
+  return out;
+}
+
+// Keeps the row groups after the one handed out being decoded: the next always, and after it up
+// to kGroupsAhead while their bytes fit options_.ahead_bytes.
+void ParquetFileReader::decode_groups_ahead() {
+  const int first = group_ + (group_batches_ ? 1 : 0);
+  if (decoding_.empty()) decoding_end_ = first;
+  std::int64_t bytes = 0;
+  for (int g = first; g < decoding_end_; ++g) bytes += group_bytes_[static_cast<std::size_t>(g)];
+  while (decoding_.size() < kGroupsAhead && decoding_end_ < row_groups()) {
+    const std::int64_t next = group_bytes_[static_cast<std::size_t>(decoding_end_)];
+    if (!decoding_.empty() && bytes + next > options_.ahead_bytes) break;
+    decoding_.push_back(std::async(std::launch::async, [this, group = decoding_end_] { return decode_group(group); }));
+    bytes += next;
+    ++decoding_end_;
+  }
+}
+
+// The next record batch of the row group being handed out; at its end the next group, decoded
+// meanwhile, whose damage is thrown here, after every row before it.
+bool ParquetFileReader::next_decoded_batch() {
+  for (;;) {
+    if (group_batches_) {
+      std::shared_ptr<arrow::RecordBatch> batch;
+      checked(group_batches_->ReadNext(&batch), name_ + ": row group " + std::to_string(group_));
+      if (batch) {
+        batch_ = std::move(batch);
+        batch_first_row_ = group_next_row_;
+        group_next_row_ += batch_->num_rows();
+        batch_pos_ = 0;
+        return true;
+      }
+      group_batches_.reset();
+      ++group_;
+    }
+    batch_.reset();
+    if (group_ >= row_groups()) return false;
+    decode_groups_ahead();
+    DecodedGroup decoded = decoding_.front().get();
+    decoding_.pop_front();
+    if (decoded.failure) std::rethrow_exception(decoded.failure);
+    auto batches = std::make_unique<arrow::TableBatchReader>(std::move(decoded.table));
+    batches->set_chunksize(options_.batch_rows);
+    group_batches_ = std::move(batches);
+    group_next_row_ = group_first_row(group_);
+    decode_groups_ahead();
+  }
 }
 
 // The next record batch from `cursor` on: the groups after it opened as the one before ends.
@@ -275,6 +366,7 @@ ParquetFileReader::FetchedBatch ParquetFileReader::fetch(BatchCursor cursor) con
 
 // The next record batch as batch_ (false at the end of the file), and the one after it asked for.
 bool ParquetFileReader::next_batch() {
+  if (whole_groups_) return next_decoded_batch();
   FetchedBatch fetched = ahead_.valid() ? ahead_.get() : fetch(std::move(cursor_));
   cursor_ = std::move(fetched.after);
   group_ = fetched.group;

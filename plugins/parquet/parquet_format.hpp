@@ -5,6 +5,7 @@
 // converts them, viewing Arrow's memory where the types agree), and chunks' rows written back as
 // Arrow record batches.
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <future>
 #include <map>
@@ -22,6 +23,7 @@ class Array;
 class RecordBatch;
 class RecordBatchReader;
 class Schema;
+class Table;
 namespace io {
 class RandomAccessFile;
 }
@@ -46,9 +48,12 @@ struct ReadOptions {
   NullPolicy nulls;
   bool use_threads = true;           // Arrow decodes a row group's columns in parallel (pyarrow's default)
   std::int64_t batch_rows = 65536;   // rows Arrow decodes at once
-  // The next record batch decoded on a thread of the file while the rows of the one before are
-  // handed out (a file read in order; not one read a row group at a time, by place).
+  // A file read in order (not one read a row group at a time, by place) is decoded ahead on
+  // threads of the file while the rows before are handed out: whole row groups, the next ones as
+  // many as fit in `ahead_bytes` (at most kGroupsAhead), when every group's columns take no more
+  // (their pages uncompressed, as the file's metadata gives them); else the next record batch.
   bool decode_ahead = false;
+  std::int64_t ahead_bytes = std::int64_t{256} << 20;
 };
 
 // The parameters every Parquet reading operator takes (columns, nulls, null_defaults), between
@@ -111,14 +116,26 @@ class ParquetFileReader {
     std::exception_ptr failure;
     BatchCursor after;
   };
+  // A row group decoded whole (decode_ahead, groups that fit ahead_bytes), or the damage Arrow
+  // found in it, thrown where its rows are needed.
+  struct DecodedGroup {
+    std::shared_ptr<arrow::Table> table;
+    std::exception_ptr failure;
+  };
   void open(std::shared_ptr<arrow::io::RandomAccessFile> file);
+  void measure_groups();
   FetchedBatch fetch(BatchCursor cursor) const;
   bool next_batch();
   void drop_fetch();
+  DecodedGroup decode_group(int group) const;
+  bool next_decoded_batch();
+  void decode_groups_ahead();
+  void drop_decoded();
   void convert_rows(std::int64_t rows);
   std::vector<int> leaf_columns() const;
 
   static constexpr std::int64_t kConvertedRows = 8192;
+  static constexpr std::size_t kGroupsAhead = 2;
 
   std::string name_;
   std::shared_ptr<const std::string> where_;
@@ -126,6 +143,8 @@ class ParquetFileReader {
   std::unique_ptr<parquet::arrow::FileReader> reader_;
   std::vector<int> leaves_;
   std::vector<std::int64_t> group_first_row_, group_byte_offset_;
+  std::vector<std::int64_t> group_bytes_;  // the columns read, their pages uncompressed
+  bool whole_groups_ = false;             // decode_ahead by row groups (all fit ahead_bytes)
   std::int64_t rows_ = 0;
   int group_ = 0;               // the row group of batch_ (row_groups() at the end)
   std::int64_t next_row_ = 0;  // the file's row number of the next row handed out
@@ -134,7 +153,12 @@ class ParquetFileReader {
   std::int64_t batch_first_row_ = 0, batch_pos_ = 0;
   Chunk converted_;  // rows of the batch converted, handed out from converted_pos_
   std::size_t converted_pos_ = 0;
-  std::future<FetchedBatch> ahead_;  // (options_.decode_ahead) the next batch; last: it uses the members above
+  std::unique_ptr<arrow::RecordBatchReader> group_batches_;  // (whole_groups_) group_'s batches, handed out
+  std::int64_t group_next_row_ = 0;                          // the file's row of the next of them
+  int decoding_end_ = 0;                                     // decoding_ holds groups up to it
+  // The futures last: they use the members above.
+  std::future<FetchedBatch> ahead_;  // (decode_ahead, not whole_groups_) the next batch
+  std::deque<std::future<DecodedGroup>> decoding_;  // (whole_groups_) the groups after group_'s batches
 };
 
 // The Arrow schema of elements like `first` (its fields in order; a bytes scalar is binary, other

@@ -73,14 +73,21 @@ class ParquetReader final : public Expand {
             with_column_params({ParamSpec::make("field", ParamType::String, "field holding the path").def("path")},
                                {ParamSpec::make("use_threads", ParamType::Bool, "Arrow decodes a row group's columns in parallel (pyarrow's default)")
                                     .def("true"),
-                                ParamSpec::make("batch_rows", ParamType::Int, "rows Arrow decodes at once").def("65536").range(1, 1 << 24)}),
+                                ParamSpec::make("batch_rows", ParamType::Int, "rows Arrow decodes at once").def("65536").range(1, 1 << 24),
+                                ParamSpec::make("decode_ahead_bytes", ParamType::Int,
+                                                "most bytes of the next row groups decoded whole while this one's rows go on (their "
+                                                "columns' pages uncompressed, as the file's metadata says); a file with a larger "
+                                                "group is decoded a record batch ahead")
+                                    .def("268435456")
+                                    .range(0, 1099511627776.0)}),
             {.stateless = true},
             {}};
   }
   explicit ParquetReader(const Params& p) : field_(p.get_string("field")), options_(read_options_of(p)) {
     options_.use_threads = p.get_bool("use_threads");
     options_.batch_rows = p.get_int("batch_rows");
-    options_.decode_ahead = true;  // read in order: the next record batch decoded while this one's rows go on
+    options_.decode_ahead = true;  // read in order: what comes next decoded while this one's rows go on
+    options_.ahead_bytes = p.get_int("decode_ahead_bytes");
   }
   std::unique_ptr<ExpandCursor> open(Sample in, const ElementContext& ctx, DamageReport& damage) override {
     std::string path(in.at(field_).string_at(0));

@@ -196,16 +196,23 @@ def test_padded_batch_refuses_each_row_of_a_file_whose_column_has_another_type(p
     assert [v for b in batches for v in b["i32"].tolist()] == [r["i32"] for r in expected_rows(["i32"])]
 
 
-def test_a_damaged_row_group_is_named_and_skipped_under_skip_the_others_read_in_order(tmp_path):
-    # The next row group is decoded ahead while the rows of the one before are handed on: the
-    # damage found ahead is reported after every row before it, and reading goes on after it.
+@pytest.mark.parametrize("ahead_bytes", [None, 0], ids=["whole-groups-ahead", "a-batch-ahead"])
+def test_a_damaged_row_group_is_named_and_skipped_under_skip_the_others_read_in_order(tmp_path, ahead_bytes):
+    # What comes next is decoded ahead while the rows before are handed on (whole row groups, or
+    # with decode_ahead_bytes below a group's size the next record batch): the damage found ahead
+    # is reported after every row before it, and reading goes on after it.
     run_oracle("oracle_parquet.py", "write-groups", tmp_path)
     whole, broken = str(tmp_path / "groups.parquet"), str(tmp_path / "damaged-groups.parquet")
-    ids = [int(e["id"]) for e in sluice.data.ParquetDataset(whole)]
+    ahead = {} if ahead_bytes is None else {"decode_ahead_bytes": ahead_bytes}
+
+    def read(path, **policy):
+        return sluice.data.list_files([path], shuffle=False).parquet_reader(**ahead, **policy)
+
+    ids = [int(e["id"]) for e in read(whole)]
     assert ids == list(range(GROUPS * GROUP_ROWS))
     with pytest.raises(sluice.PipelineError, match=rf"{broken}: row group {DAMAGED_GROUP}"):
-        rows_of(sluice.data.ParquetDataset(broken))
-    kept = [int(e["id"]) for e in sluice.data.list_files([broken], shuffle=False).parquet_reader(error_policy="skip")]
+        rows_of(read(broken))
+    kept = [int(e["id"]) for e in read(broken, error_policy="skip")]
     damaged = range(DAMAGED_GROUP * GROUP_ROWS, (DAMAGED_GROUP + 1) * GROUP_ROWS)
     assert kept == [i for i in range(GROUPS * GROUP_ROWS) if i not in damaged]
 
