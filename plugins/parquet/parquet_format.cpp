@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <mutex>
 
 #include "array_record.hpp"  // PositionedFile: local positioned reads, ranged requests for objects
@@ -268,16 +269,23 @@ void ParquetFileReader::drop_fetch() {
 void ParquetFileReader::drop_decoded() {
   for (auto& group : decoding_) group.wait();
   decoding_.clear();
-  group_batches_.reset();
+  handed_.reset();
 }
 
-// Row group `group`, its columns decoded whole (by Arrow's threads, a column each) on a thread of
-// the file, which shares the Arrow reader with the threads decoding the groups before and after.
+// Row group `group` decoded whole on a thread of the file (its columns by Arrow's threads, a
+// column each), which shares the Arrow reader with the threads decoding the groups before and
+// after. In record batches, not as one table: Arrow grows a table's buffers as it decodes a
+// group's lists, copying them again each time.
 ParquetFileReader::DecodedGroup ParquetFileReader::decode_group(int group) const {
   DecodedGroup out;
   try {
     const std::string what = name_ + ": row group " + std::to_string(group) + " (rows from " + std::to_string(group_first_row(group)) + ")";
-    out.table = arrow_step(what, [&] { return checked(reader_->ReadRowGroup(group, leaves_), what); });
+    auto batches = arrow_step(what, [&] { return checked(reader_->GetRecordBatchReader({group}, leaves_), what); });
+    for (;;) {
+      auto batch = arrow_step(what, [&] { return checked(batches->Next(), what); });
+      if (!batch) break;
+      out.batches.push_back(std::move(batch));
+    }
   } catch (...) {
     out.failure = std::current_exception();
   }
@@ -287,7 +295,7 @@ ParquetFileReader::DecodedGroup ParquetFileReader::decode_group(int group) const
 // Keeps the row groups after the one handed out being decoded: the next always, and after it up
 // to kGroupsAhead while their bytes fit options_.ahead_bytes.
 void ParquetFileReader::decode_groups_ahead() {
-  const int first = group_ + (group_batches_ ? 1 : 0);
+  const int first = group_ + (handed_ ? 1 : 0);
   if (decoding_.empty()) decoding_end_ = first;
   std::int64_t bytes = 0;
   for (int g = first; g < decoding_end_; ++g) bytes += group_bytes_[static_cast<std::size_t>(g)];
@@ -304,28 +312,24 @@ void ParquetFileReader::decode_groups_ahead() {
 // meanwhile, whose damage is thrown here, after every row before it.
 bool ParquetFileReader::next_decoded_batch() {
   for (;;) {
-    if (group_batches_) {
-      std::shared_ptr<arrow::RecordBatch> batch;
-      checked(group_batches_->ReadNext(&batch), name_ + ": row group " + std::to_string(group_));
-      if (batch) {
-        batch_ = std::move(batch);
+    if (handed_) {
+      if (handed_->next < handed_->batches.size()) {
+        batch_ = std::move(handed_->batches[handed_->next++]);
         batch_first_row_ = group_next_row_;
         group_next_row_ += batch_->num_rows();
         batch_pos_ = 0;
         return true;
       }
-      group_batches_.reset();
+      batch_.reset();
+      if (handed_->failure) std::rethrow_exception(std::exchange(handed_->failure, nullptr));
+      handed_.reset();
       ++group_;
     }
     batch_.reset();
     if (group_ >= row_groups()) return false;
     decode_groups_ahead();
-    DecodedGroup decoded = decoding_.front().get();
+    handed_ = decoding_.front().get();
     decoding_.pop_front();
-    if (decoded.failure) std::rethrow_exception(decoded.failure);
-    auto batches = std::make_unique<arrow::TableBatchReader>(std::move(decoded.table));
-    batches->set_chunksize(options_.batch_rows);
-    group_batches_ = std::move(batches);
     group_next_row_ = group_first_row(group_);
     decode_groups_ahead();
   }

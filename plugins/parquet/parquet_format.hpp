@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,11 +117,12 @@ class ParquetFileReader {
     std::exception_ptr failure;
     BatchCursor after;
   };
-  // A row group decoded whole (decode_ahead, groups that fit ahead_bytes), or the damage Arrow
-  // found in it, thrown where its rows are needed.
+  // A row group decoded whole (decode_ahead, groups that fit ahead_bytes) as its record batches,
+  // up to the damage Arrow found in it, thrown where the rows after the last batch are needed.
   struct DecodedGroup {
-    std::shared_ptr<arrow::Table> table;
+    std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
     std::exception_ptr failure;
+    std::size_t next = 0;  // the next batch handed out
   };
   void open(std::shared_ptr<arrow::io::RandomAccessFile> file);
   void measure_groups();
@@ -153,8 +155,8 @@ class ParquetFileReader {
   std::int64_t batch_first_row_ = 0, batch_pos_ = 0;
   Chunk converted_;  // rows of the batch converted, handed out from converted_pos_
   std::size_t converted_pos_ = 0;
-  std::unique_ptr<arrow::RecordBatchReader> group_batches_;  // (whole_groups_) group_'s batches, handed out
-  std::int64_t group_next_row_ = 0;                          // the file's row of the next of them
+  std::optional<DecodedGroup> handed_;  // (whole_groups_) group_'s batches, being handed out
+  std::int64_t group_next_row_ = 0;      // the file's row of the next of them
   int decoding_end_ = 0;                                     // decoding_ holds groups up to it
   // The futures last: they use the members above.
   std::future<FetchedBatch> ahead_;  // (decode_ahead, not whole_groups_) the next batch
