@@ -12,12 +12,13 @@ same files in order:
   sluice      `sluice bench` of list_files -> parquet_reader(columns=...) -> batch(B) -> null_sink:
               the rows handed on as chunks whose columns are Sluice tensors (views of Arrow's
               buffers for numbers, spans for strings), each batch of B rows assembled into one
-              tensor per column (a padded batch where a column's lists differ in length)
+              tensor per column; the tokens, whose lists differ in length, by ragged_batch (their
+              values one after another and each row's length, as Arrow's list array holds them)
+              and, in the "padded" cases, by padded_batch (padded to the longest of the batch,
+              work pyarrow's loop does not do)
 
 Both read the files REPEATS times over (the files stay in the page cache). B is 1,024, a training
-batch; with B = 65,536 (iter_batches' default) pyarrow's Python loop costs 64 times less per row
-while Sluice's hand-over of rows in chunks of 256 to `batch` costs the same: below 0.9x for most
-columns (see bench/README.md, "Why the 65,536 figure resists"). A third argument sets B.
+batch; a third argument sets it (65,536 is iter_batches' default; see bench/README.md for both).
 
 Usage (after the build; the peers environment in BUILD_DIR/peers):
   python3 bench/parquet.py [N] [ROUNDS] [B]
@@ -35,10 +36,14 @@ ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 FILES = 4
 REPEATS = 3
-# Column sets, and the batching stage that takes Sluice's rows (the tokens padded to the longest
-# row of their batch).
-COLUMN_SETS = {"numbers": (["id", "score"], "batch"), "text": (["text"], "batch"), "embedding": (["embedding"], "batch"),
-               "tokens": (["tokens"], "padded_batch"), "all": (["id", "score", "text", "embedding", "tokens"], "padded_batch")}
+# Column sets, and the batching stage that takes Sluice's rows: the tokens batched ragged (their
+# values one after another and each row's length, what an Arrow list array of a record batch
+# is), or padded to the longest row of their batch (more than pyarrow's loop makes of them).
+ALL = ["id", "score", "text", "embedding", "tokens"]
+RAGGED = ("ragged_batch", {"fields": "tokens"})
+COLUMN_SETS = {"numbers": (["id", "score"], ("batch", {})), "text": (["text"], ("batch", {})), "embedding": (["embedding"], ("batch", {})),
+               "tokens": (["tokens"], RAGGED), "all": (ALL, RAGGED),
+               "tokens padded": (["tokens"], ("padded_batch", {})), "all padded": (ALL, ("padded_batch", {}))}
 
 WRITE = """
 import sys, random
@@ -88,11 +93,13 @@ def pyarrow_rate(work, columns):
 
 
 def sluice_rate(work, columns, batching):
+    op, extra = batching
     listed = f' params {{ key: "columns" value: "{", ".join(columns)}" }}' if columns else ""
+    more = "".join(f' params {{ key: "{k}" value: "{v}" }}' for k, v in extra.items())
     text = (f'stage {{ id: "files" op: "list_files" params {{ key: "patterns" value: "{work}/*.parquet" }} params {{ key: "shuffle" value: "false" }} }}\n'
             f'stage {{ id: "again" op: "repeat" input: "files" params {{ key: "count" value: "{REPEATS}" }} }}\n'
             f'stage {{ id: "read" op: "parquet_reader" input: "again"{listed} }}\n'
-            f'stage {{ id: "batch" op: "{batching}" input: "read" params {{ key: "batch_size" value: "{BATCH}" }} }}\n'
+            f'stage {{ id: "batch" op: "{op}" input: "read" params {{ key: "batch_size" value: "{BATCH}" }}{more} }}\n'
             'stage { id: "out" op: "null_sink" input: "batch" }\n')
     path = f"{work}/read.txtpb"
     with open(path, "w") as f:
@@ -119,7 +126,7 @@ def main():
             base = max(rates[(name, "pyarrow")])
             for reader in ("pyarrow", "sluice"):
                 values = rates[(name, reader)]
-                print(f"{name:8} {reader:8} {max(values):>14,.0f} ({min(values):,.0f}-{max(values):,.0f})  {max(values) / base:.2f}x pyarrow "
+                print(f"{name:13} {reader:8} {max(values):>14,.0f} ({min(values):,.0f}-{max(values):,.0f})  {max(values) / base:.2f}x pyarrow "
                       f"[{', '.join(columns)}]")
     finally:
         subprocess.run(["rm", "-rf", work])

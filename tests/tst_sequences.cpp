@@ -570,7 +570,10 @@ class TestSequences : public QObject {
         {"packed", stage("out_layout", "pack_sequences", "seq", {{"fields", "x"}, {"length", "24"}, {"open_rows", "3"}}) +
                        stage("rows", "batch", "out_layout", {{"batch_size", "4"}}) + sink_after("rows")},
         {"fixed padded", stage("out_layout", "padded_batch", "seq", {{"batch_size", "16"}, {"padded_shapes", "x:96"}, {"drop_remainder", "true"}}) +
-                             sink_after("out_layout")}};
+                             sink_after("out_layout")},
+        {"ragged", stage("out_layout", "ragged_batch", "seq", {{"batch_size", "7"}}) + sink_after("out_layout")},
+        {"ragged splits", stage("out_layout", "ragged_batch", "seq", {{"batch_size", "9"}, {"row_partition", "row_splits"}}) +
+                              sink_after("out_layout")}};
     // Under a sanitizer only the interleaved read on two workers, whose threads it watches (the
     // single reader is the same chunking code on one thread): 31 s of ThreadSanitizer's stage.
 #ifdef SLUICE_SANITIZED
@@ -604,6 +607,37 @@ class TestSequences : public QObject {
           QVERIFY2(chunked.snapshot.stage(1).chunks_out() <= chunked.snapshot.stage(1).elements_out() / 7 + 12,
                    (std::to_string(chunked.snapshot.stage(1).chunks_out()) + " chunks").c_str());
       }
+    }
+  }
+
+  void ragged_batch_of_chunks_refuses_a_stacked_field_whose_length_changes() {
+    // Two fields of every line's numbers: y batched ragged, x stacked. Lines of 3 numbers but one
+    // of 4 (row 1700, inside a chunk): x cannot be stacked there. Refused as the element-wise run
+    // refuses it, ending the run, or under skip that row alone, chunk or no chunk.
+    std::string text;
+    for (int l = 0; l < 3000; ++l) text += l == 1700 ? "1 2 3 4\n" : std::to_string(l) + " 5 6\n";
+    write_file(path("stacked.txt"), text);
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    for (const std::string policy : {"error_policy: skip", ""}) {
+      const std::string pipeline = stage("files", "list_files", "", {{"patterns", path("stacked.txt")}}) + stage("lines", "text_lines", "files") +
+                                   stage("split", "split_text", "lines", {{"to", "int64"}, {"output", "x"}}) +
+                                   stage("split2", "split_text", "split", {{"to", "int64"}, {"output", "y"}}) +
+                                   stage("pair", "select_fields", "split2", {{"keep", "x, y"}}) +
+                                   stage("rb", "ragged_batch", "pair", {{"batch_size", "64"}, {"fields", "y"}}, policy) + sink_after("rb");
+      const auto chunked = run_text(pipeline), elements = run_text(pipeline, {}, element_wise);
+      QVERIFY(chunked.snapshot.stage(1).chunks_out() > 0);
+      QCOMPARE(chunked.result.error, elements.result.error);
+      if (policy.empty()) {
+        QCOMPARE(chunked.result.state, sluice::RunState::Failed);
+        QVERIFY2(chunked.result.error.find("it is stacked (not listed in fields), so its shape must not change") != std::string::npos,
+                 chunked.result.error.c_str());
+        continue;
+      }
+      QCOMPARE(chunked.result.state, sluice::RunState::Finished);
+      QCOMPARE(chunked.lines, elements.lines);
+      QCOMPARE(chunked.lines.size(), std::size_t((3000 - 1 + 63) / 64));
+      QCOMPARE(chunked.snapshot.stage(5).errors_skipped(), std::uint64_t(1));
     }
   }
 

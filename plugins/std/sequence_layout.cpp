@@ -513,60 +513,81 @@ Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator) {
   return out;
 }
 
-bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f) {
-  return ragged.empty() ? f.tensor.rank() >= 1 : contains(ragged, f.name);
+bool is_ragged_field(const std::vector<std::string>& ragged, const Column& c) {
+  return ragged.empty() ? c.row_rank() >= 1 : contains(ragged, c.name);
 }
 
-Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+namespace {
+
+// Rows' values one after another into `dst`: a run of rows whose values follow one another in
+// memory (a chunk's rows of a Rows or Ragged column) is one copy.
+void concatenate_rows(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, std::size_t elem, std::byte* dst) {
+  for (std::size_t k = 0; k < rows.size();) {
+    const std::byte* src = cells[k]->row_data(rows[k].row);
+    std::size_t bytes = static_cast<std::size_t>(cells[k]->row_elements(rows[k].row)) * elem;
+    std::size_t run = 1;
+    for (; k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k + run - 1].row + 1; ++run) {
+      const std::byte* next = cells[k]->row_data(rows[k + run].row);
+      if (next != src + bytes) break;
+      bytes += static_cast<std::size_t>(cells[k]->row_elements(rows[k + run].row)) * elem;
+    }
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    dst += bytes;
+    k += run;
+  }
+}
+
+// One field of the rows, their values concatenated (`shape`: the whole's, its dimension 0 the
+// rows' lengths summed for a ragged field, the batch for a stacked one).
+Tensor concatenated_field(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, DType dtype, const Shape& shape,
+                          Allocator& allocator) {
+  if (dtype == DType::Bytes) {
+    std::vector<std::string_view> strings;
+    strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      for (std::int64_t j = 0; j < cells[k]->row_elements(rows[k].row); ++j) strings.push_back(cells[k]->row_string(rows[k].row, j));
+    return Tensor::from_strings(strings, shape);
+  }
+  Tensor values = Tensor::empty(dtype, shape, allocator);
+  concatenate_rows(rows, cells, dtype_size(dtype), values.raw_data());
+  return values;
+}
+
+}  // namespace
+
+Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::string>& ragged, RowPartition partition,
                     Allocator& allocator, StageCounters* counters) {
   Sample out;
   if (rows.empty()) return out;
   const auto batch = static_cast<std::int64_t>(rows.size());
-  for (const auto& f : rows.front().fields()) {
-    if (!is_ragged_field(ragged, f)) {
-      std::vector<const Sample*> all;
-      for (const auto& r : rows) all.push_back(&r);
-      Tensor stacked = stack_field(all, f.name, allocator);
-      if (counters) counters->add_padding(0, static_cast<std::uint64_t>(stacked.num_elements()));
-      out.set(f.name, std::move(stacked));
+  std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
+  for (const Column& first : rows.front().chunk->columns()) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(first.name);
+    Shape shape = first.row_shape(rows.front().row);
+    if (!is_ragged_field(ragged, first)) {
+      shape.insert(shape.begin(), batch);
+      refuse_beyond_memory(first.name, first.dtype(), shape, false);
+      out.set(first.name, concatenated_field(rows, cells, first.dtype(), shape, allocator));
+      if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));
       continue;
     }
-    std::int64_t total = 0;
-    for (const auto& r : rows) total += r.at(f.name).shape()[0];
-    Shape shape = f.tensor.shape();
-    shape[0] = total;
     Tensor starts = Tensor::empty(DType::I64, {partition == RowPartition::Splits ? batch + 1 : batch}, allocator);
     auto* s = starts.data<std::int64_t>();
-    std::int64_t at = 0;
-    for (std::int64_t r = 0; r < batch; ++r) {
-      const std::int64_t len = rows[static_cast<std::size_t>(r)].at(f.name).shape()[0];
-      if (partition == RowPartition::Splits) s[r] = at;
-      else s[r] = len;
-      at += len;
+    std::int64_t total = 0;
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const std::int64_t length = cells[k]->row_length(rows[k].row);
+      s[k] = partition == RowPartition::Splits ? total : length;
+      total += length;
     }
-    if (partition == RowPartition::Splits) s[batch] = at;
-    if (f.tensor.dtype() == DType::Bytes) {
-      std::vector<std::string_view> strings;
-      strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
-      for (const auto& r : rows) {
-        const Tensor& t = r.at(f.name);
-        for (std::int64_t k = 0; k < t.num_elements(); ++k) strings.push_back(t.string_at(k));
-      }
-      out.set(f.name, Tensor::from_strings(strings, shape));
-    } else {
-      Tensor values = Tensor::empty(f.tensor.dtype(), shape, allocator);
-      std::size_t offset = 0;
-      for (const auto& r : rows) {
-        const Tensor& t = r.at(f.name);
-        if (t.nbytes()) std::memcpy(values.raw_data() + offset, t.raw_data(), t.nbytes());
-        offset += t.nbytes();
-      }
-      out.set(f.name, std::move(values));
-    }
-    out.set(f.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
+    if (partition == RowPartition::Splits) s[batch] = total;
+    shape[0] = total;
+    refuse_beyond_memory(first.name, first.dtype(), shape, false);
+    out.set(first.name, concatenated_field(rows, cells, first.dtype(), shape, allocator));
+    out.set(first.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
     if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));  // nothing padded
   }
-  out.share_origin(rows.front());
+  share_origin(out, *rows.front().chunk, rows.front().row);
   return out;
 }
 

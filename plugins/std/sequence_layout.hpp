@@ -178,9 +178,11 @@ Sample stack(const std::vector<const Sample*>& rows, Allocator& allocator);
 // [batch + 1] (tf.RaggedTensor's row_splits; PyTorch's nested tensors take offsets).
 enum class RowPartition { Lengths, Splits };
 // Fields named in `ragged` (every field of rank >= 1 when empty) become their rows' values
-// concatenated along dimension 0 plus a row partition field; the others are stacked.
-Sample ragged_stack(const std::vector<Sample>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+// concatenated along dimension 0 plus a row partition field; the others are stacked (the rows
+// were checked to agree: the same fields, types and ranks, equal shapes where stacked). The
+// output's origin is its first row's.
+Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::string>& ragged, RowPartition partition,
                     Allocator& allocator, StageCounters* counters);
-bool is_ragged_field(const std::vector<std::string>& ragged, const Field& f);
+bool is_ragged_field(const std::vector<std::string>& ragged, const Column& c);
 
 }  // namespace sluice::std_ops

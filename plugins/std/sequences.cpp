@@ -106,8 +106,9 @@ class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
 };
 
 // tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
-// becomes its rows' values, concatenated, and where each row starts.
-class RaggedBatch final : public HeldRowBatch<HeldRows> {
+// becomes its rows' values, concatenated, and where each row starts. Rows are held by reference
+// (a chunk's rows without an element made of each), as padded_batch's are.
+class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate {
  public:
   static OperatorInfo describe() {
     return {"ragged_batch",
@@ -132,37 +133,60 @@ class RaggedBatch final : public HeldRowBatch<HeldRows> {
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
 
   Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    rows().check(in, false);
-    check_row(in);
-    hold(std::move(in), ctx.index, out);
+    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
+    return Flow::Continue;
+  }
+  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
+    take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
     return Flow::Continue;
   }
 
  private:
-  // Throws DataError when `in` cannot join the rows held (already checked: same fields, types, ranks).
-  void check_row(const Sample& in) const {
-    for (const auto& name : fields_) {
-      const Tensor* t = in.find(name);
-      if (!t) throw DataError("fields names '" + name + "', which this element has not");
-      if (t->rank() == 0) throw DataError("field '" + name + "' is a scalar: it has no length to batch ragged");
+  // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
+  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+    if (r == 0) {
+      rows().check(*chunk, r);
+      check_fields(*chunk);
     }
-    if (rows().empty()) return;
-    const Sample& first = rows().rows().front();
-    for (const auto& f : in.fields()) {
-      const Shape& want = first.at(f.name).shape();
-      const bool ragged = is_ragged_field(fields_, f);
-      if (!std::equal(f.tensor.shape().begin() + (ragged ? 1 : 0), f.tensor.shape().end(), want.begin() + (ragged ? 1 : 0)))
-        throw DataError("field '" + f.name + "' is " + shape_string(f.tensor.shape()) + " here and " + shape_string(want) +
+    check_shapes(*chunk, r);
+    hold({chunk, r}, index, out);
+  }
+  // The fields named are there and have a length.
+  void check_fields(const Chunk& in) const {
+    for (const auto& name : fields_) {
+      const Column* c = in.find(name);
+      if (!c) throw DataError("fields names '" + name + "', which this element has not");
+      if (c->row_rank() == 0) throw DataError("field '" + name + "' is a scalar: it has no length to batch ragged");
+    }
+  }
+  // Row `r`'s shapes against the batch's first row: a stacked field's whole, a ragged one's past
+  // dimension 0. A chunk's rows differ only in dimension 0 of its ragged columns, so after the
+  // chunk's first row only the stacked fields held as ragged columns are compared.
+  void check_shapes(const Chunk& in, std::size_t r) {
+    if (r == 0) {
+      varying_stacked_.clear();
+      for (const Column& c : in.columns())
+        if (c.layout == Column::Layout::Ragged && !is_ragged_field(fields_, c)) varying_stacked_.push_back(&c);
+    }
+    if (rows().empty() || (r > 0 && varying_stacked_.empty())) return;
+    const RowRef& first = rows().rows().front();
+    for (const Column& c : in.columns()) {
+      const bool ragged = is_ragged_field(fields_, c);
+      if (r > 0 && std::find(varying_stacked_.begin(), varying_stacked_.end(), &c) == varying_stacked_.end()) continue;
+      const Shape have = c.row_shape(r), want = first.chunk->at(c.name).row_shape(first.row);
+      if (!std::equal(have.begin() + (ragged ? 1 : 0), have.end(), want.begin() + (ragged ? 1 : 0), want.end()))
+        throw DataError("field '" + c.name + "' is " + shape_string(have) + " here and " + shape_string(want) +
                         " in the batch's first row: " +
                         (ragged ? "only the first dimension may differ in a ragged batch"
                                 : "it is stacked (not listed in fields), so its shape must not change"));
     }
   }
-  Sample assemble(const std::vector<Sample>& rows) const override {
+  Sample assemble(const std::vector<RowRef>& rows) const override {
     return ragged_stack(rows, fields_, partition_, allocator(), counters());
   }
   std::vector<std::string> fields_;
   RowPartition partition_;
+  std::vector<const Column*> varying_stacked_;  // the chunk being taken's stacked fields whose rows' shapes differ
 };
 
 // tf.data's bucket_by_sequence_length: elements go to the bucket of their length (bucket i holds
