@@ -1,5 +1,6 @@
 """parquet_reader against pyarrow's ParquetFile.iter_batches, measured in one run, cases alternated
-over ROUNDS rounds (best of each printed, with the range).
+over ROUNDS rounds (best of each printed, with the range, and the median of each round's ratio:
+on a machine whose rates move by a third between runs, the pairs measured side by side).
 
 The data: N rows in 4 files written by pyarrow (snappy, its defaults, row groups of 131,072 rows):
 an int64 id, a float32 score, a text of 10 to 60 characters, a 16-float embedding (a list of fixed
@@ -24,6 +25,7 @@ Usage (after the build; the peers environment in BUILD_DIR/peers):
   python3 bench/parquet.py [N] [ROUNDS] [B]
 """
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -121,13 +123,15 @@ def main():
                 rates.setdefault((name, "pyarrow"), []).append(pyarrow_rate(work, columns))
                 rates.setdefault((name, "sluice"), []).append(sluice_rate(work, columns, batching))
         print(f"{N // FILES * FILES:,} rows in {FILES} files read {REPEATS} times in batches of {BATCH}, {ROUNDS} rounds alternated; "
-              "best (range) rows/s")
+              "best (range) rows/s; best over best, and the median (range) of each round's Sluice rate over that round's pyarrow rate")
         for name, (columns, _) in COLUMN_SETS.items():
-            base = max(rates[(name, "pyarrow")])
+            base = rates[(name, "pyarrow")]
+            paired = sorted(s / p for s, p in zip(rates[(name, "sluice")], base))
             for reader in ("pyarrow", "sluice"):
                 values = rates[(name, reader)]
-                print(f"{name:13} {reader:8} {max(values):>14,.0f} ({min(values):,.0f}-{max(values):,.0f})  {max(values) / base:.2f}x pyarrow "
-                      f"[{', '.join(columns)}]")
+                rounds = f"  median {statistics.median(paired):.2f}x ({paired[0]:.2f}-{paired[-1]:.2f})" if reader == "sluice" else ""
+                print(f"{name:13} {reader:8} {max(values):>14,.0f} ({min(values):,.0f}-{max(values):,.0f})  {max(values) / max(base):.2f}x pyarrow"
+                      f"{rounds} [{', '.join(columns)}]")
     finally:
         subprocess.run(["rm", "-rf", work])
 
