@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
-#include <utility>
 #include <mutex>
+#include <utility>
 
 #include "array_record.hpp"  // PositionedFile: local positioned reads, ranged requests for objects
 #include "sluice/error.hpp"
