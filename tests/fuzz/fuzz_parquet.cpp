@@ -1,6 +1,8 @@
 // libFuzzer target: Parquet files through Arrow's reader and Sluice's conversion of its arrays
-// (every column type, nulls refused and filled, reads begun inside the file). Arrow itself is
-// not instrumented here (the peers' pyarrow build); a crash in it still stops the run.
+// (every column type, nulls refused and filled, reads begun inside the file, read in place or
+// decoded ahead on threads of the file as parquet_reader reads: whole row groups, or a record
+// batch ahead where the metadata's sizes are past decode_ahead_bytes). Arrow itself is not
+// instrumented here (the peers' pyarrow build); a crash in it still stops the run.
 #include <cstdint>
 
 #include "parquet_format.hpp"
@@ -13,6 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.nulls.fill = data[0] & 1;
   options.use_threads = false;
   options.batch_rows = 1 + (data[0] >> 1);
+  options.decode_ahead = size % 3 != 0;
+  options.ahead_bytes = size % 3 == 1 ? std::int64_t{1} << 28 : 64;
   try {
     ParquetFileReader reader("fuzz.parquet", arrow_file_in_memory("fuzz.parquet", data + 1, size - 1), options);
     for (std::int64_t from : {std::int64_t{0}, reader.rows() / 2}) {
