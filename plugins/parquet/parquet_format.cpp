@@ -142,6 +142,7 @@ ParquetFileReader::ParquetFileReader(std::string name, std::shared_ptr<arrow::io
 // size that makes no sense counts as too large to decode whole); whole row groups are decoded
 // ahead when every group fits options_.ahead_bytes.
 void ParquetFileReader::measure_groups() {
+  if (!options_.decode_ahead) return;  // read by place, a group at a time: nothing decoded ahead
   const auto metadata = reader_->parquet_reader()->metadata();
   constexpr auto kTooLarge = std::numeric_limits<std::int64_t>::max();
   for (int g = 0; g < row_groups(); ++g) {
@@ -153,8 +154,7 @@ void ParquetFileReader::measure_groups() {
     }
     group_bytes_.push_back(bytes);
   }
-  whole_groups_ = options_.decode_ahead &&
-                  std::all_of(group_bytes_.begin(), group_bytes_.end(), [&](std::int64_t bytes) { return bytes <= options_.ahead_bytes; });
+  whole_groups_ = std::all_of(group_bytes_.begin(), group_bytes_.end(), [&](std::int64_t bytes) { return bytes <= options_.ahead_bytes; });
 }
 
 void ParquetFileReader::open(std::shared_ptr<arrow::io::RandomAccessFile> file) {

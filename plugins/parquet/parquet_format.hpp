@@ -24,7 +24,6 @@ class Array;
 class RecordBatch;
 class RecordBatchReader;
 class Schema;
-class Table;
 namespace io {
 class RandomAccessFile;
 }
@@ -157,7 +156,7 @@ class ParquetFileReader {
   std::size_t converted_pos_ = 0;
   std::optional<DecodedGroup> handed_;  // (whole_groups_) group_'s batches, being handed out
   std::int64_t group_next_row_ = 0;      // the file's row of the next of them
-  int decoding_end_ = 0;                                     // decoding_ holds groups up to it
+  int decoding_end_ = 0;                 // decoding_ holds groups up to it
   // The futures last: they use the members above.
   std::future<FetchedBatch> ahead_;  // (decode_ahead, not whole_groups_) the next batch
   std::deque<std::future<DecodedGroup>> decoding_;  // (whole_groups_) the groups after group_'s batches

@@ -255,6 +255,11 @@ void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
   for (const auto& field : rules.mask_fields) check(field, "masks");
 }
 
+// Field `name`'s column in each row's chunk (looked up once per chunk, not per row).
+void columns_of(const std::vector<RowRef>& rows, const std::string& name, std::vector<const Column*>& cells) {
+  for (std::size_t k = 0; k < rows.size(); ++k) cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(name);
+}
+
 // Rows of rank 0 or 1 into `dst`, `row_elements` values a row: each row's values, then its
 // padding (`fill(at, values)`), every byte written once (the batch is the stage's largest write,
 // on one thread). Rows that follow one another in one chunk's rows, none padded: copied at once.
@@ -284,8 +289,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
   const auto batch = static_cast<std::int64_t>(rows.size());
   std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
   for (const Column& first : rows.front().chunk->columns()) {
-    for (std::size_t k = 0; k < rows.size(); ++k)
-      cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(first.name);
+    columns_of(rows, first.name, cells);
     const DType dtype = first.dtype();
     const std::size_t rank = first.row_rank();
     // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
@@ -562,8 +566,7 @@ Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::stri
   const auto batch = static_cast<std::int64_t>(rows.size());
   std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
   for (const Column& first : rows.front().chunk->columns()) {
-    for (std::size_t k = 0; k < rows.size(); ++k)
-      cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(first.name);
+    columns_of(rows, first.name, cells);
     Shape shape = first.row_shape(rows.front().row);
     if (!is_ragged_field(ragged, first)) {
       shape.insert(shape.begin(), batch);

@@ -168,17 +168,20 @@ class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
       for (const Column& c : in.columns())
         if (c.layout == Column::Layout::Ragged && !is_ragged_field(fields_, c)) varying_stacked_.push_back(&c);
     }
-    if (rows().empty() || (r > 0 && varying_stacked_.empty())) return;
+    if (rows().empty()) return;
     const RowRef& first = rows().rows().front();
-    for (const Column& c : in.columns()) {
-      const bool ragged = is_ragged_field(fields_, c);
-      if (r > 0 && std::find(varying_stacked_.begin(), varying_stacked_.end(), &c) == varying_stacked_.end()) continue;
+    const auto compare = [&](const Column& c, bool ragged) {
       const Shape have = c.row_shape(r), want = first.chunk->at(c.name).row_shape(first.row);
       if (!std::equal(have.begin() + (ragged ? 1 : 0), have.end(), want.begin() + (ragged ? 1 : 0), want.end()))
         throw DataError("field '" + c.name + "' is " + shape_string(have) + " here and " + shape_string(want) +
                         " in the batch's first row: " +
                         (ragged ? "only the first dimension may differ in a ragged batch"
                                 : "it is stacked (not listed in fields), so its shape must not change"));
+    };
+    if (r == 0) {
+      for (const Column& c : in.columns()) compare(c, is_ragged_field(fields_, c));
+    } else {
+      for (const Column* c : varying_stacked_) compare(*c, false);
     }
   }
   Sample assemble(const std::vector<RowRef>& rows) const override {
