@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 #include <tuple>
 
@@ -305,6 +306,44 @@ class TestEngine : public QObject {
         peak_of_source_buffer(stage("src", "synthetic_images", "", {{"count", "1000"}}, "buffer_size: 12"), 12);
     QCOMPARE(explicit_snap.stage(0).buffer_byte_limit(), std::uint64_t(0));
     QCOMPARE(explicit_level, 12u);
+  }
+
+  void an_expand_hands_small_rows_on_in_larger_chunks_and_large_ones_in_chunks_of_256() {
+    // The rows a reader hands on at once (a chunk) grow past 256 only while a chunk stays within
+    // 1 MiB: short lines go in chunks of thousands (after a first one of 256), and the batches
+    // are the element-wise run's.
+    QTemporaryDir dir;
+    const std::string lines_path = dir.filePath("numbers.txt").toStdString();
+    {
+      std::ofstream lines(lines_path);
+      for (int i = 0; i < 20000; ++i) lines << i << "\n";
+    }
+    const std::string text = stage("files", "list_files", "", {{"patterns", lines_path}}) + stage("lines", "text_lines", "files") +
+                             stage("batch", "batch", "lines", {{"batch_size", "5000"}}) + sink_after("batch");
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const auto chunked = run_text(text), elements = run_text(text, {}, element_wise);
+    QVERIFY2(chunked.result.state == sluice::RunState::Finished, chunked.result.error.c_str());
+    QCOMPARE(chunked.lines.size(), std::size_t(4));
+    QCOMPARE(chunked.lines, elements.lines);
+    const auto& read = chunked.snapshot.stage(1);
+    QCOMPARE(read.chunked_elements_out(), std::uint64_t(20000));
+    QVERIFY2(read.chunks_out() >= 20000 / 4096 && read.chunks_out() <= 8, qPrintable(QString("%1 chunks").arg(read.chunks_out())));
+#ifdef SLUICE_HAVE_PARQUET
+    // Rows of 6,912 bytes (48x48x3 images) in one Parquet row group, which the reader could hand
+    // on 8,192 at a time: chunks of 256 (1.8 MB each), as before chunks could grow.
+    const std::string prefix = dir.filePath("images").toStdString();
+    auto written = run_text(stage("img", "synthetic_images", "", {{"count", "2000"}, {"height", "48"}, {"width", "48"}}) +
+                            stage("w", "parquet_writer", "img", {{"prefix", prefix}, {"lists", "fixed"}, {"row_group_rows", "2000"}}));
+    QVERIFY2(written.result.state == sluice::RunState::Finished, written.result.error.c_str());
+    const auto images = run_text(stage("files", "list_files", "", {{"patterns", prefix + "-*.parquet"}}) +
+                                 stage("read", "parquet_reader", "files") + stage("batch", "batch", "read", {{"batch_size", "500"}}) +
+                                 stage("out", "null_sink", "batch"));
+    QVERIFY2(images.result.state == sluice::RunState::Finished, images.result.error.c_str());
+    const auto& image_reads = images.snapshot.stage(1);
+    QCOMPARE(image_reads.chunked_elements_out(), std::uint64_t(2000));
+    QVERIFY2(image_reads.chunks_out() >= 2000 / 256, qPrintable(QString("%1 chunks").arg(image_reads.chunks_out())));
+#endif
   }
 
   void sink_start_failure_names_the_stage() {

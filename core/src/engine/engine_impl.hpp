@@ -51,7 +51,13 @@ inline constexpr std::uint64_t kChunkWorkNs = 2'000'000;  // most work one chunk
 inline constexpr std::uint64_t kFetchRunNs = 200'000;     // most work an interleave fetcher does before handing it on
 inline constexpr int kMaxChunksAhead = 4;                  // chunks in flight per worker, ordered output
 inline constexpr std::uint64_t kElementMajorNs = 20'000;   // fused groups costlier per element go element by element
-inline constexpr std::size_t kChunkRows = 256;              // most elements in one chunk an expand hands on
+// Rows in one chunk an expand hands on: kChunkRows, and up to kChunkRowsMost of rows so small that
+// the chunk stays within kChunkBytes (a chunk costs the same to hand on whatever its rows, so
+// small rows in chunks of 256 spent a reader's time on hand-overs; large rows stay at 256, as
+// before, not holding more memory per chunk than they did).
+inline constexpr std::size_t kChunkRows = 256;
+inline constexpr std::size_t kChunkRowsMost = 4096;
+inline constexpr std::uint64_t kChunkBytes = 1u << 20;
 // Per-input stages' read-ahead per input: finished outputs (batches, mostly), as many as fit in
 // the bytes (at least one), and no more than the count.
 inline constexpr std::size_t kPerInputReadAhead = 64;

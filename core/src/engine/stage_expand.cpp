@@ -350,6 +350,7 @@ bool Engine::Impl::ExpandStage::read_next(ExpandSlot& slot, Sample& sample) {
     if (!slot.chunked->next_chunk(chunk, chunk_rows(slot))) return false;
     if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
     slot.outputs_read += chunk.rows();
+    slot.chunk_row_bytes = std::max<std::uint64_t>({slot.chunk_row_bytes, 1, (chunk.nbytes() + chunk.rows() - 1) / chunk.rows()});
     sample = detail::carry(std::move(chunk));
     return true;
   }
@@ -358,13 +359,17 @@ bool Engine::Impl::ExpandStage::read_next(ExpandSlot& slot, Sample& sample) {
   return true;
 }
 
-// Rows to ask a cursor for: with several inputs open, up to the end of the block the slot's
-// next row is in (block k of an input is its rows [k * block, (k + 1) * block)), so that a
-// chunk short of a block (at the end of a read buffer) does not leave every later block cut in two.
+// Rows to ask a cursor for: as many as its chunks' rows so far allow (kChunkRows at first) and,
+// with several inputs open, up to the end of the block the slot's next row is in (block k of an
+// input is its rows [k * block, (k + 1) * block)), so that a chunk short of a block (at the end
+// of a read buffer) does not leave every later block cut in two.
 std::size_t Engine::Impl::ExpandStage::chunk_rows(const ExpandSlot& slot) const {
-  if (cycle_ == 1) return kChunkRows;
+  std::size_t rows = kChunkRows;
+  const std::uint64_t rows_in_bytes = slot.chunk_row_bytes > 0 ? kChunkBytes / slot.chunk_row_bytes : 0;
+  if (rows_in_bytes > kChunkRows) rows = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkRowsMost, rows_in_bytes));
+  if (cycle_ == 1) return rows;
   const auto b = static_cast<std::size_t>(block_);
-  return std::min(kChunkRows, b - slot.outputs_read % b);
+  return std::min(rows, b - slot.outputs_read % b);
 }
 
 // Time the per-input stages spent inside reads on this thread: theirs, not the reader's busy time.
