@@ -310,7 +310,7 @@ class TestEngine : public QObject {
 
   void an_expand_hands_small_rows_on_in_larger_chunks_and_large_ones_in_chunks_of_256() {
     // The rows a reader hands on at once (a chunk) grow past 256 only while a chunk stays within
-    // 1 MiB: short lines go in chunks of thousands (after a first one of 256), and the batches
+    // 256 KiB: short lines go in chunks of thousands (after a first one of 256), and the batches
     // are the element-wise run's.
     QTemporaryDir dir;
     const std::string lines_path = dir.filePath("numbers.txt").toStdString();
