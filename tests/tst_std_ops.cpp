@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
 
@@ -277,6 +278,38 @@ class TestStdOps : public QObject {
                       stage("rep", "repeat", "t", {{"count", "3"}}) + sink_after("rep"));
     QCOMPARE(all_integers(out.lines), (Ints{0, 1, 0, 1, 0, 1}));
     QCOMPARE(out.snapshot.stage(0).elements_out(), std::uint64_t(6));
+  }
+
+  void ragged_and_padded_batches_of_chunks_with_rows_left_out_give_the_element_wise_batches() {
+    // Each line's 2 to 4 numbers as words, as floats (y), then as integers (x): every 97th line
+    // holds 1.5, which is no integer, and is skipped there. The rows kept of each chunk are not
+    // one after another in y's values any more: batched ragged or padded (the words padded with
+    // ""), they give the element-wise run's batches.
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("numbers.txt").toStdString();
+    {
+      std::ofstream lines(path);
+      for (int l = 0; l < 3000; ++l) {
+        lines << (l % 97 == 5 ? "1.5" : std::to_string(l)) << " " << l % 7;
+        for (int k = 0; k < l % 3; ++k) lines << " 9";
+        lines << "\n";
+      }
+    }
+    sluice::EngineOptions element_wise;
+    element_wise.chunks = false;
+    const std::string split = stage("files", "list_files", "", {{"patterns", path}}) + stage("lines", "text_lines", "files") +
+                              stage("words", "split_text", "lines", {{"output", "words"}}) +
+                              stage("y", "split_text", "words", {{"to", "float"}, {"output", "y"}}) +
+                              stage("x", "split_text", "y", {{"to", "int64"}, {"output", "x"}}, "error_policy: skip");
+    for (const std::string op : {"ragged_batch", "padded_batch"}) {
+      const std::string text = split + stage("b", op, "x", {{"batch_size", "64"}}) + sink_after("b");
+      const auto chunked = run_text(text), elements = run_text(text, {}, element_wise);
+      QVERIFY2(chunked.result.state == sluice::RunState::Finished, chunked.result.error.c_str());
+      QVERIFY(chunked.snapshot.stage(4).chunks_out() > 0);
+      QCOMPARE(chunked.snapshot.stage(4).errors_skipped(), std::uint64_t(31));
+      QCOMPARE(chunked.lines.size(), std::size_t((3000 - 31 + 63) / 64));
+      QCOMPARE(chunked.lines, elements.lines);
+    }
   }
 
   void prefetch_and_identity_pass_through_and_prefetch_sets_the_buffer() {

@@ -255,26 +255,125 @@ void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
   for (const auto& field : rules.mask_fields) check(field, "masks");
 }
 
-// Field `name`'s column in each row's chunk (looked up once per chunk, not per row).
-void columns_of(const std::vector<RowRef>& rows, const std::string& name, std::vector<const Column*>& cells) {
-  for (std::size_t k = 0; k < rows.size(); ++k) cells[k] = k > 0 && rows[k].chunk == rows[k - 1].chunk ? cells[k - 1] : &rows[k].chunk->at(name);
+// The batch's rows as runs of consecutive rows of one chunk (a chunk's rows batched whole are one
+// run), each with its column of the field being stacked: the field is looked up once per run,
+// and a run's values are copied without a call per row.
+struct RowRun {
+  const Chunk* chunk;
+  std::size_t first, count;
+  const Column* cells = nullptr;
+};
+
+std::vector<RowRun> row_runs(const std::vector<RowRef>& rows) {
+  std::vector<RowRun> runs;
+  for (const RowRef& r : rows) {
+    if (!runs.empty() && runs.back().chunk == r.chunk.get() && runs.back().first + runs.back().count == r.row)
+      ++runs.back().count;
+    else
+      runs.push_back({r.chunk.get(), r.row, 1});
+  }
+  return runs;
+}
+
+// Each run's column of field `first` (the first row's chunk's column).
+void find_cells(std::vector<RowRun>& runs, const Column& first, const Chunk* first_chunk) {
+  for (RowRun& run : runs) run.cells = run.chunk == first_chunk ? &first : &run.chunk->at(first.name);
+}
+
+
+// Rows [first, first + count) of a numeric column, their values one after another, into `dst`;
+// returns the end of what it wrote. Rows of a Rows column are one copy, and so are rows of a
+// Ragged column whose spans follow one another.
+std::byte* concatenate_run(const Column& c, std::size_t first, std::size_t count, std::size_t elem, std::byte* dst) {
+  const std::size_t end = first + count;
+  switch (c.layout) {
+    case Column::Layout::Rows: {
+      const std::size_t bytes = count * static_cast<std::size_t>(c.row_elements(first)) * elem;
+      if (bytes > 0) std::memcpy(dst, c.row_data(first), bytes);
+      return dst + bytes;
+    }
+    case Column::Layout::Ragged: {
+      const std::size_t step = static_cast<std::size_t>(c.step_elements()) * elem;
+      const std::byte* base = c.tensor.raw_data();
+      for (std::size_t r = first; r < end;) {
+        const std::uint64_t from = c.spans[r].offset;
+        std::uint64_t to = from + c.spans[r].length;
+        for (++r; r < end && c.spans[r].offset == to; ++r) to += c.spans[r].length;
+        const std::size_t bytes = static_cast<std::size_t>(to - from) * step;
+        if (bytes > 0) std::memcpy(dst, base + static_cast<std::size_t>(from) * step, bytes);
+        dst += bytes;
+      }
+      return dst;
+    }
+    case Column::Layout::Constant:
+    case Column::Layout::Spans: break;
+  }
+  for (std::size_t r = first; r < end; ++r) {  // the same values in every row
+    const std::size_t bytes = static_cast<std::size_t>(c.row_elements(r)) * elem;
+    if (bytes > 0) std::memcpy(dst, c.row_data(r), bytes);
+    dst += bytes;
+  }
+  return dst;
+}
+
+// One field of the rows, their values concatenated (`shape`: the whole's, its dimension 0 the
+// rows' lengths summed for a ragged field, the batch for a stacked one).
+Tensor concatenated_field(const std::vector<RowRun>& runs, DType dtype, const Shape& shape, Allocator& allocator) {
+  if (dtype == DType::Bytes) {
+    std::vector<std::string_view> strings;
+    strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
+    for (const RowRun& run : runs) {
+      const Column& c = *run.cells;
+      for (std::size_t r = run.first; r < run.first + run.count; ++r) {
+        if (c.layout == Column::Layout::Spans) {
+          strings.push_back(c.string_at(r));
+          continue;
+        }
+        for (std::int64_t j = 0; j < c.row_elements(r); ++j) strings.push_back(c.row_string(r, j));
+      }
+    }
+    return Tensor::from_strings(strings, shape);
+  }
+  Tensor values = Tensor::empty(dtype, shape, allocator);
+  std::byte* dst = values.raw_data();
+  for (const RowRun& run : runs) dst = concatenate_run(*run.cells, run.first, run.count, dtype_size(dtype), dst);
+  return values;
 }
 
 // Rows of rank 0 or 1 into `dst`, `row_elements` values a row: each row's values, then its
 // padding (`fill(at, values)`), every byte written once (the batch is the stage's largest write,
-// on one thread). Rows that follow one another in one chunk's rows, none padded: copied at once.
+// on one thread). A run of a chunk's rows, none padded: copied at once.
 template <class Fill>
-void copy_short_rows(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, const std::vector<std::int64_t>& counts,
-                     std::size_t row_elements, std::size_t elem, std::byte* dst, Fill&& fill) {
-  for (std::size_t k = 0; k < rows.size();) {
-    const auto count = static_cast<std::size_t>(counts[k]);
-    std::byte* row_base = dst + k * row_elements * elem;
-    std::size_t run = 1;
-    if (cells[k]->layout == Column::Layout::Rows && count == row_elements)
-      while (k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k].row + run) ++run;
-    if (count > 0) std::memcpy(row_base, cells[k]->row_data(rows[k].row), run * count * elem);
-    if (run == 1) fill(row_base + count * elem, row_elements - count);
-    k += run;
+void copy_short_rows(const std::vector<RowRun>& runs, const std::vector<std::int64_t>& counts, std::size_t row_elements,
+                     std::size_t elem, std::byte* dst, Fill&& fill) {
+  std::size_t k = 0;
+  for (const RowRun& run : runs) {
+    const Column& c = *run.cells;
+    if (c.layout == Column::Layout::Rows && static_cast<std::size_t>(counts[k]) == row_elements) {
+      if (row_elements > 0) std::memcpy(dst + k * row_elements * elem, c.row_data(run.first), run.count * row_elements * elem);
+      k += run.count;
+      continue;
+    }
+    for (std::size_t r = run.first; r < run.first + run.count; ++r, ++k) {
+      const auto count = static_cast<std::size_t>(counts[k]);
+      std::byte* row_base = dst + k * row_elements * elem;
+      if (count > 0) std::memcpy(row_base, c.row_data(r), count * elem);
+      fill(row_base + count * elem, row_elements - count);
+    }
+  }
+}
+
+// Each row's column of the field (`cells`) and its values (`counts`), from the runs.
+void cells_and_counts(const std::vector<RowRun>& runs, std::vector<const Column*>& cells, std::vector<std::int64_t>& counts) {
+  std::size_t k = 0;
+  for (const RowRun& run : runs) {
+    std::fill_n(cells.begin() + static_cast<std::ptrdiff_t>(k), run.count, run.cells);
+    if (run.cells->layout == Column::Layout::Rows) {
+      std::fill_n(counts.begin() + static_cast<std::ptrdiff_t>(k), run.count, run.cells->row_elements(run.first));
+      k += run.count;
+      continue;
+    }
+    for (std::size_t r = run.first; r < run.first + run.count; ++r) counts[k++] = run.cells->row_elements(r);
   }
 }
 
@@ -287,15 +386,21 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
   check_named_fields(*rows.front().chunk, rules);
   std::uint64_t written = 0, data = 0;
   const auto batch = static_cast<std::int64_t>(rows.size());
+  std::vector<RowRun> runs = row_runs(rows);
   std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
+  std::vector<std::int64_t> counts(rows.size());  // each row's values
   for (const Column& first : rows.front().chunk->columns()) {
-    columns_of(rows, first.name, cells);
+    find_cells(runs, first, rows.front().chunk.get());
+    cells_and_counts(runs, cells, counts);
     const DType dtype = first.dtype();
     const std::size_t rank = first.row_rank();
     // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
     Shape padded = first.row_shape(rows.front().row);
     if (rank == 1) {
-      for (std::size_t k = 0; k < rows.size(); ++k) padded[0] = std::max(padded[0], cells[k]->row_length(rows[k].row));
+      for (const RowRun& run : runs) {
+        const std::size_t last = run.cells->layout == Column::Layout::Rows ? run.first + 1 : run.first + run.count;  // Rows: one length
+        for (std::size_t r = run.first; r < last; ++r) padded[0] = std::max(padded[0], run.cells->row_length(r));
+      }
     } else if (rank > 1) {
       for (std::size_t k = 0; k < rows.size(); ++k) {
         const Shape s = cells[k]->row_shape(rows[k].row);
@@ -316,11 +421,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
     const std::int64_t row_elements = shape_elements(padded);
     refuse_beyond_memory(first.name, dtype, shape, rule != rules.shapes.end());
     written += static_cast<std::uint64_t>(batch * row_elements);
-    std::vector<std::int64_t> counts(rows.size());  // each row's values
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-      counts[k] = k > 0 && cells[k] == cells[k - 1] && cells[k]->layout == Column::Layout::Rows ? counts[k - 1] : cells[k]->row_elements(rows[k].row);
-      data += static_cast<std::uint64_t>(counts[k]);
-    }
+    for (const std::int64_t count : counts) data += static_cast<std::uint64_t>(count);
     // Calls copy(src, dst, count) for each run of row k's values inside its padded row.
     auto runs_of = [&](std::size_t k, auto&& copy) {
       if (rank <= 1) {
@@ -329,7 +430,9 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
         for_each_run(cells[k]->row_shape(rows[k].row), padded, copy);
       }
     };
-    if (dtype == DType::Bytes) {
+    if (dtype == DType::Bytes && rank == 0) {  // nothing to pad: one string a row
+      out.set(first.name, concatenated_field(runs, dtype, shape, allocator));
+    } else if (dtype == DType::Bytes) {
       std::vector<std::string_view> strings(static_cast<std::size_t>(batch * row_elements), std::string_view(pad_text));
       for (std::int64_t r = 0; r < batch; ++r) {
         const auto k = static_cast<std::size_t>(r);
@@ -355,7 +458,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
         }
       };
       if (rank <= 1) {
-        copy_short_rows(rows, cells, counts, static_cast<std::size_t>(row_elements), elem, dst_base, fill);
+        copy_short_rows(runs, counts, static_cast<std::size_t>(row_elements), elem, dst_base, fill);
       } else {
         fill(dst_base, total);
         for (std::int64_t r = 0; r < batch; ++r) {
@@ -521,72 +624,36 @@ bool is_ragged_field(const std::vector<std::string>& ragged, const Column& c) {
   return ragged.empty() ? c.row_rank() >= 1 : contains(ragged, c.name);
 }
 
-namespace {
-
-// Rows' values one after another into `dst`: a run of rows whose values follow one another in
-// memory (a chunk's rows of a Rows or Ragged column) is one copy.
-void concatenate_rows(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, std::size_t elem, std::byte* dst) {
-  for (std::size_t k = 0; k < rows.size();) {
-    const std::byte* src = cells[k]->row_data(rows[k].row);
-    std::size_t bytes = static_cast<std::size_t>(cells[k]->row_elements(rows[k].row)) * elem;
-    std::size_t run = 1;
-    for (; k + run < rows.size() && cells[k + run] == cells[k] && rows[k + run].row == rows[k + run - 1].row + 1; ++run) {
-      const std::byte* next = cells[k]->row_data(rows[k + run].row);
-      if (next != src + bytes) break;
-      bytes += static_cast<std::size_t>(cells[k]->row_elements(rows[k + run].row)) * elem;
-    }
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-    dst += bytes;
-    k += run;
-  }
-}
-
-// One field of the rows, their values concatenated (`shape`: the whole's, its dimension 0 the
-// rows' lengths summed for a ragged field, the batch for a stacked one).
-Tensor concatenated_field(const std::vector<RowRef>& rows, const std::vector<const Column*>& cells, DType dtype, const Shape& shape,
-                          Allocator& allocator) {
-  if (dtype == DType::Bytes) {
-    std::vector<std::string_view> strings;
-    strings.reserve(static_cast<std::size_t>(shape_elements(shape)));
-    for (std::size_t k = 0; k < rows.size(); ++k)
-      for (std::int64_t j = 0; j < cells[k]->row_elements(rows[k].row); ++j) strings.push_back(cells[k]->row_string(rows[k].row, j));
-    return Tensor::from_strings(strings, shape);
-  }
-  Tensor values = Tensor::empty(dtype, shape, allocator);
-  concatenate_rows(rows, cells, dtype_size(dtype), values.raw_data());
-  return values;
-}
-
-}  // namespace
-
 Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::string>& ragged, RowPartition partition,
                     Allocator& allocator, StageCounters* counters) {
   Sample out;
   if (rows.empty()) return out;
   const auto batch = static_cast<std::int64_t>(rows.size());
-  std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
+  std::vector<RowRun> runs = row_runs(rows);
   for (const Column& first : rows.front().chunk->columns()) {
-    columns_of(rows, first.name, cells);
+    find_cells(runs, first, rows.front().chunk.get());
     Shape shape = first.row_shape(rows.front().row);
     if (!is_ragged_field(ragged, first)) {
       shape.insert(shape.begin(), batch);
       refuse_beyond_memory(first.name, first.dtype(), shape, false);
-      out.set(first.name, concatenated_field(rows, cells, first.dtype(), shape, allocator));
+      out.set(first.name, concatenated_field(runs, first.dtype(), shape, allocator));
       if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));
       continue;
     }
     Tensor starts = Tensor::empty(DType::I64, {partition == RowPartition::Splits ? batch + 1 : batch}, allocator);
     auto* s = starts.data<std::int64_t>();
     std::int64_t total = 0;
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-      const std::int64_t length = cells[k]->row_length(rows[k].row);
-      s[k] = partition == RowPartition::Splits ? total : length;
-      total += length;
+    for (const RowRun& run : runs) {
+      for (std::size_t r = run.first; r < run.first + run.count; ++r, ++s) {
+        const std::int64_t length = run.cells->row_length(r);
+        *s = partition == RowPartition::Splits ? total : length;
+        total += length;
+      }
     }
-    if (partition == RowPartition::Splits) s[batch] = total;
+    if (partition == RowPartition::Splits) *s = total;
     shape[0] = total;
     refuse_beyond_memory(first.name, first.dtype(), shape, false);
-    out.set(first.name, concatenated_field(rows, cells, first.dtype(), shape, allocator));
+    out.set(first.name, concatenated_field(runs, first.dtype(), shape, allocator));
     out.set(first.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
     if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));  // nothing padded
   }
