@@ -330,19 +330,25 @@ class TestEngine : public QObject {
     QCOMPARE(read.chunked_elements_out(), std::uint64_t(20000));
     QVERIFY2(read.chunks_out() >= 20000 / 4096 && read.chunks_out() <= 8, qPrintable(QString("%1 chunks").arg(read.chunks_out())));
 #ifdef SLUICE_HAVE_PARQUET
-    // Rows of 6,912 bytes (48x48x3 images) in one Parquet row group, which the reader could hand
-    // on 8,192 at a time: chunks of 256 (1.8 MB each), as before chunks could grow.
-    const std::string prefix = dir.filePath("images").toStdString();
-    auto written = run_text(stage("img", "synthetic_images", "", {{"count", "2000"}, {"height", "48"}, {"width", "48"}}) +
-                            stage("w", "parquet_writer", "img", {{"prefix", prefix}, {"lists", "fixed"}, {"row_group_rows", "2000"}}));
-    QVERIFY2(written.result.state == sluice::RunState::Finished, written.result.error.c_str());
-    const auto images = run_text(stage("files", "list_files", "", {{"patterns", prefix + "-*.parquet"}}) +
-                                 stage("read", "parquet_reader", "files") + stage("batch", "batch", "read", {{"batch_size", "500"}}) +
-                                 stage("out", "null_sink", "batch"));
-    QVERIFY2(images.result.state == sluice::RunState::Finished, images.result.error.c_str());
-    const auto& image_reads = images.snapshot.stage(1);
-    QCOMPARE(image_reads.chunked_elements_out(), std::uint64_t(2000));
-    QVERIFY2(image_reads.chunks_out() >= 2000 / 256, qPrintable(QString("%1 chunks").arg(image_reads.chunks_out())));
+    // A Parquet file of 20,000 integers, then one of 2,000 rows of 6,912 bytes (48x48x3 images),
+    // each in one row group, which the reader could hand on 8,192 rows at a time: the integers
+    // in 6 chunks (256, then up to 4,096, cut where Arrow's rows are converted), the images in
+    // chunks of 256 (1.8 MB each), as before chunks could grow: the small rows before them do not
+    // size their chunks.
+    auto write = [&](const std::string& source, const std::string& name) {
+      auto written = run_text(source + stage("w", "parquet_writer", "src",
+                                             {{"prefix", dir.filePath(QString::fromStdString(name)).toStdString()}, {"lists", "fixed"}, {"row_group_rows", "20000"}}));
+      QVERIFY2(written.result.state == sluice::RunState::Finished, written.result.error.c_str());
+    };
+    write(stage("src", "range", "", {{"count", "20000"}}), "a-integers");
+    write(stage("src", "synthetic_images", "", {{"count", "2000"}, {"height", "48"}, {"width", "48"}}), "b-images");
+    const auto both = run_text(stage("files", "list_files", "", {{"patterns", dir.filePath("*.parquet").toStdString()}, {"shuffle", "false"}}) +
+                               stage("read", "parquet_reader", "files") + stage("batch", "batch", "read", {{"batch_size", "500"}}) +
+                               stage("out", "null_sink", "batch"));
+    QVERIFY2(both.result.state == sluice::RunState::Finished, both.result.error.c_str());
+    const auto& parquet_reads = both.snapshot.stage(1);
+    QCOMPARE(parquet_reads.chunked_elements_out(), std::uint64_t(22000));
+    QVERIFY2(parquet_reads.chunks_out() >= 6 + 2000 / 256, qPrintable(QString("%1 chunks").arg(parquet_reads.chunks_out())));
 #endif
   }
 

@@ -28,8 +28,9 @@ struct ExpandSlot {
   std::uint64_t epoch = 0, index = 0;
   // Outputs its cursor gave so far; written only by the thread calling the cursor (one at a time).
   std::uint64_t outputs_read = 0;
-  // The largest bytes per row of the chunks it gave (0: none yet), for the size of the next;
-  // written only by the thread calling the cursor, and kept from one input to the next.
+  // The largest bytes per row of the chunks its input gave (0: none yet), for the size of the
+  // next; written only by the thread calling the cursor. A new input starts a new slot (fill()):
+  // its first chunk is of kChunkRows, whatever the rows of the input before it.
   std::uint64_t chunk_row_bytes = 0;
   // A tuned stage reading on its coordinator holds its slots (busy) until it hands them back to
   // fetchers: no lock and no wake-up per record. Written by the coordinator only.
