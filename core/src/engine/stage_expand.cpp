@@ -349,9 +349,11 @@ bool Engine::Impl::ExpandStage::read_next(ExpandSlot& slot, Sample& sample) {
     Chunk chunk;
     if (!slot.chunked->next_chunk(chunk, chunk_rows(slot))) return false;
     if (chunk.rows() == 0) throw Error("the operator's next_chunk() gave a chunk of no rows");
-    slot.outputs_read += chunk.rows();
-    slot.chunk_row_bytes = std::max<std::uint64_t>({slot.chunk_row_bytes, 1, (chunk.nbytes() + chunk.rows() - 1) / chunk.rows()});
+    const std::uint64_t rows = chunk.rows();
+    slot.outputs_read += rows;
     sample = detail::carry(std::move(chunk));
+    // The carrier's size is the chunk's bytes, counted once as it was made.
+    slot.chunk_row_bytes = std::max<std::uint64_t>({slot.chunk_row_bytes, 1, (sample.nbytes() + rows - 1) / rows});
     return true;
   }
   if (!slot.cursor->next(sample)) return false;
