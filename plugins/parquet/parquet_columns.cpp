@@ -211,6 +211,21 @@ Tensor leaf_values(const arrow::Array& leaf, std::int64_t begin, std::int64_t n,
                   " values, which Sluice has no tensor type for; leave it out with columns:");
 }
 
+// Each row of a list array as a span of its values, past the first row's (read from Arrow's
+// offsets directly: this runs once a row of every list column).
+template <class List>
+void list_spans(const List& list, std::int64_t rows, const ColumnContext& ctx, std::vector<Column::Span>& spans) {
+  const auto* offsets = list.raw_value_offsets();
+  const std::int64_t first = rows > 0 ? offsets[0] : 0;
+  const bool any_null = list.null_count() > 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const bool null = any_null && list.IsNull(r);
+    if (null) ctx.null_at(ctx.row_text(r));  // a null list becomes an empty one
+    const std::int64_t begin = offsets[r], end = null ? begin : offsets[r + 1];
+    spans[static_cast<std::size_t>(r)] = {static_cast<std::uint64_t>(begin - first), static_cast<std::uint64_t>(end - begin)};
+  }
+}
+
 // A column of lists of varying length: its rows' values one after another, each row a span.
 void ragged_column(const arrow::Array& a, std::int64_t rows, const ColumnContext& ctx, Chunk& out) {
   auto offsets_of = [&](std::int64_t i) -> std::int64_t {
@@ -221,12 +236,11 @@ void ragged_column(const arrow::Array& a, std::int64_t rows, const ColumnContext
                                                         : static_cast<const arrow::LargeListArray&>(a).values();
   Column& column = out.add(ctx.column, Column::Layout::Ragged);
   column.spans.resize(static_cast<std::size_t>(rows));
+  if (a.type_id() == arrow::Type::LIST)
+    list_spans(static_cast<const arrow::ListArray&>(a), rows, ctx, column.spans);
+  else
+    list_spans(static_cast<const arrow::LargeListArray&>(a), rows, ctx, column.spans);
   const std::int64_t first = rows > 0 ? offsets_of(0) : 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (a.IsNull(r)) ctx.null_at(ctx.row_text(r));  // a null list becomes an empty one
-    const std::int64_t begin = offsets_of(r), end = a.IsNull(r) ? begin : offsets_of(r + 1);
-    column.spans[static_cast<std::size_t>(r)] = {static_cast<std::uint64_t>(begin - first), static_cast<std::uint64_t>(end - begin)};
-  }
   const std::int64_t total = rows > 0 ? offsets_of(rows) - first : 0;
   auto row_of_value = [&](std::int64_t value) {
     std::int64_t lo = 0, hi = rows;
@@ -309,6 +323,16 @@ void dictionary_column(const arrow::Array& a, std::int64_t rows, const ColumnCon
   Column& column = out.add(ctx.column, Column::Layout::Spans);
   column.buffer = shared_buffer(words->data()->buffers[2]);
   column.spans.resize(static_cast<std::size_t>(rows));
+  if (dict.null_count() == 0 && !large && dict.indices()->type_id() == arrow::Type::INT32) {
+    // What Arrow decodes Parquet's dictionaries into: indices and offsets read directly.
+    const std::int32_t* index = static_cast<const arrow::Int32Array&>(*dict.indices()).raw_values();
+    const std::int32_t* offsets = static_cast<const arrow::BinaryArray&>(*words).raw_value_offsets();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int32_t begin = offsets[index[r]];
+      column.spans[static_cast<std::size_t>(r)] = {static_cast<std::uint64_t>(begin), static_cast<std::uint64_t>(offsets[index[r] + 1] - begin)};
+    }
+    return;
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     std::int64_t begin = 0, length = 0;
     if (!dict.IsNull(r)) word(dict.GetValueIndex(r), begin, length);

@@ -226,6 +226,51 @@ void HeldRows::check(const Sample& in, bool same_shapes) const {
       if (!first.find(f.name)) throw DataError("this element has a field '" + f.name + "' that " + against() + " has not");
 }
 
+void HeldRows::save(StateWriter& w) const {
+  w.put<std::uint64_t>(rows_.size());
+  for (std::size_t k = 0; k < rows_.size(); ++k) {
+    w.put(indices_[k]);
+    w.put_element(rows_[k]);
+  }
+}
+
+namespace {
+
+// Throws DataError when the state holds more rows than `at_most`.
+std::uint64_t saved_rows(StateReader& r, std::size_t at_most) {
+  const auto n = r.get<std::uint64_t>();
+  if (n > at_most)
+    throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
+  return n;
+}
+
+}  // namespace
+
+void HeldRows::restore(StateReader& r, std::size_t at_most) {
+  clear();
+  for (std::uint64_t k = 0, n = saved_rows(r, at_most); k < n; ++k) {
+    const auto index = r.get<std::uint64_t>();
+    add(r.get_element(), index);
+  }
+}
+
+// The same as HeldRows saves: the count, then each row's index and the row as an element.
+void HeldRefs::save(StateWriter& w) const {
+  w.put<std::uint64_t>(rows_);
+  for (const HeldRun& run : runs_)
+    for (std::size_t k = 0; k < run.count; ++k) {
+      w.put(run.index + k);
+      w.put_element(run.chunk->row(run.first + k));
+    }
+}
+
+void HeldRefs::restore(StateReader& r, std::size_t at_most) {
+  clear();
+  for (std::uint64_t k = 0, n = saved_rows(r, at_most); k < n; ++k) {
+    const auto index = r.get<std::uint64_t>();
+    add(chunk_of_element(r.get_element()), 0, index);
+  }
+}
 
 namespace {
 
@@ -264,15 +309,30 @@ struct RowRun {
   const Column* cells = nullptr;
 };
 
-std::vector<RowRun> row_runs(const std::vector<RowRef>& rows) {
+std::vector<RowRun> row_runs(const std::vector<HeldRun>& rows) {
   std::vector<RowRun> runs;
-  for (const RowRef& r : rows) {
-    if (!runs.empty() && runs.back().chunk == r.chunk.get() && runs.back().first + runs.back().count == r.row)
-      ++runs.back().count;
+  for (const HeldRun& r : rows) {
+    if (!runs.empty() && runs.back().chunk == r.chunk.get() && runs.back().first + runs.back().count == r.first)
+      runs.back().count += r.count;
     else
-      runs.push_back({r.chunk.get(), r.row, 1});
+      runs.push_back({r.chunk.get(), r.first, r.count});
   }
   return runs;
+}
+
+std::size_t rows_in(const std::vector<HeldRun>& rows) {
+  std::size_t n = 0;
+  for (const HeldRun& r : rows) n += r.count;
+  return n;
+}
+
+// Each row's number in its chunk, for the paths that go row by row.
+std::vector<std::size_t> row_numbers(const std::vector<RowRun>& runs, std::size_t batch) {
+  std::vector<std::size_t> numbers;
+  numbers.reserve(batch);
+  for (const RowRun& run : runs)
+    for (std::size_t r = run.first; r < run.first + run.count; ++r) numbers.push_back(r);
+  return numbers;
 }
 
 // Each run's column of field `first` (the first row's chunk's column).
@@ -379,31 +439,34 @@ void cells_and_counts(const std::vector<RowRun>& runs, std::vector<const Column*
 
 }  // namespace
 
-Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
+Sample pad_and_stack(const std::vector<HeldRun>& held, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0, const std::vector<std::string>& dim0_fields) {
   Sample out;
-  if (rows.empty()) return out;
-  check_named_fields(*rows.front().chunk, rules);
+  if (held.empty()) return out;
+  const Chunk& head = *held.front().chunk;
+  check_named_fields(head, rules);
   std::uint64_t written = 0, data = 0;
-  const auto batch = static_cast<std::int64_t>(rows.size());
-  std::vector<RowRun> runs = row_runs(rows);
-  std::vector<const Column*> cells(rows.size());  // the field's column in each row's chunk
-  std::vector<std::int64_t> counts(rows.size());  // each row's values
-  for (const Column& first : rows.front().chunk->columns()) {
-    find_cells(runs, first, rows.front().chunk.get());
+  std::vector<RowRun> runs = row_runs(held);
+  const std::size_t n = rows_in(held);
+  const auto batch = static_cast<std::int64_t>(n);
+  const std::vector<std::size_t> rows = row_numbers(runs, n);
+  std::vector<const Column*> cells(n);  // the field's column in each row's chunk
+  std::vector<std::int64_t> counts(n);  // each row's values
+  for (const Column& first : head.columns()) {
+    find_cells(runs, first, &head);
     cells_and_counts(runs, cells, counts);
     const DType dtype = first.dtype();
     const std::size_t rank = first.row_rank();
     // The padded shape of one row: the rule's fixed sizes, else the longest of the batch.
-    Shape padded = first.row_shape(rows.front().row);
+    Shape padded = first.row_shape(held.front().first);
     if (rank == 1) {
       for (const RowRun& run : runs) {
         const std::size_t last = run.cells->layout == Column::Layout::Rows ? run.first + 1 : run.first + run.count;  // Rows: one length
         for (std::size_t r = run.first; r < last; ++r) padded[0] = std::max(padded[0], run.cells->row_length(r));
       }
     } else if (rank > 1) {
-      for (std::size_t k = 0; k < rows.size(); ++k) {
-        const Shape s = cells[k]->row_shape(rows[k].row);
+      for (std::size_t k = 0; k < n; ++k) {
+        const Shape s = cells[k]->row_shape(rows[k]);
         for (std::size_t d = 0; d < rank; ++d) padded[d] = std::max(padded[d], s[d]);
       }
     }
@@ -427,7 +490,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
       if (rank <= 1) {
         copy(0, 0, counts[k]);
       } else {
-        for_each_run(cells[k]->row_shape(rows[k].row), padded, copy);
+        for_each_run(cells[k]->row_shape(rows[k]), padded, copy);
       }
     };
     if (dtype == DType::Bytes && rank == 0) {  // nothing to pad: one string a row
@@ -438,7 +501,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
         const auto k = static_cast<std::size_t>(r);
         runs_of(k, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
           for (std::int64_t j = 0; j < count; ++j)
-            strings[static_cast<std::size_t>(r * row_elements + dst + j)] = cells[k]->row_string(rows[k].row, src + j);
+            strings[static_cast<std::size_t>(r * row_elements + dst + j)] = cells[k]->row_string(rows[k], src + j);
         });
       }
       out.set(first.name, Tensor::from_strings(strings, shape));
@@ -463,7 +526,7 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
         fill(dst_base, total);
         for (std::int64_t r = 0; r < batch; ++r) {
           const auto k = static_cast<std::size_t>(r);
-          const std::byte* src_base = cells[k]->row_data(rows[k].row);
+          const std::byte* src_base = cells[k]->row_data(rows[k]);
           std::byte* row_base = dst_base + static_cast<std::size_t>(r * row_elements) * elem;
           runs_of(k, [&](std::int64_t src, std::int64_t dst, std::int64_t count) {
             if (count > 0)
@@ -476,21 +539,21 @@ Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules,
     }
     if (contains(rules.length_fields, first.name)) {
       Tensor lengths = Tensor::empty(DType::I64, {batch}, allocator);
-      for (std::size_t k = 0; k < rows.size(); ++k) lengths.data<std::int64_t>()[k] = cells[k]->row_length(rows[k].row);
+      for (std::size_t k = 0; k < n; ++k) lengths.data<std::int64_t>()[k] = cells[k]->row_length(rows[k]);
       out.set(first.name + "_length", std::move(lengths));
     }
     if (contains(rules.mask_fields, first.name)) {
       Tensor mask = Tensor::empty(DType::U8, {batch, padded[0]}, allocator);
       auto* m = mask.data<std::uint8_t>();
       for (std::int64_t r = 0; r < batch; ++r) {
-        const std::int64_t len = cells[static_cast<std::size_t>(r)]->row_length(rows[static_cast<std::size_t>(r)].row);
+        const std::int64_t len = cells[static_cast<std::size_t>(r)]->row_length(rows[static_cast<std::size_t>(r)]);
         for (std::int64_t j = 0; j < padded[0]; ++j) m[r * padded[0] + j] = j < len ? 1 : 0;
       }
       out.set(first.name + "_mask", std::move(mask));
     }
   }
   if (counters) counters->add_padding(written - data, data);
-  share_origin(out, *rows.front().chunk, rows.front().row);
+  share_origin(out, head, held.front().first);
   return out;
 }
 
@@ -523,11 +586,12 @@ void share_origin(Sample& out, const Chunk& chunk, std::size_t row) {
   if (o.read_index >= 0) out.set_read_position(o.read_epoch, o.read_index);
 }
 
-void name_rows(Sample& out, const std::vector<RowRef>& rows) {
+void name_rows(Sample& out, const std::vector<HeldRun>& rows) {
   if (rows.empty() || !out.shared_origin().where) return;
   std::vector<Origin> origins;
-  origins.reserve(rows.size());
-  for (const auto& row : rows) origins.push_back(row.chunk->origin(row.row));
+  origins.reserve(rows_in(rows));
+  for (const HeldRun& run : rows)
+    for (std::size_t r = run.first; r < run.first + run.count; ++r) origins.push_back(run.chunk->origin(r));
   const Origin head = out.shared_origin();
   const Origin named = origin_of_rows(head, origins);
   out.set_origin(named.where, named.record, named.byte_offset);
@@ -536,28 +600,28 @@ void name_rows(Sample& out, const std::vector<RowRef>& rows) {
 
 void HeldRefs::check(const Chunk& in, std::size_t r) const {
   if (empty()) return;
-  const RowRef& first = rows().front();
+  const Chunk& head = first_chunk();
   // Formatted only for a message: every element is checked, and the origin's text costs more than the check.
   const auto against = [&] {
-    const Origin o = first.chunk->origin(first.row);
+    const Origin o = head.origin(first_row());
     return "row 0" + (o.empty() ? std::string() : " (" + o.text() + ")");
   };
-  for (const Column& f : first.chunk->columns()) {
+  for (const Column& f : head.columns()) {
     const Column* c = in.find(f.name);
     if (!c) throw DataError("this element has no field '" + f.name + "', which " + against() + " of the output has");
     if (c->dtype() != f.dtype() || c->row_rank() != f.row_rank())
       throw DataError("field '" + f.name + "' is " + dtype_name(c->dtype()) + shape_string(c->row_shape(r)) + " here and " +
-                      dtype_name(f.dtype()) + shape_string(f.row_shape(first.row)) + " in " + against() +
+                      dtype_name(f.dtype()) + shape_string(f.row_shape(first_row())) + " in " + against() +
                       " (rows may differ in their sizes, not in their type or number of dimensions)");
   }
-  if (in.columns().size() != first.chunk->columns().size())
+  if (in.columns().size() != head.columns().size())
     for (const Column& c : in.columns())
-      if (!first.chunk->find(c.name)) throw DataError("this element has a field '" + c.name + "' that " + against() + " has not");
+      if (!head.find(c.name)) throw DataError("this element has a field '" + c.name + "' that " + against() + " has not");
 }
 
 void check_fits(const Chunk& in, std::size_t r, const PaddingRules& rules, std::optional<std::int64_t> dim0_limit,
                 const std::vector<std::string>& dim0_fields) {
-  if (rules.shapes.empty() && !dim0_limit && rules.length_fields.empty() && rules.mask_fields.empty()) return;
+  if (!rules.checks_rows() && !dim0_limit) return;
   for (const Column& f : in.columns()) {
     auto rule = rules.shapes.find(f.name);
     const bool limited = dim0_limit && contains(dim0_fields, f.name);
@@ -624,15 +688,16 @@ bool is_ragged_field(const std::vector<std::string>& ragged, const Column& c) {
   return ragged.empty() ? c.row_rank() >= 1 : contains(ragged, c.name);
 }
 
-Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+Sample ragged_stack(const std::vector<HeldRun>& rows, const std::vector<std::string>& ragged, RowPartition partition,
                     Allocator& allocator, StageCounters* counters) {
   Sample out;
   if (rows.empty()) return out;
-  const auto batch = static_cast<std::int64_t>(rows.size());
+  const auto batch = static_cast<std::int64_t>(rows_in(rows));
+  const Chunk& head = *rows.front().chunk;
   std::vector<RowRun> runs = row_runs(rows);
-  for (const Column& first : rows.front().chunk->columns()) {
-    find_cells(runs, first, rows.front().chunk.get());
-    Shape shape = first.row_shape(rows.front().row);
+  for (const Column& first : head.columns()) {
+    find_cells(runs, first, &head);
+    Shape shape = first.row_shape(rows.front().first);
     if (!is_ragged_field(ragged, first)) {
       shape.insert(shape.begin(), batch);
       refuse_beyond_memory(first.name, first.dtype(), shape, false);
@@ -657,7 +722,7 @@ Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::stri
     out.set(first.name + (partition == RowPartition::Splits ? "_row_splits" : "_row_lengths"), std::move(starts));
     if (counters) counters->add_padding(0, static_cast<std::uint64_t>(shape_elements(shape)));  // nothing padded
   }
-  share_origin(out, *rows.front().chunk, rows.front().row);
+  share_origin(out, head, rows.front().first);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sluice/sdk.hpp"
@@ -47,91 +48,50 @@ struct PaddingRules {
   // From the parameters padded_shapes ("tokens:64", "frames:-1x40"), padding_values ("-1",
   // "tokens:0", "label:-1"), lengths and masks. Throws ParamError naming the bad entry.
   static PaddingRules from_params(const Params& p);
+  // Whether a row may not fit the rules (fixed shapes, lengths or masks to check), whatever the others.
+  bool checks_rows() const { return !shapes.empty() || !length_fields.empty() || !mask_fields.empty(); }
   static std::vector<ParamSpec> param_specs();
 };
 
-// A row an aggregate holds without making an element of it: row `row` of a chunk it shares. An
-// element pushed alone is held as a chunk of one row (chunk_of_element), so that one code path
-// pads both.
-struct RowRef {
-  std::shared_ptr<const Chunk> chunk;
-  std::size_t row = 0;
-};
-// `in` as a chunk of one row sharing its tensors (scalars Constant, the others Ragged), with its origin.
+// `in` as a chunk of one row sharing its tensors (scalars Constant, the others Ragged), with its
+// origin: an element pushed alone is held as such a chunk, so that one code path batches both.
 std::shared_ptr<const Chunk> chunk_of_element(Sample in);
 
-// The rows an aggregate holds for one output (elements, or RowRefs), with their input indices.
-// Checkpoints save each row as an element, whichever way it is held.
-template <class Row> class HeldRowsOf {
+// The elements an aggregate holds for one output, with their input indices, each checked against
+// the first when it comes (so that a refused element is refused alone, by the engine's skip
+// policy, and the output can always be assembled): the same fields, each with the same type and
+// rank; `same_shapes` asks for equal shapes too (a stack). Numbers and where they came from are
+// kept for messages. Checkpoints save each element and its index.
+class HeldRows {
  public:
-  void add(Row row, std::uint64_t index) {
+  void add(Sample row, std::uint64_t index) {
     rows_.push_back(std::move(row));
     indices_.push_back(index);
   }
   std::size_t size() const { return rows_.size(); }
   bool empty() const { return rows_.empty(); }
-  const std::vector<Row>& rows() const { return rows_; }
+  const std::vector<Sample>& rows() const { return rows_; }
   void clear() {
     rows_.clear();
     indices_.clear();
   }
-  // The rows, for an output assembled elsewhere (push_assembled); none are held after, and the
-  // store keeps room for as many as it held (no reallocation while the next batch gathers).
-  std::vector<Row> take_all() {
-    indices_.clear();
-    std::vector<Row> taken;
-    taken.reserve(rows_.capacity());
-    taken.swap(rows_);
-    return taken;
-  }
-  // For checkpoints: the count, then each row and its index.
-  void save(StateWriter& w) const {
-    w.put<std::uint64_t>(rows_.size());
-    for (std::size_t k = 0; k < rows_.size(); ++k) {
-      w.put(indices_[k]);
-      w.put_element(as_element(rows_[k]));
-    }
-  }
-  void restore(StateReader& r, std::size_t at_most) {
-    clear();
-    const auto n = r.get<std::uint64_t>();
-    if (n > at_most)
-      throw DataError("the saved state holds " + std::to_string(n) + " rows, more than this stage gathers (" + std::to_string(at_most) + ")");
-    for (std::uint64_t k = 0; k < n; ++k) {
-      const auto index = r.get<std::uint64_t>();
-      add(from_element(r.get_element()), index);
-    }
-  }
+  void save(StateWriter& w) const;
+  void restore(StateReader& r, std::size_t at_most);
+  // Throws DataError naming the field and the row it differs from; the rows stay as they were.
+  void check(const Sample& in, bool same_shapes) const;
 
  private:
-  static Sample as_element(const Sample& row) { return row; }
-  static Sample as_element(const RowRef& row) { return row.chunk->row(row.row); }
-  static Row from_element(Sample in) {
-    if constexpr (std::is_same_v<Row, RowRef>) {
-      return RowRef{chunk_of_element(std::move(in)), 0};
-    } else {
-      return in;
-    }
-  }
-  std::vector<Row> rows_;
+  std::vector<Sample> rows_;
   std::vector<std::uint64_t> indices_;
 };
 
-// The elements an aggregate holds for one output, each checked against the first when it comes
-// (so that a refused element is refused alone, by the engine's skip policy, and the output can
-// always be assembled): the same fields, each with the same type and rank; `same_shapes` asks
-// for equal shapes too (a stack). Numbers and where they came from are kept for messages.
-class HeldRows : public HeldRowsOf<Sample> {
- public:
-  // Throws DataError naming the field and the row it differs from; the rows stay as they were.
-  void check(const Sample& in, bool same_shapes) const;
+// Rows [first, first + count) of a chunk an aggregate holds without making an element of each,
+// sharing the chunk; the first row's input index is `index`, the others' follow it.
+struct HeldRun {
+  std::shared_ptr<const Chunk> chunk;
+  std::size_t first = 0, count = 0;
+  std::uint64_t index = 0;
 };
-
-// The origin of row `row` of `chunk`, as the element form's sample of it has it.
-void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
-// `out` (the stack of `rows`, its origin the first's) names every row's record (lineage), for an
-// aggregate whose outputs do not stack its inputs in order, where the host cannot name them.
-void name_rows(Sample& out, const std::vector<RowRef>& rows);
 
 // Calls take(chunk, row, index) for each row of `in` in order, as the element form is pushed
 // each element, with `in` shared for the rows it holds on to. A row's DataError is thrown as its
@@ -148,13 +108,55 @@ void take_rows(const Chunk& in, const ElementContext& first, Take&& take) {
   }
 }
 
-// HeldRows for rows held by reference (padded_batch, bucket_by_sequence_length).
-class HeldRefs : public HeldRowsOf<RowRef> {
+// The rows an aggregate holds by reference for one output (padded_batch, ragged_batch,
+// bucket_by_sequence_length), as runs: a row that follows the last run in its chunk and in the
+// input lengthens it, without a reference of its own. Checkpoints save each row as an element
+// and its index, as HeldRows does.
+class HeldRefs {
  public:
+  void add(const std::shared_ptr<const Chunk>& chunk, std::size_t row, std::uint64_t index) { add_rows(chunk, row, 1, index); }
+  void add_rows(const std::shared_ptr<const Chunk>& chunk, std::size_t first, std::size_t count, std::uint64_t index) {
+    rows_ += count;
+    if (!runs_.empty()) {
+      HeldRun& last = runs_.back();
+      if (last.chunk == chunk && last.first + last.count == first && last.index + last.count == index) {
+        last.count += count;
+        return;
+      }
+    }
+    runs_.push_back({chunk, first, count, index});
+  }
+  std::size_t size() const { return rows_; }
+  bool empty() const { return rows_ == 0; }
+  const std::vector<HeldRun>& runs() const { return runs_; }
+  // The first row held (not empty()): what the rows that come are checked against.
+  const Chunk& first_chunk() const { return *runs_.front().chunk; }
+  std::size_t first_row() const { return runs_.front().first; }
+  void clear() {
+    runs_.clear();
+    rows_ = 0;
+  }
+  // The runs, for an output assembled elsewhere (push_assembled); none are held after.
+  std::vector<HeldRun> take_all() {
+    rows_ = 0;
+    return std::exchange(runs_, {});
+  }
+  void save(StateWriter& w) const;
+  void restore(StateReader& r, std::size_t at_most);
   // Throws DataError (the element form's message) when row `r` of `in` cannot join the rows held:
   // the same fields, each with the same type and rank. The rows stay as they were.
   void check(const Chunk& in, std::size_t r) const;
+
+ private:
+  std::vector<HeldRun> runs_;
+  std::size_t rows_ = 0;
 };
+
+// The origin of row `row` of `chunk`, as the element form's sample of it has it.
+void share_origin(Sample& out, const Chunk& chunk, std::size_t row);
+// `out` (the stack of `rows`, its origin the first's) names every row's record (lineage), for an
+// aggregate whose outputs do not stack its inputs in order, where the host cannot name them.
+void name_rows(Sample& out, const std::vector<HeldRun>& rows);
 
 // Checks that every dimension of row `r`'s fields fits the rules' fixed padded shapes (with
 // `dim0_limit`, when set, for dimension 0 of the fields it applies to). Throws DataError.
@@ -162,11 +164,11 @@ void check_fits(const Chunk& in, std::size_t r, const PaddingRules& rules, std::
                 const std::vector<std::string>& dim0_fields);
 
 
-// One output of rows.size() rows, each field padded to its rule's shape (and `dim0`, when set,
+// One output of the runs' rows, each field padded to its rule's shape (and `dim0`, when set,
 // for dimension 0 of `dim0_fields`), with the length and mask fields the rules ask for. The
 // output's origin is its first row's. The values written as padding and as data go to
 // `counters` when there are any.
-Sample pad_and_stack(const std::vector<RowRef>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
+Sample pad_and_stack(const std::vector<HeldRun>& rows, const PaddingRules& rules, Allocator& allocator, StageCounters* counters,
                      std::optional<std::int64_t> dim0 = std::nullopt, const std::vector<std::string>& dim0_fields = {});
 
 // Rows of equal shapes stacked along a new first dimension (tensors, every field, or one).
@@ -181,7 +183,7 @@ enum class RowPartition { Lengths, Splits };
 // concatenated along dimension 0 plus a row partition field; the others are stacked (the rows
 // were checked to agree: the same fields, types and ranks, equal shapes where stacked). The
 // output's origin is its first row's.
-Sample ragged_stack(const std::vector<RowRef>& rows, const std::vector<std::string>& ragged, RowPartition partition,
+Sample ragged_stack(const std::vector<HeldRun>& rows, const std::vector<std::string>& ragged, RowPartition partition,
                     Allocator& allocator, StageCounters* counters);
 bool is_ragged_field(const std::vector<std::string>& ragged, const Column& c);
 

@@ -17,12 +17,12 @@ ParamSpec drop_remainder_param(const char* what) {
   return ParamSpec::make("drop_remainder", ParamType::Bool, what).def("false");
 }
 
-// Batches of batch_size rows held until the batch is full (or the iteration ends); the subclass
-// checks each row before it holds it (so that a refused element is refused alone) and says how
-// the rows become one output. `Held` is HeldRows (elements) or HeldRefs (rows of chunks). The
+// Batches of batch_size rows held until the batch is full (or the iteration ends), by reference
+// (a chunk's rows without an element made of each); the subclass checks each row before it holds
+// it (so that a refused element is refused alone) and says how the rows become one output. The
 // assembly may run on another thread (the stage's parallelism): it gets the rows, and reads only
 // parameters and what start() set.
-template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsOnlyElements, public StacksItsInputs {
+class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsOnlyElements, public StacksItsInputs, public ChunkedAggregate {
  public:
   explicit HeldRowBatch(const Params& p)
       : batch_size_(static_cast<std::size_t>(p.get_int("batch_size"))), drop_remainder_(p.get_bool("drop_remainder")) {}
@@ -32,6 +32,32 @@ template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInP
   }
   void begin_iteration(std::uint64_t) override { rows_.clear(); }
   std::uint64_t inputs_per_output() const override { return batch_size_; }
+  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
+    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
+    return Flow::Continue;
+  }
+  // Each row as push() would take it, but for the rows after the first that need no check of
+  // their own (rows_checked_alone() false once the first is taken): those are held as runs, up to
+  // each batch's end, without a call a row.
+  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
+    const auto chunk = std::make_shared<const Chunk>(in);
+    for (std::size_t r = 0; r < in.rows();) {
+      if (r > 0 && !rows_checked_alone()) {
+        const std::size_t n = std::min(in.rows() - r, batch_size_ - rows_.size());
+        rows_.add_rows(chunk, r, n, first.index + r);
+        if (rows_.size() == batch_size_) emit(out);
+        r += n;
+        continue;
+      }
+      try {
+        take(chunk, r, first.index + r, out);
+      } catch (const DataError& e) {
+        throw RowError(r, e.what());
+      }
+      ++r;
+    }
+    return Flow::Continue;
+  }
   void end_iteration(std::uint64_t, Emitter& out) override {
     if (!rows_.empty() && !drop_remainder_) emit(out);
     rows_.clear();
@@ -43,14 +69,17 @@ template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInP
   void restore_state(StateReader& r) override { rows_.restore(r, batch_size_ - 1); }
 
  protected:
-  using Row = typename std::decay_t<decltype(std::declval<Held>().rows())>::value_type;
-  virtual Sample assemble(const std::vector<Row>& rows) const = 0;
+  virtual Sample assemble(const std::vector<HeldRun>& rows) const = 0;
+  // Row `r` of `chunk` joins the batch, checked first (a DataError refuses it alone), by hold().
+  virtual void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) = 0;
+  // Whether, after a chunk's first row, each row of it must still be taken (checked) alone.
+  virtual bool rows_checked_alone() const = 0;
   // Holds a row already checked; a full batch goes out.
-  void hold(Row row, std::uint64_t index, Emitter& out) {
-    rows_.add(std::move(row), index);
+  void hold(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+    rows_.add(chunk, r, index);
     if (rows_.size() == batch_size_) emit(out);
   }
-  const Held& rows() const { return rows_; }
+  const HeldRefs& rows() const { return rows_; }
   Allocator& allocator() const { return *allocator_; }
   StageCounters* counters() const { return counters_; }
 
@@ -63,13 +92,13 @@ template <class Held> class HeldRowBatch : public Aggregate, public AssemblesInP
   VaryingSizePool pool_;
   Allocator* allocator_ = &HostAllocator::instance();
   StageCounters* counters_ = nullptr;
-  Held rows_;
+  HeldRefs rows_;
 };
 
 // tf.data's padded_batch: batches of elements whose fields differ in size, each field padded to
 // the longest of its batch or to a given shape, with per-field padding values. Rows are held by
 // reference (a chunk's rows without an element made of each) until their batch is full.
-class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate {
+class PaddedBatch final : public HeldRowBatch {
  public:
   static OperatorInfo describe() {
     std::vector<ParamSpec> params{batch_size_param(), drop_remainder_param("drop the short last batch of each iteration")};
@@ -83,32 +112,25 @@ class PaddedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
             {}};
   }
   explicit PaddedBatch(const Params& p) : HeldRowBatch(p), rules_(PaddingRules::from_params(p)) {}
-  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
-    return Flow::Continue;
-  }
-  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
-    take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
-    return Flow::Continue;
-  }
 
  private:
-  // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
-  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) override {
     // A chunk's rows share their columns' types and ranks, what check() compares: its first row
     // stands for the rest (after it, the rows held are of this chunk or were compared with it).
     if (r == 0) rows().check(*chunk, r);
     check_fits(*chunk, r, rules_, std::nullopt, {});
-    hold({chunk, r}, index, out);
+    hold(chunk, r, index, out);
   }
-  Sample assemble(const std::vector<RowRef>& rows) const override { return pad_and_stack(rows, rules_, allocator(), counters()); }
+  // A row of a chunk may be longer than padded_shapes allows, whatever its first row.
+  bool rows_checked_alone() const override { return rules_.checks_rows(); }
+  Sample assemble(const std::vector<HeldRun>& rows) const override { return pad_and_stack(rows, rules_, allocator(), counters()); }
   PaddingRules rules_;
 };
 
 // tf.data's ragged_batch (dense_to_ragged_batch): nothing is padded; a variable-length field
 // becomes its rows' values, concatenated, and where each row starts. Rows are held by reference
 // (a chunk's rows without an element made of each), as padded_batch's are.
-class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate {
+class RaggedBatch final : public HeldRowBatch {
  public:
   static OperatorInfo describe() {
     return {"ragged_batch",
@@ -132,25 +154,17 @@ class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
         fields_(p.get_string_list("fields")),
         partition_(p.get_string("row_partition") == "row_splits" ? RowPartition::Splits : RowPartition::Lengths) {}
 
-  Flow push(Sample in, const ElementContext& ctx, Emitter& out) override {
-    take(chunk_of_element(std::move(in)), 0, ctx.index, out);
-    return Flow::Continue;
-  }
-  Flow push_chunk(const Chunk& in, const ElementContext& first, Emitter& out) override {
-    take_rows(in, first, [&](const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index) { take(chunk, r, index, out); });
-    return Flow::Continue;
-  }
-
  private:
-  // Row `r` of `chunk` joins the batch (checked first: a refused row is refused alone).
-  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
+  void take(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) override {
     if (r == 0) {
       rows().check(*chunk, r);
       check_fields(*chunk);
     }
     check_shapes(*chunk, r);
-    hold({chunk, r}, index, out);
+    hold(chunk, r, index, out);
   }
+  // After a chunk's first row only its stacked fields held as ragged columns can differ.
+  bool rows_checked_alone() const override { return !varying_stacked_.empty(); }
   // The fields named are there and have a length.
   void check_fields(const Chunk& in) const {
     for (const auto& name : fields_) {
@@ -169,9 +183,8 @@ class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
         if (c.layout == Column::Layout::Ragged && !is_ragged_field(fields_, c)) varying_stacked_.push_back(&c);
     }
     if (rows().empty()) return;
-    const RowRef& first = rows().rows().front();
     const auto compare = [&](const Column& c, bool ragged) {
-      const Shape have = c.row_shape(r), want = first.chunk->at(c.name).row_shape(first.row);
+      const Shape have = c.row_shape(r), want = rows().first_chunk().at(c.name).row_shape(rows().first_row());
       if (!std::equal(have.begin() + (ragged ? 1 : 0), have.end(), want.begin() + (ragged ? 1 : 0), want.end()))
         throw DataError("field '" + c.name + "' is " + shape_string(have) + " here and " + shape_string(want) +
                         " in the batch's first row: " +
@@ -184,7 +197,7 @@ class RaggedBatch final : public HeldRowBatch<HeldRefs>, public ChunkedAggregate
       for (const Column* c : varying_stacked_) compare(*c, false);
     }
   }
-  Sample assemble(const std::vector<RowRef>& rows) const override {
+  Sample assemble(const std::vector<HeldRun>& rows) const override {
     return ragged_stack(rows, fields_, partition_, allocator(), counters());
   }
   std::vector<std::string> fields_;
@@ -281,7 +294,7 @@ class BucketBySequenceLength final : public Aggregate, public ChunkedAggregate, 
     auto& rows = buckets_[bucket];
     rows.check(*chunk, r);
     check_fits(*chunk, r, rules_, pad_limit(bucket), dim0_fields_);
-    rows.add({chunk, r}, index);
+    rows.add(chunk, r, index);
     if (rows.size() == batch_sizes_[bucket]) emit(bucket, out);
   }
   std::int64_t length_of(const Chunk& in, std::size_t r) const {

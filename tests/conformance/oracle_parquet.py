@@ -38,7 +38,8 @@ def write(folder, jpeg_paths):
                      "words": pa.array([[str(t) for t in long_tokens(i)] for i in range(LONG_ROWS)], pa.list_(pa.string()))})
     pq.write_table(long, os.path.join(folder, "long-group.parquet"), row_group_size=LONG_ROWS)
     nulls = pa.table({name: pa.array(values, eval(NULL_TYPES[name])) for name, values in NULLS.items()})
-    pq.write_table(nulls, os.path.join(folder, "nulls.parquet"), row_group_size=2)
+    # Groups of 3: a group whose text has a null and two words (its dictionary more than one word).
+    pq.write_table(nulls, os.path.join(folder, "nulls.parquet"), row_group_size=3)
     jpegs = {os.path.basename(p): open(p, "rb").read() for p in jpeg_paths}
     rows = hf_rows(jpegs)
     features = {"image": {"_type": "Image"}, "text": {"dtype": "string", "_type": "Value"},

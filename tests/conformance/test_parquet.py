@@ -71,6 +71,8 @@ def test_nulls_are_refused_by_file_column_and_row_or_given_their_defaults(pyarro
         rows_of(sluice.data.ParquetDataset(path))
     with pytest.raises(sluice.PipelineError, match=r"column 'where/x' holds a null at row 2"):
         rows_of(sluice.data.ParquetDataset(path, columns=["where"]))
+    with pytest.raises(sluice.PipelineError, match=r"column 'scores' holds a null at row 1"):
+        rows_of(sluice.data.ParquetDataset(path, columns=["scores"]))
     got = rows_of(sluice.data.ParquetDataset(path, nulls="default", null_defaults={"count": -1, "name": "unknown"}))
     assert [r["count"] for r in got] == [-1 if v is None else v for v in NULLS["count"]]
     assert [r["name"] for r in got] == [b"unknown" if v is None else v.encode() for v in NULLS["name"]]

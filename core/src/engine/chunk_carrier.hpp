@@ -39,16 +39,6 @@ inline Chunk* chunk_in(Sample& sample) {
 }
 inline const Chunk* chunk_in(const Sample& sample) { return chunk_in(const_cast<Sample&>(sample)); }
 
-// The chunk a carrier holds, for a stage that will change it: copied (its columns' memory is
-// shared, not copied), never moved out, because a stage read by several readers hands each the
-// same carrier, and another reader may be reading it now (a use_count() of 1 does not order that
-// reader's last read before this write: TSan reported it).
-inline Chunk take_chunk(Sample& sample) {
-  Chunk taken = *chunk_in(sample);
-  sample = Sample();
-  return taken;
-}
-
 // Elements an item stands for: a chunk's rows, else one.
 inline std::size_t rows_of(const Sample& sample) {
   const Chunk* chunk = chunk_in(sample);

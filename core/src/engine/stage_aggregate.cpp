@@ -2,6 +2,7 @@
 // (helpers may assemble the outputs: output_assembly.hpp), iterations mapped to the input's,
 // replays.
 #include <optional>
+#include <utility>
 
 #include "engine_impl.hpp"
 #include "sluice/core/lineage.hpp"
@@ -335,9 +336,14 @@ bool Engine::Impl::AggregateStage::push_element(Item& item) {
 // Rows from `done` on are still to push; a refused row is reported (or ends the run) and the rows
 // after it go on in a new call, as elements after a refused one do.
 bool Engine::Impl::AggregateStage::push_chunk(Sample& carrier, std::uint64_t first_index) {
-  Chunk rest = detail::take_chunk(carrier);
+  // The carrier's chunk is read in place (another reader of the stage may read it too; nothing
+  // writes it), and sliced only past a refused row.
+  const Sample held = std::exchange(carrier, Sample());
+  const Chunk* in = detail::chunk_in(held);
+  Chunk after_refused;
   std::size_t done = 0;
-  while (rest.rows() > 0) {
+  while (in->rows() > 0) {
+    const Chunk& rest = *in;
     const ElementContext ctx{&st_.info, st_.first_input_epoch + in_iteration_, first_index + done};
     emitter_.took(rest);
     try {
@@ -348,7 +354,8 @@ bool Engine::Impl::AggregateStage::push_chunk(Sample& carrier, std::uint64_t fir
       const std::size_t row = std::min(e.row(), rest.rows() - 1);
       emitter_.took_back(rest.rows() - row);  // the refused row and those after it, pushed again below
       if (!engine_.element_error(st_, e.what(), ctx.epoch, ctx.index + row, rest.origin(row).text())) return false;
-      rest = rest.slice(row + 1, rest.rows());
+      after_refused = rest.slice(row + 1, rest.rows());
+      in = &after_refused;
       done += row + 1;
     } catch (const std::exception&) {
       if (handling_out_of_memory()) {
