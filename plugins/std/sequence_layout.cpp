@@ -300,9 +300,9 @@ void check_named_fields(const Chunk& rows, const PaddingRules& rules) {
   for (const auto& field : rules.mask_fields) check(field, "masks");
 }
 
-// The batch's rows as runs of consecutive rows of one chunk (a chunk's rows batched whole are one
-// run), each with its column of the field being stacked: the field is looked up once per run,
-// and a run's values are copied without a call per row.
+// The batch's runs of consecutive rows of one chunk (HeldRefs made them as long as they go), each
+// with its column of the field being stacked: the field is looked up once per run, and a run's
+// values are copied without a call per row.
 struct RowRun {
   const Chunk* chunk;
   std::size_t first, count;
@@ -311,12 +311,8 @@ struct RowRun {
 
 std::vector<RowRun> row_runs(const std::vector<HeldRun>& rows) {
   std::vector<RowRun> runs;
-  for (const HeldRun& r : rows) {
-    if (!runs.empty() && runs.back().chunk == r.chunk.get() && runs.back().first + runs.back().count == r.first)
-      runs.back().count += r.count;
-    else
-      runs.push_back({r.chunk.get(), r.first, r.count});
-  }
+  runs.reserve(rows.size());
+  for (const HeldRun& r : rows) runs.push_back({r.chunk.get(), r.first, r.count});
   return runs;
 }
 

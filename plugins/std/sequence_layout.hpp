@@ -109,8 +109,8 @@ void take_rows(const Chunk& in, const ElementContext& first, Take&& take) {
 }
 
 // The rows an aggregate holds by reference for one output (padded_batch, ragged_batch,
-// bucket_by_sequence_length), as runs: a row that follows the last run in its chunk and in the
-// input lengthens it, without a reference of its own. Checkpoints save each row as an element
+// bucket_by_sequence_length), as runs: a row that follows the last run in its chunk lengthens it
+// (its input index then follows the run's too), without a reference of its own. Checkpoints save each row as an element
 // and its index, as HeldRows does.
 class HeldRefs {
  public:
@@ -119,7 +119,7 @@ class HeldRefs {
     rows_ += count;
     if (!runs_.empty()) {
       HeldRun& last = runs_.back();
-      if (last.chunk == chunk && last.first + last.count == first && last.index + last.count == index) {
+      if (last.chunk == chunk && last.first + last.count == first) {
         last.count += count;
         return;
       }

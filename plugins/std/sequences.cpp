@@ -43,10 +43,7 @@ class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsO
     const auto chunk = std::make_shared<const Chunk>(in);
     for (std::size_t r = 0; r < in.rows();) {
       if (r > 0 && !rows_checked_alone()) {
-        const std::size_t n = std::min(in.rows() - r, batch_size_ - rows_.size());
-        rows_.add_rows(chunk, r, n, first.index + r);
-        if (rows_.size() == batch_size_) emit(out);
-        r += n;
+        r += hold_rows(chunk, r, in.rows() - r, first.index + r, out);
         continue;
       }
       try {
@@ -76,14 +73,21 @@ class HeldRowBatch : public Aggregate, public AssemblesInParallel, public HoldsO
   virtual bool rows_checked_alone() const = 0;
   // Holds a row already checked; a full batch goes out.
   void hold(const std::shared_ptr<const Chunk>& chunk, std::size_t r, std::uint64_t index, Emitter& out) {
-    rows_.add(chunk, r, index);
-    if (rows_.size() == batch_size_) emit(out);
+    hold_rows(chunk, r, 1, index, out);
   }
   const HeldRefs& rows() const { return rows_; }
   Allocator& allocator() const { return *allocator_; }
   StageCounters* counters() const { return counters_; }
 
  private:
+  // Holds rows [first, first + count) already checked, as many as the batch has room for, and
+  // returns how many; a full batch goes out.
+  std::size_t hold_rows(const std::shared_ptr<const Chunk>& chunk, std::size_t first, std::size_t count, std::uint64_t index, Emitter& out) {
+    const std::size_t n = std::min(count, batch_size_ - rows_.size());
+    rows_.add_rows(chunk, first, n, index);
+    if (rows_.size() == batch_size_) emit(out);
+    return n;
+  }
   void emit(Emitter& out) {
     push_assembled(out, [this, rows = rows_.take_all()] { return assemble(rows); });
   }
